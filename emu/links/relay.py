@@ -1,0 +1,364 @@
+"""A user-space TCP relay that shapes one emulated link where the kernel has no netem.
+
+Timing model. The relay accepts connections on a listening address and carries each one to an
+upstream address. Every byte it reads crosses the link in two steps, as on a real link:
+
+1. Transmission: a token bucket per direction, shared by all the connections that cross the
+   link, holds a chunk back until the link has capacity for it (``bandwidth_bps``). While a chunk
+   waits, the relay reads nothing more from that sender, so TCP's own flow control slows the
+   sender down, as a full link would.
+2. Propagation: the chunk is then delivered after a one-way delay drawn from a normal
+   distribution (mean ``latency_s``, standard deviation ``jitter_s``, clipped at 0). A chunk is
+   never delivered before the one read ahead of it on the same connection: TCP hands bytes to
+   the application in order, so jitter spreads delays but never reorders bytes.
+
+Loss. The protocols carried (MQTT, ZooKeeper) run over TCP and never see a lost packet: they see
+the retransmission. A chunk is treated as ceil(size / MSS) packets; if any of them is lost
+(probability ``loss`` each) the chunk is held back by one retransmission timeout,
+``RETRANSMISSION_STALL_S`` (200 ms, Linux's minimum RTO). Later chunks of that connection wait
+behind it, which is TCP's head-of-line blocking. Every loss costs a full RTO: realistic for sparse
+small messages (a lost tail segment), pessimistic for bulk transfers, where fast retransmit
+recovers in about one round trip. Retransmitted bytes do not use up bandwidth.
+
+Limits.
+- Delays are as precise as the event loop's timers: epoll waits whole milliseconds, rounded up,
+  so a chunk arrives 0 to 1 ms late (0.5 ms on average), later on a busy host; never early.
+- The bandwidth applies to payload bytes, not to TCP/IP headers, and is enforced at a 10 ms
+  grain (``GRAIN_S``): a chunk and the bucket depth hold 10 ms of traffic (at least one MSS), so
+  the rate holds over any longer window and traffic may burst within it.
+- Connection set-up is not delayed: a client's connect completes at once (the relay accepts it);
+  its first bytes still carry the one-way delay.
+- At most ``IN_FLIGHT_CHUNKS`` chunks per direction and connection are in flight, like a TCP
+  window: about 2.5 s of traffic at the configured rate, or 16 MiB when the link is unlimited.
+- Randomness is seeded, but chunk boundaries depend on how the kernel delivers reads, so two
+  runs with the same seed draw the same sequence of delays, not necessarily for the same bytes.
+"""
+
+import asyncio
+import math
+import random
+import threading
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass
+from typing import Self, TypeVar
+
+from emu.links.spec import LinkShape
+
+RETRANSMISSION_STALL_S = 0.2
+MSS = 1460
+GRAIN_S = 0.01
+MAX_CHUNK = 65536
+IN_FLIGHT_CHUNKS = 256
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RelayCounters:
+    """What crossed the link so far: ``up`` is client to upstream, ``down`` the reverse."""
+
+    connections: int
+    bytes_up: int
+    bytes_down: int
+    chunks_up: int
+    chunks_down: int
+    stalls_up: int
+    stalls_down: int
+
+
+class TokenBucket:
+    """Departure times for chunks on a link of a given rate; the bucket may go into debt."""
+
+    def __init__(self, rate_bytes_s: float | None, now: float) -> None:
+        self._rate = rate_bytes_s
+        self._depth = _depth(rate_bytes_s)
+        self._tokens = self._depth
+        self._stamp = now
+
+    def set_rate(self, rate_bytes_s: float | None, now: float) -> None:
+        if self._rate is not None and rate_bytes_s is not None:
+            self._refill(now)  # tokens earned so far count at the old rate; a debt stays owed
+            self._tokens = min(self._tokens, _depth(rate_bytes_s))
+        else:
+            self._tokens = _depth(rate_bytes_s)
+        self._rate = rate_bytes_s
+        self._depth = _depth(rate_bytes_s)
+        self._stamp = now
+
+    def reserve(self, nbytes: int, now: float) -> float:
+        """Take ``nbytes`` and return when they have left: ``now`` or later."""
+        if self._rate is None:
+            return now
+        self._refill(now)
+        # A debt queues later chunks, of any connection, behind this one: the link is FIFO.
+        self._tokens -= nbytes
+        return now if self._tokens >= 0 else now - self._tokens / self._rate
+
+    def _refill(self, now: float) -> None:
+        assert self._rate is not None
+        self._tokens = min(self._depth, self._tokens + (now - self._stamp) * self._rate)
+        self._stamp = now
+
+
+def _depth(rate_bytes_s: float | None) -> float:
+    return math.inf if rate_bytes_s is None else max(MSS, rate_bytes_s * GRAIN_S)
+
+
+class _Direction:
+    """One direction of the link: its bucket and its counters, shared by all connections."""
+
+    def __init__(self, rate_bytes_s: float | None) -> None:
+        # The loop clock is unknown before start: a bucket stamped at 0 is simply full.
+        self.bucket = TokenBucket(rate_bytes_s, 0.0)
+        self.bytes = 0
+        self.chunks = 0
+        self.stalls = 0
+
+
+def _bytes_per_second(shape: LinkShape) -> float | None:
+    return None if shape.bandwidth_bps is None else shape.bandwidth_bps / 8
+
+
+def _chunk_size(shape: LinkShape) -> int:
+    rate = _bytes_per_second(shape)
+    return MAX_CHUNK if rate is None else int(min(MAX_CHUNK, max(MSS, rate * GRAIN_S)))
+
+
+class LinkRelay:
+    """Relay TCP connections from a listening address to an upstream one through a shaped link."""
+
+    def __init__(
+        self,
+        upstream_host: str,
+        upstream_port: int,
+        shape: LinkShape,
+        *,
+        listen_host: str = "127.0.0.1",
+        listen_port: int = 0,
+        seed: int | None = None,
+        stall_s: float = RETRANSMISSION_STALL_S,
+    ) -> None:
+        self._upstream = (upstream_host, upstream_port)
+        self._listen = (listen_host, listen_port)
+        self._shape = shape
+        self._rng = random.Random(seed)
+        self._stall_s = stall_s
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._server: asyncio.Server | None = None
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._connections = 0
+        self._up = _Direction(_bytes_per_second(shape))
+        self._down = _Direction(_bytes_per_second(shape))
+
+    @property
+    def shape(self) -> LinkShape:
+        return self._shape
+
+    @property
+    def port(self) -> int:
+        """The listening port (useful when the relay was given port 0)."""
+        if self._server is None:
+            raise RuntimeError("the relay is not started")
+        return self._server.sockets[0].getsockname()[1]
+
+    async def start(self) -> int:
+        """Listen and return the listening port."""
+        self._loop = asyncio.get_running_loop()
+        self._server = await asyncio.start_server(self._accept, *self._listen)
+        return self.port
+
+    def reshape(self, shape: LinkShape) -> None:
+        """Shape chunks read from now on; chunks already on the link keep their timing."""
+        self._shape = shape
+        now = self._loop.time() if self._loop is not None else 0.0
+        for direction in (self._up, self._down):
+            direction.bucket.set_rate(_bytes_per_second(shape), now)
+
+    def counters(self) -> RelayCounters:
+        up, down = self._up, self._down
+        return RelayCounters(
+            self._connections, up.bytes, down.bytes, up.chunks, down.chunks, up.stalls, down.stalls
+        )
+
+    async def close(self) -> None:
+        """Stop listening and end every connection."""
+        if self._server is not None:
+            self._server.close()
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._server is not None:
+            await self._server.wait_closed()
+
+    async def __aenter__(self) -> Self:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # The relay owns the connection's task, so close() can cancel it: cancelling the task
+        # asyncio.start_server makes for a coroutine callback logs an error on Python 3.11.
+        assert self._loop is not None
+        task = self._loop.create_task(self._serve(reader, writer))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._connections += 1
+        writers = [writer]
+        try:
+            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
+            writers.append(up_writer)
+            async with asyncio.TaskGroup() as group:
+                group.create_task(self._carry(reader, up_writer, self._up))
+                group.create_task(self._carry(up_reader, writer, self._down))
+        except* OSError:
+            pass  # a refused upstream or a reset on either side ends the connection, as on a link
+        finally:
+            for each in writers:
+                each.close()
+
+    async def _carry(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: _Direction
+    ) -> None:
+        queue: asyncio.Queue[tuple[bytes, float]] = asyncio.Queue(IN_FLIGHT_CHUNKS)
+        async with asyncio.TaskGroup() as group:
+            group.create_task(self._deliver(queue, writer))
+            await self._transmit(reader, queue, direction)
+
+    async def _transmit(
+        self,
+        reader: asyncio.StreamReader,
+        queue: asyncio.Queue[tuple[bytes, float]],
+        direction: _Direction,
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        previous_arrival = 0.0
+        while data := await reader.read(MAX_CHUNK):
+            # One read may hold seconds of traffic at a low rate: it crosses the link in chunks
+            # of one grain, so the receiver sees a steady stream rather than bursts.
+            offset = 0
+            while offset < len(data):
+                shape = self._shape
+                chunk = data[offset : offset + _chunk_size(shape)]
+                offset += len(chunk)
+                now = loop.time()
+                departure = direction.bucket.reserve(len(chunk), now)
+                if departure > now:
+                    await asyncio.sleep(departure - now)
+                arrival = departure + self._delay(shape) + self._stall(shape, len(chunk), direction)
+                previous_arrival = max(previous_arrival, arrival)
+                direction.bytes += len(chunk)
+                direction.chunks += 1
+                await queue.put((chunk, previous_arrival))
+        # The FIN crosses the link too, behind the data.
+        fin_arrival = max(previous_arrival, loop.time() + self._shape.latency_s)
+        await queue.put((b"", fin_arrival))
+
+    @staticmethod
+    async def _deliver(
+        queue: asyncio.Queue[tuple[bytes, float]], writer: asyncio.StreamWriter
+    ) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            chunk, arrival = await queue.get()
+            wait = arrival - loop.time()
+            if wait > 0:
+                await asyncio.sleep(wait)
+            if not chunk:
+                if writer.can_write_eof():
+                    writer.write_eof()
+                return
+            writer.write(chunk)
+            await writer.drain()
+
+    def _delay(self, shape: LinkShape) -> float:
+        if not shape.jitter_s:
+            return shape.latency_s
+        return max(0.0, self._rng.gauss(shape.latency_s, shape.jitter_s))
+
+    def _stall(self, shape: LinkShape, nbytes: int, direction: _Direction) -> float:
+        if not shape.loss:
+            return 0.0
+        packets = -(-nbytes // MSS)
+        if self._rng.random() >= 1 - (1 - shape.loss) ** packets:
+            return 0.0
+        direction.stalls += 1
+        return self._stall_s
+
+
+class LinkRelayThread:
+    """Run a ``LinkRelay`` on its own event loop in a background thread, for synchronous callers."""
+
+    def __init__(self, relay: LinkRelay) -> None:
+        self.relay = relay
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.relay.port
+
+    def start(self) -> int:
+        """Start the loop thread and the relay; return the listening port."""
+        if self._loop is not None:
+            raise RuntimeError("the relay thread is already started")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self._loop.run_forever, name="link-relay", daemon=True
+        )
+        self._thread.start()
+        try:
+            return self._run(self.relay.start())
+        except BaseException:
+            self._stop_loop()
+            raise
+
+    def stop(self) -> None:
+        """Close the relay and end the loop thread; a no-op when not started."""
+        if self._loop is None:
+            return
+        try:
+            self._run(self.relay.close())
+        finally:
+            self._stop_loop()
+
+    def reshape(self, shape: LinkShape) -> None:
+        """Reshape on the loop thread; chunks read after this returns get the new shape."""
+        self._on_loop(self.relay.reshape, shape)
+
+    def counters(self) -> RelayCounters:
+        """The relay's counters, also after stop() (the final figures of a run)."""
+        if self._loop is None:
+            return self.relay.counters()
+        # Read on the loop thread so that all counters come from one moment.
+        return self._on_loop(self.relay.counters)
+
+    def __enter__(self) -> Self:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def _on_loop(self, function: Callable[..., T], *args: object) -> T:
+        async def call() -> T:
+            return function(*args)
+
+        return self._run(call())
+
+    def _run(self, coroutine: Coroutine[object, object, T]) -> T:
+        if self._loop is None:
+            coroutine.close()
+            raise RuntimeError("the relay thread is not started")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    def _stop_loop(self) -> None:
+        assert self._loop is not None and self._thread is not None
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join()
+        self._loop.close()
+        self._loop = None
+        self._thread = None

@@ -1,0 +1,69 @@
+"""The seam between an experiment and what runs it: a backend turns one run into result tables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from experiments.spec import ExperimentSpec
+from topologies.model import Topology
+
+
+@dataclass
+class RunPlan:
+    """Everything one run needs, resolved: the spec of its sweep point and its own seed."""
+
+    spec: ExperimentSpec
+    topology: Topology
+    seed: int
+    repetition: int
+
+
+@dataclass
+class RunOutput:
+    """Columns per table (see experiments.schema) and facts for the manifest."""
+
+    tables: dict[str, dict]
+    facts: dict = field(default_factory=dict)
+
+
+class Backend(Protocol):
+    name: str
+
+    def run(self, plan: RunPlan, progress) -> RunOutput:
+        """Run; call `progress(seconds_done)` now and then; raise on failure after cleaning up."""
+        ...
+
+
+class SimBackend:
+    """The SimPy model: virtual time, as fast as the host allows."""
+
+    name = "sim"
+
+    def run(self, plan: RunPlan, progress) -> RunOutput:
+        from sim.model import Settings, simulate
+
+        run = plan.spec.run
+        settings = Settings(duration=run.duration, seed=plan.seed, sample=run.sample,
+                            drain=run.drain, driver_cost=run.driver_cost)
+        result = simulate(plan.topology, plan.spec.workload, plan.spec.pipeline, settings,
+                          progress)
+        return RunOutput(result.tables, result.facts)
+
+
+class Unavailable:
+    """A backend whose issue has not landed yet: it says so before anything starts."""
+
+    def __init__(self, name: str, reason: str):
+        self.name = name
+        self.reason = reason
+
+    def run(self, plan: RunPlan, progress) -> RunOutput:
+        raise NotImplementedError(self.reason)
+
+
+def backend(name: str) -> Backend:
+    if name == "sim":
+        return SimBackend()
+    return Unavailable(name, f"the {name} backend is not built yet; run with "
+                       "--set run.backend=sim")

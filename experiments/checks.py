@@ -1,0 +1,86 @@
+"""Checks across the parts of an experiment: do names and patterns refer to what exists?"""
+
+from __future__ import annotations
+
+from experiments.spec import ExperimentSpec
+from topologies.errors import SpecError
+from topologies.model import Topology, expand
+from workloads.pipeline import KIND_WORDS, topic_filter
+from workloads.topics import matches, valid_filter
+
+HOST_KINDS = ("gateway", "broker", "cloud_vm", "coordinator")
+
+
+def check(spec: ExperimentSpec) -> Topology:
+    """Expand the topology and check every cross-reference; returns the topology."""
+    try:
+        topology = expand(spec.topology)
+    except SpecError as error:
+        raise SpecError(("topology",) + error.path, error.value, error.expected) from None
+    _check_streams(spec, topology)
+    _check_pipeline(spec, topology)
+    return topology
+
+
+def _check_streams(spec: ExperimentSpec, topology: Topology) -> None:
+    for s, stream in enumerate(spec.workload.streams):
+        for p, pattern in enumerate(stream.sources):
+            path = ("workload", "streams", s, "sources", p)
+            found = topology.match(pattern)
+            if not found:
+                raise SpecError(path, pattern, "a device name or pattern that matches devices "
+                                f"of topology {topology.name}")
+            others = [n for n in found if topology.nodes[n].kind != "device"]
+            if others:
+                raise SpecError(path, pattern, f"only devices emit streams, but {others[0]} is "
+                                f"a {topology.nodes[others[0]].kind}")
+
+
+def _check_pipeline(spec: ExperimentSpec, topology: Topology) -> None:
+    streams = {stream.name for stream in spec.workload.streams}
+    outputs: dict[str, int] = {}
+    for i, op in enumerate(spec.pipeline):
+        if op.writes is not None:
+            if op.writes in streams:
+                raise SpecError(("pipeline", i, "writes"), op.writes,
+                                "a name that is not also a workload stream")
+            outputs[op.writes] = i
+    names: set[str] = set()
+    topics = streams | set(outputs)
+    for i, op in enumerate(spec.pipeline):
+        if op.name in names:
+            raise SpecError(("pipeline", i, "name"), op.name, "a unique operator name")
+        names.add(op.name)
+        for j, where in enumerate(op.on):
+            _check_placement(topology, ("pipeline", i, "on", j), where)
+        for j, read in enumerate(op.reads):
+            path = ("pipeline", i, "reads", j)
+            topic_pattern = topic_filter(read)
+            if not valid_filter(topic_pattern):
+                raise SpecError(path, read, "a stream name or a valid MQTT topic filter")
+            if not any(matches(topic_pattern, f"{t}/x") or matches(topic_pattern, f"{t}/x/y")
+                       for t in topics):
+                raise SpecError(path, read, "a workload stream or an operator's writes ("
+                                + ", ".join(sorted(topics)) + ")")
+    read_by = {t for op in spec.pipeline for r in op.reads for t in topics
+               if matches(topic_filter(r), f"{t}/x") or matches(topic_filter(r), f"{t}/x/y")}
+    for s, stream in enumerate(spec.workload.streams):
+        if stream.name not in read_by:
+            raise SpecError(("workload", "streams", s, "name"), stream.name,
+                            "a stream that some pipeline operator reads (nothing would "
+                            "measure it)")
+    if not any(op.is_sink for op in spec.pipeline):
+        raise SpecError(("pipeline",), [op.name for op in spec.pipeline],
+                        "at least one sink: an operator without `writes`")
+
+
+def _check_placement(topology: Topology, path: tuple, where: str) -> None:
+    kind = KIND_WORDS.get(where)
+    nodes = ([n.name for n in topology.of_kind(kind)] if kind else topology.match(where))
+    if not nodes:
+        raise SpecError(path, where, "a node name, pattern or kind word ("
+                        + ", ".join(KIND_WORDS) + ") that matches nodes")
+    for name in nodes:
+        if topology.nodes[name].kind not in HOST_KINDS:
+            raise SpecError(path, where, f"nodes that run code ({', '.join(HOST_KINDS)}), but "
+                            f"{name} is a {topology.nodes[name].kind}")

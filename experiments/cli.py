@@ -1,0 +1,238 @@
+"""The `foglab` command line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from experiments import catalog
+from experiments.loader import Experiment, load
+from experiments.runner import Reporter, run_experiment
+from topologies.errors import SpecError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True,
+                  help="foglab: fog and IoT stream processing experiments, simulated or emulated.")
+topo_app = typer.Typer(no_args_is_help=True, help="Look at topologies.")
+results_app = typer.Typer(no_args_is_help=True, help="Look at results.")
+app.add_typer(topo_app, name="topo")
+app.add_typer(results_app, name="results")
+console = Console()
+
+Sets = Annotated[list[str] | None,
+                 typer.Option("--set", help="KEY=VALUE override, e.g. run.seed=3")]
+Sweeps = Annotated[list[str] | None, typer.Option(
+    "--sweep", help="KEY=[v1,v2] : one run per value, e.g. run.seed=[1,2,3]")]
+
+
+def ms(seconds: float | None) -> str:
+    return f"{seconds * 1000:.1f}" if seconds is not None else "-"
+
+
+def _load(experiment: str, sets: list[str] | None, sweeps: list[str] | None) -> Experiment:
+    try:
+        return load(experiment, sets or [], sweeps or [])
+    except SpecError as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+class RichReporter(Reporter):
+    """Progress bars over simulated time and over runs, and a line per finished run."""
+
+    def __init__(self, progress: Progress):
+        self.bars = progress
+        self.runs = None
+        self.current = None
+        self.duration = 0.0
+
+    def start(self, total_runs: int, duration: float) -> None:
+        self.duration = duration
+        self.runs = self.bars.add_task("runs", total=total_runs)
+
+    def run_started(self, label: str) -> None:
+        self.current = self.bars.add_task(f"run {label}", total=self.duration)
+
+    def progress(self, seconds: float) -> None:
+        self.bars.update(self.current, completed=seconds)
+
+    def run_finished(self, label, folder, summary, error) -> None:
+        self.bars.update(self.current, visible=False)
+        self.bars.advance(self.runs)
+        if error:
+            self.bars.console.print(f"[red]run {label} failed:[/red] {error}", highlight=False)
+
+
+@app.command()
+def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name")],
+        set_: Sets = None, sweep: Sweeps = None,
+        out: Annotated[Path, typer.Option(help="results folder")] = Path("results")) -> None:
+    """Run an experiment (every sweep point and repetition) and summarise it."""
+    loaded = _load(experiment, set_, sweep)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as bars:
+        outcomes = run_experiment(loaded, out, RichReporter(bars))
+    table = Table(title=f"{loaded.name} ({loaded.spec.run.backend})")
+    for column in ("run", "delivered", "lost", "msg/s", "p50 ms", "p95 ms", "p99 ms", "jitter"):
+        table.add_column(column, justify="right" if column != "run" else "left")
+    for outcome in outcomes:
+        s = outcome.summary
+        if s is None:
+            table.add_row(outcome.folder.name, "[red]failed[/red]", "", "", "", "", "",
+                          outcome.error or "")
+            continue
+        lat = s["latency_s"]
+        jitter = s["jitter"]["mean_abs"]
+        table.add_row(outcome.folder.name, f"{s['delivered']:,}", f"{s['lost']:,}",
+                      f"{s['throughput_per_s']:.1f}", ms(lat["p50"]), ms(lat["p95"]),
+                      ms(lat["p99"]), f"{jitter:.3f}" if jitter is not None else "-")
+    console.print(table)
+    for outcome in outcomes:
+        console.print(f"results: {outcome.folder}", highlight=False)
+        plot = outcome.folder / "latency.png"
+        if plot.exists():
+            console.print(f"plot:    {plot}", highlight=False)
+    if any(o.error for o in outcomes):
+        raise typer.Exit(1)
+
+
+@app.command()
+def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None) -> None:
+    """Check an experiment file without running it."""
+    loaded = _load(experiment, set_, sweep)
+    spec = loaded.spec
+    counts = ", ".join(f"{n} {k}" for k, n in sorted(loaded.points[0].topology.counts().items()))
+    console.print(f"[green]valid[/green]: {loaded.file}: {len(loaded.points)} sweep point(s) x "
+                  f"{spec.run.repetitions} repetition(s) on {spec.run.backend}; topology "
+                  f"{spec.topology.name} ({counts})", highlight=False)
+
+
+@app.command()
+def schema(kind: Annotated[str, typer.Option(help="experiment, topology or workload")]
+           = "experiment",
+           out: Annotated[Path | None, typer.Option(help="write to a file")] = None) -> None:
+    """Write the JSON Schema of a description file, for editors to complete and check."""
+    from experiments.spec import ExperimentFile
+    from topologies.spec import TopologySpec
+    from workloads.spec import WorkloadSpec
+
+    models = {"experiment": ExperimentFile, "topology": TopologySpec, "workload": WorkloadSpec}
+    if kind not in models:
+        console.print(f"[red]error:[/red] --kind: expected one of {', '.join(models)}, "
+                      f"got {kind!r}")
+        raise typer.Exit(2)
+    text = json.dumps(models[kind].model_json_schema(), indent=2)
+    if out:
+        out.write_text(text + "\n", encoding="utf-8")
+        console.print(f"wrote {out}")
+    else:
+        print(text)
+
+
+def _topology(name: str):
+    from topologies.documents import read
+    from topologies.model import expand
+    from topologies.spec import TopologySpec
+
+    path = catalog.find("topology", name)
+    try:
+        if path is None:
+            raise SpecError((), name, "a topology file or a catalog topology ("
+                            + ", ".join(catalog.names("topology")) + ")", name)
+        document = read(path)
+        try:
+            return expand(TopologySpec.model_validate(document.data))
+        except SpecError as error:
+            raise document.error(error) from None
+        except ValueError as exc:
+            raise SpecError((), name, f"a valid topology: {exc}".splitlines()[0],
+                            str(path)) from None
+    except SpecError as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        raise typer.Exit(2) from None
+
+
+@topo_app.command("show")
+def topo_show(topology: str) -> None:
+    """Print a topology's nodes by group and its links."""
+    topo = _topology(topology)
+    groups = Table(title=f"{topo.name}: nodes")
+    for column in ("group", "kind", "count", "profile", "cores", "speed", "site"):
+        groups.add_column(column)
+    seen: dict[str, list] = {}
+    for node in topo.nodes.values():
+        if node.group in seen:
+            seen[node.group][2] += 1
+        else:
+            seen[node.group] = [node.group, node.kind, 1, node.profile_name,
+                                node.profile.cores, node.profile.speed, node.site or ""]
+    for row in seen.values():
+        groups.add_row(*(str(v) for v in row))
+    console.print(groups)
+    links = Table(title=f"{topo.name}: links ({len(topo.links)})")
+    for column in ("between", "count", "latency", "jitter", "bandwidth", "loss"):
+        links.add_column(column)
+    kinds: dict[tuple, int] = {}
+    for link in topo.links:
+        key = (topo.nodes[link.a].group, topo.nodes[link.b].group, link.latency, link.jitter,
+               link.bandwidth, link.loss)
+        kinds[key] = kinds.get(key, 0) + 1
+    for (a, b, latency, jitter, bandwidth, loss), count in kinds.items():
+        links.add_row(f"{a} - {b}", str(count), f"{latency * 1000:g} ms", f"{jitter * 1000:g} ms",
+                      f"{bandwidth / 1e6:g} Mbit/s" if bandwidth else "unlimited",
+                      f"{loss * 100:g}%")
+    console.print(links)
+
+
+@topo_app.command("draw")
+def topo_draw(topology: str, out: Annotated[Path | None, typer.Option()] = None) -> None:
+    """Draw a topology to a PNG file."""
+    from topologies.draw import draw
+
+    topo = _topology(topology)
+    path = draw(topo, out or Path(f"{topo.name}.png"))
+    console.print(f"wrote {path}", highlight=False)
+
+
+@results_app.command("list")
+def results_list(root: Annotated[Path, typer.Option()] = Path("results"),
+                 experiment: str | None = None) -> None:
+    """List runs with their status and headline figures."""
+    from experiments.results import runs
+
+    table = Table(title=f"runs under {root}")
+    for column in ("experiment", "run", "backend", "status", "delivered", "p50 ms"):
+        table.add_column(column)
+    for found in runs(root, experiment):
+        manifest, summary = found.manifest, found.summary
+        p50 = (summary.get("latency_s") or {}).get("p50") if summary else None
+        table.add_row(manifest.get("experiment", "?"), found.id, manifest.get("backend", "?"),
+                      manifest.get("status", "?"), str(summary.get("delivered", "")),
+                      f"{p50 * 1000:.1f}" if p50 is not None else "")
+    console.print(table)
+
+
+@results_app.command("show")
+def results_show(run_folder: Path) -> None:
+    """Show one run: its manifest's facts and its summary."""
+    from experiments.results import load_run
+
+    try:
+        found = load_run(run_folder)
+    except FileNotFoundError as exc:
+        console.print(f"[red]error:[/red] {exc}", highlight=False)
+        raise typer.Exit(2) from None
+    manifest = found.manifest
+    for key in ("experiment", "run", "backend", "seed", "status", "error", "start", "end",
+                "config_hash", "revision", "point"):
+        console.print(f"{key:12} {manifest.get(key)}", highlight=False)
+    console.print_json(json.dumps(found.summary))
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,232 @@
+"""Loads an experiment file: resolves references, applies overrides, expands sweeps, validates.
+
+Nothing runs before this has passed: every problem becomes a SpecError naming the file (or the
+command-line option), the field path, the value and what was expected.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import itertools
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from experiments import catalog
+from experiments.checks import check
+from experiments.spec import ExperimentSpec
+from topologies.documents import Document, load_text, parse, read
+from topologies.errors import SpecError, format_path
+from topologies.model import Topology
+
+REFERENCES = ("topology", "workload")
+
+
+@dataclass
+class RunPoint:
+    """One point of a sweep: the values that make it, the validated spec and its topology."""
+
+    index: int
+    values: dict[str, object]
+    spec: ExperimentSpec
+    topology: Topology
+    config_hash: str
+
+
+@dataclass
+class Experiment:
+    file: str
+    name: str
+    points: list[RunPoint]
+    references: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def spec(self) -> ExperimentSpec:
+        return self.points[0].spec
+
+
+@dataclass
+class _Sources:
+    """Where each part of the merged description came from, to place errors."""
+
+    documents: dict[str, Document]  # "" for the experiment file, else its key
+    overrides: dict[tuple, str] = field(default_factory=dict)  # path -> the option as typed
+
+    def place(self, error: SpecError) -> SpecError:
+        for path, option in self.overrides.items():
+            if error.path[:len(path)] == path:
+                return SpecError(error.path, error.value, error.expected, option)
+        head = error.path[0] if error.path else ""
+        if head in self.documents and head:
+            return self.documents[head].error(error, prefix=(head,))
+        return self.documents[""].error(error)
+
+
+def load(source: str | Path, overrides: list[str] = (), sweeps: list[str] = ()) -> Experiment:
+    """Load and validate an experiment from a path or a catalog name."""
+    return load_document(read(catalog.experiment_path(source)), overrides, sweeps)
+
+
+def load_document(document: Document, overrides: list[str] = (),
+                  sweeps: list[str] = ()) -> Experiment:
+    """Validate a parsed experiment file with its references, overrides and sweeps."""
+    data = document.data
+    if not isinstance(data, dict):
+        raise SpecError((), data, "a mapping with name, topology, workload, pipeline and run",
+                        document.file, 1)
+    sources = _Sources({"": document})
+    merged = copy.deepcopy(data)
+    references: dict[str, str] = {}
+    base = Path(document.file).parent
+    for key in REFERENCES:
+        if isinstance(merged.get(key), str):
+            path = catalog.reference_path(key, merged[key], base, document.error(
+                SpecError((key,), merged[key], f"the name of a {key} in the catalog "
+                          f"({', '.join(catalog.names(key)) or 'none'}) or a path to a file")))
+            referenced = read(path)
+            references[key] = merged[key]
+            merged[key] = referenced.data
+            sources.documents[key] = referenced
+    for option in overrides:
+        path, value = _assignment(option, "--set")
+        sources.overrides[path] = f"--set {option}"
+        _assign(merged, path, value, f"--set {option}")
+    plan = merged.get("sweep", {})
+    if not isinstance(plan, dict):
+        raise sources.place(SpecError(("sweep",), plan, "a mapping of dotted keys to lists"))
+    plan = dict(plan)
+    for option in sweeps:
+        path, values = _assignment(option, "--sweep")
+        if not isinstance(values, list) or not values:
+            raise SpecError((), option, "--sweep KEY=[v1, v2, ...] with at least one value",
+                            f"--sweep {option}")
+        plan[".".join(str(p) for p in path)] = values
+        sources.overrides[path] = f"--sweep {option}"
+    merged["sweep"] = plan
+    points = [_point(i, merged, values, sources)
+              for i, values in enumerate(_product(plan, sources))]
+    return Experiment(document.file, points[0].spec.name, points, references)
+
+
+def _product(plan: dict, sources: _Sources) -> list[dict[str, object]]:
+    for key, values in plan.items():
+        if not isinstance(key, str) or not isinstance(values, list) or not values:
+            raise sources.place(SpecError(("sweep", str(key)), values,
+                                          "a dotted key with a non-empty list of values"))
+    keys = list(plan)
+    combos = list(itertools.product(*(plan[k] for k in keys)))
+    if len(combos) > 10_000:
+        raise sources.place(SpecError(("sweep",), f"{len(combos)} runs",
+                                      "a sweep of at most 10,000 points"))
+    return [dict(zip(keys, combo, strict=True)) for combo in combos]
+
+
+def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoint:
+    data = copy.deepcopy(merged)
+    for key, value in values.items():
+        path = _dotted(key)
+        try:
+            _assign(data, path, value, f"sweep.{key}")
+        except SpecError as error:
+            raise sources.place(SpecError(("sweep", key), value, error.expected)) from None
+    try:
+        spec = ExperimentSpec.model_validate(data)
+    except ValidationError as exc:
+        raise _first_error(exc, data, sources, values) from None
+    try:
+        topology = check(spec)
+    except SpecError as error:
+        raise sources.place(error) from None
+    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return RunPoint(index, values, spec, topology, hashlib.sha256(canonical.encode()).hexdigest())
+
+
+def _first_error(exc: ValidationError, data: dict, sources: _Sources, values: dict) -> SpecError:
+    errors = []
+    for item in exc.errors(include_url=False):
+        path = _data_path(data, item["loc"])
+        message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "missing":
+            message = "a value: this field is required"
+            value = None
+        else:
+            value = item.get("input")
+        if item["type"] == "extra_forbidden":
+            message = "no such field here; check its spelling and indentation"
+        error = sources.place(SpecError(path, value, message))
+        if values:
+            error = SpecError(error.path, error.value, error.expected + f" (sweep point {values})",
+                              error.file, error.line)
+        errors.append(error)
+    first = errors[0]
+    if len(errors) > 1:
+        more = "; ".join(f"{format_path(e.path)}: {e.expected}" for e in errors[1:4])
+        first = SpecError(first.path, first.value,
+                          f"{first.expected} [and {len(errors) - 1} more: {more}]",
+                          first.file, first.line)
+    return first
+
+
+def _data_path(data: object, loc: tuple) -> tuple:
+    """Pydantic's location without the tags it adds for unions (`bursty`, `function-after[...]`)."""
+    path: list = []
+    node = data
+    for part in loc:
+        present = ((isinstance(node, dict) and part in node) or (
+            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)))
+        if present:
+            path.append(part)
+            node = node[part]
+            continue
+        tag = isinstance(part, str) and ("[" in part or part[:1].isupper() or (
+            isinstance(node, dict) and node.get("kind") == part))
+        if not tag:
+            path.append(part)  # a missing field still belongs in the path
+            node = None
+    return tuple(path)
+
+
+def _assignment(option: str, flag: str) -> tuple[tuple, object]:
+    key, sep, text = option.partition("=")
+    if not sep or not key.strip():
+        raise SpecError((), option, f"{flag} KEY=VALUE, for example run.seed=3", f"{flag} {option}")
+    try:
+        value = load_text(text) if text.strip() else ""
+    except yaml.YAMLError:
+        value = text
+    return _dotted(key.strip()), value
+
+
+def _dotted(key: str) -> tuple:
+    return tuple(int(part) if part.isdigit() else part for part in key.split("."))
+
+
+def _assign(data: dict, path: tuple, value: object, option: str) -> None:
+    node = data
+    for i, part in enumerate(path[:-1]):
+        nxt = path[i + 1]
+        if isinstance(node, dict):
+            if part not in node or not isinstance(node[part], dict | list):
+                node[part] = [] if isinstance(nxt, int) else {}
+            node = node[part]
+        elif isinstance(node, list) and isinstance(part, int) and part < len(node):
+            node = node[part]
+        else:
+            raise SpecError(path, value, f"a path into the description ({format_path(path[:i+1])} "
+                            "is not there)", option)
+    last = path[-1]
+    if isinstance(node, dict) or (
+            isinstance(node, list) and isinstance(last, int) and last < len(node)):
+        node[last] = value
+    else:
+        raise SpecError(path, value, "a path into the description", option)
+
+
+def parse_text(text: str, file: str = "<text>", overrides: list[str] = (),
+               sweeps: list[str] = ()) -> Experiment:
+    """Load an experiment from YAML text (tests and notebooks); references resolve from here."""
+    return load_document(parse(text, file), overrides, sweeps)

@@ -1,0 +1,175 @@
+"""The results store: `results/<experiment>/<run-id>/` with manifest, Parquet tables, summary;
+and the small API that loads runs and sweeps into pandas for notebooks."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import platform
+import subprocess
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from functools import cached_property
+from importlib import metadata
+from pathlib import Path
+
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from experiments.schema import TABLES
+
+PACKAGES = ("foglab", "simpy", "numpy", "pandas", "pyarrow", "pydantic", "networkx")
+PROJECT = Path(__file__).resolve().parent.parent
+
+
+def now_utc() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def git_revision() -> str | None:
+    try:
+        head = subprocess.run(["git", "-C", str(PROJECT), "rev-parse", "HEAD"], check=True,
+                              capture_output=True, text=True, timeout=5).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(PROJECT), "status", "--porcelain",
+                                "--untracked-files=no"], check=True, capture_output=True,
+                               text=True, timeout=5).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return head + ("-dirty" if dirty else "")
+
+
+def host_facts() -> dict:
+    memory = None
+    with contextlib.suppress(ValueError, OSError, AttributeError):
+        memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return {"system": platform.system(), "release": platform.release(),
+            "machine": platform.machine(), "cpus": os.cpu_count(), "memory_bytes": memory}
+
+
+class RunWriter:
+    """Writes one run's folder: the manifest first (so a crash still leaves it), then tables."""
+
+    def __init__(self, folder: Path, manifest: dict):
+        self.folder = folder
+        self.manifest = manifest
+        folder.mkdir(parents=True, exist_ok=False)
+        self._write_manifest()
+
+    def _write_manifest(self) -> None:
+        text = json.dumps(self.manifest, indent=2, sort_keys=False, default=str)
+        (self.folder / "manifest.json").write_text(text + "\n", encoding="utf-8")
+
+    def tables(self, tables: dict[str, pa.Table]) -> None:
+        for name, table in tables.items():
+            # No pandas metadata and fixed settings: the same run gives the same bytes.
+            pq.write_table(table, self.folder / f"{name}.parquet", compression="zstd",
+                           store_schema=True, write_statistics=True)
+
+    def summary(self, summary: dict) -> None:
+        (self.folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n",
+                                                  encoding="utf-8")
+
+    def finish(self, status: str, error: str | None = None, facts: dict | None = None) -> None:
+        self.manifest.update(status=status, end=now_utc(), error=error, facts=facts or {})
+        self._write_manifest()
+
+
+@dataclass
+class Run:
+    """One run's folder, loaded lazily."""
+
+    folder: Path
+
+    @cached_property
+    def manifest(self) -> dict:
+        return json.loads((self.folder / "manifest.json").read_text(encoding="utf-8"))
+
+    @cached_property
+    def summary(self) -> dict:
+        path = self.folder / "summary.json"
+        return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+    @property
+    def id(self) -> str:
+        return self.folder.name
+
+    def table(self, name: str) -> pd.DataFrame:
+        if name not in TABLES:
+            raise KeyError(f"no table {name!r}; tables are {', '.join(TABLES)}")
+        path = self.folder / f"{name}.parquet"
+        if not path.exists():
+            return TABLES[name].empty_table().to_pandas()
+        return pq.read_table(path).to_pandas()
+
+    @property
+    def messages(self) -> pd.DataFrame:
+        return self.table("messages")
+
+    @property
+    def nodes(self) -> pd.DataFrame:
+        return self.table("nodes")
+
+    @property
+    def links(self) -> pd.DataFrame:
+        return self.table("links")
+
+
+def runs(root: Path | str = "results", experiment: str | None = None,
+         sweep: str | None = None) -> list[Run]:
+    """The runs under a results folder, oldest first; filtered by experiment and sweep id."""
+    root = Path(root)
+    folders = sorted(root.glob(f"{experiment or '*'}/*/manifest.json"))
+    found = [Run(path.parent) for path in folders]
+    if sweep is not None:
+        found = [run for run in found if run.manifest.get("sweep") == sweep]
+    return found
+
+
+def load_run(folder: Path | str) -> Run:
+    folder = Path(folder)
+    if not (folder / "manifest.json").exists():
+        raise FileNotFoundError(f"{folder} is not a run folder (no manifest.json)")
+    return Run(folder)
+
+
+def load_table(runs_: list[Run], name: str = "messages") -> pd.DataFrame:
+    """One table of many runs, with the run id, repetition, seed and sweep values as columns."""
+    frames = []
+    for run in runs_:
+        frame = run.table(name)
+        frame.insert(0, "run", run.id)
+        frame.insert(1, "repetition", run.manifest.get("repetition"))
+        frame.insert(2, "seed", run.manifest.get("seed"))
+        for key, value in (run.manifest.get("point") or {}).items():
+            frame[key] = value
+        frames.append(frame)
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+
+
+def load_summaries(runs_: list[Run]) -> pd.DataFrame:
+    """One row per run: its sweep values and the headline figures of its summary."""
+    rows = []
+    for run in runs_:
+        s = run.summary
+        row = {"run": run.id, "status": run.manifest.get("status"),
+               "repetition": run.manifest.get("repetition"), "seed": run.manifest.get("seed"),
+               **(run.manifest.get("point") or {})}
+        if s:
+            row.update(delivered=s["delivered"], lost=s["lost"], loss_rate=s["loss_rate"],
+                       throughput_per_s=s["throughput_per_s"],
+                       **{f"latency_{k}": v for k, v in s["latency_s"].items()},
+                       jitter_mean_abs=s["jitter"]["mean_abs"])
+        rows.append(row)
+    return pd.DataFrame(rows)

@@ -1,0 +1,96 @@
+"""Runs an experiment: every sweep point times every repetition, each into its own run folder."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+import numpy as np
+
+from experiments.backends import RunPlan, backend
+from experiments.loader import Experiment, RunPoint
+from experiments.results import RunWriter, git_revision, host_facts, now_utc, package_versions
+from experiments.schema import to_table
+from experiments.summary import summarise
+
+
+def repetition_seed(seed: int, repetition: int) -> int:
+    """Repetition 0 runs with the seed as written; later ones with seeds derived from it."""
+    if repetition == 0:
+        return seed
+    return int(np.random.SeedSequence([seed, repetition]).generate_state(1, np.uint64)[0] >> 1)
+
+
+class Reporter:
+    """What a runner tells its user; the CLI shows it with rich, tests stay silent."""
+
+    def start(self, total_runs: int, duration: float) -> None: ...
+    def run_started(self, label: str) -> None: ...
+    def progress(self, seconds: float) -> None: ...
+    def run_finished(self, label: str, folder: Path, summary: dict | None,
+                     error: str | None) -> None: ...
+
+
+@dataclass
+class Outcome:
+    folder: Path
+    summary: dict | None
+    error: str | None
+
+
+def run_experiment(experiment: Experiment, out: Path | str = "results",
+                   reporter: Reporter | None = None, sweep_id: str | None = None) -> list[Outcome]:
+    """Run all points and repetitions; a failed run records its error and the others go on."""
+    reporter = reporter or Reporter()
+    sweep_id = sweep_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    points = experiment.points
+    repetitions = experiment.spec.run.repetitions
+    reporter.start(len(points) * repetitions, experiment.spec.run.duration)
+    common = {"revision": git_revision(), "packages": package_versions(), "host": host_facts()}
+    outcomes = []
+    for point in points:
+        for repetition in range(repetitions):
+            outcomes.append(_run_one(experiment, point, repetition, Path(out), sweep_id, common,
+                                     reporter))
+    return outcomes
+
+
+def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path, sweep_id: str,
+             common: dict, reporter: Reporter) -> Outcome:
+    spec = point.spec
+    seed = repetition_seed(spec.run.seed, repetition)
+    run_id = f"{sweep_id}-p{point.index}-r{repetition}"
+    label = f"p{point.index} r{repetition}" + (f" {point.values}" if point.values else "")
+    writer = RunWriter(out / experiment.name / run_id, {
+        "experiment": experiment.name, "file": experiment.file, "run": run_id,
+        "sweep": sweep_id, "point_index": point.index, "point": point.values,
+        "repetition": repetition, "seed": seed, "backend": spec.run.backend,
+        "config_hash": point.config_hash, "references": experiment.references,
+        "start": now_utc(), "end": None, "status": "running", "error": None,
+        **common, "config": spec.model_dump(mode="json"),
+    })
+    reporter.run_started(label)
+    try:
+        runner = backend(spec.run.backend)
+        output = runner.run(RunPlan(spec, point.topology, seed, repetition), reporter.progress)
+        tables = {name: to_table(name, columns) for name, columns in output.tables.items()}
+        writer.tables(tables)
+        summary = summarise(tables, spec.run.duration, spec.run.sample)
+        writer.summary(summary)
+        if "latency" in spec.plots:
+            from experiments.plots import latency_plot
+            latency_plot(writer.folder)
+        writer.finish("ok", facts=output.facts)
+    except KeyboardInterrupt:
+        writer.finish("interrupted", "interrupted by the user")
+        raise
+    except Exception as exc:  # noqa: BLE001 - a failed run is recorded, the sweep goes on
+        error = f"{type(exc).__name__}: {exc}"
+        writer.manifest["traceback"] = traceback.format_exc()
+        writer.finish("failed", error)
+        reporter.run_finished(label, writer.folder, None, error)
+        return Outcome(writer.folder, None, error)
+    reporter.run_finished(label, writer.folder, summary, None)
+    return Outcome(writer.folder, summary, None)

@@ -1,0 +1,43 @@
+"""The result tables every backend writes, as Arrow schemas: sim and emu read alike."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+_name = pa.dictionary(pa.int32(), pa.string())
+
+TABLES: dict[str, pa.Schema] = {
+    "messages": pa.schema([
+        ("id", pa.int64()), ("stream", _name), ("source", _name), ("sink", _name),
+        ("t_sent", pa.float64()), ("t_received", pa.float64()), ("latency", pa.float64()),
+        ("hops", pa.int32()), ("lost", pa.bool_()),
+    ]),
+    "nodes": pa.schema([
+        ("t", pa.float64()), ("node", _name), ("cpu", pa.float64()), ("memory", pa.float64()),
+        ("queue", pa.int64()),
+    ]),
+    "links": pa.schema([
+        ("t", pa.float64()), ("link", _name), ("src", _name), ("dst", _name),
+        ("bytes", pa.int64()), ("utilisation", pa.float64()), ("latency", pa.float64()),
+    ]),
+}
+
+UNITS = {"t_sent": "s", "t_received": "s", "latency": "s", "t": "s", "cpu": "fraction of cores",
+         "memory": "bytes", "bytes": "bytes per sample interval", "utilisation": "fraction"}
+
+
+def to_table(name: str, columns: dict) -> pa.Table:
+    """Columns from a backend as a table of the named schema; a missing column is an error."""
+    schema = TABLES[name]
+    missing = [f.name for f in schema if f.name not in columns]
+    if missing:
+        raise ValueError(f"the backend's {name} table lacks columns {missing}")
+    arrays = []
+    for column in schema:
+        values = columns[column.name]
+        if pa.types.is_dictionary(column.type):
+            arrays.append(pa.array(values, type=pa.string()).dictionary_encode()
+                          .cast(column.type))
+        else:
+            arrays.append(pa.array(values, type=column.type, from_pandas=True))
+    return pa.Table.from_arrays(arrays, schema=schema)

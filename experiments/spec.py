@@ -1,0 +1,63 @@
+"""The schema of an experiment file: what runs (topology, workload, pipeline), when, and how."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from topologies.fields import Name, NonNegativeDuration, PositiveDuration
+from topologies.spec import TopologySpec
+from workloads.pipeline import OperatorSpec
+from workloads.spec import WorkloadSpec
+
+MAX_DURATION = 30 * 86400.0
+
+
+class RunSpec(BaseModel):
+    """How to run: backend, simulated or wall-clock duration, seed and repetitions."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    backend: Literal["sim", "emu", "hybrid"] = "sim"
+    duration: PositiveDuration = Field(le=MAX_DURATION)
+    seed: int = Field(default=1, ge=0, lt=2**63)
+    repetitions: int = Field(default=1, ge=1, le=1000)
+    sample: PositiveDuration = Field(default=1.0,
+                                     description="interval of the nodes and links tables")
+    drain: NonNegativeDuration = Field(
+        default=30.0, le=MAX_DURATION,
+        description="after the duration, how long messages in flight may still arrive")
+    driver_cost: NonNegativeDuration = Field(
+        default=20e-6, description="a gateway driver's CPU cost per reading on one reference vCPU")
+
+
+class ScenarioSpec(BaseModel):
+    """What happens over time. Mobility, migration and faults arrive with their issues."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class ExperimentSpec(BaseModel):
+    """An experiment file, with its topology and workload references resolved."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    description: str = ""
+    topology: TopologySpec
+    workload: WorkloadSpec
+    pipeline: list[OperatorSpec] = Field(min_length=1)
+    scenario: ScenarioSpec = Field(default_factory=ScenarioSpec)
+    run: RunSpec
+    sweep: dict[str, list] = Field(
+        default_factory=dict,
+        description="dotted keys with a list of values: one run per value (the product of all)")
+    plots: list[Literal["latency"]] = Field(default_factory=list)
+
+
+class ExperimentFile(ExperimentSpec):
+    """The file as written: topology and workload may name a catalog entry or a file."""
+
+    topology: str | TopologySpec  # type: ignore[assignment]
+    workload: str | WorkloadSpec  # type: ignore[assignment]

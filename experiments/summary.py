@@ -1,0 +1,60 @@
+"""The figures a person reads first, computed from the tables the same way for every backend."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyarrow as pa
+
+
+def summarise(tables: dict[str, pa.Table], duration: float, sample: float) -> dict:
+    messages = tables["messages"]
+    lost = messages.column("lost").to_numpy(zero_copy_only=False)
+    latency = messages.column("latency").to_numpy(zero_copy_only=False)[~lost]
+    received = messages.column("t_received").to_numpy(zero_copy_only=False)[~lost]
+    delivered = int(latency.size)
+    return {
+        "delivered": delivered,
+        "lost": int(lost.sum()),
+        "loss_rate": float(lost.mean()) if lost.size else 0.0,
+        "throughput_per_s": delivered / duration if duration else 0.0,
+        "latency_s": _percentiles(latency),
+        "jitter": _jitter(received, duration, sample),
+        "nodes": _nodes(tables["nodes"]),
+    }
+
+
+def _percentiles(latency: np.ndarray) -> dict:
+    if latency.size == 0:
+        return {"mean": None, "p50": None, "p95": None, "p99": None, "max": None}
+    p50, p95, p99 = np.percentile(latency, [50, 95, 99])
+    return {"mean": float(latency.mean()), "p50": float(p50), "p95": float(p95),
+            "p99": float(p99), "max": float(latency.max())}
+
+
+def _jitter(received: np.ndarray, duration: float, interval: float) -> dict:
+    """RIoTBench's jitter: per interval, (observed - expected output rate) / expected, where
+    the expected rate is the run's long-term average; reported as mean and max of |jitter|."""
+    bins = max(1, int(math.floor(duration / interval)))
+    counts, _ = np.histogram(received, bins=bins, range=(0.0, bins * interval))
+    expected = counts.mean() if counts.size else 0.0
+    if expected == 0:
+        return {"interval_s": interval, "mean_abs": None, "max_abs": None}
+    jitter = np.abs(counts - expected) / expected
+    return {"interval_s": interval, "mean_abs": float(jitter.mean()),
+            "max_abs": float(jitter.max())}
+
+
+def _nodes(nodes: pa.Table) -> dict:
+    if nodes.num_rows == 0:
+        return {}
+    grouped = nodes.group_by("node").aggregate([("cpu", "mean"), ("cpu", "max"),
+                                                ("memory", "mean"), ("queue", "max")])
+    result = {}
+    for row in grouped.to_pylist():
+        result[str(row["node"])] = {"cpu_mean": row["cpu_mean"], "cpu_max": row["cpu_max"],
+                                    "memory_mean": row["memory_mean"],
+                                    "queue_max": row["queue_max"]}
+    return dict(sorted(result.items()))
+

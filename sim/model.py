@@ -1,0 +1,297 @@
+"""Builds the SimPy model of one run from a topology, a workload and a pipeline, and runs it."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import numpy as np
+import simpy
+
+from sim.message import Message
+from sim.network import Network
+from sim.operators import Driver, OperatorInstance
+from sim.pubsub import Broker, Group
+from sim.recorder import MessageLog, SeriesLog
+from sim.sources import Source
+from sim.stations import Cpu
+from topologies.model import Topology
+from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
+from workloads.spec import WorkloadSpec
+
+HOSTS = ("gateway", "broker", "cloud_vm", "coordinator")  # node kinds with a CPU that runs code
+
+
+class ModelError(ValueError):
+    """The description is valid on its own but cannot be built into a model (no route, ...)."""
+
+
+@dataclass
+class Settings:
+    duration: float
+    seed: int
+    sample: float = 1.0
+    drain: float = 30.0
+    driver_cost: float = 20e-6
+    direct_handover: bool = True  # off only to check that it changes nothing
+
+
+@dataclass
+class SimResult:
+    tables: dict[str, dict[str, np.ndarray]]
+    facts: dict = field(default_factory=dict)
+
+
+class Model:
+    """The model: nodes' CPUs, the network, brokers, operator groups, drivers and sources."""
+
+    def __init__(self, topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
+                 settings: Settings):
+        self.env = simpy.Environment()
+        self.topology = topology
+        self.settings = settings
+        self.node_names = list(topology.nodes)
+        self.node_index = {name: i for i, name in enumerate(self.node_names)}
+        self.stream_names = [stream.name for stream in workload.streams]
+        self.log = MessageLog()
+        seed = settings.seed
+        self.network = Network(self.env, topology, random.Random(f"{seed}:links"), self._lost)
+        self.cpus = {node.name: Cpu(node.name, node.profile.cores, node.profile.speed)
+                     for node in topology.nodes.values() if node.kind in HOSTS}
+        self.brokers = {node.name: Broker(self.env, node.name, node.broker, self.cpus[node.name],
+                                          self.network, self._readers)
+                        for node in topology.of_kind("broker")}
+        self.groups = [self._group(spec) for spec in pipeline]
+        self.drivers: dict[str, Driver] = {}
+        self._readers_of: dict[str, list[Group]] = {}
+        self._plans: dict[tuple[str, str], tuple] = {}
+        self._nearest_broker: dict[str, str] = {}
+        self._next_id = 0
+        self.sources = self._sources(workload, random.Random(f"{seed}:sources"))
+        if settings.direct_handover:
+            self._hand_over_directly()
+        self.nodes_log = SeriesLog("t", "node", "cpu", "memory", "queue")
+        self.links_log = SeriesLog("t", "link", "src", "dst", "bytes", "utilisation", "latency")
+        self._mean_size = float(np.mean([s.size for s in workload.streams]))
+
+    # -- building -------------------------------------------------------------------------
+
+    def placement(self, spec: OperatorSpec) -> list[str]:
+        names: dict[str, None] = {}
+        for where in spec.on:
+            kind = KIND_WORDS.get(where)
+            names.update(dict.fromkeys([n.name for n in self.topology.of_kind(kind)] if kind
+                                       else self.topology.match(where)))
+        return list(names)
+
+    def _group(self, spec: OperatorSpec) -> Group:
+        instances = []
+        for node in self.placement(spec):
+            if node not in self.cpus:
+                raise ModelError(f"operator {spec.name} is placed on {node}, a "
+                                 f"{self.topology.nodes[node].kind}; operators run on "
+                                 f"{', '.join(HOSTS)}")
+            instances.append(OperatorInstance(
+                self.env, node, self.node_index[node], self.cpus[node], spec.cost,
+                spec.selectivity, None if spec.is_sink else f"{spec.writes}/{node}",
+                spec.params.get("out_size"), self.publish, self.log))
+        return Group(spec.name, [topic_filter(r) for r in spec.reads], instances)
+
+    def _sources(self, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
+        """A source per device and stream; devices send to their gateway's driver, or publish
+        to the nearest broker themselves when no gateway is linked to them."""
+        sources = []
+        per_device: dict[str, list[int]] = {}
+        devices_of = []
+        for index, stream in enumerate(workload.streams):
+            devices = self.topology.select(stream.sources)
+            devices_of.append(devices)
+            for device in devices:
+                per_device.setdefault(device, []).append(index)
+        for index, stream in enumerate(workload.streams):
+            for device in devices_of[index]:
+                gateway = self._gateway_of(device)
+                if gateway is None:
+                    broker = self._broker_for(device)
+                    topic = f"{stream.name}/{device}"
+                    target, deliver = broker, self.brokers[broker].receive
+                else:
+                    topic = (f"{stream.name}/{gateway}" if stream.channel == "shared"
+                             else f"{stream.name}/{gateway}/{device}")
+                    target, deliver = gateway, self._driver(gateway).receive
+                path = self._path(device, target)
+                private = (len(per_device[device]) == 1
+                           and (stream.qos == 0 or not path[0].loss if path else False))
+                sources.append(Source(self.env, stream, index, self.node_index[device], topic,
+                                      rng, self.settings.duration, path, deliver, self.network,
+                                      self._new_id, private))
+        return sources
+
+    def _driver(self, gateway: str) -> Driver:
+        if gateway not in self.drivers:
+            self.drivers[gateway] = Driver(self.env, gateway, self.cpus[gateway],
+                                           self.settings.driver_cost, self.publish)
+        return self.drivers[gateway]
+
+    def _gateway_of(self, device: str) -> str | None:
+        """The gateway a device is linked to directly (the lowest-latency one if several)."""
+        graph = self.topology.graph
+        best = None
+        for neighbour in graph.adj[device]:
+            if self.topology.nodes[neighbour].kind == "gateway":
+                latency = graph.edges[device, neighbour]["latency"]
+                if best is None or latency < best[0]:
+                    best = (latency, neighbour)
+        return best[1] if best else None
+
+    def _broker_for(self, node: str) -> str:
+        """The broker a node publishes to: the nearest by latency (seed 001: gateways
+        connect to the brokers and balance devices over them)."""
+        if node not in self._nearest_broker:
+            if not self.brokers:
+                raise ModelError(f"{node} must publish through a broker, but the topology "
+                                 "has no node of kind broker")
+            reachable = []
+            for broker in self.brokers:
+                try:
+                    reachable.append((self.network.routes.latency(node, broker), broker))
+                except LookupError:
+                    continue
+            if not reachable:
+                raise ModelError(f"no route from {node} to any broker")
+            self._nearest_broker[node] = min(reachable)[1]
+        return self._nearest_broker[node]
+
+    def _hand_over_directly(self) -> None:
+        """Let brokers and drivers hand their output to the links at its finish time, with no
+        event for the finish, where that is exact: the node's CPU does one kind of job at one
+        cost (so jobs finish in arrival order), it hosts no operator, no route passes through
+        it and its links lose nothing (no QoS 1 resend), so its outgoing links see sends in
+        time order, as they would with an event at each finish."""
+        hosting = {i.node for g in self.groups for i in g.instances}
+        instances = [i for g in self.groups for i in g.instances]
+        paths = [source.path for source in self.sources]
+        for broker in self.brokers:
+            paths.extend(self._path(broker, i.node) for i in instances)
+        publishers = set(self.drivers) | {i.node for i in instances if i.out_topic}
+        for node in publishers - set(self.brokers):
+            if any(node not in g.on_node for g in self.groups):
+                paths.append(self._path(node, self._broker_for(node)))
+        transit = {channel.src for path in paths for channel in path[1:]}
+        lossy = {c.src for c in self.network.channels.values() if c.loss > 0}
+        busy = hosting | transit | lossy
+        for name, broker in self.brokers.items():
+            broker.direct = name not in busy and name not in self.drivers
+        for name, driver in self.drivers.items():
+            driver.direct = name not in busy and name not in self.brokers
+
+    def _path(self, source: str, target: str) -> tuple:
+        try:
+            return self.network.path(source, target)
+        except LookupError as exc:
+            raise ModelError(str(exc)) from None
+
+    # -- the hot path -------------------------------------------------------------------------
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id - 1
+
+    def _readers(self, topic: str) -> list[Group]:
+        groups = self._readers_of.get(topic)
+        if groups is None:
+            groups = self._readers_of[topic] = [g for g in self.groups if g.reads(topic)]
+        return groups
+
+    def publish(self, node: str, msg: Message, at: float | None = None) -> None:
+        """Hand a message to every group that reads its topic: to the group's instance on this
+        node when there is one, else once through the nearest broker for all other groups.
+        `at`: a direct hand-over's finish time (its node hosts no instance)."""
+        plan = self._plans.get((node, msg.topic))
+        if plan is None:
+            plan = self._plan(node, msg.topic)
+        local, broker_path, broker = plan
+        last = len(local) - (0 if broker is not None else 1)
+        for i, instance in enumerate(local):
+            instance.receive(msg if i == last else msg.copy())
+        if broker is not None:
+            self.network.send(msg, broker_path, broker.receive, at)
+
+    def _plan(self, node: str, topic: str) -> tuple:
+        local, remote = [], False
+        for group in self._readers(topic):
+            if node in group.on_node:
+                local.append(group.on_node[node])
+            else:
+                remote = True
+        broker = broker_path = None
+        if remote and node in self.brokers:
+            broker, broker_path = self.brokers[node], ()
+        elif remote:
+            name = self._broker_for(node)
+            broker, broker_path = self.brokers[name], self._path(node, name)
+        plan = self._plans[(node, topic)] = (tuple(local), broker_path, broker)
+        return plan
+
+    def _lost(self, msg: Message, channel, now: float) -> None:
+        self.log.lost(msg, now)
+
+    # -- running --------------------------------------------------------------------------
+
+    def run(self, progress=None) -> SimResult:
+        """Run sources for the duration, let messages in flight drain, and return the tables."""
+        settings = self.settings
+        self.env.process(self._sampler())
+        step = max(settings.duration / 100, settings.sample)
+        t = 0.0
+        while t < settings.duration:
+            t = min(t + step, settings.duration)
+            self.env.run(until=t)
+            if progress:
+                progress(t)
+        self.env.run(until=settings.duration + settings.drain)
+        return SimResult(
+            tables={"messages": self.log.columns(self.stream_names, self.node_names),
+                    "nodes": self.nodes_log.columns(), "links": self.links_log.columns()},
+            facts={"emitted": sum(s.emitted for s in self.sources),
+                   "end": self.env.now, "brokers": {b.name: b.received
+                                                     for b in self.brokers.values()}})
+
+    def _sampler(self):
+        """Every `sample` seconds until the end of the duration: CPU, memory and queue per
+        node, bytes, utilisation and latency per link between infrastructure nodes."""
+        interval = self.settings.sample
+        nodes = self.topology.nodes
+        cpus = list(self.cpus.values())
+        channels = [c for c in self.network.channels.values()
+                    if nodes[c.src].kind != "device" and nodes[c.dst].kind != "device"]
+        done_work = {cpu.name: 0.0 for cpu in cpus}
+        sent = {c.index: (0, 0, 0.0, 0.0) for c in channels}
+        t = 0.0
+        while t + interval <= self.settings.duration + 1e-9:
+            yield self.env.timeout(interval)
+            t = self.env.now
+            for cpu in cpus:
+                work = cpu.work - cpu.backlog(t)
+                queue = cpu.queue_length(t)
+                profile = nodes[cpu.name].profile
+                self.nodes_log.append(
+                    t=t, node=cpu.name,
+                    cpu=(work - done_work[cpu.name]) / (cpu.cores * interval),
+                    memory=profile.base_memory + queue * self._mean_size, queue=queue)
+                done_work[cpu.name] = work
+            for c in channels:
+                busy = c.busy - c.backlog(t)
+                last_bytes, last_messages, last_delay, last_busy = sent[c.index]
+                count = c.messages - last_messages
+                self.links_log.append(
+                    t=t, link=f"{c.src}>{c.dst}", src=c.src, dst=c.dst,
+                    bytes=c.bytes - last_bytes, utilisation=(busy - last_busy) / interval,
+                    latency=(c.delay_sum - last_delay) / count if count else float("nan"))
+                sent[c.index] = (c.bytes, c.messages, c.delay_sum, busy)
+
+
+def simulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
+             settings: Settings, progress=None) -> SimResult:
+    """Build and run one simulation."""
+    return Model(topology, workload, pipeline, settings).run(progress)

@@ -1,0 +1,89 @@
+"""The simulated network: one channel per link direction, routes as channel tuples, hop events."""
+
+from __future__ import annotations
+
+import random
+from itertools import pairwise
+
+from sim.message import Message
+from sim.stations import Channel
+from sim.timing import scheduler
+from topologies.model import Topology
+from topologies.routing import Routes
+
+
+class Network:
+    """Carries messages hop by hop; QoS 1 legs redeliver after loss, QoS 0 losses are recorded."""
+
+    def __init__(self, env, topology: Topology, rng: random.Random, on_lost):
+        self.env = env
+        self.routes = Routes(topology)
+        self.channels: dict[tuple[str, str], Channel] = {}
+        for link in topology.links:
+            for src, dst in ((link.a, link.b), (link.b, link.a)):
+                self.channels[(src, dst)] = Channel(len(self.channels), src, dst, link.latency,
+                                                    link.jitter, link.bandwidth, link.loss, rng)
+        self._paths: dict[tuple[str, str], tuple[Channel, ...]] = {}
+        self._on_lost = on_lost
+        self._at = scheduler(env)
+        # SimPy only reads an event's callback list, so one list serves every message.
+        self._on_arrival = [self.arrived]
+        self._on_retry = [self._retry]
+
+    def path(self, source: str, target: str) -> tuple[Channel, ...]:
+        key = (source, target)
+        found = self._paths.get(key)
+        if found is None:
+            nodes = self.routes.path(source, target)
+            found = self._paths[key] = tuple(self.channels[pair] for pair in pairwise(nodes))
+        return found
+
+    def send(self, msg: Message, path: tuple[Channel, ...], deliver,
+             at: float | None = None) -> None:
+        """Start one MQTT leg (or a driver hop) now, or at `at` >= now when the sender hands
+        over directly; `deliver(msg)` runs when it arrives."""
+        msg.path = path
+        msg.leg = 0
+        msg.deliver = deliver
+        t = self.env._now if at is None else at
+        msg.t_attempt = t
+        if path:
+            self._cross(msg, t)
+        else:
+            deliver(msg)
+
+    def _cross(self, msg: Message, t: float) -> None:
+        channel = msg.path[msg.leg]
+        arrival = channel.transmit(t, msg.size)
+        if arrival < 0.0:
+            self.lose(msg, channel, t)
+            return
+        msg.callbacks = self._on_arrival
+        self._at(msg, arrival)
+
+    def arrived(self, msg: Message) -> None:
+        """The message has crossed its current link: on to the next one, or delivered."""
+        msg.hops += 1
+        leg = msg.leg + 1
+        if leg < len(msg.path):
+            msg.leg = leg
+            self._cross(msg, self.env._now)
+        else:
+            msg.deliver(msg)
+
+    def lose(self, msg: Message, channel: Channel, now: float) -> None:
+        """A link dropped the message: QoS 0 records the loss, QoS 1 sends the leg again."""
+        if msg.qos == 0:
+            self._on_lost(msg, channel, now)
+            return
+        # QoS 1: the sender has no acknowledgement after `retry` and sends the leg again.
+        msg.hops -= msg.leg
+        msg.callbacks = self._on_retry
+        resend = msg.t_attempt + msg.retry
+        self._at(msg, max(resend, self.env._now))
+
+    def _retry(self, msg: Message) -> None:
+        msg.leg = 0
+        now = self.env._now
+        msg.t_attempt = now
+        self._cross(msg, now)

@@ -1,0 +1,96 @@
+"""Operator instances and gateway drivers: a service cost on their node's CPU, then onward."""
+
+from __future__ import annotations
+
+from sim.message import Message
+from sim.stations import Cpu
+from sim.timing import scheduler
+
+
+class OperatorInstance:
+    """One instance of a pipeline operator on one node; without `writes` it is a sink."""
+
+    def __init__(self, env, node: str, node_index: int, cpu: Cpu, cost: float,
+                 selectivity: float, out_topic: str | None, out_size: int | None, publish, log):
+        self.env = env
+        self.node = node
+        self.node_index = node_index
+        self.cpu = cpu
+        self.cost = cost
+        self.selectivity = selectivity
+        self.out_topic = out_topic
+        self.out_size = out_size
+        self._publish = publish
+        self._log = log
+        self._credit = 0.0
+        self._at = scheduler(env)
+        self._on_processed = [self._processed]
+        self.processed = 0
+
+    def receive(self, msg: Message) -> None:
+        now = self.env._now
+        done = self.cpu.admit(now, self.cost) if self.cost else now
+        if self.out_topic is None:
+            self._sink(msg, done)  # nothing follows a sink: no event needed for its finish
+        elif done > now:
+            msg.callbacks = self._on_processed
+            self._at(msg, done)
+        else:
+            self._processed(msg)
+
+    def _passes(self) -> int:
+        """Selectivity as a running credit: 0.25 passes every fourth message, 2 doubles each."""
+        self.processed += 1
+        self._credit += self.selectivity
+        outputs = int(self._credit)
+        self._credit -= outputs
+        return outputs
+
+    def _sink(self, msg: Message, done: float) -> None:
+        if self._passes():
+            self._log.delivered(msg, self.node_index, done)
+
+    def _processed(self, msg: Message) -> None:
+        # Selectivity as a running credit: 0.25 passes every fourth message, 2 doubles each.
+        self._credit += self.selectivity
+        outputs = int(self._credit)
+        if not outputs:
+            return
+        self._credit -= outputs
+        if self.out_topic is None:
+            self._log.delivered(msg, self.node_index, self.env._now)
+            return
+        for k in range(outputs):
+            out = msg if k == outputs - 1 else msg.copy()
+            out.topic = self.out_topic
+            if self.out_size is not None:
+                out.size = self.out_size
+            self._publish(self.node, out)
+
+
+class Driver:
+    """A gateway's device driver: converts each reading (a CPU cost) and publishes it."""
+
+    def __init__(self, env, node: str, cpu: Cpu, cost: float, publish):
+        self.env = env
+        self.node = node
+        self.cpu = cpu
+        self.cost = cost
+        self._publish = publish
+        self._at = scheduler(env)
+        self._on_converted = [self._converted]
+        self.direct = False  # publish at the finish time, without an event
+
+    def receive(self, msg: Message) -> None:
+        now = self.env._now
+        done = self.cpu.admit(now, self.cost) if self.cost else now
+        if self.direct:
+            self._publish(self.node, msg, done)
+        elif done > now:
+            msg.callbacks = self._on_converted
+            self._at(msg, done)
+        else:
+            self._publish(self.node, msg)
+
+    def _converted(self, msg: Message) -> None:
+        self._publish(self.node, msg)

@@ -1,0 +1,66 @@
+"""Columnar buffers for what a run records; turned into arrays once, at the end."""
+
+from __future__ import annotations
+
+from array import array
+
+import numpy as np
+
+from sim.message import Message
+
+
+class MessageLog:
+    """One row per delivered or lost message, appended to typed arrays on the hot path."""
+
+    def __init__(self):
+        self.id = array("q")
+        self.stream = array("i")
+        self.source = array("i")
+        self.sink = array("i")  # -1 for a lost message
+        self.t_sent = array("d")
+        self.t_received = array("d")  # NaN for a lost message
+        self.hops = array("i")
+
+    def delivered(self, msg: Message, sink: int, now: float) -> None:
+        self.id.append(msg.id)
+        self.stream.append(msg.stream)
+        self.source.append(msg.source)
+        self.sink.append(sink)
+        self.t_sent.append(msg.t_sent)
+        self.t_received.append(now)
+        self.hops.append(msg.hops)
+
+    def lost(self, msg: Message, now: float) -> None:
+        self.delivered(msg, -1, float("nan"))
+
+    def columns(self, streams: list[str], nodes: list[str]) -> dict[str, np.ndarray]:
+        sink = np.frombuffer(self.sink, dtype=np.int32)
+        t_sent = np.frombuffer(self.t_sent, dtype=np.float64)
+        t_received = np.frombuffer(self.t_received, dtype=np.float64)
+        node_names = np.array(nodes + [None], dtype=object)  # index -1 picks None
+        return {
+            "id": np.frombuffer(self.id, dtype=np.int64).copy(),
+            "stream": np.array(streams, dtype=object)[np.frombuffer(self.stream, dtype=np.int32)],
+            "source": node_names[np.frombuffer(self.source, dtype=np.int32)],
+            "sink": node_names[sink],
+            "t_sent": t_sent.copy(),
+            "t_received": t_received.copy(),
+            "latency": t_received - t_sent,
+            "hops": np.frombuffer(self.hops, dtype=np.int32).copy(),
+            "lost": sink < 0,
+        }
+
+
+class SeriesLog:
+    """A time series table: named columns appended row by row at each sample."""
+
+    def __init__(self, *names: str):
+        self._columns: dict[str, list] = {name: [] for name in names}
+
+    def append(self, **row) -> None:
+        for name, column in self._columns.items():
+            column.append(row[name])
+
+    def columns(self) -> dict[str, np.ndarray]:
+        return {name: np.array(values, dtype=object if values and isinstance(values[0], str)
+                               else None) for name, values in self._columns.items()}

@@ -1,0 +1,109 @@
+"""FIFO servers computed arithmetically: a node's CPU cores and one direction of a link.
+
+A server knows when it is next free, so a message's start, finish and arrival follow from
+arithmetic at the moment it arrives; only its arrival at the next node is a SimPy event.
+Both keep running totals (work admitted, bytes) from which the sampler derives utilisation.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from heapq import heapreplace
+
+
+class Cpu:
+    """A node's cores as a FIFO multi-server queue; costs are scaled by the node's speed."""
+
+    __slots__ = ("name", "cores", "speed", "free", "_heap", "work", "starts")
+
+    def __init__(self, name: str, cores: int, speed: float):
+        self.name = name
+        self.cores = cores
+        self.speed = speed
+        self.free = 0.0  # single core: when it is next free
+        self._heap = [0.0] * cores  # several cores: when each is next free (a heap)
+        self.work = 0.0  # seconds of service admitted so far
+        self.starts: deque[float] = deque()  # start times not yet reached by the sampler
+
+    def admit(self, now: float, cost: float) -> float:
+        """Queue a job of `cost` reference-CPU seconds arriving now; returns its finish time."""
+        service = cost / self.speed
+        self.work += service
+        if self.cores == 1:
+            start = self.free if self.free > now else now
+            self.free = done = start + service
+        else:
+            heap = self._heap
+            start = heap[0] if heap[0] > now else now
+            done = start + service
+            heapreplace(heap, done)
+        self.starts.append(start)
+        return done
+
+    def backlog(self, t: float) -> float:
+        """Service seconds admitted but not yet done at time t."""
+        if self.cores == 1:
+            return self.free - t if self.free > t else 0.0
+        return sum(f - t for f in self._heap if f > t)
+
+    def queue_length(self, t: float) -> int:
+        """Jobs waiting or in service at time t (FIFO start times never decrease)."""
+        starts = self.starts
+        while starts and starts[0] <= t:
+            starts.popleft()
+        busy = (1 if self.free > t else 0) if self.cores == 1 else sum(f > t for f in self._heap)
+        return len(starts) + busy
+
+
+class Channel:
+    """One direction of a link: serialisation at its bandwidth, FIFO, propagation, jitter, loss."""
+
+    __slots__ = ("index", "src", "dst", "latency", "jitter", "bits_per_s", "loss", "free",
+                 "last_arrival", "rng", "bytes", "messages", "delay_sum", "busy")
+
+    def __init__(self, index: int, src: str, dst: str, latency: float, jitter: float,
+                 bits_per_s: float | None, loss: float, rng):
+        self.index = index
+        self.src = src
+        self.dst = dst
+        self.latency = latency
+        self.jitter = jitter
+        self.bits_per_s = bits_per_s
+        self.loss = loss
+        self.rng = rng
+        self.free = 0.0
+        self.last_arrival = 0.0
+        self.bytes = 0
+        self.messages = 0
+        self.delay_sum = 0.0
+        self.busy = 0.0  # seconds spent serialising
+
+    def transmit(self, now: float, size: int) -> float:
+        """Send `size` bytes now; returns the arrival time at the far end, or -1.0 if lost."""
+        if self.bits_per_s is None:
+            done = now
+        else:
+            serialise = size * 8 / self.bits_per_s
+            start = self.free if self.free > now else now
+            self.free = done = start + serialise
+            self.busy += serialise
+        if self.jitter:
+            # Propagation varies around its mean (netem's "20ms 2ms"), never below zero.
+            delay = self.rng.gauss(self.latency, self.jitter)
+            arrival = done + (delay if delay > 0.0 else 0.0)
+            # The link keeps order, as a TCP connection would: jitter never overtakes.
+            if arrival < self.last_arrival:
+                arrival = self.last_arrival
+            self.last_arrival = arrival
+        else:
+            arrival = done + self.latency
+        self.bytes += size
+        self.messages += 1
+        self.delay_sum += arrival - now
+        if self.loss and self.rng.random() < self.loss:
+            return -1.0
+        return arrival
+
+    def backlog(self, t: float) -> float:
+        """Serialisation seconds queued but not yet sent at time t."""
+        return self.free - t if self.free > t else 0.0

@@ -1,0 +1,81 @@
+"""The schema of a topology file: node groups, sites, profiles and link rules, as written."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from topologies.fields import Bandwidth, Name, NonNegativeDuration, PositiveDuration, Ratio
+from topologies.profiles import NodeKind, Profile
+
+MAX_REPLICAS = 1_000_000
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class BrokerSpec(_Strict):
+    """How a broker node serves messages: a service time and a latency profile."""
+
+    # rabbitmq-like: steady service; kafka-like: periodic disk flushes stall the broker for
+    # flush_base plus the bytes written since the last flush at disk_bandwidth (seed 001, 5.1).
+    model: Literal["rabbitmq-like", "kafka-like"] = "rabbitmq-like"
+    service_time: NonNegativeDuration = 50e-6
+    flush_interval: PositiveDuration = 1.0
+    flush_base: NonNegativeDuration = 5e-3
+    disk_bandwidth: Bandwidth = 400e6
+
+
+class SiteSpec(_Strict):
+    name: Name
+    position: tuple[float, float] = (0.0, 0.0)
+
+
+class NodeSpec(_Strict):
+    """One node, or `replicas` alike nodes named `<name>-1` .. `<name>-<replicas>`."""
+
+    name: Name
+    kind: NodeKind
+    replicas: int | None = Field(default=None, ge=1, le=MAX_REPLICAS)
+    profile: Name | None = None
+    site: Name | None = None
+    position: tuple[float, float] | None = None
+    spacing: float = Field(default=50.0, gt=0, description="metres between replicas on their grid")
+    broker: BrokerSpec | None = None
+
+
+Patterns = list[str]
+
+
+class LinkSpec(_Strict):
+    """A link rule: every node matching `from` to the nodes matching `to` (later rules win)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    source: Patterns = Field(alias="from", min_length=1)
+    target: Patterns = Field(alias="to", min_length=1)
+    latency: NonNegativeDuration = 0.0
+    jitter: NonNegativeDuration = 0.0
+    bandwidth: Bandwidth | None = None
+    loss: Ratio = 0.0
+    # all: each source to each target; spread: sources split into contiguous blocks, one
+    # block per target (200 sensors over 4 gateways: 50 each).
+    mode: Literal["all", "spread"] = "all"
+
+    @field_validator("source", "target", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+
+class TopologySpec(_Strict):
+    """A topology file as written."""
+
+    name: Name
+    description: str = ""
+    profiles: dict[Name, Profile] = Field(default_factory=dict)
+    sites: list[SiteSpec] = Field(default_factory=list)
+    nodes: list[NodeSpec] = Field(min_length=1)
+    links: list[LinkSpec] = Field(default_factory=list)

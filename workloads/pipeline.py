@@ -1,0 +1,44 @@
+"""The schema of a pipeline: operators, the streams they read and write, and where they run."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from topologies.fields import Name, NonNegativeDuration
+
+# `on: gateways` places one instance on every node of that kind.
+KIND_WORDS = {"devices": "device", "gateways": "gateway", "brokers": "broker",
+              "cloud": "cloud_vm", "cloud_vms": "cloud_vm", "coordinators": "coordinator"}
+
+
+class OperatorSpec(BaseModel):
+    """An operator with one instance per node it is placed on; no `writes` makes it a sink."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Name
+    task: str = Field(default="passthrough", max_length=64)
+    engine: Literal["python", "spark"] = "python"
+    on: list[str] = Field(min_length=1, description="node names, patterns or kinds (gateways)")
+    reads: list[str] = Field(min_length=1, description="stream names or MQTT topic filters")
+    writes: Name | None = None
+    cost: NonNegativeDuration = Field(
+        default=0.0, description="service time per message on one reference vCPU")
+    selectivity: float = Field(default=1.0, ge=0, le=1000, description="outputs per input")
+    params: dict[str, object] = Field(default_factory=dict)
+
+    @field_validator("on", "reads", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+    @property
+    def is_sink(self) -> bool:
+        return self.writes is None
+
+
+def topic_filter(read: str) -> str:
+    """`city` reads every topic of stream city (`city/#`); a filter with `/` is taken as is."""
+    return read if "/" in read or "+" in read or "#" in read else f"{read}/#"

@@ -1,0 +1,37 @@
+"""MQTT topic filters: wildcards (`+`, `#`) and shared subscriptions (`$share/group/...`)."""
+
+from __future__ import annotations
+
+
+def matches(topic_filter: str, topic: str) -> bool:
+    """True when an MQTT topic filter matches a topic name (MQTT 3.1.1, section 4.7)."""
+    filter_levels = topic_filter.split("/")
+    topic_levels = topic.split("/")
+    if topic.startswith("$") and filter_levels[0] in ("+", "#"):
+        return False  # wildcards never match $SYS-style topics at the first level
+    for i, level in enumerate(filter_levels):
+        if level == "#":
+            return True
+        if i >= len(topic_levels):
+            return False
+        if level != "+" and level != topic_levels[i]:
+            return False
+    return len(filter_levels) == len(topic_levels)
+
+
+def shared(topic_filter: str) -> tuple[str | None, str]:
+    """`$share/g/city/#` -> ('g', 'city/#'); a plain filter -> (None, filter)."""
+    if topic_filter.startswith("$share/"):
+        _, group, rest = topic_filter.split("/", 2)
+        return group, rest
+    return None, topic_filter
+
+
+def valid_filter(topic_filter: str) -> bool:
+    levels = topic_filter.split("/")
+    for i, level in enumerate(levels):
+        if "#" in level and (level != "#" or i != len(levels) - 1):
+            return False
+        if "+" in level and level != "+":
+            return False
+    return bool(topic_filter)

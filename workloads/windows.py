@@ -1,0 +1,282 @@
+"""Tumbling and sliding window aggregations (count, sum, average) with snapshot and restore."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import NamedTuple
+
+Key = str | int | None
+
+
+class Event(NamedTuple):
+    """One stream event; `sn` is the serial number an interceptor stamps on it.
+
+    Operators read only these four attributes, so any object that has them will do.
+    """
+
+    sn: int
+    timestamp: float
+    value: float
+    key: Key = None
+
+
+class WindowResult(NamedTuple):
+    """One closed window: its extent, the SNs of its first and most recent events, its value."""
+
+    key: Key
+    start: float
+    end: float
+    first_sn: int
+    last_sn: int
+    count: int
+    value: float
+
+
+class Aggregate(StrEnum):
+    """What a window computes from its events' values."""
+
+    COUNT = "count"
+    SUM = "sum"
+    AVERAGE = "average"
+
+    def of(self, count: int, total: float) -> float:
+        if self is Aggregate.COUNT:
+            return count
+        if self is Aggregate.SUM:
+            return total
+        return total / count
+
+
+class Basis(StrEnum):
+    """What window sizes measure: seconds of event time, or numbers of events."""
+
+    TIME = "time"
+    COUNT = "count"
+
+
+@dataclass(frozen=True)
+class Grid:
+    """Window extents on a position axis: window k spans [k * slide, k * slide + size)."""
+
+    size: float
+    slide: float
+
+    def start(self, k: int) -> float:
+        return k * self.slide
+
+    def end(self, k: int) -> float:
+        return k * self.slide + self.size
+
+    def windows_of(self, position: float) -> list[int]:
+        """The windows holding `position`, oldest first."""
+        # Float division can land one off either way; the exact test below decides.
+        low = max(0, int((position - self.size) // self.slide))
+        high = int(position // self.slide) + 1
+        return [k for k in range(low, high + 1) if self.start(k) <= position < self.end(k)]
+
+
+class EventTime:
+    """Event-time progress: the latest timestamp seen (the watermark) closes every key's windows."""
+
+    spans_keys = True
+
+    def __init__(self) -> None:
+        self.watermark: float | None = None
+
+    def position(self, event: Event, key: Key) -> float:
+        if event.timestamp < 0:
+            raise ValueError(f"event {event.sn}: timestamps must be non-negative")
+        return event.timestamp
+
+    def advance(self, event: Event, key: Key) -> None:
+        if self.watermark is None or event.timestamp > self.watermark:
+            self.watermark = event.timestamp
+
+    def reached(self, key: Key) -> float:
+        return float("-inf") if self.watermark is None else self.watermark
+
+    def state(self) -> float | None:
+        return self.watermark
+
+    def load(self, state: float | None) -> None:
+        self.watermark = state
+
+
+class EventCount:
+    """Count progress: each key's own number of events closes that key's windows."""
+
+    spans_keys = False
+
+    def __init__(self) -> None:
+        self.seen: dict[Key, int] = {}
+
+    def position(self, event: Event, key: Key) -> int:
+        return self.seen.get(key, 0)
+
+    def advance(self, event: Event, key: Key) -> None:
+        self.seen[key] = self.seen.get(key, 0) + 1
+
+    def reached(self, key: Key) -> int:
+        return self.seen.get(key, 0)
+
+    def state(self) -> list[list[object]]:
+        # Pairs, not a JSON object: keys may be None or int, and their order must survive.
+        return [[key, n] for key, n in self.seen.items()]
+
+    def load(self, state: list[list[object]]) -> None:
+        self.seen = {key: n for key, n in state}
+
+
+@dataclass(slots=True)
+class Pane:
+    """Running totals of one open window."""
+
+    first_sn: int
+    last_sn: int
+    count: int
+    total: float
+
+    @classmethod
+    def starting(cls, event: Event) -> Pane:
+        return cls(event.sn, event.sn, 1, event.value)
+
+    def add(self, event: Event) -> None:
+        self.last_sn = event.sn
+        self.count += 1
+        self.total += event.value
+
+
+class Window:
+    """A window operator: assigns events to windows, emits each window's aggregate when it closes.
+
+    Time windows close when an event at or past their end arrives; count windows when they
+    hold `size` events. Events arriving after all their windows closed are dropped and
+    counted in `late_events`. With `by_key`, each event key has its own windows.
+    """
+
+    def __init__(
+        self,
+        kind: str,
+        size: float,
+        slide: float | None = None,
+        *,
+        basis: str = "time",
+        aggregate: str = "count",
+        by_key: bool = False,
+    ) -> None:
+        if kind not in ("tumbling", "sliding"):
+            raise ValueError(f"kind must be 'tumbling' or 'sliding', not {kind!r}")
+        if kind == "tumbling" and slide not in (None, size):
+            raise ValueError("a tumbling window slides by its size; leave slide out")
+        slide = size if slide is None else slide
+        self.basis = Basis(basis)
+        self.aggregate = Aggregate(aggregate)
+        if self.basis is Basis.COUNT and not (isinstance(size, int) and isinstance(slide, int)):
+            raise ValueError("count windows need whole-number size and slide")
+        if not 0 < slide <= size:
+            raise ValueError(f"need 0 < slide <= size, got slide={slide}, size={size}")
+        self.kind = kind
+        self.by_key = by_key
+        self.grid = Grid(size, slide)
+        self.progress: EventTime | EventCount = (
+            EventTime() if self.basis is Basis.TIME else EventCount()
+        )
+        self.panes: dict[Key, dict[int, Pane]] = {}
+        self.late_events = 0
+
+    @property
+    def config(self) -> dict[str, object]:
+        return {
+            "kind": self.kind,
+            "size": self.grid.size,
+            "slide": self.grid.slide,
+            "basis": self.basis.value,
+            "aggregate": self.aggregate.value,
+            "by_key": self.by_key,
+        }
+
+    def push(self, event: Event) -> list[WindowResult]:
+        """Add one event; return the windows it closed, oldest first."""
+        key = event.key if self.by_key else None
+        position = self.progress.position(event, key)
+        reached = self.progress.reached(key)
+        # slide <= size, so every event has a window; if all have closed, the event is late.
+        still_open = [k for k in self.grid.windows_of(position) if self.grid.end(k) > reached]
+        if not still_open:
+            self.late_events += 1
+        panes = self.panes.setdefault(key, {})
+        for k in still_open:
+            if k in panes:
+                panes[k].add(event)
+            else:
+                panes[k] = Pane.starting(event)
+        self.progress.advance(event, key)
+        return self._close(list(self.panes) if self.progress.spans_keys else [key])
+
+    def flush(self) -> list[WindowResult]:
+        """End of stream: emit every open window, complete or not."""
+        return self._close(list(self.panes), everything=True)
+
+    def _close(self, keys: list[Key], everything: bool = False) -> list[WindowResult]:
+        closed: list[tuple[int, Key, Pane]] = []
+        for key in keys:
+            panes = self.panes.get(key, {})
+            reached = self.progress.reached(key)
+            for k in [k for k in panes if everything or self.grid.end(k) <= reached]:
+                closed.append((k, key, panes.pop(k)))
+            if not panes:
+                self.panes.pop(key, None)
+        closed.sort(key=lambda item: item[0])  # stable: keys keep their first-seen order
+        return [self._result(k, key, pane) for k, key, pane in closed]
+
+    def _result(self, k: int, key: Key, pane: Pane) -> WindowResult:
+        start, end = self.grid.start(k), self.grid.end(k)
+        value = self.aggregate.of(pane.count, pane.total)
+        return WindowResult(key, start, end, pane.first_sn, pane.last_sn, pane.count, value)
+
+    def snapshot(self) -> bytes:
+        """The operator's whole state as deterministic JSON bytes."""
+        state = {
+            "config": self.config,
+            "progress": self.progress.state(),
+            "panes": [
+                [key, [[k, p.first_sn, p.last_sn, p.count, p.total] for k, p in panes.items()]]
+                for key, panes in self.panes.items()
+            ],
+            "late_events": self.late_events,
+        }
+        return json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
+
+    def restore(self, data: bytes) -> None:
+        """Continue from a snapshot taken by an operator with the same configuration."""
+        state = json.loads(data)
+        if state["config"] != self.config:
+            raise ValueError(f"snapshot of {state['config']} cannot restore {self.config}")
+        self.progress.load(state["progress"])
+        self.panes = {
+            key: {k: Pane(first, last, count, total) for k, first, last, count, total in panes}
+            for key, panes in state["panes"]
+        }
+        self.late_events = state["late_events"]
+
+    @classmethod
+    def from_snapshot(cls, data: bytes) -> Window:
+        """A new operator built from the configuration and state a snapshot carries."""
+        config = json.loads(data)["config"]
+        window = cls(
+            config["kind"],
+            config["size"],
+            config["slide"],
+            basis=config["basis"],
+            aggregate=config["aggregate"],
+            by_key=config["by_key"],
+        )
+        window.restore(data)
+        return window
+
+    @property
+    def state_bytes(self) -> int:
+        """Size of the snapshot: what a state transfer would move."""
+        return len(self.snapshot())
