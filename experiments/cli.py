@@ -38,7 +38,7 @@ def _load(experiment: str, sets: list[str] | None, sweeps: list[str] | None) -> 
     try:
         return load(experiment, sets or [], sweeps or [])
     except SpecError as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False)
+        console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 
@@ -77,23 +77,27 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=console, transient=True) as bars:
         outcomes = run_experiment(loaded, out, RichReporter(bars))
+    keys = list(outcomes[0].point) if outcomes else []
     table = Table(title=f"{loaded.name} ({loaded.spec.run.backend})")
-    for column in ("run", "delivered", "lost", "msg/s", "p50 ms", "p95 ms", "p99 ms", "jitter"):
-        table.add_column(column, justify="right" if column != "run" else "left")
+    for column in ["rep", *keys, "delivered", "lost", "msg/s", "p50 ms", "p95 ms", "p99 ms",
+                   "jitter"]:
+        table.add_column(column.rsplit(".", 1)[-1], justify="right")
     for outcome in outcomes:
+        cells = [str(outcome.repetition), *(str(outcome.point[k]) for k in keys)]
         s = outcome.summary
         if s is None:
-            table.add_row(outcome.folder.name, "[red]failed[/red]", "", "", "", "", "",
-                          outcome.error or "")
+            table.add_row(*cells, "[red]failed[/red]", "", "", "", "", "", "")
             continue
         lat = s["latency_s"]
         jitter = s["jitter"]["mean_abs"]
-        table.add_row(outcome.folder.name, f"{s['delivered']:,}", f"{s['lost']:,}",
+        table.add_row(*cells, f"{s['delivered']:,}", f"{s['lost']:,}",
                       f"{s['throughput_per_s']:.1f}", ms(lat["p50"]), ms(lat["p95"]),
                       ms(lat["p99"]), f"{jitter:.3f}" if jitter is not None else "-")
     console.print(table)
     for outcome in outcomes:
         console.print(f"results: {outcome.folder}", highlight=False)
+        if outcome.error:
+            console.print(f"  [red]failed:[/red] {outcome.error}", highlight=False)
         plot = outcome.folder / "latency.png"
         if plot.exists():
             console.print(f"plot:    {plot}", highlight=False)
@@ -153,7 +157,7 @@ def _topology(name: str):
             raise SpecError((), name, f"a valid topology: {exc}".splitlines()[0],
                             str(path)) from None
     except SpecError as error:
-        console.print(f"[red]error:[/red] {error}", highlight=False)
+        console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
         raise typer.Exit(2) from None
 
 

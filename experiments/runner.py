@@ -36,6 +36,8 @@ class Reporter:
 @dataclass
 class Outcome:
     folder: Path
+    point: dict
+    repetition: int
     summary: dict | None
     error: str | None
 
@@ -91,6 +93,6 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         writer.manifest["traceback"] = traceback.format_exc()
         writer.finish("failed", error)
         reporter.run_finished(label, writer.folder, None, error)
-        return Outcome(writer.folder, None, error)
+        return Outcome(writer.folder, point.values, repetition, None, error)
     reporter.run_finished(label, writer.folder, summary, None)
-    return Outcome(writer.folder, summary, None)
+    return Outcome(writer.folder, point.values, repetition, summary, None)

@@ -145,8 +145,9 @@ class Model:
         return best[1] if best else None
 
     def _broker_for(self, node: str) -> str:
-        """The broker a node publishes to: the nearest by latency (seed 001: gateways
-        connect to the brokers and balance devices over them)."""
+        """The broker a node publishes to: the nearest by latency; publishers with several
+        equally near brokers take them in turn (seed 001: gateways balance their devices
+        over the brokers)."""
         if node not in self._nearest_broker:
             if not self.brokers:
                 raise ModelError(f"{node} must publish through a broker, but the topology "
@@ -159,7 +160,9 @@ class Model:
                     continue
             if not reachable:
                 raise ModelError(f"no route from {node} to any broker")
-            self._nearest_broker[node] = min(reachable)[1]
+            best = min(latency for latency, _ in reachable)
+            nearest = sorted(b for latency, b in reachable if latency <= best + 1e-9)
+            self._nearest_broker[node] = nearest[len(self._nearest_broker) % len(nearest)]
         return self._nearest_broker[node]
 
     def _hand_over_directly(self) -> None:

@@ -28,7 +28,7 @@ def summary_graph(topology: Topology, max_devices: int = 24) -> nx.Graph:
     drawn = graph.subgraph(n for n in graph if topology.nodes[n].kind != "device").copy()
     gathered: dict[str, Counter] = {}
     for device in devices:
-        anchors = list(graph.adj[device]) or ["(unlinked)"]
+        anchors = list(graph.adj[device.name]) or ["(unlinked)"]
         gathered.setdefault(anchors[0], Counter())[device.group] += 1
     for anchor, groups in gathered.items():
         for group, count in groups.items():

@@ -36,6 +36,8 @@ class SpecError(ValueError):
             where += f":{self.line}"
         field = format_path(self.path) or "(top level)"
         shown = repr(self.value)
+        if shown in self.expected:
+            return f"{where}: {field}: {self.expected}"  # the message already quotes it
         if len(shown) > 80:
             shown = shown[:77] + "..."
         return f"{where}: {field}: {self.expected} (got {shown})"

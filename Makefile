@@ -1,0 +1,40 @@
+# foglab: `make run` runs the quickstart experiment, `make test` runs the tests.
+# Both create the virtual environment in .venv on first use (Python >= 3.11 with venv).
+
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: setup run test test-fast lint bench clean
+
+$(STAMP): pyproject.toml
+	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
+		{ echo "foglab needs Python 3.11 or newer as $(PYTHON)"; exit 1; }
+	@$(PYTHON) -m venv $(VENV) || \
+		{ echo "could not create $(VENV): on Debian or Ubuntu, apt-get install python3-venv"; exit 1; }
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+setup: $(STAMP)
+
+run: setup
+	$(VENV)/bin/foglab run quickstart
+
+test: setup
+	$(PY) -m pytest
+
+test-fast: setup
+	$(PY) -m pytest -m "not emu and not slow"
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+bench: setup
+	$(PY) benchmarks/sim_throughput.py
+	$(PY) benchmarks/sim_scale.py
+	$(PY) benchmarks/link_accuracy.py
+
+clean:
+	rm -rf $(VENV) results .pytest_cache .hypothesis *.egg-info
