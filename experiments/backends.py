@@ -44,8 +44,10 @@ class SimBackend:
         from sim.model import Settings, simulate
 
         run = plan.spec.run
+        scenario = plan.spec.scenario
         settings = Settings(duration=run.duration, seed=plan.seed, sample=run.sample,
-                            drain=run.drain, driver_cost=run.driver_cost)
+                            drain=run.drain, driver_cost=run.driver_cost,
+                            migration=scenario.migration, migrations=scenario.migrations)
         result = simulate(plan.topology, plan.spec.workload, plan.spec.pipeline, settings,
                           progress)
         return RunOutput(result.tables, result.facts)

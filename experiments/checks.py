@@ -19,6 +19,7 @@ def check(spec: ExperimentSpec) -> Topology:
         raise SpecError(("topology",) + error.path, error.value, error.expected) from None
     _check_streams(spec, topology)
     _check_pipeline(spec, topology)
+    _check_migrations(spec, topology)
     return topology
 
 
@@ -84,3 +85,34 @@ def _check_placement(topology: Topology, path: tuple, where: str) -> None:
         if topology.nodes[name].kind not in HOST_KINDS:
             raise SpecError(path, where, f"nodes that run code ({', '.join(HOST_KINDS)}), but "
                             f"{name} is a {topology.nodes[name].kind}")
+
+
+def _check_migrations(spec: ExperimentSpec, topology: Topology) -> None:
+    operators = {op.name: op for op in spec.pipeline}
+    settings = spec.scenario.migration
+    if settings.store is not None and settings.store not in topology.nodes:
+        raise SpecError(("scenario", "migration", "store"), settings.store,
+                        "a node of the topology to hold the state store")
+    if spec.scenario.migrations and not topology.of_kind("broker"):
+        raise SpecError(("scenario", "migrations"), len(spec.scenario.migrations),
+                        "a topology with a broker: migrations divert an operator's input there")
+    for i, plan in enumerate(spec.scenario.migrations):
+        path = ("scenario", "migrations", i)
+        op = operators.get(plan.operator)
+        if op is None:
+            raise SpecError(path + ("operator",), plan.operator,
+                            f"an operator of the pipeline ({', '.join(operators)})")
+        _check_placement(topology, path + ("to",), plan.target)
+        if plan.target not in topology.nodes:
+            raise SpecError(path + ("to",), plan.target, "one node's name")
+        if plan.source is not None:
+            _check_placement(topology, path + ("from",), plan.source)
+        strategy = plan.strategy or settings.strategy
+        if strategy == "pause_drain" and op.stateful:
+            raise SpecError(path + ("strategy",), strategy,
+                            f"pause_transfer or parallel: {op.name} keeps window state, which "
+                            "pause_drain would lose")
+        if strategy != "pause_drain" and not op.stateful:
+            raise SpecError(path + ("strategy",), strategy,
+                            f"pause_drain: {op.name} has no window state to transfer or "
+                            "synchronise")

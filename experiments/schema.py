@@ -20,6 +20,19 @@ TABLES: dict[str, pa.Schema] = {
         ("t", pa.float64()), ("link", _name), ("src", _name), ("dst", _name),
         ("bytes", pa.int64()), ("utilisation", pa.float64()), ("latency", pa.float64()),
     ]),
+    "migrations": pa.schema([
+        ("id", pa.int64()), ("operator", _name), ("strategy", _name), ("source", _name),
+        ("target", _name), ("start", pa.float64()), ("end", pa.float64()),
+        ("downtime", pa.float64()), ("output_gap", pa.float64()), ("state_bytes", pa.int64()),
+        ("chunks", pa.int64()),
+        ("held", pa.int64()), ("duplicates", pa.int64()), ("lost", pa.int64()),
+        ("reordered", pa.int64()), ("synchronised", _name),
+    ]),
+    "windows": pa.schema([
+        ("t", pa.float64()), ("operator", _name), ("node", _name), ("window", pa.int64()),
+        ("last_sn", pa.int64()), ("count", pa.int64()), ("processing_time", pa.float64()),
+        ("migration", pa.int64()), ("adjusted", pa.bool_()),
+    ]),
 }
 
 UNITS = {"t_sent": "s", "t_received": "s", "latency": "s", "t": "s", "cpu": "fraction of cores",

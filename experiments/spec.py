@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
 from workloads.pipeline import OperatorSpec
+from workloads.scenario import MigrationSettings, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
 MAX_DURATION = 30 * 86400.0
@@ -33,9 +34,12 @@ class RunSpec(BaseModel):
 
 
 class ScenarioSpec(BaseModel):
-    """What happens over time. Mobility, migration and faults arrive with their issues."""
+    """What happens over time: operator migrations, scheduled or (with mobility) decided."""
 
     model_config = ConfigDict(extra="forbid")
+
+    migration: MigrationSettings = Field(default_factory=MigrationSettings)
+    migrations: list[ScheduledMigration] = Field(default_factory=list)
 
 
 class ExperimentSpec(BaseModel):

@@ -22,6 +22,7 @@ def summarise(tables: dict[str, pa.Table], duration: float, sample: float) -> di
         "latency_s": _percentiles(latency),
         "jitter": _jitter(received, duration, sample),
         "nodes": _nodes(tables["nodes"]),
+        "migrations": _migrations(tables.get("migrations")),
     }
 
 
@@ -58,3 +59,17 @@ def _nodes(nodes: pa.Table) -> dict:
                                     "queue_max": row["queue_max"]}
     return dict(sorted(result.items()))
 
+
+
+def _migrations(migrations: pa.Table | None) -> list[dict]:
+    """Each migration's headline figures (the full rows are in migrations.parquet)."""
+    if migrations is None:
+        return []
+    keep = ("operator", "strategy", "source", "target", "start", "end", "downtime",
+            "state_bytes", "lost", "duplicates")
+    rows = migrations.select(list(keep)).to_pylist()
+    for row in rows:
+        row["execution"] = row["end"] - row["start"]
+        row["operator"], row["strategy"] = str(row["operator"]), str(row["strategy"])
+        row["source"], row["target"] = str(row["source"]), str(row["target"])
+    return rows

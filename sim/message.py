@@ -8,7 +8,7 @@ class Message:
     allocates nothing per hop (SimPy's loop needs only `callbacks` and `_ok` of an event)."""
 
     __slots__ = ("callbacks", "_ok", "_value", "id", "stream", "source", "t_sent", "size", "qos",
-                 "retry", "topic", "hops", "path", "leg", "t_attempt", "deliver")
+                 "retry", "topic", "hops", "path", "leg", "t_attempt", "deliver", "sn")
 
     def __init__(self, id: int, stream: int, source: int, t_sent: float, size: int, qos: int,
                  retry: float, topic: str):
@@ -28,9 +28,11 @@ class Message:
         self.leg = 0
         self.t_attempt = t_sent
         self.deliver = None
+        self.sn = 0  # serial number a stateful operator's group stamps on its input
 
     def copy(self) -> Message:
         twin = Message(self.id, self.stream, self.source, self.t_sent, self.size, self.qos,
                        self.retry, self.topic)
         twin.hops = self.hops
+        twin.sn = self.sn
         return twin

@@ -9,14 +9,17 @@ import numpy as np
 import simpy
 
 from sim.message import Message
+from sim.migration import Coordinator, Forward
 from sim.network import Network
 from sim.operators import Driver, OperatorInstance
 from sim.pubsub import Broker, Group
-from sim.recorder import MessageLog, SeriesLog
+from sim.recorder import MessageLog, SeriesLog, migration_columns, window_columns
 from sim.sources import Source
 from sim.stations import Cpu
+from sim.windowed import OpenWindow, WindowedInstance
 from topologies.model import Topology
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
+from workloads.scenario import MigrationSettings, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
 HOSTS = ("gateway", "broker", "cloud_vm", "coordinator")  # node kinds with a CPU that runs code
@@ -34,6 +37,8 @@ class Settings:
     drain: float = 30.0
     driver_cost: float = 20e-6
     direct_handover: bool = True  # off only to check that it changes nothing
+    migration: MigrationSettings = field(default_factory=MigrationSettings)
+    migrations: list[ScheduledMigration] = field(default_factory=list)
 
 
 @dataclass
@@ -61,6 +66,9 @@ class Model:
         self.brokers = {node.name: Broker(self.env, node.name, node.broker, self.cpus[node.name],
                                           self.network, self._readers)
                         for node in topology.of_kind("broker")}
+        self.specs = {spec.name: spec for spec in pipeline}
+        self.coordinator = Coordinator(self, settings.migration)
+        self._window_rng = random.Random(f"{seed}:windows")
         self.groups = [self._group(spec) for spec in pipeline]
         self.drivers: dict[str, Driver] = {}
         self._readers_of: dict[str, list[Group]] = {}
@@ -70,6 +78,7 @@ class Model:
         self.sources = self._sources(workload, random.Random(f"{seed}:sources"))
         if settings.direct_handover:
             self._hand_over_directly()
+        self._schedule_migrations(random.Random(f"{seed}:migrations"))
         self.nodes_log = SeriesLog("t", "node", "cpu", "memory", "queue")
         self.links_log = SeriesLog("t", "link", "src", "dst", "bytes", "utilisation", "latency")
         self._mean_size = float(np.mean([s.size for s in workload.streams]))
@@ -91,11 +100,48 @@ class Model:
                 raise ModelError(f"operator {spec.name} is placed on {node}, a "
                                  f"{self.topology.nodes[node].kind}; operators run on "
                                  f"{', '.join(HOSTS)}")
-            instances.append(OperatorInstance(
-                self.env, node, self.node_index[node], self.cpus[node], spec.cost,
-                spec.selectivity, None if spec.is_sink else f"{spec.writes}/{node}",
-                spec.params.get("out_size"), self.publish, self.log))
-        return Group(spec.name, [topic_filter(r) for r in spec.reads], instances)
+            instances.append(self._instance(spec, node))
+        return Group(spec.name, [topic_filter(r) for r in spec.reads], instances,
+                     sequenced=spec.stateful)
+
+    def _instance(self, spec: OperatorSpec, node: str, state: OpenWindow | None = None):
+        if spec.window is not None:
+            return WindowedInstance(self.env, node, self.node_index[node], self.cpus[node],
+                                    spec.cost, spec.name, spec.window.size, spec.window.jitter,
+                                    self._window_rng, self.coordinator.window_closed,
+                                    self.log if spec.is_sink else None, state)
+        return OperatorInstance(
+            self.env, node, self.node_index[node], self.cpus[node], spec.cost,
+            spec.selectivity, None if spec.is_sink else f"{spec.writes}/{node}",
+            spec.params.get("out_size"), self.publish, self.log)
+
+    def group(self, name: str) -> Group:
+        return next(g for g in self.groups if g.name == name)
+
+    def instance_on(self, group: Group, node: str, state: OpenWindow | None):
+        """A new instance of a group's operator on `node`, for a migration's target."""
+        return self._instance(self.specs[group.name], node, state)
+
+    def broker_serving(self, group: Group) -> Broker:
+        """The broker that dispatches a group's input (the one its first instance is nearest)."""
+        return self.brokers[self._broker_for(group.instances[0].node)]
+
+    def _schedule_migrations(self, rng: random.Random) -> None:
+        for plan in self.settings.migrations:
+            spec = self.specs[plan.operator]
+            start = plan.at
+            if plan.within_window and spec.window is not None:
+                start += rng.random() * spec.window.size
+            self.coordinator.schedule(plan, start)
+
+    def window_forwarded(self, forward: Forward) -> None:
+        """A window output went downstream: it is published when its operator writes."""
+        spec = self.specs[forward.output.operator]
+        if spec.writes is not None:
+            msg = Message(self._new_id(), -1, self.node_index[forward.output.node],
+                          forward.output.t_first, int(spec.params.get("out_size", 64)), 0, 1.0,
+                          f"{spec.writes}/{forward.output.node}")
+            self.publish(forward.output.node, msg)
 
     def _sources(self, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
         """A source per device and stream; devices send to their gateway's driver, or publish
@@ -215,7 +261,11 @@ class Model:
             plan = self._plan(node, msg.topic)
         local, broker_path, broker = plan
         last = len(local) - (0 if broker is not None else 1)
-        for i, instance in enumerate(local):
+        for i, (group, instance) in enumerate(local):
+            if group.sequenced:
+                msg.sn = group.next_sn
+                group.next_sn += 1
+            instance.pending += 1
             instance.receive(msg if i == last else msg.copy())
         if broker is not None:
             self.network.send(msg, broker_path, broker.receive, at)
@@ -224,7 +274,7 @@ class Model:
         local, remote = [], False
         for group in self._readers(topic):
             if node in group.on_node:
-                local.append(group.on_node[node])
+                local.append((group, group.on_node[node]))
             else:
                 remote = True
         broker = broker_path = None
@@ -253,9 +303,13 @@ class Model:
             if progress:
                 progress(t)
         self.env.run(until=settings.duration + settings.drain)
+        self.coordinator.finish({name: spec.window.size for name, spec in self.specs.items()
+                                 if spec.window is not None})
         return SimResult(
             tables={"messages": self.log.columns(self.stream_names, self.node_names),
-                    "nodes": self.nodes_log.columns(), "links": self.links_log.columns()},
+                    "nodes": self.nodes_log.columns(), "links": self.links_log.columns(),
+                    "migrations": migration_columns(self.coordinator.records),
+                    "windows": window_columns(self.coordinator.forwards)},
             facts={"emitted": sum(s.emitted for s in self.sources),
                    "end": self.env.now, "brokers": {b.name: b.received
                                                      for b in self.brokers.values()}})

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 from sim.message import Message
 from sim.stations import Cpu
 from sim.timing import scheduler
@@ -26,6 +28,9 @@ class OperatorInstance:
         self._at = scheduler(env)
         self._on_processed = [self._processed]
         self.processed = 0
+        self.pending = 0  # sent to this instance by a broker and not yet processed
+        self.first_processed = math.inf  # for a migration's downtime
+        self.last_processed = -math.inf
 
     def receive(self, msg: Message) -> None:
         now = self.env._now
@@ -41,12 +46,15 @@ class OperatorInstance:
     def _passes(self) -> int:
         """Selectivity as a running credit: 0.25 passes every fourth message, 2 doubles each."""
         self.processed += 1
+        self.pending -= 1
         self._credit += self.selectivity
         outputs = int(self._credit)
         self._credit -= outputs
         return outputs
 
     def _sink(self, msg: Message, done: float) -> None:
+        self.first_processed = min(self.first_processed, done)
+        self.last_processed = done
         if self._passes():
             self._log.delivered(msg, self.node_index, done)
 

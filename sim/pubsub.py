@@ -13,20 +13,46 @@ from workloads.topics import matches
 
 class Group:
     """An operator's instances; reading through a broker they form one shared subscription
-    (`$share/<operator>/<filter>`), so each message reaches one instance, in turn."""
+    (`$share/<operator>/<filter>`), so each message reaches one instance, in turn.
 
-    def __init__(self, name: str, filters: list[str], instances: list):
+    A stateful operator's group stamps serial numbers on its input, and a migration may pause
+    it (the broker holds its messages) or mirror its input to a second instance."""
+
+    def __init__(self, name: str, filters: list[str], instances: list, sequenced: bool = False):
         self.name = name
         self.filters = filters
+        self.sequenced = sequenced
+        self.next_sn = 1
+        self.paused = False
+        self.held: list[Message] = []
+        self.mirror = None
+        self._set(instances)
+
+    def _set(self, instances: list) -> None:
         self.instances = instances
         self.on_node = {instance.node: instance for instance in instances}
         self._turn = cycle(instances)
+
+    def replace(self, old, new) -> None:
+        """A migration's switch-over: `new` takes `old`'s place in the subscription."""
+        self._set([new if i is old else i for i in self.instances])
 
     def reads(self, topic: str) -> bool:
         return any(matches(f, topic) for f in self.filters)
 
     def pick(self):
         return next(self._turn)
+
+    def take(self, msg: Message) -> list:
+        """The instances this message goes to (none while paused: it is held)."""
+        if self.sequenced:
+            msg.sn = self.next_sn
+            self.next_sn += 1
+        if self.paused:
+            self.held.append(msg.copy())
+            return []
+        instance = self.pick()
+        return [instance] if self.mirror is None else [instance, self.mirror]
 
 
 class Broker:
@@ -85,10 +111,11 @@ class Broker:
         self._dispatch(msg, self.env._now)
 
     def _dispatch(self, msg: Message, t: float) -> None:
-        groups = self._readers(msg.topic)
-        last = len(groups) - 1
-        network = self.network
-        for i, group in enumerate(groups):
-            instance = group.pick()
-            copy = msg if i == last else msg.copy()
-            network.send(copy, network.path(self.name, instance.node), instance.receive, t)
+        targets = [instance for group in self._readers(msg.topic) for instance in group.take(msg)]
+        last = len(targets) - 1
+        for i, instance in enumerate(targets):
+            self.send(msg if i == last else msg.copy(), instance, t)
+
+    def send(self, msg: Message, instance, t: float | None = None) -> None:
+        instance.pending += 1
+        self.network.send(msg, self.network.path(self.name, instance.node), instance.receive, t)

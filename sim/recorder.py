@@ -64,3 +64,28 @@ class SeriesLog:
     def columns(self) -> dict[str, np.ndarray]:
         return {name: np.array(values, dtype=object if values and isinstance(values[0], str)
                                else None) for name, values in self._columns.items()}
+
+
+def migration_columns(records: list) -> dict[str, np.ndarray]:
+    """The migrations table from the coordinator's records."""
+    names = ("id", "operator", "strategy", "source", "target", "start", "end", "downtime",
+             "output_gap", "state_bytes", "chunks", "held", "duplicates", "lost", "reordered", "synchronised")
+    return {name: np.array([getattr(r, name) for r in records],
+                           dtype=object if name in ("operator", "strategy", "source", "target",
+                                                    "synchronised") else None)
+            for name in names}
+
+
+def window_columns(forwards: list) -> dict[str, np.ndarray]:
+    """The windows table: every window output that went downstream."""
+    return {
+        "t": np.array([f.t for f in forwards], dtype=float),
+        "operator": np.array([f.output.operator for f in forwards], dtype=object),
+        "node": np.array([f.output.node for f in forwards], dtype=object),
+        "window": np.array([f.output.index for f in forwards], dtype=np.int64),
+        "last_sn": np.array([f.last_sn for f in forwards], dtype=np.int64),
+        "count": np.array([f.count for f in forwards], dtype=np.int64),
+        "processing_time": np.array([f.t - f.output.t_first for f in forwards], dtype=float),
+        "migration": np.array([f.migration for f in forwards], dtype=np.int64),
+        "adjusted": np.array([f.adjusted for f in forwards], dtype=bool),
+    }

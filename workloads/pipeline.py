@@ -6,11 +6,22 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from topologies.fields import Name, NonNegativeDuration
+from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 
 # `on: gateways` places one instance on every node of that kind.
 KIND_WORDS = {"devices": "device", "gateways": "gateway", "brokers": "broker",
               "cloud": "cloud_vm", "cloud_vms": "cloud_vm", "coordinators": "coordinator"}
+
+
+class WindowSpec(BaseModel):
+    """A tumbling processing-time window count, as the migration thesis's operator: each
+    instance closes window k at k * size plus a timer jitter of its own."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    size: PositiveDuration
+    jitter: NonNegativeDuration = Field(
+        default=5e-3, description="spread of when an instance's window timer fires")
 
 
 class OperatorSpec(BaseModel):
@@ -27,6 +38,8 @@ class OperatorSpec(BaseModel):
     cost: NonNegativeDuration = Field(
         default=0.0, description="service time per message on one reference vCPU")
     selectivity: float = Field(default=1.0, ge=0, le=1000, description="outputs per input")
+    window: WindowSpec | None = Field(
+        default=None, description="count events per tumbling window; outputs one per window")
     params: dict[str, object] = Field(default_factory=dict)
 
     @field_validator("on", "reads", mode="before")
@@ -37,6 +50,10 @@ class OperatorSpec(BaseModel):
     @property
     def is_sink(self) -> bool:
         return self.writes is None
+
+    @property
+    def stateful(self) -> bool:
+        return self.window is not None
 
 
 def topic_filter(read: str) -> str:

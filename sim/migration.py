@@ -1,0 +1,283 @@
+"""Operator migration in the model: the protocols of thesis chapters 5 and 6 as SimPy processes.
+
+- pause_drain (stateless operators): pause the input (the broker holds it), let the source
+  instance finish what it has, switch the subscription to the target, release the input.
+- pause_transfer (chapter 5): the same, and between drain and release the open window's state
+  travels in `chunk`-sized pieces through a ZooKeeper-like store: each piece crosses the
+  network to the store, costs `chunk_overhead` (znode write, watch, read, delete) and crosses
+  to the target; the target loads the state before any new event.
+- parallel (chapter 6): the target starts beside the source, the broker mirrors the input to
+  both with serial numbers, and a consistency checker on the broker's node
+  (workloads.migration.Synchroniser) forwards the right window outputs until the two are
+  consistent; then the source is terminated.
+
+Every coordinator command costs the network latency to the agent and back plus `command`.
+
+Downtime, which the thesis never defines operationally ("output is halted due to processing
+being paused"), is defined here as the time from the last event the source instance processed
+to the first event the target processed, when that is positive (pause strategies), else 0
+(parallel: the target was processing before the source stopped). `output_gap` is what a
+consumer downstream sees: the longest gap between consecutive window outputs that overlaps the
+migration, beyond the window size.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.windowed import WindowedInstance, WindowOutput
+from workloads.migration import Side, Synchroniser
+from workloads.scenario import MigrationSettings, ScheduledMigration
+
+
+@dataclass
+class MigrationRecord:
+    id: int
+    operator: str
+    strategy: str
+    source: str
+    target: str
+    start: float
+    end: float = math.nan
+    state_bytes: int = 0
+    chunks: int = 0
+    held: int = 0  # input messages the broker held while the operator was paused
+    downtime: float = math.nan
+    output_gap: float = math.nan
+    duplicates: int = 0
+    lost: int = 0
+    reordered: int = 0
+    synchronised: str = ""  # parallel: strong, old_ahead or new_ahead
+    instances: tuple = ()  # (source, target) instances, for the processing gap
+
+
+@dataclass
+class Forward:
+    """A window output that went downstream: the sink's view of the operator."""
+
+    t: float
+    output: WindowOutput
+    last_sn: int
+    count: int
+    migration: int  # -1 outside migrations
+    adjusted: bool = False
+
+
+class Coordinator:
+    """Runs migrations; keeps each migrated operator's forwarded window outputs for metrics."""
+
+    def __init__(self, model, settings: MigrationSettings):
+        self.model = model
+        self.env = model.env
+        self.settings = settings
+        self.node = self._coordinator_node()
+        self.store = settings.store or self.node
+        self.records: list[MigrationRecord] = []
+        self.forwards: list[Forward] = []
+        self._active: dict[str, MigrationRecord] = {}  # operator -> its running migration
+        self._checkers: dict[str, tuple[Synchroniser, WindowedInstance, WindowedInstance]] = {}
+
+    def _coordinator_node(self) -> str:
+        topology = self.model.topology
+        for kind in ("coordinator", "broker"):
+            nodes = topology.of_kind(kind)
+            if nodes:
+                return nodes[0].name
+        return next(iter(topology.nodes))
+
+    # -- outputs ----------------------------------------------------------------------------
+
+    def window_closed(self, instance: WindowedInstance, output: WindowOutput) -> None:
+        """Every window output comes here; during a parallel migration it first crosses to
+        the consistency checker on the broker's node."""
+        checking = self._checkers.get(instance.operator)
+        if checking is None:
+            self._forward(output, output.last_sn, output.count, False)
+            return
+        delay = self._latency(instance.node, self._broker_of(instance))
+        self.env.process(self._to_checker(instance, output, delay))
+
+    def _to_checker(self, instance, output: WindowOutput, delay: float):
+        yield self.env.timeout(delay)
+        checking = self._checkers.get(instance.operator)
+        if checking is None:
+            self._forward(output, output.last_sn, output.count, False)
+            return
+        checker, old, _new = checking
+        side = Side.OLD if instance is old else Side.NEW
+        for forwarded in checker.offer(side, (output.last_sn, output.count)):
+            self._forward(output, forwarded.sn, forwarded.count, forwarded.adjusted)
+
+    def _forward(self, output: WindowOutput, last_sn: int, count: int, adjusted: bool) -> None:
+        record = self._active.get(output.operator)
+        forward = Forward(self.env.now, output, last_sn, count, record.id if record else -1,
+                          adjusted)
+        self.forwards.append(forward)
+        self.model.window_forwarded(forward)
+
+    # -- protocols --------------------------------------------------------------------------
+
+    def schedule(self, plan: ScheduledMigration, start: float) -> None:
+        self.env.process(self._migrate(plan, start))
+
+    def _migrate(self, plan: ScheduledMigration, start: float):
+        yield self.env.timeout(max(0.0, start - self.env.now))
+        group = self.model.group(plan.operator)
+        source = (group.on_node.get(plan.source) if plan.source else group.instances[0])
+        strategy = plan.strategy or self.settings.strategy
+        record = MigrationRecord(len(self.records), plan.operator, strategy, source.node,
+                                 plan.target, self.env.now)
+        self.records.append(record)
+        self._active[plan.operator] = record
+        protocol = {"pause_drain": self._pause_drain, "pause_transfer": self._pause_transfer,
+                    "parallel": self._parallel}[strategy]
+        yield from protocol(group, source, plan.target, record)
+        record.end = self.env.now
+        del self._active[plan.operator]
+
+    def _pause_drain(self, group, source, target: str, record: MigrationRecord):
+        yield from self._pause_and_move(group, source, target, record, transfer=False)
+
+    def _pause_transfer(self, group, source, target: str, record: MigrationRecord):
+        yield from self._pause_and_move(group, source, target, record, transfer=True)
+
+    def _pause_and_move(self, group, source, target: str, record: MigrationRecord,
+                        transfer: bool):
+        settings = self.settings
+        # Role assignment to both agents, then launch-retrieve to the target, whose start-up
+        # overlaps the source's pause, drain and state transfer.
+        yield self.env.timeout(max(self._command(source.node), self._command(target)))
+        ready = self.env.now + self._command(target) + settings.launch
+        yield self.env.timeout(self._command(source.node))  # pause-transfer
+        group.paused = True
+        while source.pending > 0:  # drain: what the broker already sent must be processed
+            yield self.env.timeout(1e-3)
+        state = source.stop() if isinstance(source, WindowedInstance) else None
+        if transfer and state is not None:
+            record.state_bytes = state.state_bytes(settings.state_per_event, settings.state_base)
+            yield from self._transfer(source.node, target, record, ready)
+        yield self.env.timeout(max(0.0, ready - self.env.now))
+        instance = self.model.instance_on(group, target, state)
+        if record.state_bytes:
+            # The target processes the transferred state before any new event.
+            load = record.state_bytes * 8 / settings.restore_bandwidth
+            yield self.env.timeout(instance.cpu.admit(self.env.now, load) - self.env.now)
+        group.replace(source, instance)
+        group.paused = False
+        held, group.held = group.held, []
+        record.held = len(held)
+        record.instances = (source, instance)
+        broker = self.model.broker_serving(group)
+        for msg in held:
+            broker.send(msg, instance)
+        yield self.env.timeout(self._command(target) + settings.housekeeping)
+
+    def _transfer(self, source: str, target: str, record: MigrationRecord, ready: float):
+        """Alg. 5.1/5.2: one chunk at a time through the store; the source writes the next only
+        when the target, once it is up (`ready`), has read and deleted the previous one; then
+        an 'end' flag."""
+        settings = self.settings
+        remaining = record.state_bytes
+        while remaining > 0:
+            size = min(settings.chunk, remaining)
+            yield from self._carry(source, self.store, size)
+            yield self.env.timeout(settings.chunk_overhead)
+            yield self.env.timeout(max(0.0, ready - self.env.now))
+            yield from self._carry(self.store, target, size)
+            yield self.env.timeout(self._latency(target, self.store))  # delete: store empty
+            remaining -= size
+            record.chunks += 1
+        yield from self._carry(source, self.store, 1)  # the 'end' flag
+        yield from self._carry(self.store, target, 1)
+
+    def _parallel(self, group, source, target: str, record: MigrationRecord):
+        settings = self.settings
+        yield self.env.timeout(max(self._command(source.node), self._command(target)))
+        yield self.env.timeout(self._command(source.node))  # divert the source
+        checker = Synchroniser(settings.sync)
+        self._checkers[record.operator] = (checker, source, source)
+        yield self.env.timeout(self._command(target) + settings.launch)  # launch-divert
+        instance = self.model.instance_on(group, target, None)
+        if isinstance(instance, WindowedInstance):
+            instance.recording = False  # the source's consumption is the one on record
+        self._checkers[record.operator] = (checker, source, instance)
+        group.mirror = instance
+        while not checker.synchronised:
+            yield self.env.timeout(min(0.05, source.size / 10))
+        record.synchronised = checker.mode.value if checker.mode else ""
+        yield self.env.timeout(self._command(source.node))  # terminate the source
+        source.stop()
+        instance.recording = source.recording
+        group.mirror = None
+        group.replace(source, instance)
+        record.instances = (source, instance)
+        del self._checkers[record.operator]
+        yield self.env.timeout(self._command(target) + settings.housekeeping)  # remove-divert
+
+    # -- costs ------------------------------------------------------------------------------
+
+    def _latency(self, a: str, b: str) -> float:
+        return self.model.network.routes.latency(a, b) if a != b else 0.0
+
+    def _command(self, agent: str) -> float:
+        """A request-response between the coordinator and an agent (through the broker)."""
+        return 2 * self._latency(self.node, agent) + self.settings.command
+
+    def _broker_of(self, instance) -> str:
+        return self.model.broker_serving(self.model.group(instance.operator)).name
+
+    def _carry(self, a: str, b: str, size: int):
+        """Bytes across the network hop by hop, queueing behind the data on each link."""
+        for channel in self.model.network.path(a, b):
+            arrival = channel.transmit(self.env.now, size)
+            while arrival < 0:  # a lost piece is resent by TCP after a timeout
+                yield self.env.timeout(0.2)
+                arrival = channel.transmit(self.env.now, size)
+            yield self.env.timeout(arrival - self.env.now)
+
+    # -- metrics ----------------------------------------------------------------------------
+
+    def finish(self, window_sizes: dict[str, float]) -> None:
+        """Downtime and consistency of each migration from what the instances processed and
+        the outputs that went downstream."""
+        for record in self.records:
+            if record.instances:
+                source, target = record.instances
+                record.downtime = max(0.0, _first(target) - _last(source))
+            period = window_sizes.get(record.operator, 0.0)
+            if not period:
+                continue
+            end = record.end if not math.isnan(record.end) else self.env.now
+            outputs = [f for f in self.forwards if f.output.operator == record.operator]
+            times = [f.t for f in outputs]
+            gaps = [b - a for a, b in zip(times, times[1:], strict=False)
+                    if b >= record.start and a <= end + period]
+            record.output_gap = max(0.0, max(gaps, default=0.0) - period)
+            around = [f for f in outputs if record.start - 2 * period <= f.t <= end + 2 * period]
+            self._consistency(record, around)
+
+    @staticmethod
+    def _consistency(record: MigrationRecord, outputs: list[Forward]) -> None:
+        """Each forwarded output covers the SNs (last_sn - count, last_sn]; gaps are lost
+        events, overlaps duplicates, a step back a reordering."""
+        previous = None
+        for forward in outputs:
+            first = forward.last_sn - forward.count
+            if previous is not None:
+                if forward.last_sn < previous:
+                    record.reordered += 1
+                if first > previous:
+                    record.lost += first - previous
+                elif first < previous:
+                    record.duplicates += min(previous, forward.last_sn) - first
+            previous = max(previous or 0, forward.last_sn)
+
+
+
+def _first(instance) -> float:
+    return getattr(instance, "first_processed", math.inf)
+
+
+def _last(instance) -> float:
+    return getattr(instance, "last_processed", -math.inf)

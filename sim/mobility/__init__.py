@@ -1,0 +1,27 @@
+"""Mobility of users carrying devices: movement models, traces, radio links and handover."""
+
+from sim.mobility.handover import Handover
+from sim.mobility.movement import (
+    Area,
+    ManhattanGrid,
+    Movement,
+    RandomWaypoint,
+    TraceReplay,
+    build_movement,
+)
+from sim.mobility.radio import RadioModel
+from sim.mobility.spec import (
+    HandoverSpec,
+    ManhattanSpec,
+    MobilitySpec,
+    RadioSpec,
+    RandomWaypointSpec,
+    TraceSpec,
+)
+from sim.mobility.traces import Track, load_trace
+
+__all__ = [
+    "Area", "Handover", "HandoverSpec", "ManhattanGrid", "ManhattanSpec", "MobilitySpec",
+    "Movement", "RadioModel", "RadioSpec", "RandomWaypoint", "RandomWaypointSpec", "TraceReplay",
+    "TraceSpec", "Track", "build_movement", "load_trace",
+]

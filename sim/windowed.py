@@ -1,0 +1,113 @@
+"""Windowed operators in the model: a tumbling count per processing-time window.
+
+Each instance closes window k at (k + 1) * size plus a timer jitter of its own, drawn per
+window: two instances fed the same events (a parallel migration) then disagree now and then
+about which window an event near a boundary belongs to, which is what makes the thesis's
+strong synchronisation rare and the synchronisation factor S matter.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from sim.message import Message
+from sim.operators import OperatorInstance
+
+
+@dataclass(slots=True)
+class OpenWindow:
+    """The state a migration moves: the window being filled, as the thesis defines state."""
+
+    index: int
+    count: int = 0
+    first_sn: int = -1
+    last_sn: int = -1
+    t_first: float = 0.0
+
+    def state_bytes(self, per_event: int, base: int) -> int:
+        return base + self.count * per_event
+
+
+@dataclass(slots=True)
+class WindowOutput:
+    operator: str
+    node: str
+    index: int
+    last_sn: int
+    count: int
+    t_first: float  # when the window's first event was processed
+    t_close: float
+
+
+class WindowedInstance(OperatorInstance):
+    """An operator instance that counts events per window and hands each closed window to
+    `on_output(instance, output)` instead of passing messages on."""
+
+    def __init__(self, env, node: str, node_index: int, cpu, cost: float, operator: str,
+                 size: float, jitter: float, rng, on_output, log,
+                 state: OpenWindow | None = None):
+        """`log`: where a sink records the messages it consumed (None: not a sink)."""
+        super().__init__(env, node, node_index, cpu, cost, 1.0, None, None, None, log)
+        self.operator = operator
+        self.size = size
+        self.jitter = jitter
+        self.rng = rng
+        self.on_output = on_output
+        self.active = True
+        self.recording = log is not None  # off while a parallel migration's target mirrors
+        self.first_processed = math.inf
+        self.last_processed = -math.inf
+        self.open = state or OpenWindow(int(env.now // size))
+        self.boundary = self._end_of(self.open.index)
+        env.process(self._timer())
+
+    def _end_of(self, index: int) -> float:
+        return (index + 1) * self.size + (abs(self.rng.gauss(0.0, self.jitter))
+                                          if self.jitter else 0.0)
+
+    def receive(self, msg: Message) -> None:
+        now = self.env._now
+        done = self.cpu.admit(now, self.cost) if self.cost else now
+        if done > now:
+            msg.callbacks = self._on_processed
+            self._at(msg, done)
+        else:
+            self._processed(msg)
+
+    def _processed(self, msg: Message) -> None:
+        self.pending -= 1
+        if not self.active:
+            return  # stopped by a migration: the events are the other instance's now
+        now = self.env._now
+        while now >= self.boundary:
+            self._close(now)
+        window = self.open
+        if window.count == 0:
+            window.first_sn, window.t_first = msg.sn, now
+        window.count += 1
+        window.last_sn = msg.sn
+        self.processed += 1
+        self.first_processed = min(self.first_processed, now)
+        self.last_processed = now
+        if self.recording:
+            self._log.delivered(msg, self.node_index, now)
+
+    def _timer(self):
+        while self.active:
+            yield self.env.timeout(max(0.0, self.boundary - self.env.now))
+            if self.active and self.env.now >= self.boundary:
+                self._close(self.env.now)
+
+    def _close(self, now: float) -> None:
+        window = self.open
+        if window.count:
+            self.on_output(self, WindowOutput(self.operator, self.node, window.index,
+                                              window.last_sn, window.count, window.t_first, now))
+        self.open = OpenWindow(window.index + 1)
+        self.boundary = self._end_of(self.open.index)
+
+    def stop(self) -> OpenWindow:
+        """Stop consuming and closing windows; returns the open window (the state)."""
+        self.active = False
+        return self.open
