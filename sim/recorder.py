@@ -69,10 +69,11 @@ class SeriesLog:
 def migration_columns(records: list) -> dict[str, np.ndarray]:
     """The migrations table from the coordinator's records."""
     names = ("id", "operator", "strategy", "source", "target", "start", "end", "downtime",
-             "output_gap", "state_bytes", "chunks", "held", "duplicates", "lost", "reordered", "synchronised")
+             "output_gap", "state_bytes", "chunks", "held", "duplicates", "lost", "reordered",
+             "synchronised")
+    text = ("operator", "strategy", "source", "target", "synchronised")
     return {name: np.array([getattr(r, name) for r in records],
-                           dtype=object if name in ("operator", "strategy", "source", "target",
-                                                    "synchronised") else None)
+                           dtype=object if name in text else None)
             for name in names}
 
 
