@@ -47,7 +47,8 @@ class SimBackend:
         scenario = plan.spec.scenario
         settings = Settings(duration=run.duration, seed=plan.seed, sample=run.sample,
                             drain=run.drain, driver_cost=run.driver_cost,
-                            migration=scenario.migration, migrations=scenario.migrations)
+                            migration=scenario.migration, migrations=scenario.migrations,
+                            mobility=scenario.mobility, policy=scenario.policy)
         result = simulate(plan.topology, plan.spec.workload, plan.spec.pipeline, settings,
                           progress)
         return RunOutput(result.tables, result.facts)

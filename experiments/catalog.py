@@ -28,7 +28,14 @@ def find(kind: str, name: str, base: Path | None = None) -> Path | None:
         candidates.insert(0, base / name)
     if "/" not in name and not name.endswith((".yaml", ".yml")):
         candidates.append(FOLDERS[kind] / f"{name}.yaml")
-    return next((path for path in candidates if path.is_file()), None)
+    return next((path for path in candidates if _is_file(path)), None)
+
+
+def _is_file(path: Path) -> bool:
+    try:
+        return path.is_file()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL
+        return False
 
 
 def experiment_path(source: str | Path) -> Path:

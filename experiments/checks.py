@@ -20,6 +20,7 @@ def check(spec: ExperimentSpec) -> Topology:
     _check_streams(spec, topology)
     _check_pipeline(spec, topology)
     _check_migrations(spec, topology)
+    _check_mobility(spec, topology)
     return topology
 
 
@@ -116,3 +117,36 @@ def _check_migrations(spec: ExperimentSpec, topology: Topology) -> None:
             raise SpecError(path + ("strategy",), strategy,
                             f"pause_drain: {op.name} has no window state to transfer or "
                             "synchronise")
+
+
+def _check_mobility(spec: ExperimentSpec, topology: Topology) -> None:
+    scenario = spec.scenario
+    follows = [i for i, op in enumerate(spec.pipeline) if op.follow]
+    if scenario.mobility is not None:
+        for j, pattern in enumerate(scenario.mobility.devices or []):
+            found = topology.match(pattern)
+            if not found or any(topology.nodes[n].kind != "device" for n in found):
+                raise SpecError(("scenario", "mobility", "devices", j), pattern,
+                                "device names or patterns that match only devices")
+        if not topology.of_kind("gateway"):
+            raise SpecError(("scenario", "mobility"), "no gateways",
+                            "a topology with gateways for the users to attach to")
+    for i in follows:
+        op = spec.pipeline[i]
+        if scenario.mobility is None:
+            raise SpecError(("pipeline", i, "follow"), op.follow,
+                            "a scenario with mobility: a follow operator follows moving users")
+        for stream in spec.workload.streams:
+            if any(matches(topic_filter(r), f"{stream.name}/x/y") for r in op.reads) and (
+                    stream.channel != "exclusive"):
+                raise SpecError(("pipeline", i, "reads"), stream.name,
+                                "streams on exclusive channels (one topic per device), so a "
+                                "user's instance can read its user's messages")
+    policy = scenario.policy
+    if policy is not None:
+        names = {op.name: op for op in spec.pipeline}
+        if policy.operator not in names or not names[policy.operator].follow:
+            raise SpecError(("scenario", "policy", "operator"), policy.operator,
+                            "a pipeline operator with `follow: users`")
+        for j, where in enumerate(policy.fallback):
+            _check_placement(topology, ("scenario", "policy", "fallback", j), where)

@@ -80,6 +80,14 @@ def load_document(document: Document, overrides: list[str] = (),
                         document.file, 1)
     sources = _Sources({"": document})
     merged = copy.deepcopy(data)
+    overrides = list(overrides)
+    for option in list(overrides):
+        path, value = _assignment(option, "--set")
+        if path in ((key,) for key in REFERENCES):
+            # `--set topology=<name or file>` replaces the reference before it is resolved.
+            merged[path[0]] = value
+            sources.overrides[path] = f"--set {option}"
+            overrides.remove(option)
     references: dict[str, str] = {}
     base = Path(document.file).parent
     for key in REFERENCES:

@@ -33,6 +33,10 @@ TABLES: dict[str, pa.Schema] = {
         ("last_sn", pa.int64()), ("count", pa.int64()), ("processing_time", pa.float64()),
         ("migration", pa.int64()), ("adjusted", pa.bool_()),
     ]),
+    "positions": pa.schema([
+        ("t", pa.float64()), ("device", _name), ("x", pa.float64()), ("y", pa.float64()),
+        ("gateway", _name),
+    ]),
 }
 
 UNITS = {"t_sent": "s", "t_received": "s", "latency": "s", "t": "s", "cpu": "fraction of cores",

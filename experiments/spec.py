@@ -7,9 +7,10 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
+from sim.mobility.spec import MobilitySpec
 from topologies.spec import TopologySpec
 from workloads.pipeline import OperatorSpec
-from workloads.scenario import MigrationSettings, ScheduledMigration
+from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
 MAX_DURATION = 30 * 86400.0
@@ -40,6 +41,8 @@ class ScenarioSpec(BaseModel):
 
     migration: MigrationSettings = Field(default_factory=MigrationSettings)
     migrations: list[ScheduledMigration] = Field(default_factory=list)
+    mobility: MobilitySpec | None = None
+    policy: PolicySpec | None = None
 
 
 class ExperimentSpec(BaseModel):

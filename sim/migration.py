@@ -14,11 +14,11 @@
 Every coordinator command costs the network latency to the agent and back plus `command`.
 
 Downtime, which the thesis never defines operationally ("output is halted due to processing
-being paused"), is defined here as the time from the last event the source instance processed
-to the first event the target processed, when that is positive (pause strategies), else 0
-(parallel: the target was processing before the source stopped). `output_gap` is what a
-consumer downstream sees: the longest gap between consecutive window outputs that overlaps the
-migration, beyond the window size.
+being paused"), is defined here as the time from the pause (the broker starts holding the
+operator's input) until the target has processed the first held event, or until the resume when
+nothing was held; 0 for parallel migration, where the target processes before the source
+stops. `output_gap` is what a consumer downstream sees: the longest gap between consecutive
+window outputs that overlaps the migration, beyond the window size.
 """
 
 from __future__ import annotations
@@ -49,7 +49,9 @@ class MigrationRecord:
     lost: int = 0
     reordered: int = 0
     synchronised: str = ""  # parallel: strong, old_ahead or new_ahead
-    instances: tuple = ()  # (source, target) instances, for the processing gap
+    paused: float = math.nan
+    resumed: float = math.nan
+    target_instance: object = None
 
 
 @dataclass
@@ -91,7 +93,7 @@ class Coordinator:
     def window_closed(self, instance: WindowedInstance, output: WindowOutput) -> None:
         """Every window output comes here; during a parallel migration it first crosses to
         the consistency checker on the broker's node."""
-        checking = self._checkers.get(instance.operator)
+        checking = self._checkers.get(output.operator)
         if checking is None:
             self._forward(output, output.last_sn, output.count, False)
             return
@@ -100,7 +102,7 @@ class Coordinator:
 
     def _to_checker(self, instance, output: WindowOutput, delay: float):
         yield self.env.timeout(delay)
-        checking = self._checkers.get(instance.operator)
+        checking = self._checkers.get(output.operator)
         if checking is None:
             self._forward(output, output.last_sn, output.count, False)
             return
@@ -119,22 +121,33 @@ class Coordinator:
     # -- protocols --------------------------------------------------------------------------
 
     def schedule(self, plan: ScheduledMigration, start: float) -> None:
-        self.env.process(self._migrate(plan, start))
+        """A migration planned in the scenario, at `start`."""
+        self.env.process(self._scheduled(plan, start))
 
-    def _migrate(self, plan: ScheduledMigration, start: float):
+    def _scheduled(self, plan: ScheduledMigration, start: float):
         yield self.env.timeout(max(0.0, start - self.env.now))
         group = self.model.group(plan.operator)
-        source = (group.on_node.get(plan.source) if plan.source else group.instances[0])
-        strategy = plan.strategy or self.settings.strategy
-        record = MigrationRecord(len(self.records), plan.operator, strategy, source.node,
-                                 plan.target, self.env.now)
+        source = group.on_node.get(plan.source) if plan.source else group.instances[0]
+        yield from self._migrate(group, source, plan.target,
+                                 plan.strategy or self.settings.strategy)
+
+    def start(self, group, source, target: str, strategy: str | None, done=None) -> None:
+        """A migration a policy decided, now; `done()` is called when it has ended."""
+        self.env.process(self._migrate(group, source, target, strategy or self.settings.strategy,
+                                       done))
+
+    def _migrate(self, group, source, target: str, strategy: str, done=None):
+        record = MigrationRecord(len(self.records), group.name, strategy, source.node, target,
+                                 self.env.now)
         self.records.append(record)
-        self._active[plan.operator] = record
+        self._active[group.name] = record
         protocol = {"pause_drain": self._pause_drain, "pause_transfer": self._pause_transfer,
                     "parallel": self._parallel}[strategy]
-        yield from protocol(group, source, plan.target, record)
+        yield from protocol(group, source, target, record)
         record.end = self.env.now
-        del self._active[plan.operator]
+        del self._active[group.name]
+        if done is not None:
+            done()
 
     def _pause_drain(self, group, source, target: str, record: MigrationRecord):
         yield from self._pause_and_move(group, source, target, record, transfer=False)
@@ -151,6 +164,7 @@ class Coordinator:
         ready = self.env.now + self._command(target) + settings.launch
         yield self.env.timeout(self._command(source.node))  # pause-transfer
         group.paused = True
+        record.paused = self.env.now
         while source.pending > 0:  # drain: what the broker already sent must be processed
             yield self.env.timeout(1e-3)
         state = source.stop() if isinstance(source, WindowedInstance) else None
@@ -167,7 +181,8 @@ class Coordinator:
         group.paused = False
         held, group.held = group.held, []
         record.held = len(held)
-        record.instances = (source, instance)
+        record.resumed = self.env.now
+        record.target_instance = instance
         broker = self.model.broker_serving(group)
         for msg in held:
             broker.send(msg, instance)
@@ -211,7 +226,7 @@ class Coordinator:
         instance.recording = source.recording
         group.mirror = None
         group.replace(source, instance)
-        record.instances = (source, instance)
+        record.downtime = 0.0
         del self._checkers[record.operator]
         yield self.env.timeout(self._command(target) + settings.housekeeping)  # remove-divert
 
@@ -238,18 +253,23 @@ class Coordinator:
 
     # -- metrics ----------------------------------------------------------------------------
 
-    def finish(self, window_sizes: dict[str, float]) -> None:
+    def finish(self, window_size) -> None:
         """Downtime and consistency of each migration from what the instances processed and
-        the outputs that went downstream."""
+        the outputs that went downstream; `window_size(group)` is 0 for operators without."""
+        by_operator: dict[str, list[Forward]] = {}
+        for forward in self.forwards:
+            by_operator.setdefault(forward.output.operator, []).append(forward)
         for record in self.records:
-            if record.instances:
-                source, target = record.instances
-                record.downtime = max(0.0, _first(target) - _last(source))
-            period = window_sizes.get(record.operator, 0.0)
+            if not math.isnan(record.paused):
+                back = record.resumed
+                if record.held and record.target_instance is not None:
+                    back = getattr(record.target_instance, "first_processed", back)
+                record.downtime = back - record.paused
+            period = window_size(record.operator)
             if not period:
                 continue
             end = record.end if not math.isnan(record.end) else self.env.now
-            outputs = [f for f in self.forwards if f.output.operator == record.operator]
+            outputs = by_operator.get(record.operator, [])
             times = [f.t for f in outputs]
             gaps = [b - a for a, b in zip(times, times[1:], strict=False)
                     if b >= record.start and a <= end + period]
@@ -274,10 +294,3 @@ class Coordinator:
             previous = max(previous or 0, forward.last_sn)
 
 
-
-def _first(instance) -> float:
-    return getattr(instance, "first_processed", math.inf)
-
-
-def _last(instance) -> float:
-    return getattr(instance, "last_processed", -math.inf)

@@ -10,8 +10,11 @@ import simpy
 
 from sim.message import Message
 from sim.migration import Coordinator, Forward
+from sim.mobile import Mobility
+from sim.mobility import MobilitySpec
 from sim.network import Network
 from sim.operators import Driver, OperatorInstance
+from sim.policy import FollowPolicy
 from sim.pubsub import Broker, Group
 from sim.recorder import MessageLog, SeriesLog, migration_columns, window_columns
 from sim.sources import Source
@@ -19,7 +22,7 @@ from sim.stations import Cpu
 from sim.windowed import OpenWindow, WindowedInstance
 from topologies.model import Topology
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
-from workloads.scenario import MigrationSettings, ScheduledMigration
+from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
 HOSTS = ("gateway", "broker", "cloud_vm", "coordinator")  # node kinds with a CPU that runs code
@@ -39,6 +42,8 @@ class Settings:
     direct_handover: bool = True  # off only to check that it changes nothing
     migration: MigrationSettings = field(default_factory=MigrationSettings)
     migrations: list[ScheduledMigration] = field(default_factory=list)
+    mobility: MobilitySpec | None = None
+    policy: PolicySpec | None = None
 
 
 @dataclass
@@ -67,16 +72,29 @@ class Model:
                                           self.network, self._readers)
                         for node in topology.of_kind("broker")}
         self.specs = {spec.name: spec for spec in pipeline}
+        self._plans: dict[tuple[str, str], tuple] = {}
         self.coordinator = Coordinator(self, settings.migration)
         self._window_rng = random.Random(f"{seed}:windows")
-        self.groups = [self._group(spec) for spec in pipeline]
+        self.groups = [self._group(spec) for spec in pipeline if not spec.follow]
+        self._by_name = {group.name: group for group in self.groups}
+        self._spec_of = {group.name: group.name for group in self.groups}
+        self._followers: dict[str, list[Group]] = {}  # device -> its follow operators' groups
         self.drivers: dict[str, Driver] = {}
         self._readers_of: dict[str, list[Group]] = {}
-        self._plans: dict[tuple[str, str], tuple] = {}
         self._nearest_broker: dict[str, str] = {}
         self._next_id = 0
+        self.mobility = None
+        if settings.mobility is not None:
+            devices = self.topology.select(settings.mobility.devices or [
+                n.name for n in self.topology.of_kind("device")])
+            self.mobility = Mobility(self, settings.mobility, devices, seed)
         self.sources = self._sources(workload, random.Random(f"{seed}:sources"))
-        if settings.direct_handover:
+        if self.mobility is not None:
+            self.mobility.start()
+            self.policy = self._follow(pipeline)
+        # Migrations move instances while the model runs, which could break the conditions
+        # under which a direct hand-over is exact: only static pipelines use it.
+        if settings.direct_handover and not (settings.migrations or self.mobility):
             self._hand_over_directly()
         self._schedule_migrations(random.Random(f"{seed}:migrations"))
         self.nodes_log = SeriesLog("t", "node", "cpu", "memory", "queue")
@@ -101,13 +119,17 @@ class Model:
                                  f"{self.topology.nodes[node].kind}; operators run on "
                                  f"{', '.join(HOSTS)}")
             instances.append(self._instance(spec, node))
-        return Group(spec.name, [topic_filter(r) for r in spec.reads], instances,
-                     sequenced=spec.stateful)
+        group = Group(spec.name, [topic_filter(r) for r in spec.reads], instances,
+                      sequenced=spec.stateful)
+        group.on_change = self._plans.clear
+        return group
 
-    def _instance(self, spec: OperatorSpec, node: str, state: OpenWindow | None = None):
+    def _instance(self, spec: OperatorSpec, node: str, state: OpenWindow | None = None,
+                  group: str | None = None):
         if spec.window is not None:
             return WindowedInstance(self.env, node, self.node_index[node], self.cpus[node],
-                                    spec.cost, spec.name, spec.window.size, spec.window.jitter,
+                                    spec.cost, group or spec.name, spec.window.size,
+                                    spec.window.jitter,
                                     self._window_rng, self.coordinator.window_closed,
                                     self.log if spec.is_sink else None, state)
         return OperatorInstance(
@@ -116,11 +138,46 @@ class Model:
             spec.params.get("out_size"), self.publish, self.log)
 
     def group(self, name: str) -> Group:
-        return next(g for g in self.groups if g.name == name)
+        return self._by_name[name]
+
+    def window_size(self, group: str) -> float:
+        window = self.specs[self._spec_of[group]].window
+        return window.size if window is not None else 0.0
+
+    def _follow(self, pipeline: list[OperatorSpec]) -> FollowPolicy | None:
+        """Follow operators: a group per moving user, on the node the policy picks."""
+        mobility = self.mobility
+        policy_spec = self.settings.policy
+        policy = None
+        for spec in (s for s in pipeline if s.follow):
+            groups = []
+            placer = (FollowPolicy(self, policy_spec, mobility, groups,
+                                   self.placement_of(policy_spec.fallback),
+                                   policy_spec.strategy or self.settings.migration.strategy)
+                      if policy_spec is not None and policy_spec.operator == spec.name else None)
+            for user, device in enumerate(mobility.devices):
+                node = (placer.initial(user) if placer else
+                        mobility.gateway_names[max(int(mobility.current[user]), 0)])
+                name = f"{spec.name}@{device}"
+                reads = [f"{r}/+/{device}" for r in spec.reads]
+                group = Group(name, reads, [self._instance(spec, node, group=name)],
+                              sequenced=spec.stateful)
+                group.on_change = self._plans.clear
+                groups.append(group)
+                self._by_name[name] = group
+                self._spec_of[name] = spec.name
+                self._followers.setdefault(device, []).append(group)
+            if placer is not None:
+                policy = placer
+                mobility.on_step = placer.check
+        return policy
+
+    def placement_of(self, where: list[str]) -> list[str]:
+        return self.placement(OperatorSpec(name="placement", on=where, reads=["x"]))
 
     def instance_on(self, group: Group, node: str, state: OpenWindow | None):
         """A new instance of a group's operator on `node`, for a migration's target."""
-        return self._instance(self.specs[group.name], node, state)
+        return self._instance(self.specs[self._spec_of[group.name]], node, state, group.name)
 
     def broker_serving(self, group: Group) -> Broker:
         """The broker that dispatches a group's input (the one its first instance is nearest)."""
@@ -136,7 +193,7 @@ class Model:
 
     def window_forwarded(self, forward: Forward) -> None:
         """A window output went downstream: it is published when its operator writes."""
-        spec = self.specs[forward.output.operator]
+        spec = self.specs[self._spec_of[forward.output.operator]]
         if spec.writes is not None:
             msg = Message(self._new_id(), -1, self.node_index[forward.output.node],
                           forward.output.t_first, int(spec.params.get("out_size", 64)), 0, 1.0,
@@ -154,8 +211,19 @@ class Model:
             devices_of.append(devices)
             for device in devices:
                 per_device.setdefault(device, []).append(index)
+        mobile = ({d: u for u, d in enumerate(self.mobility.devices)} if self.mobility
+                  else {})
         for index, stream in enumerate(workload.streams):
             for device in devices_of[index]:
+                if device in mobile:
+                    # Attached (path, topic, driver) at the first mobility step.
+                    source = Source(self.env, stream, index, self.node_index[device], "",
+                                    rng, self.settings.duration,
+                                    self.mobility.path_of(mobile[device]), None, self.network,
+                                    self._new_id, False)
+                    self.mobility.add_source(mobile[device], source)
+                    sources.append(source)
+                    continue
                 gateway = self._gateway_of(device)
                 if gateway is None:
                     broker = self._broker_for(device)
@@ -164,7 +232,7 @@ class Model:
                 else:
                     topic = (f"{stream.name}/{gateway}" if stream.channel == "shared"
                              else f"{stream.name}/{gateway}/{device}")
-                    target, deliver = gateway, self._driver(gateway).receive
+                    target, deliver = gateway, self.driver(gateway).receive
                 path = self._path(device, target)
                 private = (len(per_device[device]) == 1
                            and (stream.qos == 0 or not path[0].loss if path else False))
@@ -173,7 +241,7 @@ class Model:
                                       self._new_id, private))
         return sources
 
-    def _driver(self, gateway: str) -> Driver:
+    def driver(self, gateway: str) -> Driver:
         if gateway not in self.drivers:
             self.drivers[gateway] = Driver(self.env, gateway, self.cpus[gateway],
                                            self.settings.driver_cost, self.publish)
@@ -217,14 +285,15 @@ class Model:
         cost (so jobs finish in arrival order), it hosts no operator, no route passes through
         it and its links lose nothing (no QoS 1 resend), so its outgoing links see sends in
         time order, as they would with an event at each finish."""
-        hosting = {i.node for g in self.groups for i in g.instances}
-        instances = [i for g in self.groups for i in g.instances]
+        groups = list(self._by_name.values())
+        hosting = {i.node for g in groups for i in g.instances}
+        instances = [i for g in groups for i in g.instances]
         paths = [source.path for source in self.sources]
         for broker in self.brokers:
             paths.extend(self._path(broker, i.node) for i in instances)
         publishers = set(self.drivers) | {i.node for i in instances if i.out_topic}
         for node in publishers - set(self.brokers):
-            if any(node not in g.on_node for g in self.groups):
+            if any(node not in g.on_node for g in groups):
                 paths.append(self._path(node, self._broker_for(node)))
         transit = {channel.src for path in paths for channel in path[1:]}
         lossy = {c.src for c in self.network.channels.values() if c.loss > 0}
@@ -249,7 +318,11 @@ class Model:
     def _readers(self, topic: str) -> list[Group]:
         groups = self._readers_of.get(topic)
         if groups is None:
-            groups = self._readers_of[topic] = [g for g in self.groups if g.reads(topic)]
+            groups = [g for g in self.groups if g.reads(topic)]
+            if self._followers:
+                device = topic.rsplit("/", 1)[-1]
+                groups += [g for g in self._followers.get(device, ()) if g.reads(topic)]
+            self._readers_of[topic] = groups
         return groups
 
     def publish(self, node: str, msg: Message, at: float | None = None) -> None:
@@ -261,12 +334,16 @@ class Model:
             plan = self._plan(node, msg.topic)
         local, broker_path, broker = plan
         last = len(local) - (0 if broker is not None else 1)
-        for i, (group, instance) in enumerate(local):
-            if group.sequenced:
-                msg.sn = group.next_sn
-                group.next_sn += 1
-            instance.pending += 1
-            instance.receive(msg if i == last else msg.copy())
+        for i, group in enumerate(local):
+            copy = msg if i == last else msg.copy()
+            for j, instance in enumerate(group.take(copy)):
+                this = copy if j == 0 else copy.copy()
+                instance.pending += 1
+                if instance.node == node:
+                    instance.receive(this)
+                else:  # a parallel migration's mirror elsewhere
+                    self.network.send(this, self._path(node, instance.node), instance.receive,
+                                      at)
         if broker is not None:
             self.network.send(msg, broker_path, broker.receive, at)
 
@@ -274,7 +351,7 @@ class Model:
         local, remote = [], False
         for group in self._readers(topic):
             if node in group.on_node:
-                local.append((group, group.on_node[node]))
+                local.append(group)
             else:
                 remote = True
         broker = broker_path = None
@@ -303,14 +380,16 @@ class Model:
             if progress:
                 progress(t)
         self.env.run(until=settings.duration + settings.drain)
-        self.coordinator.finish({name: spec.window.size for name, spec in self.specs.items()
-                                 if spec.window is not None})
+        self.coordinator.finish(self.window_size)
         return SimResult(
             tables={"messages": self.log.columns(self.stream_names, self.node_names),
                     "nodes": self.nodes_log.columns(), "links": self.links_log.columns(),
                     "migrations": migration_columns(self.coordinator.records),
-                    "windows": window_columns(self.coordinator.forwards)},
+                    "windows": window_columns(self.coordinator.forwards),
+                    "positions": (self.mobility.positions if self.mobility
+                                  else SeriesLog("t", "device", "x", "y", "gateway")).columns()},
             facts={"emitted": sum(s.emitted for s in self.sources),
+                   "handovers": self.mobility.handovers if self.mobility else 0,
                    "end": self.env.now, "brokers": {b.name: b.received
                                                      for b in self.brokers.values()}})
 

@@ -30,7 +30,6 @@ class OperatorInstance:
         self.processed = 0
         self.pending = 0  # sent to this instance by a broker and not yet processed
         self.first_processed = math.inf  # for a migration's downtime
-        self.last_processed = -math.inf
 
     def receive(self, msg: Message) -> None:
         now = self.env._now
@@ -54,7 +53,6 @@ class OperatorInstance:
 
     def _sink(self, msg: Message, done: float) -> None:
         self.first_processed = min(self.first_processed, done)
-        self.last_processed = done
         if self._passes():
             self._log.delivered(msg, self.node_index, done)
 

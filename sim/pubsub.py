@@ -26,6 +26,7 @@ class Group:
         self.paused = False
         self.held: list[Message] = []
         self.mirror = None
+        self.on_change = None  # told when the instances change (cached routing plans)
         self._set(instances)
 
     def _set(self, instances: list) -> None:
@@ -36,6 +37,8 @@ class Group:
     def replace(self, old, new) -> None:
         """A migration's switch-over: `new` takes `old`'s place in the subscription."""
         self._set([new if i is old else i for i in self.instances])
+        if self.on_change is not None:
+            self.on_change()
 
     def reads(self, topic: str) -> bool:
         return any(matches(f, topic) for f in self.filters)

@@ -57,7 +57,6 @@ class WindowedInstance(OperatorInstance):
         self.active = True
         self.recording = log is not None  # off while a parallel migration's target mirrors
         self.first_processed = math.inf
-        self.last_processed = -math.inf
         self.open = state or OpenWindow(int(env.now // size))
         self.boundary = self._end_of(self.open.index)
         env.process(self._timer())
@@ -89,7 +88,6 @@ class WindowedInstance(OperatorInstance):
         window.last_sn = msg.sn
         self.processed += 1
         self.first_processed = min(self.first_processed, now)
-        self.last_processed = now
         if self.recording:
             self._log.delivered(msg, self.node_index, now)
 

@@ -83,6 +83,9 @@ def parse(text: str, file: str) -> Document:
                         "valid YAML", file) from None
     except RecursionError:
         raise SpecError((), "nesting too deep", "valid YAML of reasonable depth", file) from None
+    except (ValueError, TypeError, AttributeError, OverflowError) as exc:
+        # PyYAML's constructors raise these for bad dates, tagged values or huge integers.
+        raise SpecError((), str(exc).splitlines()[0][:120], "valid YAML values", file) from None
     return Document(file, data, root)
 
 

@@ -20,6 +20,8 @@ class Routes:
 
     def __init__(self, topology: Topology):
         self._graph = topology.graph
+        # Leaves (devices) never carry others' traffic: trees span the rest, which is small.
+        self._core = self._graph.subgraph(n for n, d in self._graph.degree if d > 1)
         self._trees: dict[str, dict[str, str]] = {}
 
     def path(self, source: str, target: str) -> list[str]:
@@ -27,13 +29,25 @@ class Routes:
         if source == target:
             return [source]
         neighbours = self._graph.adj[source]
-        if len(neighbours) == 1:
-            # A leaf (a device) can only go through its one neighbour: no tree needed for the
-            # thousands of gateways devices send to.
-            (only,) = neighbours
-            return [source, *self.path(only, target)]
-        if target in neighbours and len(self._graph.adj[target]) == 1:
-            return [source, target]  # toward a leaf, its one link is the only way
+        target_links = self._graph.adj[target]
+        if len(neighbours) == 1 and len(target_links) == 1 and (
+                target in neighbours or next(iter(neighbours)) in target_links):
+            return [source, target] if target in neighbours else [
+                source, next(iter(neighbours)), target]
+        try:
+            if len(neighbours) == 1:
+                # A leaf (a device) can only go through its one neighbour: no tree needed for
+                # the thousands of gateways devices send to.
+                (only,) = neighbours
+                if len(self._graph.adj[only]) == 1:
+                    raise NoRoute(source, target)  # a pair linked only to each other
+                return [source, *self.path(only, target)]
+            if len(target_links) == 1:
+                # Toward a leaf: its one link is the last hop.
+                (last,) = target_links
+                return [*self.path(source, last), target]
+        except NoRoute:
+            raise NoRoute(source, target) from None
         toward = self._tree(target)
         if source not in toward:
             raise NoRoute(source, target)
@@ -48,10 +62,12 @@ class Routes:
 
     def _tree(self, target: str) -> dict[str, str]:
         """For every node that reaches target, the next node on its lowest-latency path."""
+        if target not in self._trees and target not in self._core:
+            self._trees[target] = {target: target}  # isolated: nothing reaches it
         if target not in self._trees:
             # Dijkstra from the destination: on an undirected graph each node's predecessor is
             # its next hop toward the destination.
-            preds, _ = nx.dijkstra_predecessor_and_distance(self._graph, target, weight="latency")
+            preds, _ = nx.dijkstra_predecessor_and_distance(self._core, target, weight="latency")
             self._trees[target] = {node: (parents[0] if parents else target)
                                    for node, parents in preds.items()}
         return self._trees[target]

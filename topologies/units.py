@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
@@ -18,16 +19,18 @@ _FREQUENCY = {"": 1.0, "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
 
 
 def _split(text: object, what: str, example: str) -> tuple[float, str]:
-    if isinstance(text, bool):
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
         raise ValueError(f"expected {what} such as {example}, got {text!r}")
-    if isinstance(text, (int, float)):
-        return float(text), ""
-    if not isinstance(text, str):
-        raise ValueError(f"expected {what} such as {example}, got {text!r}")
-    match = _QUANTITY.match(text)
-    if not match:
-        raise ValueError(f"expected {what} such as {example}, got {text!r}")
-    return float(match.group(1)), match.group(2)
+    if isinstance(text, str):
+        match = _QUANTITY.match(text)
+        if not match:
+            raise ValueError(f"expected {what} such as {example}, got {text!r}")
+        value, unit = float(match.group(1)), match.group(2)
+    else:
+        value, unit = float(text), ""
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite {what.removeprefix('a ')}, got {text!r}")
+    return value, unit
 
 
 def _scaled(text: object, table: dict, what: str, example: str, lower: bool = True) -> float:
@@ -36,7 +39,10 @@ def _scaled(text: object, table: dict, what: str, example: str, lower: bool = Tr
     if key not in table:
         units = ", ".join(sorted(k for k in table if k))
         raise ValueError(f"unknown unit {unit!r} in {text!r}: {what} takes {units}")
-    return value * table[key]
+    scaled = value * table[key]
+    if not math.isfinite(scaled):
+        raise ValueError(f"{text!r} is too large for {what}")
+    return scaled
 
 
 def duration(text: object) -> float:

@@ -40,6 +40,9 @@ class OperatorSpec(BaseModel):
     selectivity: float = Field(default=1.0, ge=0, le=1000, description="outputs per input")
     window: WindowSpec | None = Field(
         default=None, description="count events per tumbling window; outputs one per window")
+    follow: Literal["users"] | None = Field(
+        default=None, description="one instance per mobile user, reading that user's stream; "
+                                  "placed at the user's gateway and moved by the policy")
     params: dict[str, object] = Field(default_factory=dict)
 
     @field_validator("on", "reads", mode="before")

@@ -54,3 +54,23 @@ class ScheduledMigration(BaseModel):
     target: str = Field(alias="to")
     strategy: Strategy | None = None
 
+
+
+class PolicySpec(BaseModel):
+    """When and where a follow operator's per-user instance moves as its user moves."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    operator: Name = Field(description="a pipeline operator with `follow: users`")
+    kind: Literal["latency_threshold", "nearest_gateway"] = "latency_threshold"
+    threshold: NonNegativeDuration = Field(
+        default=40e-3, description="latency_threshold: move when the user's latency to its "
+                                   "instance exceeds this plus the hysteresis")
+    hysteresis: NonNegativeDuration = Field(
+        default=10e-3, description="latency_threshold: margin above the threshold; "
+                                   "nearest_gateway: none")
+    capacity: int = Field(default=64, ge=1, description="follow instances a gateway may host")
+    fallback: list[str] = Field(
+        default_factory=lambda: ["cloud"], min_length=1,
+        description="where an instance goes when no gateway fits (names, patterns, kinds)")
+    strategy: Strategy | None = None

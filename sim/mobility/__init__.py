@@ -14,6 +14,7 @@ from sim.mobility.spec import (
     HandoverSpec,
     ManhattanSpec,
     MobilitySpec,
+    MovementSpec,
     RadioSpec,
     RandomWaypointSpec,
     TraceSpec,
@@ -22,6 +23,6 @@ from sim.mobility.traces import Track, load_trace
 
 __all__ = [
     "Area", "Handover", "HandoverSpec", "ManhattanGrid", "ManhattanSpec", "MobilitySpec",
-    "Movement", "RadioModel", "RadioSpec", "RandomWaypoint", "RandomWaypointSpec", "TraceReplay",
-    "TraceSpec", "Track", "build_movement", "load_trace",
+    "Movement", "MovementSpec", "RadioModel", "RadioSpec", "RandomWaypoint", "RandomWaypointSpec",
+    "TraceReplay", "TraceSpec", "Track", "build_movement", "load_trace",
 ]

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.mobility.spec import ManhattanSpec, Model, RandomWaypointSpec, TraceSpec
+from sim.mobility.spec import ManhattanSpec, MovementSpec, RandomWaypointSpec, TraceSpec
 from sim.mobility.traces import Track, load_trace
 
 
@@ -172,6 +172,7 @@ class ManhattanGrid(Movement):
 
     def _any_of(self, allowed: np.ndarray) -> np.ndarray:
         """A heading drawn uniformly among the allowed ones of each row."""
+        # Adding the mask lifts every allowed heading's draw above every barred one's.
         return np.argmax(self._rng.random(allowed.shape) + allowed, axis=1)
 
     def _renew(self, due: np.ndarray) -> None:
@@ -219,7 +220,7 @@ class TraceReplay(Movement):
         self._next[users[point == self._last[users]]] = np.inf
 
 
-def build_movement(model: Model, users: int, gateways: np.ndarray,
+def build_movement(model: MovementSpec, users: int, gateways: np.ndarray,
                    rng: np.random.Generator) -> Movement:
     """The movement a spec describes for `users` users; `gateways` (m, 2) places a derived area.
 

@@ -76,7 +76,8 @@ class TraceSpec(_Strict):
         return path
 
 
-Model = Annotated[RandomWaypointSpec | ManhattanSpec | TraceSpec, Field(discriminator="kind")]
+MovementSpec = Annotated[RandomWaypointSpec | ManhattanSpec | TraceSpec,
+                         Field(discriminator="kind")]
 
 
 class RadioSpec(_Strict):
@@ -121,10 +122,10 @@ class HandoverSpec(_Strict):
 class MobilitySpec(_Strict):
     """Which devices are carried by moving users, how they move, and how often they are updated."""
 
-    model: Model = Field(default_factory=RandomWaypointSpec)
+    model: MovementSpec = Field(default_factory=RandomWaypointSpec)
     devices: list[str] | None = Field(
         default=None, min_length=1,
-        description="device names or patterns (phone-*) that move; null: every device")
+        description="device names or patterns (phone-*) that move; null: every device node")
     update: PositiveDuration = Field(default=1.0, description="simulated time between updates")
     record: PositiveDuration | None = Field(
         default=None, description="how often positions are recorded; null: never")

@@ -1,0 +1,98 @@
+"""Users on the move in the model: positions, handovers and radio links, updated at a fixed step.
+
+Each moving device sends over a radio channel of its own whose latency, bandwidth and loss
+follow its distance to the gateway it is attached to; a handover points its streams at the new
+gateway's driver. Positions and attachments are vectorised over all users (sim.mobility).
+"""
+
+from __future__ import annotations
+
+import random
+
+import numpy as np
+
+from sim.mobility import Handover, MobilitySpec, RadioModel, build_movement
+from sim.recorder import SeriesLog
+from sim.stations import Channel
+
+
+class Mobility:
+    def __init__(self, model, spec: MobilitySpec, devices: list[str], seed: int):
+        self.model = model
+        self.env = model.env
+        self.spec = spec
+        self.devices = devices
+        gateways = model.topology.of_kind("gateway")
+        self.gateway_names = [g.name for g in gateways]
+        positions = np.array([g.position for g in gateways], dtype=float)
+        self.movement = build_movement(spec.model, len(devices), positions,
+                                       np.random.default_rng([seed, 1]))
+        self.radio = RadioModel(spec.radio)
+        self.handover = Handover(spec.handover, positions, spec.radio.range)
+        self.current = np.full(len(devices), -1, dtype=np.intp)
+        link_rng = random.Random(f"{seed}:radio")
+        self.channels = [Channel(-1, device, "", 0.0, 0.0, None, 1.0, link_rng)
+                         for device in devices]
+        self.sources: list[list] = [[] for _ in devices]
+        self.positions = SeriesLog("t", "device", "x", "y", "gateway")
+        self.handovers = 0
+        self.radio_latency = np.zeros(len(devices))
+        self._next_record = 0.0
+        self.on_step = None  # the policy's check, called after each step
+
+    def path_of(self, user: int) -> tuple:
+        return (self.channels[user],)
+
+    def add_source(self, user: int, source) -> None:
+        self.sources[user].append(source)
+
+    def start(self) -> None:
+        """Attach everyone at time 0, then update every `update` seconds."""
+        self.step()
+        self.env.process(self._run())
+
+    def _run(self):
+        while True:
+            yield self.env.timeout(self.spec.update)
+            self.step()
+
+    def step(self) -> None:
+        t = self.env.now
+        where = self.movement.positions(t)
+        attached = self.handover.step(t, where, self.current)
+        for user in self.handover.changed:
+            self._attach(int(user), int(attached[user]))
+        self.handovers += int(np.count_nonzero(self.current[self.handover.changed] >= 0))
+        self.current = attached
+        latency, bandwidth, loss = self.radio.link(self.handover.distance)
+        self.radio_latency = latency
+        for channel, lat, bps, lose in zip(self.channels, latency.tolist(), bandwidth.tolist(),
+                                           loss.tolist(), strict=True):
+            channel.latency = lat if lat != float("inf") else 0.0
+            channel.bits_per_s = bps if bps > 0 else None
+            channel.loss = lose
+        if self.spec.record is not None and t >= self._next_record:
+            self._record(t, where, attached)
+            self._next_record = t + self.spec.record
+        if self.on_step is not None:
+            self.on_step(t)
+
+    def _attach(self, user: int, gateway: int) -> None:
+        if gateway < 0:
+            return  # out of coverage: the radio channel loses everything until a gateway is near
+        name = self.gateway_names[gateway]
+        self.channels[user].dst = name
+        driver = self.model.driver(name)
+        device = self.devices[user]
+        for source in self.sources[user]:
+            stream = source.stream
+            source.deliver = driver.receive
+            source.topic = (f"{stream.name}/{name}/{device}" if stream.channel == "exclusive"
+                            else f"{stream.name}/{name}")
+
+    def _record(self, t: float, where: np.ndarray, attached: np.ndarray) -> None:
+        names = self.gateway_names
+        for device, (x, y), gateway in zip(self.devices, where.tolist(), attached.tolist(),
+                                           strict=True):
+            self.positions.append(t=t, device=device, x=x, y=y,
+                                  gateway=names[gateway] if gateway >= 0 else None)
