@@ -46,7 +46,7 @@ def run_experiment(experiment: Experiment, out: Path | str = "results",
                    reporter: Reporter | None = None, sweep_id: str | None = None) -> list[Outcome]:
     """Run all points and repetitions; a failed run records its error and the others go on."""
     reporter = reporter or Reporter()
-    sweep_id = sweep_id or datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    sweep_id = sweep_id or _fresh_sweep_id(Path(out) / experiment.name)
     points = experiment.points
     repetitions = experiment.spec.run.repetitions
     reporter.start(len(points) * repetitions, experiment.spec.run.duration)
@@ -57,6 +57,17 @@ def run_experiment(experiment: Experiment, out: Path | str = "results",
             outcomes.append(_run_one(experiment, point, repetition, Path(out), sweep_id, common,
                                      reporter))
     return outcomes
+
+
+def _fresh_sweep_id(folder: Path) -> str:
+    """The start time to the second, with a counter when that second already has a sweep."""
+    stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
+    taken = {p.name.split("-p")[0] for p in folder.glob(f"{stamp}*")} if folder.exists() else set()
+    candidate, n = stamp, 1
+    while candidate in taken:
+        n += 1
+        candidate = f"{stamp}.{n}"
+    return candidate
 
 
 def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path, sweep_id: str,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pyarrow as pa
 
 _name = pa.dictionary(pa.int32(), pa.string())
@@ -53,8 +54,8 @@ def to_table(name: str, columns: dict) -> pa.Table:
     for column in schema:
         values = columns[column.name]
         if pa.types.is_dictionary(column.type):
-            arrays.append(pa.array(values, type=pa.string()).dictionary_encode()
-                          .cast(column.type))
+            arrays.append(pa.array(np.asarray(values, dtype=object), type=pa.string())
+                          .dictionary_encode().cast(column.type))
         else:
             arrays.append(pa.array(values, type=column.type, from_pandas=True))
     return pa.Table.from_arrays(arrays, schema=schema)

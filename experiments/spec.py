@@ -6,8 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from sim.mobility.spec import MobilitySpec
+from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
 from workloads.pipeline import OperatorSpec
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration

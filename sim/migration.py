@@ -78,6 +78,7 @@ class Coordinator:
         self.records: list[MigrationRecord] = []
         self.forwards: list[Forward] = []
         self._active: dict[str, MigrationRecord] = {}  # operator -> its running migration
+        self._latencies: dict[tuple[str, str], float] = {}
         self._checkers: dict[str, tuple[Synchroniser, WindowedInstance, WindowedInstance]] = {}
 
     def _coordinator_node(self) -> str:
@@ -233,7 +234,10 @@ class Coordinator:
     # -- costs ------------------------------------------------------------------------------
 
     def _latency(self, a: str, b: str) -> float:
-        return self.model.network.routes.latency(a, b) if a != b else 0.0
+        key = (a, b)
+        if key not in self._latencies:
+            self._latencies[key] = self.model.network.routes.latency(a, b) if a != b else 0.0
+        return self._latencies[key]
 
     def _command(self, agent: str) -> float:
         """A request-response between the coordinator and an agent (through the broker)."""

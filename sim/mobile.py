@@ -7,10 +7,9 @@ gateway's driver. Positions and attachments are vectorised over all users (sim.m
 
 from __future__ import annotations
 
-import random
-
 import numpy as np
 
+from sim.draws import LinkDraws
 from sim.mobility import Handover, MobilitySpec, RadioModel, build_movement
 from sim.recorder import SeriesLog
 from sim.stations import Channel
@@ -30,9 +29,8 @@ class Mobility:
         self.radio = RadioModel(spec.radio)
         self.handover = Handover(spec.handover, positions, spec.radio.range)
         self.current = np.full(len(devices), -1, dtype=np.intp)
-        link_rng = random.Random(f"{seed}:radio")
-        self.channels = [Channel(-1, device, "", 0.0, 0.0, None, 1.0, link_rng)
-                         for device in devices]
+        self.channels = [Channel(-1, device, "", 0.0, 0.0, None, 1.0,
+                                 LinkDraws(seed, f"{device}>radio")) for device in devices]
         self.sources: list[list] = [[] for _ in devices]
         self.positions = SeriesLog("t", "device", "x", "y", "gateway")
         self.handovers = 0

@@ -65,7 +65,7 @@ class Model:
         self.stream_names = [stream.name for stream in workload.streams]
         self.log = MessageLog()
         seed = settings.seed
-        self.network = Network(self.env, topology, random.Random(f"{seed}:links"), self._lost)
+        self.network = Network(self.env, topology, seed, self._lost)
         self.cpus = {node.name: Cpu(node.name, node.profile.cores, node.profile.speed)
                      for node in topology.nodes.values() if node.kind in HOSTS}
         self.brokers = {node.name: Broker(self.env, node.name, node.broker, self.cpus[node.name],
@@ -135,7 +135,7 @@ class Model:
         return OperatorInstance(
             self.env, node, self.node_index[node], self.cpus[node], spec.cost,
             spec.selectivity, None if spec.is_sink else f"{spec.writes}/{node}",
-            spec.params.get("out_size"), self.publish, self.log)
+            spec.out_size, self.publish, self.log)
 
     def group(self, name: str) -> Group:
         return self._by_name[name]
@@ -196,7 +196,7 @@ class Model:
         spec = self.specs[self._spec_of[forward.output.operator]]
         if spec.writes is not None:
             msg = Message(self._new_id(), -1, self.node_index[forward.output.node],
-                          forward.output.t_first, int(spec.params.get("out_size", 64)), 0, 1.0,
+                          forward.output.t_first, spec.out_size or 64, 0, 1.0,
                           f"{spec.writes}/{forward.output.node}")
             self.publish(forward.output.node, msg)
 
@@ -297,6 +297,9 @@ class Model:
                 paths.append(self._path(node, self._broker_for(node)))
         transit = {channel.src for path in paths for channel in path[1:]}
         lossy = {c.src for c in self.network.channels.values() if c.loss > 0}
+        if any(source.stream.qos for source in self.sources):
+            # A QoS 1 leg lost on a later link is resent from its start, out of time order.
+            lossy |= {path[0].src for path in paths if path and any(c.loss for c in path)}
         busy = hosting | transit | lossy
         for name, broker in self.brokers.items():
             broker.direct = name not in busy and name not in self.drivers
@@ -336,7 +339,7 @@ class Model:
         last = len(local) - (0 if broker is not None else 1)
         for i, group in enumerate(local):
             copy = msg if i == last else msg.copy()
-            for j, instance in enumerate(group.take(copy)):
+            for j, instance in enumerate(group.take(copy, group.on_node[node])):
                 this = copy if j == 0 else copy.copy()
                 instance.pending += 1
                 if instance.node == node:
@@ -360,6 +363,8 @@ class Model:
         elif remote:
             name = self._broker_for(node)
             broker, broker_path = self.brokers[name], self._path(node, name)
+        if broker is not None:
+            broker.topics.add(topic)
         plan = self._plans[(node, topic)] = (tuple(local), broker_path, broker)
         return plan
 

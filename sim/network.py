@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import random
 from itertools import pairwise
 
+from sim.draws import LinkDraws
 from sim.message import Message
 from sim.stations import Channel
 from sim.timing import scheduler
@@ -15,14 +15,16 @@ from topologies.routing import Routes
 class Network:
     """Carries messages hop by hop; QoS 1 legs redeliver after loss, QoS 0 losses are recorded."""
 
-    def __init__(self, env, topology: Topology, rng: random.Random, on_lost):
+    def __init__(self, env, topology: Topology, seed: int, on_lost):
         self.env = env
         self.routes = Routes(topology)
         self.channels: dict[tuple[str, str], Channel] = {}
         for link in topology.links:
             for src, dst in ((link.a, link.b), (link.b, link.a)):
+                # Only links that draw (jitter, loss) get a random stream of their own.
+                draws = LinkDraws(seed, f"{src}>{dst}") if link.jitter or link.loss else None
                 self.channels[(src, dst)] = Channel(len(self.channels), src, dst, link.latency,
-                                                    link.jitter, link.bandwidth, link.loss, rng)
+                                                    link.jitter, link.bandwidth, link.loss, draws)
         self._paths: dict[tuple[str, str], tuple[Channel, ...]] = {}
         self._on_lost = on_lost
         self._at = scheduler(env)

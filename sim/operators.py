@@ -47,7 +47,8 @@ class OperatorInstance:
         self.processed += 1
         self.pending -= 1
         self._credit += self.selectivity
-        outputs = int(self._credit)
+        # The epsilon keeps float sums exact enough: ten times 0.1 must pass one message.
+        outputs = int(self._credit + 1e-9)
         self._credit -= outputs
         return outputs
 

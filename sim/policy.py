@@ -30,6 +30,8 @@ class FollowPolicy:
         # Latency from each gateway to each possible host, computed once.
         self.latency = np.array([[routes.latency(g, h) if g != h else 0.0 for h in self.hosts]
                                  for g in gateways])
+        # Each gateway's candidate hosts, nearest first (ties by name order).
+        self.order = np.argsort(self.latency[:, :len(gateways)], axis=1, kind="stable")
         self.load = np.zeros(len(self.hosts), dtype=int)
         users = len(mobility.devices)
         self.host = np.full(users, -1, dtype=np.intp)
@@ -39,9 +41,8 @@ class FollowPolicy:
     def place(self, user: int) -> str:
         """Where a user's instance should run now, reserving the room."""
         gateway = int(self.mobility.current[user])
-        candidates = range(len(self.mobility.gateway_names))
-        if gateway >= 0:
-            candidates = sorted(candidates, key=lambda h: (self.latency[gateway, h], h))
+        candidates = (self.order[gateway].tolist() if gateway >= 0
+                      else range(len(self.mobility.gateway_names)))
         for h in candidates:
             if self.load[h] < self.spec.capacity:
                 break

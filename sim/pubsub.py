@@ -32,7 +32,7 @@ class Group:
     def _set(self, instances: list) -> None:
         self.instances = instances
         self.on_node = {instance.node: instance for instance in instances}
-        self._turn = cycle(instances)
+        self._turns: dict[str, cycle] = {}  # each broker takes turns of its own, as MQTT's do
 
     def replace(self, old, new) -> None:
         """A migration's switch-over: `new` takes `old`'s place in the subscription."""
@@ -43,18 +43,22 @@ class Group:
     def reads(self, topic: str) -> bool:
         return any(matches(f, topic) for f in self.filters)
 
-    def pick(self):
-        return next(self._turn)
+    def pick(self, broker: str):
+        turn = self._turns.get(broker)
+        if turn is None:
+            turn = self._turns[broker] = cycle(self.instances)
+        return next(turn)
 
-    def take(self, msg: Message) -> list:
-        """The instances this message goes to (none while paused: it is held)."""
+    def take(self, msg: Message, local=None, broker: str = "") -> list:
+        """The instances this message goes to: `local`, the instance on the node where it was
+        published, or the broker's next in turn; none while paused (it is held)."""
         if self.sequenced:
             msg.sn = self.next_sn
             self.next_sn += 1
         if self.paused:
             self.held.append(msg.copy())
             return []
-        instance = self.pick()
+        instance = local or self.pick(broker)
         return [instance] if self.mirror is None else [instance, self.mirror]
 
 
@@ -83,7 +87,7 @@ class Broker:
         self._on_served = [self._served]
         self.direct = False  # hand copies to the links at the finish time, without an event
         self.received = 0
-        self.topics: set[str] = set()
+        self.topics: set[str] = set()  # every topic published to this broker
 
     def receive(self, msg: Message) -> None:
         now = self.env._now
@@ -104,8 +108,9 @@ class Broker:
         if period > self._period:
             # Only a flush right after a busy period has bytes to write.
             dirty = self._period_bytes if period == self._period + 1 else 0
-            self._stall_until = period * self._interval + self._flush_base + (
-                dirty * 8 / self._disk_bits_per_s)
+            # A flush that outlasts its interval delays the next one: stalls never overlap.
+            self._stall_until = max(self._stall_until, period * self._interval) + (
+                self._flush_base + dirty * 8 / self._disk_bits_per_s)
             self._period, self._period_bytes = period, 0
         self._period_bytes += size
         return done if done >= self._stall_until else self._stall_until
@@ -114,7 +119,8 @@ class Broker:
         self._dispatch(msg, self.env._now)
 
     def _dispatch(self, msg: Message, t: float) -> None:
-        targets = [instance for group in self._readers(msg.topic) for instance in group.take(msg)]
+        targets = [instance for group in self._readers(msg.topic)
+                   for instance in group.take(msg, None, self.name)]
         last = len(targets) - 1
         for i, instance in enumerate(targets):
             self.send(msg if i == last else msg.copy(), instance, t)

@@ -29,6 +29,22 @@ class OpenWindow:
         return base + self.count * per_event
 
 
+class Alarm:
+    """A reusable SimPy event for a timer that is set again each time it rings."""
+
+    __slots__ = ("callbacks", "_ok", "_value", "_ring")
+
+    def __init__(self, ring):
+        self.callbacks = None
+        self._ok = True
+        self._value = None
+        self._ring = [ring]
+
+    def set(self, at, time: float) -> None:
+        self.callbacks = self._ring
+        at(self, time)
+
+
 @dataclass(slots=True)
 class WindowOutput:
     operator: str
@@ -59,7 +75,8 @@ class WindowedInstance(OperatorInstance):
         self.first_processed = math.inf
         self.open = state or OpenWindow(int(env.now // size))
         self.boundary = self._end_of(self.open.index)
-        env.process(self._timer())
+        self._alarm = Alarm(self._ring)
+        self._alarm.set(self._at, self.boundary)
 
     def _end_of(self, index: int) -> float:
         return (index + 1) * self.size + (abs(self.rng.gauss(0.0, self.jitter))
@@ -91,11 +108,15 @@ class WindowedInstance(OperatorInstance):
         if self.recording:
             self._log.delivered(msg, self.node_index, now)
 
-    def _timer(self):
-        while self.active:
-            yield self.env.timeout(max(0.0, self.boundary - self.env.now))
-            if self.active and self.env.now >= self.boundary:
-                self._close(self.env.now)
+    def _ring(self, _alarm) -> None:
+        """The window timer: close the window if its end has come, and set the next alarm
+        (an event may have closed it already and moved the end)."""
+        if not self.active:
+            return
+        now = self.env._now
+        if now >= self.boundary:
+            self._close(now)
+        self._alarm.set(self._at, max(self.boundary, now))
 
     def _close(self, now: float) -> None:
         window = self.open

@@ -6,13 +6,11 @@ import math
 import re
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
-_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-z/%]*)\s*$")
+_QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/%]*)\s*$")
 
 _DURATION = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
              "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 # Bandwidths are in bits per second; "MB/s" style units are bytes and count eight bits each.
-_BANDWIDTH = {"": 1.0, "bit": 1.0, "bps": 1.0, "kbit": 1e3, "kbps": 1e3, "mbit": 1e6, "mbps": 1e6,
-              "gbit": 1e9, "gbps": 1e9, "b/s": 8.0, "kb/s": 8e3, "mb/s": 8e6, "gb/s": 8e9}
 _SIZE = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
          "kib": 1024, "mib": 1024**2, "gib": 1024**3}
 _FREQUENCY = {"": 1.0, "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
@@ -51,11 +49,33 @@ def duration(text: object) -> float:
 
 
 def bandwidth(text: object) -> float:
-    """Bits per second from `100Mbit`, `250kbit`, `1Gbit`, `10MB/s`, or a number of bits/s."""
-    _, unit = _split(text, "a bandwidth", "100Mbit or 10MB/s")
-    if not unit and isinstance(text, str):
-        raise ValueError(f"a bandwidth needs a unit such as Mbit or MB/s, got {text!r}")
-    return _scaled(text, _BANDWIDTH, "a bandwidth", "100Mbit or 10MB/s")
+    """Bits per second from `100Mbit`, `250kbit`, `10Mb/s`, `1Gbps`; bytes from `10MB/s`.
+
+    As networking writes them: a lower-case b is a bit, an upper-case B a byte.
+    """
+    value, unit = _split(text, "a bandwidth", "100Mbit or 10MB/s")
+    if not unit:
+        if isinstance(text, str):
+            raise ValueError(f"a bandwidth needs a unit such as Mbit or MB/s, got {text!r}")
+        return value
+    bytes_ = unit.endswith("B/s")
+    stem = unit[:-3] if bytes_ else unit.removesuffix("/s")
+    for suffix in ("bit", "bps", "b"):
+        if not bytes_ and stem.lower().endswith(suffix) and (suffix != "b" or stem[-1] == "b"):
+            stem = stem[:-len(suffix)]
+            break
+    else:
+        if not bytes_:
+            raise ValueError(f"unknown unit {unit!r} in {text!r}: a bandwidth takes bit, kbit, "
+                             "Mbit, Gbit, Mb/s, Mbps or bytes as kB/s, MB/s, GB/s")
+    prefix = {"": 1.0, "k": 1e3, "m": 1e6, "g": 1e9}.get(stem.lower())
+    if prefix is None:
+        raise ValueError(f"unknown unit {unit!r} in {text!r}: a bandwidth takes bit, kbit, "
+                         "Mbit, Gbit, Mb/s, Mbps or bytes as kB/s, MB/s, GB/s")
+    scaled = value * prefix * (8.0 if bytes_ else 1.0)
+    if not math.isfinite(scaled):
+        raise ValueError(f"{text!r} is too large for a bandwidth")
+    return scaled
 
 
 def size(text: object) -> int:
@@ -84,15 +104,18 @@ def frequency(text: object) -> float:
 
 
 def rate(text: object) -> float:
-    """Events per second from `5/s`, `300/min`, `2/h` or a bare number per second."""
+    """Events per second from `5/s`, `300/min`, `1/10s`, `2/h` or a bare number per second."""
     if isinstance(text, str) and "/" in text:
         count, _, per = text.partition("/")
-        value, unit = _split(count, "a rate", "5/s or 300/min")
-        if unit:
-            raise ValueError(f"expected a rate such as 5/s or 300/min, got {text!r}")
-        period = duration("1" + per.strip()) if per.strip() else 0.0
-        if period <= 0:
-            raise ValueError(f"expected a rate such as 5/s or 300/min, got {text!r}")
+        try:
+            value, unit = _split(count, "a rate", "5/s or 300/min")
+            # A period without a number is one of its unit: `/min` is `/1min`.
+            period = duration(per.strip() if per.strip()[:1].isdigit() else "1" + per.strip())
+        except ValueError:
+            raise ValueError(f"expected a rate such as 5/s, 300/min or 1/10s, got {text!r}")\
+                from None
+        if unit or period <= 0:
+            raise ValueError(f"expected a rate such as 5/s, 300/min or 1/10s, got {text!r}")
         return value / period
     value, unit = _split(text, "a rate", "5/s or 300/min")
     if unit:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from topologies.fields import Name, NonNegativeDuration, PositiveDuration
+from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Size
 
 # `on: gateways` places one instance on every node of that kind.
 KIND_WORDS = {"devices": "device", "gateways": "gateway", "brokers": "broker",
@@ -38,6 +38,7 @@ class OperatorSpec(BaseModel):
     cost: NonNegativeDuration = Field(
         default=0.0, description="service time per message on one reference vCPU")
     selectivity: float = Field(default=1.0, ge=0, le=1000, description="outputs per input")
+    out_size: Size | None = Field(default=None, description="bytes per output (default: as in)")
     window: WindowSpec | None = Field(
         default=None, description="count events per tumbling window; outputs one per window")
     follow: Literal["users"] | None = Field(
