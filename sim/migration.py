@@ -166,8 +166,9 @@ class Coordinator:
         yield self.env.timeout(self._command(source.node))  # pause-transfer
         group.paused = True
         record.paused = self.env.now
-        while source.pending > 0:  # drain: what the broker already sent must be processed
-            yield self.env.timeout(1e-3)
+        if source.pending > 0:  # drain: what the broker already sent must be processed
+            source.drained = self.env.event()
+            yield source.drained
         state = source.stop() if isinstance(source, WindowedInstance) else None
         if transfer and state is not None:
             record.state_bytes = state.state_bytes(settings.state_per_event, settings.state_base)
@@ -247,13 +248,18 @@ class Coordinator:
         return self.model.broker_serving(self.model.group(instance.operator)).name
 
     def _carry(self, a: str, b: str, size: int):
-        """Bytes across the network hop by hop, queueing behind the data on each link."""
+        """Bytes across the network, queueing behind the data on each link. The hops are
+        computed at once (store and forward) rather than with an event each: a state chunk
+        may then take its place on a later link a little before data that reaches that link
+        first, an error of at most one chunk's serialisation there."""
+        t = self.env.now
         for channel in self.model.network.path(a, b):
-            arrival = channel.transmit(self.env.now, size)
+            arrival = channel.transmit(t, size)
             while arrival < 0:  # a lost piece is resent by TCP after a timeout
-                yield self.env.timeout(0.2)
-                arrival = channel.transmit(self.env.now, size)
-            yield self.env.timeout(arrival - self.env.now)
+                t += 0.2
+                arrival = channel.transmit(t, size)
+            t = arrival
+        yield self.env.timeout(t - self.env.now)
 
     # -- metrics ----------------------------------------------------------------------------
 

@@ -15,6 +15,26 @@ from sim.recorder import SeriesLog
 from sim.stations import Channel
 
 
+class RadioChannel(Channel):
+    """A user's radio uplink: latency, bandwidth and loss are its user's at this step, read
+    when it transmits, so a step updates three lists instead of every user's channel."""
+
+    __slots__ = ("mobility", "user")
+
+    def __init__(self, mobility, user: int, device: str, draws: LinkDraws):
+        super().__init__(-1, device, "", 0.0, 0.0, None, 1.0, draws)
+        self.mobility = mobility
+        self.user = user
+
+    def transmit(self, now: float, size: int) -> float:
+        mobility, user = self.mobility, self.user
+        self.latency = mobility.link_latency[user]
+        bandwidth = mobility.link_bandwidth[user]
+        self.bits_per_s = bandwidth if bandwidth > 0 else None
+        self.loss = mobility.link_loss[user]
+        return Channel.transmit(self, now, size)
+
+
 class Mobility:
     def __init__(self, model, spec: MobilitySpec, devices: list[str], seed: int):
         self.model = model
@@ -29,8 +49,11 @@ class Mobility:
         self.radio = RadioModel(spec.radio)
         self.handover = Handover(spec.handover, positions, spec.radio.range)
         self.current = np.full(len(devices), -1, dtype=np.intp)
-        self.channels = [Channel(-1, device, "", 0.0, 0.0, None, 1.0,
-                                 LinkDraws(seed, f"{device}>radio")) for device in devices]
+        self.channels = [RadioChannel(self, user, device, LinkDraws(seed, f"{device}>radio"))
+                         for user, device in enumerate(devices)]
+        self.link_latency: list[float] = [0.0] * len(devices)
+        self.link_bandwidth: list[float] = [0.0] * len(devices)
+        self.link_loss: list[float] = [1.0] * len(devices)
         self.sources: list[list] = [[] for _ in devices]
         self.positions = SeriesLog("t", "device", "x", "y", "gateway")
         self.handovers = 0
@@ -64,11 +87,10 @@ class Mobility:
         self.current = attached
         latency, bandwidth, loss = self.radio.link(self.handover.distance)
         self.radio_latency = latency
-        for channel, lat, bps, lose in zip(self.channels, latency.tolist(), bandwidth.tolist(),
-                                           loss.tolist(), strict=True):
-            channel.latency = lat if lat != float("inf") else 0.0
-            channel.bits_per_s = bps if bps > 0 else None
-            channel.loss = lose
+        # Out of range: latency inf, bandwidth 0, loss 1; the loss alone decides.
+        self.link_latency = np.where(np.isfinite(latency), latency, 0.0).tolist()
+        self.link_bandwidth = bandwidth.tolist()
+        self.link_loss = loss.tolist()
         if self.spec.record is not None and t >= self._next_record:
             self._record(t, where, attached)
             self._next_record = t + self.spec.record

@@ -73,6 +73,7 @@ class Model:
                         for node in topology.of_kind("broker")}
         self.specs = {spec.name: spec for spec in pipeline}
         self._plans: dict[tuple[str, str], tuple] = {}
+        self._plans_of: dict[str, list[tuple[str, str]]] = {}  # group -> plans it is part of
         self.coordinator = Coordinator(self, settings.migration)
         self._window_rng = random.Random(f"{seed}:windows")
         self.groups = [self._group(spec) for spec in pipeline if not spec.follow]
@@ -121,7 +122,7 @@ class Model:
             instances.append(self._instance(spec, node))
         group = Group(spec.name, [topic_filter(r) for r in spec.reads], instances,
                       sequenced=spec.stateful)
-        group.on_change = self._plans.clear
+        group.on_change = self._forget_plans
         return group
 
     def _instance(self, spec: OperatorSpec, node: str, state: OpenWindow | None = None,
@@ -162,7 +163,7 @@ class Model:
                 reads = [f"{r}/+/{device}" for r in spec.reads]
                 group = Group(name, reads, [self._instance(spec, node, group=name)],
                               sequenced=spec.stateful)
-                group.on_change = self._plans.clear
+                group.on_change = self._forget_plans
                 groups.append(group)
                 self._by_name[name] = group
                 self._spec_of[name] = spec.name
@@ -350,9 +351,15 @@ class Model:
         if broker is not None:
             self.network.send(msg, broker_path, broker.receive, at)
 
+    def _forget_plans(self, group: Group) -> None:
+        """A group's instances moved: the plans that deliver to it must be made again."""
+        for key in self._plans_of.pop(group.name, ()):
+            self._plans.pop(key, None)
+
     def _plan(self, node: str, topic: str) -> tuple:
         local, remote = [], False
         for group in self._readers(topic):
+            self._plans_of.setdefault(group.name, []).append((node, topic))
             if node in group.on_node:
                 local.append(group)
             else:

@@ -29,6 +29,7 @@ class OperatorInstance:
         self._on_processed = [self._processed]
         self.processed = 0
         self.pending = 0  # sent to this instance by a broker and not yet processed
+        self.drained = None  # a migration's event, fired when nothing is pending any more
         self.first_processed = math.inf  # for a migration's downtime
 
     def receive(self, msg: Message) -> None:
@@ -46,6 +47,9 @@ class OperatorInstance:
         """Selectivity as a running credit: 0.25 passes every fourth message, 2 doubles each."""
         self.processed += 1
         self.pending -= 1
+        if self.drained is not None and self.pending <= 0:
+            self.drained.succeed()
+            self.drained = None
         self._credit += self.selectivity
         # The epsilon keeps float sums exact enough: ten times 0.1 must pass one message.
         outputs = int(self._credit + 1e-9)
@@ -58,15 +62,8 @@ class OperatorInstance:
             self._log.delivered(msg, self.node_index, done)
 
     def _processed(self, msg: Message) -> None:
-        # Selectivity as a running credit: 0.25 passes every fourth message, 2 doubles each.
-        self._credit += self.selectivity
-        outputs = int(self._credit)
-        if not outputs:
-            return
-        self._credit -= outputs
-        if self.out_topic is None:
-            self._log.delivered(msg, self.node_index, self.env._now)
-            return
+        self.first_processed = min(self.first_processed, self.env._now)
+        outputs = self._passes()
         for k in range(outputs):
             out = msg if k == outputs - 1 else msg.copy()
             out.topic = self.out_topic

@@ -38,7 +38,7 @@ class Group:
         """A migration's switch-over: `new` takes `old`'s place in the subscription."""
         self._set([new if i is old else i for i in self.instances])
         if self.on_change is not None:
-            self.on_change()
+            self.on_change(self)
 
     def reads(self, topic: str) -> bool:
         return any(matches(f, topic) for f in self.filters)

@@ -32,16 +32,18 @@ class OpenWindow:
 class Alarm:
     """A reusable SimPy event for a timer that is set again each time it rings."""
 
-    __slots__ = ("callbacks", "_ok", "_value", "_ring")
+    __slots__ = ("callbacks", "_ok", "_value", "_ring", "armed")
 
     def __init__(self, ring):
         self.callbacks = None
         self._ok = True
         self._value = None
         self._ring = [ring]
+        self.armed = False
 
     def set(self, at, time: float) -> None:
         self.callbacks = self._ring
+        self.armed = True
         at(self, time)
 
 
@@ -76,7 +78,8 @@ class WindowedInstance(OperatorInstance):
         self.open = state or OpenWindow(int(env.now // size))
         self.boundary = self._end_of(self.open.index)
         self._alarm = Alarm(self._ring)
-        self._alarm.set(self._at, self.boundary)
+        if self.open.count:
+            self._alarm.set(self._at, self.boundary)
 
     def _end_of(self, index: int) -> float:
         return (index + 1) * self.size + (abs(self.rng.gauss(0.0, self.jitter))
@@ -93,6 +96,9 @@ class WindowedInstance(OperatorInstance):
 
     def _processed(self, msg: Message) -> None:
         self.pending -= 1
+        if self.drained is not None and self.pending <= 0:
+            self.drained.succeed()
+            self.drained = None
         if not self.active:
             return  # stopped by a migration: the events are the other instance's now
         now = self.env._now
@@ -101,6 +107,8 @@ class WindowedInstance(OperatorInstance):
         window = self.open
         if window.count == 0:
             window.first_sn, window.t_first = msg.sn, now
+            if not self._alarm.armed:  # only a window with events needs closing
+                self._alarm.set(self._at, self.boundary)
         window.count += 1
         window.last_sn = msg.sn
         self.processed += 1
@@ -111,12 +119,14 @@ class WindowedInstance(OperatorInstance):
     def _ring(self, _alarm) -> None:
         """The window timer: close the window if its end has come, and set the next alarm
         (an event may have closed it already and moved the end)."""
+        self._alarm.armed = False
         if not self.active:
             return
         now = self.env._now
         if now >= self.boundary:
             self._close(now)
-        self._alarm.set(self._at, max(self.boundary, now))
+        if self.open.count:  # the end moved on while the alarm waited: wait for the new one
+            self._alarm.set(self._at, max(self.boundary, now))
 
     def _close(self, now: float) -> None:
         window = self.open

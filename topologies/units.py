@@ -110,7 +110,10 @@ def rate(text: object) -> float:
         try:
             value, unit = _split(count, "a rate", "5/s or 300/min")
             # A period without a number is one of its unit: `/min` is `/1min`.
-            period = duration(per.strip() if per.strip()[:1].isdigit() else "1" + per.strip())
+            per = per.strip()
+            if not per:
+                raise ValueError("no period")
+            period = duration(per if per[:1].isdigit() else "1" + per)
         except ValueError:
             raise ValueError(f"expected a rate such as 5/s, 300/min or 1/10s, got {text!r}")\
                 from None

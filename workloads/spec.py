@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from topologies.fields import Name, PositiveDuration, Rate, Size
+from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Rate, Size
 from workloads.rates import Constant, Shape, shape_shorthand
 
 
@@ -27,7 +27,7 @@ class StreamSpec(BaseModel):
     # Seed 001, 3.3: shared channels map to one topic per gateway, exclusive ones to one
     # topic per driver instance (here: per device).
     channel: Literal["shared", "exclusive"] = "shared"
-    start: float = Field(default=0.0, ge=0, description="seconds before the first message")
+    start: NonNegativeDuration = Field(default=0.0, description="time before the first message")
 
     @field_validator("sources", mode="before")
     @classmethod

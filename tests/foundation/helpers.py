@@ -1,0 +1,64 @@
+"""Helpers for the foundation tests: build experiments from YAML text and simulate them."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from experiments.loader import RunPoint, parse_text
+from sim.model import Model, Settings, SimResult, simulate
+
+
+def point(text: str, overrides: list[str] = ()) -> RunPoint:
+    """The single sweep point of an experiment written as YAML text."""
+    experiment = parse_text(text, overrides=overrides)
+    assert len(experiment.points) == 1
+    return experiment.points[0]
+
+
+def settings(run_point: RunPoint, **changes) -> Settings:
+    run = run_point.spec.run
+    values = dict(duration=run.duration, seed=run.seed, sample=run.sample, drain=run.drain,
+                  driver_cost=run.driver_cost)
+    values.update(changes)
+    return Settings(**values)
+
+
+def model(text: str, **changes) -> Model:
+    run_point = point(text)
+    return Model(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                 settings(run_point, **changes))
+
+
+def simulate_point(run_point: RunPoint, **changes) -> SimResult:
+    """Simulate one sweep point; `changes` override its Settings."""
+    return simulate(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                    settings(run_point, **changes))
+
+
+def run(text: str, overrides: list[str] = (), **changes) -> SimResult:
+    """Simulate an experiment given as YAML text; `changes` override its Settings."""
+    return simulate_point(point(text, overrides), **changes)
+
+
+def messages(text: str, overrides: list[str] = (), **changes) -> dict[str, np.ndarray]:
+    return run(text, overrides, **changes).tables["messages"]
+
+
+def assert_tables_equal(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> None:
+    """Every column equal, NaN equal to NaN."""
+    assert list(a) == list(b)
+    for name in a:
+        x, y = a[name], b[name]
+        assert x.shape == y.shape, name
+        if x.dtype.kind == "f":
+            assert np.array_equal(x, y, equal_nan=True), name
+        else:
+            assert np.array_equal(x, y), name
+
+
+def tables_differ(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
+    try:
+        assert_tables_equal(a, b)
+    except AssertionError:
+        return True
+    return False
