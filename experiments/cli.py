@@ -20,8 +20,10 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="foglab: fog and IoT stream processing experiments, simulated or emulated.")
 topo_app = typer.Typer(no_args_is_help=True, help="Look at topologies.")
 results_app = typer.Typer(no_args_is_help=True, help="Look at results.")
+bench_app = typer.Typer(no_args_is_help=True, help="Micro-benchmarks.")
 app.add_typer(topo_app, name="topo")
 app.add_typer(results_app, name="results")
+app.add_typer(bench_app, name="bench")
 console = Console()
 
 Sets = Annotated[list[str] | None,
@@ -236,6 +238,43 @@ def results_show(run_folder: Path) -> None:
                 "config_hash", "revision", "point"):
         console.print(f"{key:12} {manifest.get(key)}", highlight=False)
     console.print_json(json.dumps(found.summary))
+
+
+@bench_app.command("riot")
+def bench_riot(
+    tasks: Annotated[list[str] | None, typer.Argument(help="task names (default: all)")] = None,
+    seconds: Annotated[float, typer.Option(help="measuring time per task")] = 1.0,
+    dataset: Annotated[str, typer.Option(help="city or taxi")] = "city",
+    out: Annotated[Path, typer.Option(help="folder for the table and plot")] = Path(
+        "results/bench-riot")) -> None:
+    """RIoTBench's micro-benchmark: each task on one core, its peak throughput, latency
+    percentiles, CPU per message and memory (seed 003, section 5); writes a table and a plot.
+    The CPU per message is what `python -m workloads.riot.costs` turns into simulator costs."""
+    from workloads.riot.bench import bench_tasks, write_report
+    from workloads.riot.tasks.base import TASKS
+
+    names = tasks or sorted(TASKS)
+    unknown = [n for n in names if n not in TASKS]
+    if unknown:
+        console.print(f"[red]error:[/red] unknown task {unknown[0]!r}; tasks are "
+                      f"{', '.join(sorted(TASKS))}", highlight=False)
+        raise typer.Exit(2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=console, transient=True) as bars:
+        bar = bars.add_task("tasks", total=len(names))
+        table = bench_tasks(names, duration=seconds, dataset=dataset,
+                            progress=lambda name, done, total: bars.update(
+                                bar, completed=done, description=name))
+    view = Table(title=f"RIoTBench tasks on one core ({dataset})")
+    for column in ("task", "msg/s", "CPU µs/msg", "p50 µs", "p95 µs", "p99 µs", "selectivity"):
+        view.add_column(column, justify="left" if column == "task" else "right")
+    for row in table.sort_values("throughput", ascending=False).itertuples():
+        view.add_row(row.task, f"{row.throughput:,.0f}", f"{row.cpu_per_message * 1e6:.2f}",
+                     f"{row.latency_p50 * 1e6:.1f}", f"{row.latency_p95 * 1e6:.1f}",
+                     f"{row.latency_p99 * 1e6:.1f}", f"{row.selectivity_measured:.3f}")
+    console.print(view)
+    for kind, path in write_report(table, out).items():
+        console.print(f"{kind:8} {path}", highlight=False)
 
 
 if __name__ == "__main__":

@@ -22,6 +22,7 @@ from sim.stations import Cpu
 from sim.windowed import OpenWindow, WindowedInstance
 from topologies.model import Topology
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
+from workloads.riot.costs import task_cost
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
@@ -127,14 +128,15 @@ class Model:
 
     def _instance(self, spec: OperatorSpec, node: str, state: OpenWindow | None = None,
                   group: str | None = None):
+        cost = spec.cost if spec.cost is not None else (task_cost(spec.task) or 0.0)
         if spec.window is not None:
             return WindowedInstance(self.env, node, self.node_index[node], self.cpus[node],
-                                    spec.cost, group or spec.name, spec.window.size,
+                                    cost, group or spec.name, spec.window.size,
                                     spec.window.jitter,
                                     self._window_rng, self.coordinator.window_closed,
                                     self.log if spec.is_sink else None, state)
         return OperatorInstance(
-            self.env, node, self.node_index[node], self.cpus[node], spec.cost,
+            self.env, node, self.node_index[node], self.cpus[node], cost,
             spec.selectivity, None if spec.is_sink else f"{spec.writes}/{node}",
             spec.out_size, self.publish, self.log)
 

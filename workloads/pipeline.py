@@ -35,8 +35,9 @@ class OperatorSpec(BaseModel):
     on: list[str] = Field(min_length=1, description="node names, patterns or kinds (gateways)")
     reads: list[str] = Field(min_length=1, description="stream names or MQTT topic filters")
     writes: Name | None = None
-    cost: NonNegativeDuration = Field(
-        default=0.0, description="service time per message on one reference vCPU")
+    cost: NonNegativeDuration | None = Field(
+        default=None, description="service time per message on one reference vCPU; unset: "
+                                  "the calibrated cost of `task` (foglab bench riot), else 0")
     selectivity: float = Field(default=1.0, ge=0, le=1000, description="outputs per input")
     out_size: Size | None = Field(default=None, description="bytes per output (default: as in)")
     window: WindowSpec | None = Field(
