@@ -6,7 +6,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup run test test-fast lint bench clean
+.PHONY: setup host run test test-fast lint bench clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -19,10 +19,25 @@ $(STAMP): pyproject.toml
 
 setup: $(STAMP)
 
+# What the tests use beyond Python: Mosquitto and a Java runtime (Spark tests); Docker Engine,
+# binfmt for arm64 and debootstrap (emulation tests, through the host doctor). Root only.
+host: setup
+	@if [ "$$(id -u)" = 0 ]; then \
+		missing=""; \
+		command -v mosquitto >/dev/null || [ -x /usr/sbin/mosquitto ] || missing="$$missing mosquitto"; \
+		command -v java >/dev/null || missing="$$missing openjdk-17-jre-headless"; \
+		if [ -n "$$missing" ]; then \
+			apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+		fi; \
+		$(PY) -m emu.host --fix; \
+	else \
+		echo "not root: Spark and emulation tests run only where their services are present"; \
+	fi
+
 run: setup
 	$(VENV)/bin/foglab run quickstart
 
-test: setup
+test: setup host
 	$(PY) -m pytest
 
 test-fast: setup

@@ -1,0 +1,1 @@
+"""Build-time helpers for the images: root filesystems and the files copied into them."""
