@@ -21,9 +21,11 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 topo_app = typer.Typer(no_args_is_help=True, help="Look at topologies.")
 results_app = typer.Typer(no_args_is_help=True, help="Look at results.")
 bench_app = typer.Typer(no_args_is_help=True, help="Micro-benchmarks.")
+emu_app = typer.Typer(no_args_is_help=True, help="Prepare the host and images for emulation.")
 app.add_typer(topo_app, name="topo")
 app.add_typer(results_app, name="results")
 app.add_typer(bench_app, name="bench")
+app.add_typer(emu_app, name="emu")
 console = Console()
 
 Sets = Annotated[list[str] | None,
@@ -275,6 +277,46 @@ def bench_riot(
     console.print(view)
     for kind, path in write_report(table, out).items():
         console.print(f"{kind:8} {path}", highlight=False)
+
+
+@emu_app.command("doctor")
+def emu_doctor(fix: Annotated[bool, typer.Option(
+        help="install and start what is missing (root): docker.io, qemu-user-static, "
+             "binfmt-support, debootstrap")] = False) -> None:
+    """Check this host for emulation: Docker Engine, arm64 through binfmt, debootstrap, netem."""
+    from emu.host import check
+
+    outcome = check(fix=fix, report=lambda line: console.print(f"[dim]{line}[/dim]"))
+    console.print(outcome.table())
+    if not outcome.ready:
+        raise typer.Exit(1)
+
+
+@emu_app.command("build")
+def emu_build(images: Annotated[list[str] | None, typer.Argument(
+        help="gateway, cloud, services (default: all)")] = None) -> None:
+    """Build the images from Debian (debootstrap, docker import); cached by their inputs."""
+    from emu.images import IMAGES, ensure_image
+
+    names = images or list(IMAGES)
+    unknown = [n for n in names if n not in IMAGES]
+    if unknown:
+        console.print(f"[red]error:[/red] unknown image {unknown[0]!r}; images are "
+                      f"{', '.join(IMAGES)}", highlight=False)
+        raise typer.Exit(2)
+    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
+                  console=console, transient=True) as bars:
+        for name in names:
+            bar = bars.add_task(name, total=1.0)
+
+            def progress(stage: str, fraction: float | None, bar=bar, name=name) -> None:
+                bars.update(bar, description=f"{name}: {stage}",
+                            completed=fraction if fraction is not None else None)
+
+            built = ensure_image(IMAGES[name], progress=progress)
+            bars.update(bar, completed=1.0)
+            console.print(f"{name:9} {built.tag}  {'cached' if built.cached else 'built'}",
+                          highlight=False)
 
 
 if __name__ == "__main__":
