@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import time
 
+from experiments.backends import sim_settings
 from experiments.loader import parse_text
-from sim.model import Model, Settings
+from sim.model import Model
 
 EXPERIMENT = """
 name: sim-mobility
@@ -45,9 +46,7 @@ def main() -> None:
                             overrides=[f"topology.nodes.0.replicas={args.users}"])
     point = experiment.points[0]
     spec = point.spec
-    settings = Settings(duration=spec.run.duration, seed=spec.run.seed, drain=spec.run.drain,
-                        migration=spec.scenario.migration, mobility=spec.scenario.mobility,
-                        policy=spec.scenario.policy)
+    settings = sim_settings(spec)
     start, cpu_start = time.perf_counter(), time.process_time()
     model = Model(point.topology, spec.workload, spec.pipeline, settings)
     built, cpu_built = time.perf_counter(), time.process_time()

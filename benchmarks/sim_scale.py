@@ -12,9 +12,10 @@ import argparse
 import resource
 import time
 
+from experiments.backends import sim_settings
 from experiments.loader import parse_text
 from experiments.schema import to_table
-from sim.model import Settings, simulate
+from sim.model import simulate
 
 EXPERIMENT = """
 name: sim-scale
@@ -39,9 +40,8 @@ def main() -> None:
                             overrides=[f"topology.nodes.0.replicas={args.devices}"])
     point = experiment.points[0]
     loaded = time.perf_counter()
-    run = point.spec.run
     result = simulate(point.topology, point.spec.workload, point.spec.pipeline,
-                      Settings(duration=run.duration, seed=run.seed, drain=run.drain))
+                      sim_settings(point.spec))
     simulated = time.perf_counter()
     tables = {name: to_table(name, columns) for name, columns in result.tables.items()}
     done = time.perf_counter()

@@ -12,8 +12,9 @@ import time
 
 import simpy
 
+from experiments.backends import sim_settings
 from experiments.loader import parse_text
-from sim.model import Settings, simulate
+from sim.model import simulate
 
 EXPERIMENT = """
 name: sim-throughput
@@ -68,7 +69,7 @@ def main() -> None:
     experiment = parse_text(EXPERIMENT.format(devices=args.devices, duration=args.duration))
     point = experiment.points[0]
     run = point.spec.run
-    settings = Settings(duration=run.duration, seed=run.seed, sample=run.sample, drain=run.drain)
+    settings = sim_settings(point.spec)
     start = time.perf_counter()
     result = simulate(point.topology, point.spec.workload, point.spec.pipeline, settings)
     wall = time.perf_counter() - start

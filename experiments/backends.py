@@ -35,22 +35,29 @@ class Backend(Protocol):
         ...
 
 
+def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
+    """The simulator's settings for a spec (its own seed unless another is given)."""
+    from sim.model import Settings
+
+    run, scenario = spec.run, spec.scenario
+    values = dict(duration=run.duration, seed=run.seed if seed is None else seed,
+                  sample=run.sample, drain=run.drain, driver_cost=run.driver_cost,
+                  migration=scenario.migration, migrations=scenario.migrations,
+                  mobility=scenario.mobility, policy=scenario.policy)
+    values.update(changes)
+    return Settings(**values)
+
+
 class SimBackend:
     """The SimPy model: virtual time, as fast as the host allows."""
 
     name = "sim"
 
     def run(self, plan: RunPlan, progress) -> RunOutput:
-        from sim.model import Settings, simulate
+        from sim.model import simulate
 
-        run = plan.spec.run
-        scenario = plan.spec.scenario
-        settings = Settings(duration=run.duration, seed=plan.seed, sample=run.sample,
-                            drain=run.drain, driver_cost=run.driver_cost,
-                            migration=scenario.migration, migrations=scenario.migrations,
-                            mobility=scenario.mobility, policy=scenario.policy)
-        result = simulate(plan.topology, plan.spec.workload, plan.spec.pipeline, settings,
-                          progress)
+        result = simulate(plan.topology, plan.spec.workload, plan.spec.pipeline,
+                          sim_settings(plan.spec, plan.seed), progress)
         return RunOutput(result.tables, result.facts)
 
 

@@ -88,33 +88,37 @@ class WindowedInstance(OperatorInstance):
     def receive(self, msg: Message) -> None:
         now = self.env._now
         done = self.cpu.admit(now, self.cost) if self.cost else now
-        if done > now:
+        if done < self.boundary:
+            # Nothing follows a window operator's input but the count: a job that finishes
+            # inside the current window is counted now, with its finish time, as for a sink.
+            self._count(msg, done)
+        else:
             msg.callbacks = self._on_processed
             self._at(msg, done)
-        else:
-            self._processed(msg)
 
     def _processed(self, msg: Message) -> None:
+        self._count(msg, self.env._now)
+
+    def _count(self, msg: Message, t: float) -> None:
         self.pending -= 1
         if self.drained is not None and self.pending <= 0:
             self.drained.succeed()
             self.drained = None
         if not self.active:
             return  # stopped by a migration: the events are the other instance's now
-        now = self.env._now
-        while now >= self.boundary:
-            self._close(now)
+        while t >= self.boundary:
+            self._close(t)
         window = self.open
         if window.count == 0:
-            window.first_sn, window.t_first = msg.sn, now
+            window.first_sn, window.t_first = msg.sn, t
             if not self._alarm.armed:  # only a window with events needs closing
                 self._alarm.set(self._at, self.boundary)
         window.count += 1
         window.last_sn = msg.sn
         self.processed += 1
-        self.first_processed = min(self.first_processed, now)
+        self.first_processed = min(self.first_processed, t)
         if self.recording:
-            self._log.delivered(msg, self.node_index, now)
+            self._log.delivered(msg, self.node_index, t)
 
     def _ring(self, _alarm) -> None:
         """The window timer: close the window if its end has come, and set the next alarm

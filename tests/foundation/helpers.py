@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiments.backends import sim_settings
 from experiments.loader import RunPoint, parse_text
 from sim.model import Model, Settings, SimResult, simulate
 
@@ -16,11 +17,7 @@ def point(text: str, overrides: list[str] = ()) -> RunPoint:
 
 
 def settings(run_point: RunPoint, **changes) -> Settings:
-    run = run_point.spec.run
-    values = dict(duration=run.duration, seed=run.seed, sample=run.sample, drain=run.drain,
-                  driver_cost=run.driver_cost)
-    values.update(changes)
-    return Settings(**values)
+    return sim_settings(run_point.spec, **changes)
 
 
 def model(text: str, **changes) -> Model:
