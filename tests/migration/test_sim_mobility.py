@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-
 from foundation.helpers import point, run
+
 from topologies.errors import SpecError
 
 WALK = """
