@@ -97,3 +97,17 @@ def test_one_writer_per_journal(journal: Path) -> None:
         JournalWriter(Journal(journal), lock_wait=0.3)
     first.close()
     JournalWriter(Journal(journal), lock_wait=0.3).close()
+
+
+def test_a_resent_message_the_previous_process_journaled_is_kept_once(journal: Path) -> None:
+    j = Journal(journal)
+    first = write(j, range(0, 5))
+    first.seal()
+    first.close()  # as if killed before its last acknowledgements left
+    second = JournalWriter(j)
+    second.append("city/a", b"4", 1, resent=True)  # resent by the broker: already journaled
+    second.append("city/a", b"9", 1, resent=True)  # resent, but never journaled
+    second.append("city/a", b"4", 1)  # a new message that happens to look the same
+    assert second.seal() == 7
+    assert payloads(j, 0, 7) == [b"0", b"1", b"2", b"3", b"4", b"9", b"4"]
+    second.close()

@@ -30,7 +30,9 @@ acknowledged, so resent). What does not: messages published before the session f
 (call `open_session` before publishers start), QoS 0 messages published while the reader is down,
 and anything if the journal directory or the broker's session is lost. A message journaled by
 a process killed before its PUBACK left is resent and appears twice (MQTT QoS 1 is at least
-once); the window is the few acknowledgements paho has queued but not yet written. The journal
+once) with the DUP flag set: the writer drops a resent message that equals one of the last
+`_RESENT_WINDOW` records of the journal (the broker resends only messages still in flight, at
+most its in-flight limit), so such a message is journaled once. The journal
 survives a killed process, not a host crash (it does not fsync). A journal belongs to one
 checkpoint: a new checkpoint starts at offset 0, so it re-reads what a reused journal still keeps.
 """
@@ -96,6 +98,8 @@ _HEADER = struct.Struct("<IIBq")
 _SEGMENT = re.compile(r"^(\d{12})-(\d{12})\.arrow$")
 _SEALING = re.compile(r"^sealing-(\d{12})\.log$")
 _LOCK_WAIT = 60.0  # seconds a restarted query waits for the previous reader process to exit
+# How far back a resent (DUP) message is looked for: at least the broker's in-flight limit.
+_RESENT_WINDOW = 1000
 _CONNECT_WAIT = 10.0
 _BATCH_ROWS = 10_000
 
@@ -164,6 +168,7 @@ class JournalWriter:
         except BaseException:
             os.close(self._lock_fd)
             raise
+        self._recent = self._tail_digests()
         self._active = directory / "active.log"
         self._fd = os.open(self._active, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         # Appends come from paho's network thread, seals from Spark's calls.
@@ -198,7 +203,23 @@ class JournalWriter:
             leftover.rename(sealing)
             self._seal_file(sealing, first)
 
-    def append(self, topic: str, payload: bytes, qos: int) -> None:
+    def _tail_digests(self) -> set[bytes]:
+        """Digests of the journal's last records: what a previous process may have journaled
+        without its acknowledgement reaching the broker."""
+        digests: set[bytes] = set()
+        for _, _, path in reversed(self.journal.segments()):
+            table = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
+            table = table.slice(max(0, table.num_rows - (_RESENT_WINDOW - len(digests))))
+            for topic, payload in zip(table["topic"].to_pylist(), table["payload"].to_pylist(),
+                                      strict=True):
+                digests.add(_digest(topic, payload))
+            if len(digests) >= _RESENT_WINDOW:
+                break
+        return digests
+
+    def append(self, topic: str, payload: bytes, qos: int, resent: bool = False) -> None:
+        if resent and self._recent and _digest(topic, payload) in self._recent:
+            return  # journaled by the previous process, whose acknowledgement was lost
         encoded = topic.encode()
         record = _HEADER.pack(len(encoded), len(payload), qos, time.time_ns() // 1000)
         with self._mutex:
@@ -244,6 +265,10 @@ class JournalWriter:
     def close(self) -> None:
         os.close(self._fd)
         os.close(self._lock_fd)  # releases the flock
+
+
+def _digest(topic: str, payload: bytes) -> bytes:
+    return hashlib.blake2b(topic.encode() + b"\0" + payload, digest_size=16).digest()
 
 
 def _parse(data: bytes, first: int) -> pa.RecordBatch:
@@ -323,7 +348,7 @@ def _connect(
         client.manual_ack_set(True)
     else:
         client.on_message = lambda client, userdata, message: journal.append(
-            message.topic, message.payload, message.qos
+            message.topic, message.payload, message.qos, bool(message.dup)
         )
     client.connect(host, port, keepalive=30)
     client.loop_start()
