@@ -41,7 +41,7 @@ run: {{duration: {duration}, seed: 1}}
 """
 
 
-def simpy_store_rate(items: int = 300_000) -> float:
+def simpy_store_rate(items: int = 300_000, clock=time.perf_counter) -> float:
     """Items per second through a bare simpy.Store between one producer and one consumer."""
     env = simpy.Environment()
     store = simpy.Store(env)
@@ -56,9 +56,15 @@ def simpy_store_rate(items: int = 300_000) -> float:
 
     env.process(producer())
     env.process(consumer())
-    start = time.perf_counter()
+    start = clock()
     env.run()
-    return items / (time.perf_counter() - start)
+    return items / (clock() - start)
+
+
+def baseline() -> tuple[float, float]:
+    """The Store loop's rate by wall clock and by CPU time."""
+    wall = simpy_store_rate()
+    return wall, simpy_store_rate(clock=time.process_time)
 
 
 def main() -> None:
@@ -70,18 +76,25 @@ def main() -> None:
     point = experiment.points[0]
     run = point.spec.run
     settings = sim_settings(point.spec)
-    start = time.perf_counter()
+    # The baseline is measured before and after the model, on a shared host its mean is
+    # closer to the conditions the model ran in than either alone.
+    before = baseline()
+    start, cpu_start = time.perf_counter(), time.process_time()
     result = simulate(point.topology, point.spec.workload, point.spec.pipeline, settings)
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu_start
+    after = baseline()
     messages = result.tables["messages"]
     delivered = int((~messages["lost"]).sum())
     hops = messages["hops"][~messages["lost"]]
     delivered_per_s = delivered / wall
-    store_per_s = simpy_store_rate()
+    store_per_s = (before[0] + after[0]) / 2
+    store_per_cpu_s = (before[1] + after[1]) / 2
     print(f"devices={args.devices} simulated_s={run.duration:g} wall_s={wall:.2f}")
     print(f"emitted={result.facts['emitted']} delivered={delivered} min_hops={int(hops.min())}")
     print(f"delivered_per_s={delivered_per_s:.0f}")
-    print(f"simpy_store_per_s={store_per_s:.0f}")
+    print(f"simpy_store_per_s={store_per_s:.0f} (before {before[0]:.0f}, after {after[0]:.0f})")
+    print(f"cpu: delivered_per_cpu_s={delivered / cpu:.0f} simpy_store_per_cpu_s="
+          f"{store_per_cpu_s:.0f} ratio_cpu={delivered / cpu / store_per_cpu_s:.3f}")
     print(f"ratio={delivered_per_s / store_per_s:.3f}")
 
 

@@ -50,6 +50,8 @@ class OperatorInstance:
         if self.drained is not None and self.pending <= 0:
             self.drained.succeed()
             self.drained = None
+        if self.selectivity == 1.0:
+            return 1
         self._credit += self.selectivity
         # The epsilon keeps float sums exact enough: ten times 0.1 must pass one message.
         outputs = int(self._credit + 1e-9)
@@ -57,12 +59,14 @@ class OperatorInstance:
         return outputs
 
     def _sink(self, msg: Message, done: float) -> None:
-        self.first_processed = min(self.first_processed, done)
+        if done < self.first_processed:
+            self.first_processed = done
         if self._passes():
             self._log.delivered(msg, self.node_index, done)
 
     def _processed(self, msg: Message) -> None:
-        self.first_processed = min(self.first_processed, self.env._now)
+        if self.env._now < self.first_processed:
+            self.first_processed = self.env._now
         outputs = self._passes()
         for k in range(outputs):
             out = msg if k == outputs - 1 else msg.copy()

@@ -44,6 +44,8 @@ class Group:
         return any(matches(f, topic) for f in self.filters)
 
     def pick(self, broker: str):
+        if len(self.instances) == 1:
+            return self.instances[0]
         turn = self._turns.get(broker)
         if turn is None:
             turn = self._turns[broker] = cycle(self.instances)
@@ -88,6 +90,7 @@ class Broker:
         self.direct = False  # hand copies to the links at the finish time, without an event
         self.received = 0
         self.topics: set[str] = set()  # every topic published to this broker
+        self._paths: dict[str, tuple] = {}  # to each subscriber's node
 
     def receive(self, msg: Message) -> None:
         now = self.env._now
@@ -127,4 +130,7 @@ class Broker:
 
     def send(self, msg: Message, instance, t: float | None = None) -> None:
         instance.pending += 1
-        self.network.send(msg, self.network.path(self.name, instance.node), instance.receive, t)
+        path = self._paths.get(instance.node)
+        if path is None:
+            path = self._paths[instance.node] = self.network.path(self.name, instance.node)
+        self.network.send(msg, path, instance.receive, t)
