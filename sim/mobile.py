@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.draws import LinkDraws
 from sim.mobility import Handover, MobilitySpec, RadioModel, build_movement
 from sim.recorder import SeriesLog
 from sim.stations import Channel
@@ -21,8 +20,8 @@ class RadioChannel(Channel):
 
     __slots__ = ("mobility", "user")
 
-    def __init__(self, mobility, user: int, device: str, draws: LinkDraws):
-        super().__init__(-1, device, "", 0.0, 0.0, None, 1.0, draws)
+    def __init__(self, mobility, user: int, device: str, seed: str):
+        super().__init__(-1, device, "", 0.0, 0.0, None, 1.0, seed)
         self.mobility = mobility
         self.user = user
 
@@ -49,7 +48,7 @@ class Mobility:
         self.radio = RadioModel(spec.radio)
         self.handover = Handover(spec.handover, positions, spec.radio.range)
         self.current = np.full(len(devices), -1, dtype=np.intp)
-        self.channels = [RadioChannel(self, user, device, LinkDraws(seed, f"{device}>radio"))
+        self.channels = [RadioChannel(self, user, device, f"{seed}:{device}>radio")
                          for user, device in enumerate(devices)]
         self.link_latency: list[float] = [0.0] * len(devices)
         self.link_bandwidth: list[float] = [0.0] * len(devices)

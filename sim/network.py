@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from itertools import pairwise
 
-from sim.draws import LinkDraws
 from sim.message import Message
 from sim.stations import Channel
 from sim.timing import scheduler
@@ -21,10 +20,9 @@ class Network:
         self.channels: dict[tuple[str, str], Channel] = {}
         for link in topology.links:
             for src, dst in ((link.a, link.b), (link.b, link.a)):
-                # Only links that draw (jitter, loss) get a random stream of their own.
-                draws = LinkDraws(seed, f"{src}>{dst}") if link.jitter or link.loss else None
                 self.channels[(src, dst)] = Channel(len(self.channels), src, dst, link.latency,
-                                                    link.jitter, link.bandwidth, link.loss, draws)
+                                                    link.jitter, link.bandwidth, link.loss,
+                                                    f"{seed}:{src}>{dst}")
         self._paths: dict[tuple[str, str], tuple[Channel, ...]] = {}
         self._on_lost = on_lost
         self._at = scheduler(env)

@@ -7,6 +7,7 @@ Both keep running totals (work admitted, bytes) from which the sampler derives u
 
 from __future__ import annotations
 
+import random
 from collections import deque
 from heapq import heapreplace
 
@@ -59,10 +60,12 @@ class Channel:
     """One direction of a link: serialisation at its bandwidth, FIFO, propagation, jitter, loss."""
 
     __slots__ = ("index", "src", "dst", "latency", "jitter", "bits_per_s", "loss", "free",
-                 "last_arrival", "rng", "bytes", "messages", "delay_sum", "busy")
+                 "last_arrival", "rng", "seed", "bytes", "messages", "delay_sum", "busy")
 
     def __init__(self, index: int, src: str, dst: str, latency: float, jitter: float,
-                 bits_per_s: float | None, loss: float, rng):
+                 bits_per_s: float | None, loss: float, seed: str):
+        """`seed`: of this link's own random stream (jitter, loss), made on its first draw, so
+        its draws do not depend on the order in which events elsewhere are processed."""
         self.index = index
         self.src = src
         self.dst = dst
@@ -70,7 +73,8 @@ class Channel:
         self.jitter = jitter
         self.bits_per_s = bits_per_s
         self.loss = loss
-        self.rng = rng
+        self.seed = seed
+        self.rng: random.Random | None = None  # about 2.5 kB: only for links that draw
         self.free = 0.0
         self.last_arrival = 0.0
         self.bytes = 0
@@ -89,7 +93,7 @@ class Channel:
             self.busy += serialise
         if self.jitter:
             # Propagation varies around its mean (netem's "20ms 2ms"), never below zero.
-            delay = self.rng.gauss(self.latency, self.jitter)
+            delay = (self.rng or self._draws()).gauss(self.latency, self.jitter)
             arrival = done + (delay if delay > 0.0 else 0.0)
             # The link keeps order, as a TCP connection would: jitter never overtakes.
             if arrival < self.last_arrival:
@@ -100,9 +104,13 @@ class Channel:
         self.bytes += size
         self.messages += 1
         self.delay_sum += arrival - now
-        if self.loss and self.rng.random() < self.loss:
+        if self.loss and (self.rng or self._draws()).random() < self.loss:
             return -1.0
         return arrival
+
+    def _draws(self) -> random.Random:
+        self.rng = random.Random(self.seed)
+        return self.rng
 
     def backlog(self, t: float) -> float:
         """Serialisation seconds queued but not yet sent at time t."""
