@@ -17,6 +17,7 @@ from sim.operators import Driver, OperatorInstance
 from sim.policy import FollowPolicy
 from sim.pubsub import Broker, Group
 from sim.recorder import MessageLog, SeriesLog, migration_columns, window_columns
+from sim.sampler import Sampler
 from sim.sources import Source
 from sim.stations import Cpu
 from sim.windowed import OpenWindow, WindowedInstance
@@ -86,6 +87,7 @@ class Model:
         self._nearest_broker: dict[str, str] = {}
         self._next_id = 0
         self.mobility = None
+        self.policy = None
         if settings.mobility is not None:
             devices = self.topology.select(settings.mobility.devices or [
                 n.name for n in self.topology.of_kind("device")])
@@ -99,15 +101,17 @@ class Model:
         if settings.direct_handover and not (settings.migrations or self.mobility):
             self._hand_over_directly()
         self._schedule_migrations(random.Random(f"{seed}:migrations"))
-        self.nodes_log = SeriesLog("t", "node", "cpu", "memory", "queue")
-        self.links_log = SeriesLog("t", "link", "src", "dst", "bytes", "utilisation", "latency")
-        self._mean_size = float(np.mean([s.size for s in workload.streams]))
+        mean_size = float(np.mean([stream.size for stream in workload.streams]))
+        self.sampler = Sampler(self.env, topology, list(self.cpus.values()),
+                               list(self.network.channels.values()), settings.sample,
+                               settings.duration, mean_size)
 
     # -- building -------------------------------------------------------------------------
 
-    def placement(self, spec: OperatorSpec) -> list[str]:
+    def placement(self, on: list[str]) -> list[str]:
+        """The nodes that names, patterns or kind words (`gateways`) pick, each once."""
         names: dict[str, None] = {}
-        for where in spec.on:
+        for where in on:
             kind = KIND_WORDS.get(where)
             names.update(dict.fromkeys([n.name for n in self.topology.of_kind(kind)] if kind
                                        else self.topology.match(where)))
@@ -115,7 +119,7 @@ class Model:
 
     def _group(self, spec: OperatorSpec) -> Group:
         instances = []
-        for node in self.placement(spec):
+        for node in self.placement(spec.on):
             if node not in self.cpus:
                 raise ModelError(f"operator {spec.name} is placed on {node}, a "
                                  f"{self.topology.nodes[node].kind}; operators run on "
@@ -155,7 +159,7 @@ class Model:
         for spec in (s for s in pipeline if s.follow):
             groups = []
             placer = (FollowPolicy(self, policy_spec, mobility, groups,
-                                   self.placement_of(policy_spec.fallback),
+                                   self.placement(policy_spec.fallback),
                                    policy_spec.strategy or self.settings.migration.strategy)
                       if policy_spec is not None and policy_spec.operator == spec.name else None)
             for user, device in enumerate(mobility.devices):
@@ -174,9 +178,6 @@ class Model:
                 policy = placer
                 mobility.on_step = placer.check
         return policy
-
-    def placement_of(self, where: list[str]) -> list[str]:
-        return self.placement(OperatorSpec(name="placement", on=where, reads=["x"]))
 
     def instance_on(self, group: Group, node: str, state: OpenWindow | None):
         """A new instance of a group's operator on `node`, for a migration's target."""
@@ -385,7 +386,7 @@ class Model:
     def run(self, progress=None) -> SimResult:
         """Run sources for the duration, let messages in flight drain, and return the tables."""
         settings = self.settings
-        self.env.process(self._sampler())
+        self.env.process(self.sampler.run())
         step = max(settings.duration / 100, settings.sample)
         t = 0.0
         while t < settings.duration:
@@ -397,7 +398,8 @@ class Model:
         self.coordinator.finish(self.window_size)
         return SimResult(
             tables={"messages": self.log.columns(self.stream_names, self.node_names),
-                    "nodes": self.nodes_log.columns(), "links": self.links_log.columns(),
+                    "nodes": self.sampler.nodes_log.columns(),
+                    "links": self.sampler.links_log.columns(),
                     "migrations": migration_columns(self.coordinator.records),
                     "windows": window_columns(self.coordinator.forwards),
                     "positions": (self.mobility.positions if self.mobility
@@ -406,39 +408,6 @@ class Model:
                    "handovers": self.mobility.handovers if self.mobility else 0,
                    "end": self.env.now, "brokers": {b.name: b.received
                                                      for b in self.brokers.values()}})
-
-    def _sampler(self):
-        """Every `sample` seconds until the end of the duration: CPU, memory and queue per
-        node, bytes, utilisation and latency per link between infrastructure nodes."""
-        interval = self.settings.sample
-        nodes = self.topology.nodes
-        cpus = list(self.cpus.values())
-        channels = [c for c in self.network.channels.values()
-                    if nodes[c.src].kind != "device" and nodes[c.dst].kind != "device"]
-        done_work = {cpu.name: 0.0 for cpu in cpus}
-        sent = {c.index: (0, 0, 0.0, 0.0) for c in channels}
-        t = 0.0
-        while t + interval <= self.settings.duration + 1e-9:
-            yield self.env.timeout(interval)
-            t = self.env.now
-            for cpu in cpus:
-                work = cpu.work - cpu.backlog(t)
-                queue = cpu.queue_length(t)
-                profile = nodes[cpu.name].profile
-                self.nodes_log.append(
-                    t=t, node=cpu.name,
-                    cpu=(work - done_work[cpu.name]) / (cpu.cores * interval),
-                    memory=profile.base_memory + queue * self._mean_size, queue=queue)
-                done_work[cpu.name] = work
-            for c in channels:
-                busy = c.busy - c.backlog(t)
-                last_bytes, last_messages, last_delay, last_busy = sent[c.index]
-                count = c.messages - last_messages
-                self.links_log.append(
-                    t=t, link=f"{c.src}>{c.dst}", src=c.src, dst=c.dst,
-                    bytes=c.bytes - last_bytes, utilisation=(busy - last_busy) / interval,
-                    latency=(c.delay_sum - last_delay) / count if count else float("nan"))
-                sent[c.index] = (c.bytes, c.messages, c.delay_sum, busy)
 
 
 def simulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
