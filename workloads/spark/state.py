@@ -1,0 +1,51 @@
+"""Moving a stateful query: its per-key state read from a stopped query's checkpoint, or the
+checkpoint copied whole."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from workloads.spark.apps import STATE_VAR
+
+# The operator name the apps' transformWithState records in the checkpoint's state metadata.
+TRANSFORM_WITH_STATE = "transformWithStateInPySparkExec"
+
+
+def stateful_operators(spark: SparkSession, checkpoint: str | Path) -> dict[int, str]:
+    """The checkpoint's stateful operators: operator id -> operator name."""
+    metadata = spark.read.format("state-metadata").load(str(checkpoint))
+    return {row.operatorId: row.operatorName
+            for row in metadata.select("operatorId", "operatorName").collect()}
+
+
+def read_state(spark: SparkSession, checkpoint: str | Path, state_var: str = STATE_VAR,
+               operator_id: int | None = None) -> DataFrame:
+    """The state variable `state_var` of a stopped query's transformWithState operator
+    (the only one, unless `operator_id` says which), as of its last committed batch: one row
+    per key, with the key's and the value's fields as columns.
+
+    The result can seed a new query as `initial_state`, in this Spark process or another one
+    that sees the checkpoint, with any checkpoint location and shuffle partitioning. Only
+    this state moves: built-in aggregations (STATS' windows) start empty in the new query.
+    It is read lazily: keep the checkpoint until the new query has run its first batch, or
+    materialise the state (e.g. write it as Parquet) first.
+    """
+    if operator_id is None:
+        operators = stateful_operators(spark, checkpoint)
+        matches = [i for i, name in operators.items() if name == TRANSFORM_WITH_STATE]
+        if len(matches) != 1:
+            raise ValueError(f"{checkpoint}: {len(matches)} {TRANSFORM_WITH_STATE} operators "
+                             f"among {operators}; pass operator_id")
+        operator_id = matches[0]
+    state = (spark.read.format("statestore").option("operatorId", operator_id)
+             .option("stateVarName", state_var).load(str(checkpoint)))
+    return state.select("key.*", "value.*")
+
+
+def copy_checkpoint(source: str | Path, target: str | Path) -> Path:
+    """Copy a stopped query's checkpoint: the same query started on the copy, in any Spark
+    process, resumes with all its state (built-in aggregations' too) and source offsets."""
+    return Path(shutil.copytree(source, target))
