@@ -76,7 +76,7 @@ def _check_pipeline(spec: ExperimentSpec, topology: Topology) -> None:
                         "at least one sink: an operator without `writes`")
 
 
-def _check_placement(topology: Topology, path: tuple, where: str) -> None:
+def _check_placement(topology: Topology, path: tuple, where: str) -> list[str]:
     kind = KIND_WORDS.get(where)
     nodes = ([n.name for n in topology.of_kind(kind)] if kind else topology.match(where))
     if not nodes:
@@ -86,6 +86,7 @@ def _check_placement(topology: Topology, path: tuple, where: str) -> None:
         if topology.nodes[name].kind not in HOST_KINDS:
             raise SpecError(path, where, f"nodes that run code ({', '.join(HOST_KINDS)}), but "
                             f"{name} is a {topology.nodes[name].kind}")
+    return nodes
 
 
 def _check_migrations(spec: ExperimentSpec, topology: Topology) -> None:
@@ -107,7 +108,11 @@ def _check_migrations(spec: ExperimentSpec, topology: Topology) -> None:
         if plan.target not in topology.nodes:
             raise SpecError(path + ("to",), plan.target, "one node's name")
         if plan.source is not None:
-            _check_placement(topology, path + ("from",), plan.source)
+            placed = [n for j, w in enumerate(op.on)
+                      for n in _check_placement(topology, ("pipeline", j, "on"), w)]
+            if plan.source not in placed:
+                raise SpecError(path + ("from",), plan.source,
+                                f"a node {op.name} runs on ({', '.join(placed)})")
         strategy = plan.strategy or settings.strategy
         if strategy == "pause_drain" and op.stateful:
             raise SpecError(path + ("strategy",), strategy,

@@ -114,3 +114,9 @@ def test_same_seed_same_migration_tables():
                 assert np.array_equal(values, other, equal_nan=True), (table, column)
             else:
                 assert list(values) == list(other), (table, column)
+
+
+def test_a_migration_from_a_node_the_operator_does_not_run_on_is_refused():
+    with pytest.raises(SpecError, match="a node count runs on"):
+        point(THESIS.format(strategy="parallel", rate="100/s", window="5s"),
+              ["scenario.migrations.0.from=target"])
