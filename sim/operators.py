@@ -36,20 +36,28 @@ class OperatorInstance:
         now = self.env._now
         done = self.cpu.admit(now, self.cost) if self.cost else now
         if self.out_topic is None:
-            self._sink(msg, done)  # nothing follows a sink: no event needed for its finish
+            # Nothing follows a sink: its finish is recorded now, with no event for it.
+            self._settle(done)
+            if self._passes():
+                self._log.delivered(msg, self.node_index, done)
         elif done > now:
             msg.callbacks = self._on_processed
             self._at(msg, done)
         else:
             self._processed(msg)
 
-    def _passes(self) -> int:
-        """Selectivity as a running credit: 0.25 passes every fourth message, 2 doubles each."""
+    def _settle(self, t: float) -> None:
+        """A message processed at t: one less pending (a migration may wait for none)."""
         self.processed += 1
         self.pending -= 1
         if self.drained is not None and self.pending <= 0:
             self.drained.succeed()
             self.drained = None
+        if t < self.first_processed:
+            self.first_processed = t
+
+    def _passes(self) -> int:
+        """Selectivity as a running credit: 0.25 passes every fourth message, 2 doubles each."""
         if self.selectivity == 1.0:
             return 1
         self._credit += self.selectivity
@@ -58,15 +66,8 @@ class OperatorInstance:
         self._credit -= outputs
         return outputs
 
-    def _sink(self, msg: Message, done: float) -> None:
-        if done < self.first_processed:
-            self.first_processed = done
-        if self._passes():
-            self._log.delivered(msg, self.node_index, done)
-
     def _processed(self, msg: Message) -> None:
-        if self.env._now < self.first_processed:
-            self.first_processed = self.env._now
+        self._settle(self.env._now)
         outputs = self._passes()
         for k in range(outputs):
             out = msg if k == outputs - 1 else msg.copy()

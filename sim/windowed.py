@@ -8,7 +8,6 @@ strong synchronisation rare and the synchronisation factor S matter.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 
 from sim.message import Message
@@ -74,7 +73,6 @@ class WindowedInstance(OperatorInstance):
         self.on_output = on_output
         self.active = True
         self.recording = log is not None  # off while a parallel migration's target mirrors
-        self.first_processed = math.inf
         self.open = state or OpenWindow(int(env.now // size))
         self.boundary = self._end_of(self.open.index)
         self._alarm = Alarm(self._ring)
@@ -100,10 +98,7 @@ class WindowedInstance(OperatorInstance):
         self._count(msg, self.env._now)
 
     def _count(self, msg: Message, t: float) -> None:
-        self.pending -= 1
-        if self.drained is not None and self.pending <= 0:
-            self.drained.succeed()
-            self.drained = None
+        self._settle(t)
         if not self.active:
             return  # stopped by a migration: the events are the other instance's now
         while t >= self.boundary:
@@ -115,8 +110,6 @@ class WindowedInstance(OperatorInstance):
                 self._alarm.set(self._at, self.boundary)
         window.count += 1
         window.last_sn = msg.sn
-        self.processed += 1
-        self.first_processed = min(self.first_processed, t)
         if self.recording:
             self._log.delivered(msg, self.node_index, t)
 
