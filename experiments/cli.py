@@ -34,6 +34,14 @@ Sweeps = Annotated[list[str] | None, typer.Option(
     "--sweep", help="KEY=[v1,v2] : one run per value, e.g. run.seed=[1,2,3]")]
 
 
+def _bars(counted: bool = True) -> Progress:
+    """The progress bars of long commands; they vanish when done."""
+    columns = [TextColumn("{task.description}"), BarColumn()]
+    if counted:
+        columns.append(MofNCompleteColumn())
+    return Progress(*columns, TimeElapsedColumn(), console=console, transient=True)
+
+
 def ms(seconds: float | None) -> str:
     return f"{seconds * 1000:.1f}" if seconds is not None else "-"
 
@@ -78,8 +86,7 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
         out: Annotated[Path, typer.Option(help="results folder")] = Path("results")) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     loaded = _load(experiment, set_, sweep)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as bars:
+    with _bars() as bars:
         outcomes = run_experiment(loaded, out, RichReporter(bars))
     keys = list(outcomes[0].point) if outcomes else []
     table = Table(title=f"{loaded.name} ({loaded.spec.run.backend})")
@@ -261,8 +268,7 @@ def bench_riot(
         console.print(f"[red]error:[/red] unknown task {unknown[0]!r}; tasks are "
                       f"{', '.join(sorted(TASKS))}", highlight=False)
         raise typer.Exit(2)
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=console, transient=True) as bars:
+    with _bars() as bars:
         bar = bars.add_task("tasks", total=len(names))
         table = bench_tasks(names, duration=seconds, dataset=dataset,
                             progress=lambda name, done, total: bars.update(
@@ -304,8 +310,7 @@ def emu_build(images: Annotated[list[str] | None, typer.Argument(
         console.print(f"[red]error:[/red] unknown image {unknown[0]!r}; images are "
                       f"{', '.join(IMAGES)}", highlight=False)
         raise typer.Exit(2)
-    with Progress(TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bars:
+    with _bars(counted=False) as bars:
         for name in names:
             bar = bars.add_task(name, total=1.0)
 
