@@ -24,6 +24,7 @@ from topologies.errors import SpecError, format_path
 from topologies.model import Topology
 
 REFERENCES = ("topology", "workload")
+REFERENCE_PATHS = [(key,) for key in REFERENCES]
 
 
 @dataclass
@@ -80,29 +81,17 @@ def load_document(document: Document, overrides: list[str] = (),
                         document.file, 1)
     sources = _Sources({"": document})
     merged = copy.deepcopy(data)
-    overrides = list(overrides)
-    for option in list(overrides):
-        path, value = _assignment(option, "--set")
-        if path in ((key,) for key in REFERENCES):
-            # `--set topology=<name or file>` replaces the reference before it is resolved.
+    assignments = [(*_assignment(option, "--set"), f"--set {option}") for option in overrides]
+    # `--set topology=<name or file>` replaces a reference before it is resolved.
+    for path, value, option in assignments:
+        if path in REFERENCE_PATHS:
             merged[path[0]] = value
-            sources.overrides[path] = f"--set {option}"
-            overrides.remove(option)
-    references: dict[str, str] = {}
-    base = Path(document.file).parent
-    for key in REFERENCES:
-        if isinstance(merged.get(key), str):
-            path = catalog.reference_path(key, merged[key], base, document.error(
-                SpecError((key,), merged[key], f"the name of a {key} in the catalog "
-                          f"({', '.join(catalog.names(key)) or 'none'}) or a path to a file")))
-            referenced = read(path)
-            references[key] = merged[key]
-            merged[key] = referenced.data
-            sources.documents[key] = referenced
-    for option in overrides:
-        path, value = _assignment(option, "--set")
-        sources.overrides[path] = f"--set {option}"
-        _assign(merged, path, value, f"--set {option}")
+            sources.overrides[path] = option
+    references = _resolve_references(merged, document, sources)
+    for path, value, option in assignments:
+        if path not in REFERENCE_PATHS:
+            sources.overrides[path] = option
+            _assign(merged, path, value, option)
     plan = merged.get("sweep", {})
     if not isinstance(plan, dict):
         raise sources.place(SpecError(("sweep",), plan, "a mapping of dotted keys to lists"))
@@ -118,6 +107,22 @@ def load_document(document: Document, overrides: list[str] = (),
     points = [_point(i, merged, values, sources)
               for i, values in enumerate(_product(plan, sources))]
     return Experiment(document.file, points[0].spec.name, points, references)
+
+
+def _resolve_references(merged: dict, document: Document, sources: _Sources) -> dict[str, str]:
+    """Replace `topology: <name or file>` (and workload) by the referenced file's content."""
+    references: dict[str, str] = {}
+    base = Path(document.file).parent
+    for key in REFERENCES:
+        if isinstance(merged.get(key), str):
+            path = catalog.reference_path(key, merged[key], base, document.error(
+                SpecError((key,), merged[key], f"the name of a {key} in the catalog "
+                          f"({', '.join(catalog.names(key)) or 'none'}) or a path to a file")))
+            referenced = read(path)
+            references[key] = merged[key]
+            merged[key] = referenced.data
+            sources.documents[key] = referenced
+    return references
 
 
 def _product(plan: dict, sources: _Sources) -> list[dict[str, object]]:
