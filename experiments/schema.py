@@ -40,10 +40,6 @@ TABLES: dict[str, pa.Schema] = {
     ]),
 }
 
-UNITS = {"t_sent": "s", "t_received": "s", "latency": "s", "t": "s", "cpu": "fraction of cores",
-         "memory": "bytes", "bytes": "bytes per sample interval", "utilisation": "fraction"}
-
-
 def to_table(name: str, columns: dict) -> pa.Table:
     """Columns from a backend as a table of the named schema; a missing column is an error."""
     schema = TABLES[name]

@@ -24,12 +24,6 @@ class SpecError(ValueError):
         self.line = line
         super().__init__(str(self))
 
-    def located(self, file: str | None, line: int | None = None,
-                prefix: tuple = ()) -> SpecError:
-        """The same error, placed in a file (and under a path prefix) when it was not yet."""
-        return SpecError(prefix + self.path, self.value, self.expected,
-                         self.file or file, self.line if self.line is not None else line)
-
     def __str__(self) -> str:
         where = self.file or "<input>"
         if self.line is not None:

@@ -79,10 +79,6 @@ class Topology:
             graph.add_edge(link.a, link.b, latency=link.latency, link=link)
         return graph
 
-    @cached_property
-    def neighbours(self) -> dict[str, list[str]]:
-        return {name: list(adjacent) for name, adjacent in self.graph.adj.items()}
-
     def counts(self) -> dict[str, int]:
         counts: dict[str, int] = {}
         for node in self.nodes.values():

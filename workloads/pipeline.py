@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Size
+from workloads.topics import shared
 
 # `on: gateways` places one instance on every node of that kind.
 KIND_WORDS = {"devices": "device", "gateways": "gateway", "brokers": "broker",
@@ -62,5 +63,7 @@ class OperatorSpec(BaseModel):
 
 
 def topic_filter(read: str) -> str:
-    """`city` reads every topic of stream city (`city/#`); a filter with `/` is taken as is."""
+    """`city` reads every topic of stream city (`city/#`); a filter with `/` is taken as is,
+    less a `$share/<group>/` prefix: an operator's instances share its subscription anyway."""
+    read = shared(read)[1]
     return read if "/" in read or "+" in read or "#" in read else f"{read}/#"

@@ -21,9 +21,9 @@ def matches(topic_filter: str, topic: str) -> bool:
 
 def shared(topic_filter: str) -> tuple[str | None, str]:
     """`$share/g/city/#` -> ('g', 'city/#'); a plain filter -> (None, filter)."""
-    if topic_filter.startswith("$share/"):
-        _, group, rest = topic_filter.split("/", 2)
-        return group, rest
+    parts = topic_filter.split("/", 2)
+    if parts[0] == "$share" and len(parts) == 3 and parts[1] and parts[2]:
+        return parts[1], parts[2]
     return None, topic_filter
 
 

@@ -314,3 +314,23 @@ def test_an_infinite_rate_is_refused() -> None:
   name: w
   streams:
     - {name: city, sources: sensor-*, rate: .inf}"""))
+
+
+def test_a_shared_subscription_prefix_reads_like_the_plain_filter() -> None:
+    from experiments.backends import sim_settings
+    from sim.model import simulate
+
+    tables = []
+    for read in ("clean", "$share/stats/clean/#"):
+        point = load("quickstart", [f"pipeline.1.reads={read}", "run.duration=5s"]).points[0]
+        result = simulate(point.topology, point.spec.workload, point.spec.pipeline,
+                          sim_settings(point.spec))
+        tables.append(result.tables["messages"])
+    assert len(tables[0]["id"]) > 500
+    assert list(tables[0]["id"]) == list(tables[1]["id"])
+
+
+def test_a_shared_subscription_without_a_filter_is_a_spec_error() -> None:
+    with pytest.raises(SpecError) as caught:
+        load("quickstart", ["pipeline.1.reads=$share/stats"])
+    assert "pipeline[1].reads[0]" in str(caught.value)
