@@ -66,6 +66,16 @@ class Forward:
     adjusted: bool = False
 
 
+@dataclass
+class _Checking:
+    """A parallel migration's consistency checker, the source (old) operator, and the event
+    that fires when the two are consistent."""
+
+    checker: Synchroniser
+    old: WindowedInstance
+    consistent: object
+
+
 class Coordinator:
     """Runs migrations; keeps each migrated operator's forwarded window outputs for metrics."""
 
@@ -79,7 +89,7 @@ class Coordinator:
         self.forwards: list[Forward] = []
         self._active: dict[str, MigrationRecord] = {}  # operator -> its running migration
         self._latencies: dict[tuple[str, str], float] = {}
-        self._checkers: dict[str, tuple[Synchroniser, WindowedInstance, WindowedInstance]] = {}
+        self._checkers: dict[str, _Checking] = {}  # operators in a parallel migration
 
     def _coordinator_node(self) -> str:
         topology = self.model.topology
@@ -107,10 +117,11 @@ class Coordinator:
         if checking is None:
             self._forward(output, output.last_sn, output.count, False)
             return
-        checker, old, _new = checking
-        side = Side.OLD if instance is old else Side.NEW
-        for forwarded in checker.offer(side, (output.last_sn, output.count)):
+        side = Side.OLD if instance is checking.old else Side.NEW
+        for forwarded in checking.checker.offer(side, (output.last_sn, output.count)):
             self._forward(output, forwarded.sn, forwarded.count, forwarded.adjusted)
+        if checking.checker.synchronised and not checking.consistent.triggered:
+            checking.consistent.succeed()
 
     def _forward(self, output: WindowOutput, last_sn: int, count: int, adjusted: bool) -> None:
         record = self._active.get(output.operator)
@@ -212,17 +223,15 @@ class Coordinator:
         settings = self.settings
         yield self.env.timeout(max(self._command(source.node), self._command(target)))
         yield self.env.timeout(self._command(source.node))  # divert the source
-        checker = Synchroniser(settings.sync)
-        self._checkers[record.operator] = (checker, source, source)
+        checking = self._checkers[record.operator] = _Checking(
+            Synchroniser(settings.sync), source, self.env.event())
         yield self.env.timeout(self._command(target) + settings.launch)  # launch-divert
         instance = self.model.instance_on(group, target, None)
         if isinstance(instance, WindowedInstance):
             instance.recording = False  # the source's consumption is the one on record
-        self._checkers[record.operator] = (checker, source, instance)
         group.mirror = instance
-        while not checker.synchronised:
-            yield self.env.timeout(min(0.05, source.size / 10))
-        record.synchronised = checker.mode.value if checker.mode else ""
+        yield checking.consistent
+        record.synchronised = checking.checker.mode.value if checking.checker.mode else ""
         yield self.env.timeout(self._command(source.node))  # terminate the source
         source.stop()
         instance.recording = source.recording
