@@ -104,10 +104,8 @@ class Mobility:
         driver = self.model.driver(name)
         device = self.devices[user]
         for source in self.sources[user]:
-            stream = source.stream
             source.deliver = driver.receive
-            source.topic = (f"{stream.name}/{name}/{device}" if stream.channel == "exclusive"
-                            else f"{stream.name}/{name}")
+            source.topic = source.stream.topic(device, name)
 
     def _record(self, t: float, where: np.ndarray, attached: np.ndarray) -> None:
         names = self.gateway_names

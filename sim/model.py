@@ -231,16 +231,14 @@ class Model:
                 gateway = self._gateway_of(device)
                 if gateway is None:
                     broker = self._broker_for(device)
-                    topic = f"{stream.name}/{device}"
                     target, deliver = broker, self.brokers[broker].receive
                 else:
-                    topic = (f"{stream.name}/{gateway}" if stream.channel == "shared"
-                             else f"{stream.name}/{gateway}/{device}")
                     target, deliver = gateway, self.driver(gateway).receive
                 path = self._path(device, target)
                 private = (len(per_device[device]) == 1
                            and (stream.qos == 0 or not path[0].loss if path else False))
-                sources.append(Source(self.env, stream, index, self.node_index[device], topic,
+                sources.append(Source(self.env, stream, index, self.node_index[device],
+                                      stream.topic(device, gateway),
                                       rng, self.settings.duration, path, deliver, self.network,
                                       self._new_id, private))
         return sources

@@ -34,6 +34,15 @@ class StreamSpec(BaseModel):
     def _one_or_many(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
 
+    def topic(self, device: str, gateway: str | None) -> str:
+        """The MQTT topic a device's messages go out on: per gateway on a shared channel, per
+        device on an exclusive one (or when the device publishes without a gateway)."""
+        if gateway is None:
+            return f"{self.name}/{device}"
+        if self.channel == "shared":
+            return f"{self.name}/{gateway}"
+        return f"{self.name}/{gateway}/{device}"
+
     @field_validator("shape", mode="before")
     @classmethod
     def _shorthand(cls, value: object) -> object:
