@@ -48,12 +48,11 @@ def run_experiment(experiment: Experiment, out: Path | str = "results",
     reporter = reporter or Reporter()
     sweep_id = sweep_id or _fresh_sweep_id(Path(out) / experiment.name)
     points = experiment.points
-    repetitions = experiment.spec.run.repetitions
-    reporter.start(len(points) * repetitions, experiment.spec.run.duration)
+    reporter.start(sum(p.spec.run.repetitions for p in points), experiment.spec.run.duration)
     common = {"revision": git_revision(), "packages": package_versions(), "host": host_facts()}
     outcomes = []
     for point in points:
-        for repetition in range(repetitions):
+        for repetition in range(point.spec.run.repetitions):
             outcomes.append(_run_one(experiment, point, repetition, Path(out), sweep_id, common,
                                      reporter))
     return outcomes

@@ -270,3 +270,13 @@ def test_summary_when_everything_is_lost() -> None:
 def test_a_table_missing_a_column_is_refused() -> None:
     with pytest.raises(ValueError, match="lacks columns"):
         to_table("nodes", {"t": [1.0]})
+
+
+def test_a_sweep_over_repetitions_runs_each_points_own_count(tmp_path) -> None:
+    from experiments.loader import load
+    from experiments.runner import run_experiment
+
+    experiment = load("quickstart", ["run.duration=2s"], ["run.repetitions=[1, 2]"])
+    outcomes = run_experiment(experiment, tmp_path)
+    assert [(o.point["run.repetitions"], o.repetition) for o in outcomes] == [
+        (1, 0), (2, 0), (2, 1)]
