@@ -61,14 +61,12 @@ class RichReporter(Reporter):
         self.bars = progress
         self.runs = None
         self.current = None
-        self.duration = 0.0
 
-    def start(self, total_runs: int, duration: float) -> None:
-        self.duration = duration
+    def start(self, total_runs: int) -> None:
         self.runs = self.bars.add_task("runs", total=total_runs)
 
-    def run_started(self, label: str) -> None:
-        self.current = self.bars.add_task(f"run {label}", total=self.duration)
+    def run_started(self, label: str, duration: float) -> None:
+        self.current = self.bars.add_task(f"run {label}", total=duration)
 
     def progress(self, seconds: float) -> None:
         self.bars.update(self.current, completed=seconds)

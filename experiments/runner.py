@@ -26,8 +26,8 @@ def repetition_seed(seed: int, repetition: int) -> int:
 class Reporter:
     """What a runner tells its user; the CLI shows it with rich, tests stay silent."""
 
-    def start(self, total_runs: int, duration: float) -> None: ...
-    def run_started(self, label: str) -> None: ...
+    def start(self, total_runs: int) -> None: ...
+    def run_started(self, label: str, duration: float) -> None: ...
     def progress(self, seconds: float) -> None: ...
     def run_finished(self, label: str, folder: Path, summary: dict | None,
                      error: str | None) -> None: ...
@@ -48,7 +48,7 @@ def run_experiment(experiment: Experiment, out: Path | str = "results",
     reporter = reporter or Reporter()
     sweep_id = sweep_id or _fresh_sweep_id(Path(out) / experiment.name)
     points = experiment.points
-    reporter.start(sum(p.spec.run.repetitions for p in points), experiment.spec.run.duration)
+    reporter.start(sum(p.spec.run.repetitions for p in points))
     common = {"revision": git_revision(), "packages": package_versions(), "host": host_facts()}
     outcomes = []
     for point in points:
@@ -83,7 +83,7 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         "start": now_utc(), "end": None, "status": "running", "error": None,
         **common, "config": spec.model_dump(mode="json"),
     })
-    reporter.run_started(label)
+    reporter.run_started(label, spec.run.duration)
     try:
         runner = backend(spec.run.backend)
         output = runner.run(RunPlan(spec, point.topology, seed, repetition), reporter.progress)
