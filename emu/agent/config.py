@@ -1,0 +1,75 @@
+"""What the host tells an agent to run: its node, brokers, drivers and operators, as JSON."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+# The environment variable that carries an AgentConfig into a container.
+CONFIG_VARIABLE = "FOGLAB_AGENT"
+# Where a node's records live inside its container (a host directory is mounted there).
+RECORDS_DIR = "/records"
+
+
+@dataclass
+class DriverConfig:
+    """One stream emitted by the devices this gateway serves (seed 001: a driver instance).
+
+    `rate` is messages per second per device; `access` is the device-to-gateway link the
+    agent emulates by holding each message for latency plus jitter, and dropping with `loss`.
+    """
+
+    stream: str
+    devices: list[str]
+    rate: float
+    arrivals: str = "poisson"          # periodic | poisson
+    size: int = 200                    # bytes of payload
+    format: str = "senml"              # senml | json | csv
+    qos: int = 0
+    channel: str = "shared"            # shared: <stream>/<gateway>; exclusive: <stream>/<gw>/<dev>
+    start: float = 0.0                 # seconds after the run's epoch
+    access_latency: float = 0.0
+    access_jitter: float = 0.0
+    access_loss: float = 0.0
+    # A local operator reading this stream takes it in-process and the broker never sees it;
+    # `forward` publishes it to the broker as well, for readers on other nodes.
+    forward: bool = False
+
+
+@dataclass
+class OperatorConfig:
+    """An operator instance: a task reading topic filters; outputs go to `<writes>/<node>`,
+    no `writes` makes it a sink that records what reaches it."""
+
+    name: str
+    task: str = "passthrough"
+    params: dict = field(default_factory=dict)
+    reads: list[str] = field(default_factory=list)
+    writes: str | None = None
+    window: float | None = None        # tumbling window size in seconds: count per window
+    engine: str = "python"             # python | spark (spark: cloud nodes only)
+
+
+@dataclass
+class AgentConfig:
+    node: str
+    mqtt: str                          # host:port of the broker this node talks to
+    zookeeper: str = ""                # host:port[,host:port...]; empty: no registration
+    kind: str = "gateway"
+    drivers: list[DriverConfig] = field(default_factory=list)
+    operators: list[OperatorConfig] = field(default_factory=list)
+    records: str = RECORDS_DIR
+    seed: int = 0
+    epoch: float = 0.0                 # host clock (time.time()) at the run's t = 0
+    index: int = 0                     # this node's number in the run: message ids start here
+    session_timeout: float = 10.0      # ZooKeeper session: how long a dead agent stays registered
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))
+
+    @classmethod
+    def from_json(cls, text: str) -> AgentConfig:
+        data = json.loads(text)
+        data["drivers"] = [DriverConfig(**d) for d in data.get("drivers", [])]
+        data["operators"] = [OperatorConfig(**o) for o in data.get("operators", [])]
+        return cls(**data)
