@@ -1,0 +1,101 @@
+"""An experiment's agents: devices as drivers on their gateway, operators where placed."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from emu.agent.config import AgentConfig
+from emu.deployment import DeploymentError, agent_configs
+from experiments.loader import load
+from tests.foundation.helpers import point
+
+SMALL = """
+name: small
+topology:
+  name: t
+  nodes:
+    - {name: s, kind: device, replicas: 6}
+    - {name: gw, kind: gateway, replicas: 2}
+    - {name: broker-1, kind: broker}
+    - {name: cloud-1, kind: cloud_vm}
+  links:
+    - {from: s-*, to: gw-*, mode: spread, latency: 5ms, jitter: 1ms, loss: 1%}
+    - {from: gw-*, to: broker-1, latency: 20ms}
+    - {from: broker-1, to: cloud-1, latency: 1ms}
+workload:
+  name: w
+  streams: [{name: city, sources: s-*, rate: 2/s, channel: exclusive, qos: 1}]
+pipeline:
+  - {name: filter, task: range_filter, on: gateways, reads: city, writes: clean}
+  - {name: count, on: cloud-1, reads: clean, window: {size: 2s}}
+run: {duration: 10s}
+"""
+
+
+def configs(text: str = SMALL) -> dict[str, AgentConfig]:
+    run_point = point(text)
+    return agent_configs(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                         seed=3, epoch=100.0)
+
+
+def test_each_gateway_drives_its_own_devices_with_their_link() -> None:
+    agents = configs()
+    assert set(agents) == {"gw-1", "gw-2", "cloud-1"}
+    devices = [d for gw in ("gw-1", "gw-2") for driver in agents[gw].drivers
+               for d in driver.devices]
+    assert sorted(devices) == [f"s-{i}" for i in range(1, 7)]
+    (driver,) = agents["gw-1"].drivers
+    assert len(driver.devices) == 3
+    assert (driver.stream, driver.rate, driver.qos, driver.channel) == ("city", 2.0, 1, "exclusive")
+    assert (driver.access_latency, driver.access_jitter, driver.access_loss) == (
+        pytest.approx(0.005), pytest.approx(0.001), pytest.approx(0.01))
+    assert agents["cloud-1"].drivers == []
+
+
+def test_operators_go_where_placed_with_their_topic_filters() -> None:
+    agents = configs()
+    for gateway in ("gw-1", "gw-2"):
+        (op,) = agents[gateway].operators
+        assert (op.name, op.task, op.reads, op.writes) == ("filter", "range_filter",
+                                                            ["city/#"], "clean")
+    (count,) = agents["cloud-1"].operators
+    assert (count.reads, count.writes, count.window) == (["clean/#"], None, 2.0)
+
+
+def test_nodes_get_distinct_indexes_and_the_run_seed_and_epoch() -> None:
+    agents = configs()
+    assert len({a.index for a in agents.values()}) == 3 and min(a.index for a in agents.values())
+    assert {(a.seed, a.epoch) for a in agents.values()} == {(3, 100.0)}
+    assert AgentConfig.from_json(agents["gw-1"].to_json()) == agents["gw-1"]
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("{name: filter, task: range_filter, on: broker-1, reads: city, writes: clean}",
+     "pipeline[0] (filter).on: broker-1 is a broker"),
+    ("{name: filter, task: stats, engine: spark, on: gateways, reads: city, writes: clean}",
+     "pipeline[0] (filter).engine: spark runs on cloud VMs, and gw-1 is a gateway"),
+])
+def test_what_the_emulation_cannot_run_is_named(change: str, message: str) -> None:
+    text = SMALL.replace(
+        "{name: filter, task: range_filter, on: gateways, reads: city, writes: clean}", change)
+    with pytest.raises(DeploymentError, match=re.escape(message)):
+        configs(text)
+
+
+def test_a_device_without_a_gateway_is_named() -> None:
+    text = SMALL.replace("- {from: gw-*, to: broker-1, latency: 20ms}",
+                         "- {from: gw-*, to: broker-1, latency: 20ms}\n"
+                         "    - {from: s-6, to: broker-1, latency: 5ms}").replace(
+        "{from: s-*, to: gw-*", "{from: 's-[1-5]', to: gw-*")
+    with pytest.raises(DeploymentError, match=r"streams\[0\] \(city\): device s-6 has no link"):
+        configs(text)
+
+
+def test_the_catalog_quickstart_deploys() -> None:
+    run_point = load("quickstart").points[0]
+    agents = agent_configs(run_point.topology, run_point.spec.workload,
+                           run_point.spec.pipeline, seed=7, epoch=0.0)
+    assert sum(len(d.devices) for a in agents.values() for d in a.drivers) == 200
+    assert [op.engine for op in agents["cloud-1"].operators] == ["spark"]
