@@ -63,6 +63,8 @@ class AgentConfig:
     epoch: float = 0.0                 # host clock (time.time()) at the run's t = 0
     index: int = 0                     # this node's number in the run: message ids start here
     session_timeout: float = 10.0      # ZooKeeper session: how long a dead agent stays registered
+    # Drivers wait for a `set run.epoch` request: every node of a run starts at one epoch.
+    hold: bool = False
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))

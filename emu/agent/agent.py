@@ -1,0 +1,329 @@
+"""A node's agent: drivers and operators on one scheduler, wired to the broker and ZooKeeper."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from typing import Any
+
+from emu.agent.config import AgentConfig
+from emu.agent.drivers import Driver, Drivers
+from emu.agent.management import Management
+from emu.agent.mqtt import connected, new_client, no_delay
+from emu.agent.operators import Operator
+from emu.agent.protocol import ALL_REQUESTS, Envelope, request_topic
+from emu.agent.records import Records
+from emu.agent.registry import Registration, sensor_path
+from emu.agent.scheduler import Scheduler
+from emu.agent.spark import SparkJob
+
+KEEPALIVE = 30
+# Operators feeding each other in a ring on one node would pass a message round for ever.
+MAX_HOPS = 32
+
+
+def broker_address(address: str) -> tuple[str, int]:
+    host, _, port = address.rpartition(":")
+    if not host:
+        return address, 1883
+    return host.strip("[]"), int(port)
+
+
+class Agent:
+    """Runs one node of an emulated run from its AgentConfig.
+
+    Everything that touches drivers, operators and records runs on the scheduler's thread;
+    the MQTT client's thread only hands messages and requests over. A message the node
+    publishes goes in-process to the node's running operators that read its topic (a local
+    read, as in the simulator); a driver's message goes to the broker only when no local
+    operator took it (or the driver `forward`s), an operator's output always. Copies of the
+    node's own messages coming back from the broker are ignored, so nothing is read twice.
+    """
+
+    def __init__(self, config: AgentConfig, clock: Callable[[], float] = time.time) -> None:
+        self.config = config
+        self.node = config.node
+        self.clock = clock
+        self.started = clock()
+        # No epoch given: the run starts when the agent does.
+        self.epoch = config.epoch or self.started
+        self.arch = platform.machine()
+        self.scheduler = Scheduler(clock)
+        at = self.scheduler.at
+        self.records = Records(config.records, at, clock)
+        self.drivers = Drivers(config.drivers, self.node, config.index, config.seed, self.epoch,
+                               at, clock, self._from_driver, self.records.sent)
+        self.operators: dict[str, Operator] = {}
+        self.spark_jobs: dict[str, SparkJob] = {}
+        for operator_config in config.operators:
+            if operator_config.engine == "spark":
+                # The job reads through a session of its own; the agent records arrivals.
+                self.spark_jobs[operator_config.name] = SparkJob(
+                    operator_config, self.node, config.mqtt, config.records,
+                    len(os.sched_getaffinity(0)))
+                operator_config = replace(operator_config, engine="python", task="passthrough",
+                                          params={}, writes=None)
+            operator = Operator(operator_config, self.node, self.epoch)
+            if operator.name in self.operators:
+                raise ValueError(f"node {self.node}: two operators are named {operator.name!r}")
+            self.operators[operator.name] = operator
+        # Topics this node publishes on: their copies from the broker are its own echo.
+        self._own_topics = self.drivers.topics | {
+            op.out_topic for op in self.operators.values() if op.out_topic}
+        self._readers: dict[str, tuple[Operator, ...]] = {}
+        self._subscribed: set[str] = set()
+        self.unreadable = 0   # broker messages that were no envelope
+        self.unpublished = 0  # publishes the client refused (not connected, QoS 0)
+        self.looped = 0       # outputs dropped after MAX_HOPS operators
+        self.description = self._describe()
+        self.management = Management(self)
+        self.client = new_client(f"foglab-{self.node}-{os.getpid()}-{os.urandom(3).hex()}")
+        self.client.on_connect = self._on_connect
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = self._on_subscribe
+        self._requests = request_topic(self.node)
+        self._requests_mid = -1
+        self.ready = threading.Event()
+        self.registration: Registration | None = None
+        if config.zookeeper:
+            sensors = [(sensor_path(driver.stream, device.name, device.topic),
+                        json.dumps({"node": self.node, "topic": device.topic,
+                                    "qos": driver.config.qos}).encode())
+                       for driver in self.drivers.by_stream.values()
+                       for device in driver.devices]
+            self.registration = Registration(config.zookeeper, self.node,
+                                             config.session_timeout,
+                                             lambda: self.description, sensors)
+
+    # Life -------------------------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start the scheduler and connect to the broker; neither it nor ZooKeeper need be up
+        yet. Once the node hears requests, its drivers start and it registers in ZooKeeper:
+        a registered node can be managed."""
+        self.scheduler.start(f"foglab-{self.node}")
+        for job in self.spark_jobs.values():
+            job.start()
+        host, port = broker_address(self.config.mqtt)
+        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
+        self.client.connect_async(host, port, keepalive=KEEPALIVE)
+        self.client.loop_start()
+
+    def stop(self, timeout: float = 2.0) -> bool:
+        """Stop emitting, flush the records, leave ZooKeeper and the broker, within timeout
+        (the records first: they are what a run keeps). False if the scheduler was stuck."""
+        deadline = time.monotonic() + timeout
+        stopped = self.scheduler.stop(timeout=timeout / 2)
+        self.records.close()
+        if self.registration is not None:
+            self.registration.close(timeout=max(0.1, deadline - time.monotonic() - 0.2))
+        self.client.disconnect()
+        self.client.loop_stop()
+        for job in self.spark_jobs.values():
+            job.stop()
+        return stopped
+
+    # MQTT client's thread ---------------------------------------------------------------------
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, *rest: Any) -> None:
+        if not connected(rc):
+            print(f"foglab agent {self.node}: broker refused the connection: {rc}",
+                  file=sys.stderr, flush=True)
+            return
+        no_delay(client)
+        _, self._requests_mid = client.subscribe([(self._requests, 1), (ALL_REQUESTS, 1)])
+
+    def _on_subscribe(self, client: Any, userdata: Any, mid: int, *rest: Any) -> None:
+        if mid == self._requests_mid:
+            self.scheduler.call(self._on_ready)
+
+    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+        topic = message.topic
+        if topic == ALL_REQUESTS or topic == self._requests:
+            self.management.received(message.payload)
+        else:
+            self.scheduler.call(self._from_broker, topic, message.payload)
+
+    # Scheduler thread -------------------------------------------------------------------------
+
+    def _on_ready(self) -> None:
+        """The broker passes requests on to the node now: (re)subscribe its operators; the
+        first time, start the drivers and register."""
+        self._subscribed.clear()  # a clean session: the broker forgot them
+        self._subscribe()
+        if not self.config.hold:
+            self.drivers.start()
+        if self.registration is not None and not self.ready.is_set():
+            self.registration.start()
+        self.ready.set()
+
+    def _subscribe(self) -> None:
+        """Make the broker subscriptions those of the running operators."""
+        wanted = {f for op in self.operators.values() if op.running for f in op.filters}
+        if not self.client.is_connected():
+            return
+        new, gone = wanted - self._subscribed, self._subscribed - wanted
+        if new:
+            self.client.subscribe([(f, 1) for f in sorted(new)])
+        if gone:
+            self.client.unsubscribe(sorted(gone))
+        self._subscribed = wanted
+
+    def _readers_of(self, topic: str) -> tuple[Operator, ...]:
+        readers = self._readers.get(topic)
+        if readers is None:
+            readers = self._readers[topic] = tuple(
+                op for op in self.operators.values() if op.running and op.reads(topic))
+        return readers
+
+    def _from_driver(self, topic: str, envelope: Envelope, driver: Driver) -> None:
+        readers = self._readers_of(topic)
+        for operator in readers:
+            self._take(operator, envelope)
+        if not readers or driver.config.forward:
+            self._publish(topic, envelope, driver.config.qos)
+
+    def _from_broker(self, topic: str, payload: bytes) -> None:
+        if topic in self._own_topics:
+            return  # this node's own message, read locally when it was published
+        try:
+            envelope = Envelope.decode(payload)
+        except ValueError:
+            self.unreadable += 1
+            return
+        for operator in self._readers_of(topic):
+            self._take(operator, envelope)
+
+    def _take(self, operator: Operator, envelope: Envelope) -> None:
+        now = self.clock()
+        if operator.sink:
+            self.records.received(envelope.id, envelope.stream, envelope.src, self.node,
+                                  envelope.t, now, envelope.hops)
+        outputs = operator.take(envelope, now)
+        window = operator.window
+        if window is not None and window.count and not window.armed:
+            window.armed = True
+            self.scheduler.at(window.end, self._window_ends, operator, operator.token)
+        for output in outputs:
+            self._from_operator(operator, output)
+
+    def _window_ends(self, operator: Operator, token: int) -> None:
+        window = operator.window
+        if token != operator.token or window is None:
+            return  # the operator stopped or went; start sets the timer again
+        window.armed = False
+        for output in window.close(self.clock(), operator.name, self.node):
+            self._from_operator(operator, output)
+        if window.count:  # counted on into a later window before the timer rang
+            window.armed = True
+            self.scheduler.at(window.end, self._window_ends, operator, token)
+
+    def _from_operator(self, operator: Operator, output: Envelope) -> None:
+        topic = operator.out_topic
+        if topic is None:
+            return  # a sink's window outputs go nowhere
+        if output.hops > MAX_HOPS:
+            self.looped += 1
+            return
+        for reader in self._readers_of(topic):
+            if reader is not operator:
+                self._take(reader, output)
+        self._publish(topic, output, 0)
+
+    def _publish(self, topic: str, envelope: Envelope, qos: int) -> None:
+        info = self.client.publish(topic, envelope.encode(), qos)
+        if info.rc != 0:
+            self.unpublished += 1
+
+    # Changes by management (scheduler thread) ---------------------------------------------------
+
+    def begin(self, epoch: float) -> None:
+        """Start the drivers of a held node at the run's epoch, and align windows on it."""
+        if self.drivers.started:
+            raise ValueError("the run has begun already")
+        self.epoch = self.drivers.epoch = epoch
+        for operator in self.operators.values():
+            if operator.window is not None:
+                operator.window.epoch = epoch
+        self.drivers.start()
+
+    def _operator(self, name: str) -> Operator:
+        operator = self.operators.get(name)
+        if operator is None:
+            installed = ", ".join(sorted(self.operators)) or "none"
+            raise ValueError(f"unknown operator {name!r}; installed: {installed}")
+        return operator
+
+    def _changed(self) -> None:
+        self._readers.clear()
+        self._subscribe()
+        self.description = self._describe()
+        if self.registration is not None:
+            self.registration.update()
+
+    def install(self, operator: Operator) -> None:
+        if operator.name in self.operators:
+            raise ValueError(f"operator {operator.name!r} is installed already; update or "
+                             "uninstall it")
+        self.operators[operator.name] = operator
+        if operator.out_topic:
+            self._own_topics.add(operator.out_topic)
+        self._changed()
+
+    def update(self, name: str, params: dict[str, Any]) -> None:
+        operator = self._operator(name)
+        try:
+            stage, merged = operator.restaged(params)
+        except ValueError as error:
+            raise ValueError(f"operator {name!r}: {error}") from None
+        operator.stage = stage
+        operator.config.params = merged
+        self._changed()
+
+    def uninstall(self, name: str) -> None:
+        operator = self._operator(name)
+        operator.running = False
+        operator.token += 1
+        del self.operators[name]
+        self._changed()
+
+    def set_running(self, name: str, running: bool) -> None:
+        operator = self._operator(name)
+        if operator.running == running:
+            return
+        operator.running = running
+        operator.token += 1
+        window = operator.window
+        if window is not None:
+            window.armed = False
+            if running and window.count:
+                window.armed = True
+                self.scheduler.at(window.end, self._window_ends, operator, operator.token)
+        self._changed()
+
+    # What the node tells ------------------------------------------------------------------------
+
+    def _describe(self) -> bytes:
+        """The gateway znode's data."""
+        return json.dumps({
+            "kind": self.config.kind, "arch": self.arch, "pid": os.getpid(),
+            "started": self.started, "mqtt": self.config.mqtt,
+            "operators": {name: {"task": op.config.task, "running": op.running}
+                          for name, op in self.operators.items()},
+        }, separators=(",", ":")).encode()
+
+    def status(self) -> dict[str, Any]:
+        """What a ping answers: the node's operators, rates and counts."""
+        return {
+            "kind": self.config.kind, "arch": self.arch, "pid": os.getpid(),
+            "operators": {name: op.status() for name, op in self.operators.items()},
+            "rates": {stream: d.rate for stream, d in self.drivers.by_stream.items()},
+            "sent": self.records.sent_count, "received": self.records.received_count,
+            "unreadable": self.unreadable, "unpublished": self.unpublished,
+        }

@@ -1,0 +1,129 @@
+"""Requests from the host over MQTT: check, carry out on the scheduler thread, answer each."""
+
+from __future__ import annotations
+
+import math
+import queue
+import threading
+from typing import TYPE_CHECKING, Any
+
+from emu.agent.operators import Operator, operator_config
+from emu.agent.protocol import SETTINGS, Request, RequestError, response
+
+if TYPE_CHECKING:
+    from emu.agent.agent import Agent
+
+
+class Management:
+    """Every request gets one answer on its `reply` topic (QoS 1) and a row in commands.csv.
+
+    Requests are read in turn on a thread of their own, where an install also builds its
+    operator (the first RIoTBench task imports numpy: seconds under QEMU), so neither the
+    MQTT client's thread nor the scheduler waits for that; the change itself is made on the
+    scheduler thread, in the order the requests came.
+    """
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.answered = 0
+        self._requests: queue.SimpleQueue = queue.SimpleQueue()
+        self._reader: threading.Thread | None = None
+
+    def received(self, payload: bytes) -> None:
+        """On the MQTT client's thread: a request's payload, as it came."""
+        self._requests.put((self.agent.clock(), payload))
+        if self._reader is None:  # started on the first request: a node may never get one
+            self._reader = threading.Thread(target=self._read, name="foglab-management",
+                                            daemon=True)
+            self._reader.start()
+
+    def _read(self) -> None:
+        while True:
+            t_received, payload = self._requests.get()
+            self._prepare(payload, t_received)
+
+    def _prepare(self, payload: bytes, t_received: float) -> None:
+        agent = self.agent
+        try:
+            request = Request.decode(payload)
+        except RequestError as error:
+            agent.scheduler.call(self._answer, error.request_id, None, error.reply, t_received,
+                                 str(error), None)
+            return
+        prepared = None
+        if request.command == "install":
+            try:
+                prepared = Operator(operator_config(request.args), agent.node, agent.epoch)
+            except Exception as error:  # a task's constructor may raise anything
+                message = error if isinstance(error, ValueError) else \
+                    f"{type(error).__name__}: {error}"
+                agent.scheduler.call(self._answer, request.id, request.command, request.reply,
+                                     t_received, f"install: {message}", None)
+                return
+        agent.scheduler.call(self._carry_out, request, prepared, t_received)
+
+    def _carry_out(self, request: Request, prepared: Operator | None,
+                   t_received: float) -> None:
+        try:
+            result = getattr(self, f"_{request.command}")(request.args, prepared)
+            error = None
+        except (ValueError, TypeError, KeyError) as failure:
+            result, error = None, f"{request.command}: {failure}"
+        except Exception as failure:  # a bug answers as a failed request, never stops the node
+            result, error = None, f"{request.command}: {type(failure).__name__}: {failure}"
+        self._answer(request.id, request.command, request.reply, t_received, error, result)
+
+    def _answer(self, request_id: str | None, command: str | None, reply: str | None,
+                t_received: float, error: str | None, result: Any) -> None:
+        agent = self.agent
+        t_done = agent.clock()
+        if reply:
+            agent.client.publish(reply, response(request_id, agent.node, error is None, error,
+                                                  t_done, result), qos=1)
+        agent.records.command(request_id, command, t_received, t_done, error is None)
+        self.answered += 1
+
+    # The commands, on the scheduler thread -----------------------------------------------------
+
+    def _install(self, args: dict[str, Any], operator: Operator | None) -> None:
+        assert operator is not None
+        self.agent.install(operator)
+
+    def _update(self, args: dict[str, Any], _: Any) -> None:
+        name = _operator_name(args)
+        if "params" not in args:
+            raise ValueError("args need 'params', the parameters to change")
+        self.agent.update(name, args["params"])
+
+    def _uninstall(self, args: dict[str, Any], _: Any) -> None:
+        self.agent.uninstall(_operator_name(args))
+
+    def _start(self, args: dict[str, Any], _: Any) -> None:
+        self.agent.set_running(_operator_name(args), True)
+
+    def _stop(self, args: dict[str, Any], _: Any) -> None:
+        self.agent.set_running(_operator_name(args), False)
+
+    def _set(self, args: dict[str, Any], _: Any) -> None:
+        key, value, stream = args.get("key"), args.get("value"), args.get("stream")
+        if key not in SETTINGS:
+            raise ValueError(f"unknown key {key!r}; keys: {', '.join(SETTINGS)}")
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not math.isfinite(value):
+            raise ValueError(f"{key} needs a number 'value', not {value!r}")
+        if stream is not None and not isinstance(stream, str):
+            raise ValueError(f"'stream' must be a stream name, not {stream!r}")
+        if key == "run.epoch":
+            self.agent.begin(float(value))
+        else:
+            self.agent.drivers.set_rate(float(value), stream)
+
+    def _ping(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
+        return self.agent.status()
+
+
+def _operator_name(args: dict[str, Any]) -> str:
+    name = args.get("operator")
+    if not isinstance(name, str) or not name:
+        raise ValueError("args need 'operator', the operator's name")
+    return name

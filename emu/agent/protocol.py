@@ -1,0 +1,177 @@
+"""What agents and the host say over MQTT: topics, the message envelope, requests and replies."""
+
+from __future__ import annotations
+
+import json
+import json.encoder
+from dataclasses import dataclass, field
+from typing import Any
+
+# Message ids: the node's index in the high bits, its own sequence number in the low ones.
+SEQUENCE_BITS = 40
+
+MANAGEMENT = "foglab/mgmt"
+ALL_REQUESTS = f"{MANAGEMENT}/all/req"
+COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping")
+SETTINGS = ("publish.rate", "run.epoch")
+
+_COMPACT = (",", ":")
+_string = json.encoder.encode_basestring_ascii  # json.dumps of a str
+
+
+def request_topic(node: str) -> str:
+    """Where the host sends requests for one node (every node also reads ALL_REQUESTS)."""
+    return f"{MANAGEMENT}/{node}/req"
+
+
+def stream_topic(stream: str, node: str, device: str, channel: str) -> str:
+    """A device's messages leave its gateway on `<stream>/<node>` (shared channel) or
+    `<stream>/<node>/<device>` (exclusive): workloads.spec.StreamSpec.topic's rule."""
+    if channel == "shared":
+        return f"{stream}/{node}"
+    return f"{stream}/{node}/{device}"
+
+
+def output_topic(writes: str, node: str) -> str:
+    return f"{writes}/{node}"
+
+
+def message_id(index: int, sequence: int) -> int:
+    """Unique in a run: nodes have distinct indexes, and each counts its own messages."""
+    if not 0 <= sequence < 1 << SEQUENCE_BITS:
+        raise ValueError(f"sequence {sequence} does not fit in {SEQUENCE_BITS} bits")
+    return (index << SEQUENCE_BITS) | sequence
+
+
+@dataclass(slots=True)
+class Envelope:
+    """One message on the wire: its id, stream and source device, when the device sent it
+    (host clock, shared by every container), how many operators it passed, and its body."""
+
+    id: int
+    stream: str
+    src: str
+    t: float
+    hops: int
+    body: str
+
+    def encode(self) -> bytes:
+        """What json.dumps writes for the envelope as a compact object, written directly:
+        this is every message's cost."""
+        return (f'{{"id":{self.id},"stream":{_string(self.stream)},"src":{_string(self.src)},'
+                f'"t":{self.t!r},"hops":{self.hops},"body":{_string(self.body)}}}').encode()
+
+    @classmethod
+    def decode(cls, payload: bytes | str) -> Envelope:
+        try:
+            data = json.loads(payload)
+            return cls(int(data["id"]), str(data["stream"]), str(data["src"]), float(data["t"]),
+                       int(data["hops"]), str(data["body"]))
+        except (ValueError, TypeError, KeyError) as error:
+            raise ValueError(f"not a foglab message envelope: {error!r}") from None
+
+    def passed_on(self, body: str) -> Envelope:
+        """An operator's output: the input's identity and send time, one more hop."""
+        return Envelope(self.id, self.stream, self.src, self.t, self.hops + 1, body)
+
+
+# Topic filters --------------------------------------------------------------------------------
+# The same rules as workloads.topics, which the gateway image does not carry.
+
+
+def unshared(topic_filter: str) -> str:
+    """`$share/group/city/#` -> `city/#`; a plain filter is returned as it is."""
+    parts = topic_filter.split("/", 2)
+    if parts[0] == "$share" and len(parts) == 3 and parts[1] and parts[2]:
+        return parts[2]
+    return topic_filter
+
+
+def matches(topic_filter: str, topic: str) -> bool:
+    """True when an MQTT topic filter (shared or not) matches a topic name."""
+    filter_levels = unshared(topic_filter).split("/")
+    topic_levels = topic.split("/")
+    if topic.startswith("$") and filter_levels[0] in ("+", "#"):
+        return False
+    for i, level in enumerate(filter_levels):
+        if level == "#":
+            return True
+        if i >= len(topic_levels):
+            return False
+        if level != "+" and level != topic_levels[i]:
+            return False
+    return len(filter_levels) == len(topic_levels)
+
+
+def valid_filter(topic_filter: str) -> bool:
+    if topic_filter.startswith("$share/") and unshared(topic_filter) == topic_filter:
+        return False  # a $share prefix without a group or a filter
+    levels = unshared(topic_filter).split("/")
+    for i, level in enumerate(levels):
+        if "#" in level and (level != "#" or i != len(levels) - 1):
+            return False
+        if "+" in level and level != "+":
+            return False
+    return bool(topic_filter)
+
+
+# Management -----------------------------------------------------------------------------------
+
+
+class RequestError(ValueError):
+    """A request that cannot be carried out; `request_id` and `reply` when it had them."""
+
+    def __init__(self, message: str, request_id: str | None = None, reply: str | None = None):
+        super().__init__(message)
+        self.request_id = request_id
+        self.reply = reply
+
+
+@dataclass
+class Request:
+    """{"id": str, "command": str, "reply": topic, "args": {...}}"""
+
+    id: str
+    command: str
+    reply: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def encode(self) -> bytes:
+        return json.dumps({"id": self.id, "command": self.command, "reply": self.reply,
+                           "args": self.args}, separators=_COMPACT).encode()
+
+    @classmethod
+    def decode(cls, payload: bytes | str) -> Request:
+        """The request, or a RequestError saying what is wrong with it."""
+        try:
+            data = json.loads(payload)
+        except ValueError as error:
+            raise RequestError(f"request is not JSON: {error}") from None
+        if not isinstance(data, dict):
+            raise RequestError("request must be a JSON object")
+        request_id, reply = data.get("id"), data.get("reply")
+        request_id = None if request_id is None else str(request_id)
+        if not isinstance(reply, str) or not reply or any(c in reply for c in "+#"):
+            raise RequestError("request needs a 'reply' topic (no wildcards)", request_id)
+        if request_id is None:
+            raise RequestError("request needs an 'id'", None, reply)
+        command = data.get("command")
+        if command not in COMMANDS:
+            raise RequestError(f"unknown command {command!r}; commands: {', '.join(COMMANDS)}",
+                               request_id, reply)
+        args = data.get("args", {})
+        if args is None:
+            args = {}
+        if not isinstance(args, dict):
+            raise RequestError(f"{command}: 'args' must be a JSON object, not "
+                               f"{type(args).__name__}", request_id, reply)
+        return cls(request_id, command, reply, args)
+
+
+def response(request_id: str | None, node: str, ok: bool, error: str | None, t: float,
+             result: Any = None) -> bytes:
+    """{"id", "node", "ok", "error", "t"}, and "result" for commands that answer something."""
+    data: dict[str, Any] = {"id": request_id, "node": node, "ok": ok, "error": error, "t": t}
+    if result is not None:
+        data["result"] = result
+    return json.dumps(data, separators=_COMPACT).encode()

@@ -1,0 +1,253 @@
+"""The host's side of agent management: one command to many nodes at once, and registration."""
+
+from __future__ import annotations
+
+import json
+import secrets
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from emu.agent.config import OperatorConfig
+from emu.agent.mqtt import no_delay
+from emu.agent.protocol import ALL_REQUESTS, MANAGEMENT, Request, request_topic
+from emu.agent.registry import GATEWAYS, gateway_path
+
+CONNECT_TIMEOUT = 10.0
+
+
+@dataclass(frozen=True)
+class Reply:
+    """One node's answer: when the host sent the request and got the reply (host clock),
+    when the node finished (its clock, which is the host's in the emulation), and how."""
+
+    node: str
+    ok: bool
+    error: str | None
+    t_sent: float
+    t_replied: float
+    t_done: float
+    result: Any = None
+
+    @property
+    def latency(self) -> float:
+        return self.t_replied - self.t_sent
+
+
+@dataclass
+class CommandResult:
+    """The replies of one command sent to many nodes, and the nodes that did not answer."""
+
+    command: str
+    replies: dict[str, Reply] = field(default_factory=dict)
+    missing: list[str] = field(default_factory=list)
+    t_sent: float = 0.0
+    t_finished: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return not self.missing and all(reply.ok for reply in self.replies.values())
+
+    @property
+    def failed(self) -> dict[str, str | None]:
+        return {node: reply.error for node, reply in self.replies.items() if not reply.ok}
+
+    @property
+    def duration(self) -> float:
+        """From the first request sent to the last reply (or the timeout)."""
+        return self.t_finished - self.t_sent
+
+    def summary(self) -> str:
+        parts = [f"{self.command}: {len(self.replies) - len(self.failed)} ok"]
+        if self.failed:
+            parts.append(f"{len(self.failed)} failed (" + "; ".join(
+                f"{node}: {error}" for node, error in sorted(self.failed.items())) + ")")
+        if self.missing:
+            parts.append(f"{len(self.missing)} did not answer ({', '.join(self.missing)})")
+        return ", ".join(parts) + f" in {self.duration * 1000:.0f} ms"
+
+
+class Controller:
+    """Sends management requests to agents over MQTT and collects their replies.
+
+    `with Controller("127.0.0.1:1883") as control: control.install(nodes, operator)`:
+    every request is published first, then the replies are awaited together, so N nodes
+    take about as long as the slowest one, not N times one.
+    """
+
+    def __init__(self, broker: str, client_id: str | None = None) -> None:
+        import paho.mqtt.client as mqtt
+
+        host, _, port = broker.rpartition(":")
+        self.host, self.port = (host, int(port)) if host else (broker, 1883)
+        self._token = secrets.token_hex(4)
+        self.reply_topic = f"{MANAGEMENT}/controller/{self._token}/res"
+        self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
+                                   client_id=client_id or f"foglab-controller-{self._token}")
+        self._client.on_message = self._on_message
+        self._lock = threading.Condition()
+        self._waiting: dict[str, dict[str, Any]] = {}  # request id -> what the reply completes
+        self._count = 0
+
+    def connect(self, timeout: float = CONNECT_TIMEOUT) -> Controller:
+        subscribed = threading.Event()
+        self._client.on_subscribe = lambda *args: subscribed.set()
+        self._client.connect(self.host, self.port, keepalive=30)
+        no_delay(self._client)
+        self._client.loop_start()
+        self._client.subscribe(self.reply_topic, qos=1)
+        if not subscribed.wait(timeout):
+            self.close()
+            raise TimeoutError(f"broker {self.host}:{self.port} did not confirm the reply "
+                               f"subscription within {timeout} s")
+        return self
+
+    def close(self) -> None:
+        self._client.disconnect()
+        self._client.loop_stop()
+
+    def __enter__(self) -> Controller:
+        return self.connect()
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+        t_replied = time.time()
+        try:
+            data = json.loads(message.payload)
+            request_id, node = data["id"], data["node"]
+        except (ValueError, KeyError, TypeError):
+            return
+        with self._lock:
+            waiting = self._waiting.get(request_id)
+            if waiting is None:
+                return  # an answer to a request given up on
+            if waiting["node"] not in (None, node) or node in waiting["replies"]:
+                return
+            waiting["replies"][node] = Reply(node, bool(data.get("ok")), data.get("error"),
+                                             waiting["t_sent"][waiting["node"]],
+                                             t_replied, float(data.get("t", 0.0)),
+                                             data.get("result"))
+            self._lock.notify_all()
+
+    def send(self, nodes: Iterable[str], command: str, args: dict[str, Any] | None = None,
+             timeout: float = 10.0, broadcast: bool = False) -> CommandResult:
+        """Send one command to every node and wait up to timeout for all replies.
+
+        Each node gets its own request on its own topic, or with `broadcast` one request goes
+        to all agents at once (foglab/mgmt/all/req) and the replies of `nodes` are awaited.
+        """
+        nodes = list(dict.fromkeys(nodes))
+        result = CommandResult(command)
+        requests: list[tuple[str, str | None]] = []  # (request id, node or None for all)
+        with self._lock:
+            if broadcast:
+                requests.append((self._new_id(), None))
+            else:
+                requests.extend((self._new_id(), node) for node in nodes)
+            collected: dict[str, Reply] = {}
+            t_sent: dict[str | None, float] = {}
+            for request_id, node in requests:
+                self._waiting[request_id] = {"node": node, "replies": collected,
+                                             "t_sent": t_sent}
+        result.t_sent = time.time()
+        for request_id, node in requests:
+            payload = Request(request_id, command, self.reply_topic, args or {}).encode()
+            t_sent[node] = time.time()
+            self._client.publish(ALL_REQUESTS if node is None else request_topic(node),
+                                 payload, qos=1)
+        deadline = time.monotonic() + timeout
+        wanted = set(nodes)
+        with self._lock:
+            while not wanted <= set(collected):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._lock.wait(left)
+            for request_id, _ in requests:
+                del self._waiting[request_id]
+            result.replies = dict(collected)
+        result.t_finished = time.time()
+        result.missing = [node for node in nodes if node not in result.replies]
+        return result
+
+    def _new_id(self) -> str:
+        self._count += 1
+        return f"{self._token}-{self._count}"
+
+    # The commands -------------------------------------------------------------------------------
+
+    def ping(self, nodes: Iterable[str], timeout: float = 10.0) -> CommandResult:
+        return self.send(nodes, "ping", timeout=timeout)
+
+    def install(self, nodes: Iterable[str], operator: OperatorConfig | dict[str, Any],
+                timeout: float = 10.0) -> CommandResult:
+        args = asdict(operator) if isinstance(operator, OperatorConfig) else dict(operator)
+        return self.send(nodes, "install", args, timeout)
+
+    def update(self, nodes: Iterable[str], operator: str, params: dict[str, Any],
+               timeout: float = 10.0) -> CommandResult:
+        return self.send(nodes, "update", {"operator": operator, "params": params}, timeout)
+
+    def uninstall(self, nodes: Iterable[str], operator: str,
+                  timeout: float = 10.0) -> CommandResult:
+        return self.send(nodes, "uninstall", {"operator": operator}, timeout)
+
+    def start(self, nodes: Iterable[str], operator: str, timeout: float = 10.0) -> CommandResult:
+        return self.send(nodes, "start", {"operator": operator}, timeout)
+
+    def stop(self, nodes: Iterable[str], operator: str, timeout: float = 10.0) -> CommandResult:
+        return self.send(nodes, "stop", {"operator": operator}, timeout)
+
+    def set_rate(self, nodes: Iterable[str], rate: float, stream: str | None = None,
+                 timeout: float = 10.0) -> CommandResult:
+        args: dict[str, Any] = {"key": "publish.rate", "value": rate}
+        if stream is not None:
+            args["stream"] = stream
+        return self.send(nodes, "set", args, timeout)
+
+
+def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
+                    ) -> dict[str, dict[str, Any]]:
+    """Wait until every node's /iot/gateways/<node> exists; their registration data.
+
+    A children watch on /iot/gateways wakes this up at each change, no polling. A
+    TimeoutError names the nodes still missing.
+    """
+    from kazoo.client import KazooClient
+
+    wanted = set(nodes)
+    done = threading.Event()
+    present: set[str] = set()
+
+    def changed(children: list[str]) -> bool:
+        present.clear()
+        present.update(children)
+        if wanted <= present:
+            done.set()
+            return False  # stop watching
+        return True
+
+    deadline = time.monotonic() + timeout
+    client = KazooClient(hosts=zk_hosts, timeout=10.0)
+    client.start(timeout=max(1.0, timeout))
+    try:
+        client.ensure_path(GATEWAYS)
+        from kazoo.recipe.watchers import ChildrenWatch
+
+        ChildrenWatch(client, GATEWAYS, changed)
+        if not done.wait(max(0.0, deadline - time.monotonic())):
+            missing = sorted(wanted - present)
+            raise TimeoutError(f"{len(missing)} of {len(wanted)} nodes not registered in "
+                               f"ZooKeeper after {timeout} s: {', '.join(missing)}")
+        registered = {}
+        for node in sorted(wanted):
+            data, _ = client.get(gateway_path(node))
+            registered[node] = json.loads(data) if data else {}
+        return registered
+    finally:
+        client.stop()
+        client.close()

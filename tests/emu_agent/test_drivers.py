@@ -1,0 +1,232 @@
+"""Drivers: rates, arrivals, ids, the access link, bodies; on a virtual clock and for real."""
+
+from __future__ import annotations
+
+import csv
+import heapq
+import io
+import itertools
+import statistics
+import time
+from collections import Counter, defaultdict
+
+import pytest
+
+from emu.agent.config import DriverConfig
+from emu.agent.drivers import CITY_FIELDS, CITY_UNITS, Drivers, layouts
+from emu.agent.protocol import SEQUENCE_BITS, Envelope
+from workloads.riot.senml import Reading, decode_senml, encode_senml, from_json, to_json
+from workloads.riot.tasks import make_task
+
+from .conftest import read_csv, wait_for
+
+
+class VirtualTime:
+    """The scheduler's `at` and `clock` on a virtual clock, run to a given time."""
+
+    def __init__(self, now: float = 1000.0) -> None:
+        self.now = now
+        self.heap: list = []
+        self.order = itertools.count()
+
+    def at(self, t: float, action, *args) -> None:
+        heapq.heappush(self.heap, (t, next(self.order), action, args))
+
+    def clock(self) -> float:
+        return self.now
+
+    def run(self, until: float) -> None:
+        while self.heap and self.heap[0][0] <= until:
+            t, _, action, args = heapq.heappop(self.heap)
+            self.now = max(self.now, t)
+            action(*args)
+        self.now = until
+
+
+def virtual_drivers(configs: list[DriverConfig], index: int = 1, seed: int = 7,
+                    epoch: float = 1000.0):
+    time_ = VirtualTime(epoch)
+    delivered: list[tuple[float, str, Envelope]] = []
+    sent: list[tuple[int, str, str, float]] = []
+    drivers = Drivers(configs, "gw-1", index, seed, epoch, time_.at, time_.clock,
+                      lambda topic, envelope, driver: delivered.append((time_.now, topic,
+                                                                        envelope)),
+                      lambda *row: sent.append(row))
+    drivers.start()
+    return time_, drivers, delivered, sent
+
+
+def test_periodic_devices_send_at_their_rate_from_the_start_time() -> None:
+    config = DriverConfig("city", [f"d-{i}" for i in range(5)], rate=4.0, arrivals="periodic",
+                          start=2.0)
+    clock, _, delivered, sent = virtual_drivers([config])
+    clock.run(1012.0)  # 10 s after the start
+    per_device = Counter(envelope.src for _, _, envelope in delivered)
+    assert set(per_device.values()) <= {40, 41} and len(per_device) == 5
+    assert min(t for t, _, _ in delivered) >= 1002.0
+    gaps = [b.t - a.t for a, b in itertools.pairwise(
+        [e for _, _, e in delivered if e.src == "d-0"])]
+    assert max(gaps) == pytest.approx(0.25) and min(gaps) == pytest.approx(0.25)
+    assert len(sent) == len(delivered)
+
+
+def test_poisson_devices_average_their_rate() -> None:
+    config = DriverConfig("city", [f"d-{i}" for i in range(20)], rate=5.0)
+    clock, _, delivered, _ = virtual_drivers([config])
+    clock.run(1100.0)
+    assert len(delivered) == pytest.approx(20 * 5.0 * 100, rel=0.05)
+    gaps = [b.t - a.t for a, b in itertools.pairwise(
+        [e for _, _, e in delivered if e.src == "d-3"])]
+    # Exponential gaps: the standard deviation is about the mean.
+    assert statistics.stdev(gaps) == pytest.approx(statistics.mean(gaps), rel=0.25)
+
+
+def test_the_same_seed_and_node_give_the_same_messages() -> None:
+    def run(index: int, seed: int) -> list[tuple[float, str, str]]:
+        config = DriverConfig("city", ["a", "b", "c"], rate=3.0)
+        clock, _, delivered, _ = virtual_drivers([config], index=index, seed=seed)
+        clock.run(1010.0)
+        return [(e.t, e.src, e.body) for _, _, e in delivered]
+
+    assert run(1, 7) == run(1, 7)
+    assert run(1, 7) != run(2, 7)
+    assert run(1, 7) != run(1, 8)
+
+
+def test_ids_are_unique_and_carry_the_node_index() -> None:
+    configs = [DriverConfig("city", ["a", "b"], rate=20.0),
+               DriverConfig("taxi", ["a", "c"], rate=20.0, channel="exclusive")]
+    clock, _, delivered, sent = virtual_drivers(configs, index=9)
+    clock.run(1005.0)
+    ids = [e.id for _, _, e in delivered]
+    assert len(ids) == len(set(ids)) > 300
+    assert {i >> SEQUENCE_BITS for i in ids} == {9}
+    assert sorted(i & ((1 << SEQUENCE_BITS) - 1) for i in ids) == list(range(len(ids)))
+    topics = {(e.stream, e.src): topic for _, topic, e in delivered}
+    assert topics == {("city", "a"): "city/gw-1", ("city", "b"): "city/gw-1",
+                      ("taxi", "a"): "taxi/gw-1/a", ("taxi", "c"): "taxi/gw-1/c"}
+
+
+def test_the_access_link_delays_around_its_latency_and_drops_some() -> None:
+    config = DriverConfig("city", ["a", "b"], rate=5.0, access_latency=0.05,
+                          access_jitter=0.02, access_loss=0.2)
+    clock, _, delivered, sent = virtual_drivers([config])
+    clock.run(1200.0)
+    delays = [t - e.t for t, _, e in delivered]
+    assert min(delays) >= 0.0
+    assert statistics.mean(delays) == pytest.approx(0.05, abs=0.005)
+    assert statistics.stdev(delays) == pytest.approx(0.02, abs=0.005)
+    # A lost message was sent all the same.
+    assert len(delivered) / len(sent) == pytest.approx(0.8, abs=0.04)
+    assert {e.id for _, _, e in delivered} < {row[0] for row in sent}
+    # ... and recorded as dropped: exactly the ones that never arrived.
+    assert {row[0] for row in sent if row[4]} == {row[0] for row in sent} - {
+        e.id for _, _, e in delivered}
+
+
+def test_jitter_never_reorders_a_devices_messages() -> None:
+    config = DriverConfig("city", ["a", "b"], rate=50.0, access_latency=0.05,
+                          access_jitter=0.05)
+    clock, _, delivered, _ = virtual_drivers([config])
+    clock.run(1020.0)
+    for device in "ab":
+        times = [e.t for _, _, e in delivered if e.src == device]
+        assert len(times) > 900 and times == sorted(times)
+    assert [t for t, _, _ in delivered] == sorted(t for t, _, _ in delivered)
+
+
+def test_a_rate_change_applies_at_once_and_zero_stops() -> None:
+    config = DriverConfig("city", ["a", "b"], rate=2.0, arrivals="periodic")
+    clock, drivers, delivered, _ = virtual_drivers([config])
+    clock.run(1010.0)
+    before = len(delivered)
+    drivers.set_rate(10.0, "city")
+    clock.run(1020.0)
+    assert len(delivered) - before == pytest.approx(2 * 10 * 10, abs=3)
+    drivers.set_rate(0.0)
+    stopped = len(delivered)
+    clock.run(1030.0)
+    assert len(delivered) == stopped
+    with pytest.raises(ValueError, match="unknown stream 'taxi'"):
+        drivers.set_rate(1.0, "taxi")
+    with pytest.raises(ValueError, match=">= 0"):
+        drivers.set_rate(-1.0)
+
+
+@pytest.mark.parametrize("fmt", ["senml", "json", "csv"])
+def test_bodies_are_city_readings_of_the_configured_size(fmt: str) -> None:
+    config = DriverConfig("city", ["boston-01"], rate=5.0, format=fmt, size=400)
+    clock, _, delivered, _ = virtual_drivers([config])
+    clock.run(1002.0)
+    readings = []
+    for _, _, envelope in delivered:
+        body = envelope.body
+        if fmt == "senml":
+            assert len(body) == 400
+            [reading] = decode_senml(body)
+        elif fmt == "json":
+            assert len(body) == 400
+            reading = from_json(body)
+        else:
+            [senml] = make_task("csv_to_senml").process(body)
+            [reading] = decode_senml(senml)
+        assert reading.sensor == "boston-01"
+        assert reading.timestamp == pytest.approx(envelope.t, abs=1e-3)
+        assert set(CITY_FIELDS) <= set(reading.values)
+        readings.append(reading)
+    # Valid CITY values: RIoTBench's range filter passes every one.
+    range_filter = make_task("range_filter")
+    assert len(readings) >= 8 and all(range_filter.process(r) for r in readings)
+
+
+def test_drivers_emit_their_rate_through_the_broker(config, agents, listen) -> None:
+    """Real time: 4 devices at 25 msg/s on a shared channel and 2 at 10 msg/s on exclusive
+    ones, measured by a broker-side subscriber over 2 s."""
+    listener = listen("city/#", "taxi/#")
+    agent = agents(config("gw-5", index=5, drivers=[
+        DriverConfig("city", [f"c-{i}" for i in range(4)], 25.0, arrivals="periodic", qos=1),
+        DriverConfig("taxi", ["t-0", "t-1"], 10.0, channel="exclusive", qos=1)]))
+    wait_for(lambda: listener.snapshot(), timeout=5)
+    time.sleep(0.5)
+    listener.clear()
+    start = time.time()
+    time.sleep(2.0)
+    heard = [h for h in listener.snapshot() if h.t - start <= 2.0]
+    rates = Counter(h.envelope.stream for h in heard)
+    assert rates["city"] / 2.0 == pytest.approx(100.0, rel=0.1)
+    assert rates["taxi"] / 2.0 == pytest.approx(20.0, rel=0.35)  # Poisson: 40 messages
+    topics = {h.topic for h in heard}
+    assert topics == {"city/gw-5", "taxi/gw-5/t-0", "taxi/gw-5/t-1"}
+    ids = [h.envelope.id for h in heard]
+    assert len(ids) == len(set(ids)) and {i >> SEQUENCE_BITS for i in ids} == {5}
+    # Latency through a loopback broker: the host clock is the devices' clock.
+    latencies = [h.t - h.envelope.t for h in heard]
+    assert min(latencies) >= 0 and statistics.median(latencies) < 0.05
+    agent.stop()
+    rows = read_csv(agent.records.directory / "sent.csv")
+    assert len(rows) == agent.records.sent_count >= len(heard)
+    per_stream = defaultdict(set)
+    for row in rows:
+        per_stream[row["stream"]].add(row["source"])
+    assert per_stream == {"city": {f"c-{i}" for i in range(4)}, "taxi": {"t-0", "t-1"}}
+    sent_ids = {int(row["id"]) for row in rows}
+    assert set(ids) <= sent_ids
+
+
+def test_sent_records_are_valid_csv_with_the_documented_header(config, agents) -> None:
+    agent = agents(config("gw-2", drivers=[DriverConfig("city", ["a"], 50.0)]))
+    time.sleep(1.5)  # the flush comes at least every second
+    text = (agent.records.directory / "sent.csv").read_text()
+    rows = list(csv.reader(io.StringIO(text)))
+    assert rows[0] == ["id", "stream", "source", "t_sent", "dropped"]
+    assert len(rows) > 30
+    assert all(len(row) == 5 and float(row[3]) > 1e9 and row[4] == "0" for row in rows[1:])
+
+
+@pytest.mark.parametrize("sensor", ["boston-01", 'odd "name" 100%', "münchen/ü"])
+def test_the_body_layouts_write_what_senml_and_json_encoders_write(sensor: str) -> None:
+    values = (1421280000.125, -3.25, 65.1, 0.0, 1e-05, 150.0)
+    reading = Reading(values[0], sensor, dict(zip(CITY_FIELDS, values[1:], strict=True)))
+    layout = layouts(sensor)
+    assert layout["senml"] % values == encode_senml(reading, CITY_UNITS)
+    assert layout["json"] % values == to_json(reading)

@@ -1,0 +1,313 @@
+"""The agent against real servers in containers: ZooKeeper registration and its session, and
+the agent itself inside the arm64 gateway image."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import secrets
+import signal
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
+from emu.agent.protocol import SEQUENCE_BITS
+from emu.agent.registry import gateway_path, sensor_path
+from emu.control import Controller, wait_registered
+from emu.images import DOCKER_TIMEOUT_S, GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ensure_image
+
+from .conftest import Listener, wait_for
+
+if TYPE_CHECKING:
+    import docker
+    from docker.models.containers import Container
+    from kazoo.client import KazooClient
+
+pytestmark = pytest.mark.emu
+
+LABELS = {"foglab": "1", "foglab.test": "emu_agent"}
+# ZooKeeper grants at least 2 ticks (tickTime 2 s): the shortest session there is.
+SESSION_TIMEOUT = 4.0
+# MQTT 3.1.1 CONNECT, clean session, empty client id: a broker answers with a CONNACK (0x20).
+MQTT_CONNECT = bytes([0x10, 12, 0, 4]) + b"MQTT" + bytes([4, 0x02, 0, 10, 0, 0])
+
+
+@pytest.fixture(scope="module")
+def client() -> docker.DockerClient:
+    if os.geteuid() != 0:
+        pytest.skip("containers need root")
+    docker = pytest.importorskip("docker", reason="the docker SDK is not installed")
+    try:
+        engine = docker.from_env(timeout=DOCKER_TIMEOUT_S)
+        engine.ping()
+    except docker.errors.DockerException as error:
+        pytest.skip(f"no Docker Engine: {error}")
+    return engine
+
+
+@pytest.fixture(scope="module")
+def network(client: docker.DockerClient) -> Iterator[str]:
+    created = client.networks.create(f"foglab-agent-test-{secrets.token_hex(4)}",
+                                     driver="bridge", labels=LABELS)
+    try:
+        yield created.name
+    finally:
+        created.remove()
+
+
+@pytest.fixture(scope="module")
+def run(client: docker.DockerClient, network: str) -> Iterator[Callable[..., Container]]:
+    """Starts labelled containers on the test network; removes them by id afterwards."""
+    from docker.errors import NotFound
+
+    started: list[str] = []
+
+    def start(image: str, command: Any = None, **options: Any) -> Container:
+        container = client.containers.run(image, command, detach=True, network=network,
+                                          labels=LABELS, **options)
+        started.append(container.id)
+        return container
+
+    try:
+        yield start
+    finally:
+        for container_id in started:
+            with contextlib.suppress(NotFound):  # gone already
+                client.containers.get(container_id).remove(force=True)
+
+
+def ip_of(container: Container, network: str) -> str:
+    container.reload()
+    return container.attrs["NetworkSettings"]["Networks"][network]["IPAddress"]
+
+
+@pytest.fixture(scope="module")
+def services(client: docker.DockerClient) -> str:
+    return ensure_image(SERVICES, client=client).tag
+
+
+@pytest.fixture(scope="module")
+def zookeeper(services: str, run, network: str) -> str:
+    """host:port of a ZooKeeper server in a container, once it answers."""
+    server = run(services, list(ZOOKEEPER_COMMAND))
+    host = ip_of(server, network)
+    wait_for(lambda: answers(host, 2181, b"ruok") == b"imok", timeout=180, step=0.5)
+    return f"{host}:2181"
+
+
+def answers(host: str, port: int, request: bytes) -> bytes:
+    """What a server says to request, b"" if it cannot be reached yet."""
+    try:
+        with socket.create_connection((host, port), timeout=2) as sock:
+            sock.sendall(request)
+            return sock.recv(16)
+    except OSError:
+        return b""
+
+
+@pytest.fixture
+def zk(zookeeper: str) -> Iterator[KazooClient]:
+    from kazoo.client import KazooClient
+
+    observer = KazooClient(hosts=zookeeper, timeout=10)
+    observer.start(timeout=60)
+    yield observer
+    observer.stop()
+    observer.close()
+
+
+def gone(zk: KazooClient, path: str) -> threading.Event:
+    """An event set when path is deleted (watched, not polled)."""
+    deleted = threading.Event()
+
+    def watch(data: Any, stat: Any, event: Any = None) -> bool:
+        if stat is None and event is not None:
+            deleted.set()
+            return False
+        return True
+
+    zk.DataWatch(path, watch)
+    return deleted
+
+
+def gateway_config(config, zookeeper: str, node: str, **fields: Any) -> AgentConfig:
+    return config(node, zookeeper=zookeeper, session_timeout=SESSION_TIMEOUT, **fields)
+
+
+def test_an_agent_registers_itself_and_its_sensors(config, processes, zookeeper, zk) -> None:
+    agent_config = gateway_config(config, zookeeper, "gw-z1", drivers=[
+        DriverConfig("city", ["d-0", "d-1"], 1.0),
+        DriverConfig("taxi", ["t-0"], 1.0, channel="exclusive")],
+        operators=[OperatorConfig("filter", reads=["city/#"], writes="clean")])
+    process = processes(agent_config)
+    registered = wait_registered(zookeeper, ["gw-z1"], timeout=60)
+    data = registered["gw-z1"]
+    assert data["kind"] == "gateway" and data["pid"] == process.pid
+    assert data["arch"] == os.uname().machine
+    assert data["operators"] == {"filter": {"task": "passthrough", "running": True}}
+    assert abs(data["started"] - time.time()) < 30
+    assert sorted(zk.get_children("/iot/sensors")) >= ["city", "taxi"]
+    assert zk.get_children("/iot/sensors/city/d-0") == ["city%2Fgw-z1"]
+    assert zk.get_children("/iot/sensors/taxi/t-0") == ["taxi%2Fgw-z1%2Ft-0"]
+    channel = json.loads(zk.get(sensor_path("taxi", "t-0", "taxi/gw-z1/t-0"))[0])
+    assert channel == {"node": "gw-z1", "topic": "taxi/gw-z1/t-0", "qos": 0}
+    owner = zk.exists(gateway_path("gw-z1")).ephemeralOwner
+    assert owner and zk.exists(sensor_path("city", "d-1", "city/gw-z1")).ephemeralOwner == owner
+
+
+def test_the_gateway_znode_follows_its_operators(config, agents, zookeeper, zk,
+                                                 controller) -> None:
+    agents(gateway_config(config, zookeeper, "gw-z2"))
+    wait_registered(zookeeper, ["gw-z2"], timeout=60)
+    assert controller.install(["gw-z2"], OperatorConfig("sink", reads=["clean/#"])).ok
+    assert controller.stop(["gw-z2"], "sink").ok
+    wait_for(lambda: json.loads(zk.get(gateway_path("gw-z2"))[0])["operators"] ==
+             {"sink": {"task": "passthrough", "running": False}})
+
+
+def test_a_killed_agent_disappears_when_its_session_times_out(config, processes, zookeeper,
+                                                              zk) -> None:
+    process = processes(gateway_config(config, zookeeper, "gw-z3"))
+    wait_registered(zookeeper, ["gw-z3"], timeout=60)
+    deleted = gone(zk, gateway_path("gw-z3"))
+    killed = time.monotonic()
+    process.send_signal(signal.SIGKILL)
+    assert deleted.wait(SESSION_TIMEOUT + 6), "the ephemeral znode outlived the session"
+    took = time.monotonic() - killed
+    # Not closed: it went when ZooKeeper gave up on the session, not before.
+    assert SESSION_TIMEOUT * 0.5 < took < SESSION_TIMEOUT + 6
+
+
+def test_a_stopped_agent_leaves_at_once(config, processes, zookeeper, zk) -> None:
+    process = processes(gateway_config(config, zookeeper, "gw-z4"))
+    wait_registered(zookeeper, ["gw-z4"], timeout=60)
+    deleted = gone(zk, gateway_path("gw-z4"))
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=2) == 0
+    assert deleted.wait(1.0)
+
+
+def test_a_lost_session_registers_again(config, agents, zookeeper, zk) -> None:
+    from kazoo.client import KazooClient
+
+    agent = agents(gateway_config(config, zookeeper, "gw-z5"))
+    wait_registered(zookeeper, ["gw-z5"], timeout=60)
+    registration = agent.registration
+    assert registration is not None
+    first = zk.exists(gateway_path("gw-z5")).ephemeralOwner
+    # Take over the agent's session and close it: ZooKeeper expires it for the agent.
+    session_id, password = registration.client.client_id
+    thief = KazooClient(hosts=zookeeper, client_id=(session_id, password), timeout=10)
+    thief.start(timeout=60)
+    thief.stop()
+    thief.close()
+    wait_for(lambda: registration.registrations == 2, timeout=30, step=0.2)
+    again = zk.exists(gateway_path("gw-z5"))
+    assert again is not None and again.ephemeralOwner not in (0, first)
+
+
+# The agent in the arm64 gateway image ------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def gateway(client: docker.DockerClient) -> str:
+    """The gateway image with the current agent (a new commit layer when the agent changed)."""
+    return ensure_image(GATEWAY, client=client).tag
+
+
+@pytest.fixture(scope="module")
+def bridge_broker(services: str, run, network: str) -> str:
+    broker = run(services)
+    host = ip_of(broker, network)
+    wait_for(lambda: answers(host, 1883, MQTT_CONNECT)[:1] == b"\x20", timeout=30, step=0.2)
+    return host
+
+
+def memory(container: Container) -> tuple[float, float]:
+    """The agent's RSS (MiB, as /proc tells it inside: QEMU's own memory included) and its
+    container's memory use (MiB, cgroup, less page cache)."""
+    status = container.exec_run(["cat", "/proc/1/status"]).output.decode()
+    rss = next(int(line.split()[1]) for line in status.splitlines()
+               if line.startswith("VmRSS")) / 1024
+    stats = container.stats(stream=False)["memory_stats"]
+    cache = stats.get("stats", {}).get("inactive_file", 0)
+    return rss, (stats["usage"] - cache) / 2**20
+
+
+def cpu_seconds(container: Container) -> float:
+    fields = container.exec_run(["cat", "/proc/1/stat"]).output.decode().rsplit(")", 1)[1]
+    utime, stime = fields.split()[11:13]
+    return (int(utime) + int(stime)) / os.sysconf("SC_CLK_TCK")
+
+
+def test_the_agent_runs_in_the_arm64_gateway_image(gateway: str, bridge_broker: str,
+                                                   zookeeper: str, run, tmp_path: Path) -> None:
+    node = "gw-arm"
+    records = tmp_path / node
+    records.mkdir()
+    agent_config = AgentConfig(
+        node=node, mqtt=f"{bridge_broker}:1883", zookeeper=zookeeper,
+        session_timeout=SESSION_TIMEOUT, index=7, records="/records",
+        drivers=[DriverConfig("city", ["d-0", "d-1"], 5.0, arrivals="periodic", qos=1)])
+    idle_config = AgentConfig(node="gw-idle", mqtt=f"{bridge_broker}:1883",
+                              zookeeper=zookeeper, session_timeout=SESSION_TIMEOUT,
+                              records="/records")
+    listener = Listener(bridge_broker, 1883, ["city/#", "clean/#"])
+    try:
+        started = time.monotonic()
+        container = run(gateway, ["python3", "-m", "emu.agent"],
+                        environment={"FOGLAB_AGENT": agent_config.to_json()},
+                        volumes={str(records): {"bind": "/records", "mode": "rw"}})
+        idle = run(gateway, ["python3", "-m", "emu.agent"],
+                   environment={"FOGLAB_AGENT": idle_config.to_json()},
+                   volumes={str(tmp_path / "idle"): {"bind": "/records", "mode": "rw"}})
+        registered = wait_registered(zookeeper, [node, "gw-idle"], timeout=120)
+        up = time.monotonic() - started
+        assert registered[node]["arch"] == "aarch64"
+        wait_for(lambda: len(listener.snapshot("city/")) >= 10, timeout=60)
+        heard = listener.snapshot("city/")
+        assert {h.topic for h in heard} == {f"city/{node}"}
+        assert {h.envelope.id >> SEQUENCE_BITS for h in heard} == {7}
+        assert {h.envelope.src for h in heard} == {"d-0", "d-1"}
+
+        with Controller(f"{bridge_broker}:1883") as control:
+            pong = control.ping([node, "gw-idle"], timeout=10)
+            assert pong.ok, pong.summary()
+            assert pong.replies[node].result["arch"] == "aarch64"
+            installed = control.install([node], OperatorConfig(
+                "valid", task="range_filter", reads=["city/#"], writes="clean"), timeout=60)
+            assert installed.ok, installed.summary()
+            wait_for(lambda: len(listener.snapshot("clean/")) >= 5, timeout=10)
+            time.sleep(0.5)
+            # Read locally since the install: no raw message sent after it reached the broker.
+            done = installed.replies[node].t_done
+            assert [h for h in listener.snapshot("city/") if h.envelope.t > done] == []
+            latencies = sorted(h.t - h.envelope.t for h in listener.snapshot("clean/"))
+        idle_cpu = cpu_seconds(idle)
+        time.sleep(3)
+        idle_cpu = (cpu_seconds(idle) - idle_cpu) / 3
+        rss, used = memory(idle)
+        stopping = time.monotonic()
+        container.stop(timeout=10)
+        assert container.wait(timeout=10)["StatusCode"] == 0
+        stopped = time.monotonic() - stopping
+        print("\n" + container.logs().decode().strip())
+        print(f"\narm64 agent: registered {up:.1f} s after start, install took "
+              f"{installed.duration * 1000:.0f} ms, median latency device to broker "
+              f"{latencies[len(latencies) // 2] * 1000:.0f} ms, stopped in {stopped:.2f} s; "
+              f"idle agent: RSS {rss:.1f} MiB (QEMU included), container memory "
+              f"{used:.1f} MiB, CPU {idle_cpu * 100:.1f} %")
+        # Exit code 0 within docker's 10 s: the agent stopped on SIGTERM, not by SIGKILL. (The
+        # 2 s bound is tested natively; under QEMU on a loaded host it can take longer.)
+        assert stopped < 10.0
+        rows = (records / "sent.csv").read_text().splitlines()
+        assert rows[0] == "id,stream,source,t_sent" and len(rows) > 10
+    finally:
+        listener.close()

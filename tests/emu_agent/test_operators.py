@@ -1,0 +1,202 @@
+"""Operators: local reads, chains to sinks, window counts, RIoTBench tasks, bad input."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import pytest
+
+from emu.agent.config import DriverConfig, OperatorConfig
+from emu.agent.operators import Operator, WindowCount
+from emu.agent.protocol import Envelope
+
+from .conftest import read_csv, wait_for
+
+CITY = DriverConfig("city", ["d-0", "d-1", "d-2"], rate=20.0, arrivals="periodic", qos=1)
+
+
+def settle(agent, seconds: float) -> None:
+    """Let the drivers run, then stop them and let what is in flight arrive."""
+    time.sleep(seconds)
+    agent.scheduler.call(agent.drivers.set_rate, 0.0)
+    time.sleep(0.3)
+
+
+def test_a_local_read_never_crosses_the_broker(config, agents, listen) -> None:
+    listener = listen("#")
+    agent = agents(config("gw-1", drivers=[CITY], operators=[
+        OperatorConfig("filter", reads=["city/#"], writes="clean")]))
+    settle(agent, 1.5)
+    heard = listener.snapshot()
+    assert {h.topic for h in heard} == {"clean/gw-1"}
+    sent = {int(r["id"]) for r in read_csv_now(agent, "sent.csv")}
+    outputs = [h.envelope for h in heard]
+    assert len(sent) > 50 and {e.id for e in outputs} == sent
+    assert all(e.hops == 1 for e in outputs)
+
+
+def test_a_forwarding_driver_also_feeds_the_broker(config, agents, listen) -> None:
+    listener = listen("#")
+    forwarded = DriverConfig("city", ["d-0"], rate=20.0, arrivals="periodic", forward=True)
+    agent = agents(config("gw-1", drivers=[forwarded], operators=[
+        OperatorConfig("filter", reads=["city/#"], writes="clean")]))
+    settle(agent, 1.0)
+    raw = {h.envelope.id for h in listener.snapshot("city/")}
+    out = {h.envelope.id for h in listener.snapshot("clean/")}
+    assert len(raw) > 10 and raw == out
+    # The operator took each message once: its copy back from the broker is ignored.
+    assert agent.operators["filter"].processed == len(raw)
+
+
+def read_csv_now(agent, name: str):
+    agent.scheduler.call(agent.records.flush)
+    time.sleep(0.1)
+    return read_csv(agent.records.directory / name)
+
+
+def test_a_passthrough_to_sink_chain_across_nodes_records_every_message(
+        config, agents) -> None:
+    cloud = agents(config("cloud-1", kind="cloud_vm", index=100, operators=[
+        OperatorConfig("store", reads=["clean/+"])]))
+    gateways = [agents(config(f"gw-{i}", index=i, drivers=[CITY], operators=[
+        OperatorConfig("filter", reads=["city/#"], writes="clean")])) for i in (1, 2)]
+    time.sleep(1.5)
+    for gateway in gateways:
+        gateway.scheduler.call(gateway.drivers.set_rate, 0.0)
+    time.sleep(0.5)
+    sent = {}
+    for gateway in gateways:
+        sent |= {int(r["id"]): r for r in read_csv_now(gateway, "sent.csv")}
+    received = read_csv_now(cloud, "received.csv")
+    assert len(sent) > 100
+    assert sorted(int(r["id"]) for r in received) == sorted(sent)
+    for row in received:
+        origin = sent[int(row["id"])]
+        assert (row["stream"], row["source"], row["sink"]) == ("city", origin["source"],
+                                                                 "cloud-1")
+        assert float(row["t_sent"]) == float(origin["t_sent"])
+        assert float(row["t_received"]) >= float(row["t_sent"])
+        assert row["hops"] == "1"
+
+
+def test_a_chain_on_one_node_runs_in_process(config, agents, listen) -> None:
+    listener = listen("#")
+    agent = agents(config("gw-1", drivers=[CITY], operators=[
+        OperatorConfig("filter", reads=["city/#"], writes="clean"),
+        OperatorConfig("local-sink", reads=["clean/gw-1"])]))
+    settle(agent, 1.0)
+    received = read_csv_now(agent, "received.csv")
+    sent = read_csv_now(agent, "sent.csv")
+    assert len(sent) > 30 and len(received) == len(sent)
+    # The output went to the broker as well, for readers elsewhere, but was read once here.
+    assert len(listener.snapshot("clean/")) == len(sent)
+    assert agent.operators["local-sink"].processed == len(sent)
+
+
+def test_a_window_count_outputs_one_count_per_window() -> None:
+    operator = Operator(OperatorConfig("count", reads=["city/#"], writes="counts", window=2.0),
+                        "gw-1", epoch=100.0)
+    arrivals = [100.1, 100.5, 101.9, 102.0, 103.99, 104.0, 109.0]
+    outputs = []
+    for i, now in enumerate(arrivals):
+        outputs += operator.take(Envelope(i, "city", "d-0", now, 0, "x"), now)
+    assert operator.window is not None
+    outputs += operator.window.close(200.0, "count", "gw-1")
+    counts = [json.loads(o.body) for o in outputs]
+    assert [(c["window"], c["count"], c["first"], c["last"]) for c in counts] == [
+        (0, 3, 0, 2), (1, 2, 3, 4), (2, 1, 5, 5), (4, 1, 6, 6)]
+    assert counts[0]["start"] == 100.0 and counts[0]["end"] == 102.0
+    assert [o.id for o in outputs] == [0, 3, 5, 6] and all(o.hops == 1 for o in outputs)
+    assert operator.window.close(300.0, "count", "gw-1") == []
+    assert WindowCount(1.0, 0.0).close(5.0, "c", "n") == []
+
+
+def test_window_counts_through_the_broker_add_up_to_the_input(config, agents, listen) -> None:
+    listener = listen("counts/#")
+    agent = agents(config("gw-1", drivers=[CITY], operators=[
+        OperatorConfig("count", reads=["city/#"], writes="counts", window=0.5)]))
+    settle(agent, 2.2)
+    time.sleep(0.6)  # the last window's timer
+    counts = [json.loads(h.envelope.body) for h in listener.snapshot()]
+    sent = read_csv_now(agent, "sent.csv")
+    assert sum(c["count"] for c in counts) == len(sent) > 100
+    windows = [c["window"] for c in counts]
+    assert windows == sorted(set(windows))
+    # 3 devices at 20 msg/s: 30 messages in each whole half second.
+    assert all(c["count"] == pytest.approx(30, abs=2) for c in counts[1:-1])
+    assert all(c["end"] - c["start"] == 0.5 for c in counts)
+
+
+def test_riot_tasks_read_senml_bodies(config, agents, listen) -> None:
+    listener = listen("#")
+    agent = agents(config("gw-1", drivers=[CITY], operators=[
+        OperatorConfig("valid", task="range_filter", reads=["city/#"], writes="valid",
+                       params={"ranges": {"temperature": [-100, 100]}}),
+        OperatorConfig("hot", task="range_filter", reads=["city/#"], writes="hot",
+                       params={"ranges": {"temperature": [1000, 2000]}}),
+        OperatorConfig("parse", task="senml_parse", reads=["city/#"], writes="parsed")]))
+    settle(agent, 1.0)
+    sent = len(read_csv_now(agent, "sent.csv"))
+    assert len(listener.snapshot("valid/")) == sent > 30
+    assert listener.snapshot("hot/") == []
+    assert len(listener.snapshot("parsed/")) == sent
+    body = listener.snapshot("valid/")[0].envelope.body
+    assert json.loads(body)[0]["bn"].startswith("d-")
+    assert all(op.errors == 0 for op in agent.operators.values())
+
+
+def test_a_task_failing_on_a_message_counts_an_error_and_goes_on(config, agents,
+                                                                 listen) -> None:
+    listener = listen("valid/#")
+    csv_city = DriverConfig("city", ["d-0"], rate=20.0, arrivals="periodic", format="csv")
+    agent = agents(config("gw-1", drivers=[csv_city], operators=[
+        OperatorConfig("valid", task="range_filter", reads=["city/#"], writes="valid")]))
+    settle(agent, 1.0)
+    operator = agent.operators["valid"]
+    assert operator.errors == operator.processed > 10
+    assert "neither a SenML pack nor a JSON reading" in operator.last_error
+    assert listener.snapshot() == []
+    wait_for(lambda: agent.scheduler.failures == 0)
+
+
+@pytest.mark.parametrize("fields,message", [
+    ({"task": "no_such_task"}, "unknown task 'no_such_task'"),
+    ({"task": "range_filter", "params": {"bogus": 1}}, "no parameter 'bogus'"),
+    ({"params": {"x": 1}}, "'passthrough' has no parameters"),
+    ({"reads": []}, "reads nothing"),
+    ({"reads": ["city/#/x"]}, "not an MQTT topic filter"),
+    ({"window": 0}, "window must be > 0"),
+    ({"engine": "spark"}, "engine 'spark'"),
+    ({"writes": "out/#"}, "not a topic name"),
+])
+def test_a_bad_operator_config_says_what_is_wrong(fields: dict, message: str) -> None:
+    fields = {"reads": ["city/#"], **fields}
+    with pytest.raises(ValueError, match=message):
+        Operator(OperatorConfig("op", **fields), "gw-1", 0.0)
+
+
+def test_overlapping_filters_take_a_message_once_and_shared_ids_all(config, agents,
+                                                                    broker) -> None:
+    import paho.mqtt.client as mqtt
+
+    agent = agents(config("cloud-1", operators=[
+        OperatorConfig("a", reads=["x/#"]), OperatorConfig("b", reads=["x/+", "x/#"])]))
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    publisher.connect(broker.host, broker.port)
+    publisher.loop_start()
+    try:
+        # Two outputs of one input share its id; one client's overlapping subscriptions get
+        # one copy of each message from the broker.
+        for message_id, body in ((1, "p"), (1, "q"), (2, "p")):
+            envelope = Envelope(message_id, "city", "d-0", time.time(), 1, body)
+            publisher.publish("x/gw-9", envelope.encode(), qos=1).wait_for_publish(5)
+        wait_for(lambda: agent.operators["b"].processed >= 3)
+        time.sleep(0.3)
+    finally:
+        publisher.disconnect()
+        publisher.loop_stop()
+    assert (agent.operators["a"].processed, agent.operators["b"].processed) == (3, 3)
+    received = read_csv_now(agent, "received.csv")
+    assert sorted((r["id"], r["sink"]) for r in received) == [("1", "cloud-1")] * 4 + \
+        [("2", "cloud-1")] * 2

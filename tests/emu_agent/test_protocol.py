@@ -1,0 +1,168 @@
+"""The agent's wire protocol and what it may import: no MQTT broker needed."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import types
+
+import pytest
+
+from emu.agent import mqtt as agent_mqtt
+from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
+from emu.agent.protocol import (
+    ALL_REQUESTS,
+    SEQUENCE_BITS,
+    Envelope,
+    Request,
+    RequestError,
+    matches,
+    message_id,
+    request_topic,
+    response,
+    stream_topic,
+    valid_filter,
+)
+from workloads import topics
+from workloads.spec import StreamSpec
+
+from .conftest import PROJECT_ROOT
+
+
+@pytest.mark.parametrize("channel", ["shared", "exclusive"])
+def test_stream_topics_follow_the_stream_spec(channel: str) -> None:
+    spec = StreamSpec(name="city", sources=["sensor-*"], rate=1.0, channel=channel)
+    assert stream_topic("city", "gw-3", "sensor-7", channel) == spec.topic("sensor-7", "gw-3")
+
+
+@pytest.mark.parametrize("topic_filter,topic", [
+    ("city/#", "city/gw-1"), ("city/#", "city"), ("city/+", "city/gw-1/d-1"),
+    ("city/+/+", "city/gw-1/d-1"), ("+/gw-1", "clean/gw-1"), ("#", "$SYS/x"),
+    ("city", "city/gw-1"), ("$share/g/city/#", "city/gw-2"), ("clean/gw-1", "clean/gw-1"),
+])
+def test_topic_filters_match_as_the_workloads_rules_say(topic_filter: str, topic: str) -> None:
+    group, plain = topics.shared(topic_filter)
+    assert matches(topic_filter, topic) == topics.matches(plain, topic)
+
+
+def test_bad_topic_filters_are_refused() -> None:
+    assert valid_filter("city/#") and valid_filter("$share/g/city/+")
+    for bad in ("city/#/x", "ci+ty", "", "$share/g"):
+        assert not valid_filter(bad), bad
+
+
+def test_message_ids_put_the_node_above_its_sequence() -> None:
+    first, later = message_id(3, 0), message_id(3, 12345)
+    assert first >> SEQUENCE_BITS == 3 and later & ((1 << SEQUENCE_BITS) - 1) == 12345
+    assert message_id(4, 0) > message_id(3, (1 << SEQUENCE_BITS) - 1)
+    with pytest.raises(ValueError, match="bits"):
+        message_id(1, 1 << SEQUENCE_BITS)
+
+
+def test_an_envelope_is_compact_json_and_round_trips() -> None:
+    envelope = Envelope(message_id(2, 7), "city", "sensor-1", 1700000000.123456, 0, '[{"n":1}]')
+    payload = envelope.encode()
+    assert json.loads(payload) == {"id": (2 << 40) | 7, "stream": "city", "src": "sensor-1",
+                                   "t": 1700000000.123456, "hops": 0, "body": '[{"n":1}]'}
+    assert b" " not in payload
+    odd = Envelope(1, 'str"eam', "münchen", 0.1, 3, '{"a": "b\\n"}')
+    assert odd.encode() == json.dumps({"id": 1, "stream": 'str"eam', "src": "münchen",
+                                       "t": 0.1, "hops": 3, "body": '{"a": "b\\n"}'},
+                                      separators=(",", ":")).encode()
+    assert Envelope.decode(odd.encode()) == odd
+    assert Envelope.decode(payload) == envelope
+    assert envelope.passed_on("out") == Envelope(envelope.id, "city", "sensor-1", envelope.t,
+                                                 1, "out")
+    with pytest.raises(ValueError, match="envelope"):
+        Envelope.decode(b'{"id": 1}')
+
+
+def test_requests_say_what_is_wrong_with_them() -> None:
+    good = Request("r1", "ping", "foglab/mgmt/controller/x/res", {})
+    assert Request.decode(good.encode()) == good
+    cases = [
+        (b"not json", "not JSON", None, None),
+        (b'{"id": "a", "command": "ping"}', "reply", "a", None),
+        (b'{"id": "a", "command": "reboot", "reply": "r"}', "unknown command 'reboot'", "a", "r"),
+        (b'{"id": "a", "command": "set", "reply": "r", "args": [1]}', "args", "a", "r"),
+        (b'{"command": "ping", "reply": "r"}', "'id'", None, "r"),
+    ]
+    for payload, message, request_id, reply in cases:
+        with pytest.raises(RequestError, match=message) as caught:
+            Request.decode(payload)
+        assert (caught.value.request_id, caught.value.reply) == (request_id, reply)
+    assert "install" in str(pytest.raises(RequestError, Request.decode,
+                                          b'{"id":"a","command":"x","reply":"r"}').value)
+
+
+def test_a_response_has_the_documented_shape() -> None:
+    data = json.loads(response("r1", "gw-1", False, "update: unknown operator 'x'", 12.5))
+    assert data == {"id": "r1", "node": "gw-1", "ok": False,
+                    "error": "update: unknown operator 'x'", "t": 12.5}
+    assert request_topic("gw-1") == "foglab/mgmt/gw-1/req"
+    assert ALL_REQUESTS == "foglab/mgmt/all/req"
+
+
+def test_the_config_round_trips_with_its_new_fields() -> None:
+    config = AgentConfig(node="gw-1", mqtt="broker:1883", session_timeout=4.0,
+                         drivers=[DriverConfig("city", ["d-1"], 2.0, forward=True)],
+                         operators=[OperatorConfig("f", reads=["city/#"], window=5.0)])
+    assert AgentConfig.from_json(config.to_json()) == config
+
+
+def test_the_client_is_made_for_paho_1_6_as_for_2(monkeypatch: pytest.MonkeyPatch) -> None:
+    made: list[tuple] = []
+
+    class OldClient:  # paho 1.6: no CallbackAPIVersion, callbacks without properties
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            made.append((args, kwargs))
+
+    client_module = types.ModuleType("paho.mqtt.client")
+    client_module.Client = OldClient  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "paho.mqtt.client", client_module)
+    import paho.mqtt
+
+    monkeypatch.setattr(paho.mqtt, "client", client_module, raising=False)
+    agent_mqtt.new_client("gw-1")
+    assert made == [((), {"client_id": "gw-1", "clean_session": True})]
+    assert agent_mqtt.connected(0) and not agent_mqtt.connected(5)
+
+
+def test_the_client_uses_version_2_callbacks_on_paho_2() -> None:
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.reasoncodes import ReasonCode
+
+    client = agent_mqtt.new_client("gw-1")
+    assert client._callback_api_version == mqtt.CallbackAPIVersion.VERSION2
+    assert agent_mqtt.connected(ReasonCode(PacketTypes.CONNACK, "Success"))
+    assert not agent_mqtt.connected(ReasonCode(PacketTypes.CONNACK, "Not authorized"))
+
+
+FORBIDDEN = ("numpy", "pydantic", "rich", "pandas", "docker", "experiments", "sim",
+             "topologies", "workloads.spec", "workloads.topics", "yaml")
+IMPORTS = """
+import sys
+from emu.agent.__main__ import main
+from emu.agent.agent import Agent
+from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
+agent = Agent(AgentConfig(node="n", mqtt="127.0.0.1:1", records=sys.argv[1],
+                          drivers=[DriverConfig("city", ["d"], 1.0)],
+                          operators=[OperatorConfig("p", reads=["city/#"])]))
+import paho.mqtt.client
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def test_the_agent_imports_only_what_the_gateway_image_has(tmp_path) -> None:
+    """Stdlib, paho, kazoo, numpy and workloads.riot; numpy only once a task needs it."""
+    printed = subprocess.run([sys.executable, "-c", IMPORTS, str(tmp_path)], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, check=True).stdout.split()
+    loaded = {name for name in printed if any(name == f or name.startswith(f + ".")
+                                              for f in FORBIDDEN)}
+    assert loaded == set()
+    project = {name.split(".")[0] for name in printed if name.startswith(("emu", "workloads"))}
+    assert project == {"emu", "workloads"}
+    assert not [name for name in printed if name.startswith("workloads.")
+                and not name.startswith("workloads.riot")]
