@@ -12,6 +12,9 @@ from __future__ import annotations
 from collections import defaultdict
 
 from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
+from emu.agent.operators import make_stage
+from emu.agent.spark import SparkJob
+from topologies.errors import SpecError
 from topologies.model import Topology
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
 from workloads.spec import WorkloadSpec
@@ -19,8 +22,8 @@ from workloads.spec import WorkloadSpec
 AGENT_KINDS = ("gateway", "cloud_vm")
 
 
-class DeploymentError(ValueError):
-    """The experiment asks for something the emulation cannot run; says what and where."""
+class DeploymentError(SpecError):
+    """The experiment asks for something the emulation cannot run: the field, value and why."""
 
 
 def placement(topology: Topology, on: list[str]) -> list[str]:
@@ -51,8 +54,9 @@ def _drivers(topology: Topology, workload: WorkloadSpec) -> dict[str, list[Drive
             gateway = gateway_of(topology, device)
             if gateway is None:
                 raise DeploymentError(
-                    f"workload.streams[{index}] ({stream.name}): device {device} has no link to "
-                    "a gateway; the emulation runs devices inside their gateway's agent")
+                    ("workload", "streams", index, "sources"), device,
+                    f"devices linked to a gateway: the emulation runs device {device} of stream "
+                    f"{stream.name} inside its gateway's agent, and it has no gateway")
             link = topology.graph.edges[device, gateway]["link"]
             groups[gateway, link.latency, link.jitter, link.loss].append(device)
         for (gateway, latency, jitter, loss), devices in groups.items():
@@ -70,22 +74,39 @@ def operator_config(spec: OperatorSpec) -> OperatorConfig:
                           window=spec.window.size if spec.window else None, engine=spec.engine)
 
 
+def _check_task(index: int, spec: OperatorSpec, config: OperatorConfig) -> None:
+    """Build the task (or the Spark job's command) once here, so a bad one fails before any
+    container starts."""
+    try:
+        if spec.engine == "spark":
+            SparkJob(config, "check", "localhost:1883", "/records")
+        else:
+            make_stage(config.task, config.params)
+    except ValueError as error:
+        raise DeploymentError(("pipeline", index, "task"), spec.task,
+                              f"a task the emulation can run: {error}") from None
+
+
 def _operators(topology: Topology, pipeline: list[OperatorSpec]) -> dict[str, list]:
     operators: dict[str, list[OperatorConfig]] = defaultdict(list)
     for index, spec in enumerate(pipeline):
-        where = f"pipeline[{index}] ({spec.name})"
         if spec.follow:
-            raise DeploymentError(f"{where}: follow operators move with mobile users, which "
-                                  "the emulation does not model yet; run it on sim")
+            raise DeploymentError(("pipeline", index, "follow"), spec.follow,
+                                  "no follow operators on emu: they move with mobile users, "
+                                  "which the emulation does not model yet (run it on sim)")
+        config = operator_config(spec)
+        _check_task(index, spec, config)
         for node in placement(topology, spec.on):
             kind = topology.nodes[node].kind
             if kind not in AGENT_KINDS:
-                raise DeploymentError(f"{where}.on: {node} is a {kind}; in the emulation "
-                                      "operators run on gateways and cloud VMs")
+                raise DeploymentError(("pipeline", index, "on"), node,
+                                      f"gateways or cloud VMs: in the emulation operators run "
+                                      f"there, and {node} is a {kind}")
             if spec.engine == "spark" and kind != "cloud_vm":
-                raise DeploymentError(f"{where}.engine: spark runs on cloud VMs, and {node} "
+                raise DeploymentError(("pipeline", index, "engine"), spec.engine,
+                                      f"python on {node}: Spark runs on cloud VMs, and {node} "
                                       f"is a {kind}")
-            operators[node].append(operator_config(spec))
+            operators[node].append(config)
     return operators
 
 

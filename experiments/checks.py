@@ -21,7 +21,20 @@ def check(spec: ExperimentSpec) -> Topology:
     _check_pipeline(spec, topology)
     _check_migrations(spec, topology)
     _check_mobility(spec, topology)
+    if spec.run.backend == "emu":
+        _check_emulation(spec, topology)
     return topology
+
+
+def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
+    """What the emulation cannot run yet, and what it cannot deploy (emu.deployment)."""
+    from emu.deployment import agent_configs
+
+    for name in ("mobility", "migrations"):
+        if getattr(spec.scenario, name):
+            raise SpecError(("scenario", name), "...", f"no scenario.{name} on emu: the "
+                            "emulation does not move users or operators yet (run it on sim)")
+    agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)
 
 
 def _check_streams(spec: ExperimentSpec, topology: Topology) -> None:

@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -21,7 +22,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True,
 topo_app = typer.Typer(no_args_is_help=True, help="Look at topologies.")
 results_app = typer.Typer(no_args_is_help=True, help="Look at results.")
 bench_app = typer.Typer(no_args_is_help=True, help="Micro-benchmarks.")
-emu_app = typer.Typer(no_args_is_help=True, help="Prepare the host and images for emulation.")
+emu_app = typer.Typer(no_args_is_help=True,
+                      help="Prepare the host and images; run topologies as containers.")
 app.add_typer(topo_app, name="topo")
 app.add_typer(results_app, name="results")
 app.add_typer(bench_app, name="bench")
@@ -320,6 +322,292 @@ def emu_build(images: Annotated[list[str] | None, typer.Argument(
             bars.update(bar, completed=1.0)
             console.print(f"{name:9} {built.tag}  {'cached' if built.cached else 'built'}",
                           highlight=False)
+
+
+
+# -- emulated clusters -----------------------------------------------------------------------
+
+ClusterOption = Annotated[str | None, typer.Option(
+    "--cluster", help="the cluster's name (default: the only cluster there is)")]
+
+
+def _docker():
+    try:
+        import docker
+
+        from emu.images import DOCKER_TIMEOUT_S
+
+        return docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
+    except Exception as error:  # noqa: BLE001 - whatever keeps the SDK from the engine
+        console.print(f"[red]error:[/red] no Docker Engine: {error} (foglab emu doctor --fix)",
+                      highlight=False)
+        raise typer.Exit(1) from None
+
+
+def _which_cluster(client, name: str | None) -> str:
+    """The named cluster, or the only one there is."""
+    from emu.cluster import inventory
+
+    found = inventory.clusters(client)
+    if name is not None:
+        if name not in found:
+            console.print(f"[red]error:[/red] no cluster {name!r}; clusters: "
+                          f"{', '.join(found) or 'none'}", highlight=False)
+            raise typer.Exit(1)
+        return name
+    if len(found) != 1:
+        console.print("[red]error:[/red] " + (
+            "no cluster is up" if not found else
+            f"{len(found)} clusters are up ({', '.join(found)}): choose one with --cluster"),
+            highlight=False)
+        raise typer.Exit(1)
+    return next(iter(found))
+
+
+def _status_table(client, name: str) -> Table:
+    from emu.cluster import inventory
+
+    info = inventory.clusters(client).get(name)
+    title = f"cluster {name}"
+    if info is not None:
+        title += f" ({info.topology}; links: {info.shaper}"
+        if info.shaper == "relay":
+            title += ", relays " + ("running" if info.owner_running else
+                                    "[red]gone: their process ended[/red]")
+        title += ")"
+    table = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("node", "kind", "state", "ip", "image", "container"):
+        table.add_column(column, no_wrap=column in ("ip", "container"))
+    for node in inventory.node_status(client, name):
+        colour = "green" if node.state == "running" else "red"
+        image, _, tag = node.image.removeprefix("foglab/").partition(":")
+        table.add_row(node.node, node.kind if node.role in ("agent", node.kind) else
+                      f"{node.kind} ({node.role})", f"[{colour}]{node.state}[/{colour}]",
+                      node.ip, f"{image}:{tag[:8]}" if tag else image, node.container[:12])
+    return table
+
+
+class _UpBars:
+    """Progress of `foglab emu up`: the images, the containers started, the services ready."""
+
+    def __init__(self, bars: Progress, containers: int):
+        self.bars = bars
+        self.image = bars.add_task("images", total=None)
+        self.containers = bars.add_task("containers", total=containers, visible=False)
+        self.ready = None
+
+    def __call__(self, stage: str, done: int, total: int, detail: str) -> None:
+        if stage in ("shaper", "image"):
+            self.bars.update(self.image, description=detail)
+        elif stage == "networks":
+            self.bars.update(self.image, visible=False)
+            self.bars.update(self.containers, visible=True)
+        elif stage == "containers":
+            self.bars.update(self.containers, completed=done)
+        elif stage == "ready":
+            if self.ready is None:
+                self.ready = self.bars.add_task("services answer", total=total)
+            self.bars.update(self.ready, completed=done)
+
+
+@emu_app.command("up")
+def emu_up(
+    topology: Annotated[str, typer.Argument(help="a topology file or a catalog name")],
+    cluster: Annotated[str | None, typer.Option(
+        help="the cluster's name (default: the topology's)")] = None,
+    zookeeper: Annotated[int, typer.Option(help="ZooKeeper servers: 1, or 3 for an ensemble")]
+    = 1,
+    detach: Annotated[bool, typer.Option(
+        help="return once up; the relays stay in a background process that "
+             "`foglab emu down` ends")] = False,
+    records: Annotated[Path | None, typer.Option(
+        help="folder for the nodes' records (default: a scratch folder `down` removes)")]
+    = None,
+    agent_command: Annotated[str | None, typer.Option(
+        help="run this instead of the agent in gateways and cloud VMs, e.g. 'sleep infinity'")]
+    = None,
+    label: Annotated[list[str] | None, typer.Option(
+        help="KEY=VALUE: one more label on every container and network")] = None,
+    notice: Annotated[Path | None, typer.Option(hidden=True)] = None,
+    log: Annotated[Path | None, typer.Option(hidden=True)] = None,
+) -> None:
+    """Bring a topology up as containers with idle agents (no drivers, no operators), print
+    their status, and hold it until Ctrl-C (or with --detach, until `foglab emu down`)."""
+    import os
+    import shlex
+
+    from emu.cluster.engine import Cluster
+    from emu.cluster.hold import hold, notify, stop_on_signals
+    from emu.cluster.plan import plan_cluster
+
+    topo = _topology(topology)
+    labels = dict(item.partition("=")[::2] for item in label or [])
+    try:
+        plan = plan_cluster(topo, cluster, zookeeper=zookeeper, labels=labels)
+    except SpecError as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
+    if detach:
+        _up_detached(topology, plan.cluster, zookeeper, records, agent_command, label or [])
+        return
+    client = _docker()
+    command = shlex.split(agent_command) if agent_command else None
+    with stop_on_signals():
+        try:
+            with _bars() as bars:
+                running = Cluster(plan, client, records=records, agent_command=command,
+                                  progress=_UpBars(bars, len(plan.containers))).up()
+        except KeyboardInterrupt:
+            notify(notice, ok=False, error="interrupted")
+            console.print(f"[yellow]interrupted[/yellow]: removed what cluster {plan.cluster} "
+                          "had made", highlight=False)
+            raise typer.Exit(130) from None
+        except Exception as error:  # noqa: BLE001 - shown, after the cluster cleaned up
+            notify(notice, ok=False, error=str(error))
+            console.print(f"[red]error:[/red] {error}\n(removed what cluster {plan.cluster} "
+                          "had made)", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+        try:
+            console.print(_status_table(client, plan.cluster))
+            facts = running.facts
+            console.print(f"up in {facts['up_s']:.1f} s; links shaped by {facts['shaper']}; "
+                          f"records in {facts['records']}", highlight=False)
+            notify(notice, ok=True, pid=os.getpid(), facts=facts)
+            if notice is None:
+                console.print("[dim]Ctrl-C brings the cluster down[/dim]")
+            hold()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            removed = running.down()
+            console.print(f"cluster {plan.cluster} down: removed {removed.containers} "
+                          f"containers, {removed.networks} networks", highlight=False)
+            if log is not None:
+                log.unlink(missing_ok=True)
+
+
+def _up_detached(topology: str, cluster: str, zookeeper: int, records: Path | None,
+                 agent_command: str | None, labels: list[str]) -> None:
+    """Run `foglab emu up` again in the background and wait until it says the cluster is up."""
+    import secrets
+    import tempfile
+
+    from emu.cluster.hold import spawn, wait_for_notice
+
+    stem = Path(tempfile.gettempdir()) / f"foglab-{cluster}-{secrets.token_hex(4)}"
+    log, notice = stem.with_suffix(".log"), stem.with_suffix(".notice")
+    argv = ["emu", "up", topology, "--cluster", cluster, "--zookeeper", str(zookeeper),
+            "--notice", str(notice), "--log", str(log)]
+    if records is not None:
+        argv += ["--records", str(records.resolve())]
+    if agent_command:
+        argv += ["--agent-command", agent_command]
+    for label in labels:
+        argv += ["--label", label]
+    process = spawn(argv, log)
+    try:
+        with console.status(f"bringing cluster {cluster} up in the background "
+                            f"(pid {process.pid})"):
+            outcome = wait_for_notice(notice, process)
+    except KeyboardInterrupt:
+        # The background process cleans up what it made when told to stop.
+        process.terminate()
+        process.wait(timeout=120)
+        outcome = {"ok": False, "error": "interrupted"}
+    notice.unlink(missing_ok=True)
+    if not outcome.get("ok"):
+        tail = log.read_text(errors="replace")[-3000:] if log.exists() else ""
+        log.unlink(missing_ok=True)
+        if process.poll() is None:
+            process.wait(timeout=60)
+        console.print(f"[red]error:[/red] {outcome.get('error')}\n{tail}", highlight=False,
+                      soft_wrap=True)
+        raise typer.Exit(1)
+    client = _docker()
+    console.print(_status_table(client, cluster))
+    facts = outcome["facts"]
+    console.print(f"up in {facts['up_s']:.1f} s; links shaped by {facts['shaper']}; records in "
+                  f"{facts['records']}\nthe relays run in background process {process.pid} "
+                  f"(log {log}); `foglab emu down --cluster {cluster}` ends it", highlight=False)
+
+
+@emu_app.command("down")
+def emu_down(cluster: ClusterOption = None,
+             all_: Annotated[bool, typer.Option("--all", help="every foglab cluster")] = False
+             ) -> None:
+    """Remove a cluster: its containers, networks, relays (ending the process that holds them)
+    and scratch folder, all found by the cluster's label."""
+    from emu.cluster import inventory
+
+    client = _docker()
+    names = list(inventory.clusters(client)) if all_ else [_which_cluster(client, cluster)]
+    for name in names:
+        removed = inventory.remove(client, name)
+        note = "; ended the process holding its relays" if removed.owner_ended else ""
+        console.print(f"cluster {name} down: removed {removed.containers} containers, "
+                      f"{removed.networks} networks{note}", highlight=False)
+    if not names:
+        console.print("no foglab cluster is up")
+
+
+@emu_app.command("status")
+def emu_status(cluster: Annotated[str | None, typer.Option(
+        "--cluster", help="one cluster (default: all)")] = None) -> None:
+    """Each container of a cluster (or of all): node, kind, state, IP, image, container id."""
+    from emu.cluster import inventory
+
+    client = _docker()
+    names = [_which_cluster(client, cluster)] if cluster else list(inventory.clusters(client))
+    for name in names:
+        console.print(_status_table(client, name))
+    if not names:
+        console.print("no foglab cluster is up")
+
+
+@emu_app.command("exec")
+def emu_exec(node: Annotated[str, typer.Argument(help="a node of the cluster, e.g. gw-1")],
+             command: Annotated[list[str], typer.Argument(help="the command, after --")],
+             cluster: ClusterOption = None) -> None:
+    """Run a command in a node's container: foglab emu exec gw-1 -- python3 -V"""
+    import sys
+
+    from emu.cluster import inventory
+
+    client = _docker()
+    name = _which_cluster(client, cluster)
+    try:
+        container = inventory.find_container(client, name, node)["Id"]
+    except LookupError as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        raise typer.Exit(1) from None
+    execution = client.api.exec_create(container, command, stdout=True, stderr=True)
+    for chunk in client.api.exec_start(execution["Id"], stream=True):
+        sys.stdout.buffer.write(chunk)
+        sys.stdout.buffer.flush()
+    raise typer.Exit(client.api.exec_inspect(execution["Id"])["ExitCode"] or 0)
+
+
+@emu_app.command("logs")
+def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.g. gw-1")],
+             follow: Annotated[bool, typer.Option("--follow", "-f")] = False,
+             cluster: ClusterOption = None) -> None:
+    """Print a node's container log; --follow keeps printing until Ctrl-C."""
+    import sys
+
+    from emu.cluster import inventory
+
+    client = _docker()
+    name = _which_cluster(client, cluster)
+    try:
+        container = inventory.find_container(client, name, node)["Id"]
+        for chunk in inventory.follow_logs(client, container, follow):
+            sys.stdout.buffer.write(chunk)
+            sys.stdout.buffer.flush()
+    except LookupError as error:
+        console.print(f"[red]error:[/red] {error}", highlight=False)
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        pass
 
 
 if __name__ == "__main__":

@@ -73,9 +73,19 @@ def test_nodes_get_distinct_indexes_and_the_run_seed_and_epoch() -> None:
 
 @pytest.mark.parametrize(("change", "message"), [
     ("{name: filter, task: range_filter, on: broker-1, reads: city, writes: clean}",
-     "pipeline[0] (filter).on: broker-1 is a broker"),
+     "pipeline[0].on: gateways or cloud VMs: in the emulation operators run there, and "
+     "broker-1 is a broker"),
     ("{name: filter, task: stats, engine: spark, on: gateways, reads: city, writes: clean}",
-     "pipeline[0] (filter).engine: spark runs on cloud VMs, and gw-1 is a gateway"),
+     "pipeline[0].engine: python on gw-1: Spark runs on cloud VMs, and gw-1 is a gateway"),
+    ("{name: filter, task: nope, on: gateways, reads: city, writes: clean}",
+     "pipeline[0].task: a task the emulation can run: unknown task 'nope'"),
+    ("{name: filter, task: range_filter, on: gateways, reads: city, writes: clean, "
+     "params: {colour: red}}",
+     "pipeline[0].task: a task the emulation can run: task 'range_filter' has no parameter "
+     "'colour'"),
+    ("{name: filter, task: wordcount, engine: spark, on: cloud-1, reads: city, writes: clean}",
+     "pipeline[0].task: a task the emulation can run: operator 'filter': engine spark runs "
+     "the apps etl, stats, pred, not 'wordcount'"),
 ])
 def test_what_the_emulation_cannot_run_is_named(change: str, message: str) -> None:
     text = SMALL.replace(
@@ -89,7 +99,8 @@ def test_a_device_without_a_gateway_is_named() -> None:
                          "- {from: gw-*, to: broker-1, latency: 20ms}\n"
                          "    - {from: s-6, to: broker-1, latency: 5ms}").replace(
         "{from: s-*, to: gw-*", "{from: 's-[1-5]', to: gw-*")
-    with pytest.raises(DeploymentError, match=r"streams\[0\] \(city\): device s-6 has no link"):
+    with pytest.raises(DeploymentError, match=r"streams\[0\]\.sources: devices linked to a "
+                       r"gateway: the emulation runs device s-6 of stream city"):
         configs(text)
 
 

@@ -1,0 +1,439 @@
+"""Bring a cluster plan up as running containers, and down again leaving nothing behind.
+
+Order: images; a records directory per node; the site networks; the services (brokers,
+ZooKeeper, idle coordinators); the links (relays need the services' addresses, and the agents
+need the relays' addresses in their config); the agents; then wait for the services to answer.
+Containers start in parallel through the engine's API (create then start, nothing more per
+container): on a 2-core host the engine's own work per container is the limit. An agent that
+has started yields the CPU (a cpu share of 2) until every container is up and every service
+answers: under QEMU each agent's Python start-up costs about as much CPU as the engine's work
+for a container, and the init of the containers still starting runs in their own cgroups,
+competing with it. The default share (1024) comes back once all are up.
+
+Anything that goes wrong during `up` (a Docker error, a service that never answers, Ctrl-C)
+removes everything made so far, by the cluster's label, before the error propagates; a plan
+error comes before anything is made.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import signal
+import tarfile
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+from emu.agent.config import CONFIG_VARIABLE, RECORDS_DIR
+from emu.cluster import inventory
+from emu.cluster.inventory import NodeStatus, Removed
+from emu.cluster.links import Links, make_links
+from emu.cluster.plan import ClusterPlan, ContainerPlan
+from emu.cluster.services import mqtt_answers, zookeeper_answers
+from emu.images import DOCKER_TIMEOUT_S, ImageSpec, ensure_image
+from emu.links.probe import ShaperChoice, choose_shaper
+from emu.links.spec import LinkShape
+
+if TYPE_CHECKING:
+    import docker
+
+# (stage, done, total, detail): stages are shaper, image, networks, containers, ready.
+Progress = Callable[[str, int, int, str], None]
+WORKERS = 16
+READY_TIMEOUT_S = 180
+DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+STARTING_CPU_SHARES = 2
+DEFAULT_CPU_SHARES = 1024
+LOG_CONFIG = {"type": "json-file", "config": {"max-size": "10m", "max-file": "2"}}
+
+
+class ClusterError(RuntimeError):
+    """A cluster could not be brought up (after cleaning up) or is not there."""
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    exit_code: int
+    output: bytes
+
+
+@dataclass
+class _Made:
+    """What this process made, beyond what the labels find."""
+
+    scratch: Path | None = None
+    ids: dict[str, str] = field(default_factory=dict)  # node -> container id
+
+
+def _noop(stage: str, done: int, total: int, detail: str) -> None:
+    pass
+
+
+class Cluster:
+    """A topology's containers, networks and shaped links, running on one Docker Engine.
+
+    `records`: the folder under which each node's records directory (mounted at /records)
+    is made; without it, a scratch folder that `down` removes. `agent_command` replaces the
+    agents' `python3 -m emu.agent` (a test, or a stand-in). `shaper` skips the netem probe.
+    `progress` hears each stage and each container started, on the calling thread: raising
+    there (Ctrl-C) aborts `up` and cleans up.
+    """
+
+    def __init__(self, plan: ClusterPlan, client: docker.DockerClient | None = None, *,
+                 records: Path | None = None, shaper: ShaperChoice | None = None,
+                 agent_command: Sequence[str] | None = None, workers: int = WORKERS,
+                 progress: Progress | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
+                 seed: int | None = None) -> None:
+        self.plan = plan
+        self._client = client
+        self.records = Path(records) if records is not None else None
+        self.shaper = shaper
+        self.agent_command = tuple(agent_command) if agent_command is not None else None
+        self.workers = workers
+        self.progress = progress or _noop
+        self.ready_timeout_s = ready_timeout_s
+        self.seed = seed
+        self.links: Links | None = None
+        self.addresses: dict[tuple[str, str], str] = {}
+        self.bridges: dict[str, str] = {}
+        self.images: dict[str, str] = {}
+        self.facts: dict[str, object] = {}
+        self._made: _Made | None = None
+        self._cancel = threading.Event()
+        self._owner = inventory.owner_token()
+        self._images_s = 0.0
+
+    @property
+    def client(self) -> docker.DockerClient:
+        if self._client is None:
+            import docker
+
+            self._client = docker.from_env(timeout=DOCKER_TIMEOUT_S,
+                                           max_pool_size=self.workers + 4)
+        return self._client
+
+    @property
+    def name(self) -> str:
+        return self.plan.cluster
+
+    # -- up ------------------------------------------------------------------------------------
+
+    def up(self) -> Self:
+        """Make and start everything; on any failure remove what was made, then raise."""
+        if self._made is not None:
+            raise ClusterError(f"cluster {self.name} is already up")
+        if inventory.containers(self.client, self.name) or inventory.networks(self.client,
+                                                                             self.name):
+            raise ClusterError(f"a cluster named {self.name} exists already: "
+                               f"foglab emu down --cluster {self.name}, or choose another name")
+        started = time.monotonic()
+        self._cancel.clear()
+        self._made = _Made()
+        try:
+            if self.shaper is None:
+                self.progress("shaper", 0, 1, "probing kernel netem")
+                self.shaper = choose_shaper()
+            self.links = make_links(self.shaper.shaper, self.plan, self.seed)
+            self._ensure_images()
+            self._images_s = time.monotonic() - started
+            self._make_records()
+            self._create_networks()
+            total = len(self.plan.containers)
+            services = self.plan.services()
+            self._start(services, {}, 0, total)
+            ips = {s.node: s.ip for s in self.status()}
+            for service, joined in self.links.service_networks().items():
+                for network in sorted(joined):
+                    self.client.api.connect_container_to_network(
+                        self._made.ids[service], network, aliases=[service])
+            self.addresses = self.links.addresses(ips, self.bridges)
+            self._start(self.plan.agents(), self.addresses, len(services), total)
+            if self.links.shaper == "netem":
+                self.links.attach({n: self._pid(n) for n in
+                                   (a.node for a in self.plan.agents())})
+            self._wait_ready()
+            self._restore_cpu_shares()
+        except BaseException:
+            self._abort()
+            raise
+        self.facts = self._facts(time.monotonic() - started)
+        return self
+
+    def _labels(self, labels: dict[str, str]) -> dict[str, str]:
+        """Labels plus the cluster's facts, which `foglab emu` reads from another process."""
+        assert self.shaper is not None and self._made is not None
+        extra = {"foglab.shaper": self.shaper.shaper, inventory.OWNER: self._owner,
+                 "foglab.records": str(self.records_root)}
+        if self._made.scratch is not None:
+            extra[inventory.SCRATCH] = str(self._made.scratch)
+        return {**labels, **extra}
+
+    def _ensure_images(self) -> None:
+        specs: dict[str, ImageSpec] = {}
+        for plan in self.plan.containers.values():
+            specs.setdefault(plan.image.name, plan.image)
+        for done, (name, spec) in enumerate(specs.items()):
+            def stage(step: str, fraction: float | None, name: str = name,
+                      done: int = done) -> None:
+                self.progress("image", done, len(specs), f"{name}: {step}")
+
+            built = ensure_image(spec, client=self.client, progress=stage)
+            self.images[name] = built.tag
+        self.progress("image", len(specs), len(specs), "images ready")
+
+    @property
+    def records_root(self) -> Path:
+        assert self._made is not None
+        root = self.records or self._made.scratch
+        assert root is not None
+        return root
+
+    def records_dir(self, node: str) -> Path:
+        return self.records_root / node
+
+    def _make_records(self) -> None:
+        assert self._made is not None
+        if self.records is None:
+            self._made.scratch = Path(tempfile.mkdtemp(prefix=f"foglab-{self.name}-"))
+        for node in self.plan.containers:
+            self.records_dir(node).mkdir(parents=True, exist_ok=True)
+
+    def _create_networks(self) -> None:
+        networks = list(self.plan.networks.values())
+        for done, network in enumerate(networks):
+            created = self.client.api.create_network(network.name, driver="bridge",
+                                                     labels=self._labels(network.labels),
+                                                     check_duplicate=True)
+            config = self.client.api.inspect_network(created["Id"])["IPAM"]["Config"]
+            self.bridges[network.segment] = config[0]["Gateway"]
+            self.progress("networks", done + 1, len(networks), network.name)
+
+    def _start(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
+               done: int, total: int) -> None:
+        """Create and start containers in parallel; report each on this thread."""
+        if not plans:
+            return
+        pool = ThreadPoolExecutor(min(self.workers, len(plans)), thread_name_prefix="start")
+        try:
+            futures: dict[Future[str | None], ContainerPlan] = {
+                pool.submit(self._run, plan, addresses): plan for plan in plans}
+            for future in as_completed(futures):
+                future.result()
+                done += 1
+                self.progress("containers", done, total, futures[future].node)
+        except BaseException:
+            # In-flight starts finish (their containers carry the label), queued ones never run.
+            self._cancel.set()
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+
+    def _environment(self, plan: ContainerPlan,
+                     addresses: dict[tuple[str, str], str]) -> dict[str, str]:
+        if plan.agent is None:
+            return {}
+        config = plan.agent
+        links = self.plan.links_of(plan.node)
+        mqtt = [addresses[link.key] for link in links if link.role == "mqtt"]
+        zookeeper = [addresses[link.key] for link in links if link.role == "zookeeper"]
+        config = replace(config, mqtt=mqtt[0] if mqtt else config.mqtt,
+                         zookeeper=",".join(zookeeper), records=RECORDS_DIR)
+        return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1"}
+
+    def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
+        """Create and start one container; the least work per container the engine allows."""
+        if self._cancel.is_set():
+            return None
+        api = self.client.api
+        command = self.agent_command if plan.role == "agent" and self.agent_command else (
+            plan.command)
+        host_config = api.create_host_config(
+            nano_cpus=plan.nano_cpus, mem_limit=plan.mem_limit,
+            binds={str(self.records_dir(plan.node)): {"bind": RECORDS_DIR, "mode": "rw"}},
+            network_mode=plan.network, log_config=LOG_CONFIG)
+        networking = api.create_networking_config(
+            {plan.network: api.create_endpoint_config(aliases=[plan.node])})
+        created = api.create_container(
+            self.images[plan.image.name], list(command) or None, name=plan.name,
+            hostname=plan.node, labels=self._labels(plan.labels),
+            environment=self._environment(plan, addresses), host_config=host_config,
+            networking_config=networking, detach=True)
+        container = created["Id"]
+        assert self._made is not None
+        self._made.ids[plan.node] = container
+        if plan.files:
+            api.put_archive(container, "/", _archive(plan.files))
+        for network in plan.extra_networks:
+            api.connect_container_to_network(container, network, aliases=[plan.node])
+        if self._cancel.is_set():
+            return container
+        api.start(container)
+        if plan.role == "agent":
+            api.update_container(container, cpu_shares=STARTING_CPU_SHARES)
+        return container
+
+    def _restore_cpu_shares(self) -> None:
+        assert self._made is not None
+        agents = [self._made.ids[a.node] for a in self.plan.agents()]
+        if not agents:
+            return
+        with ThreadPoolExecutor(min(self.workers, len(agents))) as pool:
+            list(pool.map(lambda container: self.client.api.update_container(
+                container, cpu_shares=DEFAULT_CPU_SHARES), agents))
+
+    def _pid(self, node: str) -> int:
+        assert self._made is not None
+        return self.client.api.inspect_container(self._made.ids[node])["State"]["Pid"]
+
+    def _wait_ready(self) -> None:
+        """Wait until every broker and ZooKeeper server answers, or fail naming the first
+        that does not."""
+        status = {s.node: s for s in self.status()}
+        ensemble = len(self.plan.zookeeper) > 1
+        checks: dict[str, Callable[[], bool]] = {}
+        for service in self.plan.services():
+            ip = status[service.node].ip
+            if service.role == "broker":
+                checks[service.node] = lambda ip=ip, port=service.port: mqtt_answers(ip, port)
+            elif service.role == "zookeeper":
+                checks[service.node] = lambda ip=ip, port=service.port: zookeeper_answers(
+                    ip, port, quorum=ensemble)
+        deadline = time.monotonic() + self.ready_timeout_s
+        pending = dict(checks)
+        self.progress("ready", 0, len(checks), ", ".join(pending))
+        while pending:
+            for node, check in list(pending.items()):
+                if check():
+                    del pending[node]
+                    self.progress("ready", len(checks) - len(pending), len(checks), node)
+            if not pending:
+                break
+            states = {s.node: s.state for s in self.status()}
+            stopped = [n for n in pending if states.get(n) != "running"]
+            if stopped or time.monotonic() > deadline:
+                node = (stopped or list(pending))[0]
+                why = (f"its container is {states.get(node)}" if stopped else
+                       f"no answer within {self.ready_timeout_s:.0f} s")
+                raise ClusterError(f"{self.plan.containers[node].role} {node} of cluster "
+                                   f"{self.name} does not answer: {why}; its log ends:\n"
+                                   + self._log_tail(node))
+            time.sleep(0.25)
+
+    def _log_tail(self, node: str, lines: int = 20) -> str:
+        try:
+            return self.client.api.logs(self._container(node), tail=lines).decode(
+                errors="replace")
+        except Exception as error:  # noqa: BLE001 - the log is a courtesy in an error message
+            return f"(no log: {error})"
+
+    def _facts(self, seconds: float) -> dict[str, object]:
+        assert self.shaper is not None and self.links is not None
+        return {
+            "cluster": self.name, "topology": self.plan.topology,
+            "shaper": self.shaper.shaper, "shaper_reason": self.shaper.reason,
+            "images": dict(self.images),
+            "networks": {n.segment: n.name for n in self.plan.networks.values()},
+            "containers": len(self.plan.containers), "zookeeper": list(self.plan.zookeeper),
+            "links": len(self.plan.links), "records": str(self.records_root),
+            "up_s": round(seconds, 2), "images_s": round(self._images_s, 2),
+        }
+
+    # -- while up ------------------------------------------------------------------------------
+
+    def _container(self, node: str) -> str:
+        if self._made is not None and node in self._made.ids:
+            return self._made.ids[node]
+        return inventory.find_container(self.client, self.name, node)["Id"]
+
+    def status(self) -> list[NodeStatus]:
+        """Each container: node, kind, id, state, IP on its own network, image."""
+        return inventory.node_status(self.client, self.name)
+
+    def address(self, client: str, service: str) -> str:
+        """Where `client` reaches `service`: a relay on the host, or the service directly."""
+        return self.addresses[(client, service)]
+
+    def reshape(self, client: str, service: str, shape: LinkShape) -> None:
+        if self.links is None:
+            raise ClusterError(f"cluster {self.name} is not up")
+        self.links.reshape(client, service, shape)
+
+    def exec(self, node: str, command: Sequence[str] | str) -> ExecResult:
+        """Run a command in a node's container to its end; its stdout and stderr together."""
+        return run_in(self.client, self._container(node), command)
+
+    def logs(self, node: str, follow: bool = False) -> Iterator[bytes]:
+        return inventory.follow_logs(self.client, self._container(node), follow)
+
+    # -- down ----------------------------------------------------------------------------------
+
+    def down(self) -> Removed:
+        """Remove exactly what the cluster made: relays, containers, networks, scratch folder."""
+        with _interrupts_deferred():
+            self._cancel.set()
+            try:
+                if self.links is not None:
+                    self.links.close()
+            finally:
+                removed = inventory.remove(self.client, self.name, end_owner_process=False)
+                if self._made is not None and self._made.scratch is not None:
+                    inventory.remove_scratch(str(self._made.scratch))
+                self._made = None
+        return removed
+
+    def _abort(self) -> None:
+        with contextlib.suppress(Exception):
+            self.down()
+
+    def __enter__(self) -> Self:
+        return self.up()
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._made is not None:
+            self.down()
+
+
+def run_in(client: docker.DockerClient, container: str,
+           command: Sequence[str] | str) -> ExecResult:
+    api = client.api
+    execution = api.exec_create(container, command if isinstance(command, str) else list(command),
+                                stdout=True, stderr=True)
+    output = api.exec_start(execution["Id"])
+    return ExecResult(api.exec_inspect(execution["Id"])["ExitCode"], output)
+
+
+def _archive(files: tuple[tuple[str, str], ...]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        for path, text in files:
+            data = text.encode()
+            info = tarfile.TarInfo(path.lstrip("/"))
+            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+            archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+@contextlib.contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C (and SIGTERM, SIGHUP) back while cleaning up, so a second one cannot leave
+    strays; raise KeyboardInterrupt after. Only the main thread receives signals, so elsewhere
+    this does nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {number: signal.signal(number, lambda number, frame: caught.append(number))
+                for number in DEFERRED_SIGNALS}
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+    if caught:
+        raise KeyboardInterrupt(signal.Signals(caught[0]).name)

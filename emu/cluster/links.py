@@ -1,0 +1,172 @@
+"""Apply a cluster's link shapes: user-space relays on the host, or kernel netem on interfaces.
+
+Relay (hosts without netem, like foglab's own). One LinkRelay per (client, service) pair, all on
+one event loop thread (RelaySet). A relay listens on the host's address on the client's site
+network (its bridge's gateway address) and carries connections to the service container's
+address; the client's AgentConfig names the relay, so its traffic, and only it, takes the
+pair's shape. The relays live in the process that brought the cluster up.
+
+Netem. Clients use the services' addresses directly (Docker DNS by container name), so each
+service joins its clients' site networks. netem shapes what leaves an interface: the client's
+shape goes on its eth0 (toward the services) and on the host side of its veth pair (back from
+them), so a round trip pays the latency twice, as through a relay. One interface carries all
+of a client's links: it takes the shape of the client's broker link, and its ZooKeeper traffic
+shares it.
+"""
+
+from __future__ import annotations
+
+import secrets
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from concurrent.futures import ThreadPoolExecutor
+
+from emu.cluster.plan import ClusterPlan, LinkPlan
+from emu.cluster.relays import RelaySet
+from emu.links.netem import NetemShaper, netns_of_pid
+from emu.links.relay import LinkRelay, RelayCounters
+from emu.links.spec import LinkShape
+
+Key = tuple[str, str]  # (client, service)
+
+
+class Links(ABC):
+    """How a cluster's links are shaped; `shaper` is what the results record."""
+
+    shaper: str
+
+    def __init__(self, plan: ClusterPlan) -> None:
+        self.plan = plan
+        self.shapes: dict[Key, LinkShape] = {link.key: link.shape for link in plan.links}
+
+    def service_networks(self) -> dict[str, set[str]]:
+        """Networks each service must join, besides its own, for its clients to reach it."""
+        return {}
+
+    @abstractmethod
+    def addresses(self, services: Mapping[str, str], bridges: Mapping[str, str]) -> dict[Key, str]:
+        """Where each client finds each of its services ("host:port"), given the services' IPs
+        on their own networks and the host's address on each network (by segment)."""
+
+    def attach(self, pids: Mapping[str, int]) -> None:  # noqa: B027 - a no-op unless netem
+        """Shape the clients, now running (their init pids by node)."""
+
+    @abstractmethod
+    def reshape(self, client: str, service: str, shape: LinkShape) -> None:
+        """Change a link's shape while it runs."""
+
+    def counters(self) -> dict[Key, RelayCounters]:
+        return {}
+
+    def close(self) -> None:  # noqa: B027 - nothing to close unless relays run
+        """Stop shaping; what lives in containers goes with them."""
+
+    def _check(self, client: str, service: str) -> LinkPlan:
+        return self.plan.link(client, service)
+
+
+class RelayLinks(Links):
+    shaper = "relay"
+
+    def __init__(self, plan: ClusterPlan, seed: int | None = None) -> None:
+        super().__init__(plan)
+        self.relays = RelaySet(f"relays-{plan.cluster}")
+        self.seed = secrets.randbits(32) if seed is None else seed
+        self.listening: dict[Key, str] = {}
+
+    def addresses(self, services: Mapping[str, str], bridges: Mapping[str, str]) -> dict[Key, str]:
+        relays: dict[Key, LinkRelay] = {}
+        hosts: dict[Key, str] = {}
+        for index, link in enumerate(self.plan.links):
+            host = bridges[self.plan.containers[link.client].segment]
+            hosts[link.key] = host
+            relays[link.key] = LinkRelay(services[link.service], link.port, link.shape,
+                                         listen_host=host, seed=self.seed + index)
+        if not self.relays.running:
+            self.relays.start()
+        ports = self.relays.add(relays)
+        self.listening = {key: f"{hosts[key]}:{port}" for key, port in ports.items()}
+        return dict(self.listening)
+
+    def reshape(self, client: str, service: str, shape: LinkShape) -> None:
+        self._check(client, service)
+        self.relays.reshape((client, service), shape)
+        self.shapes[(client, service)] = shape
+
+    def counters(self) -> dict[Key, RelayCounters]:
+        return self.relays.counters()
+
+    def close(self) -> None:
+        self.relays.stop()
+
+
+def host_side_veth(pid: int, ifname: str = "eth0") -> str:
+    """The host's end of the veth pair whose other end is `ifname` in a process's netns."""
+    from pyroute2 import IPRoute
+
+    with IPRoute(netns=netns_of_pid(pid), flags=0) as ipr:
+        found = list(ipr.get_links(ifname=ifname))
+        if not found:
+            raise LookupError(f"no interface {ifname} in the netns of pid {pid}")
+        peer = found[0].get_attr("IFLA_LINK")
+    with IPRoute() as ipr:
+        links = list(ipr.get_links(peer))
+    if not links:
+        raise LookupError(f"no host interface {peer}, the peer of {ifname} of pid {pid}")
+    return links[0].get_attr("IFLA_IFNAME")
+
+
+class NetemLinks(Links):
+    shaper = "netem"
+    WORKERS = 8
+
+    def __init__(self, plan: ClusterPlan) -> None:
+        super().__init__(plan)
+        self.interfaces: dict[str, list[tuple[str, str | None]]] = {}  # client -> (if, netns)
+
+    def service_networks(self) -> dict[str, set[str]]:
+        joined: dict[str, set[str]] = {}
+        for link in self.plan.links:
+            client, service = self.plan.containers[link.client], self.plan.containers[link.service]
+            if client.network != service.network:
+                joined.setdefault(link.service, set()).add(client.network)
+        return joined
+
+    def addresses(self, services: Mapping[str, str], bridges: Mapping[str, str]) -> dict[Key, str]:
+        return {link.key: self.plan.containers[link.service].address for link in self.plan.links}
+
+    def client_shape(self, client: str) -> LinkShape:
+        links = self.plan.links_of(client)
+        mqtt = next((link for link in links if link.role == "mqtt"), links[0])
+        return self.shapes[mqtt.key]
+
+    def attach(self, pids: Mapping[str, int]) -> None:
+        clients = [c for c in pids if self.plan.links_of(c)]
+
+        def shape(client: str) -> None:
+            pid = pids[client]
+            interfaces = [("eth0", netns_of_pid(pid)), (host_side_veth(pid), None)]
+            self.interfaces[client] = interfaces
+            for ifname, netns in interfaces:
+                with NetemShaper(ifname, netns) as shaper:
+                    shaper.apply(self.client_shape(client))
+
+        with ThreadPoolExecutor(self.WORKERS) as pool:
+            list(pool.map(shape, clients))
+
+    def reshape(self, client: str, service: str, shape: LinkShape) -> None:
+        """Reshape the client's interface: every link of the client takes the shape."""
+        self._check(client, service)
+        for link in self.plan.links_of(client):
+            self.shapes[link.key] = shape
+        for ifname, netns in self.interfaces.get(client, []):
+            with NetemShaper(ifname, netns) as shaper:
+                shaper.apply(shape)
+
+
+def make_links(shaper: str, plan: ClusterPlan, seed: int | None = None) -> Links:
+    if shaper == "netem":
+        return NetemLinks(plan)
+    if shaper == "relay":
+        return RelayLinks(plan, seed)
+    raise ValueError(f"a shaper is netem or relay, not {shaper!r}")

@@ -1,0 +1,403 @@
+"""Plan a topology's containers, networks and shaped links as plain data, without Docker.
+
+What becomes a container. Gateways and cloud VMs run the agent (`python3 -m emu.agent`, its
+AgentConfig as JSON in FOGLAB_AGENT); brokers run Mosquitto; ZooKeeper runs on coordinators.
+Devices are not containers: the drivers inside their gateway's agent emulate them. Switches are
+only where paths go through.
+
+Images. A gateway with an arm64 profile runs the arm64 gateway image (through QEMU); one with an
+amd64 profile, and every cloud VM, the amd64 cloud image, which holds the same agent. Brokers and
+coordinators run the services image. A node whose profile is not arm64 or amd64 (a sensor,
+a switch) cannot be a container.
+
+Limits. Memory is the profile's; CPU is its cores, times its relative speed when the image runs
+natively (an amd64 image here), capped at the host's CPUs, which the engine refuses to exceed.
+An arm64 image under QEMU already runs several times slower than the hardware it stands for, so
+its speed is not applied a second time.
+
+ZooKeeper. By default one server; `zookeeper=3` makes an ensemble, each server with a zoo.cfg
+listing all (`server.N=`) and its `myid`. Servers run on the coordinators nearest their clients
+(least total path latency from the agents, ties to the first declared); when there are fewer
+coordinators than servers, containers named `zookeeper` (or `zookeeper-N` in an ensemble) are
+added beside the first coordinator, or beside the broker nearest the agents when the topology
+has no coordinator. A coordinator that hosts no server idles. Clients reach an added server
+through the path to the node it stands beside.
+
+Networks. One Docker bridge per site, `foglab-<cluster>-<site>`, holding the site's containers;
+nodes without a site share the `default` segment. Site networks are not joined to each other:
+every link a client uses crosses the host, through a relay or a shaped interface.
+
+Links. A client (gateway or cloud VM) talks TCP to its broker, the one nearest by routing (lowest
+path latency, ties to the first declared), and to every ZooKeeper server. Each such pair gets the
+shape of its topology path, hop by hop: latencies add up; jitters, independent per hop, add as
+variances (root sum of squares); the bandwidth is the narrowest hop's (none when no hop has
+one); losses combine as 1 - prod(1 - loss). The shape applies to each direction: a round trip
+costs twice the latency. Each pair is shaped on its own: two gateways whose paths share a
+backbone hop do not share its bandwidth.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from itertools import pairwise
+from typing import Literal
+
+from emu.agent.config import AgentConfig
+from emu.images import CLOUD, GATEWAY, MOSQUITTO_COMMAND, SERVICES, ZOOKEEPER_COMMAND, ImageSpec
+from emu.links.spec import LinkShape
+from topologies.errors import SpecError
+from topologies.model import Node, Topology
+from topologies.routing import NoRoute, Routes
+
+MQTT_PORT = 1883
+ZOOKEEPER_PORT = 2181
+ZOOKEEPER_PEER_PORTS = (2888, 3888)
+AGENT_COMMAND = ("python3", "-m", "emu.agent")
+IDLE_COMMAND = ("sleep", "infinity")
+DEFAULT_SEGMENT = "default"
+ZOOKEEPER_NAME = "zookeeper"
+ZOOKEEPER_CONFIG = "/etc/foglab/zoo.cfg"
+ZOOKEEPER_DATA = "/var/lib/zookeeper"
+CONTAINER_KINDS = ("gateway", "cloud_vm", "broker", "coordinator")
+AGENT_KINDS = ("gateway", "cloud_vm")
+# Docker's own rule for container and network names; the length keeps names readable.
+CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,39}$")
+HOSTNAME_MAX = 63
+MIN_MEMORY = 6 * 1024**2  # Docker refuses a smaller memory limit
+HOST_ARCH = "amd64"
+
+Role = Literal["agent", "broker", "zookeeper", "idle"]
+Configure = Callable[[Node, AgentConfig], AgentConfig]
+
+
+@dataclass(frozen=True)
+class NetworkPlan:
+    """A Docker bridge network for one site (or the default segment)."""
+
+    segment: str
+    name: str
+    labels: dict[str, str]
+
+
+@dataclass(frozen=True)
+class ContainerPlan:
+    """One container: a topology node, or a ZooKeeper server the cluster adds."""
+
+    node: str
+    kind: str                          # the node's kind; "zookeeper" for an added server
+    role: Role
+    name: str                          # the container's name
+    image: ImageSpec
+    command: tuple[str, ...]
+    segment: str
+    network: str
+    nano_cpus: int
+    mem_limit: int
+    labels: dict[str, str]
+    port: int | None = None            # the port a service answers on
+    agent: AgentConfig | None = None   # addresses are direct; the engine points them at links
+    files: tuple[tuple[str, str], ...] = ()  # (path in the container, text) put before start
+    profile: str | None = None
+    extra_networks: tuple[str, ...] = ()  # joined before start: an ensemble's quorum network
+
+    @property
+    def address(self) -> str:
+        """The service's direct address on the networks it is on (Docker DNS by name)."""
+        assert self.port is not None
+        return f"{self.name}:{self.port}"
+
+
+@dataclass(frozen=True)
+class LinkPlan:
+    """A client's TCP connection to a service, shaped as its topology path."""
+
+    client: str
+    service: str
+    role: Literal["mqtt", "zookeeper"]
+    port: int
+    shape: LinkShape
+    path: tuple[str, ...]
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return self.client, self.service
+
+
+@dataclass
+class ClusterPlan:
+    cluster: str
+    topology: str
+    networks: dict[str, NetworkPlan]
+    containers: dict[str, ContainerPlan]
+    links: list[LinkPlan]
+    brokers: dict[str, str]            # client -> its broker
+    zookeeper: list[str]               # the servers' node names, in myid order
+    labels: dict[str, str] = field(default_factory=dict)  # what every object carries
+
+    def services(self) -> list[ContainerPlan]:
+        return [c for c in self.containers.values() if c.role != "agent"]
+
+    def agents(self) -> list[ContainerPlan]:
+        return [c for c in self.containers.values() if c.role == "agent"]
+
+    def links_of(self, client: str) -> list[LinkPlan]:
+        return [link for link in self.links if link.client == client]
+
+    def link(self, client: str, service: str) -> LinkPlan:
+        for link in self.links:
+            if link.key == (client, service):
+                return link
+        raise KeyError(f"no link from {client} to {service} in cluster {self.cluster}")
+
+
+def path_shape(topology: Topology, path: Iterable[str]) -> LinkShape:
+    """The shape of a path: latencies add, jitters add as variances, the narrowest bandwidth,
+    losses combine."""
+    latency, variance, bandwidth, delivered = 0.0, 0.0, None, 1.0
+    graph = topology.graph
+    for a, b in pairwise(path):
+        hop = graph.edges[a, b]["link"]
+        latency += hop.latency
+        variance += hop.jitter ** 2
+        if hop.bandwidth is not None:
+            bandwidth = hop.bandwidth if bandwidth is None else min(bandwidth, hop.bandwidth)
+        delivered *= 1 - hop.loss
+    return LinkShape(latency, math.sqrt(variance), bandwidth, min(1.0, max(0.0, 1 - delivered)))
+
+
+def cluster_labels(cluster: str) -> dict[str, str]:
+    return {"foglab": "1", "foglab.cluster": cluster}
+
+
+def plan_cluster(topology: Topology, cluster: str | None = None, *, zookeeper: int = 1,
+                 configure: Configure | None = None, host_cpus: int | None = None,
+                 labels: dict[str, str] | None = None) -> ClusterPlan:
+    """Plan the containers, networks and links of a topology; raise SpecError naming the node
+    and field for anything Docker would refuse, before anything is made.
+
+    `configure` fills in a node's agent config (drivers, operators, seed, epoch) from the
+    workload and pipeline; without it agents idle. `labels` are added to every object.
+    """
+    return _Planner(topology, cluster or topology.name, zookeeper, configure,
+                    host_cpus or os.cpu_count() or 1, labels or {}).plan()
+
+
+class _Planner:
+    def __init__(self, topology: Topology, cluster: str, zookeeper: int,
+                 configure: Configure | None, host_cpus: int, labels: dict[str, str]):
+        self.topology = topology
+        self.cluster = cluster
+        self.servers = zookeeper
+        self.configure = configure
+        self.host_cpus = host_cpus
+        self.routes = Routes(topology)
+        self.labels = {**labels, **cluster_labels(cluster), "foglab.topology": topology.name}
+
+    def error(self, path: tuple, value: object, expected: str) -> SpecError:
+        return SpecError(path, value, expected, f"topology {self.topology.name}")
+
+    def plan(self) -> ClusterPlan:
+        if not CLUSTER_NAME.match(self.cluster):
+            raise self.error(("cluster",), self.cluster,
+                             "a cluster name Docker accepts: letters, digits, _ . or -, starting"
+                             " with a letter or digit, at most 40 characters")
+        if self.servers not in (1, 3):
+            raise self.error(("zookeeper",), self.servers, "1 or 3 ZooKeeper servers")
+        nodes = [n for n in self.topology.nodes.values() if n.kind in CONTAINER_KINDS]
+        for node in nodes:
+            self._check(node)
+        agents = [n for n in nodes if n.kind in AGENT_KINDS]
+        brokers = {agent.name: self._broker(agent) for agent in agents}
+        servers, anchors = self._zookeeper(agents)
+        containers: dict[str, ContainerPlan] = {}
+        for node in nodes:
+            if node.kind in AGENT_KINDS:
+                continue
+            role: Role = ("broker" if node.kind == "broker" else
+                          "zookeeper" if node.name in servers else "idle")
+            containers[node.name] = self._container(node.name, node.kind, role, node.site,
+                                                    node, servers)
+        for name in servers:
+            if name not in containers:  # an added server, beside its anchor
+                anchor = self.topology.nodes.get(anchors[name])
+                containers[name] = self._container(name, ZOOKEEPER_NAME, "zookeeper",
+                                                   anchor.site if anchor else None, anchor,
+                                                   servers)
+        links = []
+        for index, agent in enumerate(agents):
+            broker = brokers[agent.name]
+            links.append(self._link(agent.name, broker, broker, "mqtt", MQTT_PORT))
+            links += [self._link(agent.name, server, anchors[server], "zookeeper",
+                                 ZOOKEEPER_PORT) for server in servers]
+            config = AgentConfig(
+                node=agent.name, kind=agent.kind, index=index,
+                mqtt=containers[broker].address,
+                zookeeper=",".join(containers[s].address for s in servers))
+            if self.configure is not None:
+                config = self.configure(agent, config)
+            containers[agent.name] = self._container(agent.name, agent.kind, "agent",
+                                                     agent.site, agent, servers, config)
+        if len(servers) > 1:
+            # The quorum talks directly on the first server's network, unshaped.
+            quorum = containers[servers[0]].network
+            for name in servers[1:]:
+                if containers[name].network != quorum:
+                    containers[name] = replace(containers[name], extra_networks=(quorum,))
+        # Declaration order, whatever the roles: status tables read like the topology file.
+        order = {name: i for i, name in enumerate(self.topology.nodes)}
+        containers = {name: replace(plan, labels={**plan.labels, "foglab.order": str(i)})
+                      for i, (name, plan) in enumerate(sorted(
+                          containers.items(), key=lambda item: order.get(item[0], len(order))))}
+        networks = {}
+        for plan in containers.values():
+            if plan.segment not in networks:
+                networks[plan.segment] = NetworkPlan(
+                    plan.segment, plan.network,
+                    {**self.labels, "foglab.node": plan.segment, "foglab.kind": "network",
+                     "foglab.site": plan.segment})
+        return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
+                           brokers, servers, dict(self.labels))
+
+    def _check(self, node: Node) -> None:
+        if len(node.name) > HOSTNAME_MAX:
+            raise self.error(("nodes", node.name, "name"), node.name,
+                             f"a node name of at most {HOSTNAME_MAX} characters, the longest "
+                             "hostname a container may have")
+        if node.profile.arch not in ("arm64", "amd64"):
+            raise self.error(("nodes", node.name, "profile"), node.profile_name,
+                             f"a profile of arch arm64 or amd64 for a {node.kind} container "
+                             f"(profile {node.profile_name} is {node.profile.arch})")
+        if node.profile.memory < MIN_MEMORY:
+            raise self.error(("nodes", node.name, "profile"), node.profile_name,
+                             f"a profile with at least 6MiB of memory, the least Docker allows "
+                             f"(profile {node.profile_name} has {node.profile.memory} bytes)")
+
+    def _path(self, source: str, target: str) -> list[str]:
+        adjacent = self.topology.graph.adj
+        if source != target and not (adjacent[source] and adjacent[target]):
+            # Routes recurses without end toward a leaf from a node with no links at all.
+            raise NoRoute(source, target)
+        return self.routes.path(source, target)
+
+    def _latency(self, source: str, target: str) -> float | None:
+        try:
+            path = self._path(source, target)
+        except NoRoute:
+            return None
+        edges = self.topology.graph.edges
+        return sum(edges[a, b]["latency"] for a, b in pairwise(path))
+
+    def _broker(self, agent: Node) -> str:
+        brokers = [b.name for b in self.topology.of_kind("broker")]
+        if not brokers:
+            raise self.error(("nodes", agent.name, "kind"), agent.kind,
+                             f"a broker node in the topology for {agent.kind} {agent.name} "
+                             "to talk to (there is none)")
+        reachable = [(latency, i, b) for i, b in enumerate(brokers)
+                     if (latency := self._latency(agent.name, b)) is not None]
+        if not reachable:
+            raise self.error(("nodes", agent.name, "links"), agent.name,
+                             f"a route from {agent.name} to a broker ({', '.join(brokers)}): "
+                             "no links connect them")
+        return min(reachable)[2]
+
+    def _central(self, candidates: list[Node], clients: list[Node]) -> list[Node]:
+        """Candidates by total path latency from the clients; unreachable ones last."""
+        def total(candidate: Node) -> float:
+            latencies = [self._latency(c.name, candidate.name) for c in clients]
+            return math.inf if None in latencies else sum(latencies)
+
+        order = {n.name: i for i, n in enumerate(candidates)}
+        return sorted(candidates, key=lambda n: (total(n), order[n.name]))
+
+    def _zookeeper(self, agents: list[Node]) -> tuple[list[str], dict[str, str | None]]:
+        """The servers' names in myid order, and the node each stands beside."""
+        coordinators = self._central(self.topology.of_kind("coordinator"), agents)
+        hosts = [c.name for c in coordinators[:self.servers]]
+        anchor = (coordinators[0].name if coordinators else
+                  next((b.name for b in self._central(self.topology.of_kind("broker"), agents)),
+                       None))
+        added = self.servers - len(hosts)
+        names = ([ZOOKEEPER_NAME] if self.servers == 1 else
+                 [f"{ZOOKEEPER_NAME}-{i}" for i in range(len(hosts) + 1, self.servers + 1)])
+        names = names[:added] if added else []
+        for name in names:
+            if name in self.topology.nodes:
+                raise self.error(("nodes", name, "name"), name,
+                                 f"a node name other than {name}: the cluster adds a ZooKeeper "
+                                 "server of that name (or make the node kind: coordinator)")
+        anchors = {host: host for host in hosts} | {name: anchor for name in names}
+        return hosts + names, anchors
+
+    def _link(self, client: str, service: str, anchor: str | None, role, port: int) -> LinkPlan:
+        if anchor is None:
+            return LinkPlan(client, service, role, port, LinkShape(0.0), (client, service))
+        try:
+            path = self._path(client, anchor)
+        except NoRoute:
+            raise self.error(("nodes", client, "links"), client,
+                             f"a route from {client} to {anchor}, where the {role} server "
+                             f"{service} runs: no links connect them") from None
+        return LinkPlan(client, service, role, port, path_shape(self.topology, path),
+                        tuple(path))
+
+    def _container(self, name: str, kind: str, role: Role, site: str | None, node: Node | None,
+                   servers: list[str], agent: AgentConfig | None = None) -> ContainerPlan:
+        segment = site or DEFAULT_SEGMENT
+        profile = node.profile if node is not None and kind != ZOOKEEPER_NAME else None
+        image, command, port, files = SERVICES, (), None, ()
+        if role == "agent":
+            image = GATEWAY if kind == "gateway" and profile.arch == "arm64" else CLOUD
+            command = AGENT_COMMAND
+        elif role == "broker":
+            command, port = MOSQUITTO_COMMAND, MQTT_PORT
+        elif role == "zookeeper":
+            command, port = ZOOKEEPER_COMMAND, ZOOKEEPER_PORT
+            files = zookeeper_files(self.cluster, servers, name) if len(servers) > 1 else ()
+        else:
+            command = IDLE_COMMAND
+        if profile is None:  # an added ZooKeeper server: what its JVM needs
+            cpus, memory = 1.0, 1024**3
+        else:
+            native = image.arch == HOST_ARCH
+            cpus, memory = profile.cores * (profile.speed if native else 1.0), profile.memory
+        cpus = max(0.01, min(cpus, float(self.host_cpus)))
+        return ContainerPlan(
+            node=name, kind=kind, role=role, name=container_name(self.cluster, name),
+            image=image, command=tuple(command), segment=segment,
+            network=network_name(self.cluster, segment), nano_cpus=int(cpus * 1e9),
+            mem_limit=int(memory),
+            labels={**self.labels, "foglab.node": name, "foglab.kind": kind,
+                    "foglab.role": role, "foglab.network": network_name(self.cluster, segment)},
+            port=port, agent=agent, files=files,
+            profile=node.profile_name if profile is not None else None)
+
+
+def container_name(cluster: str, node: str) -> str:
+    return f"foglab-{cluster}-{node}"
+
+
+def network_name(cluster: str, segment: str) -> str:
+    return f"foglab-{cluster}-{segment}"
+
+
+def zookeeper_files(cluster: str, servers: list[str], server: str) -> tuple[tuple[str, str], ...]:
+    """An ensemble server's zoo.cfg (every server.N, by container name) and its myid."""
+    peer, election = ZOOKEEPER_PEER_PORTS
+    lines = [
+        "# foglab's ZooKeeper ensemble server, written by emu.cluster.plan",
+        "tickTime=2000", "initLimit=10", "syncLimit=5", f"dataDir={ZOOKEEPER_DATA}",
+        f"clientPort={ZOOKEEPER_PORT}", "maxClientCnxns=0", "admin.enableServer=false",
+        "4lw.commands.whitelist=ruok,stat,srvr,mntr",
+        # Bind the quorum ports on every interface: a container's own name may resolve to an
+        # address of another of its networks.
+        "quorumListenOnAllIPs=true",
+        *(f"server.{i}={container_name(cluster, name)}:{peer}:{election}"
+          for i, name in enumerate(servers, start=1)),
+    ]
+    myid = servers.index(server) + 1
+    return ((ZOOKEEPER_CONFIG, "\n".join(lines) + "\n"), (f"{ZOOKEEPER_DATA}/myid", f"{myid}\n"))

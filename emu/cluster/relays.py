@@ -1,0 +1,118 @@
+"""Run many link relays on one event loop in one background thread, for synchronous callers.
+
+A cluster has a relay per (client, service) pair: hundreds of them. One loop serves them all;
+they are idle most of the time, and one thread keeps the host's two cores for the containers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Coroutine, Hashable
+from typing import Self, TypeVar
+
+from emu.links.relay import LinkRelay, RelayCounters
+from emu.links.spec import LinkShape
+
+T = TypeVar("T")
+
+
+class RelaySet:
+    """Relays by key, all on one event loop thread; add, reshape, count and close them."""
+
+    def __init__(self, name: str = "link-relays") -> None:
+        self._name = name
+        self._relays: dict[Hashable, LinkRelay] = {}
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+
+    def __len__(self) -> int:
+        return len(self._relays)
+
+    def __contains__(self, key: Hashable) -> bool:
+        return key in self._relays
+
+    @property
+    def running(self) -> bool:
+        return self._loop is not None
+
+    def start(self) -> Self:
+        if self._loop is not None:
+            raise RuntimeError("the relay set is already started")
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name=self._name,
+                                        daemon=True)
+        self._thread.start()
+        return self
+
+    def add(self, relays: dict[Hashable, LinkRelay]) -> dict[Hashable, int]:
+        """Start relays; give each one's listening port. If one fails, none of these is kept."""
+        for key in relays:
+            if key in self._relays:
+                raise KeyError(f"a relay for {key!r} is already running")
+
+        async def start_all() -> dict[Hashable, int]:
+            started: list[LinkRelay] = []
+            try:
+                ports = {}
+                for key, relay in relays.items():
+                    ports[key] = await relay.start()
+                    started.append(relay)
+                return ports
+            except BaseException:
+                await asyncio.gather(*(r.close() for r in started), return_exceptions=True)
+                raise
+
+        ports = self._run(start_all())
+        self._relays.update(relays)
+        return ports
+
+    def relay(self, key: Hashable) -> LinkRelay:
+        return self._relays[key]
+
+    def reshape(self, key: Hashable, shape: LinkShape) -> None:
+        """Reshape one relay on the loop thread; chunks read after this returns get the shape."""
+        self._on_loop(self._relays[key].reshape, shape)
+
+    def counters(self) -> dict[Hashable, RelayCounters]:
+        """Every relay's counters, read on the loop thread so they come from one moment."""
+        def read() -> dict[Hashable, RelayCounters]:
+            return {key: relay.counters() for key, relay in self._relays.items()}
+
+        return read() if self._loop is None else self._on_loop(read)
+
+    def stop(self) -> None:
+        """Close every relay and end the loop thread; a no-op when not started."""
+        if self._loop is None:
+            return
+        try:
+            self._run(self._close_all())
+        finally:
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            assert self._thread is not None
+            self._thread.join()
+            self._loop.close()
+            self._loop = None
+            self._thread = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    async def _close_all(self) -> None:
+        await asyncio.gather(*(relay.close() for relay in self._relays.values()),
+                             return_exceptions=True)
+
+    def _on_loop(self, function: Callable[..., T], *args: object) -> T:
+        async def call() -> T:
+            return function(*args)
+
+        return self._run(call())
+
+    def _run(self, coroutine: Coroutine[object, object, T]) -> T:
+        if self._loop is None:
+            coroutine.close()
+            raise RuntimeError("the relay set is not started")
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()

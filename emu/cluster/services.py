@@ -1,0 +1,43 @@
+"""Ask a cluster's servers whether they answer: Mosquitto a CONNACK, ZooKeeper `ruok` -> `imok`."""
+
+from __future__ import annotations
+
+import socket
+
+PROBE_TIMEOUT_S = 2.0
+# An MQTT 3.1.1 CONNECT: clean session, keep-alive 10 s, empty client id.
+MQTT_CONNECT = bytes([0x10, 12, 0, 4]) + b"MQTT" + bytes([4, 0x02, 0, 10, 0, 0])
+MQTT_CONNACK_ACCEPTED = bytes([0x20, 2, 0, 0])
+
+
+def _exchange(host: str, port: int, request: bytes, size: int) -> bytes:
+    with socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S) as sock:
+        sock.sendall(request)
+        answer = b""
+        while len(answer) < size:
+            data = sock.recv(size - len(answer))
+            if not data:
+                break
+            answer += data
+        return answer
+
+
+def mqtt_answers(host: str, port: int) -> bool:
+    """The broker accepts an MQTT connection."""
+    try:
+        return _exchange(host, port, MQTT_CONNECT, 4)[:4] == MQTT_CONNACK_ACCEPTED
+    except OSError:
+        return False
+
+
+def zookeeper_answers(host: str, port: int, quorum: bool = False) -> bool:
+    """The server says `imok`; with quorum, it also serves as leader, follower or standalone."""
+    try:
+        if _exchange(host, port, b"ruok", 4) != b"imok":
+            return False
+        if not quorum:
+            return True
+        return b"Mode: " in _exchange(host, port, b"srvr", 4096)
+    except OSError:
+        return False
+
