@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import secrets
 import threading
 import time
@@ -16,6 +17,9 @@ from emu.agent.protocol import ALL_REQUESTS, MANAGEMENT, Request, request_topic
 from emu.agent.registry import GATEWAYS, gateway_path
 
 CONNECT_TIMEOUT = 10.0
+# kazoo logs each dropped connection it then recovers from; without a handler of its own,
+# Python would print them on stderr.
+logging.getLogger("kazoo").addHandler(logging.NullHandler())
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,10 @@ import hashlib
 import io
 import json
 import os
+import py_compile
+import sys
 import tarfile
+import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -29,6 +32,8 @@ PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Importing a big rootfs keeps the engine busy before it answers.
 DOCKER_TIMEOUT_S = 900
 TAG_DIGITS = 16
+# The images' Python (Debian bookworm's); bytecode compiled here must be for the same version.
+IMAGE_PYTHON = (3, 11)
 
 
 @dataclass(frozen=True)
@@ -128,6 +133,37 @@ def image_files(spec: ImageSpec, root: Path = PROJECT_ROOT) -> list[tuple[str, P
     return sorted(found.items())
 
 
+def precompiles() -> bool:
+    """Whether this host compiles the images' Python sources: only when it runs the images'
+    CPython version (bytecode is the same on every architecture, not across versions)."""
+    return sys.version_info[:2] == IMAGE_PYTHON
+
+
+def compiled_files(files: list[tuple[str, Path]]) -> list[tuple[str, bytes]]:
+    """Bytecode for the .py files among files: (path in the image, .pyc contents).
+
+    Unchecked-hash pycs: the interpreter loads them without a stat of the source or a hash of
+    it, and they do not depend on the files' times in the image. Under QEMU, compiling the
+    agent's modules at each start costs seconds of CPU per container, and the memory of the
+    compiler. The sources are never changed in an image (a change makes a new one).
+    """
+    if not precompiles():
+        return []
+    tag = f"cpython-{IMAGE_PYTHON[0]}{IMAGE_PYTHON[1]}"
+    compiled = []
+    with tempfile.TemporaryDirectory(prefix="foglab-pyc-") as scratch:
+        for index, (path, source) in enumerate(files):
+            if not path.endswith(".py"):
+                continue
+            folder, _, name = path.rpartition("/")
+            target = Path(scratch) / f"{index}.pyc"
+            # dfile: tracebacks name the file where the image has it.
+            py_compile.compile(str(source), cfile=str(target), dfile=path, doraise=True,
+                               invalidation_mode=py_compile.PycInvalidationMode.UNCHECKED_HASH)
+            compiled.append((f"{folder}/__pycache__/{name[:-3]}.{tag}.pyc", target.read_bytes()))
+    return compiled
+
+
 def base_key(spec: ImageSpec) -> str:
     """Names the cached base rootfs: everything that debootstrap, apt and pip put in it."""
     return _digest([BUILDER_VERSION, SUITE, VARIANT, spec.arch, sorted(spec.packages),
@@ -138,7 +174,10 @@ def input_hash(spec: ImageSpec, root: Path = PROJECT_ROOT) -> str:
     """A hash of everything the image is made of: its base, its files, its configuration."""
     files = [(path, hashlib.sha256(source.read_bytes()).hexdigest())
              for path, source in image_files(spec, root)]
-    return _digest([base_key(spec), files, _config(spec)])
+    inputs: list[object] = [base_key(spec), files, _config(spec)]
+    if spec.sources and precompiles():
+        inputs.append(f"pyc-unchecked-{IMAGE_PYTHON[0]}.{IMAGE_PYTHON[1]}")
+    return _digest(inputs)
 
 
 def image_tag(spec: ImageSpec, root: Path = PROJECT_ROOT) -> str:
@@ -170,12 +209,13 @@ def _locked(path: Path) -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _archive(files: list[tuple[str, Path]]) -> bytes:
-    """The files as a tar archive, owned by root; the engine makes the folders they need."""
+def _archive(files: list[tuple[str, Path]], extra: list[tuple[str, bytes]] = ()) -> bytes:
+    """The files (and extra contents) as a tar archive, owned by root; the engine makes the
+    folders they need."""
     buffer = io.BytesIO()
+    contents = [(path, source.read_bytes()) for path, source in files] + list(extra)
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path, source in files:
-            data = source.read_bytes()
+        for path, data in contents:
             info = tarfile.TarInfo(path.lstrip("/"))
             info.size, info.mode = len(data), 0o644
             archive.addfile(info, io.BytesIO(data))
@@ -240,7 +280,8 @@ def _commit(client: docker.DockerClient, spec: ImageSpec, base: str, root: Path,
     progress("sources", None)
     container = client.containers.create(base, ["/bin/true"], labels={"foglab": "1"})
     try:
-        container.put_archive("/", _archive(image_files(spec, root)))
+        files = image_files(spec, root)
+        container.put_archive("/", _archive(files, compiled_files(files)))
         progress("commit", None)
         container.commit(repository=spec.repository, tag=inputs[:TAG_DIGITS],
                          changes=[*_config(spec), f"LABEL foglab.inputs={inputs}"])

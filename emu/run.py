@@ -25,6 +25,8 @@ from workloads.pipeline import OperatorSpec
 from workloads.spec import WorkloadSpec
 
 REGISTER_TIMEOUT_S = 180.0
+# A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.
+SPARK_START_TIMEOUT_S = 300.0
 COMMAND_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20
 # Between the start request and the epoch: every agent hears it before its first message.
@@ -107,6 +109,7 @@ def _run(cluster, run: Timing, progress) -> Emulation:
         wait_registered(zookeeper, agents, timeout=REGISTER_TIMEOUT_S)
     except TimeoutError as error:
         raise EmuError(f"agents did not register: {error}") from None
+    _wait_spark_jobs(cluster)
     brokers = sorted(set(cluster.plan.brokers.values()))
     with Controller(f"{status[brokers[0]].ip}:1883") as control:
         epoch = time.time() + EPOCH_LEAD_S
@@ -136,6 +139,23 @@ def _run(cluster, run: Timing, progress) -> Emulation:
     facts = {**cluster.facts, "messages": counts, "epoch": epoch,
              "spark": _spark_progress(cluster.records_root)}
     return Emulation({"messages": messages, "nodes": sampler.rows, "links": links}, facts)
+
+
+def _wait_spark_jobs(cluster) -> None:
+    """Wait until each Spark operator's query runs (its job touches `started`)."""
+    jobs = [cluster.records_dir(c.node) / op.name / "started"
+            for c in cluster.plan.agents() for op in c.agent.operators if op.engine == "spark"]
+    deadline = time.monotonic() + SPARK_START_TIMEOUT_S
+    while not all(path.exists() for path in jobs):
+        if time.monotonic() > deadline:
+            late = [p for p in jobs if not p.exists()]
+            log = late[0].parent / "job.log"
+            tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
+            raise EmuError("Spark operators " + ", ".join(
+                f"{p.parent.parent.name}/{p.parent.name}" for p in late) + " did not start "
+                f"within {SPARK_START_TIMEOUT_S:.0f} s; the first one's log ends:\n"
+                + "\n".join(tail))
+        time.sleep(0.5)
 
 
 def _stop_agents(api, containers: dict[str, str]) -> None:

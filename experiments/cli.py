@@ -610,5 +610,67 @@ def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
         pass
 
 
+@emu_app.command("deploy-timing")
+def emu_deploy_timing(
+    gateways: Annotated[str, typer.Option(help="gateway counts, comma-separated")]
+    = "50,100,150,200",
+    repetitions: Annotated[int, typer.Option(help="install, update, uninstall rounds per N")]
+    = 10,
+    out: Annotated[Path, typer.Option(help="folder for the run's tables and plot")]
+    = Path("results/deployment-timing"),
+) -> None:
+    """Time install, update and uninstall of an operator on N idle gateways, as seed 002's
+    Figs. 3.10-3.13 did on Kura: one cluster per N, removed after it."""
+    from emu.deploy_timing import COMMANDS, run_deploy_timing
+
+    try:
+        counts = [int(part) for part in gateways.split(",") if part.strip()]
+    except ValueError:
+        console.print(f"[red]error:[/red] --gateways: comma-separated counts, not {gateways!r}",
+                      highlight=False)
+        raise typer.Exit(2) from None
+    client = _docker()
+    with _bars() as bars:
+        sizes = bars.add_task("gateway counts", total=len(counts))
+        started = bars.add_task("containers", total=None, visible=False)
+        commands = bars.add_task("commands", total=repetitions * len(COMMANDS), visible=False)
+
+        def progress(stage: str, done: int, total: int, detail: str) -> None:
+            if stage == "cluster":
+                bars.update(started, visible=True, completed=done, total=total,
+                            description="containers")
+            elif stage == "registered":
+                bars.update(started, description=f"registered {done}/{total}")
+            elif stage == "command":
+                bars.update(started, visible=False)
+                bars.update(commands, visible=True, completed=done, total=total)
+                bars.console.print(detail, highlight=False)
+            elif stage == "down":
+                bars.update(commands, visible=False, completed=0)
+                bars.advance(sizes)
+
+        try:
+            result = run_deploy_timing(counts, repetitions, out, client=client,
+                                       progress=progress)
+        except KeyboardInterrupt:
+            console.print("[yellow]interrupted[/yellow]: clusters removed; tables of the "
+                          f"counts done are under {out}", highlight=False)
+            raise typer.Exit(130) from None
+        except Exception as error:  # noqa: BLE001 - shown, after the cluster cleaned up
+            console.print(f"[red]error:[/red] {error}", highlight=False, soft_wrap=True)
+            raise typer.Exit(1) from None
+    table = Table(title=f"deployment timing ({result.folder})", title_justify="left",
+                  box=box.SIMPLE_HEAD)
+    for column in ("N", "command", "mean s", "sd s", "min s", "max s", "p95 reply s",
+                   "failed"):
+        table.add_column(column, justify="right" if column != "command" else "left")
+    def seconds(value) -> str:
+        return "-" if value is None or value != value else f"{value:.3f}"  # None or NaN
+
+    for row in result.summary.itertuples():
+        table.add_row(str(row.gateways), row.command, *(seconds(v) for v in (
+            row.mean_s, row.std_s, row.min_s, row.max_s, row.latency_p95_s)), str(row.failed))
+    console.print(table)
+
 if __name__ == "__main__":
     app()

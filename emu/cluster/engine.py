@@ -256,7 +256,10 @@ class Cluster:
         host_config = api.create_host_config(
             nano_cpus=plan.nano_cpus, mem_limit=plan.mem_limit,
             binds={str(self.records_dir(plan.node)): {"bind": RECORDS_DIR, "mode": "rw"}},
-            network_mode=plan.network, log_config=LOG_CONFIG)
+            network_mode=plan.network, log_config=LOG_CONFIG,
+            # A cloud VM's agent runs Spark jobs as its children: an init reaps what they
+            # leave, or the engine cannot kill a container whose process is a zombie.
+            init=plan.kind == "cloud_vm" or None)
         networking = api.create_networking_config(
             {plan.network: api.create_endpoint_config(aliases=[plan.node])})
         created = api.create_container(

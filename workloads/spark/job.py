@@ -8,7 +8,8 @@ under `--work`), runs ETL, STATS or PRED (`workloads.spark.apps`), and publishes
 row as JSON to `--writes`, or appends it to Parquet under `--work`/output without one. Messages
 may come wrapped in foglab's envelope (the emulation's drivers send `{"id", ..., "body"}`): the
 SenML body is unwrapped. Each micro-batch's progress (rows, rate, duration) is appended to
-`--work`/progress.jsonl, which the emulation reads back. SIGTERM stops the query cleanly.
+`--work`/progress.jsonl, which the emulation reads back; `--work`/started appears once the
+query runs (the emulation waits for it before devices speak). SIGTERM stops the query cleanly.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from workloads.spark.mqtt_source import MqttDataSource, default_client_id, open_
 from workloads.spark.session import spark_session
 
 APPS: dict[str, Callable[..., DataFrame]] = {"etl": etl, "stats": stats, "pred": pred}
+STARTED = "started"
 PROGRESS_FIELDS = ("batchId", "timestamp", "numInputRows", "inputRowsPerSecond",
                    "processedRowsPerSecond")
 
@@ -105,6 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = spark_session(args.master, f"foglab-{args.app}")
     spark.sparkContext.setLogLevel("ERROR")
     query = start(spark, args)
+    (args.work / STARTED).touch()
     try:
         record_progress(query, args.work / "progress.jsonl", stopped)
     except KeyboardInterrupt:

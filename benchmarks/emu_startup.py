@@ -1,0 +1,227 @@
+"""Bring up N idle arm64 gateways with a broker and ZooKeeper, against a serial `docker run` loop.
+
+    python benchmarks/emu_startup.py [--gateways 200] [--sample 10] [--no-pyc]
+
+In one run: first a plain serial loop of `docker run -d` of the gateway image (the agent's
+command and environment, idle) for a sample of containers, extrapolated to N; then the cluster
+(gw-1..N, profile rpi4, one broker, ZooKeeper, no devices) through Cluster, timed until every
+gateway is registered in ZooKeeper; then each idle gateway's memory from its cgroup; then a
+Controller install of a passthrough operator on all of them. Prints, last:
+
+    startup_s=  serial_docker_s=  rss_mb_per_gateway=  install_s=  ratio=
+
+ratio is startup_s / serial_docker_s. Everything made (containers, networks, relays, scratch
+folders) is removed at the end, on a failure and on Ctrl-C or SIGTERM. `--no-pyc` uses the
+gateway image without precompiled bytecode, for a before/after comparison.
+"""
+
+from __future__ import annotations
+
+import argparse
+import secrets
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from emu import images  # noqa: E402
+from emu.agent.config import CONFIG_VARIABLE, OperatorConfig  # noqa: E402
+from emu.cluster.engine import LOG_CONFIG, Cluster  # noqa: E402
+from emu.cluster.hold import stop_on_signals  # noqa: E402
+from emu.cluster.plan import plan_cluster  # noqa: E402
+from emu.control import Controller, wait_registered  # noqa: E402
+from emu.deploy_timing import gateway_topology  # noqa: E402
+from emu.links.probe import choose_shaper  # noqa: E402
+from emu.metrics import ContainerCgroup  # noqa: E402
+
+BENCH_LABEL = "foglab.bench"
+REGISTER_TIMEOUT_S = 900.0
+INSTALL_TIMEOUT_S = 120.0
+SETTLE_S = 5.0  # after registration, before reading memory: the agents' start-up garbage goes
+MiB = 1024 ** 2
+
+console = Console(stderr=True)
+
+
+def serial_docker_runs(client, tag: str, plan, count: int, run_label: str,
+                       made: list[str], bars: Progress) -> float:
+    """Seconds for `count` serial `docker run -d` of the gateway's image, command and env."""
+    gateway = plan.containers["gw-1"]
+    config = gateway.agent
+    task = bars.add_task("serial docker run -d", total=count)
+    started = time.monotonic()
+    for index in range(count):
+        node = f"serial-{index + 1}"
+        environment = config.to_json().replace(f'"node":"{config.node}"', f'"node":"{node}"')
+        command = ["docker", "run", "-d", "--label", f"{BENCH_LABEL}={run_label}",
+                   "--label", "foglab.test=emu_startup",
+                   "--memory", str(gateway.mem_limit), "--cpus", f"{gateway.nano_cpus / 1e9:g}",
+                   "--log-opt", f"max-size={LOG_CONFIG['config']['max-size']}",
+                   "-e", f"{CONFIG_VARIABLE}={environment}", "-e", "PYTHONUNBUFFERED=1",
+                   tag, *gateway.command]
+        output = subprocess.run(command, check=True, capture_output=True, text=True).stdout
+        made.append(output.strip())
+        bars.advance(task)
+    return time.monotonic() - started
+
+
+def remove_serial(client, run_label: str, made: list[str]) -> None:
+    found = {c["Id"] for c in client.api.containers(
+        all=True, filters={"label": f"{BENCH_LABEL}={run_label}"})}
+    for container in found | {m for m in made if m}:
+        try:
+            client.api.remove_container(container, force=True)
+        except Exception as error:  # noqa: BLE001 - report and go on removing the others
+            if "No such container" not in str(error):
+                console.print(f"could not remove {container[:12]}: {error}")
+
+
+def memory_split(cgroup: ContainerCgroup) -> tuple[int, int] | None:
+    """(rss, page cache) bytes from cgroup v1's memory.stat, beside usage_in_bytes; None on v2."""
+    stat = cgroup.memory_file.with_name("memory.stat")
+    if cgroup.memory_file.name != "memory.usage_in_bytes" or not stat.exists():
+        return None
+    values = dict(line.split() for line in stat.read_text().splitlines())
+    return int(values.get("total_rss", values.get("rss", 0))), int(
+        values.get("total_cache", values.get("cache", 0)))
+
+
+class Registered:
+    """Counts /iot/gateways children as they come, for the progress bar."""
+
+    def __init__(self, hosts: str, bars: Progress, total: int):
+        from kazoo.client import KazooClient
+        from kazoo.recipe.watchers import ChildrenWatch
+
+        self.task = bars.add_task("registered in ZooKeeper", total=total)
+        self.client = KazooClient(hosts=hosts, timeout=10.0)
+        self.client.start(timeout=30)
+        self.client.ensure_path("/iot/gateways")
+        self.done = threading.Event()
+
+        def changed(children: list[str]) -> bool:
+            bars.update(self.task, completed=len(children))
+            return not self.done.is_set()
+
+        ChildrenWatch(self.client, "/iot/gateways", changed)
+
+    def close(self) -> None:
+        self.done.set()
+        self.client.stop()
+        self.client.close()
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--gateways", type=int, default=200)
+    parser.add_argument("--sample", type=int, default=10,
+                        help="containers in the serial docker run loop")
+    parser.add_argument("--no-pyc", action="store_true",
+                        help="the gateway image without precompiled bytecode")
+    options = parser.parse_args()
+    if options.no_pyc:
+        images.precompiles = lambda: False  # the image's tag and build both ask this
+
+    import docker
+
+    client = docker.from_env(timeout=images.DOCKER_TIMEOUT_S, max_pool_size=24)
+    run_label = secrets.token_hex(4)
+    name = f"bench-{run_label}"
+    n = options.gateways
+    plan = plan_cluster(gateway_topology(n, "startup-bench"), name,
+                        labels={"foglab.test": "emu_startup", BENCH_LABEL: run_label})
+    gateways = [a.node for a in plan.agents()]
+    made: list[str] = []
+    cluster: Cluster | None = None
+    bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True)
+    lines: list[str] = []
+    with stop_on_signals(), bars:
+        try:
+            with console.status("images and link shaper"):
+                tags = {spec.name: images.ensure_image(spec, client=client).tag
+                        for spec in (images.GATEWAY, images.SERVICES)}
+                shaper = choose_shaper()
+            lines.append(f"gateway_image={tags['gateway']} precompiled="
+                         f"{images.precompiles()} shaper={shaper.shaper}")
+
+            serial_s = serial_docker_runs(client, tags["gateway"], plan, options.sample,
+                                          run_label, made, bars)
+            remove_serial(client, run_label, made)
+            made.clear()
+            serial_docker_s = serial_s / options.sample * n
+            lines.append(f"serial_sample={options.sample} serial_sample_s={serial_s:.2f}")
+
+            containers = bars.add_task("containers started", total=len(plan.containers))
+
+            def progress(stage: str, done: int, total: int, detail: str) -> None:
+                if stage == "containers":
+                    bars.update(containers, completed=done)
+
+            started = time.monotonic()
+            cluster = Cluster(plan, client, shaper=shaper, progress=progress)
+            cluster.up()
+            up_s = time.monotonic() - started
+            status = {s.node: s for s in cluster.status()}
+            zookeeper = ",".join(f"{status[z].ip}:2181" for z in plan.zookeeper)
+            watch = Registered(zookeeper, bars, n)
+            try:
+                wait_registered(zookeeper, gateways, timeout=REGISTER_TIMEOUT_S)
+            finally:
+                watch.close()
+            startup_s = time.monotonic() - started
+            lines.append(f"up_s={up_s:.2f} (containers started, services answer)")
+
+            time.sleep(SETTLE_S)
+            memory = [ContainerCgroup(status[g].container).usage().memory for g in gateways]
+            rss_mb = statistics.mean(memory) / MiB
+            lines.append(f"rss_mb_min={min(memory) / MiB:.1f} rss_mb_median="
+                         f"{statistics.median(memory) / MiB:.1f} rss_mb_max="
+                         f"{max(memory) / MiB:.1f}")
+            split = [memory_split(ContainerCgroup(status[g].container)) for g in gateways]
+            if all(split):
+                lines.append("memory_stat_mb: rss={:.1f} cache={:.1f} (mean; cgroup v1 usage "
+                             "counts both)".format(*(statistics.mean(s[i] for s in split) / MiB
+                                                    for i in (0, 1))))
+
+            broker = sorted(set(plan.brokers.values()))[0]
+            with Controller(f"{status[broker].ip}:1883") as control:
+                installed = control.install(gateways, OperatorConfig(
+                    "bench", task="passthrough", reads=["bench/#"]), timeout=INSTALL_TIMEOUT_S)
+            if not installed.ok:
+                lines.append(f"install failed: {installed.summary()}")
+            latencies = sorted(r.latency for r in installed.replies.values())
+            if latencies:
+                lines.append(f"install_reply_p50_s={statistics.median(latencies):.3f} "
+                             f"install_reply_max_s={latencies[-1]:.3f}")
+        except KeyboardInterrupt:
+            console.print("interrupted: removing what the benchmark made")
+            print("\n".join([*lines, "interrupted"]))
+            return 130
+        finally:
+            with console.status("removing the cluster"):
+                if cluster is not None:
+                    removed = cluster.down()
+                    console.print(f"cluster {name} down: removed {removed.containers} "
+                                  f"containers, {removed.networks} networks")
+                remove_serial(client, run_label, made)
+    for line in lines:
+        print(line)
+    print(f"gateways={n}")
+    print(f"startup_s={startup_s:.2f}")
+    print(f"serial_docker_s={serial_docker_s:.2f}")
+    print(f"rss_mb_per_gateway={rss_mb:.1f}")
+    print(f"install_s={installed.duration:.3f}")
+    print(f"ratio={startup_s / serial_docker_s:.3f}")
+    return 0 if installed.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
