@@ -27,6 +27,7 @@ from workloads.spec import WorkloadSpec
 REGISTER_TIMEOUT_S = 180.0
 # A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.
 SPARK_START_TIMEOUT_S = 300.0
+SPARK_DRAIN_TIMEOUT_S = 300.0
 COMMAND_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20
 # Between the start request and the epoch: every agent hears it before its first message.
@@ -111,13 +112,34 @@ def _run(cluster, run: Timing, progress) -> Emulation:
         raise EmuError(f"agents did not register: {error}") from None
     _wait_spark_jobs(cluster)
     brokers = sorted(set(cluster.plan.brokers.values()))
-    with Controller(f"{status[brokers[0]].ip}:1883") as control:
+    control = Controller(f"{status[brokers[0]].ip}:1883").connect()
+    try:
         epoch = time.time() + EPOCH_LEAD_S
         started = control.send(agents, "set", {"key": "run.epoch", "value": epoch},
                                timeout=COMMAND_TIMEOUT_S, broadcast=True)
-    if not started.ok:
-        raise EmuError(f"starting the drivers failed: {started.summary()}")
+        if not started.ok:
+            raise EmuError(f"starting the drivers failed: {started.summary()}")
+        tables = _measure(cluster, status, run, epoch, progress)
+        # Devices fall silent at the end, as the simulator's sources do; what is under way
+        # still arrives during the drain.
+        stopped = control.set_rate(agents, 0.0, timeout=COMMAND_TIMEOUT_S)
+        if not stopped.ok:
+            raise EmuError(f"stopping the drivers failed: {stopped.summary()}")
+    finally:
+        control.close()
+    time.sleep(run.drain)
+    caught_up = _drain_spark_jobs(cluster, epoch + run.duration)
+    _stop_agents(cluster.client.api, {a: status[a].container for a in agents})
 
+    sent, received = read_records(cluster.records_root)
+    messages, counts = messages_table(sent, received, epoch, run.duration)
+    facts = {**cluster.facts, "messages": counts, "epoch": epoch,
+             "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up}
+    return Emulation({"messages": messages, **tables}, facts)
+
+
+def _measure(cluster, status: dict, run: Timing, epoch: float, progress) -> dict[str, dict]:
+    """Sample nodes and links until the run's end: the `nodes` and `links` columns."""
     cores = {s.node: cluster.plan.containers[s.node].nano_cpus / 1e9 for s in status.values()}
     sampler = NodeSampler({s.node: s.container for s in status.values()}, cores, epoch)
     links = {k: [] for k in ("t", "link", "src", "dst", "bytes", "utilisation", "latency")}
@@ -131,20 +153,13 @@ def _run(cluster, run: Timing, progress) -> Emulation:
         _links_rows(counters, fresh, cluster.plan, now - epoch, run.sample, links)
         counters = fresh
         progress(min(now - epoch, run.duration))
-    time.sleep(run.drain)
-    _stop_agents(cluster.client.api, {a: status[a].container for a in agents})
-
-    sent, received = read_records(cluster.records_root)
-    messages, counts = messages_table(sent, received, epoch, run.duration)
-    facts = {**cluster.facts, "messages": counts, "epoch": epoch,
-             "spark": _spark_progress(cluster.records_root)}
-    return Emulation({"messages": messages, "nodes": sampler.rows, "links": links}, facts)
+    return {"nodes": sampler.rows, "links": links}
 
 
 def _wait_spark_jobs(cluster) -> None:
     """Wait until each Spark operator's query runs (its job touches `started`)."""
-    jobs = [cluster.records_dir(c.node) / op.name / "started"
-            for c in cluster.plan.agents() for op in c.agent.operators if op.engine == "spark"]
+    jobs = [cluster.records_dir(node) / operator / "started"
+            for node, operator in _spark_jobs(cluster)]
     deadline = time.monotonic() + SPARK_START_TIMEOUT_S
     while not all(path.exists() for path in jobs):
         if time.monotonic() > deadline:
@@ -156,6 +171,44 @@ def _wait_spark_jobs(cluster) -> None:
                 f"within {SPARK_START_TIMEOUT_S:.0f} s; the first one's log ends:\n"
                 + "\n".join(tail))
         time.sleep(0.5)
+
+
+def _spark_jobs(cluster) -> list[tuple[str, str]]:
+    return [(c.node, op.name) for c in cluster.plan.agents() for op in c.agent.operators
+            if op.engine == "spark"]
+
+
+def _drain_spark_jobs(cluster, end: float) -> dict[str, float | None]:
+    """Wait until each Spark operator's source has handed Spark every message that reached
+    its node (its micro-batches' `read` offset); per operator, the seconds after the run's
+    end that took, or None if it did not catch up within SPARK_DRAIN_TIMEOUT_S. The
+    messages table measures delivery to the node; this measures Spark's lag behind it."""
+    pending = dict.fromkeys(_spark_jobs(cluster))
+    caught_up: dict[str, float | None] = {f"{n}/{o}": None for n, o in pending}
+    deadline = time.monotonic() + SPARK_DRAIN_TIMEOUT_S
+    while pending and time.monotonic() < deadline:
+        for node, operator in list(pending):
+            records = cluster.records_dir(node)
+            if _last_read(records / operator / "progress.jsonl") >= _rows(
+                    records / "received.csv"):
+                caught_up[f"{node}/{operator}"] = round(time.time() - end, 2)
+                del pending[node, operator]
+        time.sleep(0.5)
+    return caught_up
+
+
+def _last_read(path: Path) -> int:
+    lines = path.read_text().splitlines() if path.exists() else []
+    reads = [json.loads(line).get("read") for line in lines if line.strip()]
+    return max((r for r in reads if r is not None), default=0)
+
+
+def _rows(path: Path) -> int:
+    """Data rows of a CSV with a header (the agent flushes it every second)."""
+    if not path.exists():
+        return 0
+    with path.open("rb") as rows:
+        return max(sum(1 for _ in rows) - 1, 0)
 
 
 def _stop_agents(api, containers: dict[str, str]) -> None:

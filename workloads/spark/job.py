@@ -8,8 +8,9 @@ under `--work`), runs ETL, STATS or PRED (`workloads.spark.apps`), and publishes
 row as JSON to `--writes`, or appends it to Parquet under `--work`/output without one. Messages
 may come wrapped in foglab's envelope (the emulation's drivers send `{"id", ..., "body"}`): the
 SenML body is unwrapped. Each micro-batch's progress (rows, rate, duration) is appended to
-`--work`/progress.jsonl, which the emulation reads back; `--work`/started appears once the
-query runs (the emulation waits for it before devices speak). SIGTERM stops the query cleanly.
+`--work`/progress.jsonl (with `read`, the messages the source has handed to Spark so far),
+which the emulation reads back; `--work`/started appears once the query has run a batch (the
+emulation waits for it before devices speak). SIGTERM stops the query cleanly.
 """
 
 from __future__ import annotations
@@ -84,16 +85,33 @@ def start(spark: SparkSession, args: argparse.Namespace):
     return writer.start()
 
 
+def read_offset(progress) -> int | None:
+    """How many messages the MQTT source had handed to Spark by the end of this batch."""
+    for source in progress["sources"]:
+        end = source["endOffset"]
+        end = json.loads(end) if isinstance(end, str) else end
+        if isinstance(end, dict) and "offset" in end:
+            return int(end["offset"])
+    return None
+
+
 def record_progress(query, path: Path, stopped: threading.Event, every: float = 1.0) -> None:
-    """Append each finished batch's progress to `path` until the query ends or `stopped`."""
+    """Append each finished batch's progress to `path` until the query ends or `stopped`,
+    and touch STARTED beside it after the first."""
     seen = -1
+    started = path.parent / STARTED
     with path.open("a") as out:
         while query.isActive and not stopped.wait(every):
             for progress in query.recentProgress:
                 if progress["batchId"] > seen:
                     seen = progress["batchId"]
-                    out.write(json.dumps({k: progress.get(k) for k in PROGRESS_FIELDS}) + "\n")
+                    out.write(json.dumps({**{k: progress.get(k) for k in PROGRESS_FIELDS},
+                                          "read": read_offset(progress)}) + "\n")
             out.flush()
+            if seen >= 0 and not started.exists():
+                # After a first batch: the source's client is connected and subscribed, so
+                # even QoS 0 messages published from now on reach it.
+                started.touch()
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,7 +125,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark = spark_session(args.master, f"foglab-{args.app}")
     spark.sparkContext.setLogLevel("ERROR")
     query = start(spark, args)
-    (args.work / STARTED).touch()
     try:
         record_progress(query, args.work / "progress.jsonl", stopped)
     except KeyboardInterrupt:
