@@ -308,6 +308,6 @@ def test_the_agent_runs_in_the_arm64_gateway_image(gateway: str, bridge_broker: 
         # 2 s bound is tested natively; under QEMU on a loaded host it can take longer.)
         assert stopped < 10.0
         rows = (records / "sent.csv").read_text().splitlines()
-        assert rows[0] == "id,stream,source,t_sent" and len(rows) > 10
+        assert rows[0] == "id,stream,source,t_sent,dropped" and len(rows) > 10
     finally:
         listener.close()
