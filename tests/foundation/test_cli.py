@@ -81,7 +81,7 @@ def test_a_bad_set_option_exits_2_naming_it(tmp_path: Path,
 
 
 def test_a_failed_run_exits_1_and_says_why(tmp_path: Path) -> None:
-    result = foglab("run", "quickstart", "--set", "run.backend=emu", "--out", str(tmp_path))
+    result = foglab("run", "quickstart", "--set", "run.backend=hybrid", "--out", str(tmp_path))
     assert result.exit_code == 1
     assert "failed" in result.output and "not built yet" in result.output
 
