@@ -11,7 +11,9 @@ the cluster down. Whatever fails, the cluster is removed.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -81,6 +83,7 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     `records`: where nodes' records are kept (default: a scratch folder removed at the end).
     """
     from emu.cluster.engine import Cluster
+    from emu.cluster.hold import stop_on_signals
     from emu.cluster.plan import plan_cluster
 
     configs = agent_configs(topology, workload, pipeline, seed, 0.0)
@@ -93,11 +96,15 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
     cluster = Cluster(plan_cluster(topology, name, configure=configure), records=records,
                       seed=seed)
-    try:
-        cluster.up()
-        return _run(cluster, timing, progress)
-    finally:
-        cluster.down()
+    # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
+    signals = (stop_on_signals() if threading.current_thread() is threading.main_thread()
+               else contextlib.nullcontext())
+    with signals:
+        try:
+            cluster.up()
+            return _run(cluster, timing, progress)
+        finally:
+            cluster.down()
 
 
 def _run(cluster, run: Timing, progress) -> Emulation:

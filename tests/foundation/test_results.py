@@ -104,12 +104,12 @@ def test_the_same_config_gives_byte_identical_tables(quickstart_run, tmp_path: P
 
 
 def test_a_backend_that_is_not_built_records_a_failed_run(tmp_path: Path) -> None:
-    experiment = load("quickstart", overrides=[*SHORT, "run.backend=emu"])
-    (outcome,) = run_experiment(experiment, tmp_path, sweep_id="emu")
+    experiment = load("quickstart", overrides=[*SHORT, "run.backend=hybrid"])
+    (outcome,) = run_experiment(experiment, tmp_path, sweep_id="hybrid")
     assert outcome.summary is None
     assert "not built yet" in outcome.error
     manifest = _manifest(outcome.folder)
-    assert (manifest["status"], manifest["backend"]) == ("failed", "emu")
+    assert (manifest["status"], manifest["backend"]) == ("failed", "hybrid")
     assert manifest["error"] == outcome.error
     assert "NotImplementedError" in manifest["traceback"]
     assert manifest["end"] is not None
@@ -150,7 +150,7 @@ def test_two_runs_started_in_the_same_second_each_get_a_folder(
             return datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 
     monkeypatch.setattr(runner, "datetime", Frozen)
-    experiment = load("quickstart", overrides=["run.duration=2s", "run.backend=emu"])
+    experiment = load("quickstart", overrides=["run.duration=2s", "run.backend=hybrid"])
     (first,) = run_experiment(experiment, tmp_path)
     (second,) = run_experiment(experiment, tmp_path)
     assert first.folder != second.folder
@@ -185,7 +185,7 @@ def sweep_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     experiment = load("quickstart", overrides=["run.duration=5s"],
                       sweeps=["topology.links.1.latency=[10ms, 40ms]"])
     run_experiment(experiment, root, sweep_id="lat")
-    run_experiment(load("quickstart", overrides=["run.duration=5s", "run.backend=emu"]),
+    run_experiment(load("quickstart", overrides=["run.duration=5s", "run.backend=hybrid"]),
                    root, sweep_id="other")
     return root
 
