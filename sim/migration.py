@@ -26,6 +26,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from sim.recorder import WindowLog
 from sim.windowed import WindowedInstance, WindowOutput
 from workloads.migration import Side, Synchroniser
 from workloads.scenario import MigrationSettings, ScheduledMigration
@@ -55,18 +56,6 @@ class MigrationRecord:
 
 
 @dataclass
-class Forward:
-    """A window output that went downstream: the sink's view of the operator."""
-
-    t: float
-    output: WindowOutput
-    last_sn: int
-    count: int
-    migration: int  # -1 outside migrations
-    adjusted: bool = False
-
-
-@dataclass
 class _Checking:
     """A parallel migration's consistency checker, the source (old) operator, and the event
     that fires when the two are consistent."""
@@ -86,7 +75,7 @@ class Coordinator:
         self.node = self._coordinator_node()
         self.store = settings.store or self.node
         self.records: list[MigrationRecord] = []
-        self.forwards: list[Forward] = []
+        self.forwarded = WindowLog()  # the window outputs that went downstream
         self._active: dict[str, MigrationRecord] = {}  # operator -> its running migration
         self._latencies: dict[tuple[str, str], float] = {}
         self._checkers: dict[str, _Checking] = {}  # operators in a parallel migration
@@ -125,10 +114,9 @@ class Coordinator:
 
     def _forward(self, output: WindowOutput, last_sn: int, count: int, adjusted: bool) -> None:
         record = self._active.get(output.operator)
-        forward = Forward(self.env.now, output, last_sn, count, record.id if record else -1,
-                          adjusted)
-        self.forwards.append(forward)
-        self.model.window_forwarded(forward)
+        self.forwarded.append(self.env._now, output, last_sn, count,
+                              record.id if record else -1, adjusted)
+        self.model.window_forwarded(output)
 
     # -- protocols --------------------------------------------------------------------------
 
@@ -275,9 +263,9 @@ class Coordinator:
     def finish(self, window_size) -> None:
         """Downtime and consistency of each migration from what the instances processed and
         the outputs that went downstream; `window_size(group)` is 0 for operators without."""
-        by_operator: dict[str, list[Forward]] = {}
-        for forward in self.forwards:
-            by_operator.setdefault(forward.output.operator, []).append(forward)
+        forwarded = self.forwarded
+        rows_of = forwarded.rows_of({record.operator for record in self.records})
+        t, last_sn, count = forwarded.t, forwarded.last_sn, forwarded.count
         for record in self.records:
             if not math.isnan(record.paused):
                 back = record.resumed
@@ -288,28 +276,29 @@ class Coordinator:
             if not period:
                 continue
             end = record.end if not math.isnan(record.end) else self.env.now
-            outputs = by_operator.get(record.operator, [])
-            times = [f.t for f in outputs]
+            rows = rows_of[record.operator]
+            times = [t[i] for i in rows]
             gaps = [b - a for a, b in zip(times, times[1:], strict=False)
                     if b >= record.start and a <= end + period]
             record.output_gap = max(0.0, max(gaps, default=0.0) - period)
-            around = [f for f in outputs if record.start - 2 * period <= f.t <= end + 2 * period]
+            around = [(last_sn[i], count[i]) for i in rows
+                      if record.start - 2 * period <= t[i] <= end + 2 * period]
             self._consistency(record, around)
 
     @staticmethod
-    def _consistency(record: MigrationRecord, outputs: list[Forward]) -> None:
-        """Each forwarded output covers the SNs (last_sn - count, last_sn]; gaps are lost
-        events, overlaps duplicates, a step back a reordering."""
+    def _consistency(record: MigrationRecord, outputs: list[tuple[int, int]]) -> None:
+        """Each forwarded output (last_sn, count) covers the SNs (last_sn - count, last_sn];
+        gaps are lost events, overlaps duplicates, a step back a reordering."""
         previous = None
-        for forward in outputs:
-            first = forward.last_sn - forward.count
+        for last, count in outputs:
+            first = last - count
             if previous is not None:
-                if forward.last_sn < previous:
+                if last < previous:
                     record.reordered += 1
                 if first > previous:
                     record.lost += first - previous
                 elif first < previous:
-                    record.duplicates += min(previous, forward.last_sn) - first
-            previous = max(previous or 0, forward.last_sn)
+                    record.duplicates += min(previous, last) - first
+            previous = max(previous or 0, last)
 
 

@@ -16,7 +16,7 @@ from sim.stations import Channel
 
 class RadioChannel(Channel):
     """A user's radio uplink: latency, bandwidth and loss are its user's at this step, read
-    when it transmits, so a step updates three lists instead of every user's channel."""
+    when it transmits, so a step updates three arrays instead of every user's channel."""
 
     __slots__ = ("mobility", "user")
 
@@ -26,12 +26,25 @@ class RadioChannel(Channel):
         self.user = user
 
     def transmit(self, now: float, size: int) -> float:
+        """Channel.transmit (a radio has no jitter) with the user's values at this step, read
+        straight from the step's arrays: this runs once per message a user sends."""
         mobility, user = self.mobility, self.user
-        self.latency = mobility.link_latency[user]
         bandwidth = mobility.link_bandwidth[user]
-        self.bits_per_s = bandwidth if bandwidth > 0 else None
-        self.loss = mobility.link_loss[user]
-        return Channel.transmit(self, now, size)
+        if bandwidth > 0:
+            serialise = size * 8 / bandwidth
+            start = self.free if self.free > now else now
+            self.free = done = start + serialise
+            self.busy += serialise
+        else:  # out of range: no bandwidth, and the loss (1) drops the message
+            done = now
+        arrival = done + mobility.link_latency[user]
+        self.bytes += size
+        self.messages += 1
+        self.delay_sum += arrival - now
+        loss = mobility.link_loss[user]
+        if loss and (self.rng or self._draws()).random() < loss:
+            return -1.0
+        return arrival
 
 
 class Mobility:
@@ -50,9 +63,12 @@ class Mobility:
         self.current = np.full(len(devices), -1, dtype=np.intp)
         self.channels = [RadioChannel(self, user, device, f"{seed}:{device}>radio")
                          for user, device in enumerate(devices)]
-        self.link_latency: list[float] = [0.0] * len(devices)
-        self.link_bandwidth: list[float] = [0.0] * len(devices)
-        self.link_loss: list[float] = [1.0] * len(devices)
+        # Each user's radio at this step, as memoryviews of the step's arrays: a step has far
+        # more users than transmissions, and indexing a view gives a Python float at once,
+        # where converting every user's values (tolist) or reading numpy scalars is slower.
+        self.link_latency = memoryview(np.zeros(len(devices)))
+        self.link_bandwidth = memoryview(np.zeros(len(devices)))
+        self.link_loss = memoryview(np.ones(len(devices)))
         self.sources: list[list] = [[] for _ in devices]
         self.positions = SeriesLog("t", "device", "x", "y", "gateway")
         self.handovers = 0
@@ -80,16 +96,17 @@ class Mobility:
         t = self.env.now
         where = self.movement.positions(t)
         attached = self.handover.step(t, where, self.current)
-        for user in self.handover.changed:
-            self._attach(int(user), int(attached[user]))
-        self.handovers += int(np.count_nonzero(self.current[self.handover.changed] >= 0))
+        changed = self.handover.changed
+        for user, gateway in zip(changed.tolist(), attached[changed].tolist(), strict=True):
+            self._attach(user, gateway)
+        self.handovers += int(np.count_nonzero(self.current[changed] >= 0))
         self.current = attached
         latency, bandwidth, loss = self.radio.link(self.handover.distance)
         self.radio_latency = latency
         # Out of range: latency inf, bandwidth 0, loss 1; the loss alone decides.
-        self.link_latency = np.where(np.isfinite(latency), latency, 0.0).tolist()
-        self.link_bandwidth = bandwidth.tolist()
-        self.link_loss = loss.tolist()
+        self.link_latency = memoryview(np.where(np.isfinite(latency), latency, 0.0))
+        self.link_bandwidth = memoryview(np.ascontiguousarray(bandwidth, dtype=float))
+        self.link_loss = memoryview(np.ascontiguousarray(loss, dtype=float))
         if self.spec.record is not None and t >= self._next_record:
             self._record(t, where, attached)
             self._next_record = t + self.spec.record

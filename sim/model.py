@@ -4,23 +4,24 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from itertools import count
 
 import numpy as np
-import simpy
 
+from sim.clock import Environment, collector_paused
 from sim.message import Message
-from sim.migration import Coordinator, Forward
+from sim.migration import Coordinator
 from sim.mobile import Mobility
 from sim.mobility import MobilitySpec
 from sim.network import Network
 from sim.operators import Driver, OperatorInstance
 from sim.policy import FollowPolicy
 from sim.pubsub import Broker, Group
-from sim.recorder import MessageLog, SeriesLog, migration_columns, window_columns
+from sim.recorder import MessageLog, SeriesLog, migration_columns
 from sim.sampler import Sampler
 from sim.sources import Source
 from sim.stations import Cpu
-from sim.windowed import OpenWindow, WindowedInstance
+from sim.windowed import OpenWindow, WindowedInstance, WindowOutput
 from topologies.model import Topology
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
 from workloads.riot.costs import task_cost
@@ -42,6 +43,8 @@ class Settings:
     drain: float = 30.0
     driver_cost: float = 20e-6
     direct_handover: bool = True  # off only to check that it changes nothing
+    bucketed_queue: bool = True  # sim.clock's queue; off only to check that it changes nothing
+    in_place: bool = True  # jobs done before any other event finish in place; ditto
     migration: MigrationSettings = field(default_factory=MigrationSettings)
     migrations: list[ScheduledMigration] = field(default_factory=list)
     mobility: MobilitySpec | None = None
@@ -57,9 +60,10 @@ class SimResult:
 class Model:
     """The model: nodes' CPUs, the network, brokers, operator groups, drivers and sources."""
 
+    @collector_paused()
     def __init__(self, topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
                  settings: Settings):
-        self.env = simpy.Environment()
+        self.env = Environment(settings.bucketed_queue)
         self.topology = topology
         self.settings = settings
         self.node_names = list(topology.nodes)
@@ -73,6 +77,8 @@ class Model:
         self.brokers = {node.name: Broker(self.env, node.name, node.broker, self.cpus[node.name],
                                           self.network, self._readers)
                         for node in topology.of_kind("broker")}
+        for broker in self.brokers.values():
+            broker.in_place = settings.in_place
         self.specs = {spec.name: spec for spec in pipeline}
         self._plans: dict[tuple[str, str], tuple] = {}
         self._plans_of: dict[str, list[tuple[str, str]]] = {}  # group -> plans it is part of
@@ -85,7 +91,7 @@ class Model:
         self.drivers: dict[str, Driver] = {}
         self._readers_of: dict[str, list[Group]] = {}
         self._nearest_broker: dict[str, str] = {}
-        self._next_id = 0
+        self._new_id = count().__next__  # message ids, 0, 1, 2, ...
         self.mobility = None
         self.policy = None
         if settings.mobility is not None:
@@ -195,14 +201,13 @@ class Model:
                 start += rng.random() * spec.window.size
             self.coordinator.schedule(plan, start)
 
-    def window_forwarded(self, forward: Forward) -> None:
+    def window_forwarded(self, output: WindowOutput) -> None:
         """A window output went downstream: it is published when its operator writes."""
-        spec = self.specs[self._spec_of[forward.output.operator]]
+        spec = self.specs[self._spec_of[output.operator]]
         if spec.writes is not None:
-            msg = Message(self._new_id(), -1, self.node_index[forward.output.node],
-                          forward.output.t_first, spec.out_size or 64, 0, 1.0,
-                          f"{spec.writes}/{forward.output.node}")
-            self.publish(forward.output.node, msg)
+            msg = Message(self._new_id(), -1, self.node_index[output.node], output.t_first,
+                          spec.out_size or 64, 0, 1.0, f"{spec.writes}/{output.node}")
+            self.publish(output.node, msg)
 
     def _sources(self, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
         """A source per device and stream; devices send to their gateway's driver, or publish
@@ -245,8 +250,9 @@ class Model:
 
     def driver(self, gateway: str) -> Driver:
         if gateway not in self.drivers:
-            self.drivers[gateway] = Driver(self.env, gateway, self.cpus[gateway],
-                                           self.settings.driver_cost, self.publish)
+            driver = self.drivers[gateway] = Driver(self.env, gateway, self.cpus[gateway],
+                                                    self.settings.driver_cost, self.publish)
+            driver.in_place = self.settings.in_place
         return self.drivers[gateway]
 
     def _gateway_of(self, device: str) -> str | None:
@@ -316,18 +322,20 @@ class Model:
 
     # -- the hot path -------------------------------------------------------------------------
 
-    def _new_id(self) -> int:
-        self._next_id += 1
-        return self._next_id - 1
-
     def _readers(self, topic: str) -> list[Group]:
         groups = self._readers_of.get(topic)
         if groups is None:
-            groups = [g for g in self.groups if g.reads(topic)]
-            if self._followers:
-                device = topic.rsplit("/", 1)[-1]
-                groups += [g for g in self._followers.get(device, ()) if g.reads(topic)]
-            self._readers_of[topic] = groups
+            groups = self._readers_of[topic] = self._match(topic)
+        return groups
+
+    def _match(self, topic: str) -> list[Group]:
+        """The groups whose filters match a topic: the static ones, and the follow operators'
+        groups of the device the topic ends with (a new topic at every handover)."""
+        groups = [g for g in self.groups if g.reads(topic)] if self.groups else []
+        if self._followers:
+            for group in self._followers.get(topic.rsplit("/", 1)[-1], ()):
+                if group.reads(topic):
+                    groups.append(group)
         return groups
 
     def publish(self, node: str, msg: Message, at: float | None = None) -> None:
@@ -381,6 +389,7 @@ class Model:
 
     # -- running --------------------------------------------------------------------------
 
+    @collector_paused()
     def run(self, progress=None) -> SimResult:
         """Run sources for the duration, let messages in flight drain, and return the tables."""
         settings = self.settings
@@ -399,7 +408,7 @@ class Model:
                     "nodes": self.sampler.nodes_log.columns(),
                     "links": self.sampler.links_log.columns(),
                     "migrations": migration_columns(self.coordinator.records),
-                    "windows": window_columns(self.coordinator.forwards),
+                    "windows": self.coordinator.forwarded.columns(),
                     "positions": (self.mobility.positions if self.mobility
                                   else SeriesLog("t", "device", "x", "y", "gateway")).columns()},
             facts={"emitted": sum(s.emitted for s in self.sources),

@@ -6,7 +6,6 @@ from itertools import pairwise
 
 from sim.message import Message
 from sim.stations import Channel
-from sim.timing import scheduler
 from topologies.model import Topology
 from topologies.routing import Routes
 
@@ -25,7 +24,7 @@ class Network:
                                                     f"{seed}:{src}>{dst}")
         self._paths: dict[tuple[str, str], tuple[Channel, ...]] = {}
         self._on_lost = on_lost
-        self._at = scheduler(env)
+        self._at = env.at
         # SimPy only reads an event's callback list, so one list serves every message.
         self._on_arrival = [self.arrived]
         self._on_retry = [self._retry]
@@ -47,10 +46,17 @@ class Network:
         msg.deliver = deliver
         t = self.env._now if at is None else at
         msg.t_attempt = t
-        if path:
-            self._cross(msg, t)
-        else:
+        if not path:
             deliver(msg)
+            return
+        # _cross written out: every message is sent several times on its way.
+        channel = path[0]
+        arrival = channel.transmit(t, msg.size)
+        if arrival < 0.0:
+            self.lose(msg, channel, t)
+        else:
+            msg.callbacks = self._on_arrival
+            self._at(msg, arrival)
 
     def _cross(self, msg: Message, t: float) -> None:
         channel = msg.path[msg.leg]
@@ -65,11 +71,20 @@ class Network:
         """The message has crossed its current link: on to the next one, or delivered."""
         msg.hops += 1
         leg = msg.leg + 1
-        if leg < len(msg.path):
-            msg.leg = leg
-            self._cross(msg, self.env._now)
-        else:
+        path = msg.path
+        if leg == len(path):
             msg.deliver(msg)
+            return
+        # _cross written out: this runs once per hop, the most frequent event of a run.
+        msg.leg = leg
+        now = self.env._now
+        channel = path[leg]
+        arrival = channel.transmit(now, msg.size)
+        if arrival < 0.0:
+            self.lose(msg, channel, now)
+        else:
+            msg.callbacks = self._on_arrival
+            self._at(msg, arrival)
 
     def lose(self, msg: Message, channel: Channel, now: float) -> None:
         """A link dropped the message: QoS 0 records the loss, QoS 1 sends the leg again."""

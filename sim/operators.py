@@ -6,11 +6,15 @@ import math
 
 from sim.message import Message
 from sim.stations import Cpu
-from sim.timing import scheduler
 
 
 class OperatorInstance:
     """One instance of a pipeline operator on one node; without `writes` it is a sink."""
+
+    # Slots: a run may have an instance per moving user, and compact objects cache better.
+    __slots__ = ("env", "node", "node_index", "cpu", "cost", "selectivity", "out_topic",
+                 "out_size", "_publish", "_log", "_credit", "_at", "_on_processed", "processed",
+                 "pending", "drained", "first_processed")
 
     def __init__(self, env, node: str, node_index: int, cpu: Cpu, cost: float,
                  selectivity: float, out_topic: str | None, out_size: int | None, publish, log):
@@ -25,7 +29,7 @@ class OperatorInstance:
         self._publish = publish
         self._log = log
         self._credit = 0.0
-        self._at = scheduler(env)
+        self._at = env.at
         self._on_processed = [self._processed]
         self.processed = 0
         self.pending = 0  # sent to this instance by a broker and not yet processed
@@ -86,9 +90,10 @@ class Driver:
         self.cpu = cpu
         self.cost = cost
         self._publish = publish
-        self._at = scheduler(env)
+        self._at = env.at
         self._on_converted = [self._converted]
         self.direct = False  # publish at the finish time, without an event
+        self.in_place = False  # publish at once when nothing else happens before the finish
 
     def receive(self, msg: Message) -> None:
         now = self.env._now
@@ -96,8 +101,13 @@ class Driver:
         if self.direct:
             self._publish(self.node, msg, done)
         elif done > now:
-            msg.callbacks = self._on_converted
-            self._at(msg, done)
+            if self.in_place and self.env.skip_to(done):
+                # The conversion's event would be the next one, and a message's arrival does
+                # nothing after handing it over: finishing here changes no order.
+                self._publish(self.node, msg)
+            else:
+                msg.callbacks = self._on_converted
+                self._at(msg, done)
         else:
             self._publish(self.node, msg)
 

@@ -6,7 +6,6 @@ from itertools import cycle
 
 from sim.message import Message
 from sim.stations import Cpu
-from sim.timing import scheduler
 from topologies.spec import BrokerSpec
 from workloads.topics import matches
 
@@ -17,6 +16,10 @@ class Group:
 
     A stateful operator's group stamps serial numbers on its input, and a migration may pause
     it (the broker holds its messages) or mirror its input to a second instance."""
+
+    # Slots: a run has a group per moving user, and compact objects keep more of them cached.
+    __slots__ = ("name", "filters", "sequenced", "next_sn", "paused", "held", "mirror",
+                 "on_change", "instances", "on_node", "_turns")
 
     def __init__(self, name: str, filters: list[str], instances: list, sequenced: bool = False):
         self.name = name
@@ -41,6 +44,8 @@ class Group:
             self.on_change(self)
 
     def reads(self, topic: str) -> bool:
+        if len(self.filters) == 1:  # most groups: no generator to set up
+            return matches(self.filters[0], topic)
         return any(matches(f, topic) for f in self.filters)
 
     def pick(self, broker: str):
@@ -85,9 +90,10 @@ class Broker:
         self._period = 0
         self._period_bytes = 0
         self._stall_until = 0.0
-        self._at = scheduler(env)
+        self._at = env.at
         self._on_served = [self._served]
         self.direct = False  # hand copies to the links at the finish time, without an event
+        self.in_place = False  # dispatch at once when nothing else happens before the finish
         self.received = 0
         self.topics: set[str] = set()  # every topic published to this broker
         self._paths: dict[str, tuple] = {}  # to each subscriber's node
@@ -101,8 +107,13 @@ class Broker:
         if self.direct:
             self._dispatch(msg, done)
         elif done > now:
-            msg.callbacks = self._on_served
-            self._at(msg, done)
+            # In place only for a message that arrived over a link: its arrival does nothing
+            # after handing it over, where a publish on this node may go on to other work.
+            if self.in_place and msg.path and self.env.skip_to(done):
+                self._dispatch(msg, done)
+            else:
+                msg.callbacks = self._on_served
+                self._at(msg, done)
         else:
             self._dispatch(msg, now)
 
@@ -122,8 +133,12 @@ class Broker:
         self._dispatch(msg, self.env._now)
 
     def _dispatch(self, msg: Message, t: float) -> None:
-        targets = [instance for group in self._readers(msg.topic)
-                   for instance in group.take(msg, None, self.name)]
+        groups = self._readers(msg.topic)
+        if len(groups) == 1:  # the common case, without the comprehension's call
+            targets = groups[0].take(msg, None, self.name)
+        else:
+            targets = [instance for group in groups
+                       for instance in group.take(msg, None, self.name)]
         last = len(targets) - 1
         for i, instance in enumerate(targets):
             self.send(msg if i == last else msg.copy(), instance, t)

@@ -56,10 +56,21 @@ class SeriesLog:
 
     def __init__(self, *names: str):
         self._columns: dict[str, list] = {name: [] for name in names}
+        self._lists = list(self._columns.values())
 
     def append(self, **row) -> None:
         for name, column in self._columns.items():
             column.append(row[name])
+
+    def add(self, *values) -> None:
+        """A row given in the order of the columns."""
+        for column, value in zip(self._lists, values, strict=True):
+            column.append(value)
+
+    def extend(self, *columns: list) -> None:
+        """Rows given as one list per column, in the order of the columns."""
+        for column, values in zip(self._lists, columns, strict=True):
+            column.extend(values)
 
     def columns(self) -> dict[str, np.ndarray]:
         return {name: np.array(values, dtype=object if values and isinstance(values[0], str)
@@ -77,16 +88,52 @@ def migration_columns(records: list) -> dict[str, np.ndarray]:
             for name in names}
 
 
-def window_columns(forwards: list) -> dict[str, np.ndarray]:
-    """The windows table: every window output that went downstream."""
-    return {
-        "t": np.array([f.t for f in forwards], dtype=float),
-        "operator": np.array([f.output.operator for f in forwards], dtype=object),
-        "node": np.array([f.output.node for f in forwards], dtype=object),
-        "window": np.array([f.output.index for f in forwards], dtype=np.int64),
-        "last_sn": np.array([f.last_sn for f in forwards], dtype=np.int64),
-        "count": np.array([f.count for f in forwards], dtype=np.int64),
-        "processing_time": np.array([f.t - f.output.t_first for f in forwards], dtype=float),
-        "migration": np.array([f.migration for f in forwards], dtype=np.int64),
-        "adjusted": np.array([f.adjusted for f in forwards], dtype=bool),
-    }
+class WindowLog:
+    """One row per window output that went downstream (the sink's view of an operator),
+    appended to typed arrays: a run forwards hundreds of them per simulated second."""
+
+    def __init__(self):
+        self.t = array("d")
+        self.operator: list[str] = []
+        self.node: list[str] = []
+        self.window = array("q")
+        self.last_sn = array("q")
+        self.count = array("q")
+        self.t_first = array("d")  # when the window's first event was processed
+        self.migration = array("q")  # -1 outside migrations
+        self.adjusted = array("b")
+
+    def append(self, t: float, output, last_sn: int, count: int, migration: int,
+               adjusted: bool) -> None:
+        self.t.append(t)
+        self.operator.append(output.operator)
+        self.node.append(output.node)
+        self.window.append(output.index)
+        self.last_sn.append(last_sn)
+        self.count.append(count)
+        self.t_first.append(output.t_first)
+        self.migration.append(migration)
+        self.adjusted.append(adjusted)
+
+    def rows_of(self, operators: set[str]) -> dict[str, list[int]]:
+        """The rows of each of these operators, in order."""
+        rows: dict[str, list[int]] = {name: [] for name in operators}
+        for i, name in enumerate(self.operator):
+            if name in rows:
+                rows[name].append(i)
+        return rows
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """The windows table."""
+        t = np.frombuffer(self.t, dtype=np.float64).copy()
+        return {
+            "t": t,
+            "operator": np.array(self.operator, dtype=object),
+            "node": np.array(self.node, dtype=object),
+            "window": np.frombuffer(self.window, dtype=np.int64).copy(),
+            "last_sn": np.frombuffer(self.last_sn, dtype=np.int64).copy(),
+            "count": np.frombuffer(self.count, dtype=np.int64).copy(),
+            "processing_time": t - np.frombuffer(self.t_first, dtype=np.float64),
+            "migration": np.frombuffer(self.migration, dtype=np.int64).copy(),
+            "adjusted": np.frombuffer(self.adjusted, dtype=np.int8).astype(bool),
+        }

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from sim.recorder import SeriesLog
 
 
@@ -25,27 +27,51 @@ class Sampler:
 
     def run(self):
         interval, nodes = self.interval, self.nodes
-        done_work = {cpu.name: 0.0 for cpu in self.cpus}
-        sent = {c.index: (0, 0, 0.0, 0.0) for c in self.channels}
+        cpus = [(cpu, cpu.name, cpu.cores * interval, nodes[cpu.name].profile.base_memory)
+                for cpu in self.cpus]
+        done_work = [0.0] * len(cpus)
+        links = _LinkCounters(self.channels)
+        node_row = self.nodes_log.add
         t = 0.0
         while t + interval <= self.until + 1e-9:
             yield self.env.timeout(interval)
             t = self.env.now
-            for cpu in self.cpus:
+            for i, (cpu, name, capacity, base_memory) in enumerate(cpus):
                 work = cpu.work - cpu.backlog(t)
                 queue = cpu.queue_length(t)
-                self.nodes_log.append(
-                    t=t, node=cpu.name,
-                    cpu=(work - done_work[cpu.name]) / (cpu.cores * interval),
-                    memory=nodes[cpu.name].profile.base_memory + queue * self.mean_size,
-                    queue=queue)
-                done_work[cpu.name] = work
-            for c in self.channels:
-                busy = c.busy - c.backlog(t)
-                last_bytes, last_messages, last_delay, last_busy = sent[c.index]
-                count = c.messages - last_messages
-                self.links_log.append(
-                    t=t, link=f"{c.src}>{c.dst}", src=c.src, dst=c.dst,
-                    bytes=c.bytes - last_bytes, utilisation=(busy - last_busy) / interval,
-                    latency=(c.delay_sum - last_delay) / count if count else float("nan"))
-                sent[c.index] = (c.bytes, c.messages, c.delay_sum, busy)
+                node_row(t, name, (work - done_work[i]) / capacity,
+                         base_memory + queue * self.mean_size, queue)
+                done_work[i] = work
+            links.sample(t, interval, self.links_log)
+
+
+class _LinkCounters:
+    """The links' running totals at the last sample, to take differences from, for all links
+    at once: a sample has a row per link direction, hundreds of them."""
+
+    def __init__(self, channels: list):
+        self.channels = channels
+        self.names = [f"{c.src}>{c.dst}" for c in channels]
+        self.src = [c.src for c in channels]
+        self.dst = [c.dst for c in channels]
+        self.bytes = np.zeros(len(channels), dtype=np.int64)
+        self.messages = np.zeros(len(channels), dtype=np.int64)
+        self.delay = np.zeros(len(channels))
+        self.busy = np.zeros(len(channels))
+
+    def sample(self, t: float, interval: float, log: SeriesLog) -> None:
+        channels = self.channels
+        sent = np.array([c.bytes for c in channels], dtype=np.int64)
+        messages = np.array([c.messages for c in channels], dtype=np.int64)
+        delay = np.array([c.delay_sum for c in channels], dtype=float)
+        free = np.array([c.free for c in channels], dtype=float)
+        # Serialisation still queued at t is not done yet (Channel.backlog, elementwise).
+        busy = np.array([c.busy for c in channels], dtype=float) - np.where(free > t, free - t,
+                                                                             0.0)
+        count = messages - self.messages
+        latency = np.full(len(channels), np.nan)
+        np.divide(delay - self.delay, count, out=latency, where=count > 0)
+        log.extend([t] * len(channels), self.names, self.src, self.dst,
+                   (sent - self.bytes).tolist(), ((busy - self.busy) / interval).tolist(),
+                   latency.tolist())
+        self.bytes, self.messages, self.delay, self.busy = sent, messages, delay, busy

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from sim.message import Message
-from sim.timing import scheduler
 from workloads.rates import Constant
 from workloads.spec import StreamSpec
 
@@ -45,7 +44,7 @@ class Source:
         self._peak = stream.rate * (self._shape.peak if self._shape else 1.0)
         self._poisson = stream.arrivals == "poisson"
         self._private = private and bool(path)
-        self._at = scheduler(env)
+        self._at = env.at
         self._on_fire = [self._fire]  # SimPy only reads callback lists: one serves every time
         self._on_landed = [self._landed]
         if self._peak > 0:
@@ -56,10 +55,10 @@ class Source:
 
     def _next(self, t: float) -> float:
         """The emission after one at time t."""
+        if self._shape is None:
+            return t + (self.rng.expovariate(self._peak) if self._poisson else 1.0 / self._peak)
         if self._poisson:
             return self._accept(t + self.rng.expovariate(self._peak))
-        if self._shape is None:
-            return t + 1.0 / self._peak
         # A periodic source under a shape emits at the interval its current rate gives.
         rate = self._rate * self._shape.factor(t)
         return self._accept(t + (1.0 / rate if rate > 0 else 1.0 / self._peak))
@@ -95,9 +94,12 @@ class Source:
         now = self.env._now
         if self._private:
             self._put_on_link(now)
-        else:
-            self.network.send(self._message(now), self.path, self.deliver)
-            self._arm(self._next(now))
+            return
+        self.network.send(self._message(now), self.path, self.deliver)
+        following = self._next(now)
+        if following < self.end:  # _arm written out: this runs once per message
+            self.callbacks = self._on_fire
+            self._at(self, following)
 
     def _put_on_link(self, t: float) -> None:
         """Emit at time t (now, or already past) straight onto the private first link."""

@@ -8,7 +8,7 @@ Both keep running totals (work admitted, bytes) from which the sampler derives u
 from __future__ import annotations
 
 import random
-from collections import deque
+from bisect import bisect_right
 from heapq import heapreplace
 
 
@@ -24,7 +24,7 @@ class Cpu:
         self.free = 0.0  # single core: when it is next free
         self._heap = [0.0] * cores  # several cores: when each is next free (a heap)
         self.work = 0.0  # seconds of service admitted so far
-        self.starts: deque[float] = deque()  # start times not yet reached by the sampler
+        self.starts: list[float] = []  # start times not yet reached by the sampler
 
     def admit(self, now: float, cost: float) -> float:
         """Queue a job of `cost` reference-CPU seconds arriving now; returns its finish time."""
@@ -50,8 +50,8 @@ class Cpu:
     def queue_length(self, t: float) -> int:
         """Jobs waiting or in service at time t (FIFO start times never decrease)."""
         starts = self.starts
-        while starts and starts[0] <= t:
-            starts.popleft()
+        started = bisect_right(starts, t)
+        del starts[:started]  # the sampler asks at increasing times: these are done with
         busy = (1 if self.free > t else 0) if self.cores == 1 else sum(f > t for f in self._heap)
         return len(starts) + busy
 

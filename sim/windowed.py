@@ -61,6 +61,9 @@ class WindowedInstance(OperatorInstance):
     """An operator instance that counts events per window and hands each closed window to
     `on_output(instance, output)` instead of passing messages on."""
 
+    __slots__ = ("operator", "size", "jitter", "rng", "on_output", "active", "recording", "open",
+                 "boundary", "_alarm")
+
     def __init__(self, env, node: str, node_index: int, cpu, cost: float, operator: str,
                  size: float, jitter: float, rng, on_output, log,
                  state: OpenWindow | None = None):

@@ -3,12 +3,18 @@ determinism, shared subscriptions, channels, broker profiles, selectivity and ra
 
 from __future__ import annotations
 
+import gc
 import math
+import random
 
 import numpy as np
 import pytest
+import simpy
+from simpy.core import URGENT
+from simpy.events import NORMAL, Event
 
 from experiments.loader import load
+from sim.clock import Environment
 from sim.model import ModelError
 from topologies.errors import SpecError
 from workloads.pipeline import OperatorSpec
@@ -436,6 +442,97 @@ def test_qos1_resends_from_the_gateway_without_driver_cost_match_event_by_event(
 def test_direct_handover_changes_nothing_with_qos1_resends_through_the_gateway() -> None:
     assert_tables_equal(messages(QOS1_LATER_LOSS), messages(QOS1_LATER_LOSS,
                                                             direct_handover=False))
+
+
+# -- the bucketed event queue ---------------------------------------------------------------
+
+def _event_order(env) -> list[tuple[float, int]]:
+    """The order an environment processes a seeded storm of events in: delays that tie, cross
+    bucket bounds or reach far ahead, both priorities, events scheduled while others run."""
+    rng = random.Random(4)
+    delays = [0.0, 0.0, 1 / 64, 1 / 128, 1e-9, 0.001, 0.0156, 0.5, 3.0, 64.0, 0.1 + 0.2]
+    order: list[tuple[float, int]] = []
+
+    def fire(event) -> None:
+        order.append((env.now, event.value))
+        if len(order) < 20_000:
+            for _ in range(rng.choice((0, 1, 2, 2))):
+                child = Event(env)
+                child._ok, child._value = True, rng.randrange(1 << 30)
+                child.callbacks.append(fire)
+                env.schedule(child, rng.choice((URGENT, NORMAL)), rng.choice(delays))
+
+    for i in range(50):
+        first = Event(env)
+        first._ok, first._value = True, i
+        first.callbacks.append(fire)
+        env.schedule(first, NORMAL, rng.choice(delays))
+    env.run(until=30.5)
+    env.run()
+    return order
+
+
+@pytest.mark.parametrize("bucketed", [True, False])
+def test_the_models_environment_processes_events_in_simpys_order(bucketed: bool) -> None:
+    plain = _event_order(simpy.Environment())
+    assert len(plain) > 20_000
+    assert _event_order(Environment(bucketed)) == plain
+
+
+@pytest.mark.parametrize("change", ["bucketed_queue", "in_place"])
+def test_the_event_shortcuts_change_nothing_on_the_quickstart(change: str) -> None:
+    fast = _quickstart(duration="60s")
+    plain = _quickstart(duration="60s", **{change: False})
+    for name in ("messages", "nodes", "links"):
+        assert_tables_equal(fast.tables[name], plain.tables[name])
+    assert fast.facts == plain.facts
+
+
+def test_a_run_pauses_the_garbage_collector_and_gives_it_back() -> None:
+    seen = []
+    simulated = model(QUICK_TEXT)
+    simulated.env.process(_record_collector(simulated.env, seen))
+    simulated.run()
+    assert seen == [False] and gc.isenabled()
+
+
+def _record_collector(env, seen: list):
+    yield env.timeout(1)
+    seen.append(gc.isenabled())
+
+
+MOBILE = """
+name: mobile
+topology: metro-10k
+workload:
+  name: telemetry
+  streams:
+    - {name: telemetry, sources: sensor-*, rate: 1/2s, size: 200B, channel: exclusive}
+pipeline:
+  - {name: track, follow: users, on: gateways, reads: telemetry, cost: 50us, window: {size: 5s}}
+scenario:
+  mobility:
+    model: {kind: random_waypoint, speed: [5, 25], pause: [0s, 5s]}
+    radio: {range: 200, latency: [2ms, 10ms], bandwidth: [10Mbit, 1Mbit], loss: 1%}
+    handover: {hysteresis: 20, min_dwell: 2s}
+    record: 10s
+  policy: {operator: track, threshold: 10ms, hysteresis: 2ms, capacity: 20, fallback: [vm-1]}
+  migration: {strategy: pause_transfer, launch: 500ms}
+run: {duration: 60s, seed: 3}
+"""
+
+
+def test_the_event_shortcuts_change_nothing_with_moving_users_and_migrations() -> None:
+    def simulate(**changes):
+        return run(MOBILE, ["topology.nodes.0.replicas=400"], **changes)
+
+    fast = simulate()
+    assert len(fast.tables["migrations"]["id"]) > 50
+    assert fast.facts["handovers"] > 100
+    for plain in (simulate(bucketed_queue=False), simulate(in_place=False)):
+        for name in plain.tables:
+            assert_tables_equal(fast.tables[name], plain.tables[name])
+        assert fast.facts == plain.facts
 
 
 # -- shared subscriptions and channels -------------------------------------------------------
