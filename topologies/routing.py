@@ -45,6 +45,8 @@ class Routes:
             if len(target_links) == 1:
                 # Toward a leaf: its one link is the last hop.
                 (last,) = target_links
+                if len(self._graph.adj[last]) == 1:
+                    raise NoRoute(source, target)  # a pair linked only to each other
                 return [*self.path(source, last), target]
         except NoRoute:
             raise NoRoute(source, target) from None

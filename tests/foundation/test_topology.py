@@ -280,6 +280,21 @@ def test_no_route_out_of_a_pair_of_nodes_linked_only_to_each_other() -> None:
         Routes(topo).path("gw", "broker")
 
 
+def test_no_route_into_a_pair_of_nodes_linked_only_to_each_other() -> None:
+    # The device's one link leads to a gateway that has no other: no route in (once a
+    # recursion without end).
+    topo = topology([{"name": "dev", "kind": "device"}, {"name": "gw", "kind": "gateway"},
+                     {"name": "sw", "kind": "switch"}, {"name": "a", "kind": "broker"},
+                     {"name": "b", "kind": "broker"}],
+                    [{"from": "dev", "to": "gw"}, {"from": "sw", "to": "a"},
+                     {"from": "sw", "to": "b"}])
+    routes = Routes(topo)
+    for source, target in [("sw", "dev"), ("sw", "gw"), ("a", "dev"), ("dev", "sw")]:
+        with pytest.raises(NoRoute) as caught:
+            routes.path(source, target)
+        assert (caught.value.source, caught.value.target) == (source, target)
+
+
 def test_device_shortcuts_give_the_same_routes_as_dijkstra() -> None:
     topo = catalog_topology("iotcloud-futuregrid")
     routes = Routes(topo)
