@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from topologies.fields import NonNegativeDuration, PositiveDuration
+from workloads import shapes
 
 
 class _Shape(BaseModel):
@@ -44,7 +44,7 @@ class Bursty(_Shape):
     low: float = Field(default=0.2, ge=0)
 
     def factor(self, t: float) -> float:
-        return self.high if t % (self.on + self.off) < self.on else self.low
+        return shapes.bursty(t, self.on, self.off, self.high, self.low)
 
     @property
     def peak(self) -> float:
@@ -60,7 +60,7 @@ class Sawtooth(_Shape):
     high: float = Field(default=1.8, ge=0)
 
     def factor(self, t: float) -> float:
-        return self.low + (self.high - self.low) * ((t % self.period) / self.period)
+        return shapes.sawtooth(t, self.period, self.low, self.high)
 
     @property
     def peak(self) -> float:
@@ -92,16 +92,8 @@ class Diurnal(_Shape):
         return self
 
     def factor(self, t: float) -> float:
-        scale = self.day / 86400.0 if self.scale_with_day else 1.0
-        width = self.width * scale
-        phase = t % self.day
-        bump = 0.0
-        for peak in self.peaks:
-            # Distance on the circle of the day, so a peak at 23:00 also lifts 01:00.
-            d = abs(phase - peak * scale)
-            d = min(d, self.day - d)
-            bump = max(bump, math.exp(-0.5 * (d / width) ** 2))
-        return self.floor + self.height * bump
+        return shapes.diurnal(t, self.day, self.peaks, self.width, self.floor, self.height,
+                              self.scale_with_day)
 
     @property
     def peak(self) -> float:
