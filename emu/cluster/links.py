@@ -4,7 +4,9 @@ Relay (hosts without netem, like foglab's own). One LinkRelay per (client, servi
 one event loop thread (RelaySet). A relay listens on the host's address on the client's site
 network (its bridge's gateway address) and carries connections to the service container's
 address; the client's AgentConfig names the relay, so its traffic, and only it, takes the
-pair's shape. The relays live in the process that brought the cluster up.
+pair's shape. Relays whose paths cross one topology hop with a bandwidth share a token bucket
+per direction of it, so gateways behind one uplink share its bandwidth as they would on the
+real link. The relays live in the process that brought the cluster up.
 
 Netem. Clients use the services' addresses directly (Docker DNS by container name), so each
 service joins its clients' site networks. netem shapes what leaves an interface: the client's
@@ -20,11 +22,12 @@ import secrets
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 
 from emu.cluster.plan import ClusterPlan, LinkPlan
 from emu.cluster.relays import RelaySet
 from emu.links.netem import NetemShaper, netns_of_pid
-from emu.links.relay import LinkRelay, RelayCounters
+from emu.links.relay import LinkRelay, RelayCounters, TokenBucket, hop_bucket
 from emu.links.spec import LinkShape
 
 Key = tuple[str, str]  # (client, service)
@@ -77,16 +80,34 @@ class RelayLinks(Links):
     def addresses(self, services: Mapping[str, str], bridges: Mapping[str, str]) -> dict[Key, str]:
         relays: dict[Key, LinkRelay] = {}
         hosts: dict[Key, str] = {}
+        shared = self._shared_hops()
         for index, link in enumerate(self.plan.links):
             host = bridges[self.plan.containers[link.client].segment]
             hosts[link.key] = host
+            hops = [(shared[a, b], shared[b, a]) for a, b in pairwise(link.path)
+                    if (a, b) in shared]
             relays[link.key] = LinkRelay(services[link.service], link.port, link.shape,
-                                         listen_host=host, seed=self.seed + index)
+                                         listen_host=host, seed=self.seed + index, hops=hops)
         if not self.relays.running:
             self.relays.start()
         ports = self.relays.add(relays)
         self.listening = {key: f"{hosts[key]}:{port}" for key, port in ports.items()}
         return dict(self.listening)
+
+    def _shared_hops(self) -> dict[tuple[str, str], TokenBucket]:
+        """A bucket per direction of each topology hop with a bandwidth that two or more
+        relays cross: their traffic shares the hop's bandwidth, as on the real link."""
+        crossing: dict[frozenset[str], list[float]] = {}
+        for link in self.plan.links:
+            for (a, b), bandwidth in zip(pairwise(link.path), link.bandwidths, strict=False):
+                if bandwidth is not None:
+                    crossing.setdefault(frozenset((a, b)), []).append(bandwidth)
+        buckets: dict[tuple[str, str], TokenBucket] = {}
+        for hop, bandwidths in crossing.items():
+            if len(bandwidths) > 1:
+                a, b = sorted(hop)
+                buckets[a, b], buckets[b, a] = hop_bucket(bandwidths[0]), hop_bucket(bandwidths[0])
+        return buckets
 
     def reshape(self, client: str, service: str, shape: LinkShape) -> None:
         self._check(client, service)

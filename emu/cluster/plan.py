@@ -32,8 +32,9 @@ path latency, ties to the first declared), and to every ZooKeeper server. Each s
 shape of its topology path, hop by hop: latencies add up; jitters, independent per hop, add as
 variances (root sum of squares); the bandwidth is the narrowest hop's (none when no hop has
 one); losses combine as 1 - prod(1 - loss). The shape applies to each direction: a round trip
-costs twice the latency. Each pair is shaped on its own: two gateways whose paths share a
-backbone hop do not share its bandwidth.
+costs twice the latency. Pairs whose paths cross one hop with a bandwidth share it (with the
+relay shaper: `LinkPlan.bandwidths` gives each hop's); netem shapes each client's interface on
+its own, so there each pair has the path's narrowest bandwidth to itself.
 """
 
 from __future__ import annotations
@@ -121,6 +122,7 @@ class LinkPlan:
     port: int
     shape: LinkShape
     path: tuple[str, ...]
+    bandwidths: tuple[float | None, ...] = ()  # each hop's of the path, in bit/s
 
     @property
     def key(self) -> tuple[str, str]:
@@ -342,8 +344,10 @@ class _Planner:
             raise self.error(("nodes", client, "links"), client,
                              f"a route from {client} to {anchor}, where the {role} server "
                              f"{service} runs: no links connect them") from None
+        graph = self.topology.graph
         return LinkPlan(client, service, role, port, path_shape(self.topology, path),
-                        tuple(path))
+                        tuple(path), tuple(graph.edges[a, b]["link"].bandwidth
+                                           for a, b in pairwise(path)))
 
     def _container(self, name: str, kind: str, role: Role, site: str | None, node: Node | None,
                    servers: list[str], agent: AgentConfig | None = None) -> ContainerPlan:

@@ -6,7 +6,11 @@ upstream address. Every byte it reads crosses the link in two steps, as on a rea
 1. Transmission: a token bucket per direction, shared by all the connections that cross the
    link, holds a chunk back until the link has capacity for it (``bandwidth_bps``). While a chunk
    waits, the relay reads nothing more from that sender, so TCP's own flow control slows the
-   sender down, as a full link would.
+   sender down, as a full link would. A relay that stands for a path of several hops may also
+   be given the buckets of the hops it shares with other relays (``hops``): a chunk then also
+   waits for capacity on each of them, so relays whose paths cross one backbone hop share its
+   bandwidth. Each bucket is charged at once, as if the hops were one fluid pipe: a chunk's
+   departure is the latest of theirs (store-and-forward delay per hop is not modelled).
 2. Propagation: the chunk is then delivered after a one-way delay drawn from a normal
    distribution (mean ``latency_s``, standard deviation ``jitter_s``, clipped at 0). A chunk is
    never delivered before the one read ahead of it on the same connection: TCP hands bytes to
@@ -38,7 +42,7 @@ import asyncio
 import math
 import random
 import threading
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Self, TypeVar
 
@@ -105,14 +109,28 @@ def _depth(rate_bytes_s: float | None) -> float:
 
 
 class _Direction:
-    """One direction of the link: its bucket and its counters, shared by all connections."""
+    """One direction of the link: its bucket and its counters, shared by all connections, and
+    the buckets of shared hops the link crosses in this direction."""
 
-    def __init__(self, rate_bytes_s: float | None) -> None:
+    def __init__(self, rate_bytes_s: float | None, hops: Sequence[TokenBucket] = ()) -> None:
         # The loop clock is unknown before start: a bucket stamped at 0 is simply full.
         self.bucket = TokenBucket(rate_bytes_s, 0.0)
+        self.hops = tuple(hops)
         self.bytes = 0
         self.chunks = 0
         self.stalls = 0
+
+    def reserve(self, nbytes: int, now: float) -> float:
+        """When a chunk of ``nbytes`` read now has left: the latest departure of every bucket."""
+        departure = self.bucket.reserve(nbytes, now)
+        for bucket in self.hops:
+            departure = max(departure, bucket.reserve(nbytes, now))
+        return departure
+
+
+def hop_bucket(bandwidth_bps: float) -> TokenBucket:
+    """A bucket for one direction of a hop that several relays cross (see ``LinkRelay(hops=)``)."""
+    return TokenBucket(bandwidth_bps / 8, 0.0)
 
 
 def _bytes_per_second(shape: LinkShape) -> float | None:
@@ -137,7 +155,10 @@ class LinkRelay:
         listen_port: int = 0,
         seed: int | None = None,
         stall_s: float = RETRANSMISSION_STALL_S,
+        hops: Sequence[tuple[TokenBucket, TokenBucket]] = (),
     ) -> None:
+        """``hops``: (toward upstream, toward the client) buckets of shared hops on the path,
+        made with ``hop_bucket``; the relay's own shape still applies on top of them."""
         self._upstream = (upstream_host, upstream_port)
         self._listen = (listen_host, listen_port)
         self._shape = shape
@@ -147,8 +168,8 @@ class LinkRelay:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections = 0
-        self._up = _Direction(_bytes_per_second(shape))
-        self._down = _Direction(_bytes_per_second(shape))
+        self._up = _Direction(_bytes_per_second(shape), [up for up, _ in hops])
+        self._down = _Direction(_bytes_per_second(shape), [down for _, down in hops])
 
     @property
     def shape(self) -> LinkShape:
@@ -245,7 +266,7 @@ class LinkRelay:
                 chunk = data[offset : offset + _chunk_size(shape)]
                 offset += len(chunk)
                 now = loop.time()
-                departure = direction.bucket.reserve(len(chunk), now)
+                departure = direction.reserve(len(chunk), now)
                 if departure > now:
                     await asyncio.sleep(departure - now)
                 arrival = departure + self._delay(shape) + self._stall(shape, len(chunk), direction)

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from emu.agent.config import AgentConfig
+from emu.cluster.links import RelayLinks
 from emu.cluster.plan import (
     AGENT_COMMAND,
     MQTT_PORT,
@@ -188,6 +189,19 @@ def test_gateways_and_cloud_vms_get_shaped_links_to_their_broker_and_zookeeper()
     assert link.shape.latency_s == pytest.approx(GW_BROKER_MS / 1000)
     # The added ZooKeeper is reached through the path to the broker it stands beside.
     assert cluster.link("gw-n", "zookeeper").shape == link.shape
+
+
+def test_relays_crossing_one_hop_with_a_bandwidth_share_a_bucket_per_direction() -> None:
+    cluster = plan()
+    assert cluster.link("gw-n", "broker").bandwidths == (20e6, 1e9)
+    assert cluster.link("vm", "broker").bandwidths == (None,)
+    shared = RelayLinks(cluster)._shared_hops()
+    # gw-n's broker and ZooKeeper links cross its uplink; all four gateway links cross
+    # metro-broker; gw-s's uplink too; vm-broker has no bandwidth to share.
+    assert set(shared) == {(a, b) for hop in [("gw-n", "metro"), ("gw-s", "metro"),
+                                              ("metro", "broker")]
+                           for a, b in (hop, hop[::-1])}
+    assert shared["metro", "broker"] is not shared["broker", "metro"]
 
 
 def test_agent_configs_name_the_services_directly_until_the_engine_points_them_at_links(

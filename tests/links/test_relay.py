@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from emu.links.relay import MSS, LinkRelay, LinkRelayThread, TokenBucket
+from emu.links.relay import MSS, LinkRelay, LinkRelayThread, TokenBucket, hop_bucket
 from emu.links.spec import LinkShape
 
 from .loopback import HOST, echo_server, round_trips, run, send_all, sink_server
@@ -40,6 +40,21 @@ def test_bandwidth_is_shared_by_the_connections_crossing_the_link() -> None:
         assert 250_000 * 8 / elapsed == pytest.approx(1e6, rel=0.15)
 
     run(scenario())
+
+
+@pytest.mark.parametrize("shared", [True, False])
+def test_relays_crossing_one_hop_share_its_bandwidth(shared: bool) -> None:
+    async def scenario() -> float:
+        shape = LinkShape(0.0, bandwidth_bps=1e6)
+        hop = [(hop_bucket(1e6), hop_bucket(1e6))] if shared else []
+        async with sink_server() as port, LinkRelay(HOST, port, shape, hops=hop) as one, \
+                LinkRelay(HOST, port, shape, hops=hop) as two:
+            start = time.perf_counter()
+            await asyncio.gather(send_all(one.port, 125_000), send_all(two.port, 125_000))
+            return time.perf_counter() - start
+
+    # 250 kB: 2 s through one shared 1 Mbit/s hop, 1 s over two separate ones.
+    assert 250_000 * 8 / run(scenario()) == pytest.approx(1e6 if shared else 2e6, rel=0.2)
 
 
 def test_jitter_spreads_round_trips() -> None:
