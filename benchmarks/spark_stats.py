@@ -6,7 +6,7 @@ packs (`encode_senml`, the five CITY fields, values from `city_readings` kept in
 `CITY.ranges` so the range filter keeps every message) at `--qos` on an open-loop schedule at
 a fixed total rate: a gateway that falls behind catches up in a burst, and the rate reached is
 what `input_per_s` reports. The STATS app (`workloads.spark.apps.stats`, used as it is) runs in
-local[2] on the project's MQTT source (format "mqtt"; its receive time is the `timestamp`
+local[2] on the project's MQTT source (format "mqtt"; its receive time `received` is what
 STATS keeps as `ingest_time`) and writes its whole output to Spark's Parquet file sink.
 
 One query runs through three steps, so that its per-sensor state and windows carry on as in a
@@ -18,8 +18,9 @@ for `--warmup` plus `--duration` s, its first `--warmup` s left out of its laten
 rate; the throughput phase, on the warm query, for `--duration` s, all measured. A phase ends
 when Spark has read every acknowledged message (or `--drain` s after publishing stopped). When
 Spark falls more than `--max-backlog` messages behind, publishing stops early, which is
-printed: Spark does not sustain the rate, and a longer backlog would only lengthen the run
-(the source has no read limit: the next batch takes the whole backlog).
+printed: Spark does not sustain the rate, and a longer backlog would only lengthen the run.
+A batch reads at most `--max-records-per-trigger` messages (the source's read limit), so a
+backlog is worked off in batches of bounded size and latency rather than in one.
 
 Latency of a message = the time its STATS rows became visible at the sink minus its send
 timestamp. Per message, STATS emits one "kalman" row per field carrying the message's SenML
@@ -58,10 +59,10 @@ messages per second; last line `ratio=spark_per_s/pandas_per_s`, with the throug
 `spark_per_s`.
 
 Sensors: 40 by default (10 per gateway). STATS keeps per-sensor Python state
-(`transformWithState`), about 1.1 ms per sensor and micro-batch: 40 sensors cost about 45 ms a
-batch (over 2 tasks), small beside the per-message work, where 1,000 sensors would cost more
-than a second a batch. The per-message cost does not depend on the sensor count: the Kalman
-filter and the regression emit 55 rows per 5-field message at the app's horizon of 10.
+(`transformWithStateInPandas`): each sensor of a batch costs round trips to the JVM's state
+server and a DataFrame in and out, so 1,000 sensors would cost far more a batch than 40. The
+per-message work is numpy over each sensor's batch; the Kalman filter and the regression still
+emit 55 rows per 5-field message at the app's horizon of 10.
 
 Windows: 10 s every 1 s with a 1 s watermark (`--window`, `--slide`, `--watermark`): each
 observation falls in 10 windows, as with the app's default 10 min every 1 min, but windows
@@ -423,9 +424,10 @@ class StatsQuery:
         raw = (spark.readStream.format("mqtt").option("host", broker.host)
                .option("port", str(broker.port)).option("topic", f"{self.topic}/#")
                .option("qos", str(args.qos)).option("journal", str(journal))
-               .option("client_id", client_id).load())
-        # parse_senml takes `timestamp` as the ingest time: the source's receive (journal) time.
-        app = stats(raw.withColumnRenamed("received", "timestamp"), window=args.window,
+               .option("client_id", client_id)
+               .option("maxRecordsPerTrigger", str(args.max_records_per_trigger)).load())
+        # parse_senml takes the source's `received` (journal) time as the ingest time.
+        app = stats(raw, window=args.window,
                     slide=args.slide, watermark=args.watermark,
                     regression_window=REGRESSION_WINDOW, horizon=HORIZON)
         self.jvm = spark.sparkContext._gateway.proc.pid
@@ -585,7 +587,8 @@ def analyse(watch: Watch, sink: SinkRows, history: list[Any],
     lines = [
         f"{name} target_per_s={phase.rate:.0f} duration_s={phase.seconds:g} "
         f"warmup_s={phase.warmup:g} publishers={args.publishers} sensors={args.sensors} "
-        f"qos={args.qos} trigger={args.trigger!r}",
+        f"qos={args.qos} trigger={args.trigger!r} "
+        f"max_records_per_trigger={args.max_records_per_trigger}",
         *([f"{name} {watch.stopped_early}"] if watch.stopped_early else []),
         f"{name} published={len(sent)} read_by_spark={read}"
         f"{'' if watch.drained else ' (drain timed out)'} kalman_rows={len(mine)} "
@@ -745,6 +748,8 @@ def main() -> None:
                         help="seconds Spark may take after publishing stops")
     parser.add_argument("--max-backlog", type=int, default=12000,
                         help="messages Spark may fall behind before publishing stops")
+    parser.add_argument("--max-records-per-trigger", type=int, default=10000,
+                        help="the most messages one micro-batch reads")
     parser.add_argument("--publishers", type=int, default=4, help="gateway processes")
     parser.add_argument("--sensors", type=int, default=40)
     parser.add_argument("--qos", type=int, choices=(0, 1), default=1)

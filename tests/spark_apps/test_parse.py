@@ -46,7 +46,7 @@ def test_parse_resolves_packs_like_decode_senml(spark: SparkSession) -> None:
 def test_parse_reads_bytes_and_keeps_topic_and_receive_time(spark: SparkSession) -> None:
     received = dt.datetime(2025, 1, 1, 12, 0, 0)
     frame = spark.createDataFrame([("city/boston", PACKS[1].encode(), received)],
-                                  "topic string, payload binary, timestamp timestamp")
+                                  "topic string, payload binary, received timestamp")
     [row] = parse_senml(frame).collect()
     assert (row.topic, row.ingest_time, row.sensor) == ("city/boston", received, "boston-01")
     assert row.event_time == dt.datetime(2015, 1, 15, 0, 0, 4, 286000)

@@ -10,7 +10,7 @@ from pyspark.sql import SparkSession
 
 from workloads.spark.apps import SENSOR, STATE_VAR, stats
 from workloads.spark.state import (
-    TRANSFORM_WITH_STATE,
+    TRANSFORM_WITH_STATE_IN_PANDAS,
     copy_checkpoint,
     read_state,
     stateful_operators,
@@ -34,7 +34,7 @@ def first_half(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) ->
 
 def test_state_reader_finds_the_python_operator(spark: SparkSession, first_half: Run) -> None:
     operators = stateful_operators(spark, first_half.checkpoint)
-    assert sorted(operators.values()) == ["stateStoreSave", TRANSFORM_WITH_STATE]
+    assert sorted(operators.values()) == ["stateStoreSave", TRANSFORM_WITH_STATE_IN_PANDAS]
     state = read_state(spark, first_half.checkpoint)
     assert state.columns == [SENSOR, STATE_VAR]
     assert state.count() == len({r.sensor for r in READINGS[:HALF]})

@@ -15,7 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import CaseInsensitiveDict
 from pyspark.sql.pandas.types import to_arrow_schema
 from pyspark.sql.streaming import StreamingQuery
-from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 
 from workloads.spark.local_broker import LocalMosquitto
 from workloads.spark.mqtt_source import (
@@ -30,7 +30,9 @@ from workloads.spark.mqtt_source import (
 CLIENT_ID = "foglab-test-source"
 
 
-def mqtt_stream(spark: SparkSession, broker: LocalMosquitto, journal: Path) -> DataFrame:
+def mqtt_stream(
+    spark: SparkSession, broker: LocalMosquitto, journal: Path, **options: str
+) -> DataFrame:
     return (
         spark.readStream.format("mqtt")
         .option("host", broker.host)
@@ -38,6 +40,7 @@ def mqtt_stream(spark: SparkSession, broker: LocalMosquitto, journal: Path) -> D
         .option("topic", "city/#")
         .option("client_id", CLIENT_ID)
         .option("journal", str(journal))
+        .options(**options)
         .load()
     )
 
@@ -54,9 +57,9 @@ def ids_of(rows: DataFrame) -> list[int]:
     return [int(row.payload) for row in payloads]
 
 
-def reader_for(broker: LocalMosquitto, journal: Path) -> MqttStreamReader:
+def reader_for(broker: LocalMosquitto, journal: Path, **extra: str) -> MqttStreamReader:
     options = {"host": broker.host, "port": str(broker.port), "topic": "city/#"}
-    return MqttStreamReader(options | {"client_id": CLIENT_ID, "journal": str(journal)})
+    return MqttStreamReader(options | {"client_id": CLIENT_ID, "journal": str(journal)} | extra)
 
 
 def journaled(reader: MqttStreamReader) -> int:
@@ -72,6 +75,43 @@ def test_options_are_checked() -> None:
         MqttStreamReader({"topic": "city/#"})
     with pytest.raises(ValueError, match="qos 0 and 1"):
         MqttStreamReader({"topic": "city/#", "journal": "/tmp/j", "qos": "2"})
+    with pytest.raises(ValueError, match="maxRecordsPerTrigger"):
+        MqttStreamReader({"topic": "city/#", "journal": "/tmp/j", "maxRecordsPerTrigger": "0"})
+
+
+def test_the_read_limit_bounds_each_batch_and_reads_every_message_once(
+    broker: LocalMosquitto,
+    journal: Path,
+    publish: Callable[..., float],
+    wait_until: Callable[..., float],
+) -> None:
+    assert reader_for(broker, journal).getDefaultReadLimit() == ReadAllAvailable()
+    open_session(broker.host, broker.port, "city/#", CLIENT_ID)
+    reader = reader_for(broker, journal, maxRecordsPerTrigger="30")
+    limit = reader.getDefaultReadLimit()
+    assert limit == ReadMaxRows(30)
+    try:
+        assert reader.reportLatestOffset() is None  # not connected yet
+        for first in (0, 50):  # two segments: [0, 50) and [50, 100)
+            publish(broker, "city/sensor", range(first, first + 50), threads=1)
+            wait_until(lambda end=first + 50: journaled(reader) == end, 10, "journaled messages")
+        assert reader.reportLatestOffset() == {"offset": 100}
+
+        start, ends, ids = reader.initialOffset(), [], []
+        while start["offset"] < 100:
+            end = reader.latestOffset(start, limit)
+            ids += [int(p) for part in reader.partitions(start, end)
+                    for b in reader.read(part) for p in b["payload"].to_pylist()]
+            reader.commit(end)
+            ends.append(end["offset"])
+            start = end
+        assert ends == [30, 60, 90, 100]  # the second batch spans both segments
+        assert ids == list(range(100))
+        assert reader.latestOffset(start, limit) == start  # nothing new
+        # ReadAllAvailable, which Spark may pass whatever the option says, reads all.
+        assert reader.latestOffset({"offset": 40}, ReadAllAvailable()) == {"offset": 100}
+    finally:
+        reader.stop()
 
 
 def test_a_pickled_reader_drops_its_client_and_reads_the_segments(
@@ -121,7 +161,7 @@ def test_opening_an_existing_session_again_takes_no_message_from_it(
 
 KEEP_JOURNALING = """
 import sys, time
-from pyspark.sql.streaming.datasource import ReadAllAvailable
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from workloads.spark.mqtt_source import MqttStreamReader
 host, port, client_id, journal = sys.argv[1:]
 reader = MqttStreamReader(
@@ -274,3 +314,34 @@ def test_a_query_restarted_from_its_checkpoint_writes_each_message_once(
         "after the last publish"
     )
     assert sorted(ids) == list(range(n))
+
+
+@pytest.mark.slow
+def test_spark_reads_a_backlog_in_batches_of_at_most_max_records_per_trigger(
+    spark: SparkSession,
+    broker: LocalMosquitto,
+    journal: Path,
+    tmp_path: Path,
+    publish: Callable[..., float],
+) -> None:
+    n, most = 2000, 600
+    open_session(broker.host, broker.port, "city/#", CLIENT_ID)
+    publish(broker, "city/sensor", range(n), threads=2)  # queued by the broker: a backlog
+    stream = mqtt_stream(spark, broker, journal, maxRecordsPerTrigger=str(most))
+    query = (
+        stream.writeStream.format("memory")
+        .queryName("mqtt_read_limit")
+        .option("checkpointLocation", str(tmp_path / "checkpoint"))
+        .start()
+    )
+    try:
+        deadline = time.monotonic() + 180
+        while processed(query) < n and time.monotonic() < deadline:
+            query.processAllAvailable()
+            time.sleep(0.2)
+    finally:
+        query.stop()
+    sizes = [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]]
+    print(f"\nread limit {most}: batches of {sizes}")
+    assert sum(sizes) == n and max(sizes) <= most and len(sizes) >= -(-n // most)
+    assert sorted(ids_of(spark.table("mqtt_read_limit"))) == list(range(n))

@@ -1,16 +1,18 @@
 """The RIoTBench ETL, STATS and PRED dataflows as Spark Structured Streaming transformations.
 
 Each app maps a streaming DataFrame with a `payload` column (SenML text or bytes) and, when the
-source has them, `topic` and `timestamp` (the receive time) to a streaming DataFrame. Rows keep
-`event_time` (the reading's SenML time) and `ingest_time` (the source's `timestamp`, else the
-start of the micro-batch), so a sink can measure end-to-end latency.
+source has them, `topic` and `received` (the receive time, as the MQTT source names it) to a
+streaming DataFrame. Rows keep `event_time` (the reading's SenML time) and `ingest_time` (the
+source's `received`, else the start of the micro-batch), so a sink can measure end-to-end
+latency.
 
 Tasks map to Spark as follows: parsing, filters, annotation, SenML output, window averages and
 distinct counts are built-in SQL; model scoring is a pandas UDF; the tasks that keep per-sensor
-history (interpolation, Kalman filter, sliding regression, error estimate) run the pure-Python
-tasks of `workloads.riot.tasks` in `transformWithState`, with each sensor's task snapshot
-(JSON) as its state. That state can seed a new query through `initial_state` (see
-`workloads.spark.state`).
+history run per sensor with the sensor's task snapshot (JSON, the tasks' `get_state`) as its
+state: interpolation and error estimate as the pure-Python tasks of `workloads.riot.tasks` in
+`transformWithState`, the Kalman filter and sliding regression as their numpy equivalent
+(`workloads.spark.smoothing`, the same numbers) in `transformWithStateInPandas`. That state
+can seed a new query through `initial_state` (see `workloads.spark.state`).
 """
 
 from __future__ import annotations
@@ -41,11 +43,13 @@ from pyspark.sql.types import (
 from workloads.riot.datasets import CITY, DatasetSpec, city_sensor_metadata
 from workloads.riot.models import load_model
 from workloads.riot.senml import Reading, Value
-from workloads.riot.tasks.predict import SlidingLinearRegression
-from workloads.riot.tasks.statistics import Interpolation, KalmanFilter
+from workloads.riot.tasks.statistics import Interpolation
+from workloads.spark.smoothing import FieldForecast, KalmanSettings, smooth_and_forecast
 
 SENSOR, TIME, EVENT_TIME, INGEST_TIME = "sensor", "time", "event_time", "ingest_time"
 TOPIC = "topic"
+# The input's receive time: the MQTT source's column (`workloads.spark.mqtt_source.SCHEMA`).
+RECEIVED = "received"
 # The one state variable of every app's transformWithState: a sensor's task snapshot.
 STATE_VAR = "snapshot"
 STATE_SCHEMA = StructType([StructField(STATE_VAR, StringType())])
@@ -54,7 +58,6 @@ STATS_COLUMNS = [SENSOR, "field", "statistic", TIME, "value", EVENT_TIME, INGEST
 STATS_SCHEMA = StructType([StructField(name, kind) for name, kind in zip(STATS_COLUMNS, (
     StringType(), StringType(), StringType(), DoubleType(), DoubleType(), TimestampType(),
     TimestampType()), strict=True)])
-_STATS_ROW = Row(*STATS_COLUMNS)
 
 _RECORD = StructType([StructField(name, kind) for name, kind in (
     ("bn", StringType()), ("bt", DoubleType()), ("bu", StringType()), ("bv", DoubleType()),
@@ -76,7 +79,7 @@ def parse_senml(stream: DataFrame, spec: DatasetSpec = CITY) -> DataFrame:
     Output: sensor, time (epoch s), event_time, ingest_time, [topic], then the value columns.
     """
     kept = [TOPIC] if TOPIC in stream.columns else []
-    received = F.col("timestamp") if "timestamp" in stream.columns else F.current_timestamp()
+    received = F.col(RECEIVED) if RECEIVED in stream.columns else F.current_timestamp()
     # One select per step: a column that a later step's lambdas read is computed once per row,
     # where one nested expression would recompute it inside every lambda call.
     packs = stream.select(*kept, received.cast("timestamp").alias(INGEST_TIME), F.aggregate(
@@ -225,38 +228,71 @@ class _Interpolate(_SnapshotProcessor):
         return filled, task.get_state()
 
 
-class _KalmanRegression(_SnapshotProcessor):
+class _KalmanRegression(StatefulProcessor):
     """RIoTBench KAL then SLR, per field: emit each smoothed value, and once a field's window is
-    full, its `horizon` predicted values."""
+    full, its `horizon` predicted values.
+
+    Runs in `transformWithStateInPandas` on `workloads.spark.smoothing`: a sensor's batch comes
+    as DataFrames and leaves as one, and the tasks' numbers are computed per field over arrays.
+    As a Row-based `_SnapshotProcessor` it built a `Reading` per row and a `Row` per output (55
+    per 5-field message), each converted to Arrow one by one: about ten times the Python CPU
+    per message of this, measured on one sensor's batch of 60 messages.
+    """
 
     def __init__(self, fields: tuple[str, ...], kalman: Mapping[str, float], window: int,
                  horizon: int) -> None:
-        self.fields, self.kalman, self.window, self.horizon = fields, dict(kalman), window, horizon
+        self.fields, self.window, self.horizon = fields, window, horizon
+        self.settings = KalmanSettings(**kalman)
 
-    def run(self, sensor: str, rows: list[Row],
-            saved: dict[str, Any] | None) -> tuple[list[Row], dict[str, Any]]:
-        kalman = KalmanFilter(fields=self.fields, **self.kalman)
-        regressions = {f: SlidingLinearRegression(f, self.window, self.horizon)
-                       for f in self.fields}
-        if saved is not None:
-            kalman.set_state(saved["kalman"])
-            for field, task in regressions.items():
-                task.set_state(saved["regression"][field])
-        output = []
-        for row, reading in zip(rows, _readings(rows, sensor, self.fields), strict=True):
-            times = row[EVENT_TIME], row[INGEST_TIME]
-            smoothed = kalman.process(reading)[0]
-            for field, task in regressions.items():
-                value = smoothed.values[field]
-                if value is None:
-                    continue
-                output.append(_STATS_ROW(sensor, field, "kalman", reading.timestamp, value, *times))
-                output.extend(_STATS_ROW(sensor, field, "predicted", p.timestamp,
-                                         p.values[task.output], *times)
-                              for p in task.process(smoothed))
-        snapshot = {"kalman": kalman.get_state(),
-                    "regression": {f: t.get_state() for f, t in regressions.items()}}
-        return output, snapshot
+    def init(self, handle: StatefulProcessorHandle) -> None:
+        self.state = handle.getValueState(STATE_VAR, STATE_SCHEMA)
+
+    def handleInputRows(self, key: Any, rows: Iterator[pd.DataFrame],
+                        timerValues: Any) -> Iterator[pd.DataFrame]:
+        chunks = list(rows)
+        batch = chunks[0] if len(chunks) == 1 else pd.concat(chunks, ignore_index=True)
+        # Stable, as the Python tasks' sort: a tie keeps its arrival order.
+        batch = batch.iloc[np.argsort(batch[TIME].to_numpy(), kind="stable")]
+        sensor = key[0]
+        # get() alone, not exists() first: each is a round trip to the JVM's state server.
+        stored = self.state.get()
+        saved = json.loads(stored[0]) if stored is not None else None
+        times = batch[TIME].to_numpy(dtype=float)
+        values = batch[list(self.fields)].to_numpy(dtype=float, na_value=np.nan)
+        fields, snapshot = smooth_and_forecast(sensor, times, values, self.fields, saved,
+                                               self.settings, self.window, self.horizon)
+        self.state.update((json.dumps(snapshot, separators=(",", ":")),))
+        yield _stats_frame(sensor, self.fields, fields, times, batch[EVENT_TIME].to_numpy(),
+                           batch[INGEST_TIME].to_numpy(), self.horizon)
+
+    def handleInitialState(self, key: Any, initialState: pd.DataFrame,
+                           timerValues: Any) -> None:
+        self.state.update((initialState[STATE_VAR].iloc[0],))
+
+    def close(self) -> None:
+        pass
+
+
+def _stats_frame(sensor: str, names: tuple[str, ...], fields: list[FieldForecast],
+                 times: np.ndarray, event_times: np.ndarray, ingest_times: np.ndarray,
+                 horizon: int) -> pd.DataFrame:
+    """STATS rows of one sensor's batch: per field, a "kalman" row per value, then `horizon`
+    "predicted" rows per full regression window, each with its reading's event and ingest
+    time."""
+    field, statistic, time, value, source = [], [], [], [], []
+    for name, out in zip(names, fields, strict=True):
+        predicted_from = np.repeat(out.rows[out.predicting], horizon)
+        field.append(np.full(len(out.rows) + len(predicted_from), name, dtype=object))
+        statistic.append(np.repeat(np.array(["kalman", "predicted"], dtype=object),
+                                   [len(out.rows), len(predicted_from)]))
+        time.extend((times[out.rows], out.times.ravel()))
+        value.extend((out.smoothed, out.values.ravel()))
+        source.extend((out.rows, predicted_from))
+    rows = np.concatenate(source)
+    return pd.DataFrame({SENSOR: np.full(len(rows), sensor, dtype=object),
+                         "field": np.concatenate(field), "statistic": np.concatenate(statistic),
+                         TIME: np.concatenate(time), "value": np.concatenate(value),
+                         EVENT_TIME: event_times[rows], INGEST_TIME: ingest_times[rows]})
 
 
 class _ErrorEstimate(_SnapshotProcessor):
@@ -279,14 +315,17 @@ class _ErrorEstimate(_SnapshotProcessor):
         return output, {"count": count, "total": total}
 
 
-def _stateful(readings: DataFrame, processor: _SnapshotProcessor, schema: StructType,
+def _stateful(readings: DataFrame, processor: StatefulProcessor, schema: StructType,
               initial_state: DataFrame | None) -> DataFrame:
-    # transformWithState (Row), not ...InPandas: the same operator, state and initial state,
-    # without a pandas DataFrame per key and batch, which made a batch of 1,000 sensors 3-4
-    # times slower.
+    # A _SnapshotProcessor (one output row or so per input row) runs in transformWithState
+    # (Row): ...InPandas builds a pandas DataFrame per key and batch, which made a batch of
+    # 1,000 sensors 3-4 times slower. The other processors work on arrays: ...InPandas. Both
+    # are the same operator, with the same state and initial state.
     initial = initial_state.groupBy(SENSOR) if initial_state is not None else None
-    return readings.groupBy(SENSOR).transformWithState(
-        processor, schema, "Append", "None", initialState=initial)
+    grouped = readings.groupBy(SENSOR)
+    transform = (grouped.transformWithState if isinstance(processor, _SnapshotProcessor)
+                 else grouped.transformWithStateInPandas)
+    return transform(processor, schema, "Append", "None", initialState=initial)
 
 
 # The applications -----------------------------------------------------------------------------
@@ -328,7 +367,8 @@ def stats(stream: DataFrame, spec: DatasetSpec = CITY, members: Collection[str] 
       time windows (`window`, every `slide`; RIoTBench's 10-event window is 10 minutes of CITY),
       closed by a `watermark` delay, with `avg` and `approx_count_distinct`
     - Kalman filter then sliding linear regression over `regression_window` smoothed values,
-      predicting `horizon` values ahead: per-sensor Python state (`transformWithState`)
+      predicting `horizon` values ahead: per-sensor Python state (`transformWithStateInPandas`,
+      numpy over each sensor's batch)
 
     Output, one row per statistic: sensor, field, statistic ("average", "distinct_count" at the
     window's end time; "kalman", "predicted" at the reading's or the predicted time), time
@@ -337,6 +377,10 @@ def stats(stream: DataFrame, spec: DatasetSpec = CITY, members: Collection[str] 
     """
     readings = parse_senml(stream, spec)
     kept = in_range(spec) if members is None else in_range(spec) & known_sensor(members)
+    # Each branch reads and parses the source: Spark plans a streaming source once per branch
+    # of a union and does not share it (numInputRows counts each message twice), and a common
+    # repartition by sensor is replaced by the stateful operators' own exchanges rather than
+    # reused. Only what the transformWithState needs goes into its shuffle.
     clean = readings.filter(kept)
 
     per_field = F.explode(F.array(*(F.struct(F.lit(c).alias("field"), F.col(c).alias("value"))
@@ -356,7 +400,8 @@ def stats(stream: DataFrame, spec: DatasetSpec = CITY, members: Collection[str] 
                         "s.value", EVENT_TIME, INGEST_TIME))
 
     processor = _KalmanRegression(spec.value_columns, kalman or {}, regression_window, horizon)
-    smoothed = _stateful(clean, processor, STATS_SCHEMA, initial_state)
+    inputs = clean.select(SENSOR, TIME, EVENT_TIME, INGEST_TIME, *spec.value_columns)
+    smoothed = _stateful(inputs, processor, STATS_SCHEMA, initial_state)
     return averages.unionByName(smoothed)
 
 

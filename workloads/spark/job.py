@@ -25,7 +25,7 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from workloads.spark.apps import etl, pred, stats
+from workloads.spark.apps import RECEIVED, TOPIC, etl, pred, stats
 from workloads.spark.mqtt_source import MqttDataSource, default_client_id, open_session
 from workloads.spark.session import spark_session
 
@@ -53,6 +53,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="a directory for the journal, checkpoint and progress")
     parser.add_argument("--master", default="local[2]")
     parser.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
+    parser.add_argument("--max-records-per-trigger", type=int,
+                        help="the most messages one batch reads (default: all there are)")
     parser.add_argument("--params", type=json.loads, default={},
                         help="the app's keyword arguments, as JSON")
     return parser.parse_args(argv)
@@ -60,11 +62,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
 
 def unwrapped(stream: DataFrame) -> DataFrame:
     """The source's rows as the apps take them: the SenML `payload` out of foglab's envelope
-    (a SenML pack is a JSON array, so a bare pack has no `body` and is kept as it is), and the
-    receive time as `timestamp`."""
+    (a SenML pack is a JSON array, so a bare pack has no `body` and is kept as it is), with
+    the `topic` and the receive time (`received`, the name both the source and the apps use)."""
     text = F.col("payload").cast("string")
-    return stream.select("topic", F.coalesce(F.get_json_object(text, "$.body"), text)
-                         .alias("payload"), F.col("received").alias("timestamp"))
+    return stream.select(TOPIC, F.coalesce(F.get_json_object(text, "$.body"), text)
+                         .alias("payload"), RECEIVED)
 
 
 def start(spark: SparkSession, args: argparse.Namespace):
@@ -72,7 +74,10 @@ def start(spark: SparkSession, args: argparse.Namespace):
     host, port = args.mqtt
     spark.dataSource.register(MqttDataSource)
     stream = (spark.readStream.format("mqtt").option("host", host).option("port", port)
-              .option("topic", args.reads).option("journal", str(args.work / "journal")).load())
+              .option("topic", args.reads).option("journal", str(args.work / "journal")))
+    if args.max_records_per_trigger:
+        stream = stream.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
+    stream = stream.load()
     output = APPS[args.app](unwrapped(stream), **args.params)
     rows = output.select(F.to_json(F.struct(*output.columns)).alias("payload"))
     writer = (rows.writeStream.option("checkpointLocation", str(args.work / "checkpoint"))

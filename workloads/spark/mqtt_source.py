@@ -23,6 +23,14 @@ directory given by the `journal` option). An offset counts messages: `{"offset":
   journal and the session (an flock on `journal/lock`): a restarted query waits for the old
   reader process to exit instead of fighting it for the client id.
 
+- Read limit. With the option `maxRecordsPerTrigger` (N), `latestOffset` still seals all it
+  has, but returns at most `start + N`: a batch reads part of a segment, or of several, and the
+  rest stays journaled for the next batches (Spark's `ReadMaxRows`, the source's default read
+  limit). So a backlog (a restart, a burst, Spark falling behind) is worked off in bounded
+  batches, whose state, memory and latency stay those of N messages, instead of one batch of
+  all of it. Offsets stay message counts and segments stay immutable, so a replayed batch
+  reads the same range; `commit` trims only segments wholly before the committed end.
+
 What survives a restart from the checkpoint: journaled but unsealed messages (sealed when the
 new reader opens the journal), sealed but uncommitted segments (replayed), messages queued by the
 broker while no reader was connected, and messages received but not yet journaled (never
@@ -60,7 +68,7 @@ from pyspark.sql.datasource import (
     DataSourceStreamWriter,
     InputPartition,
 )
-from pyspark.sql.streaming.datasource import ReadLimit
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -389,6 +397,10 @@ class MqttStreamReader(DataSourceStreamReader):
             # message in memory until PUBREL: a killed reader would lose it.
             raise ValueError(f"the mqtt source supports qos 0 and 1, not {self.qos}")
         self.journal = Journal(Path(options["journal"]).resolve())
+        limit = options.get("maxRecordsPerTrigger")
+        self.max_records = int(limit) if limit else None
+        if self.max_records is not None and self.max_records < 1:
+            raise ValueError(f"maxRecordsPerTrigger must be at least 1, not {limit}")
         self.client_id = options.get("client_id") or default_client_id(self.journal.directory)
         self._writer: JournalWriter | None = None
         self._client: mqtt.Client | None = None
@@ -424,15 +436,28 @@ class MqttStreamReader(DataSourceStreamReader):
         # Spark asks again when it replays batch 0 after a restart, so the answer is a constant.
         return {"offset": 0}
 
+    def getDefaultReadLimit(self) -> ReadLimit:
+        if self.max_records is None:
+            return ReadAllAvailable()
+        return ReadMaxRows(self.max_records)
+
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
-        # Read limits are not supported: getDefaultReadLimit stays ReadAllAvailable.
         end = self._open().seal()
         if end < start["offset"]:
             raise RuntimeError(
                 f"journal {self.journal.directory} ends at offset {end}, before the checkpoint's "
                 f"{start['offset']}: it is not the journal this checkpoint was written with"
             )
+        # Spark may pass ReadAllAvailable when its trigger must read everything there is; that
+        # wins over the option, as the API requires.
+        if isinstance(limit, ReadMaxRows):
+            end = min(end, start["offset"] + limit.max_rows)
         return {"offset": end}
+
+    def reportLatestOffset(self) -> dict | None:
+        # What is journaled and sealed (a backlog shows as latestOffset beyond endOffset in the
+        # query's progress); None before the reader has opened the journal.
+        return {"offset": self.journal.end()} if self._writer is not None else None
 
     def partitions(self, start: dict, end: dict) -> list[Segment]:
         return self.journal.partitions(start["offset"], end["offset"])
@@ -457,7 +482,8 @@ class MqttDataSource(DataSource):
     """Format "mqtt": a streaming source (see the module docstring) and a streaming sink.
 
     Source options: host, port, topic (a filter), qos (0 or 1, default 1), client_id (default
-    derived from the journal path), journal (a directory, required).
+    derived from the journal path), journal (a directory, required), maxRecordsPerTrigger (the
+    most messages one micro-batch reads; default: all that are journaled).
     Sink options: host, port, topic (or a `topic` column), qos; see `mqtt_sink`.
 
         spark.dataSource.register(MqttDataSource)

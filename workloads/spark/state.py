@@ -10,8 +10,11 @@ from pyspark.sql import DataFrame, SparkSession
 
 from workloads.spark.apps import STATE_VAR
 
-# The operator name the apps' transformWithState records in the checkpoint's state metadata.
+# The operator names the apps' per-sensor state records in the checkpoint's state metadata:
+# transformWithState (ETL, PRED) and transformWithStateInPandas (STATS).
 TRANSFORM_WITH_STATE = "transformWithStateInPySparkExec"
+TRANSFORM_WITH_STATE_IN_PANDAS = "transformWithStateInPandasExec"
+PYTHON_STATE_OPERATORS = (TRANSFORM_WITH_STATE, TRANSFORM_WITH_STATE_IN_PANDAS)
 
 
 def stateful_operators(spark: SparkSession, checkpoint: str | Path) -> dict[int, str]:
@@ -23,9 +26,9 @@ def stateful_operators(spark: SparkSession, checkpoint: str | Path) -> dict[int,
 
 def read_state(spark: SparkSession, checkpoint: str | Path, state_var: str = STATE_VAR,
                operator_id: int | None = None) -> DataFrame:
-    """The state variable `state_var` of a stopped query's transformWithState operator
-    (the only one, unless `operator_id` says which), as of its last committed batch: one row
-    per key, with the key's and the value's fields as columns.
+    """The state variable `state_var` of a stopped query's transformWithState(InPandas)
+    operator (the only one, unless `operator_id` says which), as of its last committed batch:
+    one row per key, with the key's and the value's fields as columns.
 
     The result can seed a new query as `initial_state`, in this Spark process or another one
     that sees the checkpoint, with any checkpoint location and shuffle partitioning. Only
@@ -35,9 +38,9 @@ def read_state(spark: SparkSession, checkpoint: str | Path, state_var: str = STA
     """
     if operator_id is None:
         operators = stateful_operators(spark, checkpoint)
-        matches = [i for i, name in operators.items() if name == TRANSFORM_WITH_STATE]
+        matches = [i for i, name in operators.items() if name in PYTHON_STATE_OPERATORS]
         if len(matches) != 1:
-            raise ValueError(f"{checkpoint}: {len(matches)} {TRANSFORM_WITH_STATE} operators "
+            raise ValueError(f"{checkpoint}: {len(matches)} transformWithState operators "
                              f"among {operators}; pass operator_id")
         operator_id = matches[0]
     state = (spark.read.format("statestore").option("operatorId", operator_id)
