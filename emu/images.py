@@ -65,7 +65,12 @@ class ImageSpec:
 GATEWAY = ImageSpec(
     name="gateway",
     arch="arm64",
-    packages=("python3", "python3-paho-mqtt", "python3-kazoo", "python3-numpy"),
+    # No python3-kazoo: the agent registers through emu.agent.zookeeper. Debian's kazoo
+    # depends on gevent and eventlet, whose .pth files every interpreter reads at start, and on
+    # dnspython, which paho imports when it finds it: CPU and memory under QEMU, per gateway.
+    packages=("python3", "python3-paho-mqtt", "python3-numpy"),
+    # One malloc arena for all threads, read by glibc itself (see emu.agent.__main__).
+    env=("MALLOC_ARENA_MAX=1",),
     # The agent's tree and the pure-Python workloads it runs; emu/__init__.py makes emu.agent
     # importable, so it must stay free of imports the gateway lacks.
     sources=("emu/__init__.py", "emu/agent/**/*.py", "workloads/__init__.py",

@@ -6,6 +6,7 @@ import os
 import signal
 import sys
 import time
+import types
 
 from emu.agent.config import CONFIG_VARIABLE, AgentConfig
 
@@ -17,13 +18,47 @@ BAD_CONFIG = 2
 
 def one_malloc_arena() -> None:
     """glibc gives each thread a malloc arena of its own; one does for an agent, and saves
-    about 5 MB of an idle gateway's memory (under QEMU, with ZooKeeper's threads)."""
+    about 5 MB of an idle gateway's memory (under QEMU, with ZooKeeper's threads).
+
+    The gateway image sets MALLOC_ARENA_MAX=1, which glibc reads at start: then ctypes (and
+    libffi) need not be loaded under QEMU for it."""
+    if os.environ.get("MALLOC_ARENA_MAX"):
+        return
     try:
         import ctypes
 
         ctypes.CDLL(None).mallopt(M_ARENA_MAX, 1)
     except (OSError, AttributeError):  # not glibc
         pass
+
+
+class _NoTLS(Exception):
+    """Never raised: what the stand-in ssl module's exception names are."""
+
+
+def _no_tls(name: str) -> None:
+    raise AttributeError(f"ssl.{name}: the foglab agent runs without TLS (see "
+                         "emu.agent.__main__.without_openssl)")
+
+
+def without_openssl() -> None:
+    """Keep OpenSSL out of the agent's process: it speaks plain MQTT and ZooKeeper and hashes
+    nothing, yet paho imports ssl and hashlib, which load and initialise libssl and libcrypto:
+    about 0.35 s of CPU per gateway under QEMU, a third of its start.
+
+    hashlib falls back on its built-in algorithms when `_hashlib` cannot be imported. For ssl,
+    a stand-in module: the exception names paho catches (never raised, so they match nothing)
+    and an AttributeError naming this function for anything else, such as a TLS context.
+    """
+    if "ssl" in sys.modules or "_hashlib" in sys.modules:
+        return  # loaded already: nothing to save
+    sys.modules["_hashlib"] = None  # documented: makes `import _hashlib` raise ImportError
+    stand_in = types.ModuleType("ssl", "Stand-in for ssl in the foglab agent: no TLS.")
+    for name in ("SSLError", "SSLWantReadError", "SSLWantWriteError", "SSLZeroReturnError",
+                 "SSLEOFError", "SSLSyscallError", "CertificateError"):
+        setattr(stand_in, name, _NoTLS)
+    stand_in.__getattr__ = _no_tls  # PEP 562
+    sys.modules["ssl"] = stand_in
 
 
 def main() -> int:
@@ -42,6 +77,7 @@ def main() -> int:
     # it has no handler for.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     one_malloc_arena()
+    without_openssl()
     from emu.agent.agent import Agent
 
     try:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import json
 import os
-import platform
 import sys
 import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from emu.agent.config import AgentConfig
 from emu.agent.drivers import Driver, Drivers
@@ -21,7 +20,9 @@ from emu.agent.protocol import ALL_REQUESTS, Envelope, request_topic
 from emu.agent.records import Records
 from emu.agent.registry import Registration, sensor_path
 from emu.agent.scheduler import Scheduler
-from emu.agent.spark import SparkJob
+
+if TYPE_CHECKING:
+    from emu.agent.spark import SparkJob
 
 KEEPALIVE = 30
 # Operators feeding each other in a ring on one node would pass a message round for ever.
@@ -53,7 +54,7 @@ class Agent:
         self.started = clock()
         # No epoch given: the run starts when the agent does.
         self.epoch = config.epoch or self.started
-        self.arch = platform.machine()
+        self.arch = os.uname().machine  # platform.machine(), without importing platform
         self.scheduler = Scheduler(clock)
         at = self.scheduler.at
         self.records = Records(config.records, at, clock)
@@ -63,6 +64,8 @@ class Agent:
         self.spark_jobs: dict[str, SparkJob] = {}
         for operator_config in config.operators:
             if operator_config.engine == "spark":
+                from emu.agent.spark import SparkJob  # subprocess: only nodes running Spark
+
                 # The job reads through a session of its own; the agent records arrivals.
                 self.spark_jobs[operator_config.name] = SparkJob(
                     operator_config, self.node, config.mqtt, config.records,

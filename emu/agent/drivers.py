@@ -10,7 +10,6 @@ from collections.abc import Callable
 
 from emu.agent.config import DriverConfig
 from emu.agent.protocol import Envelope, message_id, stream_topic
-from workloads.riot.senml import Reading, to_row
 
 # CITY's value columns and units (workloads.riot.datasets, which imports numpy): the fields of
 # the readings devices send, drawn around a city's day.
@@ -88,6 +87,10 @@ class Driver:
                   round(8.0 + 0.2 * dust + 0.12 * humidity, 1))
         fmt = self.config.format
         if fmt == "csv":
+            # Imported here: senml brings csv, pathlib and dataclasses, which a gateway
+            # emulating no CSV stream need not load under QEMU.
+            from workloads.riot.senml import Reading, to_row
+
             reading = Reading(values[0], device.name,
                               dict(zip(CITY_FIELDS, values[1:], strict=True)))
             return ",".join(to_row(reading, CITY_FIELDS))

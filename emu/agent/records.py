@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import csv
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -30,6 +29,8 @@ class _Table:
             if not rows:
                 return
             fresh = not self.path.exists() or self.path.stat().st_size == 0
+            import csv  # at the first row: an idle node never loads it
+
             self.file = self.path.open("a", newline="")
             self.writer = csv.writer(self.file)
             if fresh:

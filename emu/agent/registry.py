@@ -8,10 +8,10 @@ import threading
 from collections.abc import Callable
 from urllib.parse import quote
 
+from emu.agent.zookeeper import NodeExistsError, NoNodeError, ZooKeeper, ZooKeeperError
+
 GATEWAYS = "/iot/gateways"
 SENSORS = "/iot/sensors"
-# ZooKeeper's client timeout for one call; the session may last longer.
-CALL_TIMEOUT = 10.0
 
 
 def gateway_path(node: str) -> str:
@@ -45,64 +45,56 @@ class Registration:
         self.registrations = 0  # how many sessions this node registered in (1 + re-registrations)
         self._lock = threading.Lock()
         self._closing = False
-        self.client = None
+        self.client: ZooKeeper | None = None
 
     def start(self) -> None:
         """Connect in the background: ZooKeeper may come up after the agent."""
-        from kazoo.client import KazooClient
+        self.client = ZooKeeper(self.hosts, self.session_timeout, self._connected)
+        self.client.start()
 
-        self.client = KazooClient(hosts=self.hosts, timeout=self.session_timeout,
-                                  connection_retry={"max_tries": -1, "delay": 0.2,
-                                                    "backoff": 1.5, "max_delay": 2.0})
-        self.client.add_listener(self._changed)
-        self.client.start_async()
-
-    def _changed(self, state: str) -> None:
-        # Called on kazoo's connection thread, which must not block: register on a thread.
-        if state == "LOST":
+    def _connected(self, new_session: bool) -> None:
+        # Called on the client's connection thread, which reads the replies: call on another.
+        if new_session:
             self.registered.clear()
-        elif state == "CONNECTED" and not self.registered.is_set() and not self._closing:
+        if not self._closing:
             threading.Thread(target=self._register, name="foglab-register", daemon=True).start()
 
     def _register(self) -> None:
-        from kazoo.exceptions import KazooException, NodeExistsError
-
         with self._lock:
-            if self.registered.is_set() or self._closing:
+            if self._closing:
+                return
+            if self.registered.is_set():
+                self.update()  # the same session again: a change meanwhile may not have gone
                 return
             client = self.client
             try:
-                pending = [(path, data, client.create_async(path, data, ephemeral=True,
-                                                            makepath=True))
+                pending = [(path, data, client.create_async(path, data, ephemeral=True))
                            for path, data in self.sensors]
-                for path, data, result in pending:
+                for path, data, reply in pending:
                     try:
-                        result.get(timeout=CALL_TIMEOUT)
-                    except NodeExistsError:
-                        self._replace(path, data)
-                self._replace(self.path, self.description(), create=True)
-            except (KazooException, OSError) as error:
-                # The listener tries again on the next connection.
+                        reply.get()
+                    except (NoNodeError, NodeExistsError):  # no parents yet, or an old znode
+                        self._make(path, data)
+                self._make(self.path, self.description())
+            except (ZooKeeperError, OSError) as error:
+                # Tried again on the next connection.
                 print(f"foglab agent {self.node}: registration failed: {error!r}",
                       file=sys.stderr, flush=True)
                 return
             self.registrations += 1
             self.registered.set()
 
-    def _replace(self, path: str, data: bytes, create: bool = False) -> None:
-        """Make path ours: an ephemeral znode of an earlier session (an agent restarted before
-        its old session timed out) is deleted and made again."""
-        from kazoo.exceptions import NodeExistsError, NoNodeError
-
+    def _make(self, path: str, data: bytes) -> None:
+        """Make path ours, with its parents: an ephemeral znode of an earlier session (an agent
+        restarted before its old session timed out) is deleted and made again."""
         client = self.client
-        if create:
-            try:
-                client.create(path, data, ephemeral=True, makepath=True)
-                return
-            except NodeExistsError:
-                pass
+        try:
+            client.create(path, data, ephemeral=True, makepath=True)
+            return
+        except NodeExistsError:
+            pass
         stat = client.exists(path)
-        if stat is not None and stat.ephemeralOwner == client.client_id[0]:
+        if stat is not None and stat.ephemeral_owner == client.session_id:
             client.set(path, data)
             return
         with contextlib.suppress(NoNodeError):
@@ -112,23 +104,12 @@ class Registration:
     def update(self) -> None:
         """Publish the node's description again (its operators changed)."""
         if self.client is not None and self.registered.is_set():
-            self.client.set_async(self.path, self.description())
+            # Lost with the connection, it goes again when the session resumes.
+            with contextlib.suppress(ZooKeeperError):
+                self.client.set_async(self.path, self.description())
 
     def close(self, timeout: float = 1.0) -> None:
         """End the session, which removes the znodes; give up waiting after timeout."""
         self._closing = True
-        client = self.client
-        if client is None:
-            return
-
-        def end() -> None:
-            try:
-                client.stop()
-                client.close()
-            except Exception as error:  # closing must never keep the agent from exiting
-                print(f"foglab agent {self.node}: closing ZooKeeper: {error!r}",
-                      file=sys.stderr, flush=True)
-
-        closer = threading.Thread(target=end, name="foglab-zk-close", daemon=True)
-        closer.start()
-        closer.join(timeout)
+        if self.client is not None:
+            self.client.close(timeout)

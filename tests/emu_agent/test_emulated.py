@@ -20,6 +20,13 @@ import pytest
 from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
 from emu.agent.protocol import SEQUENCE_BITS
 from emu.agent.registry import gateway_path, sensor_path
+from emu.agent.zookeeper import (
+    ConnectionLoss,
+    NodeExistsError,
+    NoNodeError,
+    ZooKeeper,
+    parse_hosts,
+)
 from emu.control import Controller, wait_registered
 from emu.images import DOCKER_TIMEOUT_S, GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ensure_image
 
@@ -211,6 +218,90 @@ def test_a_lost_session_registers_again(config, agents, zookeeper, zk) -> None:
     wait_for(lambda: registration.registrations == 2, timeout=30, step=0.2)
     again = zk.exists(gateway_path("gw-z5"))
     assert again is not None and again.ephemeralOwner not in (0, first)
+
+
+# The agent's own ZooKeeper client against the real server ---------------------------------------
+
+
+@pytest.fixture
+def session(zookeeper: str) -> Iterator[Callable[..., ZooKeeper]]:
+    """Started emu.agent.zookeeper clients, connected; closed afterwards."""
+    made: list[ZooKeeper] = []
+
+    def start(hosts: str = zookeeper, **options: Any) -> ZooKeeper:
+        client = ZooKeeper(hosts, SESSION_TIMEOUT, **options)
+        made.append(client)
+        client.start()
+        assert client.connected.wait(30), "no ZooKeeper session"
+        return client
+
+    yield start
+    for client in made:
+        client.close()
+
+
+def test_the_zookeeper_client_makes_ephemeral_znodes(session, zk) -> None:
+    client = session()
+    path = f"/foglab-test/{secrets.token_hex(4)}/node"
+    client.create(path, b"one", ephemeral=True, makepath=True)
+    assert zk.exists(path).ephemeralOwner == client.session_id == client.client_id[0]
+    assert zk.exists(path.rsplit("/", 1)[0]).ephemeralOwner == 0  # parents are persistent
+    with pytest.raises(NodeExistsError):
+        client.create(path, b"again", ephemeral=True)
+    assert client.set(path, b"two").version == 1
+    client.set_async(path, b"three").get()
+    assert zk.get(path)[0] == b"three"
+    assert client.exists(path).ephemeral_owner == client.session_id
+    client.delete(path)
+    assert client.exists(path) is None and zk.exists(path) is None
+    with pytest.raises(NoNodeError):
+        client.delete(path)
+    with pytest.raises(NoNodeError):
+        client.create(f"/foglab-test/{secrets.token_hex(4)}/orphan", b"")
+
+
+def test_the_zookeeper_client_keeps_an_idle_session_and_closes_it(session, zk) -> None:
+    client = session()
+    path = f"/foglab-test/idle-{secrets.token_hex(4)}"
+    client.create(path, b"", ephemeral=True, makepath=True)
+    time.sleep(SESSION_TIMEOUT * 2)  # idle: only its pings keep the session
+    assert zk.exists(path) is not None and client.connected.is_set()
+    deleted = gone(zk, path)
+    client.close()
+    assert deleted.wait(2.0), "closing the session left its ephemeral znode"
+    with pytest.raises(ConnectionLoss):
+        client.exists(path)
+
+
+def test_the_zookeeper_client_starts_a_new_session_when_its_own_expired(session, zk,
+                                                                        zookeeper) -> None:
+    from kazoo.client import KazooClient
+
+    sessions: list[bool] = []
+    # A dead server listed first: the client tries the hosts until one answers.
+    client = session(f"127.0.0.1:1,{zookeeper}", on_connected=sessions.append)
+    first = client.session_id
+    path = f"/foglab-test/expiring-{secrets.token_hex(4)}"
+    client.create(path, b"", ephemeral=True, makepath=True)
+    thief = KazooClient(hosts=zookeeper, client_id=client.client_id, timeout=10)
+    thief.start(timeout=60)
+    thief.stop()
+    thief.close()
+    wait_for(lambda: sessions.count(True) == 2, timeout=30, step=0.1)
+    assert client.session_id not in (0, first) and zk.exists(path) is None
+    client.create(path, b"", ephemeral=True)
+    assert zk.exists(path).ephemeralOwner == client.session_id
+
+
+def test_the_zookeeper_client_fails_calls_while_it_has_no_connection() -> None:
+    assert parse_hosts("a:1,[::1]:2,b") == [("a", 1), ("::1", 2), ("b", 2181)]
+    client = ZooKeeper("127.0.0.1:1", 1.0)
+    client.start()
+    with pytest.raises(ConnectionLoss):
+        client.create("/x", b"")
+    started = time.monotonic()
+    client.close(timeout=1.0)
+    assert time.monotonic() - started < 1.5
 
 
 # The agent in the arm64 gateway image ------------------------------------------------------------

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -142,27 +143,82 @@ def test_the_client_uses_version_2_callbacks_on_paho_2() -> None:
 
 FORBIDDEN = ("numpy", "pydantic", "rich", "pandas", "docker", "experiments", "sim",
              "topologies", "workloads.spec", "workloads.topics", "yaml")
+# What an idle gateway must not load: under QEMU every module costs CPU and memory per gateway.
+# (paho itself loads platform, and logging traceback.)
+NOT_WHEN_IDLE = ("numpy", "kazoo", "workloads", "emu.agent.spark", "subprocess", "csv",
+                 "_ssl", "_hashlib")
 IMPORTS = """
 import sys
-from emu.agent.__main__ import main
+from emu.agent.__main__ import main, without_openssl
+without_openssl()  # as main() does
 from emu.agent.agent import Agent
 from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
+from emu.agent.operators import Operator
 agent = Agent(AgentConfig(node="n", mqtt="127.0.0.1:1", records=sys.argv[1],
+                          zookeeper="127.0.0.1:1", session_timeout=1.0,
                           drivers=[DriverConfig("city", ["d"], 1.0)],
                           operators=[OperatorConfig("p", reads=["city/#"])]))
+agent.registration.start()
+agent.drivers.by_stream["city"].body(agent.drivers.by_stream["city"].devices[0], 0.0)
 import paho.mqtt.client
-print(" ".join(sorted(sys.modules)))
+print(" ".join(sorted(n for n, m in sys.modules.items() if m is not None)))
+if sys.argv[2:]:  # then an operator running a RIoTBench task, and a CSV stream
+    from emu.agent.drivers import Driver
+    Operator(OperatorConfig("f", task=sys.argv[2], reads=["city/#"]), "n", 0.0)
+    driver = Driver(DriverConfig("taxi", ["t"], 1.0, format="csv"), "n", "seed")
+    driver.body(driver.devices[0], 0.0)
+    print(" ".join(sorted(n for n, m in sys.modules.items() if m is not None)))
 """
 
 
+def loaded_modules(records: Path, *task: str) -> list[set[str]]:
+    """sys.modules of an agent process once it runs idle, and after the task's operator."""
+    printed = subprocess.run([sys.executable, "-c", IMPORTS, str(records), *task],
+                             cwd=PROJECT_ROOT, capture_output=True, text=True,
+                             check=True).stdout.splitlines()
+    return [set(line.split()) for line in printed]
+
+
+def under(modules: set[str], names: tuple[str, ...]) -> set[str]:
+    return {m for m in modules if any(m == n or m.startswith(n + ".") for n in names)}
+
+
 def test_the_agent_imports_only_what_the_gateway_image_has(tmp_path) -> None:
-    """Stdlib, paho, kazoo, numpy and workloads.riot; numpy only once a task needs it."""
-    printed = subprocess.run([sys.executable, "-c", IMPORTS, str(tmp_path)], cwd=PROJECT_ROOT,
-                             capture_output=True, text=True, check=True).stdout.split()
-    loaded = {name for name in printed if any(name == f or name.startswith(f + ".")
-                                              for f in FORBIDDEN)}
-    assert loaded == set()
-    project = {name.split(".")[0] for name in printed if name.startswith(("emu", "workloads"))}
-    assert project == {"emu", "workloads"}
-    assert not [name for name in printed if name.startswith("workloads.")
-                and not name.startswith("workloads.riot")]
+    """Stdlib, paho and workloads.riot (no kazoo: emu.agent.zookeeper registers); numpy only
+    once a task needs it."""
+    idle, working = loaded_modules(tmp_path, "range_filter")
+    assert under(idle, FORBIDDEN + ("kazoo",)) == set()
+    assert under(working, tuple(f for f in FORBIDDEN if f != "numpy") + ("kazoo",)) == set()
+    for modules in (idle, working):
+        project = {name.split(".")[0] for name in modules if name.startswith(("emu", "workloads"))}
+        assert project <= {"emu", "workloads"}
+        assert not [name for name in modules if name.startswith("workloads.")
+                    and not name.startswith("workloads.riot")]
+
+
+def test_an_idle_agent_leaves_numpy_and_the_riot_tasks_until_an_operator_needs_them(
+        tmp_path) -> None:
+    idle, working = loaded_modules(tmp_path, "range_filter")
+    assert "emu.agent.zookeeper" in idle and "paho.mqtt.client" in idle
+    assert under(idle, NOT_WHEN_IDLE) == set()
+    assert {"numpy", "workloads.riot.tasks", "workloads.riot.senml"} <= working
+    assert under(working, ("_ssl", "_hashlib")) == set()  # numpy and the tasks did without
+
+
+def test_without_openssl_the_agent_refuses_tls_by_name() -> None:
+    script = """
+from emu.agent.__main__ import without_openssl
+without_openssl()
+import hashlib
+from emu.agent.mqtt import new_client
+assert hashlib.sha256(b"foglab").hexdigest().startswith("b2")
+for make_tls in (lambda c: c.tls_set_context(), lambda c: c.tls_set()):
+    try:
+        make_tls(new_client("x"))
+    except (AttributeError, ValueError) as error:  # paho 2.x asks hasattr first: ValueError
+        print(type(error).__name__, error)
+"""
+    printed = subprocess.run([sys.executable, "-c", script], cwd=PROJECT_ROOT,
+                             capture_output=True, text=True, check=True).stdout.splitlines()
+    assert len(printed) == 2 and all("TLS" in line for line in printed)
+    assert "runs without TLS" in printed[0]

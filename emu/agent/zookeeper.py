@@ -1,0 +1,369 @@
+"""A small ZooKeeper client: one session kept alive, and the calls an agent's znodes need.
+
+The gateway agent keeps a few ephemeral znodes and nothing else: create, exists, set and delete
+of a path, pings, and a new session when the old one expired. kazoo does this and much more,
+and under QEMU its import (recipes, TLS, SASL) and its threads cost every gateway about half a
+second of CPU and megabytes of memory; this client is a socket and one thread. Host-side code
+keeps using kazoo.
+
+The wire protocol is ZooKeeper's (jute: big-endian, length-prefixed frames). Replies come in
+the order of the requests, so waiting requests are a queue.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+CREATE, DELETE, EXISTS, SET_DATA, PING, CLOSE = 1, 2, 3, 5, 11, -11
+WATCH_XID, PING_XID, AUTH_XID = -1, -2, -4
+CONNECTION_LOSS, NO_NODE, NODE_EXISTS = -4, -101, -110
+EPHEMERAL = 1
+ANY_VERSION = -1
+# How long a call waits for its reply, whatever the session's timeout.
+CALL_TIMEOUT = 10.0
+RETRY_DELAY, RETRY_MAX_DELAY = 0.2, 2.0
+_INT = struct.Struct(">i")
+_HEADER = struct.Struct(">ii")         # xid, op
+_REPLY = struct.Struct(">iqi")         # xid, zxid, error
+_CONNECTED = struct.Struct(">iiq")     # protocol version, negotiated timeout (ms), session id
+# czxid, mzxid, ctime, mtime, version, cversion, aversion, ephemeralOwner, dataLength,
+# numChildren, pzxid
+_STAT = struct.Struct(">qqqqiiiqiiq")
+
+
+def _string(text: str) -> bytes:
+    data = text.encode()
+    return _INT.pack(len(data)) + data
+
+
+def _buffer(data: bytes) -> bytes:
+    return _INT.pack(len(data)) + data
+
+
+# One ACL: every permission for world:anyone (kazoo's OPEN_ACL_UNSAFE).
+OPEN_ACL = _INT.pack(1) + _INT.pack(31) + _string("world") + _string("anyone")
+
+
+class ZooKeeperError(Exception):
+    """A call ZooKeeper refused (`code` is its error code) or could not answer."""
+
+    def __init__(self, code: int, path: str = "") -> None:
+        super().__init__(f"ZooKeeper error {code}" + (f" on {path}" if path else ""))
+        self.code = code
+
+
+class ConnectionLoss(ZooKeeperError):
+    def __init__(self, path: str = "") -> None:
+        super().__init__(CONNECTION_LOSS, path)
+
+
+class NoNodeError(ZooKeeperError):
+    pass
+
+
+class NodeExistsError(ZooKeeperError):
+    pass
+
+
+_ERRORS = {NO_NODE: NoNodeError, NODE_EXISTS: NodeExistsError}
+
+
+class Stat:
+    """What ZooKeeper keeps about a znode, as far as the agent asks."""
+
+    __slots__ = ("version", "ephemeral_owner", "data_length", "children")
+
+    def __init__(self, body: bytes) -> None:
+        fields = _STAT.unpack_from(body)
+        self.version, self.ephemeral_owner = fields[4], fields[7]
+        self.data_length, self.children = fields[8], fields[9]
+
+
+class Reply:
+    """A request's answer, filled in by the connection thread."""
+
+    __slots__ = ("xid", "path", "code", "body", "done")
+
+    def __init__(self, path: str) -> None:
+        self.xid = 0
+        self.path = path
+        self.code = 0
+        self.body = b""
+        self.done = threading.Event()
+
+    def get(self, timeout: float = CALL_TIMEOUT) -> bytes:
+        """The reply's body; the call's error as an exception, ConnectionLoss after timeout."""
+        if not self.done.wait(timeout):
+            raise ConnectionLoss(self.path)
+        if self.code == CONNECTION_LOSS:
+            raise ConnectionLoss(self.path)
+        if self.code:
+            raise _ERRORS.get(self.code, ZooKeeperError)(self.code, self.path)
+        return self.body
+
+
+class _Expired(Exception):
+    """The server no longer knows the session."""
+
+
+def parse_hosts(hosts: str) -> list[tuple[str, int]]:
+    """'a:2181,[::1]:2182,b' -> [(host, port), ...]."""
+    found = []
+    for entry in hosts.split(","):
+        host, colon, port = entry.strip().rpartition(":")
+        if not colon or "]" in port:
+            host, port = entry.strip(), "2181"
+        found.append((host.strip("[]"), int(port)))
+    return found
+
+
+class ZooKeeper:
+    """A session with a ZooKeeper ensemble, kept up by a connection thread.
+
+    After each connection the thread calls `on_connected(new_session)` (not to block: the
+    same thread reads the replies); new_session is true when ZooKeeper made a session, the
+    first time or after the old one expired, so its ephemeral znodes are gone. A connection
+    lost within the session timeout resumes the session. Calls fail with ConnectionLoss while
+    there is no connection.
+    """
+
+    def __init__(self, hosts: str, timeout: float,
+                 on_connected: Callable[[bool], None] = lambda new_session: None) -> None:
+        self.hosts = parse_hosts(hosts)
+        self.timeout = timeout
+        self.on_connected = on_connected
+        self.session_id = 0
+        self.password = bytes(16)
+        self.negotiated = timeout
+        self.connected = threading.Event()
+        self._zxid = 0  # the last transaction seen: a server that is behind it refuses us
+        self._xid = 0
+        self._sock: socket.socket | None = None
+        self._pending: deque[Reply] = deque()
+        self._lock = threading.Lock()  # xids, the pending queue and the socket's writes
+        self._closing = threading.Event()
+        self._last_sent = 0.0
+        self._thread: threading.Thread | None = None
+
+    @property
+    def client_id(self) -> tuple[int, bytes]:
+        """(session id, password), as kazoo names them."""
+        return self.session_id, self.password
+
+    def start(self) -> None:
+        """Connect in the background, and again whenever the connection drops."""
+        self._thread = threading.Thread(target=self._run, name="foglab-zookeeper", daemon=True)
+        self._thread.start()
+
+    def close(self, timeout: float = 1.0) -> None:
+        """End the session (its ephemeral znodes go at once) and stop; within timeout."""
+        deadline = time.monotonic() + timeout
+        self._closing.set()
+        # Not connected: the session times out on the server instead.
+        with contextlib.suppress(ZooKeeperError):
+            self._request(CLOSE, b"").get(timeout)
+        with self._lock:
+            if self._sock is not None:
+                _shut(self._sock)
+        if self._thread is not None:
+            self._thread.join(max(0.0, deadline - time.monotonic()))
+
+    # Calls --------------------------------------------------------------------------------------
+
+    def create_async(self, path: str, data: bytes = b"", ephemeral: bool = False) -> Reply:
+        flags = EPHEMERAL if ephemeral else 0
+        return self._request(CREATE, _string(path) + _buffer(data) + OPEN_ACL
+                             + _INT.pack(flags), path)
+
+    def create(self, path: str, data: bytes = b"", ephemeral: bool = False,
+               makepath: bool = False) -> None:
+        """Create path; with makepath its missing parents first (persistent, empty)."""
+        try:
+            self.create_async(path, data, ephemeral).get()
+            return
+        except NoNodeError:
+            if not makepath:
+                raise
+        parent = ""
+        for part in path.strip("/").split("/")[:-1]:
+            parent += "/" + part
+            with contextlib.suppress(NodeExistsError):
+                self.create_async(parent).get()
+        self.create_async(path, data, ephemeral).get()
+
+    def exists(self, path: str) -> Stat | None:
+        try:
+            return Stat(self._request(EXISTS, _string(path) + b"\0", path).get())
+        except NoNodeError:
+            return None
+
+    def set_async(self, path: str, data: bytes, version: int = ANY_VERSION) -> Reply:
+        return self._request(SET_DATA, _string(path) + _buffer(data) + _INT.pack(version), path)
+
+    def set(self, path: str, data: bytes, version: int = ANY_VERSION) -> Stat:
+        return Stat(self.set_async(path, data, version).get())
+
+    def delete(self, path: str, version: int = ANY_VERSION) -> None:
+        self._request(DELETE, _string(path) + _INT.pack(version), path).get()
+
+    def _request(self, op: int, payload: bytes, path: str = "") -> Reply:
+        reply = Reply(path)
+        with self._lock:
+            sock = self._sock
+            if sock is None:
+                raise ConnectionLoss(path)
+            self._xid = self._xid % 0x7FFFFFFF + 1
+            reply.xid = self._xid
+            self._pending.append(reply)
+            self._send(sock, _HEADER.pack(reply.xid, op) + payload)
+        return reply
+
+    def _send(self, sock: socket.socket, frame: bytes) -> None:
+        """Send one frame, holding the lock; a failed send ends the connection."""
+        try:
+            sock.sendall(_INT.pack(len(frame)) + frame)
+            self._last_sent = time.monotonic()
+        except OSError:
+            _shut(sock)  # the reader wakes, and fails what waits
+
+    # Connection thread ------------------------------------------------------------------------
+
+    def _run(self) -> None:
+        delay = RETRY_DELAY
+        while not self._closing.is_set():
+            host, port = random.choice(self.hosts)
+            try:
+                sock, new_session = self._connect(host, port)
+            except _Expired:
+                self.session_id, self.password = 0, bytes(16)
+                continue  # a new session at once
+            except (OSError, ValueError, struct.error):
+                self._closing.wait(delay)
+                delay = min(delay * 1.5, RETRY_MAX_DELAY)
+                continue
+            if self._closing.is_set():  # closed while connecting: the session times out
+                sock.close()
+                return
+            delay = RETRY_DELAY
+            try:
+                self._serve(sock, new_session)
+            except (OSError, ValueError, struct.error):
+                pass
+            finally:
+                self._disconnected(sock)
+            # Not at once: a connection dropped because another took the session over (a
+            # moved session) would take it back before that one could close it.
+            self._closing.wait(delay)
+
+    def _connect(self, host: str, port: int) -> tuple[socket.socket, bool]:
+        sock = socket.create_connection((host, port), timeout=min(self.timeout, CALL_TIMEOUT))
+        try:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            request = (struct.pack(">iqiq", 0, self._zxid, int(self.timeout * 1000),
+                                   self.session_id) + _buffer(self.password) + b"\0")
+            sock.sendall(_INT.pack(len(request)) + request)
+            body = _read_frame(sock)
+            _, timeout_ms, session_id = _CONNECTED.unpack_from(body)
+            if timeout_ms <= 0:
+                raise _Expired
+            size = _INT.unpack_from(body, _CONNECTED.size)[0]
+            start = _CONNECTED.size + _INT.size
+            password = body[start:start + size]
+        except BaseException:
+            sock.close()
+            raise
+        new_session = session_id != self.session_id
+        self.session_id, self.password = session_id, password
+        self.negotiated = timeout_ms / 1000
+        return sock, new_session
+
+    def _serve(self, sock: socket.socket, new_session: bool) -> None:
+        """Read replies until the connection drops; ping when nothing else was sent lately.
+
+        As kazoo does: a ping every third of the session timeout, and the connection given up
+        when nothing came back for two thirds of it (the server may then give the session to
+        another connection, or expire it)."""
+        read_timeout = self.negotiated * 2 / 3
+        ping_every = read_timeout / 2
+        heard = time.monotonic()
+        with self._lock:
+            self._sock = sock
+            self._last_sent = heard
+        self.connected.set()
+        self.on_connected(new_session)
+        buffer = bytearray()
+        while True:
+            now = time.monotonic()
+            if now - heard > read_timeout:
+                raise ConnectionError("ZooKeeper did not answer a ping")
+            wait = self._last_sent + ping_every - now
+            if wait <= 0:
+                with self._lock:
+                    self._send(sock, _HEADER.pack(PING_XID, PING))
+                continue
+            sock.settimeout(wait)
+            try:
+                chunk = sock.recv(65536)
+            except TimeoutError:
+                continue
+            if not chunk:
+                return  # closed by the server
+            heard = time.monotonic()
+            buffer += chunk
+            while len(buffer) >= 4:
+                end = 4 + _INT.unpack_from(buffer)[0]
+                if len(buffer) < end:
+                    break
+                self._reply(bytes(buffer[4:end]))
+                del buffer[:end]
+
+    def _reply(self, frame: bytes) -> None:
+        xid, zxid, code = _REPLY.unpack_from(frame)
+        if zxid > self._zxid:
+            self._zxid = zxid
+        if xid in (PING_XID, WATCH_XID, AUTH_XID):
+            return  # no watches are set, nor auth sent
+        with self._lock:
+            reply = self._pending.popleft() if self._pending else None
+        if reply is None or reply.xid != xid:
+            raise ValueError(f"ZooKeeper answered xid {xid} out of order")
+        reply.code, reply.body = code, frame[_REPLY.size:]
+        reply.done.set()
+
+    def _disconnected(self, sock: socket.socket) -> None:
+        self.connected.clear()
+        with self._lock:
+            self._sock = None
+            failed = list(self._pending)
+            self._pending.clear()
+        sock.close()
+        for reply in failed:
+            reply.code = CONNECTION_LOSS
+            reply.done.set()
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):  # not connected any more
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _read_frame(sock: socket.socket) -> bytes:
+    size = _INT.unpack(_read(sock, 4))[0]
+    return _read(sock, size)
+
+
+def _read(sock: socket.socket, size: int) -> bytes:
+    data = bytearray()
+    while len(data) < size:
+        chunk = sock.recv(size - len(data))
+        if not chunk:
+            raise ConnectionError("ZooKeeper closed the connection")
+        data += chunk
+    return bytes(data)
