@@ -3,8 +3,8 @@
 Devices are not containers: a gateway's agent emulates the devices linked to it (seed 001's
 drivers), holding each message for the device link's latency and jitter and dropping it with
 the link's loss. Operators run on the nodes that have an agent, gateways and cloud VMs;
-brokers run Mosquitto and nothing else. A stream's rate shape is not followed: drivers emit
-the base rate (`publish.rate` changes it while running).
+brokers run Mosquitto and nothing else. Drivers follow a stream's rate shape from the run's
+epoch as the simulator's sources do (`publish.rate` changes the base rate while running).
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from emu.agent.spark import SparkJob
 from topologies.errors import SpecError
 from topologies.model import Topology
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
+from workloads.rates import Constant
 from workloads.spec import WorkloadSpec
 
 AGENT_KINDS = ("gateway", "cloud_vm")
@@ -64,7 +65,8 @@ def _drivers(topology: Topology, workload: WorkloadSpec) -> dict[str, list[Drive
                 stream=stream.name, devices=devices, rate=float(stream.rate),
                 arrivals=stream.arrivals, size=int(stream.size), format=stream.format,
                 qos=stream.qos, channel=stream.channel, start=float(stream.start),
-                access_latency=latency, access_jitter=jitter, access_loss=loss))
+                access_latency=latency, access_jitter=jitter, access_loss=loss,
+                shape=None if isinstance(stream.shape, Constant) else stream.shape.model_dump()))
     return drivers
 
 

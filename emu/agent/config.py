@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 # The environment variable that carries an AgentConfig into a container.
 CONFIG_VARIABLE = "FOGLAB_AGENT"
@@ -34,6 +35,9 @@ class DriverConfig:
     # A local operator reading this stream takes it in-process and the broker never sees it;
     # `forward` publishes it to the broker as well, for readers on other nodes.
     forward: bool = False
+    # The stream's rate shape as its fields (workloads.shapes), None for a constant rate: the
+    # rate at run time t is `rate` times the shape's factor at t.
+    shape: dict[str, Any] | None = None
 
 
 @dataclass

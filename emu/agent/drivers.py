@@ -59,6 +59,13 @@ class Driver:
         self.stream = config.stream
         self.rate = float(config.rate)
         self.poisson = config.arrivals == "poisson"
+        self.shape = config.shape
+        if self.shape is not None:
+            # Imported only for a shaped stream; a plain function of the shape's fields.
+            from workloads import shapes
+
+            self._factor = shapes.factor
+            self.peak = shapes.peak(self.shape)  # the largest multiple of the rate reached
         self.devices = [Device(self, device, stream_topic(config.stream, node, device,
                                                           config.channel),
                                f"{seed}:{config.stream}:{device}")
@@ -71,6 +78,28 @@ class Driver:
     def phase(self, rng: random.Random) -> float:
         """Devices start at random phases so that periodic ones do not all fire at once."""
         return rng.expovariate(self.rate) if self.poisson else rng.random() / self.rate
+
+    def shaped(self, rng: random.Random, t: float, first: bool = False) -> float:
+        """A shaped stream's emission after one at run time t (seconds since the epoch), or its
+        first at or after t, as the simulator's sources: a periodic device waits the interval
+        of its current rate and skips instants of rate zero; a Poisson one draws candidates at
+        the peak rate and keeps each with probability rate(t) / peak (thinning)."""
+        peak = self.rate * self.peak
+        if peak <= 0:
+            return math.inf  # a shape that is zero everywhere: no emissions
+        shape, factor = self.shape, self._factor
+        if self.poisson:
+            if not first:
+                t += rng.expovariate(peak)
+            while rng.random() * peak > self.rate * factor(shape, t):
+                t += rng.expovariate(peak)
+            return t
+        if not first:
+            rate = self.rate * factor(shape, t)
+            t += 1.0 / rate if rate > 0 else 1.0 / peak
+        while factor(shape, t) <= 0:
+            t += 1.0 / peak
+        return t
 
     def body(self, device: Device, t: float) -> str:
         """A CITY-like reading of the device at t, in the stream's format, padded to size."""
@@ -178,7 +207,11 @@ class Drivers:
             device.token += 1
             if driver.rate > 0:
                 device.next_t = begin + driver.phase(device.rng)
-                self._at(device.next_t, self._emit, device, device.token)
+                if driver.shape is not None:
+                    device.next_t = self.epoch + driver.shaped(
+                        device.rng, device.next_t - self.epoch, first=True)
+                if math.isfinite(device.next_t):
+                    self._at(device.next_t, self._emit, device, device.token)
 
     def _emit(self, device: Device, token: int) -> None:
         if token != device.token:
@@ -206,8 +239,12 @@ class Drivers:
                 self._at(arrival, self._deliver, device.topic, envelope, driver)
             else:
                 self._deliver(device.topic, envelope, driver)
-        following = device.next_t + driver.gap(device.rng)
+        if driver.shape is None:
+            following = device.next_t + driver.gap(device.rng)
+        else:
+            following = self.epoch + driver.shaped(device.rng, device.next_t - self.epoch)
         if following < t - CATCH_UP:
             following = t
         device.next_t = following
-        self._at(following, self._emit, device, token)
+        if math.isfinite(following):
+            self._at(following, self._emit, device, token)

@@ -70,6 +70,29 @@ def test_periodic_devices_send_at_their_rate_from_the_start_time() -> None:
     assert len(sent) == len(delivered)
 
 
+BURSTY = {"kind": "bursty", "on": 2.0, "off": 3.0, "high": 4.0, "low": 0.0}
+
+
+@pytest.mark.parametrize("arrivals", ["periodic", "poisson"])
+def test_devices_follow_their_streams_rate_shape_from_the_epoch(arrivals: str) -> None:
+    # 2 s at 4 times the rate, 3 s at none: 8 messages per device and 5 s, all in the bursts.
+    config = DriverConfig("city", [f"d-{i}" for i in range(10)], rate=1.0, arrivals=arrivals,
+                          shape=BURSTY)
+    clock, _, delivered, _ = virtual_drivers([config], epoch=1000.0)
+    clock.run(1100.0)
+    assert len(delivered) == pytest.approx(10 * 8 * 20, rel=0.05 if arrivals == "poisson" else 0.01)
+    assert all((t - 1000.0) % 5.0 < 2.0 + 1e-9 for t, _, _ in delivered)
+
+
+def test_a_shape_at_zero_everywhere_sends_nothing() -> None:
+    silent = BURSTY | {"high": 0.0}
+    clock, _, delivered, _ = virtual_drivers(
+        [DriverConfig("city", ["d-1"], rate=5.0, arrivals=a, shape=silent)
+         for a in ("periodic",)])
+    clock.run(1100.0)
+    assert delivered == []
+
+
 def test_poisson_devices_average_their_rate() -> None:
     config = DriverConfig("city", [f"d-{i}" for i in range(20)], rate=5.0)
     clock, _, delivered, _ = virtual_drivers([config])

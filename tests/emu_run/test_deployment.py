@@ -54,6 +54,15 @@ def test_each_gateway_drives_its_own_devices_with_their_link() -> None:
     assert agents["cloud-1"].drivers == []
 
 
+def test_drivers_carry_their_streams_rate_shape_as_its_fields() -> None:
+    assert configs()["gw-1"].drivers[0].shape is None  # constant
+    shaped = SMALL.replace("channel: exclusive,",
+                           "channel: exclusive, shape: {kind: bursty, on: 2s},")
+    (driver,) = configs(shaped)["gw-1"].drivers
+    assert driver.shape == {"kind": "bursty", "on": 2.0, "off": 50.0, "high": 5.0, "low": 0.2}
+    assert AgentConfig.from_json(configs(shaped)["gw-1"].to_json()).drivers[0].shape == driver.shape
+
+
 def test_operators_go_where_placed_with_their_topic_filters() -> None:
     agents = configs()
     for gateway in ("gw-1", "gw-2"):
