@@ -196,13 +196,14 @@ def test_the_agent_imports_only_what_the_gateway_image_has(tmp_path) -> None:
                     and not name.startswith("workloads.riot")]
 
 
-def test_an_idle_agent_leaves_numpy_and_the_riot_tasks_until_an_operator_needs_them(
-        tmp_path) -> None:
+def test_an_idle_agent_leaves_the_riot_tasks_until_an_operator_needs_them(tmp_path) -> None:
     idle, working = loaded_modules(tmp_path, "range_filter")
     assert "emu.agent.zookeeper" in idle and "paho.mqtt.client" in idle
     assert under(idle, NOT_WHEN_IDLE) == set()
-    assert {"numpy", "workloads.riot.tasks", "workloads.riot.senml"} <= working
-    assert under(working, ("_ssl", "_hashlib")) == set()  # numpy and the tasks did without
+    assert {"workloads.riot.tasks", "workloads.riot.senml"} <= working
+    # numpy only for the tasks that predict from a trained model: the first install of a
+    # filter on a few hundred gateways would otherwise import it in each under QEMU at once.
+    assert under(working, ("numpy", "_ssl", "_hashlib")) == set()
 
 
 def test_without_openssl_the_agent_refuses_tls_by_name() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 
-from workloads.riot.datasets import CITY
 from workloads.riot.sketches import BloomFilter
+from workloads.riot.specs import CITY
 from workloads.riot.tasks.base import Message, Task, register, require_reading
 
 # The generated CITY and TAXI streams carry 1 % outliers, so a filter passes about 99 %.

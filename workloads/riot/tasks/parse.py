@@ -6,8 +6,8 @@ import csv
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
-from workloads.riot.datasets import CITY
 from workloads.riot.senml import Value, decode_senml, encode_senml, from_row
+from workloads.riot.specs import CITY
 from workloads.riot.tasks.base import Message, Task, register, require_reading
 
 

@@ -7,7 +7,6 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from workloads.riot.models import load_model, predict_linear, predict_tree
 from workloads.riot.senml import Reading
 from workloads.riot.tasks.base import Message, Task, register, require_reading
 
@@ -77,12 +76,15 @@ class DecisionTreeClassify(Task):
     name = "decision_tree_classify"
 
     def __init__(self, model_path: str | Path) -> None:
+        from workloads.riot.models import load_model, predict_tree  # numpy: only when used
+
         self.model = load_model(model_path, "decision_tree")
         self.label = self.model["label"]
+        self._predict = predict_tree
 
     def process(self, message: Message) -> list[Message]:
         reading = require_reading(self, message)
-        label = predict_tree(self.model["tree"], reading.values)
+        label = self._predict(self.model["tree"], reading.values)
         return [replace(reading, values=reading.values | {self.label: label})]
 
 
@@ -94,10 +96,13 @@ class LinearRegressionPredict(Task):
     name = "linear_regression_predict"
 
     def __init__(self, model_path: str | Path) -> None:
+        from workloads.riot.models import load_model, predict_linear  # numpy: only when used
+
         self.model = load_model(model_path, "linear_regression")
         self.output = f"{self.model['target']}_predicted"
+        self._predict = predict_linear
 
     def process(self, message: Message) -> list[Message]:
         reading = require_reading(self, message)
-        predicted = predict_linear(self.model, reading.values)
+        predicted = self._predict(self.model, reading.values)
         return [replace(reading, values=reading.values | {self.output: predicted})]
