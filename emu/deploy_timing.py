@@ -174,6 +174,7 @@ def run_deploy_timing(gateways: Sequence[int] = DEFAULT_GATEWAYS,
     import pandas as pd
 
     from emu.cluster.engine import Cluster
+    from emu.cluster.inventory import StuckNetwork
     from emu.cluster.plan import plan_cluster
 
     if not gateways or any(n < 1 for n in gateways):
@@ -184,6 +185,7 @@ def run_deploy_timing(gateways: Sequence[int] = DEFAULT_GATEWAYS,
     folder = Path(out) / run_id
     rows = Rows()
     clusters: list[str] = []
+    leftovers: list[str] = []
     error: BaseException | None = None
     try:
         for n in gateways:
@@ -199,7 +201,13 @@ def run_deploy_timing(gateways: Sequence[int] = DEFAULT_GATEWAYS,
                 _time_commands(cluster, n, repetitions, rows, progress, command_timeout_s)
             finally:
                 progress("down", 0, 1, name)
-                cluster.down()
+                try:
+                    cluster.down()
+                except StuckNetwork as stuck:
+                    # Only a network the engine keeps is left, under another name than the
+                    # next N's: the timings stand, and the leftover is named in the summary.
+                    leftovers.append(str(stuck))
+                    progress("leftover", 0, 1, str(stuck))
     except BaseException as failure:
         error = failure
         raise
@@ -212,6 +220,7 @@ def run_deploy_timing(gateways: Sequence[int] = DEFAULT_GATEWAYS,
         (folder / "summary.json").write_text(json.dumps({
             "gateways": list(gateways), "repetitions": repetitions, "operator": OPERATOR.task,
             "clusters": clusters, "error": None if error is None else repr(error),
+            "leftovers": leftovers,
             "thesis_serial_s": [list(t) for t in THESIS_SERIAL_S],
             "summary": json.loads(summary.to_json(orient="records"))}, indent=2))
         if not commands.empty:

@@ -648,6 +648,8 @@ def emu_deploy_timing(
             elif stage == "down":
                 bars.update(commands, visible=False, completed=0)
                 bars.advance(sizes)
+            elif stage == "leftover":
+                bars.console.print(f"[yellow]left behind:[/yellow] {detail}", highlight=False)
 
         try:
             result = run_deploy_timing(counts, repetitions, out, client=client,

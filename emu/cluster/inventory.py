@@ -174,6 +174,18 @@ def end_owner(token: str, timeout_s: float = OWNER_EXIT_S) -> bool:
     return True
 
 
+class StuckNetwork(RuntimeError):
+    """A network the engine will not remove though the cluster's containers are gone."""
+
+    def __init__(self, network: str, cluster: str) -> None:
+        super().__init__(
+            f"Docker will not remove network {network} of cluster {cluster}: it still counts "
+            f"endpoints though no container of the cluster is left (a fault of Docker Engine "
+            f"20.10 after many containers leave one bridge at once). Restarting dockerd "
+            f"releases them; then `foglab emu down --cluster {cluster}` removes the network.")
+        self.network, self.cluster = network, cluster
+
+
 def remove(client: docker.DockerClient, cluster: str, end_owner_process: bool = True,
            workers: int = REMOVE_WORKERS) -> Removed:
     """Remove a cluster's containers and networks, and its scratch directory; first ask the
@@ -205,7 +217,7 @@ def remove(client: docker.DockerClient, cluster: str, end_owner_process: bool = 
                 # Endpoints the engine has not released yet, or a container another process
                 # started meanwhile: remove strays and try again for a while.
                 if time.monotonic() > deadline:
-                    raise
+                    raise StuckNetwork(network.get("Name", network["Id"]), cluster) from None
                 for stray in containers(client, cluster):
                     remove_container(stray["Id"])
                 time.sleep(0.5)

@@ -9,6 +9,8 @@ import sys
 import tempfile
 from pathlib import Path
 
+import pytest
+
 from emu.cluster.hold import notify
 from emu.cluster.inventory import end_owner, owner_pid, owner_token, remove_scratch
 
@@ -59,3 +61,37 @@ def test_a_notice_appears_whole(tmp_path: Path) -> None:
     assert notice.read_text() == '{"ok": true, "pid": 1, "facts": {"up_s": 1.5}}'
     assert not notice.with_suffix(".part").exists()
     notify(None, ok=True)  # nobody to tell
+
+
+class _StuckEngine:
+    """The part of the docker API `remove` uses, with a network the engine will not remove
+    (the code around a real engine's refusal; the real fault cannot be made on purpose)."""
+
+    def __init__(self) -> None:
+        self.api = self
+        self.tries = 0
+
+    def networks(self, filters=None) -> list[dict]:
+        return [{"Id": "abc123", "Name": "foglab-c9-edge", "Labels": {}}]
+
+    def containers(self, all=False, filters=None) -> list[dict]:  # noqa: A002 - the API's name
+        return []
+
+    def remove_network(self, network: str) -> None:
+        from docker.errors import APIError
+
+        self.tries += 1
+        raise APIError("error while removing network: has active endpoints")
+
+
+def test_a_network_the_engine_keeps_is_named_with_the_remedy(monkeypatch) -> None:
+    from emu.cluster import inventory
+
+    monkeypatch.setattr(inventory, "NETWORK_RELEASE_S", 0.6)
+    engine = _StuckEngine()
+    with pytest.raises(inventory.StuckNetwork) as caught:
+        inventory.remove(engine, "c9", end_owner_process=False)
+    assert engine.tries >= 2  # it tried again before giving up
+    assert caught.value.network == "foglab-c9-edge"
+    assert "restarting dockerd" in str(caught.value).lower()
+    assert "foglab emu down --cluster c9" in str(caught.value)
