@@ -121,8 +121,9 @@ def summarise(commands: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot(commands: pd.DataFrame, path: Path) -> Path:
-    """Duration against N per command, mean with a standard-deviation bar, beside the
-    thesis's serial figures."""
+    """Duration against N per command: the median with a bar from the fastest to the
+    slowest repetition (durations are skewed: a gateway's first install loads the task's
+    code), beside the thesis's serial figures."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -135,8 +136,9 @@ def plot(commands: pd.DataFrame, path: Path) -> Path:
                                 sharey=True, squeeze=False)
     for axis, command in zip(axes[0], COMMANDS, strict=True):
         data = per_command[per_command["command"] == command]
-        sns.pointplot(data=data, x="gateways", y="duration_s", errorbar="sd", capsize=0.2,
-                      native_scale=True, ax=axis, label="foglab (parallel)")
+        sns.pointplot(data=data, x="gateways", y="duration_s", estimator="median",
+                      errorbar=("pi", 100), capsize=0.2, native_scale=True, ax=axis,
+                      label="foglab (parallel): median, min to max")
         thesis = [(n, s) for c, n, s in THESIS_SERIAL_S if c == command]
         if thesis:
             axis.scatter([n for n, _ in thesis], [s for _, s in thesis], marker="x",
