@@ -11,8 +11,9 @@ from collections.abc import Callable
 from emu.agent.config import DriverConfig
 from emu.agent.protocol import Envelope, message_id, stream_topic
 
-# CITY's value columns and units (workloads.riot.datasets, which imports numpy): the fields of
-# the readings devices send, drawn around a city's day.
+# CITY's value columns and units (workloads.riot.specs; a test checks they agree), here so an
+# idle gateway loads nothing of workloads: the fields of the readings devices send, drawn
+# around a city's day.
 CITY_FIELDS = ("temperature", "humidity", "light", "dust", "airquality_raw")
 CITY_UNITS = {"temperature": "Cel", "humidity": "%RH", "light": "lx"}
 # A late node catches up on emissions at most this far back, then skips ahead.

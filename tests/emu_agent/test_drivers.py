@@ -253,3 +253,10 @@ def test_the_body_layouts_write_what_senml_and_json_encoders_write(sensor: str) 
     layout = layouts(sensor)
     assert layout["senml"] % values == encode_senml(reading, CITY_UNITS)
     assert layout["json"] % values == to_json(reading)
+
+
+def test_the_drivers_city_fields_and_units_are_the_datasets() -> None:
+    from workloads.riot.specs import CITY
+
+    assert CITY.value_columns == CITY_FIELDS
+    assert CITY.units == CITY_UNITS
