@@ -37,7 +37,10 @@ if TYPE_CHECKING:
 pytestmark = pytest.mark.emu
 
 LABELS = {"foglab": "1", "foglab.test": "emu_host"}
-GATEWAY_CHECK = "import paho.mqtt, kazoo, numpy, platform; print(platform.machine())"
+# What the agent needs (its own ZooKeeper client replaced kazoo, whose Debian package pulled
+# gevent, eventlet and dnspython into every gateway's start).
+GATEWAY_CHECK = ("import importlib.util, paho.mqtt, numpy, platform, emu.agent.zookeeper; "
+                 "assert importlib.util.find_spec('kazoo') is None; print(platform.machine())")
 
 
 @pytest.fixture(scope="module")
