@@ -207,25 +207,28 @@ def remove(client: docker.DockerClient, cluster: str, end_owner_process: bool = 
     if ids:
         with ThreadPoolExecutor(min(workers, len(ids))) as pool:
             list(pool.map(remove_container, ids))
-    for network in networks(client, cluster):
-        deadline = time.monotonic() + NETWORK_RELEASE_S
-        while True:
-            try:
-                client.api.remove_network(network["Id"])
-                break
-            except NotFound:
-                break
-            except APIError:
-                # Endpoints the engine has not released yet, or a container another process
-                # started meanwhile: remove strays and try again for a while.
-                if time.monotonic() > deadline:
-                    raise StuckNetwork(network.get("Name", network["Id"]), cluster) from None
-                for stray in containers(client, cluster):
-                    remove_container(stray["Id"])
-                time.sleep(0.5)
     scratch = labels.get(SCRATCH)
-    if scratch and not remove_scratch(scratch):
-        scratch = None
+    try:
+        for network in networks(client, cluster):
+            deadline = time.monotonic() + NETWORK_RELEASE_S
+            while True:
+                try:
+                    client.api.remove_network(network["Id"])
+                    break
+                except NotFound:
+                    break
+                except APIError:
+                    # Endpoints the engine has not released yet, or a container another process
+                    # started meanwhile: remove strays and try again for a while.
+                    if time.monotonic() > deadline:
+                        raise StuckNetwork(network.get("Name", network["Id"]), cluster) from None
+                    for stray in containers(client, cluster):
+                        remove_container(stray["Id"])
+                    time.sleep(0.5)
+    finally:
+        # Also when a network stays (StuckNetwork): the scratch folder is foglab's alone.
+        if scratch and not remove_scratch(scratch):
+            scratch = None
     # What the cluster had, whether this process or its owner removed it.
     return Removed(*counts, scratch, ended)
 

@@ -67,12 +67,15 @@ class _StuckEngine:
     """The part of the docker API `remove` uses, with a network the engine will not remove
     (the code around a real engine's refusal; the real fault cannot be made on purpose)."""
 
-    def __init__(self) -> None:
+    def __init__(self, scratch: str) -> None:
         self.api = self
         self.tries = 0
+        self.scratch = scratch
 
     def networks(self, filters=None) -> list[dict]:
-        return [{"Id": "abc123", "Name": "foglab-c9-edge", "Labels": {}}]
+        from emu.cluster.inventory import SCRATCH
+
+        return [{"Id": "abc123", "Name": "foglab-c9-edge", "Labels": {SCRATCH: self.scratch}}]
 
     def containers(self, all=False, filters=None) -> list[dict]:  # noqa: A002 - the API's name
         return []
@@ -88,10 +91,11 @@ def test_a_network_the_engine_keeps_is_named_with_the_remedy(monkeypatch) -> Non
     from emu.cluster import inventory
 
     monkeypatch.setattr(inventory, "NETWORK_RELEASE_S", 0.6)
-    engine = _StuckEngine()
+    engine = _StuckEngine(tempfile.mkdtemp(prefix="foglab-c9-"))
     with pytest.raises(inventory.StuckNetwork) as caught:
         inventory.remove(engine, "c9", end_owner_process=False)
     assert engine.tries >= 2  # it tried again before giving up
+    assert not Path(engine.scratch).exists()  # the scratch folder goes all the same
     assert caught.value.network == "foglab-c9-edge"
     assert "restarting dockerd" in str(caught.value).lower()
     assert "foglab emu down --cluster c9" in str(caught.value)
