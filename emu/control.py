@@ -219,7 +219,9 @@ def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
     """Wait until every node's /iot/gateways/<node> exists; their registration data.
 
     A children watch on /iot/gateways wakes this up at each change, no polling. A
-    TimeoutError names the nodes still missing.
+    TimeoutError names the nodes still missing. Calls are retried when the connection drops
+    (a ZooKeeper busy with hundreds of registrations may miss a ping); the watch carries on
+    once kazoo has reconnected.
     """
     from kazoo.client import KazooClient
 
@@ -236,10 +238,11 @@ def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
         return True
 
     deadline = time.monotonic() + timeout
-    client = KazooClient(hosts=zk_hosts, timeout=10.0)
+    client = KazooClient(hosts=zk_hosts, timeout=10.0,
+                         command_retry={"max_tries": 5, "delay": 0.5, "max_delay": 5.0})
     client.start(timeout=max(1.0, timeout))
     try:
-        client.ensure_path(GATEWAYS)
+        client.retry(client.ensure_path, GATEWAYS)
         from kazoo.recipe.watchers import ChildrenWatch
 
         ChildrenWatch(client, GATEWAYS, changed)
@@ -249,7 +252,7 @@ def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
                                f"ZooKeeper after {timeout} s: {', '.join(missing)}")
         registered = {}
         for node in sorted(wanted):
-            data, _ = client.get(gateway_path(node))
+            data, _ = client.retry(client.get, gateway_path(node))
             registered[node] = json.loads(data) if data else {}
         return registered
     finally:
