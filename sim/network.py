@@ -46,17 +46,10 @@ class Network:
         msg.deliver = deliver
         t = self.env._now if at is None else at
         msg.t_attempt = t
-        if not path:
-            deliver(msg)
-            return
-        # _cross written out: every message is sent several times on its way.
-        channel = path[0]
-        arrival = channel.transmit(t, msg.size)
-        if arrival < 0.0:
-            self.lose(msg, channel, t)
+        if path:
+            self._cross(msg, t)
         else:
-            msg.callbacks = self._on_arrival
-            self._at(msg, arrival)
+            deliver(msg)
 
     def _cross(self, msg: Message, t: float) -> None:
         channel = msg.path[msg.leg]
