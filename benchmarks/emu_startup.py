@@ -93,23 +93,6 @@ def memory_split(cgroup: ContainerCgroup) -> tuple[int, int] | None:
         values.get("total_cache", values.get("cache", 0)))
 
 
-def registered(zookeeper: str, gateways: list[str]) -> None:
-    """Wait until every gateway is registered; watch again if ZooKeeper, swamped by 200
-    gateways starting at once, drops the watcher's own connection."""
-    from kazoo.exceptions import KazooException
-    from kazoo.handlers.threading import KazooTimeoutError
-
-    deadline = time.monotonic() + REGISTER_TIMEOUT_S
-    while True:
-        try:
-            wait_registered(zookeeper, gateways, timeout=max(1.0, deadline - time.monotonic()))
-            return
-        except (KazooException, KazooTimeoutError) as error:
-            if time.monotonic() > deadline:
-                raise
-            console.print(f"watching registrations again after {error!r}")
-
-
 class Registered:
     """Counts /iot/gateways children as they come, for the progress bar."""
 
@@ -194,7 +177,7 @@ def main() -> int:
                 console.print(f"no registration progress: {error!r}")
                 watch = None
             try:
-                registered(zookeeper, gateways)
+                wait_registered(zookeeper, gateways, timeout=REGISTER_TIMEOUT_S)
             finally:
                 if watch is not None:
                     watch.close()

@@ -219,13 +219,28 @@ def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
     """Wait until every node's /iot/gateways/<node> exists; their registration data.
 
     A children watch on /iot/gateways wakes this up at each change, no polling. A
-    TimeoutError names the nodes still missing. Calls are retried when the connection drops
-    (a ZooKeeper busy with hundreds of registrations may miss a ping); the watch carries on
-    once kazoo has reconnected.
+    TimeoutError names the nodes still missing. A ZooKeeper busy with hundreds of
+    registrations may drop this watcher's connection or session: its calls are retried, and
+    the watch starts again, until the timeout.
     """
-    from kazoo.client import KazooClient
+    from kazoo.exceptions import KazooException
+    from kazoo.handlers.threading import KazooTimeoutError
 
     wanted = set(nodes)
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return _watch_registrations(zk_hosts, wanted, deadline, timeout)
+        except (KazooException, KazooTimeoutError):
+            if time.monotonic() > deadline:
+                raise
+
+
+def _watch_registrations(zk_hosts: str, wanted: set[str], deadline: float,
+                         timeout: float) -> dict[str, dict[str, Any]]:
+    from kazoo.client import KazooClient
+    from kazoo.recipe.watchers import ChildrenWatch
+
     done = threading.Event()
     present: set[str] = set()
 
@@ -237,14 +252,11 @@ def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
             return False  # stop watching
         return True
 
-    deadline = time.monotonic() + timeout
     client = KazooClient(hosts=zk_hosts, timeout=10.0,
                          command_retry={"max_tries": 5, "delay": 0.5, "max_delay": 5.0})
-    client.start(timeout=max(1.0, timeout))
+    client.start(timeout=max(1.0, deadline - time.monotonic()))
     try:
         client.retry(client.ensure_path, GATEWAYS)
-        from kazoo.recipe.watchers import ChildrenWatch
-
         ChildrenWatch(client, GATEWAYS, changed)
         if not done.wait(max(0.0, deadline - time.monotonic())):
             missing = sorted(wanted - present)
