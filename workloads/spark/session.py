@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from pyspark.sql import SparkSession
 
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
+CHECKPOINT_FILE_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
+                           "FileSystemBasedCheckpointFileManager")
 
 DEFAULTS = {
     "spark.ui.enabled": "false",
@@ -20,6 +22,11 @@ DEFAULTS = {
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     # Commit only the keys a batch changed, not a snapshot of every key.
     "spark.sql.streaming.stateStore.rocksdb.changelogCheckpointing.enabled": "true",
+    # Checkpoint files through Hadoop's FileSystem API, not FileContext: on a local disk,
+    # FileContext's rename starts a `readlink` process per file (Hadoop without its native
+    # library), dozens per micro-batch of STATS. Both write a temporary file and rename it,
+    # which is atomic on local disks and HDFS alike.
+    "spark.sql.streaming.checkpointFileManagerClass": CHECKPOINT_FILE_MANAGER,
     "spark.sql.execution.arrow.pyspark.enabled": "true",
     # Event times are epoch seconds: UTC keeps windows and pandas timestamps free of local shifts.
     "spark.sql.session.timeZone": "UTC",
