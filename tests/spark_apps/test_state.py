@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pandas as pd
 import pytest
 from pyspark.sql import SparkSession
 
-from workloads.spark.apps import SENSOR, STATE_VAR, stats
+from workloads.spark.apps import BUCKET, BUCKET_STATE_VAR, SENSOR, STATE_VAR, stats
 from workloads.spark.state import (
     TRANSFORM_WITH_STATE_IN_PANDAS,
     copy_checkpoint,
@@ -38,6 +39,21 @@ def test_state_reader_finds_the_python_operator(spark: SparkSession, first_half:
     state = read_state(spark, first_half.checkpoint)
     assert state.columns == [SENSOR, STATE_VAR]
     assert state.count() == len({r.sensor for r in READINGS[:HALF]})
+
+
+def test_state_keeps_several_sensors_per_bucket_and_reads_one_row_each(
+        spark: SparkSession, first_half: Run) -> None:
+    [operator] = [i for i, name in stateful_operators(spark, first_half.checkpoint).items()
+                  if name == TRANSFORM_WITH_STATE_IN_PANDAS]
+    buckets = (spark.read.format("statestore").option("operatorId", operator)
+               .option("stateVarName", BUCKET_STATE_VAR).load(str(first_half.checkpoint))
+               .select(f"key.{BUCKET}", f"value.{BUCKET_STATE_VAR}").toPandas())
+    sensors = {r.sensor for r in READINGS[:HALF]}
+    assert 1 < len(buckets) < len(sensors)  # 14 sensors in at most 8 buckets
+    held = [set(json.loads(blob)) for blob in buckets[BUCKET_STATE_VAR]]
+    assert set().union(*held) == sensors and sum(map(len, held)) == len(sensors)
+    state = read_state(spark, first_half.checkpoint).toPandas()
+    assert sorted(state[SENSOR]) == sorted(sensors)
 
 
 def test_new_query_seeded_with_the_read_state_ends_as_an_unmoved_one(
