@@ -83,10 +83,10 @@ CLOUD = ImageSpec(
     # procps: Spark's standalone scripts look for their daemons with ps.
     packages=("python3", "python3-pip", "openjdk-17-jre-headless", "procps"),
     # What the `spark` extra holds, and the agent's needs: a cloud VM runs the same agent as a
-    # gateway and starts its Spark operators as PySpark jobs.
+    # gateway (registering through emu.agent.zookeeper, no kazoo) and starts its Spark
+    # operators as PySpark jobs.
     pip=("pyspark>=4.3,<4.4", "pyarrow>=15", "pandas>=2.2,<3", "numpy>=1.26", "protobuf>=5",
-         "grpcio>=1.60", "grpcio-status>=1.60", "zstandard>=0.22", "paho-mqtt>=2.1,<3",
-         "kazoo>=2.10,<3"),
+         "grpcio>=1.60", "grpcio-status>=1.60", "zstandard>=0.22", "paho-mqtt>=2.1,<3"),
     sources=("emu/__init__.py", "emu/agent/**/*.py", "workloads/**/*"),
     env=("JAVA_HOME=/usr/lib/jvm/java-17-openjdk-amd64", "PYSPARK_PYTHON=python3"),
 )

@@ -41,6 +41,8 @@ LABELS = {"foglab": "1", "foglab.test": "emu_host"}
 # gevent, eventlet and dnspython into every gateway's start).
 GATEWAY_CHECK = ("import importlib.util, paho.mqtt, numpy, platform, emu.agent.zookeeper; "
                  "assert importlib.util.find_spec('kazoo') is None; print(platform.machine())")
+# A cloud VM runs the same agent.
+CLOUD_CHECK = "import importlib.util, emu.agent.zookeeper; print(importlib.util.find_spec('kazoo'))"
 
 
 @pytest.fixture(scope="module")
@@ -249,3 +251,4 @@ def test_the_cloud_image_runs_java_and_pyspark(client, output) -> None:
              "s = SparkSession.builder.master('local[1]').getOrCreate(); "
              "print(s.range(1000).count())")
     assert "1000" in output(cloud, ["python3", "-c", count]).splitlines()
+    assert output(cloud, ["python3", "-c", CLOUD_CHECK]).strip() == "None"
