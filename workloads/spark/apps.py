@@ -247,11 +247,10 @@ class _KalmanRegression(StatefulProcessor):
 
     Why buckets: Spark runs a Python stateful operator's user code once per key and batch, and
     each key costs a DataFrame in and out and round trips to the JVM's state server, whatever
-    the key holds. On two cores, a batch of 250 messages from 40 sensors spent about 550 ms in
-    this operator keyed by sensor, about 340 ms keyed by 8 buckets; the cost per key grows with
-    the sensors, the buckets' only with their snapshots' size. The snapshots stay per sensor:
-    `read_state` returns one row per sensor, and a new query's `initial_state` may hold any
-    subset of them.
+    the key holds. On two cores, batches of 2,000 messages from 1,000 sensors spent about 9.9 s
+    each in this operator keyed by sensor, 1.1 s keyed by 8 buckets (with 40 sensors and 250
+    messages: 550 ms by sensor, 340 ms by bucket). The snapshots stay per sensor: `read_state`
+    returns one row per sensor, and a new query's `initial_state` may hold any subset of them.
     """
 
     def __init__(self, fields: tuple[str, ...], kalman: Mapping[str, float], window: int,

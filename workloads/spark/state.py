@@ -1,4 +1,4 @@
-"""Moving a stateful query: its per-key state read from a stopped query's checkpoint, or the
+"""Moving a stateful query: its per-sensor state read from a stopped query's checkpoint, or the
 checkpoint copied whole."""
 
 from __future__ import annotations
