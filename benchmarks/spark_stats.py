@@ -12,17 +12,18 @@ STATS keeps as `ingest_time`) and writes its whole output to Spark's Parquet fil
 One query runs through three steps, so that its per-sensor state and windows carry on as in a
 long-running deployment: once its first (empty) trigger has connected the source's client, a
 prime (`--prime` s at `--prime-rate`, only its counts printed: it compiles the query, starts
-the Python workers and warms the JVM up: on this machine the JIT compiler alone took about
-0.5 s of CPU per micro-batch in a JVM a minute old, still 0.2 s after three minutes, as the
-planner's code that runs once a batch grows hot), then (1) the latency phase at `--latency-rate` (1,000 msg/s) and
-(2) the throughput phase at `--throughput-rate` (10,000 msg/s). The latency phase publishes
-for `--warmup` plus `--duration` s, its first `--warmup` s left out of its latency and Spark
-rate; the throughput phase, on the warm query, for `--duration` s, all measured. A phase ends
-when Spark has read every acknowledged message (or `--drain` s after publishing stopped). When
-Spark falls more than `--max-backlog` messages behind, publishing stops early, which is
-printed: Spark does not sustain the rate, and a longer backlog would only lengthen the run.
-A batch reads at most `--max-records-per-trigger` messages (the source's read limit), so a
-backlog is worked off in batches of bounded size and latency rather than in one.
+the Python workers and warms the JVM up: on this machine the JIT compiler alone took about 0.5
+s of CPU per micro-batch in a JVM a minute old, still 0.2 s after three minutes, as the
+planner's code that runs once a batch grows hot), then (1) the latency phase at
+`--latency-rate` (1,000 msg/s) and (2) the throughput phase at `--throughput-rate` (10,000
+msg/s). The latency phase publishes for `--warmup` plus `--duration` s, its first `--warmup` s
+left out of its latency and Spark rate; the throughput phase, on the warm query, for
+`--duration` s, all measured. A phase ends when Spark has read every acknowledged message (or
+`--drain` s after publishing stopped). When Spark falls more than `--max-backlog` messages
+behind, publishing stops early, which is printed: Spark does not sustain the rate, and a longer
+backlog would only lengthen the run. A batch reads at most `--max-records-per-trigger` messages
+(the source's read limit), so a backlog is worked off in batches of bounded size and latency
+rather than in one.
 
 Latency of a message = the time its STATS rows became visible at the sink minus its send
 timestamp. Per message, STATS emits one "kalman" row per field carrying the message's SenML

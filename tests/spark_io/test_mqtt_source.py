@@ -161,7 +161,7 @@ def test_opening_an_existing_session_again_takes_no_message_from_it(
 
 KEEP_JOURNALING = """
 import sys, time
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable
 from workloads.spark.mqtt_source import MqttStreamReader
 host, port, client_id, journal = sys.argv[1:]
 reader = MqttStreamReader(
