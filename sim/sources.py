@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from sim.message import Message
 from workloads.rates import Constant
+from workloads.shapes import next_emission
 from workloads.spec import StreamSpec
 
 
@@ -57,27 +58,15 @@ class Source:
         """The emission after one at time t."""
         if self._shape is None:
             return t + (self.rng.expovariate(self._peak) if self._poisson else 1.0 / self._peak)
-        if self._poisson:
-            return self._accept(t + self.rng.expovariate(self._peak))
-        # A periodic source under a shape emits at the interval its current rate gives.
-        rate = self._rate * self._shape.factor(t)
-        return self._accept(t + (1.0 / rate if rate > 0 else 1.0 / self._peak))
+        return next_emission(self.rng, t, self._rate, self._peak, self._shape.factor,
+                             self._poisson, end=self.end)
 
     def _accept(self, t: float) -> float:
-        """Thinning for shaped Poisson streams: candidates at the peak rate, kept with
-        probability rate(t) / peak; a shaped periodic stream skips instants of rate zero."""
-        shape = self._shape
-        if shape is None:
+        """The first emission at or after t."""
+        if self._shape is None:
             return t
-        peak, end = self._peak, self.end
-        if self._poisson:
-            rng = self.rng
-            while t < end and rng.random() * peak > self._rate * shape.factor(t):
-                t += rng.expovariate(peak)
-        else:
-            while t < end and shape.factor(t) <= 0:
-                t += 1.0 / peak
-        return t
+        return next_emission(self.rng, t, self._rate, self._peak, self._shape.factor,
+                             self._poisson, first=True, end=self.end)
 
     def _arm(self, t: float) -> None:
         if t < self.end:

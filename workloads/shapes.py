@@ -4,12 +4,14 @@ its base rate, and the largest multiple a shape reaches.
 `workloads.rates` validates shapes (pydantic) and its models compute with these; the gateway
 agent, which has the standard library only, computes with them from a shape's fields as a
 dict (`Shape.model_dump()`), so a shaped stream emits the same rate on `sim` and on `emu`.
+Both schedule a shaped stream's emissions with `next_emission`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+import random
+from collections.abc import Callable, Mapping, Sequence
 
 
 def bursty(t: float, on: float, off: float, high: float, low: float) -> float:
@@ -63,3 +65,28 @@ def peak(shape: Mapping) -> float:
     if kind == "diurnal":
         return shape["floor"] + shape["height"]
     raise ValueError(f"unknown rate shape kind {kind!r}")
+
+
+def next_emission(rng: random.Random, t: float, rate: float, peak_rate: float,
+                  factor: Callable[[float], float], poisson: bool, first: bool = False,
+                  end: float = math.inf) -> float:
+    """A shaped stream's emission after one at time t, or with `first` its first at or after
+    t, before `end` (else a time at or past it). `rate` is the base rate, `factor` the shape's
+    factor at a time and `peak_rate` (> 0) the base rate times the shape's peak.
+
+    A periodic stream waits the interval of its current rate and skips instants of rate zero;
+    a Poisson one draws candidates at the peak rate and keeps each with probability
+    rate(t) / peak (thinning).
+    """
+    if poisson:
+        if not first:
+            t += rng.expovariate(peak_rate)
+        while t < end and rng.random() * peak_rate > rate * factor(t):
+            t += rng.expovariate(peak_rate)
+        return t
+    if not first:
+        current = rate * factor(t)
+        t += 1.0 / current if current > 0 else 1.0 / peak_rate
+    while t < end and factor(t) <= 0:
+        t += 1.0 / peak_rate
+    return t

@@ -63,9 +63,12 @@ class Driver:
         self.shape = config.shape
         if self.shape is not None:
             # Imported only for a shaped stream; a plain function of the shape's fields.
+            from functools import partial
+
             from workloads import shapes
 
-            self._factor = shapes.factor
+            self._next_emission = shapes.next_emission
+            self._factor = partial(shapes.factor, self.shape)
             self.peak = shapes.peak(self.shape)  # the largest multiple of the rate reached
         self.devices = [Device(self, device, stream_topic(config.stream, node, device,
                                                           config.channel),
@@ -82,25 +85,12 @@ class Driver:
 
     def shaped(self, rng: random.Random, t: float, first: bool = False) -> float:
         """A shaped stream's emission after one at run time t (seconds since the epoch), or its
-        first at or after t, as the simulator's sources: a periodic device waits the interval
-        of its current rate and skips instants of rate zero; a Poisson one draws candidates at
-        the peak rate and keeps each with probability rate(t) / peak (thinning)."""
+        first at or after t, as the simulator's sources schedule them
+        (`workloads.shapes.next_emission`)."""
         peak = self.rate * self.peak
         if peak <= 0:
             return math.inf  # a shape that is zero everywhere: no emissions
-        shape, factor = self.shape, self._factor
-        if self.poisson:
-            if not first:
-                t += rng.expovariate(peak)
-            while rng.random() * peak > self.rate * factor(shape, t):
-                t += rng.expovariate(peak)
-            return t
-        if not first:
-            rate = self.rate * factor(shape, t)
-            t += 1.0 / rate if rate > 0 else 1.0 / peak
-        while factor(shape, t) <= 0:
-            t += 1.0 / peak
-        return t
+        return self._next_emission(rng, t, self.rate, peak, self._factor, self.poisson, first)
 
     def body(self, device: Device, t: float) -> str:
         """A CITY-like reading of the device at t, in the stream's format, padded to size."""
