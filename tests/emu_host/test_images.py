@@ -38,8 +38,10 @@ pytestmark = pytest.mark.emu
 
 LABELS = {"foglab": "1", "foglab.test": "emu_host"}
 # What the agent needs (its own ZooKeeper client replaced kazoo, whose Debian package pulled
-# gevent, eventlet and dnspython into every gateway's start).
-GATEWAY_CHECK = ("import importlib.util, paho.mqtt, numpy, platform, emu.agent.zookeeper; "
+# gevent, eventlet and dnspython into every gateway's start; the drivers of a shaped stream
+# import workloads.shapes).
+GATEWAY_CHECK = ("import importlib.util, paho.mqtt, numpy, platform, emu.agent.zookeeper, "
+                 "workloads.shapes; "
                  "assert importlib.util.find_spec('kazoo') is None; print(platform.machine())")
 # A cloud VM runs the same agent.
 CLOUD_CHECK = "import importlib.util, emu.agent.zookeeper; print(importlib.util.find_spec('kazoo'))"
