@@ -236,6 +236,26 @@ def check_debootstrap(fix: bool, apt: Apt) -> Check:
     return Check("debootstrap", "fixed", "installed with apt-get")
 
 
+def check_busybox(fix: bool, apt: Apt) -> Check:
+    """A static busybox lets gateways' agents fork from a zygote (emu.cluster.zygote); without
+    it each agent starts its own interpreter: slower, and more memory per gateway."""
+    from emu.cluster.zygote import BUSYBOX, static_busybox
+
+    why = static_busybox()
+    if why is None:
+        return Check("static busybox", "ok", f"{BUSYBOX}: agents fork from a zygote",
+                     required=False)
+    if not fix or BUSYBOX.exists():  # a dynamic busybox is the user's: not replaced here
+        return Check("static busybox", "missing", f"{why}; agents start one by one",
+                     required=False)
+    error = apt.install("busybox-static")
+    if error or static_busybox() is not None:
+        return Check("static busybox", "failed", error or str(static_busybox()),
+                     required=False)
+    return Check("static busybox", "fixed", "installed busybox-static with apt-get",
+                 required=False)
+
+
 def check_links(probe: NetemProbe, shaper: ShaperChoice) -> list[Check]:
     """Kernel netem is optional: without it links go through the user-space relay."""
     return [
@@ -251,8 +271,8 @@ def check(fix: bool = False, report: Report = print) -> HostReport:
     """Check this host for emulation; with fix, install and start what is missing.
 
     Fixing is idempotent and unattended: on a fresh Debian 12 host (root, apt reachable) it
-    installs docker.io, qemu-user-static, binfmt-support and debootstrap, starts dockerd and
-    enables arm64 emulation. `report` hears one line per action taken.
+    installs docker.io, qemu-user-static, binfmt-support, debootstrap and busybox-static,
+    starts dockerd and enables arm64 emulation. `report` hears one line per action taken.
     """
     result = HostReport()
     if not sys.platform.startswith("linux"):
@@ -269,6 +289,7 @@ def check(fix: bool = False, report: Report = print) -> HostReport:
         check_docker_sdk(),
         check_binfmt(fix, apt, report),
         check_debootstrap(fix, apt),
+        check_busybox(fix, apt),
     ]
     probe = probe_netem()
     result.shaper = choose_shaper(probe)

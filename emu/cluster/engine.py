@@ -36,7 +36,15 @@ from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import Links, make_links
 from emu.cluster.plan import ClusterPlan, ContainerPlan
 from emu.cluster.services import mqtt_answers, zookeeper_answers
-from emu.images import DOCKER_TIMEOUT_S, ImageSpec, ensure_image
+from emu.cluster.zygote import (
+    Zygote,
+    start_zygote,
+    static_busybox,
+    wait_listening,
+    waiter_binds,
+    waiter_command,
+)
+from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape
 
@@ -81,6 +89,8 @@ class Cluster:
     `records`: the folder under which each node's records directory (mounted at /records)
     is made; without it, a scratch folder that `down` removes. `agent_command` replaces the
     agents' `python3 -m emu.agent` (a test, or a stand-in). `shaper` skips the netem probe.
+    `zygote`: the gateways' agents are forked from one warm interpreter (emu.agent.zygote)
+    rather than each started afresh, where the host has a static busybox; `facts` says which.
     `progress` hears each stage and each container started, on the calling thread: raising
     there (Ctrl-C) aborts `up` and cleans up.
     """
@@ -89,7 +99,7 @@ class Cluster:
                  records: Path | None = None, shaper: ShaperChoice | None = None,
                  agent_command: Sequence[str] | None = None, workers: int = WORKERS,
                  progress: Progress | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
-                 seed: int | None = None) -> None:
+                 seed: int | None = None, zygote: bool = True) -> None:
         self.plan = plan
         self._client = client
         self.records = Path(records) if records is not None else None
@@ -99,6 +109,8 @@ class Cluster:
         self.progress = progress or _noop
         self.ready_timeout_s = ready_timeout_s
         self.seed = seed
+        self.agent_start = self._agent_start(zygote)
+        self.zygote: Zygote | None = None
         self.links: Links | None = None
         self.addresses: dict[tuple[str, str], str] = {}
         self.bridges: dict[str, str] = {}
@@ -108,6 +120,16 @@ class Cluster:
         self._cancel = threading.Event()
         self._owner = inventory.owner_token()
         self._images_s = 0.0
+
+    def _agent_start(self, zygote: bool) -> str:
+        """How the gateways' agents start: "zygote", or "exec" and why not the zygote."""
+        gateways = [a for a in self.plan.agents() if a.image.name == GATEWAY.name]
+        if not gateways or self.agent_command is not None:
+            return "exec"
+        if not zygote:
+            return "exec (zygote off)"
+        missing = static_busybox()
+        return f"exec ({missing})" if missing else "zygote"
 
     @property
     def client(self) -> docker.DockerClient:
@@ -147,12 +169,17 @@ class Cluster:
             total = len(self.plan.containers)
             services = self.plan.services()
             self._start(services, {}, 0, total)
+            self._start_zygote()
             ips = {s.node: s.ip for s in self.status()}
             for service, joined in self.links.service_networks().items():
                 for network in sorted(joined):
                     self.client.api.connect_container_to_network(
                         self._made.ids[service], network, aliases=[service])
             self.addresses = self.links.addresses(ips, self.bridges)
+            if self.zygote is not None:
+                self.progress("zygote", 0, 1, "waiting for the agents' zygote")
+                wait_listening(self.client, self.zygote)
+                self.progress("zygote", 1, 1, "zygote listening")
             self._start(self.plan.agents(), self.addresses, len(services), total)
             if self.links.shaper == "netem":
                 self.links.attach({n: self._pid(n) for n in
@@ -164,6 +191,17 @@ class Cluster:
             raise
         self.facts = self._facts(time.monotonic() - started)
         return self
+
+    def _start_zygote(self) -> None:
+        """Start the zygote's container; it imports the agent while the links are made."""
+        if self.agent_start != "zygote":
+            return
+        self.zygote = start_zygote(self.client, self.name, self.images[GATEWAY.name],
+                                   self._labels(self.plan.labels), LOG_CONFIG)
+
+    def _forked(self, plan: ContainerPlan) -> bool:
+        return self.zygote is not None and plan.role == "agent" and (
+            plan.image.name == GATEWAY.name)
 
     def _labels(self, labels: dict[str, str]) -> dict[str, str]:
         """Labels plus the cluster's facts, which `foglab emu` reads from another process."""
@@ -253,9 +291,14 @@ class Cluster:
         api = self.client.api
         command = self.agent_command if plan.role == "agent" and self.agent_command else (
             plan.command)
+        binds = {str(self.records_dir(plan.node)): {"bind": RECORDS_DIR, "mode": "rw"}}
+        forked = self._forked(plan)
+        if forked:
+            command = waiter_command()  # the container's process; the zygote forks the agent
+            binds.update(waiter_binds())
+        environment = self._environment(plan, addresses)
         host_config = api.create_host_config(
-            nano_cpus=plan.nano_cpus, mem_limit=plan.mem_limit,
-            binds={str(self.records_dir(plan.node)): {"bind": RECORDS_DIR, "mode": "rw"}},
+            nano_cpus=plan.nano_cpus, mem_limit=plan.mem_limit, binds=binds,
             network_mode=plan.network, log_config=LOG_CONFIG,
             # A cloud VM's agent runs Spark jobs as its children: an init reaps what they
             # leave, or the engine cannot kill a container whose process is a zombie.
@@ -265,7 +308,7 @@ class Cluster:
         created = api.create_container(
             self.images[plan.image.name], list(command) or None, name=plan.name,
             hostname=plan.node, labels=self._labels(plan.labels),
-            environment=self._environment(plan, addresses), host_config=host_config,
+            environment=environment, host_config=host_config,
             networking_config=networking, detach=True)
         container = created["Id"]
         assert self._made is not None
@@ -277,13 +320,17 @@ class Cluster:
         if self._cancel.is_set():
             return container
         api.start(container)
-        if plan.role == "agent":
+        if forked:
+            assert self.zygote is not None
+            self.zygote.start_agent(api.inspect_container(container)["State"]["Pid"],
+                                    environment)
+        elif plan.role == "agent":
             api.update_container(container, cpu_shares=STARTING_CPU_SHARES)
         return container
 
     def _restore_cpu_shares(self) -> None:
         assert self._made is not None
-        agents = [self._made.ids[a.node] for a in self.plan.agents()]
+        agents = [self._made.ids[a.node] for a in self.plan.agents() if not self._forked(a)]
         if not agents:
             return
         with ThreadPoolExecutor(min(self.workers, len(agents))) as pool:
@@ -340,6 +387,7 @@ class Cluster:
         return {
             "cluster": self.name, "topology": self.plan.topology,
             "shaper": self.shaper.shaper, "shaper_reason": self.shaper.reason,
+            "agent_start": self.agent_start,
             "images": dict(self.images),
             "networks": {n.segment: n.name for n in self.plan.networks.values()},
             "containers": len(self.plan.containers), "zookeeper": list(self.plan.zookeeper),
@@ -388,6 +436,7 @@ class Cluster:
                 if self._made is not None and self._made.scratch is not None:
                     inventory.remove_scratch(str(self._made.scratch))
                 self._made = None
+                self.zygote = None
         return removed
 
     def _abort(self) -> None:

@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 CLUSTER = "foglab.cluster"
 OWNER = "foglab.owner"
 SCRATCH = "foglab.scratch"
+ZYGOTE_ROLE = "zygote"
 # Containers removed at once. With 16, Docker Engine 20.10 kept a network's endpoints after two
 # of two clusters of 150 and 200 gateways left it (StuckNetwork); with 4, two of two left none.
 REMOVE_WORKERS = 4
@@ -111,7 +112,8 @@ def owner_pid(token: str) -> int | None:
 
 
 def node_status(client: docker.DockerClient, cluster: str) -> list[NodeStatus]:
-    """Every container of a cluster, in the order the cluster made them."""
+    """Every node's container of a cluster, in the order the cluster made them (not the
+    zygote's, which is no node: see emu.cluster.zygote)."""
     found = []
     def order(summary: dict) -> tuple[int, int]:
         labels = summary.get("Labels") or {}
@@ -120,6 +122,8 @@ def node_status(client: docker.DockerClient, cluster: str) -> list[NodeStatus]:
 
     for summary in sorted(containers(client, cluster), key=order):
         labels = summary.get("Labels") or {}
+        if labels.get("foglab.role") == ZYGOTE_ROLE:
+            continue
         attached = (summary.get("NetworkSettings") or {}).get("Networks") or {}
         network = labels.get("foglab.network", next(iter(attached), ""))
         ip = (attached.get(network) or {}).get("IPAddress", "")

@@ -21,7 +21,6 @@ from emu.cluster import inventory
 from emu.cluster.engine import Cluster, ClusterError
 from emu.cluster.links import host_side_veth
 from emu.cluster.plan import ClusterPlan, plan_cluster
-from emu.images import DOCKER_TIMEOUT_S
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape
 from topologies.model import Topology, expand
@@ -80,19 +79,6 @@ def small_topology(gateways: int = 2) -> Topology:
 def new_plan(topology: Topology | None = None, **options) -> ClusterPlan:
     return plan_cluster(topology or small_topology(), f"ect-{secrets.token_hex(3)}",
                         labels=LABELS, **options)
-
-
-@pytest.fixture(scope="module")
-def client() -> docker.DockerClient:
-    if os.geteuid() != 0:
-        pytest.skip("containers need root here")
-    docker = pytest.importorskip("docker", reason="the docker SDK is not installed")
-    try:
-        made = docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
-        made.ping()
-    except docker.errors.DockerException as error:
-        pytest.skip(f"no Docker Engine: {error}")
-    return made
 
 
 def leftovers(client: docker.DockerClient, cluster: str) -> tuple[list, list]:
