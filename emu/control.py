@@ -15,6 +15,7 @@ from emu.agent.config import OperatorConfig
 from emu.agent.mqtt import no_delay
 from emu.agent.protocol import ALL_REQUESTS, MANAGEMENT, Request, request_topic
 from emu.agent.registry import GATEWAYS, gateway_path
+from emu.mqtt_loop import SelectorLoop
 
 CONNECT_TIMEOUT = 10.0
 # kazoo logs each dropped connection it then recovers from; without a handler of its own,
@@ -94,13 +95,14 @@ class Controller:
         self._lock = threading.Condition()
         self._waiting: dict[str, dict[str, Any]] = {}  # request id -> what the reply completes
         self._count = 0
+        self._loop: SelectorLoop | None = None  # not paho's: see emu.mqtt_loop
 
     def connect(self, timeout: float = CONNECT_TIMEOUT) -> Controller:
         subscribed = threading.Event()
         self._client.on_subscribe = lambda *args: subscribed.set()
         self._client.connect(self.host, self.port, keepalive=30)
         no_delay(self._client)
-        self._client.loop_start()
+        self._loop = SelectorLoop(self._client).start()
         self._client.subscribe(self.reply_topic, qos=1)
         if not subscribed.wait(timeout):
             self.close()
@@ -110,7 +112,9 @@ class Controller:
 
     def close(self) -> None:
         self._client.disconnect()
-        self._client.loop_stop()
+        if self._loop is not None:
+            self._loop.stop()
+            self._loop = None
 
     def __enter__(self) -> Controller:
         return self.connect()
