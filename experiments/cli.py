@@ -403,7 +403,9 @@ class _UpBars:
             self.bars.update(self.image, visible=False)
             self.bars.update(self.containers, visible=True)
         elif stage == "containers":
-            self.bars.update(self.containers, completed=done)
+            self.bars.update(self.containers, completed=done, description="containers")
+        elif stage == "zygote":  # the agents' zygote importing, before the gateways start
+            self.bars.update(self.containers, description=detail)
         elif stage == "ready":
             if self.ready is None:
                 self.ready = self.bars.add_task("services answer", total=total)

@@ -1,14 +1,16 @@
 """Bring a cluster plan up as running containers, and down again leaving nothing behind.
 
 Order: images; a records directory per node; the site networks; the services (brokers,
-ZooKeeper, idle coordinators); the links (relays need the services' addresses, and the agents
-need the relays' addresses in their config); the agents; then wait for the services to answer.
-Containers start in parallel through the engine's API (create then start, nothing more per
-container): on a 2-core host the engine's own work per container is the limit. An agent that
-has started yields the CPU (a cpu share of 2) until every container is up and every service
-answers: under QEMU each agent's Python start-up costs about as much CPU as the engine's work
-for a container, and the init of the containers still starting runs in their own cgroups,
-competing with it. The default share (1024) comes back once all are up.
+ZooKeeper, idle coordinators) and the agents' zygote (emu.cluster.zygote); the links (relays
+need the services' addresses, and the agents need the relays' addresses in their config); the
+agents; then wait for the services to answer.
+Containers start in parallel through the engine's API (create then start; for a gateway whose
+agent the zygote forks, its pid and the zygote's request too): on a 2-core host the engine's own
+work per container is the limit, about 0.5 s of CPU on a user-defined network (measured here),
+where a forked agent costs about 0.2 s. An agent started afresh under QEMU (no zygote) costs
+about 1.1 s, and yields the CPU (a cpu share of 2) until every container is up and every
+service answers, so that the containers still starting are not starved; the default share
+(1024) comes back once all are up.
 
 Anything that goes wrong during `up` (a Docker error, a service that never answers, Ctrl-C)
 removes everything made so far, by the cluster's label, before the error propagates; a plan
@@ -51,7 +53,7 @@ from emu.links.spec import LinkShape
 if TYPE_CHECKING:
     import docker
 
-# (stage, done, total, detail): stages are shaper, image, networks, containers, ready.
+# (stage, done, total, detail): stages are shaper, image, networks, containers, zygote, ready.
 Progress = Callable[[str, int, int, str], None]
 WORKERS = 16
 READY_TIMEOUT_S = 180
