@@ -28,7 +28,8 @@ from emu.agent.zookeeper import (
     parse_hosts,
 )
 from emu.control import Controller, wait_registered
-from emu.images import DOCKER_TIMEOUT_S, GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ensure_image
+from emu.images import GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ensure_image
+from tests.engine import docker_engine
 
 from .conftest import Listener, wait_for
 
@@ -48,15 +49,7 @@ MQTT_CONNECT = bytes([0x10, 12, 0, 4]) + b"MQTT" + bytes([4, 0x02, 0, 10, 0, 0])
 
 @pytest.fixture(scope="module")
 def client() -> docker.DockerClient:
-    if os.geteuid() != 0:
-        pytest.skip("containers need root")
-    docker = pytest.importorskip("docker", reason="the docker SDK is not installed")
-    try:
-        engine = docker.from_env(timeout=DOCKER_TIMEOUT_S)
-        engine.ping()
-    except docker.errors.DockerException as error:
-        pytest.skip(f"no Docker Engine: {error}")
-    return engine
+    return docker_engine("containers need root")
 
 
 @pytest.fixture(scope="module")

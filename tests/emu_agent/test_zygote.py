@@ -3,11 +3,13 @@ busybox from anything else, and the waiter that stands in a node's container for
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import struct
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -131,10 +133,20 @@ def wait_for_file(path: Path, timeout: float = 10.0) -> None:
         time.sleep(0.02)
 
 
+@contextlib.contextmanager
+def ended_afterwards(*processes: subprocess.Popen) -> Iterator[None]:
+    try:
+        yield
+    finally:
+        for process in processes:
+            process.kill()
+            process.wait()
+
+
 @needs_busybox
 def test_the_waiter_passes_sigterm_on_and_ends_with_the_agents_code(tmp_path: Path) -> None:
     waiting, stand_in = waiter(tmp_path), agent(tmp_path, 3)
-    try:
+    with ended_afterwards(waiting, stand_in):
         wait_for_file(tmp_path / "agent.pid")
         time.sleep(0.3)
         # Asleep until the agent ends: its one child reads the FIFO, nothing polls.
@@ -146,36 +158,25 @@ def test_the_waiter_passes_sigterm_on_and_ends_with_the_agents_code(tmp_path: Pa
         waiting.send_signal(signal.SIGTERM)
         assert stand_in.wait(timeout=10) == 3  # the agent heard SIGTERM
         assert waiting.wait(timeout=10) == 3   # and the waiter ended with its code
-    finally:
-        for process in (waiting, stand_in):
-            process.kill()
-            process.wait()
 
 
 @needs_busybox
 def test_the_waiter_ends_when_its_agent_dies_and_reports_a_kill(tmp_path: Path) -> None:
     waiting, stand_in = waiter(tmp_path), agent(tmp_path, 0)
-    try:
+    with ended_afterwards(waiting, stand_in):
         wait_for_file(tmp_path / "agent.pid")
         time.sleep(0.3)
         stand_in.kill()  # no exit code written
         stand_in.wait()
         assert waiting.wait(timeout=10) == 137
-    finally:
-        for process in (waiting, stand_in):
-            process.kill()
-            process.wait()
 
 
 @needs_busybox
 def test_a_waiter_stopped_before_its_agent_came_ends_at_once(tmp_path: Path) -> None:
     waiting = waiter(tmp_path)
-    try:
+    with ended_afterwards(waiting):
         time.sleep(0.3)
         stopped = time.monotonic()
         waiting.send_signal(signal.SIGTERM)
         assert waiting.wait(timeout=10) == 143
         assert time.monotonic() - stopped < 2.0
-    finally:
-        waiting.kill()
-        waiting.wait()

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import os
-
 import pandas as pd
 import pytest
 
 from emu.deploy_timing import COMMANDS, summarise
+from tests.engine import docker_engine
 
 LABELS = {"foglab.test": "emu_deploy"}
 
@@ -46,18 +45,10 @@ def test_an_empty_table_summarises_to_no_rows() -> None:
 
 @pytest.mark.emu
 def test_deploy_timing_on_two_and_three_gateways(tmp_path) -> None:
-    if os.geteuid() != 0:
-        pytest.skip("containers need root here")
-    docker = pytest.importorskip("docker", reason="the docker SDK is not installed")
     from emu.cluster import inventory
     from emu.deploy_timing import run_deploy_timing
-    from emu.images import DOCKER_TIMEOUT_S
 
-    try:
-        client = docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
-        client.ping()
-    except docker.errors.DockerException as error:
-        pytest.skip(f"no Docker Engine: {error}")
+    client = docker_engine()
     result = run_deploy_timing([2, 3], 2, tmp_path, client=client, labels=LABELS)
 
     commands = pd.read_parquet(result.folder / "commands.parquet")
