@@ -46,6 +46,8 @@ AGENT_FIFO = "/run/foglab-agent.fifo"
 FIFO_WAIT_S = 10.0
 REQUEST_LIMIT = 1 << 20
 REQUEST_TIMEOUT_S = 10.0
+
+
 class JoinError(OSError):
     """The child could not enter the node's container."""
 
@@ -165,7 +167,8 @@ def read_request(connection: socket.socket) -> tuple[int, dict[str, str]]:
 
 def serve_one(libc: ctypes.CDLL, connection: socket.socket, pid: int,
               environment: dict[str, str]) -> None:
-    """In a fresh child of the zygote: start the agent in the container, answer, exit."""
+    """In a fresh child of the zygote: start the agent in the container, answer, exit (it
+    never returns: back in the zygote's loop it would be a second zygote)."""
     answer: dict[str, object]
     try:
         os.setsid()
@@ -175,7 +178,7 @@ def serve_one(libc: ctypes.CDLL, connection: socket.socket, pid: int,
             connection.close()
             run_agent(environment, output, errors)
         answer = {"agent": agent}
-    except OSError as error:
+    except Exception as error:  # noqa: BLE001 - answered: this child must never return
         answer = {"error": f"{type(error).__name__}: {error}"}
     _answer(connection, answer)
     os._exit(0)
@@ -210,15 +213,17 @@ def reap() -> None:
 
 
 def serve(name: str) -> None:
+    """Import the agent, then listen (so that a listening zygote is a ready one) and start
+    agents until SIGTERM."""
     libc = _libc()
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    listener.bind("\0" + name)
-    listener.listen(256)
-    listener.settimeout(1.0)
     preload()
     gc.collect()
     gc.freeze()  # the collector then leaves the shared objects' pages alone in the children
     own_memory = memory_cgroup(os.getpid())
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind("\0" + name)
+    listener.listen(256)
+    listener.settimeout(1.0)
     print(f"foglab zygote: listening on @{name} as pid {os.getpid()}", flush=True)
     while True:
         try:
@@ -226,26 +231,34 @@ def serve(name: str) -> None:
         except TimeoutError:
             reap()
             continue
-        try:
-            connection.settimeout(REQUEST_TIMEOUT_S)
-            pid, environment = read_request(connection)
-            memory = memory_cgroup(pid)
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
-            _answer(connection, {"error": f"bad request: {type(error).__name__}: {error}"})
-            connection.close()
-            continue
-        # The child's pages are charged to the cgroup it first writes them in: the node's
-        # memory cgroup from its first step, not the zygote's (a child that wrote its first
-        # pages here, then moved, left about 6 MB per gateway charged to the zygote).
-        enter(memory)
-        try:
-            if os.fork() == 0:
-                listener.close()
-                serve_one(libc, connection, pid, environment)
-        finally:
-            enter(own_memory)
-        connection.close()
+        with connection:
+            fork_agent(libc, listener, connection, own_memory)
         reap()
+
+
+def fork_agent(libc: ctypes.CDLL, listener: socket.socket, connection: socket.socket,
+               own_memory: str | None) -> None:
+    """Read a request and fork the child that serves it; answer an error here if there is
+    one before the fork (a bad request, a container already gone)."""
+    try:
+        connection.settimeout(REQUEST_TIMEOUT_S)
+        pid, environment = read_request(connection)
+        memory = memory_cgroup(pid)
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as error:
+        _answer(connection, {"error": f"bad request: {type(error).__name__}: {error}"})
+        return
+    # The child's pages are charged to the cgroup it first writes them in: the node's memory
+    # cgroup from its first step, not the zygote's (a child that wrote its first pages here,
+    # then moved, left about 6 MB per gateway charged to the zygote).
+    try:
+        enter(memory)
+        if os.fork() == 0:
+            listener.close()
+            serve_one(libc, connection, pid, environment)
+    except OSError as error:
+        _answer(connection, {"error": f"{type(error).__name__}: {error}"})
+    finally:
+        enter(own_memory)
 
 
 def main() -> int:

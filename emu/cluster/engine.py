@@ -325,7 +325,7 @@ class Cluster:
         if forked:
             assert self.zygote is not None
             self.zygote.start_agent(api.inspect_container(container)["State"]["Pid"],
-                                    environment)
+                                    environment, plan.node)
         elif plan.role == "agent":
             api.update_container(container, cpu_shares=STARTING_CPU_SHARES)
         return container

@@ -40,8 +40,8 @@ class ZygoteError(RuntimeError):
 
 
 def static_busybox(path: Path = BUSYBOX) -> str | None:
-    """Why `path` cannot be the containers' waiter (missing, not a static x86-64 or arm64
-    ELF), or None when it can: a static binary runs in a container of any image."""
+    """Why `path` cannot be the containers' waiter (missing, not a 64-bit ELF, linked
+    dynamically), or None when it can: a static binary runs in a container of any image."""
     try:
         with path.open("rb") as binary:
             header = binary.read(64)
@@ -109,18 +109,23 @@ class Zygote:
     cluster: str
     container: str
 
-    def start_agent(self, pid: int, environment: dict[str, str]) -> int:
-        """Start an agent in the container whose process has host pid `pid`; its host pid."""
+    def start_agent(self, pid: int, environment: dict[str, str], node: str = "") -> int:
+        """Start `node`'s agent in the container whose process has host pid `pid`; the
+        agent's host pid."""
         request = json.dumps({"pid": pid, "environment": environment}).encode() + b"\n"
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-            connection.settimeout(REQUEST_TIMEOUT_S)
-            connection.connect("\0" + socket_name(self.cluster))
-            connection.sendall(request)
-            answer = _read_line(connection)
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+                connection.settimeout(REQUEST_TIMEOUT_S)
+                connection.connect("\0" + socket_name(self.cluster))
+                connection.sendall(request)
+                answer = _read_line(connection)
+        except OSError as error:
+            answer = json.dumps({"error": f"no answer ({error})"}).encode()
         reply = json.loads(answer) if answer else {"error": "the zygote closed the request"}
         if "agent" not in reply:
-            raise ZygoteError(f"the zygote of cluster {self.cluster} could not start an agent "
-                              f"in the container of pid {pid}: {reply.get('error')}")
+            raise ZygoteError(f"the zygote of cluster {self.cluster} could not start the agent "
+                              f"of {node or '?'} in its container (pid {pid}): "
+                              f"{reply.get('error')}")
         return int(reply["agent"])
 
 
@@ -142,8 +147,8 @@ def start_zygote(client: docker.DockerClient, cluster: str, image: str, labels: 
 
 def wait_listening(client: docker.DockerClient, zygote: Zygote,
                    timeout_s: float = LISTEN_TIMEOUT_S) -> None:
-    """Wait until the zygote listens (its socket shows in the host's /proc/net/unix); fail
-    with its log if its container ends or the time runs out."""
+    """Wait until the zygote listens (its socket shows in the host's /proc/net/unix once it
+    has imported the agent); fail with its log if its container ends or the time runs out."""
     name = "@" + socket_name(zygote.cluster)
     deadline = time.monotonic() + timeout_s
     while not _listening(name):

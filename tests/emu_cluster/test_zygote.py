@@ -58,9 +58,10 @@ def test_forked_agents_live_in_their_containers_and_leave_with_them(
         print(f"\nforked idle gateway: {memory / MiB:.1f} MiB in its container's cgroup")
         assert memory < IDLE_GATEWAY_MB * MiB
 
-        with pytest.raises(ZygoteError, match="pid 999999999"):
-            assert cluster.zygote is not None
-            cluster.zygote.start_agent(999999999, {})
+        assert cluster.zygote is not None
+        with pytest.raises(ZygoteError, match=r"agent of gw-9 .*\(pid 999999999\): bad request"):
+            cluster.zygote.start_agent(999999999, {}, "gw-9")
+        assert client.api.inspect_container(cluster.zygote.container)["State"]["Running"]
 
         # SIGTERM to the container: the waiter passes it on, the agent stops cleanly.
         client.api.kill(status["gw-2"].container, signal="SIGTERM")
