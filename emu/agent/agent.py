@@ -92,6 +92,7 @@ class Agent:
         self.client.on_subscribe = self._on_subscribe
         self._requests = request_topic(self.node)
         self._requests_mid = -1
+        self._operators_mid: int | None = None
         self.ready = threading.Event()
         self.registration: Registration | None = None
         if config.zookeeper:
@@ -143,8 +144,8 @@ class Agent:
         _, self._requests_mid = client.subscribe([(self._requests, 1), (ALL_REQUESTS, 1)])
 
     def _on_subscribe(self, client: Any, userdata: Any, mid: int, *rest: Any) -> None:
-        if mid == self._requests_mid:
-            self.scheduler.call(self._on_ready)
+        # Compared on the scheduler's thread, after _on_ready has noted its subscription's mid.
+        self.scheduler.call(self._acknowledged, mid)
 
     def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
         topic = message.topic
@@ -155,28 +156,45 @@ class Agent:
 
     # Scheduler thread -------------------------------------------------------------------------
 
+    def _acknowledged(self, mid: int) -> None:
+        if mid == self._requests_mid:
+            self._on_ready()
+        elif mid == self._operators_mid:
+            self._operators_mid = None
+            self._on_operators_subscribed()
+
     def _on_ready(self) -> None:
-        """The broker passes requests on to the node now: (re)subscribe its operators; the
-        first time, start the drivers and register."""
+        """The broker passes requests on to the node now: (re)subscribe its operators, and
+        wait for the broker to confirm them too."""
         self._subscribed.clear()  # a clean session: the broker forgot them
-        self._subscribe()
+        self._operators_mid = self._subscribe()
+        if self._operators_mid is None:
+            self._on_operators_subscribed()
+
+    def _on_operators_subscribed(self) -> None:
+        """The broker passes the operators' topics on: start the drivers; the first time,
+        register. `ready` is set only now: a message published after it reaches the
+        operators (before, the broker could pass it on before their subscriptions)."""
         if not self.config.hold:
             self.drivers.start()
         if self.registration is not None and not self.ready.is_set():
             self.registration.start()
         self.ready.set()
 
-    def _subscribe(self) -> None:
-        """Make the broker subscriptions those of the running operators."""
+    def _subscribe(self) -> int | None:
+        """Make the broker subscriptions those of the running operators; the new
+        subscriptions' message id, if any."""
         wanted = {f for op in self.operators.values() if op.running for f in op.filters}
         if not self.client.is_connected():
-            return
+            return None
         new, gone = wanted - self._subscribed, self._subscribed - wanted
+        mid = None
         if new:
-            self.client.subscribe([(f, 1) for f in sorted(new)])
+            _, mid = self.client.subscribe([(f, 1) for f in sorted(new)])
         if gone:
             self.client.unsubscribe(sorted(gone))
         self._subscribed = wanted
+        return mid
 
     def _readers_of(self, topic: str) -> tuple[Operator, ...]:
         readers = self._readers.get(topic)
