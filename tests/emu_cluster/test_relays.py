@@ -42,6 +42,10 @@ def echo() -> Iterator[int]:
         server.server_close()
 
 
+# What a loaded shared host may add to a median round trip on loopback.
+SLACK_S = 0.02
+
+
 def round_trip(port: int, count: int = 5) -> float:
     """The median round trip of small messages through a port."""
     with socket.create_connection((HOST, port), timeout=5) as sock:
@@ -72,12 +76,14 @@ def test_relays_share_one_loop_thread_and_reshape_one_at_a_time(echo: int) -> No
         more = relays.add({"c": LinkRelay(HOST, echo, LinkShape(0.0))})
         assert threading.active_count() == threads + 1
         assert len(relays) == 3 and "c" in relays
-        assert round_trip(ports["a"]) == pytest.approx(0.04, abs=0.01)
-        assert round_trip(ports["b"]) == pytest.approx(0.01, abs=0.006)
-        assert round_trip(more["c"]) < 0.005
+        # A relay holds each message until it is due, so a round trip is never shorter than
+        # twice the one-way delay; a loaded host only makes it longer (hence the wider side).
+        assert 0.038 <= round_trip(ports["a"]) < 0.04 + SLACK_S
+        assert 0.0095 <= round_trip(ports["b"]) < 0.01 + SLACK_S
+        assert round_trip(more["c"]) < SLACK_S
         relays.reshape("a", LinkShape(0.002))
-        assert round_trip(ports["a"]) == pytest.approx(0.004, abs=0.004)
-        assert round_trip(ports["b"]) == pytest.approx(0.01, abs=0.006)
+        assert 0.0038 <= round_trip(ports["a"]) < 0.004 + SLACK_S
+        assert 0.0095 <= round_trip(ports["b"]) < 0.01 + SLACK_S
         assert relays.counters()["a"].connections == 2
         with pytest.raises(KeyError):
             relays.add({"a": LinkRelay(HOST, echo, LinkShape(0.0))})
