@@ -5,8 +5,10 @@ paho's own loop (`loop_start`) waits in `select()`, which cannot watch a descrip
 silent (no CONNACK, no SUBACK, no message). The process that holds a cluster's relays has two
 or three descriptors per link, so from about 170 gateways on, a controller it opened there
 never heard its broker. This loop watches the client's socket with `selectors`, which has no
-such limit: paho's external-loop interface (`loop_read`, `loop_write`, `loop_misc`), with its
-write-registration callbacks and a socket pair to wake the loop when another thread publishes.
+such limit: paho's external-loop interface (`loop_read`, `loop_write`, `loop_misc`). paho's
+write-registration callback, once set, makes paho queue what another thread publishes rather
+than write it there; the callback wakes the loop through a socket pair, and the loop writes
+while `want_write()`.
 """
 
 from __future__ import annotations
@@ -30,18 +32,9 @@ class SelectorLoop:
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
         self._selector.register(self._wake_read, selectors.EVENT_READ)
-        self._writing = threading.Event()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
-        client.on_socket_register_write = lambda *args: self._want_write(True)
-        client.on_socket_unregister_write = lambda *args: self._want_write(False)
-
-    def _want_write(self, wanted: bool) -> None:
-        if wanted:
-            self._writing.set()
-        else:
-            self._writing.clear()
-        self._wake()
+        client.on_socket_register_write = lambda *args: self._wake()
 
     def _wake(self) -> None:
         with contextlib.suppress(OSError):  # the loop has stopped
@@ -81,8 +74,7 @@ class SelectorLoop:
                     self._selector.register(sock, selectors.EVENT_READ)
             if sock is not None:
                 events = selectors.EVENT_READ | (
-                    selectors.EVENT_WRITE if self._writing.is_set() or self.client.want_write()
-                    else 0)
+                    selectors.EVENT_WRITE if self.client.want_write() else 0)
                 self._selector.modify(sock, events)
             for key, mask in self._selector.select(MISC_INTERVAL_S):
                 if key.fileobj is self._wake_read:

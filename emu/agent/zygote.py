@@ -161,7 +161,7 @@ def run_agent(environment: dict[str, str], output: int, errors: int) -> None:
 
 
 def read_request(connection: socket.socket) -> tuple[int, dict[str, str]]:
-    request = json.loads(_read_line(connection))
+    request = json.loads(read_line(connection))
     return int(request["pid"]), {str(k): str(v) for k, v in request["environment"].items()}
 
 
@@ -189,12 +189,13 @@ def _answer(connection: socket.socket, answer: dict[str, object]) -> None:
         connection.sendall(json.dumps(answer).encode() + b"\n")
 
 
-def _read_line(connection: socket.socket) -> bytes:
+def read_line(connection: socket.socket) -> bytes:
+    """One line of the protocol (a request or an answer), up to its newline."""
     data = b""
     while not data.endswith(b"\n"):
         chunk = connection.recv(65536)
         if not chunk or len(data) > REQUEST_LIMIT:
-            raise ValueError("the request ended before its newline")
+            raise ValueError("the line ended before its newline")
         data += chunk
     return data
 

@@ -324,8 +324,7 @@ class Cluster:
         api.start(container)
         if forked:
             assert self.zygote is not None
-            self.zygote.start_agent(api.inspect_container(container)["State"]["Pid"],
-                                    environment, plan.node)
+            self.zygote.start_agent(self._pid(plan.node), environment, plan.node)
         elif plan.role == "agent":
             api.update_container(container, cpu_shares=STARTING_CPU_SHARES)
         return container

@@ -1,8 +1,8 @@
 """A cluster's zygote: one warm arm64 interpreter from which its gateways' agents are forked.
 
 The mechanism is in emu.agent.zygote. Here, the host's side: whether this host can use it
-(a static busybox for the containers' waiter), the zygote's container, the request that starts
-an agent in a node's container, and the figures a benchmark reads.
+(a static busybox for the containers' waiter), the waiter itself, the zygote's container, and
+the request that starts an agent in a node's container.
 
 The zygote's container runs the gateway image with the host's PID and network namespaces and
 cgroup tree and CAP_SYS_ADMIN (for setns): what it needs to enter the other containers. It
@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emu.agent.zygote import AGENT_EXIT_FILE, AGENT_FIFO, AGENT_PID_FILE, HOST_CGROUP
-from emu.cluster.inventory import ZYGOTE_ROLE as ROLE
+from emu.agent.zygote import AGENT_EXIT_FILE, AGENT_FIFO, AGENT_PID_FILE, HOST_CGROUP, read_line
+from emu.cluster.inventory import ZYGOTE_ROLE
 
 if TYPE_CHECKING:
     import docker
@@ -118,10 +118,11 @@ class Zygote:
                 connection.settimeout(REQUEST_TIMEOUT_S)
                 connection.connect("\0" + socket_name(self.cluster))
                 connection.sendall(request)
-                answer = _read_line(connection)
+                reply = json.loads(read_line(connection))
         except OSError as error:
-            answer = json.dumps({"error": f"no answer ({error})"}).encode()
-        reply = json.loads(answer) if answer else {"error": "the zygote closed the request"}
+            reply = {"error": f"no answer ({error})"}
+        except ValueError:
+            reply = {"error": "the zygote closed the request without an answer"}
         if "agent" not in reply:
             raise ZygoteError(f"the zygote of cluster {self.cluster} could not start the agent "
                               f"of {node or '?'} in its container (pid {pid}): "
@@ -139,7 +140,7 @@ def start_zygote(client: docker.DockerClient, cluster: str, image: str, labels: 
         binds={"/sys/fs/cgroup": {"bind": HOST_CGROUP, "mode": "rw"}}, log_config=log_config)
     created = api.create_container(
         image, [*ZYGOTE_COMMAND, socket_name(cluster)], name=f"foglab-{cluster}.zygote",
-        labels={**labels, "foglab.role": ROLE, "foglab.kind": ROLE},
+        labels={**labels, "foglab.role": ZYGOTE_ROLE, "foglab.kind": ZYGOTE_ROLE},
         environment={"PYTHONUNBUFFERED": "1"}, host_config=host_config, detach=True)
     api.start(created["Id"])
     return Zygote(cluster, created["Id"])
@@ -163,15 +164,6 @@ def wait_listening(client: docker.DockerClient, zygote: Zygote,
 
 
 def _listening(name: str) -> bool:
+    """Whether /proc/net/unix lists a socket bound to `name` (its last field, the path)."""
     with open("/proc/net/unix") as table:
-        return any(line.split()[-1] == name for line in table if len(line.split()) >= 8)
-
-
-def _read_line(connection: socket.socket) -> bytes:
-    data = b""
-    while not data.endswith(b"\n"):
-        chunk = connection.recv(4096)
-        if not chunk:
-            break
-        data += chunk
-    return data.strip()
+        return any(line.rstrip("\n").endswith(" " + name) for line in table)
