@@ -12,18 +12,20 @@ STATS keeps as `ingest_time`) and writes its whole output to Spark's Parquet fil
 One query runs through three steps, so that its per-sensor state and windows carry on as in a
 long-running deployment: once its first (empty) trigger has connected the source's client, a
 prime (`--prime` s at `--prime-rate`, only its counts printed: it compiles the query, starts
-the Python workers and warms the JVM up: on this machine the JIT compiler alone took about 0.5
-s of CPU per micro-batch in a JVM a minute old, still 0.2 s after three minutes, as the
-planner's code that runs once a batch grows hot), then (1) the latency phase at
-`--latency-rate` (1,000 msg/s) and (2) the throughput phase at `--throughput-rate` (10,000
-msg/s). The latency phase publishes for `--warmup` plus `--duration` s, its first `--warmup` s
-left out of its latency and Spark rate; the throughput phase, on the warm query, for
-`--duration` s, all measured. A phase ends when Spark has read every acknowledged message (or
-`--drain` s after publishing stopped). When Spark falls more than `--max-backlog` messages
-behind, publishing stops early, which is printed: Spark does not sustain the rate, and a longer
-backlog would only lengthen the run. A batch reads at most `--max-records-per-trigger` messages
-(the source's read limit), so a backlog is worked off in batches of bounded size and latency
-rather than in one.
+the Python workers and warms the JVM up. Spark plans every micro-batch again, so the planner's
+code grows hot only slowly: with batches of 1,000 messages, the JIT compiler took 1.0 s of CPU
+per batch in a JVM a minute old, 0.26 s at two and a half minutes, 0.1 to 0.18 s from three
+minutes on. The default prime, 240 s at 500 msg/s, is long enough for that and slow enough for
+a cold JVM to keep up with; at 1,000 msg/s a cold JVM falls `--max-backlog` behind and the
+prime stops early), then (1) the latency phase at `--latency-rate` (1,000 msg/s) and (2) the
+throughput phase at `--throughput-rate` (10,000 msg/s). The latency phase publishes for
+`--warmup` plus `--duration` s, its first `--warmup` s left out of its latency and Spark rate;
+the throughput phase, on the warm query, for `--duration` s, all measured. A phase ends when
+Spark has read every acknowledged message (or `--drain` s after publishing stopped). When Spark
+falls more than `--max-backlog` messages behind, publishing stops early, which is printed:
+Spark does not sustain the rate, and a longer backlog would only lengthen the run. A batch
+reads at most `--max-records-per-trigger` messages (the source's read limit), so a backlog is
+worked off in batches of bounded size and latency rather than in one.
 
 Latency of a message = the time its STATS rows became visible at the sink minus its send
 timestamp. Per message, STATS emits one "kalman" row per field carrying the message's SenML
@@ -52,7 +54,8 @@ phase that was not stopped early and was drained); `spark_per_s` is messages rea
 trigger execution time of the batches started after the warm-up (Spark's capacity while busy,
 from the query progress; source offsets, since `numInputRows` counts each of STATS' two scans
 of the source). `spark_ms_per_message` is the CPU time of the JVM and its Python workers per
-message read: on a shared host it says what the wall-clock rates cannot.
+message read: on a shared host it says what the wall-clock rates cannot; `jit_ms_per_message`
+is the part of it spent by the JVM's JIT compiler threads (how warm the JVM still is).
 
 pandas: the same STATS computation (SenML parse, range filter, sliding-window average and
 distinct count, Kalman filter, sliding regression with its predictions) in pandas and numpy on
@@ -381,6 +384,7 @@ class Watch:
     stopped_early: str = ""
     facts: list[dict[str, Any]] = field(default_factory=list)
     cpu_s: float = 0.0  # Spark's CPU time: the JVM and its Python workers
+    jit_s: float = 0.0  # the part of it in the JVM's JIT compiler threads
 
     @property
     def drained(self) -> bool:
@@ -409,6 +413,19 @@ def tree_cpu(pid: int) -> float:
         if current in stats_of:
             total += sum(int(v) for v in stats_of[current][11:15]) / tick  # u, s, cu, cs time
         todo.extend(children.get(current, []))
+    return total
+
+
+def compiler_cpu(pid: int) -> float:
+    """CPU seconds of the JIT compiler threads ("C1 CompilerThre", "C2 CompilerThre") of the
+    JVM `pid`."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0.0
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(OSError):
+            if "CompilerThre" in (task / "comm").read_text():
+                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+                total += (int(fields[11]) + int(fields[12])) / tick
     return total
 
 
@@ -483,7 +500,7 @@ def run_phase(query: StatsQuery, gateways: Gateways, root: Path, phase: Phase,
     drain = max(args.drain, 300.0) if phase.name == "prime" else args.drain
     task = progress.add_task(phase.name, total=planned)
     read_before, _ = query.read()
-    cpu_before = tree_cpu(query.jvm)
+    cpu_before, jit_before = tree_cpu(query.jvm), compiler_cpu(query.jvm)
     watch = Watch(phase, jobs, gateways.start(jobs), read_before)
     drain_deadline = math.inf
     try:
@@ -512,6 +529,7 @@ def run_phase(query: StatsQuery, gateways: Gateways, root: Path, phase: Phase,
         progress.remove_task(task)
     watch.end = time.time()
     watch.cpu_s = tree_cpu(query.jvm) - cpu_before
+    watch.jit_s = compiler_cpu(query.jvm) - jit_before
     return watch
 
 
@@ -600,6 +618,7 @@ def analyse(watch: Watch, sink: SinkRows, history: list[Any],
         f"spark_per_s={spark_per_s:.0f} (batches={len(busy)} batch_s_p50={batch_s:.2f} "
         f"batch_messages_p50={batch_rows:.0f})",
         f"{name} cpu: spark_ms_per_message={1000 * watch.cpu_s / max(1, read):.2f} "
+        f"jit_ms_per_message={1000 * watch.jit_s / max(1, read):.2f} "
         f"gateway_cores={gateway_cores:.2f}",
         f"{name} lost={lost} duplicated={duplicated} late_for_windows={late}"
         + ("" if watch.drained else f" (of the lost, {unread} were not yet read by Spark when "
@@ -745,9 +764,9 @@ def main() -> None:
                         help="measured seconds per phase (after the latency phase's warm-up)")
     parser.add_argument("--warmup", type=float, default=2.0,
                         help="seconds the latency phase publishes first, not measured")
-    parser.add_argument("--prime", type=float, default=60.0,
+    parser.add_argument("--prime", type=float, default=240.0,
                         help="seconds at --prime-rate before the phases, to warm the query up")
-    parser.add_argument("--prime-rate", type=float, default=1000.0, help="msg/s, the prime")
+    parser.add_argument("--prime-rate", type=float, default=500.0, help="msg/s, the prime")
     parser.add_argument("--drain", type=float, default=120.0,
                         help="seconds Spark may take after publishing stops")
     parser.add_argument("--max-backlog", type=int, default=12000,

@@ -16,8 +16,11 @@ DEFAULTS = {
     "spark.ui.enabled": "false",
     "spark.ui.showConsoleProgress": "false",
     # Every stateful stage runs one task (and one state store) per shuffle partition and batch:
-    # Spark's 200 would cost more than the work on a few cores.
-    "spark.sql.shuffle.partitions": "2",
+    # Spark's 200 would cost more than the work on a few cores. One, not two: the branches of
+    # a query (STATS' windows and its Python state) still run side by side, and on two cores a
+    # warm STATS query took 812 ms of wall and 1.23 s of CPU per batch of 1,000 messages with
+    # one partition, against 945 ms and 1.46 s with two. A cluster sets its own (`conf`).
+    "spark.sql.shuffle.partitions": "1",
     # transformWithStateInPandas runs only on RocksDB; the default HDFS-backed provider fails it.
     "spark.sql.streaming.stateStore.providerClass": ROCKSDB_PROVIDER,
     # Commit only the keys a batch changed, not a snapshot of every key.
