@@ -396,6 +396,11 @@ def _offset(value: Any) -> int:
     return int(value["offset"]) if value else 0
 
 
+def _stat_fields(path: Path) -> list[str]:
+    """The fields of a /proc stat file after the command name, from the state on."""
+    return path.read_text().rsplit(")", 1)[1].split()
+
+
 def tree_cpu(pid: int) -> float:
     """CPU seconds of process `pid` and its descendants, their waited-for children included."""
     tick = os.sysconf("SC_CLK_TCK")
@@ -404,7 +409,7 @@ def tree_cpu(pid: int) -> float:
     for entry in os.listdir("/proc"):
         if entry.isdigit():
             with contextlib.suppress(OSError):
-                fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+                fields = _stat_fields(Path(f"/proc/{entry}/stat"))
                 stats_of[int(entry)] = fields
                 children.setdefault(int(fields[1]), []).append(int(entry))
     total, todo = 0.0, [pid]
@@ -424,8 +429,8 @@ def compiler_cpu(pid: int) -> float:
     for task in Path(f"/proc/{pid}/task").iterdir():
         with contextlib.suppress(OSError):
             if "CompilerThre" in (task / "comm").read_text():
-                fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
-                total += (int(fields[11]) + int(fields[12])) / tick
+                fields = _stat_fields(task / "stat")
+                total += (int(fields[11]) + int(fields[12])) / tick  # user, system time
     return total
 
 
