@@ -4,6 +4,18 @@ The metro topology's 10,000 sensors become users walking or riding (random waypo
 15 m/s) among 100 gateways; each user has its own windowed operator instance on the edge
 that follows it (latency-threshold policy, pause-and-transfer migration). Prints the counts
 of messages, handovers and migrations and last `speedup=<simulated s / wall s>` (target >= 20).
+
+Where the time goes: a message costs about 75 us of one core (a 2-core shared host: 12 to 15
+times real time), and the run makes some 180 Python calls per message, spread over its source,
+radio, about six links, the broker, the operator's window and the recorder; no function takes
+more than a tenth of the run by itself (cProfile).
+
+Measured against this model on one host, back to back: computing a leg's links at once, one
+event per leg instead of one per link (a third of all events gone, and a change of the link
+model: a channel would be reserved before the message reaches it), ran 1.04 times as fast;
+compiling the ten modules of that path with mypyc ran 1.17 to 1.24 times as fast, with the
+same results. Neither is in the model: the first changes what it computes, the second adds a
+C build step, and the target needs about 1.45 times.
 """
 
 from __future__ import annotations
