@@ -71,8 +71,9 @@ def waiter_script(busybox: str = WAITER_BUSYBOX, pid_file: str = AGENT_PID_FILE,
     open, so the reader ends when the agent does, and the shell sleeps until then (a waiter
     polling every 0.2 s cost 0.75 % of a core per idle gateway). SIGTERM and SIGINT go on to
     the agent named in the pid file. It exits with the agent's code, 137 when the agent died
-    without writing one, 143 when stopped before the agent came. Every command is busybox's
-    own: the image's are arm64, and would start QEMU.
+    without writing one, 143 when stopped before the agent came (ending its FIFO reader first:
+    no agent will, and outside a container it would outlive the shell). Every command is
+    busybox's own: the image's are arm64, and would start QEMU.
     """
     return f"""
 bb={busybox}
@@ -86,7 +87,7 @@ $bb mkfifo {fifo}
 $bb cat {fifo} &
 watcher=$!
 while kill -0 "$watcher" 2>/dev/null; do
-  [ "$stopping" = 1 ] && [ ! -s {pid_file} ] && exit 143
+  [ "$stopping" = 1 ] && [ ! -s {pid_file} ] && {{ kill "$watcher"; exit 143; }}
   wait "$watcher"
 done
 [ -s {exit_file} ] && exit "$($bb cat {exit_file})"

@@ -126,6 +126,16 @@ def children(pid: int) -> list[str]:
     return found
 
 
+def readers_of(fifo: Path) -> list[int]:
+    """The pids of processes whose command line names `fifo` (the waiter's reader)."""
+    found = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        with contextlib.suppress(OSError):
+            if str(fifo).encode() in cmdline.read_bytes().split(b"\0"):
+                found.append(int(cmdline.parent.name))
+    return found
+
+
 def wait_for_file(path: Path, timeout: float = 10.0) -> None:
     deadline = time.monotonic() + timeout
     while not (path.exists() and path.read_text()):
@@ -180,3 +190,9 @@ def test_a_waiter_stopped_before_its_agent_came_ends_at_once(tmp_path: Path) -> 
         waiting.send_signal(signal.SIGTERM)
         assert waiting.wait(timeout=10) == 143
         assert time.monotonic() - stopped < 2.0
+        # Its FIFO reader ended too: no agent was there to end it, and here it has no
+        # container to end with it.
+        deadline = time.monotonic() + 5.0
+        while readers_of(tmp_path / "agent.fifo") and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert readers_of(tmp_path / "agent.fifo") == []
