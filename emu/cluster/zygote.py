@@ -87,7 +87,7 @@ $bb mkfifo {fifo}
 $bb cat {fifo} &
 watcher=$!
 while kill -0 "$watcher" 2>/dev/null; do
-  [ "$stopping" = 1 ] && [ ! -s {pid_file} ] && {{ kill "$watcher"; exit 143; }}
+  [ "$stopping" = 1 ] && [ ! -s {pid_file} ] && {{ kill "$watcher" 2>/dev/null; exit 143; }}
   wait "$watcher"
 done
 [ -s {exit_file} ] && exit "$($bb cat {exit_file})"
