@@ -21,10 +21,13 @@ class RunPlan:
 
 @dataclass
 class RunOutput:
-    """Columns per table (see experiments.schema) and facts for the manifest."""
+    """Columns per table (see experiments.schema), facts for the manifest, and the nodes that
+    failed during the run (node -> what happened): a run with failed nodes still writes what
+    it measured, and ends `degraded`."""
 
     tables: dict[str, dict]
     facts: dict = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
 
 
 class Backend(Protocol):

@@ -12,7 +12,7 @@ import numpy as np
 from experiments.backends import RunPlan, backend
 from experiments.loader import Experiment, RunPoint
 from experiments.results import RunWriter, git_revision, host_facts, now_utc, package_versions
-from experiments.schema import to_table
+from experiments.schema import conform
 from experiments.summary import summarise
 
 
@@ -87,14 +87,16 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
     try:
         runner = backend(spec.run.backend)
         output = runner.run(RunPlan(spec, point.topology, seed, repetition), reporter.progress)
-        tables = {name: to_table(name, columns) for name, columns in output.tables.items()}
+        tables = conform(output.tables)
         writer.tables(tables)
         summary = summarise(tables, spec.run.duration, spec.run.sample)
         writer.summary(summary)
         if "latency" in spec.plots:
             from experiments.plots import latency_plot
             latency_plot(writer.folder)
-        writer.finish("ok", facts=output.facts)
+        if output.failed:
+            writer.manifest["failed_nodes"] = output.failed
+        writer.finish("degraded" if output.failed else "ok", facts=output.facts)
     except KeyboardInterrupt:
         writer.finish("interrupted", "interrupted by the user")
         raise

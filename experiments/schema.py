@@ -15,7 +15,7 @@ TABLES: dict[str, pa.Schema] = {
     ]),
     "nodes": pa.schema([
         ("t", pa.float64()), ("node", _name), ("cpu", pa.float64()), ("memory", pa.float64()),
-        ("queue", pa.int64()),
+        ("queue", pa.int64()), ("up", pa.bool_()),
     ]),
     "links": pa.schema([
         ("t", pa.float64()), ("link", _name), ("src", _name), ("dst", _name),
@@ -39,6 +39,21 @@ TABLES: dict[str, pa.Schema] = {
         ("gateway", _name),
     ]),
 }
+
+
+def conform(tables: dict[str, dict]) -> dict[str, pa.Table]:
+    """Every table of the schema from a backend's columns, in the schema's order; a table the
+    backend did not write is there, empty, so every run has the same files."""
+    unknown = sorted(set(tables) - set(TABLES))
+    if unknown:
+        raise ValueError(f"the backend wrote tables the schema does not know: {unknown}")
+    return {name: to_table(name, tables[name]) if name in tables else empty(name)
+            for name in TABLES}
+
+
+def empty(name: str) -> pa.Table:
+    return TABLES[name].empty_table()
+
 
 def to_table(name: str, columns: dict) -> pa.Table:
     """Columns from a backend as a table of the named schema; a missing column is an error."""

@@ -8,7 +8,7 @@ from sim.recorder import SeriesLog
 
 
 class Sampler:
-    """CPU, memory and queue per node; bytes, utilisation and latency per link between
+    """CPU, memory, queue and whether it is up, per node; bytes, utilisation and latency per link between
     infrastructure nodes (device links would swamp the table). Utilisation comes from the
     work the servers admitted less what they still had queued, so it is exact per interval."""
 
@@ -22,7 +22,7 @@ class Sampler:
         self.interval = interval
         self.until = until
         self.mean_size = mean_size
-        self.nodes_log = SeriesLog("t", "node", "cpu", "memory", "queue")
+        self.nodes_log = SeriesLog("t", "node", "cpu", "memory", "queue", "up")
         self.links_log = SeriesLog("t", "link", "src", "dst", "bytes", "utilisation", "latency")
 
     def run(self):
@@ -40,7 +40,7 @@ class Sampler:
                 work = cpu.work - cpu.backlog(t)
                 queue = cpu.queue_length(t)
                 node_row(t, name, (work - done_work[i]) / capacity,
-                         base_memory + queue * self.mean_size, queue)
+                         base_memory + queue * self.mean_size, queue, True)
                 done_work[i] = work
             links.sample(t, interval, self.links_log)
 
