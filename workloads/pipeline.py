@@ -4,14 +4,29 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Size
+from workloads.riot.tasks import TASKS
 from workloads.topics import shared
 
 # `on: gateways` places one instance on every node of that kind.
 KIND_WORDS = {"devices": "device", "gateways": "gateway", "brokers": "broker",
               "cloud": "cloud_vm", "cloud_vms": "cloud_vm", "coordinators": "coordinator"}
+
+# The operator without a task: it forwards each message as it came (and, with a `window`,
+# counts them). It is the default, so the migration studies' window counts need not name it.
+PASSTHROUGH = "passthrough"
+# The apps an `engine: spark` operator runs (workloads.spark.job.APPS, named here so that
+# validating a file does not import PySpark; a test keeps the two equal).
+SPARK_APPS = ("etl", "stats", "pred")
+
+
+def known_tasks(engine: str) -> list[str]:
+    """The task names an operator on `engine` may give, as an error message lists them."""
+    if engine == "spark":
+        return list(SPARK_APPS)
+    return [*sorted(TASKS), PASSTHROUGH]
 
 
 class WindowSpec(BaseModel):
@@ -31,8 +46,12 @@ class OperatorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Name
-    task: str = Field(default="passthrough", max_length=64)
+    # Before `task`, which is checked against the engine's tasks.
     engine: Literal["python", "spark"] = "python"
+    task: str = Field(
+        default=PASSTHROUGH, max_length=64,
+        description="a RIoTBench task (engine python), an app etl, stats or pred (engine "
+                    "spark), or passthrough: no task, each message forwarded as it came")
     on: list[str] = Field(min_length=1, description="node names, patterns or kinds (gateways)")
     reads: list[str] = Field(min_length=1, description="stream names or MQTT topic filters")
     writes: Name | None = None
@@ -47,6 +66,17 @@ class OperatorSpec(BaseModel):
         default=None, description="one instance per mobile user, reading that user's stream; "
                                   "placed at the user's gateway and moved by the policy")
     params: dict[str, object] = Field(default_factory=dict)
+
+    @field_validator("task")
+    @classmethod
+    def _known_task(cls, task: str, info: ValidationInfo) -> str:
+        # A name no backend knows would run on sim as a free operator (no calibrated cost).
+        engine = info.data.get("engine", "python")
+        known = known_tasks(engine)
+        if task not in known:
+            raise ValueError(f"unknown task {task!r} for engine {engine}; known tasks: "
+                             f"{', '.join(known)}")
+        return task
 
     @field_validator("on", "reads", mode="before")
     @classmethod

@@ -10,6 +10,7 @@ from emu.agent.config import AgentConfig
 from emu.deployment import DeploymentError, agent_configs
 from experiments.loader import load
 from tests.foundation.helpers import point
+from topologies.errors import SpecError
 
 SMALL = """
 name: small
@@ -86,20 +87,31 @@ def test_nodes_get_distinct_indexes_and_the_run_seed_and_epoch() -> None:
      "broker-1 is a broker"),
     ("{name: filter, task: stats, engine: spark, on: gateways, reads: city, writes: clean}",
      "pipeline[0].engine: python on gw-1: Spark runs on cloud VMs, and gw-1 is a gateway"),
-    ("{name: filter, task: nope, on: gateways, reads: city, writes: clean}",
-     "pipeline[0].task: a task the emulation can run: unknown task 'nope'"),
     ("{name: filter, task: range_filter, on: gateways, reads: city, writes: clean, "
      "params: {colour: red}}",
      "pipeline[0].task: a task the emulation can run: task 'range_filter' has no parameter "
      "'colour'"),
-    ("{name: filter, task: wordcount, engine: spark, on: cloud-1, reads: city, writes: clean}",
-     "pipeline[0].task: a task the emulation can run: operator 'filter': engine spark runs "
-     "the apps etl, stats, pred, not 'wordcount'"),
 ])
 def test_what_the_emulation_cannot_run_is_named(change: str, message: str) -> None:
     text = SMALL.replace(
         "{name: filter, task: range_filter, on: gateways, reads: city, writes: clean}", change)
     with pytest.raises(DeploymentError, match=re.escape(message)):
+        configs(text)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ("{name: filter, task: nope, on: gateways, reads: city, writes: clean}",
+     "pipeline[0].task: unknown task 'nope' for engine python; known tasks: "),
+    ("{name: filter, task: wordcount, engine: spark, on: cloud-1, reads: city, writes: clean}",
+     "pipeline[0].task: unknown task 'wordcount' for engine spark; known tasks: etl, stats, "
+     "pred"),
+])
+def test_an_unknown_task_is_refused_before_the_emulation_sees_it(change: str,
+                                                                  message: str) -> None:
+    # Validation refuses it on every backend (tests/foundation/test_tasks_refused.py).
+    text = SMALL.replace(
+        "{name: filter, task: range_filter, on: gateways, reads: city, writes: clean}", change)
+    with pytest.raises(SpecError, match=re.escape(message)):
         configs(text)
 
 

@@ -3,6 +3,7 @@
 import pytest
 
 from foundation.helpers import run
+from topologies.errors import SpecError
 from workloads.riot.costs import task_cost
 
 ONE_MESSAGE = """
@@ -38,6 +39,11 @@ def test_a_given_cost_wins_over_the_calibrated_one() -> None:
     assert table["latency"][0] == pytest.approx(7e-3, abs=1e-12)
 
 
-def test_an_unknown_task_without_a_cost_costs_nothing() -> None:
-    table = run(ONE_MESSAGE.format(task="my_own_task", cost="")).tables["messages"]
+def test_the_task_less_operator_without_a_cost_costs_nothing() -> None:
+    table = run(ONE_MESSAGE.format(task="passthrough", cost="")).tables["messages"]
     assert table["latency"][0] == pytest.approx(2e-3, abs=1e-12)
+
+
+def test_an_unknown_task_is_refused_rather_than_run_for_free() -> None:
+    with pytest.raises(SpecError, match=r"pipeline\[0\]\.task: unknown task 'my_own_task'"):
+        run(ONE_MESSAGE.format(task="my_own_task", cost=""))
