@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 
 _name = pa.dictionary(pa.int32(), pa.string())
 
@@ -42,13 +43,17 @@ TABLES: dict[str, pa.Schema] = {
 
 
 def conform(tables: dict[str, dict]) -> dict[str, pa.Table]:
-    """Every table of the schema from a backend's columns, in the schema's order; a table the
-    backend did not write is there, empty, so every run has the same files."""
+    """Every table of the schema from a backend's columns, in the schema's order, each checked
+    (see `check`); a table the backend did not write is there, empty, so every run has the
+    same files."""
     unknown = sorted(set(tables) - set(TABLES))
     if unknown:
         raise ValueError(f"the backend wrote tables the schema does not know: {unknown}")
-    return {name: to_table(name, tables[name]) if name in tables else empty(name)
-            for name in TABLES}
+    conformed = {name: to_table(name, tables[name]) if name in tables else empty(name)
+                 for name in TABLES}
+    for name, table in conformed.items():
+        check(name, table)
+    return conformed
 
 
 def empty(name: str) -> pa.Table:
@@ -70,3 +75,81 @@ def to_table(name: str, columns: dict) -> pa.Table:
         else:
             arrays.append(pa.array(values, type=column.type, from_pandas=True))
     return pa.Table.from_arrays(arrays, schema=schema)
+
+
+class SchemaError(ValueError):
+    """A table that has the schema's columns but breaks what they mean: names the table, the
+    rule, how many rows break it and the first of them."""
+
+
+# Float columns of times and durations: the backends' clocks differ by rounding (emu subtracts
+# an epoch of about 1.7e9 s from the host clock, whose spacing there is 2.4e-7 s).
+TIME_TOLERANCE_S = 1e-6
+# Shares (cpu, utilisation) are differences of running float totals: -1e-17 is a zero.
+SHARE_TOLERANCE = 1e-9
+
+
+def _fail(name: str, table: pa.Table, rule: str, broken: pa.Array) -> None:
+    """Raise SchemaError if any row of `broken` (bool, null counted as false) is true."""
+    broken = pc.fill_null(broken, False)
+    count = pc.sum(broken).as_py() or 0
+    if count:
+        row = pc.index(broken, True).as_py()
+        shown = table.slice(row, 1).to_pylist()[0]
+        raise SchemaError(f"table {name}: {rule}; {count} of {table.num_rows} rows break it, "
+                          f"the first is row {row}: {shown}")
+
+
+def _null(table: pa.Table, column: str) -> pa.Array:
+    """Null, with NaN counted as null for a float column (pandas writes a missing float so)."""
+    return pc.is_null(table.column(column), nan_is_null=True)
+
+
+def _required(name: str, table: pa.Table, columns: list[str]) -> None:
+    for column in columns:
+        _fail(name, table, f"{column} is never null", _null(table, column))
+
+
+def check(name: str, table: pa.Table) -> None:
+    """What the schema's columns mean, as far as rows show it; a SchemaError for the first
+    rule broken. Every backend's tables pass through here (conform), so a backend that writes
+    another meaning fails its run, and a unit test of it, loudly."""
+    checks = _CHECKS.get(name)
+    if checks is not None and table.num_rows:
+        checks(name, table)
+
+
+def _messages(name: str, table: pa.Table) -> None:
+    _required(name, table, ["id", "stream", "source", "t_sent", "hops", "lost"])
+    lost = table.column("lost")
+    for column in ("sink", "t_received", "latency"):
+        _fail(name, table, f"{column} is null exactly where the message is lost",
+              pc.not_equal(_null(table, column), lost))
+    delivered = pc.invert(lost)
+    latency = table.column("latency")
+    _fail(name, table, "latency is t_received - t_sent for a delivered message",
+          pc.and_(delivered, pc.greater(pc.abs(pc.subtract(
+              latency, pc.subtract(table.column("t_received"), table.column("t_sent")))),
+              TIME_TOLERANCE_S)))
+    _fail(name, table, "latency is >= 0", pc.less(latency, -TIME_TOLERANCE_S))
+    # Not >= 1 where delivered: a window's output starts on the window's node, and a sink
+    # there reads it having crossed no link.
+    _fail(name, table, "hops is >= 0 (links crossed)", pc.less(table.column("hops"), 0))
+
+
+def _nodes(name: str, table: pa.Table) -> None:
+    _required(name, table, ["t", "node", "cpu", "memory", "queue", "up"])
+    down = pc.invert(table.column("up"))
+    _fail(name, table, "cpu is 0 where the node is not up",
+          pc.and_(down, pc.not_equal(table.column("cpu"), 0.0)))
+    for column in ("cpu", "memory", "queue"):
+        _fail(name, table, f"{column} is >= 0", pc.less(table.column(column), -SHARE_TOLERANCE))
+
+
+def _links(name: str, table: pa.Table) -> None:
+    _required(name, table, ["t", "link", "src", "dst", "bytes", "utilisation"])
+    for column in ("bytes", "utilisation"):
+        _fail(name, table, f"{column} is >= 0", pc.less(table.column(column), -SHARE_TOLERANCE))
+
+
+_CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links}
