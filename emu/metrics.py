@@ -25,7 +25,7 @@ def _first(candidates: list[Path]) -> Path | None:
 
 class ContainerCgroup:
     """A container's cgroup files: the cgroupfs (docker/<id>) or systemd (docker-<id>.scope)
-    layouts, under cgroup v1 (cpuacct, memory) or v2 (unified)."""
+    layouts, under cgroup v1 (cpuacct, memory, freezer) or v2 (unified)."""
 
     def __init__(self, container_id: str, root: Path = CGROUP_ROOT):
         names = [f"docker/{container_id}", f"system.slice/docker-{container_id}.scope"]
@@ -36,6 +36,10 @@ class ContainerCgroup:
         if self.cpu_file is None or self.memory_file is None:
             raise FileNotFoundError(f"no cgroup found for container {container_id[:12]} "
                                     f"under {root}")
+        self.procs_file = self.cpu_file.parent / "cgroup.procs"
+        # v1 has no freezer file where the freezer controller is not mounted.
+        self.freezer_file = _first([root / "freezer" / n / "freezer.state" for n in names]
+                                   + [self.cpu_file.parent / "cgroup.freeze"])
 
     def usage(self) -> Usage:
         text = self.cpu_file.read_text()
@@ -45,10 +49,28 @@ class ContainerCgroup:
             cpu_s = int(text) / 1e9
         return Usage(cpu_s, int(self.memory_file.read_text()))
 
+    def down(self) -> str | None:
+        """None while the container runs; else why it does not: its cgroup is gone (removed),
+        holds no process (stopped, or its process died), or is frozen (paused)."""
+        try:
+            if not self.procs_file.read_text().strip():
+                return "stopped: no process left in its cgroup"
+            if self.freezer_file is not None and self.freezer_file.read_text().strip() in (
+                    "FROZEN", "FREEZING", "1"):
+                return "paused: its cgroup is frozen"
+        except (FileNotFoundError, ProcessLookupError):
+            return "gone: its cgroup was removed"
+        return None
+
 
 class NodeSampler:
     """Samples a set of containers: per node, CPU as a fraction of its cores since the last
-    sample, and memory in bytes, as the simulator's `nodes` table has them."""
+    sample, memory in bytes, and whether it is up, as the simulator's `nodes` table has them.
+
+    A node whose container is gone, stopped or paused is down from that sample on, for the
+    rest of the run (a row each sample with `up` false, cpu and memory 0); `down` says when
+    and why, for the run's failed nodes.
+    """
 
     def __init__(self, containers: dict[str, str], cores: dict[str, float], epoch: float,
                  root: Path = CGROUP_ROOT):
@@ -56,22 +78,51 @@ class NodeSampler:
         self.cores = cores
         self.epoch = epoch
         self.last: dict[str, tuple[float, float]] = {}
-        self.rows: dict[str, list] = {"t": [], "node": [], "cpu": [], "memory": [], "queue": []}
+        self.down: dict[str, str] = {}
+        self.rows: dict[str, list] = {"t": [], "node": [], "cpu": [], "memory": [], "queue": [],
+                                      "up": []}
+
+    @classmethod
+    def of_cluster(cls, plan, status: dict, epoch: float,
+                   root: Path = CGROUP_ROOT) -> NodeSampler:
+        """A sampler of a cluster's topology nodes (`plan`: its ClusterPlan; `status`: node ->
+        its container's status, with `.container`), each on its container's CPU limit.
+
+        The ZooKeeper servers the cluster adds (kind `zookeeper`: no topology node stands for
+        them) are testbed machinery, not part of the experiment: they are not sampled, so the
+        `nodes` table names the topology's nodes only, as the simulator's does. A coordinator
+        of the topology that runs ZooKeeper is a topology node and is sampled."""
+        nodes = [node for node in status if plan.containers[node].kind != "zookeeper"]
+        return cls({node: status[node].container for node in nodes},
+                   {node: plan.containers[node].nano_cpus / 1e9 for node in nodes}, epoch, root)
 
     def sample(self, now: float | None = None) -> None:
         now = time.time() if now is None else now
+        t = now - self.epoch
+        rows = self.rows
         for node, cgroup in self.cgroups.items():
-            try:
-                usage = cgroup.usage()
-            except (FileNotFoundError, ProcessLookupError, ValueError):
-                continue  # the container ended: it has no more samples
+            if node not in self.down:
+                why = cgroup.down()
+                if why is None:
+                    try:
+                        usage = cgroup.usage()
+                    except (FileNotFoundError, ProcessLookupError, ValueError):
+                        why = "gone: its cgroup was removed"
+                if why is not None:
+                    self.down[node] = f"down at t={t:.1f} s: {why}"
+            if node in self.down:
+                for column, value in zip(rows.values(), (t, node, 0.0, 0.0, 0, False),
+                                         strict=True):
+                    column.append(value)
+                continue
             if node in self.last:
                 then, cpu_then = self.last[node]
-                self.rows["t"].append(now - self.epoch)
-                self.rows["node"].append(node)
-                self.rows["cpu"].append((usage.cpu_s - cpu_then)
-                                        / (self.cores[node] * max(now - then, 1e-9)))
-                self.rows["memory"].append(float(usage.memory))
+                rows["t"].append(t)
+                rows["node"].append(node)
+                rows["cpu"].append((usage.cpu_s - cpu_then)
+                                   / (self.cores[node] * max(now - then, 1e-9)))
+                rows["memory"].append(float(usage.memory))
                 # Queues inside the agents and Mosquitto are not visible from outside.
-                self.rows["queue"].append(0)
+                rows["queue"].append(0)
+                rows["up"].append(True)
             self.last[node] = (now, usage.cpu_s)
