@@ -7,17 +7,19 @@ import logging
 import secrets
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from emu.agent.config import OperatorConfig
-from emu.agent.mqtt import no_delay
+from emu.agent.mqtt import end_session, new_client, no_delay, session_args, session_present
 from emu.agent.protocol import ALL_REQUESTS, MANAGEMENT, Request, request_topic
 from emu.agent.registry import GATEWAYS, gateway_path
 from emu.mqtt_loop import SelectorLoop
 
 CONNECT_TIMEOUT = 10.0
+# How often a command waiting for replies asks whether the nodes still missing are gone.
+GONE_POLL_S = 0.5
 # kazoo logs each dropped connection it then recovers from; without a handler of its own,
 # Python would print them on stderr.
 logging.getLogger("kazoo").addHandler(logging.NullHandler())
@@ -43,11 +45,13 @@ class Reply:
 
 @dataclass
 class CommandResult:
-    """The replies of one command sent to many nodes, and the nodes that did not answer."""
+    """The replies of one command sent to many nodes, and the nodes that did not answer:
+    `missing`, of which `gone` are those the sender knew dead (it stopped waiting for them)."""
 
     command: str
     replies: dict[str, Reply] = field(default_factory=dict)
     missing: list[str] = field(default_factory=list)
+    gone: list[str] = field(default_factory=list)
     t_sent: float = 0.0
     t_finished: float = 0.0
 
@@ -60,6 +64,11 @@ class CommandResult:
         return {node: reply.error for node, reply in self.replies.items() if not reply.ok}
 
     @property
+    def silent(self) -> list[str]:
+        """Nodes that did not answer and were not known dead."""
+        return [node for node in self.missing if node not in self.gone]
+
+    @property
     def duration(self) -> float:
         """From the first request sent to the last reply (or the timeout)."""
         return self.t_finished - self.t_sent
@@ -70,7 +79,8 @@ class CommandResult:
             parts.append(f"{len(self.failed)} failed (" + "; ".join(
                 f"{node}: {error}" for node, error in sorted(self.failed.items())) + ")")
         if self.missing:
-            parts.append(f"{len(self.missing)} did not answer ({', '.join(self.missing)})")
+            parts.append(f"{len(self.missing)} did not answer (" + ", ".join(
+                f"{node}: gone" if node in self.gone else node for node in self.missing) + ")")
         return ", ".join(parts) + f" in {self.duration * 1000:.0f} ms"
 
 
@@ -80,41 +90,62 @@ class Controller:
     `with Controller("127.0.0.1:1883") as control: control.install(nodes, operator)`:
     every request is published first, then the replies are awaited together, so N nodes
     take about as long as the slowest one, not N times one.
+
+    Its broker session is persistent (emu.agent.mqtt.new_client): the loop reconnects after
+    a lost connection or a broker restart, paho resends the requests not yet acknowledged,
+    and the broker keeps the reply subscription and queues the replies meanwhile; a session
+    the broker lost is subscribed again. `client_id` should be the same for the
+    controller's whole life (the default is random per Controller).
     """
 
     def __init__(self, broker: str, client_id: str | None = None) -> None:
-        import paho.mqtt.client as mqtt
-
         host, _, port = broker.rpartition(":")
         self.host, self.port = (host, int(port)) if host else (broker, 1883)
         self._token = secrets.token_hex(4)
         self.reply_topic = f"{MANAGEMENT}/controller/{self._token}/res"
-        self._client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
-                                   client_id=client_id or f"foglab-controller-{self._token}")
+        self._client = new_client(client_id or f"foglab-controller-{self._token}",
+                                  persistent=True)
         self._client.on_message = self._on_message
+        self._client.on_connect = self._on_connect
+        self._subscribed = threading.Event()
+        self._client.on_subscribe = lambda *args: self._subscribed.set()
+        self.connections = 0
         self._lock = threading.Condition()
         self._waiting: dict[str, dict[str, Any]] = {}  # request id -> what the reply completes
         self._count = 0
         self._loop: SelectorLoop | None = None  # not paho's: see emu.mqtt_loop
 
     def connect(self, timeout: float = CONNECT_TIMEOUT) -> Controller:
-        subscribed = threading.Event()
-        self._client.on_subscribe = lambda *args: subscribed.set()
-        self._client.connect(self.host, self.port, keepalive=30)
+        self._client.connect(self.host, self.port, keepalive=30, **session_args())
         no_delay(self._client)
         self._loop = SelectorLoop(self._client).start()
-        self._client.subscribe(self.reply_topic, qos=1)
-        if not subscribed.wait(timeout):
+        if not self._subscribed.wait(timeout):
             self.close()
             raise TimeoutError(f"broker {self.host}:{self.port} did not confirm the reply "
                                f"subscription within {timeout} s")
         return self
 
+    @property
+    def reconnects(self) -> int:
+        return max(0, self.connections - 1)
+
     def close(self) -> None:
-        self._client.disconnect()
         if self._loop is not None:
+            self._loop.disconnect_with(properties=end_session())
             self._loop.stop()
             self._loop = None
+        else:
+            self._client.disconnect(properties=end_session())
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any,
+                    *rest: Any) -> None:
+        """On the loop's thread, at every CONNACK: subscribe unless the session kept it."""
+        if getattr(reason, "is_failure", False):
+            return
+        self.connections += 1
+        no_delay(client)
+        if not session_present(flags):
+            client.subscribe(self.reply_topic, qos=1)
 
     def __enter__(self) -> Controller:
         return self.connect()
@@ -142,11 +173,14 @@ class Controller:
             self._lock.notify_all()
 
     def send(self, nodes: Iterable[str], command: str, args: dict[str, Any] | None = None,
-             timeout: float = 10.0, broadcast: bool = False) -> CommandResult:
+             timeout: float = 10.0, broadcast: bool = False,
+             gone: Callable[[], Iterable[str]] | None = None) -> CommandResult:
         """Send one command to every node and wait up to timeout for all replies.
 
         Each node gets its own request on its own topic, or with `broadcast` one request goes
         to all agents at once (foglab/mgmt/all/req) and the replies of `nodes` are awaited.
+        `gone()` names nodes known dead (asked every GONE_POLL_S): the wait ends once every
+        node has answered or is gone, and those are the result's `gone`.
         """
         nodes = list(dict.fromkeys(nodes))
         result = CommandResult(command)
@@ -169,17 +203,28 @@ class Controller:
                                  payload, qos=1)
         deadline = time.monotonic() + timeout
         wanted = set(nodes)
+        dead: set[str] = set()
         with self._lock:
-            while not wanted <= set(collected):
+            while not wanted <= set(collected) | dead:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     break
-                self._lock.wait(left)
+                if gone is None:
+                    self._lock.wait(left)
+                    continue
+                self._lock.wait(min(left, GONE_POLL_S))
+                if not wanted <= set(collected):
+                    self._lock.release()  # gone() may be slow (the engine's API)
+                    try:
+                        dead = set(gone()) & wanted
+                    finally:
+                        self._lock.acquire()
             for request_id, _ in requests:
                 del self._waiting[request_id]
             result.replies = dict(collected)
         result.t_finished = time.time()
         result.missing = [node for node in nodes if node not in result.replies]
+        result.gone = [node for node in result.missing if node in dead]
         return result
 
     def _new_id(self) -> str:
@@ -211,11 +256,12 @@ class Controller:
         return self.send(nodes, "stop", {"operator": operator}, timeout)
 
     def set_rate(self, nodes: Iterable[str], rate: float, stream: str | None = None,
-                 timeout: float = 10.0) -> CommandResult:
+                 timeout: float = 10.0,
+                 gone: Callable[[], Iterable[str]] | None = None) -> CommandResult:
         args: dict[str, Any] = {"key": "publish.rate", "value": rate}
         if stream is not None:
             args["stream"] = stream
-        return self.send(nodes, "set", args, timeout)
+        return self.send(nodes, "set", args, timeout, gone=gone)
 
 
 def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,

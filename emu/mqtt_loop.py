@@ -9,6 +9,11 @@ such limit: paho's external-loop interface (`loop_read`, `loop_write`, `loop_mis
 write-registration callback, once set, makes paho queue what another thread publishes rather
 than write it there; the callback wakes the loop through a socket pair, and the loop writes
 while `want_write()`.
+
+paho's own loop reconnects after a lost connection; an external loop must do it itself: while
+the client has no socket and was not told to disconnect, this one calls `reconnect()` with a
+growing delay (`Backoff`, as paho's `reconnect_delay_set`), so a broker restart costs a
+persistent client (emu.agent.mqtt) only the time the broker was away.
 """
 
 from __future__ import annotations
@@ -21,13 +26,47 @@ import time
 from typing import Any
 
 MISC_INTERVAL_S = 1.0  # keepalive pings and retries: paho asks for loop_misc about once a second
+RECONNECT_MIN_S, RECONNECT_MAX_S = 0.5, 4.0
+
+
+class Backoff:
+    """When to try a connection again: at once the first time after a connection that worked
+    (a CONNACK), then `low` later, doubling at each attempt up to `high`; a peer that accepts
+    and closes at once (a relay whose service is down) waits as long as one that refuses."""
+
+    def __init__(self, low: float = RECONNECT_MIN_S, high: float = RECONNECT_MAX_S) -> None:
+        self.low, self.high = low, high
+        self.delay = 0.0
+        self.next_try = 0.0
+        self.attempts = 0  # since the last connection that worked
+
+    def due(self, now: float) -> bool:
+        return now >= self.next_try
+
+    def wait(self, now: float) -> float:
+        """Seconds until the next attempt is due."""
+        return max(0.0, self.next_try - now)
+
+    def attempt(self, now: float) -> None:
+        self.attempts += 1
+        self.delay = self.low if self.delay == 0.0 else min(self.delay * 2, self.high)
+        self.next_try = now + self.delay
+
+    def connected(self) -> None:
+        self.delay = 0.0
+        self.next_try = 0.0
+        self.attempts = 0
 
 
 class SelectorLoop:
-    """Runs one paho client's network traffic on a thread of its own until `stop`."""
+    """Runs one paho client's network traffic on a thread of its own until `stop`; reconnects
+    a lost connection until `disconnect` (or `stop`)."""
 
     def __init__(self, client: Any) -> None:
         self.client = client
+        self.backoff = Backoff()
+        self.reconnects = 0  # connections made again after one was lost
+        self._leaving = threading.Event()  # disconnect() called: no more reconnections
         self._selector = selectors.DefaultSelector()
         self._wake_read, self._wake_write = socket.socketpair()
         self._wake_read.setblocking(False)
@@ -45,8 +84,15 @@ class SelectorLoop:
         self._thread.start()
         return self
 
+    def disconnect_with(self, **kwargs: Any) -> None:
+        """Disconnect the client for good (disconnect()'s arguments): the loop does not
+        reconnect it."""
+        self._leaving.set()
+        self.client.disconnect(**kwargs)
+
     def stop(self, timeout: float = 5.0) -> None:
         """End the loop once what is queued (a DISCONNECT) is written, or after `timeout`."""
+        self._leaving.set()
         deadline = time.monotonic() + timeout
         while self.client.want_write() and self._running() and time.monotonic() < deadline:
             time.sleep(0.01)
@@ -65,6 +111,10 @@ class SelectorLoop:
         watched: socket.socket | None = None
         while not self._stopping.is_set():
             sock = self.client.socket()
+            if sock is None and not self._leaving.is_set():
+                sock = self._reconnect()
+            elif self.backoff.attempts and self.client.is_connected():
+                self.backoff.connected()
             if sock is not watched:
                 if watched is not None:
                     with contextlib.suppress(KeyError, ValueError):
@@ -76,7 +126,9 @@ class SelectorLoop:
                 events = selectors.EVENT_READ | (
                     selectors.EVENT_WRITE if self.client.want_write() else 0)
                 self._selector.modify(sock, events)
-            for key, mask in self._selector.select(MISC_INTERVAL_S):
+            wait = MISC_INTERVAL_S if sock is not None else min(
+                MISC_INTERVAL_S, self.backoff.wait(time.monotonic()))
+            for key, mask in self._selector.select(wait):
                 if key.fileobj is self._wake_read:
                     with contextlib.suppress(BlockingIOError):
                         self._wake_read.recv(4096)
@@ -86,3 +138,16 @@ class SelectorLoop:
                 if mask & selectors.EVENT_WRITE:
                     self.client.loop_write()
             self.client.loop_misc()
+
+    def _reconnect(self) -> Any:
+        """Try to connect again if the backoff allows; the new socket, or None."""
+        now = time.monotonic()
+        if not self.backoff.due(now):
+            return None
+        self.backoff.attempt(now)
+        try:
+            self.client.reconnect()
+        except (OSError, ValueError):  # refused, unreachable, timed out: the broker is away
+            return None
+        self.reconnects += 1
+        return self.client.socket()

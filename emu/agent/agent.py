@@ -14,7 +14,14 @@ from typing import TYPE_CHECKING, Any
 from emu.agent.config import AgentConfig
 from emu.agent.drivers import Driver, Drivers
 from emu.agent.management import Management
-from emu.agent.mqtt import connected, new_client, no_delay
+from emu.agent.mqtt import (
+    connected,
+    end_session,
+    new_client,
+    no_delay,
+    session_args,
+    session_present,
+)
 from emu.agent.operators import Operator
 from emu.agent.protocol import ALL_REQUESTS, Envelope, request_topic
 from emu.agent.records import Records
@@ -45,6 +52,13 @@ class Agent:
     read, as in the simulator); a driver's message goes to the broker only when no local
     operator took it (or the driver `forward`s), an operator's output always. Copies of the
     node's own messages coming back from the broker are ignored, so nothing is read twice.
+
+    The broker session is persistent (a fixed client id, MQTT 5 with a session expiry): paho
+    reconnects after a dropped connection or a broker restart, resends the QoS 1 messages not
+    yet acknowledged, and the broker delivers what it queued for the node meanwhile; QoS 0
+    messages of the outage are lost, as MQTT allows. An operator's outputs go at the QoS of
+    its inputs (a window's at the highest it took), so a stream that asks for QoS 1 keeps it
+    past the operators.
     """
 
     def __init__(self, config: AgentConfig, clock: Callable[[], float] = time.time) -> None:
@@ -82,12 +96,16 @@ class Agent:
         self._readers: dict[str, tuple[Operator, ...]] = {}
         self._subscribed: set[str] = set()
         self.unreadable = 0   # broker messages that were no envelope
-        self.unpublished = 0  # publishes the client refused (not connected, QoS 0)
+        self.unpublished = 0  # QoS 0 publishes the client refused (not connected)
         self.looped = 0       # outputs dropped after MAX_HOPS operators
         self.description = self._describe()
         self.management = Management(self)
-        self.client = new_client(f"foglab-{self.node}-{os.getpid()}-{os.urandom(3).hex()}")
+        self.client = new_client(f"foglab-agent-{self.node}", persistent=True)
         self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
+        self.connections = 0  # CONNACKs: 1 + reconnections
+        self._stopping = False
+        self._qos: dict[str, int] = {}  # operator -> the highest QoS of its inputs so far
         self.client.on_message = self._on_message
         self.client.on_subscribe = self._on_subscribe
         self._requests = request_topic(self.node)
@@ -116,18 +134,19 @@ class Agent:
             job.start()
         host, port = broker_address(self.config.mqtt)
         self.client.reconnect_delay_set(min_delay=1, max_delay=4)
-        self.client.connect_async(host, port, keepalive=KEEPALIVE)
+        self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
         self.client.loop_start()
 
     def stop(self, timeout: float = 2.0) -> bool:
         """Stop emitting, flush the records, leave ZooKeeper and the broker, within timeout
         (the records first: they are what a run keeps). False if the scheduler was stuck."""
         deadline = time.monotonic() + timeout
+        self._stopping = True
         stopped = self.scheduler.stop(timeout=timeout / 2)
         self.records.close()
         if self.registration is not None:
             self.registration.close(timeout=max(0.1, deadline - time.monotonic() - 0.2))
-        self.client.disconnect()
+        self.client.disconnect(properties=end_session())
         self.client.loop_stop()
         for job in self.spark_jobs.values():
             job.stop()
@@ -140,8 +159,19 @@ class Agent:
             print(f"foglab agent {self.node}: broker refused the connection: {rc}",
                   file=sys.stderr, flush=True)
             return
+        self.connections += 1
+        if self.connections > 1:
+            resumed = "resumed" if session_present(flags) else "new (the broker lost it)"
+            print(f"foglab agent {self.node}: reconnected to the broker, session {resumed}",
+                  file=sys.stderr, flush=True)
         no_delay(client)
+        # Also when the session resumed: a broker that lost its database forgot them.
         _, self._requests_mid = client.subscribe([(self._requests, 1), (ALL_REQUESTS, 1)])
+
+    def _on_disconnect(self, client: Any, userdata: Any, *rest: Any) -> None:
+        if not self._stopping:
+            print(f"foglab agent {self.node}: lost the broker; reconnecting", file=sys.stderr,
+                  flush=True)
 
     def _on_subscribe(self, client: Any, userdata: Any, mid: int, *rest: Any) -> None:
         # Compared on the scheduler's thread, after _on_ready has noted its subscription's mid.
@@ -152,7 +182,7 @@ class Agent:
         if topic == ALL_REQUESTS or topic == self._requests:
             self.management.received(message.payload)
         else:
-            self.scheduler.call(self._from_broker, topic, message.payload)
+            self.scheduler.call(self._from_broker, topic, message.payload, message.qos)
 
     # Scheduler thread -------------------------------------------------------------------------
 
@@ -166,7 +196,7 @@ class Agent:
     def _on_ready(self) -> None:
         """The broker passes requests on to the node now: (re)subscribe its operators, and
         wait for the broker to confirm them too."""
-        self._subscribed.clear()  # a clean session: the broker forgot them
+        self._subscribed.clear()  # subscribed again: a broker that lost its state forgot them
         self._operators_mid = self._subscribe()
         if self._operators_mid is None:
             self._on_operators_subscribed()
@@ -206,11 +236,11 @@ class Agent:
     def _from_driver(self, topic: str, envelope: Envelope, driver: Driver) -> None:
         readers = self._readers_of(topic)
         for operator in readers:
-            self._take(operator, envelope)
+            self._take(operator, envelope, driver.config.qos)
         if not readers or driver.config.forward:
             self._publish(topic, envelope, driver.config.qos)
 
-    def _from_broker(self, topic: str, payload: bytes) -> None:
+    def _from_broker(self, topic: str, payload: bytes, qos: int = 0) -> None:
         if topic in self._own_topics:
             return  # this node's own message, read locally when it was published
         try:
@@ -219,10 +249,12 @@ class Agent:
             self.unreadable += 1
             return
         for operator in self._readers_of(topic):
-            self._take(operator, envelope)
+            self._take(operator, envelope, qos)
 
-    def _take(self, operator: Operator, envelope: Envelope) -> None:
+    def _take(self, operator: Operator, envelope: Envelope, qos: int = 0) -> None:
         now = self.clock()
+        if qos > self._qos.get(operator.name, 0):
+            self._qos[operator.name] = qos
         if operator.sink:
             self.records.received(envelope.id, envelope.stream, envelope.src, self.node,
                                   envelope.t, now, envelope.hops)
@@ -232,20 +264,21 @@ class Agent:
             window.armed = True
             self.scheduler.at(window.end, self._window_ends, operator, operator.token)
         for output in outputs:
-            self._from_operator(operator, output)
+            self._from_operator(operator, output, qos)
 
     def _window_ends(self, operator: Operator, token: int) -> None:
         window = operator.window
         if token != operator.token or window is None:
             return  # the operator stopped or went; start sets the timer again
         window.armed = False
+        qos = self._qos.get(operator.name, 0)
         for output in window.close(self.clock(), operator.name, self.node):
-            self._from_operator(operator, output)
+            self._from_operator(operator, output, qos)
         if window.count:  # counted on into a later window before the timer rang
             window.armed = True
             self.scheduler.at(window.end, self._window_ends, operator, token)
 
-    def _from_operator(self, operator: Operator, output: Envelope) -> None:
+    def _from_operator(self, operator: Operator, output: Envelope, qos: int = 0) -> None:
         topic = operator.out_topic
         if topic is None:
             return  # a sink's window outputs go nowhere
@@ -254,12 +287,12 @@ class Agent:
             return
         for reader in self._readers_of(topic):
             if reader is not operator:
-                self._take(reader, output)
-        self._publish(topic, output, 0)
+                self._take(reader, output, qos)
+        self._publish(topic, output, qos)
 
     def _publish(self, topic: str, envelope: Envelope, qos: int) -> None:
         info = self.client.publish(topic, envelope.encode(), qos)
-        if info.rc != 0:
+        if info.rc != 0 and qos == 0:  # paho keeps a QoS 1 message for the reconnection
             self.unpublished += 1
 
     # Changes by management (scheduler thread) ---------------------------------------------------

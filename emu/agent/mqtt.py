@@ -5,25 +5,71 @@ from __future__ import annotations
 import socket
 from typing import Any
 
+# How long the broker keeps a persistent client's session after it went (s): a broker
+# restart or a partition is seconds; a run is much shorter than this.
+SESSION_EXPIRY_S = 3600
+MQTT_V5 = 5
 
-def new_client(client_id: str) -> Any:
-    """A clean-session MQTT 3.1.1 client; on paho 2.x with the version-2 callbacks.
 
+def new_client(client_id: str, persistent: bool = False) -> Any:
+    """An MQTT client; on paho 2.x with the version-2 callbacks.
+
+    Not `persistent`: MQTT 3.1.1 with a clean session. `persistent`: MQTT 5, to be connected
+    with `session_args()`: a fresh session at the first connection (none left by an earlier
+    client of the same id), then the same session at every reconnection, kept by the broker
+    for SESSION_EXPIRY_S: its subscriptions stay and its QoS 1 messages queue while the
+    client is away (a dropped connection, a broker restarted with its database). The id must
+    be the same at every connection.
     Callbacks written as `on_connect(client, userdata, flags, rc, *rest)` and
-    `on_disconnect(client, userdata, *rest)` suit both versions; `connected(rc)` reads rc.
+    `on_disconnect(client, userdata, *rest)` suit both versions and protocols; `connected(rc)`
+    reads rc, `session_present(flags)` the flags.
     """
     import paho.mqtt.client as mqtt
 
     api = getattr(mqtt, "CallbackAPIVersion", None)  # only paho 2.x has it
+    kwargs: dict[str, Any] = (
+        {"client_id": client_id, "protocol": MQTT_V5} if persistent
+        else {"client_id": client_id, "clean_session": True})
     if api is None:
-        return mqtt.Client(client_id=client_id, clean_session=True)
-    return mqtt.Client(api.VERSION2, client_id=client_id, clean_session=True)
+        return mqtt.Client(**kwargs)
+    return mqtt.Client(api.VERSION2, **kwargs)
+
+
+def session_args() -> dict[str, Any]:
+    """connect()'s and connect_async()'s arguments for a persistent client: clean start on
+    the first connection only, and the session's expiry."""
+    import paho.mqtt.client as mqtt
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    properties = Properties(PacketTypes.CONNECT)
+    properties.SessionExpiryInterval = SESSION_EXPIRY_S
+    return {"clean_start": mqtt.MQTT_CLEAN_START_FIRST_ONLY, "properties": properties}
+
+
+def end_session() -> Any:
+    """disconnect()'s properties for a persistent client leaving for good: the broker drops
+    its session at once rather than keep it for SESSION_EXPIRY_S."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    properties = Properties(PacketTypes.DISCONNECT)
+    properties.SessionExpiryInterval = 0
+    return properties
 
 
 def connected(rc: Any) -> bool:
     """Whether a CONNACK's code (an int in paho 1.6, a ReasonCode in 2.x) means success."""
     failure = getattr(rc, "is_failure", None)
     return not failure if failure is not None else rc == 0
+
+
+def session_present(flags: Any) -> bool:
+    """Whether the broker resumed the client's session: flags are a dict in paho 1.6,
+    ConnectFlags in 2.x."""
+    if isinstance(flags, dict):
+        return bool(flags.get("session present"))
+    return bool(getattr(flags, "session_present", False))
 
 
 def no_delay(client: Any) -> None:
