@@ -52,6 +52,11 @@ class OperatorConfig:
     writes: str | None = None
     window: float | None = None        # tumbling window size in seconds: count per window
     engine: str = "python"             # python | spark (spark: cloud nodes only)
+    # Outputs per input, 0 to 1, decided per input as the simulator does (a running credit).
+    selectivity: float = 1.0
+    # The node's records directory: the operator notes there (filtered.csv) every input it
+    # passed nothing on for; None: it notes nothing.
+    records: str | None = None
 
 
 @dataclass

@@ -1,10 +1,27 @@
-"""Operators at run time: a task over message bodies, an optional window count, a sink or not."""
+"""Operators at run time: a task over message bodies, an optional window count, a sink or not.
+
+Selectivity (outputs per input, at most 1 here) is decided as the simulator decides it
+(sim.operators.OperatorInstance._passes): a running credit per operator instance, with no
+random stream. Each input adds the selectivity to the credit; the input's outputs go on when
+the credit reaches 1, which takes 1 from it: 0.25 passes every fourth input. Both backends so
+pass the same count of an instance's inputs, and the same ones by their order of arrival (the
+k-th input passes on both); message ids are numbered differently by the backends, so the same
+seed gives the same counts and positions, not the same ids. The decision is taken per input
+after the task ran (its CPU time is spent, as sim's cost is), whatever the task gave.
+
+An input an operator passes nothing on for is noted in the node's records (`filtered.csv`,
+with why: `selectivity`, `task` (the task gave no output) or `error`), so the result tables
+count it as filtered, not lost. A sink records every arrival before it runs (the agent's
+`received.csv`): a sink's selectivity notes the inputs it did not keep (`sink` 1), which the
+tables take back out of the delivered ones, as sim's sink records only those it keeps.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import math
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -99,7 +116,46 @@ def operator_config(args: dict[str, Any]) -> OperatorConfig:
     window = data.get("window")
     if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))):
         raise ValueError("operator field 'window' must be a number of seconds or null")
+    selectivity = data.get("selectivity", 1.0)
+    if isinstance(selectivity, bool) or not isinstance(selectivity, (int, float)):
+        raise ValueError("operator field 'selectivity' must be a number from 0 to 1")
+    if data.get("records") is not None and not isinstance(data["records"], str):
+        raise ValueError("operator field 'records' must be a directory path or null")
     return OperatorConfig(**data)
+
+
+# Below 1 + this, a credit passes: ten times 0.1 must pass one input, as in the simulator.
+CREDIT_EPSILON = 1e-9
+FILTERED = ("id", "stream", "source", "node", "operator", "sink", "reason", "t")
+
+
+def _csv_field(value: object) -> str:
+    text = str(value)
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+class FilteredLog:
+    """filtered.csv in a node's records directory: a row per input an operator passed nothing
+    on for. Each row is written at once, unbuffered: the agent ends with os._exit once its own
+    records are flushed, so rows held here would lose the run's last second."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, "filtered.csv")
+        self.fd: int | None = None
+
+    def write(self, row: tuple) -> None:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            if os.fstat(self.fd).st_size == 0:
+                os.write(self.fd, (",".join(FILTERED) + "\n").encode())
+        os.write(self.fd, (",".join(map(_csv_field, row)) + "\n").encode())
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None
 
 
 @dataclasses.dataclass(slots=True)
@@ -164,6 +220,13 @@ class Operator:
         window = config.window
         if window is not None and not (math.isfinite(window) and window > 0):
             raise ValueError(f"operator {name!r}: window must be > 0 seconds, not {window}")
+        selectivity = config.selectivity
+        if not 0.0 <= selectivity <= 1.0:
+            raise ValueError(f"operator {name!r}: selectivity must be from 0 to 1 (outputs per "
+                             f"input; more than one is not yet on emu), not {selectivity}")
+        if window is not None and selectivity != 1.0:
+            raise ValueError(f"operator {name!r}: a window counts every input: selectivity must "
+                             f"be 1 with a window, not {selectivity}")
         try:
             self.stage = make_stage(config.task, config.params)
         except ValueError as error:
@@ -179,6 +242,12 @@ class Operator:
         self.processed = 0
         self.errors = 0
         self.last_error: str | None = None
+        self.selectivity = float(selectivity)
+        self.credit = 0.0
+        self.filtered = 0
+        # A window passes on one output per window: the inputs it absorbs are not filtered.
+        self.filtered_log = (FilteredLog(config.records)
+                             if config.records is not None and window is None else None)
 
     @property
     def sink(self) -> bool:
@@ -194,15 +263,39 @@ class Operator:
         merged = {**self.config.params, **params}
         return make_stage(self.config.task, merged), merged
 
+    def passes(self) -> bool:
+        """Whether the next input's outputs go on: the simulator's running credit."""
+        if self.selectivity == 1.0:
+            return True
+        self.credit += self.selectivity
+        if self.credit + CREDIT_EPSILON >= 1.0:
+            self.credit -= 1.0
+            return True
+        return False
+
     def take(self, envelope: Envelope, now: float) -> list[Envelope]:
         """The outputs of one input: the task's, or the windows it closed."""
         self.processed += 1
+        reason = None
         try:
             bodies = self.stage(envelope.body)
         except Exception as error:  # a bad message or a task's failure must not stop the node
             self.errors += 1
             self.last_error = f"{type(error).__name__}: {error}"
+            bodies, reason = [], "error"
+        kept = self.passes()
+        if not kept:
             bodies = []
+        if self.sink:
+            # The agent has recorded its arrival: only the sink's selectivity takes that back.
+            reason = None if kept else "selectivity"
+        elif reason is None and not bodies:
+            reason = "task" if kept else "selectivity"
+        if reason is not None and self.window is None:
+            self.filtered += 1
+            if self.filtered_log is not None:
+                self.filtered_log.write((envelope.id, envelope.stream, envelope.src, self.node,
+                                         self.name, int(self.sink), reason, now))
         outputs = [envelope.passed_on(body) for body in bodies]
         if self.window is None:
             return outputs
@@ -212,5 +305,5 @@ class Operator:
 
     def status(self) -> dict[str, Any]:
         return {"task": self.config.task, "running": self.running, "processed": self.processed,
-                "errors": self.errors, "last_error": self.last_error,
+                "errors": self.errors, "last_error": self.last_error, "filtered": self.filtered,
                 "params": self.config.params}

@@ -200,3 +200,102 @@ def test_overlapping_filters_take_a_message_once_and_shared_ids_all(config, agen
     received = read_csv_now(agent, "received.csv")
     assert sorted((r["id"], r["sink"]) for r in received) == [("1", "cloud-1")] * 4 + \
         [("2", "cloud-1")] * 2
+
+
+# Selectivity and what an operator filters -----------------------------------------------------
+
+
+def sim_decisions(selectivity: float, inputs: int) -> list[int]:
+    """What the simulator's operator instance passes of each input, in order."""
+    from sim.operators import OperatorInstance
+
+    instance = OperatorInstance.__new__(OperatorInstance)  # only its credit is used here
+    instance.selectivity, instance._credit = selectivity, 0.0
+    return [instance._passes() for _ in range(inputs)]
+
+
+@pytest.mark.parametrize("selectivity", [0.0, 0.1, 0.25, 1 / 3, 0.5, 0.95, 1.0])
+def test_selectivity_passes_the_inputs_the_simulator_passes(selectivity: float) -> None:
+    operator = Operator(OperatorConfig("f", reads=["city/#"], writes="clean",
+                                       selectivity=selectivity), "gw-1", 0.0)
+    decisions = [len(operator.take(Envelope(i, "city", "d-0", 0.0, 0, "x"), 0.0))
+                 for i in range(1000)]
+    assert decisions == sim_decisions(selectivity, 1000)
+    assert sum(decisions) == round(1000 * selectivity)
+    assert operator.filtered == 1000 - sum(decisions)
+
+
+def filtered_rows(directory) -> list[dict[str, str]]:
+    return read_csv(directory / "filtered.csv")
+
+
+def test_what_an_operator_passes_nothing_on_for_is_noted_with_why(tmp_path) -> None:
+    def operator(name: str, **fields) -> Operator:
+        return Operator(OperatorConfig(name, reads=["city/#"], records=str(tmp_path),
+                                       **fields), "gw-1", 0.0)
+
+    half = operator("half", writes="clean", selectivity=0.5)
+    none_hot = operator("hot", task="range_filter", writes="hot",
+                        params={"ranges": {"temperature": [1000, 2000]}})
+    sink = operator("sink", selectivity=0.5, task="range_filter")
+    body = '[{"bn":"d-0/","bt":1.0,"n":"temperature","v":20.0}]'
+    for i in range(4):
+        envelope = Envelope(i, "city", "d-0", 0.5, 0, body if i < 3 else "not senml")
+        for op in (half, none_hot, sink):
+            op.take(envelope, 10.0 + i)
+    rows = [(r["id"], r["operator"], r["sink"], r["reason"]) for r in filtered_rows(tmp_path)]
+    assert sorted(rows) == sorted([
+        ("0", "half", "0", "selectivity"), ("2", "half", "0", "selectivity"),
+        ("0", "hot", "0", "task"), ("1", "hot", "0", "task"), ("2", "hot", "0", "task"),
+        ("3", "hot", "0", "error"),
+        # A sink recorded every arrival: only what its selectivity drops is taken back; a
+        # task's error or empty output there does not undo the delivery.
+        ("0", "sink", "1", "selectivity"), ("2", "sink", "1", "selectivity")])
+    first = filtered_rows(tmp_path)[0]
+    assert (first["stream"], first["source"], first["node"], float(first["t"])) == (
+        "city", "d-0", "gw-1", 10.0)
+    assert (half.filtered, none_hot.filtered, sink.filtered) == (2, 4, 2)
+
+
+def test_a_window_notes_nothing_it_counts(tmp_path) -> None:
+    operator = Operator(OperatorConfig("count", reads=["city/#"], writes="counts", window=1.0,
+                                       records=str(tmp_path)), "gw-1", 0.0)
+    for i in range(5):
+        operator.take(Envelope(i, "city", "d-0", 0.1 * i, 0, "x"), 0.1 * i)
+    assert not (tmp_path / "filtered.csv").exists() and operator.filtered == 0
+
+
+@pytest.mark.parametrize(("fields", "message"), [
+    ({"selectivity": 1.5}, "selectivity must be from 0 to 1 .* not 1.5"),
+    ({"selectivity": -0.1}, "selectivity must be from 0 to 1"),
+    ({"selectivity": 0.5, "window": 2.0}, "selectivity must be 1 with a window, not 0.5"),
+])
+def test_a_bad_selectivity_is_refused(fields: dict, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        Operator(OperatorConfig("op", reads=["city/#"], **fields), "gw-1", 0.0)
+
+
+def test_an_install_request_checks_selectivity_and_records_types() -> None:
+    from emu.agent.operators import operator_config
+
+    assert operator_config({"name": "f", "selectivity": 0.5}).selectivity == 0.5
+    with pytest.raises(ValueError, match="'selectivity' must be a number"):
+        operator_config({"name": "f", "selectivity": "half"})
+    with pytest.raises(ValueError, match="'records' must be a directory path"):
+        operator_config({"name": "f", "records": 3})
+
+
+def test_a_gateway_filter_sends_on_half_and_notes_the_rest(config, agents, listen,
+                                                           tmp_path) -> None:
+    listener = listen("clean/#")
+    records = tmp_path / "gw-1"
+    agent = agents(config("gw-1", drivers=[CITY], operators=[
+        OperatorConfig("filter", reads=["city/#"], writes="clean", selectivity=0.5,
+                       records=str(records))]))
+    settle(agent, 1.5)
+    sent = {int(r["id"]) for r in read_csv_now(agent, "sent.csv")}
+    passed = {h.envelope.id for h in listener.snapshot()}
+    filtered = {int(r["id"]) for r in filtered_rows(records)}
+    assert len(sent) > 50
+    assert passed | filtered == sent and not passed & filtered
+    assert len(passed) == len(sent) // 2
