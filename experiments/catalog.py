@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import experiments
-import topologies
 import workloads
+from topologies import catalog as topology_catalog
 from topologies.errors import SpecError
 
 FOLDERS = {
-    "topology": Path(topologies.__file__).parent,
+    "topology": topology_catalog.FOLDER,
     "workload": Path(workloads.__file__).parent,
     "experiment": Path(experiments.__file__).parent,
 }
@@ -18,24 +18,12 @@ FOLDERS = {
 
 def names(kind: str) -> list[str]:
     """The catalog entries of one kind, by name."""
-    return sorted(path.stem for path in FOLDERS[kind].glob("*.yaml"))
+    return topology_catalog.names(FOLDERS[kind])
 
 
 def find(kind: str, name: str, base: Path | None = None) -> Path | None:
     """A path as given (relative to `base`), or the catalog entry of that name."""
-    candidates = [Path(name)]
-    if base is not None:
-        candidates.insert(0, base / name)
-    if "/" not in name and not name.endswith((".yaml", ".yml")):
-        candidates.append(FOLDERS[kind] / f"{name}.yaml")
-    return next((path for path in candidates if _is_file(path)), None)
-
-
-def _is_file(path: Path) -> bool:
-    try:
-        return path.is_file()
-    except (OSError, ValueError):  # a name too long for the file system, or with a NUL
-        return False
+    return topology_catalog.find(name, FOLDERS[kind], base)
 
 
 def experiment_path(source: str | Path) -> Path:

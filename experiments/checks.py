@@ -23,6 +23,10 @@ def check(spec: ExperimentSpec) -> Topology:
     _check_mobility(spec, topology)
     if spec.run.backend == "emu":
         _check_emulation(spec, topology)
+    if spec.run.backend == "hybrid":
+        # Refused here, so that nothing (not even a results folder) is made for it.
+        raise SpecError(("run", "backend"), "hybrid", "sim or emu: the hybrid backend is not "
+                        "built yet")
     return topology
 
 

@@ -59,12 +59,30 @@ class _Sources:
 
     def place(self, error: SpecError) -> SpecError:
         for path, option in self.overrides.items():
-            if error.path[:len(path)] == path:
+            # Inside what the option set, or above it where no file wrote a mapping or list:
+            # the option made that part (`--set nosuch.key=1` makes `nosuch`) or replaced a
+            # value the file wrote (`--set run.duration.x=1`).
+            if error.path[:len(path)] == path or (
+                    error.path and path[:len(error.path)] == error.path
+                    and not self._written_container(error.path)):
                 return SpecError(error.path, error.value, error.expected, option)
         head = error.path[0] if error.path else ""
         if head in self.documents and head:
             return self.documents[head].error(error, prefix=(head,))
         return self.documents[""].error(error)
+
+
+    def _written_container(self, path: tuple) -> bool:
+        """Whether a file (the experiment's, or the one a reference names) wrote a mapping or
+        a list at `path`."""
+        head = path[0]
+        document = self.documents.get(head) if head else None
+        node, parts = (document.data, path[1:]) if document else (self.documents[""].data, path)
+        for part in parts:
+            if not _has(node, part):
+                return False
+            node = node[part]
+        return isinstance(node, dict | list)
 
 
 def load(source: str | Path, overrides: list[str] = (), sweeps: list[str] = ()) -> Experiment:
@@ -189,9 +207,7 @@ def _data_path(data: object, loc: tuple) -> tuple:
     path: list = []
     node = data
     for part in loc:
-        present = ((isinstance(node, dict) and part in node) or (
-            isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node)))
-        if present:
+        if _has(node, part):
             path.append(part)
             node = node[part]
             continue
@@ -201,6 +217,12 @@ def _data_path(data: object, loc: tuple) -> tuple:
             path.append(part)  # a missing field still belongs in the path
             node = None
     return tuple(path)
+
+
+def _has(node: object, part: object) -> bool:
+    """Whether a parsed YAML mapping or list has `part` (a key, or an index in range)."""
+    return (isinstance(node, dict) and part in node) or (
+        isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node))
 
 
 def _assignment(option: str, flag: str) -> tuple[tuple, object]:

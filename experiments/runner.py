@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -27,7 +27,7 @@ class Reporter:
     """What a runner tells its user; the CLI shows it with rich, tests stay silent."""
 
     def start(self, total_runs: int) -> None: ...
-    def run_started(self, label: str, duration: float) -> None: ...
+    def run_started(self, label: str, folder: Path, duration: float) -> None: ...
     def progress(self, seconds: float) -> None: ...
     def run_finished(self, label: str, folder: Path, summary: dict | None,
                      error: str | None) -> None: ...
@@ -40,6 +40,11 @@ class Outcome:
     repetition: int
     summary: dict | None
     error: str | None
+    status: str = "ok"  # ok, degraded (some nodes failed; see `failed`) or failed
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def failed_summary(self) -> str:
+        return "; ".join(f"{node}: {why}" for node, why in sorted(self.failed.items()))
 
 
 def run_experiment(experiment: Experiment, out: Path | str = "results",
@@ -83,7 +88,7 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         "start": now_utc(), "end": None, "status": "running", "error": None,
         **common, "config": spec.model_dump(mode="json"),
     })
-    reporter.run_started(label, spec.run.duration)
+    reporter.run_started(label, writer.folder, spec.run.duration)
     try:
         runner = backend(spec.run.backend)
         output = runner.run(RunPlan(spec, point.topology, seed, repetition), reporter.progress)
@@ -97,14 +102,17 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         if output.failed:
             writer.manifest["failed_nodes"] = output.failed
         writer.finish("degraded" if output.failed else "ok", facts=output.facts)
-    except KeyboardInterrupt:
-        writer.finish("interrupted", "interrupted by the user")
+    except KeyboardInterrupt as stop:
+        how = getattr(stop, "signal", None)
+        writer.finish("interrupted", f"interrupted by {how.name}" if how is not None
+                      else "interrupted by the user (Ctrl-C)")
         raise
     except Exception as exc:  # noqa: BLE001 - a failed run is recorded, the sweep goes on
         error = f"{type(exc).__name__}: {exc}"
         writer.manifest["traceback"] = traceback.format_exc()
         writer.finish("failed", error)
         reporter.run_finished(label, writer.folder, None, error)
-        return Outcome(writer.folder, point.values, repetition, None, error)
+        return Outcome(writer.folder, point.values, repetition, None, error, "failed")
     reporter.run_finished(label, writer.folder, summary, None)
-    return Outcome(writer.folder, point.values, repetition, summary, None)
+    return Outcome(writer.folder, point.values, repetition, summary, None,
+                   "degraded" if output.failed else "ok", output.failed)

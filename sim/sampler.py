@@ -8,8 +8,9 @@ from sim.recorder import SeriesLog
 
 
 class Sampler:
-    """CPU, memory, queue and whether it is up, per node; bytes, utilisation and latency per link between
-    infrastructure nodes (device links would swamp the table). Utilisation comes from the
+    """CPU, memory, queue and whether it is up (always, in the model), per node; bytes,
+    utilisation and latency per link between infrastructure nodes (device links would swamp
+    the table). Utilisation comes from the
     work the servers admitted less what they still had queued, so it is exact per interval."""
 
     def __init__(self, env, topology, cpus: list, channels: list, interval: float, until: float,

@@ -13,6 +13,19 @@ from typer.testing import CliRunner
 from experiments.cli import app
 
 PNG = b"\x89PNG\r\n\x1a\n"
+MIGRATION = """
+name: move
+topology: thesis-azure
+workload:
+  name: events
+  streams: [{name: events, sources: producer-*, rate: 100/s, arrivals: periodic, size: 100B}]
+pipeline:
+  - {name: count, task: passthrough, on: source, reads: events, cost: 5us, window: {size: 5s}}
+scenario:
+  migration: {strategy: pause_transfer, state_per_event: 84B, store: zookeeper}
+  migrations: [{at: 10s, operator: count, to: target}]
+run: {duration: 30s, seed: 3}
+"""
 cli = CliRunner()
 
 
@@ -80,10 +93,30 @@ def test_a_bad_set_option_exits_2_naming_it(tmp_path: Path,
     assert not (tmp_path / "results").exists()
 
 
-def test_a_failed_run_exits_1_and_says_why(tmp_path: Path) -> None:
-    result = foglab("run", "quickstart", "--set", "run.backend=hybrid", "--out", str(tmp_path))
+class _Broken:
+    """A backend that fails, standing in for one whose run raises (the runner is under test)."""
+
+    name = "sim"
+
+    def run(self, plan, progress):
+        raise RuntimeError("the backend broke [on purpose]")
+
+
+def test_a_failed_run_exits_1_and_says_why(tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("experiments.runner.backend", lambda name: _Broken())
+    result = foglab("run", "quickstart", "--out", str(tmp_path))
     assert result.exit_code == 1
-    assert "failed" in result.output and "not built yet" in result.output
+    assert "failed" in result.output
+    assert "the backend broke [on purpose]" in result.output  # brackets shown as written
+
+
+def test_the_hybrid_backend_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+    result = foglab("run", "quickstart", "--set", "run.backend=hybrid", "--out", str(tmp_path))
+    assert result.exit_code == 2
+    assert "--set run.backend=hybrid: run.backend" in result.output
+    assert "not built yet" in result.output
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_schema_prints_a_json_schema_of_the_experiment_file() -> None:
@@ -131,8 +164,30 @@ def test_results_list_and_show(results_root) -> None:
     assert "quickstart" in listing.output and "ok" in listing.output
     shown = foglab("results", "show", str(folder))
     assert shown.exit_code == 0
-    assert "status       ok" in shown.output and "seed         7" in shown.output
-    assert '"delivered"' in shown.output
+    lines = shown.output.splitlines()
+    assert any(line.split() == ["status", "ok"] for line in lines), shown.output
+    assert any(line.split() == ["seed", "7"] for line in lines), shown.output
+    assert '"delivered"' not in shown.output  # a table, not raw JSON
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["delivered", "lost"])
+    figures = lines[header + 2].split()
+    assert figures[:2] == [f"{summary['delivered']:,}", f"{summary['lost']:,}"]
+    assert figures[5] == f"{summary['latency_s']['p50'] * 1000:.1f}"  # p50 ms
+    assert "migrations" not in shown.output  # the quickstart moves nothing
+
+
+def test_results_show_lists_migrations_with_their_downtime(tmp_path: Path) -> None:
+    experiment = tmp_path / "move.yaml"
+    experiment.write_text(MIGRATION, encoding="utf-8")
+    assert foglab("run", str(experiment), "--out", str(tmp_path / "out")).exit_code == 0
+    (folder,) = (tmp_path / "out" / "move").iterdir()
+    shown = foglab("results", "show", str(folder))
+    assert shown.exit_code == 0
+    (moved,) = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["migrations"]
+    row = next(line.split() for line in shown.output.splitlines()
+               if line.split()[:2] == ["count", "pause_transfer"])
+    assert row[2:4] == [moved["source"], moved["target"]]
+    assert row[5] == f"{moved['downtime'] * 1000:.1f}"
 
 
 def test_results_show_of_a_folder_that_is_not_a_run_exits_2(tmp_path: Path) -> None:
@@ -147,3 +202,98 @@ def test_the_installed_command_runs() -> None:
                           text=True, timeout=120, check=False)
     assert done.returncode == 0, done.stderr
     assert "valid" in done.stdout
+
+
+def test_help_and_errors_show_square_brackets() -> None:
+    shown = foglab("run", "--help")
+    assert "KEY=[v1,v2]" in shown.output and "run.seed=[1,2,3]" in shown.output
+    refused = foglab("validate", "quickstart", "--sweep", "run.seed=1,2")
+    assert refused.exit_code == 2
+    assert "--sweep KEY=[v1, v2, ...] with at least one value" in refused.output
+    typed = foglab("validate", "quickstart", "--set", "name=[a]")
+    assert "(got ['a'])" in typed.output
+
+
+def test_a_set_option_for_an_unknown_top_level_field_is_named(tmp_path: Path) -> None:
+    result = foglab("validate", "quickstart", "--set", "nosuch.key=1")
+    assert result.exit_code == 2
+    assert "error: --set nosuch.key=1: nosuch: no such field here" in result.output
+    assert "quickstart.yaml" not in result.output
+    # a field the file wrote, made wrong by an option inside it, still names the option
+    nested = foglab("validate", "quickstart", "--set", "run.duration.x=1")
+    assert "--set run.duration.x=1" in nested.output
+
+
+def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+    """foglab in a process of its own, its output in a pipe (not a terminal), as `| tee` has."""
+    env = {k: v for k, v in __import__("os").environ.items() if k != "COLUMNS"}
+    return subprocess.Popen([str(Path(sys.executable).parent / "foglab"), *args], cwd=cwd,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+
+
+@pytest.mark.slow
+def test_sigterm_marks_the_run_interrupted_and_piped_output_shows_progress(
+        tmp_path: Path) -> None:
+    """`timeout 200 foglab run ...`: exit 143, status interrupted, and where the results are;
+    output to a pipe gets a progress line every few seconds before that."""
+    import signal
+
+    process = _start(["run", "quickstart", "--set", "run.duration=10h", "--out", "out"],
+                     tmp_path)
+    try:
+        first = process.stdout.readline()  # the first progress line, about 5 s in
+        assert "runs: 0/1 (0%) | run p0 r0: " in first and "/36,000 (" in first, first
+        process.send_signal(signal.SIGTERM)
+        output = first + process.stdout.read()
+        assert process.wait(timeout=60) == 143, output
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    (folder,) = (tmp_path / "out" / "quickstart").iterdir()
+    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    assert manifest["status"] == "interrupted"
+    assert manifest["error"] == "interrupted by SIGTERM"
+    assert f"interrupted: run out/quickstart/{folder.name} is marked interrupted" in output
+    assert "Traceback" not in output
+
+
+def test_piped_tables_are_full_width(tmp_path: Path) -> None:
+    process = _start(["run", "quickstart", "--set", "run.duration=10s",
+                      "--sweep", "workload.streams.0.rate=[1/s,2/s]", "--sweep", "run.seed=[1,2]",
+                      "--out", "out"], tmp_path)
+    output, _ = process.communicate(timeout=300)
+    assert process.returncode == 0, output
+    header = next(line for line in output.splitlines() if "delivered" in line)
+    for column in ("rep", "rate", "seed", "delivered", "lost", "msg/s", "p50 ms", "p95 ms",
+                   "p99 ms", "jitter"):
+        assert column in header, header
+    assert "…" not in output
+    assert len(header) > 80
+
+
+def test_log_progress_says_where_each_running_task_is() -> None:
+    import io
+    import time
+
+    from rich.console import Console
+
+    from topologies.terminal import LogProgress
+
+    out = io.StringIO()
+    progress = LogProgress(console=Console(file=out, width=200), every=0.05)
+    with progress:
+        runs = progress.add_task("runs", total=1)
+        run = progress.add_task("run p0 r0", total=600)
+        progress.add_task("hidden", total=10, visible=False)
+        progress.update(run, completed=150)
+        time.sleep(0.3)
+        said = out.getvalue().splitlines()
+        progress.update(run, completed=600)  # finished tasks fall silent
+        progress.update(runs, completed=1)
+        time.sleep(0.3)
+    assert said, "no progress line"
+    for line in said:
+        assert line.endswith("] runs: 0/1 (0%) | run p0 r0: 150/600 (25%)"), line
+    assert out.getvalue().splitlines() == said  # nothing under way: no more lines
+    assert "hidden" not in out.getvalue()

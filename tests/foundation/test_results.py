@@ -103,13 +103,24 @@ def test_the_same_config_gives_byte_identical_tables(quickstart_run, tmp_path: P
     assert _manifest(first.folder)["config_hash"] == _manifest(second.folder)["config_hash"]
 
 
-def test_a_backend_that_is_not_built_records_a_failed_run(tmp_path: Path) -> None:
-    experiment = load("quickstart", overrides=[*SHORT, "run.backend=hybrid"])
-    (outcome,) = run_experiment(experiment, tmp_path, sweep_id="hybrid")
-    assert outcome.summary is None
-    assert "not built yet" in outcome.error
+class _Broken:
+    """A backend whose run raises: stands in for any failure, the runner is under test."""
+
+    name = "sim"
+
+    def run(self, plan, progress):
+        raise NotImplementedError("this backend broke")
+
+
+def test_a_backend_that_fails_records_a_failed_run(tmp_path: Path,
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("experiments.runner.backend", lambda name: _Broken())
+    experiment = load("quickstart", overrides=SHORT)
+    (outcome,) = run_experiment(experiment, tmp_path, sweep_id="broken")
+    assert outcome.summary is None and outcome.status == "failed"
+    assert "this backend broke" in outcome.error
     manifest = _manifest(outcome.folder)
-    assert (manifest["status"], manifest["backend"]) == ("failed", "hybrid")
+    assert (manifest["status"], manifest["backend"]) == ("failed", "sim")
     assert manifest["error"] == outcome.error
     assert "NotImplementedError" in manifest["traceback"]
     assert manifest["end"] is not None
@@ -150,7 +161,8 @@ def test_two_runs_started_in_the_same_second_each_get_a_folder(
             return datetime(2030, 1, 1, 12, 0, 0, tzinfo=UTC)
 
     monkeypatch.setattr(runner, "datetime", Frozen)
-    experiment = load("quickstart", overrides=["run.duration=2s", "run.backend=hybrid"])
+    monkeypatch.setattr("experiments.runner.backend", lambda name: _Broken())
+    experiment = load("quickstart", overrides=["run.duration=2s"])
     (first,) = run_experiment(experiment, tmp_path)
     (second,) = run_experiment(experiment, tmp_path)
     assert first.folder != second.folder
@@ -185,8 +197,9 @@ def sweep_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
     experiment = load("quickstart", overrides=["run.duration=5s"],
                       sweeps=["topology.links.1.latency=[10ms, 40ms]"])
     run_experiment(experiment, root, sweep_id="lat")
-    run_experiment(load("quickstart", overrides=["run.duration=5s", "run.backend=hybrid"]),
-                   root, sweep_id="other")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr("experiments.runner.backend", lambda name: _Broken())
+        run_experiment(load("quickstart", overrides=["run.duration=5s"]), root, sweep_id="other")
     return root
 
 
@@ -280,3 +293,37 @@ def test_a_sweep_over_repetitions_runs_each_points_own_count(tmp_path) -> None:
     outcomes = run_experiment(experiment, tmp_path)
     assert [(o.point["run.repetitions"], o.repetition) for o in outcomes] == [
         (1, 0), (2, 0), (2, 1)]
+
+
+def test_a_run_with_failed_nodes_ends_degraded_with_every_table(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from experiments.backends import SimBackend
+
+    class OneNodeFailed(SimBackend):
+        """The model's run, reported with a node failed: the runner's bookkeeping is tested."""
+
+        def run(self, plan, progress):
+            output = super().run(plan, progress)
+            output.failed = {"gw-2": "container exited (137)"}
+            return output
+
+    monkeypatch.setattr("experiments.runner.backend", lambda name: OneNodeFailed())
+    (outcome,) = run_experiment(load("quickstart", overrides=SHORT), tmp_path, sweep_id="d")
+    assert (outcome.status, outcome.error) == ("degraded", None)
+    assert outcome.failed_summary() == "gw-2: container exited (137)"
+    manifest = _manifest(outcome.folder)
+    assert manifest["status"] == "degraded"
+    assert manifest["failed_nodes"] == {"gw-2": "container exited (137)"}
+    assert sorted(p.stem for p in outcome.folder.glob("*.parquet")) == sorted(TABLES)
+    assert outcome.summary["delivered"] > 0
+
+
+def test_every_run_writes_every_table_of_the_schema(tmp_path: Path) -> None:
+    """The quickstart has no migrations or mobility: those tables are there, empty."""
+    (outcome,) = run_experiment(load("quickstart", overrides=SHORT), tmp_path, sweep_id="all")
+    run = load_run(outcome.folder)
+    for name, schema in TABLES.items():
+        table = pq.read_table(outcome.folder / f"{name}.parquet")
+        assert table.schema.equals(schema), name
+    assert pq.read_table(outcome.folder / "migrations.parquet").num_rows == 0
+    assert run.messages["lost"].sum() >= 0 and len(run.messages) > 0

@@ -1,0 +1,164 @@
+"""What foglab's command lines print: one console, errors shown as written, and progress that
+is live bars on a terminal and a plain line every few seconds in a log or a pipe.
+
+Every command line (`experiments.cli`, `emu.cli`) prints through this module, so a user's text
+(a file path, `KEY=[v1,v2]`, an error from a library) is never read as rich markup, and output
+sent to a file is as wide as it needs to be instead of cut at 80 columns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+import time
+from collections.abc import Iterator
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+)
+from rich.text import Text
+
+# Output to a file or a pipe: tables keep every column whole, long lines stay on one line.
+LOG_WIDTH = 1000
+# How often a long step says where it is when nobody watches a terminal.
+LOG_EVERY_S = 5.0
+
+console = Console(highlight=False)
+
+
+def fit_output() -> None:
+    """Size the console for where its output goes now: a terminal's width, or wide for a log.
+
+    Called at the start of each command, because what stdout is can change between calls in
+    one process (tests, notebooks)."""
+    if not console.is_terminal:
+        console.width = LOG_WIDTH
+
+
+def error(message: object, hint: str | None = None) -> None:
+    """`error: <message>` in red, the message as written (no markup read in it)."""
+    line = Text.assemble(("error: ", "red"), str(message))
+    if hint:
+        line.append(f"\n({hint})")
+    console.print(line, soft_wrap=True)
+
+
+def warning(message: object) -> None:
+    console.print(Text.assemble(("warning: ", "yellow"), str(message)), soft_wrap=True)
+
+
+def say(message: object, style: str | None = None) -> None:
+    """A line of plain text, printed as written."""
+    console.print(Text(str(message), style=style or ""), soft_wrap=True)
+
+
+def bars(counted: bool = True, every: float = LOG_EVERY_S) -> Progress:
+    """The progress of a long command: bars that vanish when done on a terminal; elsewhere a
+    line per running task every `every` seconds."""
+    columns = [TextColumn("{task.description}", markup=False), BarColumn()]
+    if counted:
+        columns.append(MofNCompleteColumn())
+    columns.append(TimeElapsedColumn())
+    if console.is_terminal:
+        return Progress(*columns, console=console, transient=True)
+    return LogProgress(*columns, console=console, every=every)
+
+
+class LogProgress(Progress):
+    """Progress for a log: no live display, but every `every` seconds one line with each
+    visible, unfinished task (`[   35s] runs: 0/1 (0%) | run p0 r0: 35/600 (6%)`), and
+    nothing when nothing runs."""
+
+    def __init__(self, *columns, console: Console, every: float = LOG_EVERY_S):
+        super().__init__(*columns, console=console, disable=True)
+        self.every = every
+        self._started = time.monotonic()
+        self._stopping = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._started = time.monotonic()
+        self._stopping.clear()
+        self._thread = threading.Thread(target=self._tell, name="progress-log", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def _tell(self) -> None:
+        while not self._stopping.wait(self.every):
+            line = self.line()
+            if line:
+                self.console.print(Text(line), soft_wrap=True)
+                self.console.file.flush()
+
+    def line(self) -> str | None:
+        """What a progress line says now, or None when no task is under way."""
+        with self._lock:
+            tasks = [t for t in self._tasks.values() if t.visible and not t.finished]
+        parts = []
+        for task in tasks:
+            part = task.description
+            if task.total is not None and task.total > 0:
+                part += (f": {_number(task.completed)}/{_number(task.total)} "
+                         f"({100 * task.completed / task.total:.0f}%)")
+            parts.append(part)
+        if not parts:
+            return None
+        return f"[{time.monotonic() - self._started:6.0f}s] " + " | ".join(parts)
+
+
+class Stop(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is, so that whatever cleans up
+    after a Ctrl-C cleans up after them too; `signal` says which."""
+
+    def __init__(self, number: int = signal.SIGINT):
+        super().__init__(signal.Signals(number).name)
+        self.signal = signal.Signals(number)
+
+
+def _raise_stop(number: int, frame: object) -> None:
+    raise Stop(number)
+
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP interrupt the main thread as Ctrl-C does, while inside; so does
+    SIGINT, even in a process started with it ignored (a shell's background job). Outside the
+    main thread (signals cannot be set there) it changes nothing."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {number: signal.signal(number, _raise_stop) for number in STOP_SIGNALS[1:]}
+    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
+
+
+def exit_code(interrupt: KeyboardInterrupt) -> int:
+    """The shell's code for a process ended by the signal: 130 for Ctrl-C, 143 for SIGTERM."""
+    return 128 + int(getattr(interrupt, "signal", signal.SIGINT))
+
+
+def _number(value: float) -> str:
+    return f"{value:,.0f}" if abs(value) >= 10 or value == int(value) else f"{value:.2f}"
+
+
+__all__ = ["LOG_EVERY_S", "LogProgress", "Stop", "bars", "console", "error", "escape",
+           "exit_code", "fit_output", "say", "stop_on_signals", "warning"]
