@@ -5,13 +5,17 @@ drivers), holding each message for the device link's latency and jitter and drop
 the link's loss. Operators run on the nodes that have an agent, gateways and cloud VMs;
 brokers run Mosquitto and nothing else. Drivers follow a stream's rate shape from the run's
 epoch as the simulator's sources do (`publish.rate` changes the base rate while running).
+
+Every field of a pipeline operator (workloads.pipeline.OperatorSpec) either acts here as on
+sim (ON_EMU says how) or, set to anything but its default, is refused before any container
+starts, with its field path and value (NOT_ON_EMU says why).
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
 
-from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
+from emu.agent.config import RECORDS_DIR, AgentConfig, DriverConfig, OperatorConfig
 from emu.agent.operators import make_stage
 from emu.agent.spark import SparkJob
 from topologies.errors import SpecError
@@ -70,10 +74,58 @@ def _drivers(topology: Topology, workload: WorkloadSpec) -> dict[str, list[Drive
     return drivers
 
 
+# How each operator field acts on emu. A test walks OperatorSpec's fields: each is here or in
+# NOT_ON_EMU, so a field added to the schema must say how the emulation treats it.
+ON_EMU = {
+    "name": "the operator's name on every node it runs on",
+    "task": "the RIoTBench task (or passthrough) the agent runs on each message",
+    "engine": "python runs in the agent; spark runs the app as a PySpark job on a cloud VM",
+    "on": "an instance on each node placed, gateways and cloud VMs",
+    "reads": "the MQTT topic filters the instances read, locally or through the broker",
+    "writes": "the topic the outputs go to (<writes>/<node>); none: a sink",
+    "params": "the task's parameters (sim runs no task and ignores them)",
+    "selectivity": "from 0 to 1: a running credit per instance decides which inputs go on, as "
+                   "on sim; what it drops is noted and counted as filtered, not lost",
+    "cost": "measured, not imposed: the node runs the task itself, and its CPU time there is "
+            "what sim's cost stands for (sim takes an unset cost from the task's measured one)",
+}
+# Fields the emulation does not run yet: field -> (its default, why it is refused otherwise).
+NOT_ON_EMU = {
+    "out_size": (None, "an output's size on emu is what its task writes"),
+    "window": (None, "sim's window outputs are new messages and rows of the windows table, "
+                     "which the emulation does not write (run it on sim)"),
+    "follow": (None, "follow operators move with mobile users, which the emulation does not "
+                     "model (run it on sim)"),
+}
+
+
+def _refuse_what_emu_cannot_run(index: int, spec: OperatorSpec) -> None:
+    for name, (default, why) in NOT_ON_EMU.items():
+        value = getattr(spec, name)
+        if value != default:
+            raise DeploymentError(("pipeline", index, name), _shown(value),
+                                  f"not yet on emu: {why}")
+    if spec.selectivity > 1.0:
+        raise DeploymentError(("pipeline", index, "selectivity"), spec.selectivity,
+                              "not yet on emu above 1: the copies of an input would share its "
+                              "id, which the tables count as duplicates (run it on sim)")
+    if spec.selectivity != 1.0 and spec.engine == "spark":
+        raise DeploymentError(("pipeline", index, "selectivity"), spec.selectivity,
+                              "not yet on emu for engine spark: the Spark app runs on every "
+                              "message (leave it 1, or use engine python)")
+
+
+def _shown(value: object) -> object:
+    """A field's value as the experiment file writes it (a model as its fields)."""
+    dump = getattr(value, "model_dump", None)
+    return dump() if dump is not None else value
+
+
 def operator_config(spec: OperatorSpec) -> OperatorConfig:
     return OperatorConfig(name=spec.name, task=spec.task, params=dict(spec.params),
                           reads=[topic_filter(r) for r in spec.reads], writes=spec.writes,
-                          window=spec.window.size if spec.window else None, engine=spec.engine)
+                          window=spec.window.size if spec.window else None, engine=spec.engine,
+                          selectivity=spec.selectivity, records=RECORDS_DIR)
 
 
 def _check_task(index: int, spec: OperatorSpec, config: OperatorConfig) -> None:
@@ -92,10 +144,7 @@ def _check_task(index: int, spec: OperatorSpec, config: OperatorConfig) -> None:
 def _operators(topology: Topology, pipeline: list[OperatorSpec]) -> dict[str, list]:
     operators: dict[str, list[OperatorConfig]] = defaultdict(list)
     for index, spec in enumerate(pipeline):
-        if spec.follow:
-            raise DeploymentError(("pipeline", index, "follow"), spec.follow,
-                                  "no follow operators on emu: they move with mobile users, "
-                                  "which the emulation does not model yet (run it on sim)")
+        _refuse_what_emu_cannot_run(index, spec)
         config = operator_config(spec)
         _check_task(index, spec, config)
         for node in placement(topology, spec.on):

@@ -7,10 +7,11 @@ import re
 import pytest
 
 from emu.agent.config import AgentConfig
-from emu.deployment import DeploymentError, agent_configs
+from emu.deployment import NOT_ON_EMU, ON_EMU, DeploymentError, agent_configs
 from experiments.loader import load
 from tests.foundation.helpers import point
 from topologies.errors import SpecError
+from workloads.pipeline import OperatorSpec
 
 SMALL = """
 name: small
@@ -30,7 +31,7 @@ workload:
   streams: [{name: city, sources: s-*, rate: 2/s, channel: exclusive, qos: 1}]
 pipeline:
   - {name: filter, task: range_filter, on: gateways, reads: city, writes: clean}
-  - {name: count, on: cloud-1, reads: clean, window: {size: 2s}}
+  - {name: count, on: cloud-1, reads: clean, selectivity: 0.5}
 run: {duration: 10s}
 """
 
@@ -71,7 +72,10 @@ def test_operators_go_where_placed_with_their_topic_filters() -> None:
         assert (op.name, op.task, op.reads, op.writes) == ("filter", "range_filter",
                                                             ["city/#"], "clean")
     (count,) = agents["cloud-1"].operators
-    assert (count.reads, count.writes, count.window) == (["clean/#"], None, 2.0)
+    assert (count.reads, count.writes, count.window) == (["clean/#"], None, None)
+    # Selectivity acts in the agent, which notes what it filters in the node's records.
+    assert (count.selectivity, count.records) == (0.5, "/records")
+    assert agents["gw-1"].operators[0].selectivity == 1.0
 
 
 def test_nodes_get_distinct_indexes_and_the_run_seed_and_epoch() -> None:
@@ -131,3 +135,63 @@ def test_the_catalog_quickstart_deploys() -> None:
                            run_point.spec.pipeline, seed=7, epoch=0.0)
     assert sum(len(d.devices) for a in agents.values() for d in a.drivers) == 200
     assert [op.engine for op in agents["cloud-1"].operators] == ["spark"]
+
+
+# A value other than the default for each field of OperatorSpec, and what it does on emu:
+# where the field acts, the agent configs show it; where it does not, it is refused.
+FILTER = {"name": "filter", "on": ["gateways"], "reads": ["city"], "writes": "clean"}
+ACTS = {
+    "name": ({"name": "clean-up"}, lambda a: a["gw-1"].operators[0].name == "clean-up"),
+    "task": ({"task": "range_filter"}, lambda a: a["gw-1"].operators[0].task == "range_filter"),
+    "engine": ({"engine": "spark", "task": "stats", "on": ["cloud-1"]},
+               lambda a: a["cloud-1"].operators[0].engine == "spark"),
+    "on": ({"on": ["gw-2"]}, lambda a: a["gw-1"].operators == [] and a["gw-2"].operators),
+    "reads": ({"reads": ["city/gw-1/+"]},
+              lambda a: a["gw-1"].operators[0].reads == ["city/gw-1/+"]),
+    "writes": ({"writes": "valid"}, lambda a: a["gw-1"].operators[0].writes == "valid"),
+    "params": ({"task": "range_filter", "params": {"ranges": {"temperature": [-40, 60]}}},
+               lambda a: a["gw-1"].operators[0].params == {
+                   "ranges": {"temperature": [-40, 60]}}),
+    "selectivity": ({"selectivity": 0.25},
+                    lambda a: a["gw-1"].operators[0].selectivity == 0.25),
+    # Measured, not imposed: the agent runs the task, whose CPU time is the cost.
+    "cost": ({"cost": 0.0015}, lambda a: a["gw-1"].operators[0].name == "filter"),
+}
+REFUSED = {
+    "out_size": ({"out_size": 64}, "pipeline[0].out_size: not yet on emu: an output's size "
+                                   "on emu is what its task writes (got 64)"),
+    "window": ({"window": {"size": 2.0}}, "pipeline[0].window: not yet on emu: sim's window "
+                                          "outputs are new messages"),
+    "follow": ({"follow": "users"}, "pipeline[0].follow: not yet on emu: follow operators "
+                                    "move with mobile users"),
+}
+
+
+def deploy(fields: dict) -> dict[str, AgentConfig]:
+    run_point = point(SMALL)
+    spec = OperatorSpec.model_validate({**FILTER, **fields})
+    return agent_configs(run_point.topology, run_point.spec.workload,
+                         [spec, *run_point.spec.pipeline[1:]], seed=3, epoch=100.0)
+
+
+def test_every_operator_field_acts_on_emu_or_is_refused() -> None:
+    fields = set(OperatorSpec.model_fields)
+    assert set(ACTS) | set(REFUSED) == fields, "a field of OperatorSpec is not walked here"
+    assert set(ON_EMU) == set(ACTS) and set(NOT_ON_EMU) == set(REFUSED)
+    for name, (change, acts) in ACTS.items():
+        assert change[name] != OperatorSpec.model_fields[name].default, name
+        assert acts(deploy(change)), name
+    for change, message in REFUSED.values():
+        with pytest.raises(DeploymentError, match=re.escape(message)):
+            deploy(change)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"selectivity": 2.0}, "pipeline[0].selectivity: not yet on emu above 1: the copies of an "
+                           "input would share its id"),
+    ({"selectivity": 0.5, "engine": "spark", "task": "stats", "on": ["cloud-1"]},
+     "pipeline[0].selectivity: not yet on emu for engine spark"),
+])
+def test_selectivity_emu_cannot_run_is_refused(change: dict, message: str) -> None:
+    with pytest.raises(DeploymentError, match=re.escape(message)):
+        deploy(change)
