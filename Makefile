@@ -4,20 +4,31 @@
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+# What `make run` needs (the model, no Spark or Docker SDK), and everything the tests need.
+RUN_STAMP := $(VENV)/.installed-run
+DEV_STAMP := $(VENV)/.installed-dev
 
-.PHONY: setup host run test test-fast lint bench clean
+.PHONY: setup setup-run host run test test-fast lint bench clean
 
-$(STAMP): pyproject.toml
+$(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
 		{ echo "foglab needs Python 3.11 or newer as $(PYTHON)"; exit 1; }
 	@$(PYTHON) -m venv $(VENV) || \
 		{ echo "could not create $(VENV): on Debian or Ubuntu, apt-get install python3-venv"; exit 1; }
 	$(PY) -m pip install --quiet --upgrade pip
+
+$(RUN_STAMP): pyproject.toml | $(PY)
+	@if [ -f $(DEV_STAMP) ] && [ $(DEV_STAMP) -nt pyproject.toml ]; then :; else \
+		$(PY) -m pip install --quiet -e . ; fi
+	@touch $@
+
+$(DEV_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-setup: $(STAMP)
+setup-run: $(RUN_STAMP)
+
+setup: $(DEV_STAMP)
 
 # What the tests use beyond Python: Mosquitto and a Java runtime (Spark tests); Docker Engine,
 # binfmt for arm64 and debootstrap (emulation tests, through the host doctor). Root only.
@@ -34,7 +45,7 @@ host: setup
 		echo "not root: Spark and emulation tests run only where their services are present"; \
 	fi
 
-run: setup
+run: setup-run
 	$(VENV)/bin/foglab run quickstart
 
 test: setup host

@@ -119,14 +119,36 @@ def dockerd_pids() -> list[int]:
 
 def _docker_answers() -> str | None:
     """The engine's version if `docker info` answers, else None."""
+    return _ask_docker()[0]
+
+
+def _ask_docker() -> tuple[str | None, str]:
+    """The engine's version if `docker info` answers, else None and why not."""
     if shutil.which("docker") is None:
-        return None
+        return None, "no docker command"
     try:
         result = _run(["docker", "info", "--format", "{{.ServerVersion}}"], timeout=20)
     except subprocess.TimeoutExpired:
-        return None
+        return None, "`docker info` did not answer within 20 s"
     version = result.stdout.strip()
-    return version if result.returncode == 0 and version else None
+    if result.returncode == 0 and version:
+        return version, ""
+    return None, _last_line(result)
+
+
+def docker_state(answer: tuple[str | None, str], docker: str | None, dockerd: str | None,
+                 running: list[int]) -> str:
+    """What is wrong with the engine, told apart: no package, a client without an engine,
+    an engine installed but not running, or one that runs and does not answer."""
+    if running:
+        return (f"dockerd runs (pid {', '.join(map(str, running))}) but `docker info` fails: "
+                f"{answer[1]}")
+    if dockerd:
+        return f"Docker Engine is installed ({dockerd}) but no dockerd is running"
+    if docker:
+        return (f"a docker command exists ({docker}) but no Docker Engine (dockerd) is "
+                "installed: docker.io is not installed")
+    return "docker.io is not installed"
 
 
 def _start_dockerd(report: Report) -> int:
@@ -152,13 +174,14 @@ def _wait_for_docker(pids: list[int]) -> str | None:
 def check_docker(fix: bool, apt: Apt, report: Report) -> Check:
     """Docker Engine answers; with fix, install docker.io and start one dockerd."""
     name = "docker engine"
-    version = _docker_answers()
-    if version:
-        return Check(name, "ok", f"Docker Engine {version} answers")
-    installed = shutil.which("dockerd") is not None
+    answer = _ask_docker()
+    if answer[0]:
+        return Check(name, "ok", f"Docker Engine {answer[0]} answers")
+    dockerd = shutil.which("dockerd")
+    installed = dockerd is not None
     if not fix:
-        detail = "dockerd is not running" if installed else "docker.io is not installed"
-        return Check(name, "missing", detail)
+        return Check(name, "missing", docker_state(answer, shutil.which("docker"), dockerd,
+                                                   dockerd_pids()))
     if not installed:
         error = apt.install("docker.io")
         if error:
