@@ -1,25 +1,51 @@
-"""The agents' records, read back as the result tables the simulator writes (same schema).
+"""The agents' records, read back as the result tables the simulator writes (same meaning).
 
 A node's records directory holds `sent.csv` (every message its drivers emitted, with `dropped`
-set when the emulated device link lost it) and `received.csv` (every message a sink operator of
-the node got). The `messages` table has a row per received message and a lost row per dropped
-one, as the simulator's has a row per delivered or lost message. A message that was sent, not
-dropped and never received was either filtered by an operator or lost past the device link;
-the records cannot tell which, so it has no row and is counted as `unaccounted` in the facts.
-Times are seconds since the run's epoch, on the host clock that every container shares.
+set when the emulated device link lost it), `received.csv` (every message a sink operator of
+the node got) and `filtered.csv` (every input an operator of the node passed nothing on for:
+its selectivity, its task giving no output, or the task's error; emu.agent.operators).
+
+The `messages` table has, as the simulator's: a row per message delivered to a sink (its first
+arrival there: QoS 1 is at least once, and a second copy counts as duplicated); a lost row per
+message a device link dropped (`hops` 0); a lost row per message that was sent, read by some
+operator on its way to a sink, and neither filtered nor delivered (lost past the device link:
+`hops` 1, the links it is known to have crossed, as the records cannot say where it went on).
+A filtered message has no row, as on sim; nor has a message of a stream no sink reads. A lost
+row's `sink`, `t_received` and `latency` are null. Only messages sent within the run's duration
+count. Times are seconds since the run's epoch, on the host clock every container shares.
+
+`hops` counts the links a message crossed from its device to the sink, as the simulator counts
+them (sim.network: one per link a message object arrives over, kept through every operator
+that passes it on): the device's link to its gateway, and for each step between operators on
+different nodes the publisher's path to its broker and the broker's path to the reader. The
+agents count operators, not links; `Paths` turns a message's device, sink and count of operators
+passed into links from the cluster's plan (which node reads which topic, each node's broker and
+its path to it), following the agents' rules: a driver's message goes to the broker only when
+no operator on its gateway reads it, an operator's output goes to local readers and the broker.
+Where the records cannot tell which of an operator's instances passed a message on and their
+paths differ in length, the shortest counts.
 """
 
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+from emu.agent.protocol import matches, output_topic, stream_topic
 
 SENT_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "t_sent": "float64",
                 "dropped": "int64"}
 RECEIVED_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "sink": "string",
                     "t_sent": "float64", "t_received": "float64", "hops": "int64"}
+FILTERED_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "node": "string",
+                    "operator": "string", "sink": "int64", "reason": "string", "t": "float64"}
+# The agent drops an output after this many operators (emu.agent.agent.MAX_HOPS).
+MAX_OPERATORS = 32
+# The links a message crossed once its device link delivered it: that link.
+PAST_DEVICE_LINK = 1
 
 
 def _read(directories: list[Path], name: str, columns: dict[str, str]) -> pd.DataFrame:
@@ -31,41 +57,208 @@ def _read(directories: list[Path], name: str, columns: dict[str, str]) -> pd.Dat
     return pd.concat(frames, ignore_index=True)
 
 
-def read_records(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """Every node's sent and received rows under `root` (one folder per node)."""
+def _node_directories(root: Path) -> list[Path]:
     directories = sorted(p for p in Path(root).iterdir() if p.is_dir())
     if not directories:
         raise FileNotFoundError(f"no node records under {root}")
+    return directories
+
+
+def read_records(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Every node's sent and received rows under `root` (one folder per node)."""
+    directories = _node_directories(root)
     return (_read(directories, "sent.csv", SENT_COLUMNS),
             _read(directories, "received.csv", RECEIVED_COLUMNS))
 
 
-def messages_table(sent: pd.DataFrame, received: pd.DataFrame, epoch: float,
-                   duration: float) -> tuple[dict, dict]:
-    """The `messages` columns, and facts: sent, received, dropped, duplicated, unaccounted.
+def read_filtered(root: Path) -> pd.DataFrame:
+    """Every node's filtered rows under `root`: what its operators passed nothing on for."""
+    return _read(_node_directories(root), "filtered.csv", FILTERED_COLUMNS)
 
-    Only messages sent within the run's duration count, as in the simulator; a message
-    received twice (QoS 1 is at least once) keeps its first arrival and counts as duplicated.
+
+@dataclass(frozen=True)
+class Reader:
+    """An operator instance as routing sees it: its node, the topic filters it reads, and the
+    topic it writes (None: it records arrivals, a sink)."""
+
+    node: str
+    filters: tuple[str, ...]
+    writes: str | None
+
+    def reads(self, topic: str) -> bool:
+        return any(matches(f, topic) for f in self.filters)
+
+
+class Paths:
+    """The links a message crosses on emu from its device to a sink (see the module's
+    docstring), from where each device's messages enter (its gateway and topic), the operator
+    instances, and each node's broker with the links of its path there."""
+
+    def __init__(self, starts: dict[tuple[str, str], tuple[str, str]], readers: list[Reader],
+                 uplinks: dict[str, tuple[str, int]]):
+        """`starts`: (stream, device) -> (gateway, topic); `uplinks`: node -> (its broker,
+        links from the node to it)."""
+        self.starts = starts
+        self.readers = readers
+        self.uplinks = uplinks
+        self._reached: dict[tuple[str, str], dict[tuple[str, int], int]] = {}
+
+    @classmethod
+    def of_plan(cls, plan) -> Paths:
+        """From an emu.cluster.plan.ClusterPlan: its agents' drivers and operators, each
+        agent's broker and the path of its link there. A Spark operator counts as a sink:
+        the agent records what reaches its node for it."""
+        starts: dict[tuple[str, str], tuple[str, str]] = {}
+        readers: list[Reader] = []
+        uplinks: dict[str, tuple[str, int]] = {}
+        for container in plan.agents():
+            node, agent = container.node, container.agent
+            broker = plan.brokers[node]
+            uplinks[node] = (broker, len(plan.link(node, broker).path) - 1)
+            for driver in agent.drivers:
+                for device in driver.devices:
+                    starts[driver.stream, device] = (
+                        node, stream_topic(driver.stream, node, device, driver.channel))
+            readers += [Reader(node, tuple(op.reads),
+                               None if op.engine == "spark" else op.writes)
+                        for op in agent.operators]
+        return cls(starts, readers, uplinks)
+
+    def _leg(self, publisher: str, reader: str) -> int | None:
+        """Links from one node to another through the publisher's broker; None when the
+        reader talks to another broker (the emulation does not bridge brokers)."""
+        if publisher == reader:
+            return 0
+        broker, up = self.uplinks[publisher]
+        theirs, down = self.uplinks[reader]
+        return up + down if broker == theirs else None
+
+    def _reach(self, start: tuple[str, str]) -> dict[tuple[str, int], int]:
+        """(sink node, operators passed) -> fewest links, for a message entering at start."""
+        found = self._reached.get(start)
+        if found is not None:
+            return found
+        found = {}
+        best: dict[tuple, int] = {}
+        gateway, topic = start
+        stack = [(gateway, topic, PAST_DEVICE_LINK, 0, True)]
+        while stack:
+            node, topic, links, passed, from_driver = stack.pop()
+            readers = [r for r in self.readers if r.reads(topic)]
+            if from_driver and any(r.node == node for r in readers):
+                readers = [r for r in readers if r.node == node]  # taken locally, not published
+            for reader in readers:
+                leg = self._leg(node, reader.node)
+                if leg is None:
+                    continue
+                total = links + leg
+                if reader.writes is None:
+                    key = (reader.node, passed)
+                    if total < found.get(key, math.inf):
+                        found[key] = total
+                    continue
+                state = (reader.node, reader.writes, passed + 1)
+                if passed < MAX_OPERATORS and total < best.get(state, math.inf):
+                    best[state] = total
+                    stack.append((reader.node, output_topic(reader.writes, reader.node), total,
+                                  passed + 1, False))
+        self._reached[start] = found
+        return found
+
+    def _start(self, stream: str, device: str) -> tuple[str, str]:
+        start = self.starts.get((stream, device))
+        if start is None:
+            raise ValueError(f"no driver for device {device} of stream {stream} in the plan: "
+                             "the records are of another run")
+        return start
+
+    def read(self, stream: str, device: str) -> bool:
+        """Whether the device's messages of the stream have a way to a sink."""
+        return bool(self._reach(self._start(stream, device)))
+
+    def hops(self, stream: str, device: str, sink: str, passed: int) -> int:
+        """Links crossed by a message of the device that reached sink after `passed`
+        operators."""
+        links = self._reach(self._start(stream, device)).get((sink, passed))
+        if links is None:
+            raise ValueError(f"a message of stream {stream} from device {device} reached "
+                             f"{sink} after {passed} operators, which no path of the plan "
+                             "does: the records do not fit the plan")
+        return links
+
+
+def messages_table(sent: pd.DataFrame, received: pd.DataFrame, epoch: float,
+                   duration: float, *, filtered: pd.DataFrame | None = None,
+                   paths: Paths | None = None) -> tuple[dict, dict]:
+    """The `messages` columns, and facts: sent, received (distinct messages delivered),
+    dropped, lost, filtered (and by why), duplicated, unread.
+
+    `filtered`: the operators' filtered rows (read_filtered); `paths`: the run's Paths.
+    Without `paths`, hops stay as the agents counted them (operators passed, not links) and
+    every message is taken to have a reader: a caller with the plan passes it.
     """
     sent = sent[(sent["t_sent"] - epoch) < duration]
+    if filtered is None:
+        filtered = pd.DataFrame({c: pd.Series(dtype=t) for c, t in FILTERED_COLUMNS.items()})
     received = received[received["id"].isin(sent["id"])]
+    filtered = filtered[filtered["id"].isin(sent["id"])]
     received = received.sort_values("t_received", kind="stable")
+    # A sink recorded each arrival before its selectivity decided: per message and sink, the
+    # arrivals it did not keep come off; the first arrival stands for the ones it kept.
+    arrivals = received.groupby(["id", "sink"]).size()
+    at_sink = filtered[filtered["sink"] != 0]
+    taken_back = at_sink.groupby(["id", "node"]).size().rename_axis(["id", "sink"])
+    kept = arrivals.sub(taken_back.reindex(arrivals.index, fill_value=0))
     first = received.drop_duplicates(subset=["id", "sink"])
+    first = first[kept.reindex(pd.MultiIndex.from_frame(first[["id", "sink"]])).to_numpy() > 0]
     dropped = sent[sent["dropped"] != 0]
-    nan = [math.nan] * len(dropped)
+    passed_on = set(first["id"]) | set(filtered["id"]) | set(dropped["id"])
+    unheard = sent[~sent["id"].isin(passed_on)]
+    if paths is not None:
+        read = {key: paths.read(*key)
+                for key in set(zip(unheard["stream"], unheard["source"], strict=True))}
+        is_read = [read[key] for key in zip(unheard["stream"], unheard["source"], strict=True)]
+        lost, unread = unheard[is_read], unheard[[not r for r in is_read]]
+        hops = _links(first, paths)
+    else:
+        lost, unread = unheard, unheard.iloc[:0]
+        hops = list(first["hops"])
+    gone = pd.concat([dropped, lost])
+    nan = [math.nan] * len(gone)
     columns = {
-        "id": [*first["id"], *dropped["id"]],
-        "stream": [*first["stream"], *dropped["stream"]],
-        "source": [*first["source"], *dropped["source"]],
-        "sink": [*first["sink"], *[""] * len(dropped)],
-        "t_sent": [*(first["t_sent"] - epoch), *(dropped["t_sent"] - epoch)],
+        "id": [*first["id"], *gone["id"]],
+        "stream": [*first["stream"], *gone["stream"]],
+        "source": [*first["source"], *gone["source"]],
+        "sink": [*first["sink"], *[None] * len(gone)],
+        "t_sent": [*(first["t_sent"] - epoch), *(gone["t_sent"] - epoch)],
         "t_received": [*(first["t_received"] - epoch), *nan],
         "latency": [*(first["t_received"] - first["t_sent"]), *nan],
-        "hops": [*first["hops"], *[0] * len(dropped)],
-        "lost": [False] * len(first) + [True] * len(dropped),
+        "hops": [*hops, *[0] * len(dropped), *[PAST_DEVICE_LINK] * len(lost)],
+        "lost": [False] * len(first) + [True] * len(gone),
     }
-    delivered = first["id"].nunique()
-    facts = {"sent": len(sent), "received": delivered, "dropped": len(dropped),
-             "duplicated": len(received) - len(first),
-             "unaccounted": len(sent) - len(dropped) - delivered}
+    delivered = set(first["id"])
+    only_filtered = filtered[~filtered["id"].isin(delivered)].drop_duplicates("id")
+    facts = {"sent": len(sent), "received": len(delivered), "dropped": len(dropped),
+             "lost": len(lost), "filtered": len(only_filtered),
+             "filtered_by": {str(k): int(v) for k, v in
+                             only_filtered["reason"].value_counts().sort_index().items()},
+             "duplicated": int(kept[kept > 0].sum()) - len(first),
+             "unread": len(unread)}
     return columns, facts
+
+
+def _links(first: pd.DataFrame, paths: Paths) -> list[int]:
+    """Each delivered row's links, computed once per stream, device, sink and count."""
+    keys = list(zip(first["stream"], first["source"], first["sink"], first["hops"],
+                    strict=True))
+    links = {(stream, device, sink, passed): paths.hops(stream, device, sink, int(passed))
+             for stream, device, sink, passed in set(keys)}
+    return [links[key] for key in keys]
+
+
+def run_messages(root: Path, plan, epoch: float, duration: float) -> tuple[dict, dict]:
+    """The `messages` columns and facts of a run: its records under `root` read with its
+    cluster plan (emu.cluster.plan.ClusterPlan) for the links messages crossed."""
+    sent, received = read_records(root)
+    return messages_table(sent, received, epoch, duration, filtered=read_filtered(root),
+                          paths=Paths.of_plan(plan))

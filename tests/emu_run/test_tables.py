@@ -1,4 +1,5 @@
-"""Agents' records as the messages table: delivered, dropped, duplicated, unaccounted."""
+"""Agents' records as the messages table: delivered, dropped, lost, filtered, duplicated;
+hops as links from the cluster's plan."""
 
 from __future__ import annotations
 
@@ -7,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from emu.tables import messages_table, read_records
+from emu.tables import Paths, Reader, messages_table, read_filtered, read_records
+from experiments.schema import conform
 
 EPOCH = 1000.0
 SENT = """id,stream,source,t_sent,dropped
@@ -35,16 +37,21 @@ def records(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_messages_are_delivered_first_arrivals_plus_dropped_ones(records: Path) -> None:
+def test_messages_are_delivered_first_arrivals_plus_lost_ones(records: Path) -> None:
     columns, facts = messages_table(*read_records(records), epoch=EPOCH, duration=10.0)
     rows = sorted(zip(columns["id"], columns["sink"], columns["t_sent"], columns["t_received"],
-                      columns["latency"], columns["lost"], strict=True))
-    assert [r[0] for r in rows] == [1, 2, 3]  # 5 was sent after the run's duration
-    one, two, three = rows
+                      columns["latency"], columns["lost"], columns["hops"], strict=True))
+    assert [r[0] for r in rows] == [1, 2, 3, 4]  # 5 was sent after the run's duration
+    one, two, three, four = rows
     assert one[1:5] == ("cloud-1", 0.5, pytest.approx(0.53), pytest.approx(0.03))
-    assert two[1] == "" and math.isnan(two[3]) and math.isnan(two[4]) and two[5]
+    # Dropped on its device link: lost, no sink, nothing crossed.
+    assert two[1] is None and math.isnan(two[3]) and math.isnan(two[4]) and two[5]
+    assert two[6] == 0
     assert three[4] == pytest.approx(0.25) and not three[5]
-    assert facts == {"sent": 4, "received": 2, "dropped": 1, "duplicated": 1, "unaccounted": 1}
+    # Sent, never received, not filtered: lost past its device link.
+    assert four[1] is None and four[5] and four[6] == 1
+    assert facts == {"sent": 4, "received": 2, "dropped": 1, "lost": 1, "filtered": 0,
+                     "filtered_by": {}, "duplicated": 1, "unread": 0}
 
 
 def test_an_empty_run_gives_empty_columns(tmp_path: Path) -> None:
@@ -57,3 +64,147 @@ def test_an_empty_run_gives_empty_columns(tmp_path: Path) -> None:
 def test_no_node_folders_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="no node records"):
         read_records(tmp_path)
+
+
+# The quickstart's shape: devices on gw-1 and gw-2, a filter there writing clean/<gw>, a sink
+# on cloud-1; gw-2's uplink crosses a switch.
+def quickstart_paths(**changes) -> Paths:
+    fields = dict(
+        starts={("city", "s-1"): ("gw-1", "city/gw-1"), ("city", "s-2"): ("gw-1", "city/gw-1"),
+                ("city", "s-3"): ("gw-2", "city/gw-2"), ("noise", "s-1"): ("gw-1", "noise/gw-1")},
+        readers=[Reader("gw-1", ("city/#",), "clean"), Reader("gw-2", ("city/#",), "clean"),
+                 Reader("cloud-1", ("clean/+",), None)],
+        uplinks={"gw-1": ("broker-1", 1), "gw-2": ("broker-1", 2), "cloud-1": ("broker-1", 1)})
+    fields.update(changes)
+    return Paths(**fields)
+
+
+def test_hops_are_the_links_from_device_to_sink_as_sim_counts_them() -> None:
+    paths = quickstart_paths()
+    # device link, gateway to broker, broker to cloud
+    assert paths.hops("city", "s-1", "cloud-1", 1) == 3
+    assert paths.hops("city", "s-3", "cloud-1", 1) == 4  # through the switch
+    assert paths.read("city", "s-1") and not paths.read("noise", "s-1")
+    with pytest.raises(ValueError, match="reached cloud-1 after 0 operators, which no path"):
+        paths.hops("city", "s-1", "cloud-1", 0)
+    with pytest.raises(ValueError, match="no driver for device s-9 of stream city"):
+        paths.hops("city", "s-9", "cloud-1", 1)
+
+
+def test_a_local_read_keeps_the_drivers_message_off_the_broker() -> None:
+    """A sink on the gateway reads its devices' messages having crossed their link only; a
+    remote reader of the raw stream gets nothing while a local operator takes it (the agent
+    publishes a driver's message only when no operator of its node reads it)."""
+    paths = quickstart_paths(readers=[Reader("gw-1", ("city/#",), None),
+                                      Reader("cloud-1", ("city/#",), None)])
+    assert paths.hops("city", "s-1", "gw-1", 0) == 1
+    assert paths.hops("city", "s-3", "cloud-1", 0) == 1 + 2 + 1  # gw-2 has no local reader
+    with pytest.raises(ValueError, match="reached cloud-1 after 0"):
+        paths.hops("city", "s-1", "cloud-1", 0)
+
+
+def test_readers_on_another_broker_are_out_of_reach() -> None:
+    paths = quickstart_paths(uplinks={"gw-1": ("broker-1", 1), "gw-2": ("broker-1", 2),
+                                      "cloud-1": ("broker-2", 1)})
+    assert not paths.read("city", "s-1")
+
+
+def test_a_chain_through_two_nodes_adds_each_leg() -> None:
+    paths = quickstart_paths(readers=[
+        Reader("gw-1", ("city/#",), "clean"), Reader("fog-1", ("clean/+",), "stats"),
+        Reader("cloud-1", ("stats/fog-1",), None)],
+        uplinks={"gw-1": ("broker-1", 1), "fog-1": ("broker-1", 2), "cloud-1": ("broker-1", 1)})
+    assert paths.hops("city", "s-1", "cloud-1", 2) == 1 + (1 + 2) + (2 + 1)
+
+
+FILTERED = """id,stream,source,node,operator,sink,reason,t
+4,city,s-2,gw-1,filter,0,selectivity,1003.0
+7,city,s-1,cloud-1,sink,1,selectivity,1004.1
+"""
+
+
+def test_filtered_messages_have_no_row_and_the_rest_are_delivered_or_lost(
+        records: Path) -> None:
+    (records / "gw-1" / "sent.csv").write_text(SENT + "6,city,s-1,1003.5,0\n"
+                                               "7,city,s-1,1004.0,0\n8,noise,s-1,1004.5,0\n")
+    (records / "cloud-1" / "received.csv").write_text(
+        RECEIVED + "7,city,s-1,cloud-1,1004.0,1004.1,1\n")
+    (records / "gw-1" / "filtered.csv").write_text(FILTERED)
+    sent, received = read_records(records)
+    columns, facts = messages_table(sent, received, EPOCH, 10.0,
+                                    filtered=read_filtered(records), paths=quickstart_paths())
+    rows = {i: (sink, hops, lost) for i, sink, hops, lost in zip(
+        columns["id"], columns["sink"], columns["hops"], columns["lost"], strict=True)}
+    # 4 filtered at gw-1 and 7 by the sink's selectivity: no rows; 8's stream has no reader.
+    assert rows == {1: ("cloud-1", 3, False), 3: ("cloud-1", 3, False), 2: (None, 0, True),
+                    6: (None, 1, True)}
+    assert facts == {"sent": 7, "received": 2, "dropped": 1, "lost": 1, "filtered": 2,
+                     "filtered_by": {"selectivity": 2}, "duplicated": 1, "unread": 1}
+    messages = conform({"messages": columns})["messages"]  # the schema's checks pass
+    assert messages.column("sink").null_count == 2
+
+
+def test_a_sink_keeps_a_message_it_took_back_once_of_two_copies(records: Path) -> None:
+    """QoS 1 delivered message 3 twice; the sink's selectivity dropped one copy: delivered."""
+    (records / "cloud-1" / "received.csv").write_text(
+        RECEIVED + "3,city,s-2,cloud-1,1002.0,1002.5,1\n")
+    (records / "cloud-1" / "filtered.csv").write_text(
+        "id,stream,source,node,operator,sink,reason,t\n"
+        "3,city,s-2,cloud-1,sink,1,selectivity,1002.5\n")
+    sent, received = read_records(records)
+    columns, facts = messages_table(sent, received, EPOCH, 10.0,
+                                    filtered=read_filtered(records), paths=quickstart_paths())
+    assert sorted(i for i, lost in zip(columns["id"], columns["lost"], strict=True)
+                  if not lost) == [1, 3]
+    assert (facts["filtered"], facts["duplicated"]) == (0, 1)  # 1's second copy
+
+
+def test_paths_of_a_planned_cluster() -> None:
+    """From a real plan (no Docker): each device enters at its gateway, each agent has its
+    broker and the path's length there."""
+    from dataclasses import replace
+
+    from emu.cluster.plan import plan_cluster
+    from emu.deployment import agent_configs
+    from tests.foundation.helpers import point
+
+    run_point = point("""
+name: p
+topology:
+  name: p
+  nodes:
+    - {name: s, kind: device, replicas: 4}
+    - {name: gw, kind: gateway, replicas: 2}
+    - {name: sw, kind: switch}
+    - {name: broker-1, kind: broker}
+    - {name: cloud-1, kind: cloud_vm}
+  links:
+    - {from: s-*, to: gw-*, mode: spread, latency: 5ms}
+    - {from: gw-*, to: sw, latency: 10ms}
+    - {from: sw, to: broker-1, latency: 10ms}
+    - {from: broker-1, to: cloud-1, latency: 1ms}
+workload:
+  name: w
+  streams: [{name: city, sources: s-*, rate: 1/s, channel: exclusive}]
+pipeline:
+  - {name: filter, on: gateways, reads: city, writes: clean, selectivity: 0.5}
+  - {name: sink, on: cloud-1, reads: clean}
+run: {duration: 10s, backend: emu}
+""")
+    configs = agent_configs(run_point.topology, run_point.spec.workload,
+                            run_point.spec.pipeline, seed=1, epoch=0.0)
+    plan = plan_cluster(run_point.topology, "p", configure=lambda node, config: replace(
+        config, drivers=configs[node.name].drivers, operators=configs[node.name].operators))
+    paths = Paths.of_plan(plan)
+    assert paths.starts[("city", "s-1")] == ("gw-1", "city/gw-1/s-1")
+    assert paths.uplinks == {"gw-1": ("broker-1", 2), "gw-2": ("broker-1", 2),
+                             "cloud-1": ("broker-1", 1)}
+    assert {paths.hops("city", f"s-{i}", "cloud-1", 1) for i in range(1, 5)} == {4}
+    # The simulator counts the same for the same experiment.
+    from experiments.backends import sim_settings
+    from sim.model import simulate
+
+    result = simulate(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                      sim_settings(run_point.spec))
+    messages = result.tables["messages"]
+    assert set(messages["hops"][~messages["lost"]]) == {4}
