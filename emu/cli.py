@@ -229,7 +229,7 @@ def _up(topo, cluster: str | None, zookeeper: int, detach: bool, records: Path |
             running = Cluster(plan, client, records=records, agent_command=command,
                               progress=_UpBars(shown, len(plan.containers))).up()
     except KeyboardInterrupt:
-        raise  # Cluster.up removed what it had made
+        raise  # Cluster.up removed what it had made; emu_up says so
     except Exception as failure:  # noqa: BLE001 - shown, after the cluster cleaned up
         notify_path(notice, ok=False, error=str(failure))
         error(failure, hint=f"removed what cluster {plan.cluster} had made")
@@ -242,9 +242,7 @@ def _up(topo, cluster: str | None, zookeeper: int, detach: bool, records: Path |
         notify_path(notice, ok=True, pid=os.getpid(), facts=facts)
         if notice is None:
             say("Ctrl-C brings the cluster down", style="dim")
-        hold()
-    except KeyboardInterrupt:
-        pass
+        hold()  # until a Ctrl-C or SIGTERM, which emu_up reports after the cluster is down
     finally:
         removed = running.down()
         say(f"cluster {plan.cluster} down: removed {removed.containers} containers, "
