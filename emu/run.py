@@ -7,6 +7,17 @@ speaks before every sink listens), run for the experiment's duration while sampl
 memory (cgroups) and link counters (relays), wait `run.drain` for messages in flight, stop the
 agents with SIGTERM (they flush their records), read the records back (`emu.tables`) and take
 the cluster down. Whatever fails, the cluster is removed.
+
+Faults. A run keeps what it measured through a node that dies: the containers' states (one
+engine call a second, `Health`) tell which agents are dead; a command stops waiting for them
+and they go into `Emulation.failed` (node -> what happened), as does an agent that stops
+answering; the run goes on with the others, and their tables hold everything received. A
+dead node's records are on the host (its records folder is bind-mounted), so what it had
+flushed counts: the loss at a kill is at most the agent's last flush interval
+(`emu.agent.records.FLUSH_INTERVAL`, 1 s). A broker or ZooKeeper server that goes away and
+comes back (a restart) is an outage in the facts, not a failure: agents and the controller
+keep persistent sessions and reconnect (emu.agent.mqtt), so a restart loses only the QoS 0
+messages of its outage; one still down at the end is failed.
 """
 
 from __future__ import annotations
@@ -15,13 +26,14 @@ import contextlib
 import json
 import threading
 import time
-from dataclasses import dataclass, replace
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from emu.agent.config import AgentConfig
 from emu.deployment import agent_configs
 from emu.metrics import NodeSampler
-from emu.tables import messages_table, read_records
+from emu.tables import run_messages
 from topologies.model import Topology
 from workloads.pipeline import OperatorSpec
 from workloads.spec import WorkloadSpec
@@ -34,6 +46,8 @@ COMMAND_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20
 # Between the start request and the epoch: every agent hears it before its first message.
 EPOCH_LEAD_S = 1.0
+# The engine is asked for the containers' states at most this often.
+HEALTH_POLL_S = 0.5
 
 
 class EmuError(RuntimeError):
@@ -69,10 +83,125 @@ class Timing:
 
 @dataclass
 class Emulation:
-    """Columns per result table (see experiments.schema) and facts for the manifest."""
+    """Columns per result table (see experiments.schema), facts for the manifest, and the
+    nodes that failed during the run (node -> what happened)."""
 
     tables: dict[str, dict]
     facts: dict
+    failed: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A container as the engine reports it: its state, status text, and (services only)
+    when it last started and finished (time.time(); None if never or not asked)."""
+
+    state: str
+    status: str = ""
+    started: float | None = None
+    finished: float | None = None
+
+
+class Health:
+    """Which nodes of a running cluster are dead, and when its services were away.
+
+    `states()` gives node -> Seen (the agents from one listing of the cluster's containers,
+    the services from their inspection, for their start and finish times); it is asked at
+    most every `interval` seconds. An agent whose container is not running is dead for the
+    rest of the run (an agent does not come back: a container restarted would hold no agent).
+    A service (broker, ZooKeeper) away is an outage, from its container's finish to its next
+    start, so a restart quicker than a poll shows too; `finish` fails a service still down.
+    """
+
+    def __init__(self, states: Callable[[], dict[str, Seen]], agents: list[str],
+                 services: list[str], clock: Callable[[], float] = time.time,
+                 interval: float = HEALTH_POLL_S) -> None:
+        self._states = states
+        self.agents = list(agents)
+        self.services = list(services)
+        self.clock = clock
+        self.interval = interval
+        self.epoch = clock()  # times are said as seconds since this (the run's epoch)
+        self.failed: dict[str, str] = {}
+        self.outages: dict[str, list[list[float | None]]] = {}
+        self._started: dict[str, float] = {}  # service -> its latest start seen
+        self._last_poll = -float("inf")
+
+    def observe(self, states: dict[str, Seen], now: float) -> None:
+        """Take one report of the containers (a node missing from it was removed)."""
+        gone = Seen("removed")
+        for node in self.agents:
+            seen = states.get(node, gone)
+            if seen.state != "running" and node not in self.failed:
+                self.failed[node] = (f"container {seen.state} at t={now - self.epoch:.1f} s"
+                                     + (f" ({seen.status})" if seen.status else ""))
+        for node in self.services:
+            seen = states.get(node, gone)
+            spans = self.outages.setdefault(node, [])
+            open_span = bool(spans) and spans[-1][1] is None
+            last_start = self._started.get(node)
+            if seen.started is not None:
+                self._started[node] = seen.started
+            if seen.state != "running":
+                if not open_span:
+                    spans.append([self._t(seen.finished or now), None])
+            elif open_span:
+                spans[-1][1] = self._t(seen.started or now)
+            elif last_start is not None and seen.started is not None and (
+                    seen.started > last_start):
+                # Stopped and started again between two polls.
+                spans.append([self._t(seen.finished or seen.started), self._t(seen.started)])
+
+    def _t(self, when: float) -> float:
+        return round(when - self.epoch, 2)
+
+    def poll(self) -> None:
+        now = self.clock()
+        if now - self._last_poll >= self.interval:
+            self._last_poll = now
+            self.observe(self._states(), now)
+
+    def dead(self) -> set[str]:
+        """The agents known dead, after asking the engine if the last answer is old."""
+        self.poll()
+        return set(self.failed)
+
+    def finish(self) -> None:
+        """Fail the services down now; called once the run's measurements are over."""
+        self._last_poll = -float("inf")
+        self.poll()
+        for node, spans in self.outages.items():
+            if spans and spans[-1][1] is None:
+                self.failed[node] = f"down since t={spans[-1][0]:.1f} s, not back by the end"
+
+    def facts(self) -> dict[str, list]:
+        """Each service's outages, [down, up] in seconds since the epoch (up None: not back)."""
+        return {node: spans for node, spans in self.outages.items() if spans}
+
+
+def engine_time(text: str | None) -> float | None:
+    """time.time() of an engine timestamp (RFC 3339, nanoseconds); None for its zero time."""
+    if not text or text.startswith("0001-"):
+        return None
+    from datetime import datetime
+
+    head, _, fraction = text.rstrip("Z").partition(".")
+    stamp = datetime.fromisoformat(f"{head}.{(fraction + '000000')[:6]}+00:00")
+    return stamp.timestamp()
+
+
+def cluster_states(cluster, services: list[str]) -> dict[str, Seen]:
+    """Every node's Seen: one listing for all, an inspection per service for its times."""
+    states = {s.node: Seen(s.state, s.status) for s in cluster.status()}
+    api = cluster.client.api
+    for node in services:
+        try:
+            state = api.inspect_container(cluster.plan.containers[node].name)["State"]
+        except Exception:  # noqa: BLE001 - removed, or the engine busy: the listing stands
+            continue
+        states[node] = Seen(state.get("Status", ""), "", engine_time(state.get("StartedAt")),
+                            engine_time(state.get("FinishedAt")))
+    return states
 
 
 def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
@@ -112,6 +241,8 @@ def _run(cluster, run: Timing, progress) -> Emulation:
 
     status = {s.node: s for s in cluster.status()}
     agents = [a.node for a in cluster.plan.agents()]
+    services = [s.node for s in cluster.plan.services() if s.role != "idle"]
+    health = Health(lambda: cluster_states(cluster, services), agents, services)
     zookeeper = ",".join(f"{status[z].ip}:2181" for z in cluster.plan.zookeeper)
     try:
         wait_registered(zookeeper, agents, timeout=REGISTER_TIMEOUT_S)
@@ -119,36 +250,54 @@ def _run(cluster, run: Timing, progress) -> Emulation:
         raise EmuError(f"agents did not register: {error}") from None
     _wait_spark_jobs(cluster)
     brokers = sorted(set(cluster.plan.brokers.values()))
-    control = Controller(f"{status[brokers[0]].ip}:1883").connect()
+    # One id for the run: a reconnection resumes the session, with its queued replies.
+    control = Controller(f"{status[brokers[0]].ip}:1883",
+                         client_id=f"foglab-controller-{cluster.name}").connect()
+    failed = health.failed
     try:
-        epoch = time.time() + EPOCH_LEAD_S
+        epoch = health.epoch = time.time() + EPOCH_LEAD_S
         started = control.send(agents, "set", {"key": "run.epoch", "value": epoch},
-                               timeout=COMMAND_TIMEOUT_S, broadcast=True)
-        if not started.ok:
-            raise EmuError(f"starting the drivers failed: {started.summary()}")
-        tables = _measure(cluster, status, run, epoch, progress)
+                               timeout=COMMAND_TIMEOUT_S, broadcast=True, gone=health.dead)
+        _settle(started, "starting the drivers (set run.epoch)", failed)
+        if len(started.replies) == 0:
+            raise EmuError(f"starting the drivers failed on every node: {started.summary()}")
+        tables = _measure(cluster, status, run, epoch, progress, health)
         # Devices fall silent at the end, as the simulator's sources do; what is under way
         # still arrives during the drain.
-        stopped = control.set_rate(agents, 0.0, timeout=COMMAND_TIMEOUT_S)
-        if not stopped.ok:
-            raise EmuError(f"stopping the drivers failed: {stopped.summary()}")
+        live = [a for a in agents if a not in failed]
+        stopped = control.set_rate(live, 0.0, timeout=COMMAND_TIMEOUT_S, gone=health.dead)
+        _settle(stopped, "stopping the drivers (set publish.rate 0)", failed)
+        health.finish()
+        reconnects = control.reconnects
     finally:
         control.close()
     time.sleep(run.drain)
-    caught_up = _drain_spark_jobs(cluster, epoch + run.duration)
-    _stop_agents(cluster.client.api, {a: status[a].container for a in agents})
+    caught_up = _drain_spark_jobs(cluster, epoch + run.duration, set(failed))
+    _stop_agents(cluster.client.api, {a: status[a].container for a in agents}, failed)
 
-    sent, received = read_records(cluster.records_root)
-    messages, counts = messages_table(sent, received, epoch, run.duration)
+    _trim_cut_lines(cluster.records_root)
+    messages, counts = run_messages(cluster.records_root, cluster.plan, epoch, run.duration)
     facts = {**cluster.facts, "messages": counts, "epoch": epoch,
-             "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up}
-    return Emulation({"messages": messages, **tables}, facts)
+             "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up,
+             "outages": health.facts(), "controller_reconnects": reconnects}
+    return Emulation({"messages": messages, **tables}, facts, dict(failed))
 
 
-def _measure(cluster, status: dict, run: Timing, epoch: float, progress) -> dict[str, dict]:
+def _settle(result, step: str, failed: dict[str, str]) -> None:
+    """A command's outcome for the run: a node that refused it stops the run (a bug or a bad
+    config, not a fault); one that did not answer is failed, the run goes on without it."""
+    if result.failed:
+        raise EmuError(f"{step} failed: {result.summary()}")
+    for node in result.missing:
+        if node not in failed:
+            failed[node] = (f"no answer to {step} within {result.duration:.0f} s; its "
+                            "container was running")
+
+
+def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
+             health: Health) -> dict[str, dict]:
     """Sample nodes and links until the run's end: the `nodes` and `links` columns."""
-    cores = {s.node: cluster.plan.containers[s.node].nano_cpus / 1e9 for s in status.values()}
-    sampler = NodeSampler({s.node: s.container for s in status.values()}, cores, epoch)
+    sampler = NodeSampler.of_cluster(cluster.plan, status, epoch)
     links = {k: [] for k in ("t", "link", "src", "dst", "bytes", "utilisation", "latency")}
     counters = cluster.links.counters()
     end = epoch + run.duration
@@ -159,6 +308,7 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress) -> dict
         fresh = cluster.links.counters()
         _links_rows(counters, fresh, cluster.plan, now - epoch, run.sample, links)
         counters = fresh
+        health.poll()
         progress(min(now - epoch, run.duration))
     return {"nodes": sampler.rows, "links": links}
 
@@ -185,13 +335,14 @@ def _spark_jobs(cluster) -> list[tuple[str, str]]:
             if op.engine == "spark"]
 
 
-def _drain_spark_jobs(cluster, end: float) -> dict[str, float | None]:
+def _drain_spark_jobs(cluster, end: float, dead: set[str]) -> dict[str, float | None]:
     """Wait until each Spark operator's source has handed Spark every message that reached
     its node (its micro-batches' `read` offset); per operator, the seconds after the run's
-    end that took, or None if it did not catch up within SPARK_DRAIN_TIMEOUT_S. The
-    messages table measures delivery to the node; this measures Spark's lag behind it."""
-    pending = dict.fromkeys(_spark_jobs(cluster))
-    caught_up: dict[str, float | None] = {f"{n}/{o}": None for n, o in pending}
+    end that took, or None if it did not catch up within SPARK_DRAIN_TIMEOUT_S or its node
+    is dead. The messages table measures delivery to the node; this measures Spark's lag
+    behind it."""
+    pending = dict.fromkeys(job for job in _spark_jobs(cluster) if job[0] not in dead)
+    caught_up: dict[str, float | None] = {f"{n}/{o}": None for n, o in _spark_jobs(cluster)}
     deadline = time.monotonic() + SPARK_DRAIN_TIMEOUT_S
     while pending and time.monotonic() < deadline:
         for node, operator in list(pending):
@@ -218,16 +369,46 @@ def _rows(path: Path) -> int:
         return max(sum(1 for _ in rows) - 1, 0)
 
 
-def _stop_agents(api, containers: dict[str, str]) -> None:
-    """SIGTERM every agent at once, then wait for each: they flush records on the way out."""
-    for container in containers.values():
-        api.kill(container, signal="SIGTERM")
+def _stop_agents(api, containers: dict[str, str], failed: dict[str, str]) -> None:
+    """SIGTERM every agent at once, then wait for each: they flush records on the way out.
+
+    A container already dead or removed is no error (its records are what it flushed); one
+    that does not stop within STOP_TIMEOUT_S is failed, and `down` kills it."""
+    from docker.errors import APIError, NotFound
+
+    signalled = {}
     for agent, container in containers.items():
+        try:
+            api.kill(container, signal="SIGTERM")
+        except NotFound:
+            failed.setdefault(agent, "its container was removed before the run's end")
+            continue
+        except APIError as error:  # 409: the container is not running
+            failed.setdefault(agent, "its container was not running at the run's end: "
+                              f"{error.explanation or error}")
+            continue
+        signalled[agent] = container
+    for agent, container in signalled.items():
         try:
             api.wait(container, timeout=STOP_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - the SDK raises the transport's errors
-            raise EmuError(f"agent {agent} did not stop within {STOP_TIMEOUT_S} s "
-                           f"of SIGTERM: {error}") from None
+            failed.setdefault(agent, f"did not stop within {STOP_TIMEOUT_S} s of SIGTERM "
+                              f"({error}); rows after its last flush are lost")
+
+
+def _trim_cut_lines(root: Path) -> None:
+    """Drop a last line cut short in a node's CSV records (an agent killed amid a write)."""
+    for path in root.glob("*/*.csv"):
+        with path.open("rb+") as records:
+            size = records.seek(0, 2)
+            if size == 0:
+                continue
+            records.seek(max(0, size - 1))
+            if records.read(1) == b"\n":
+                continue
+            records.seek(0)
+            data = records.read()
+            records.truncate(data.rfind(b"\n") + 1)
 
 
 def _spark_progress(root: Path) -> dict[str, list]:
