@@ -1,0 +1,170 @@
+"""Each shipped experiment runs what its own text says: the numbers its description and comments
+state (rates, windows, S, durations, node counts) are those of the loaded, resolved sweep.
+
+The table below holds, per experiment file, phrases quoted from that file and the setting each
+states. A phrase must appear in the file (so the text cannot change without the table), the
+numbers written in it must be the smallest and largest of the stated values, and the resolved
+spec must give exactly those values over its sweep points. The thesis's values are those of its
+tables (shared/notes/thesis-migration.md: Tables 5.2, 5.3, 6.3, 6.4, 6.5).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import NamedTuple
+
+import pytest
+
+from experiments import catalog
+from experiments.loader import Experiment, RunPoint, load
+
+# Numbers the shipped texts spell out in words.
+WORDS = {"two hundred": 200, "one": 1, "two": 2, "four": 4, "ten": 10}
+NUMBER = re.compile(r"\d[\d,]*(?:\.\d+)?")
+
+
+def total_rate(point: RunPoint) -> float:
+    """Events per second over all sources: each matching device emits its stream's rate."""
+    return sum(float(stream.rate) * len(point.topology.select(stream.sources))
+               for stream in point.spec.workload.streams)
+
+
+def kind_count(kind: str) -> Callable[[RunPoint], int]:
+    return lambda point: point.topology.counts().get(kind, 0)
+
+
+MEASURES: dict[str, Callable[[RunPoint], object]] = {
+    "total rate (events/s)": total_rate,
+    "window (s)": lambda p: p.spec.pipeline[0].window.size,
+    "sync factor S": lambda p: p.spec.scenario.migration.sync,
+    "strategy": lambda p: p.spec.scenario.migration.strategy,
+    "duration (s)": lambda p: p.spec.run.duration,
+    "migrations": lambda p: len(p.spec.scenario.migrations),
+    "devices": kind_count("device"),
+    "gateways": kind_count("gateway"),
+    "Raspberry Pi gateways": lambda p: sum(
+        1 for n in p.topology.of_kind("gateway") if n.profile_name.startswith("rpi")),
+    "brokers": kind_count("broker"),
+    "cloud VMs": kind_count("cloud_vm"),
+    "broker models": lambda p: p.topology.of_kind("broker")[0].broker.model,
+    "rate per device (/s)": lambda p: float(p.spec.workload.streams[0].rate),
+    "message size (bytes)": lambda p: float(p.spec.workload.streams[0].size),
+    "gateway tasks": lambda p: ",".join(op.task for op in p.spec.pipeline if "gateways" in op.on),
+    "cloud tasks": lambda p: ",".join(op.task for op in p.spec.pipeline if "cloud-1" in op.on),
+}
+
+
+class Claim(NamedTuple):
+    phrase: str  # quoted from the file (whitespace aside)
+    measure: str  # a key of MEASURES
+    values: set  # what the resolved spec must give over all sweep points
+    unit: float = 1.0  # the phrase's numbers times this are in the measure's unit
+
+
+CLAIMS: dict[str, list[Claim]] = {
+    "quickstart": [
+        Claim("Two hundred city sensors", "devices", {200}),
+        Claim("four Raspberry Pi gateways", "Raspberry Pi gateways", {4}),
+        Claim("four Raspberry Pi gateways", "gateways", {4}),
+        Claim("gateways that filter their readings", "gateway tasks", {"range_filter"}),
+        Claim("one MQTT broker", "brokers", {1}),
+        Claim("a cloud VM that computes statistics", "cloud tasks", {"stats"}),
+        Claim("a cloud VM that computes statistics", "cloud VMs", {1}),
+        Claim("ten simulated minutes", "duration (s)", {600}, unit=60),
+    ],
+    "iotcloud-brokers": [
+        Claim("four drivers", "devices", {4}),
+        Claim("on two gateways", "gateways", {2}),
+        Claim("through two brokers", "brokers", {2}),
+        Claim("a RabbitMQ-like broker against a Kafka-like one", "broker models",
+              {"rabbitmq-like", "kafka-like"}),
+        Claim("over message sizes", "message size (bytes)", {1e3, 50e3, 200e3}),
+    ],
+    "thesis-ch5-rate": [
+        Claim("Table 5.2", "strategy", {"pause_transfer"}),
+        Claim("a 50 s window count", "window (s)", {50}),
+        Claim("migrated once", "migrations", {1}),
+        Claim("at 4,000 to 20,000 events/s", "total rate (events/s)",
+              {4000, 8000, 12000, 16000, 20000}),
+        Claim("four producers share the rate", "devices", {4}),
+    ],
+    "thesis-ch5-window": [
+        Claim("Table 5.3", "strategy", {"pause_transfer"}),
+        Claim("at 10,000 events/s", "total rate (events/s)", {10000}),
+        Claim("window sizes of 10 to 400 s", "window (s)", {10, 50, 100, 200, 400}),
+        Claim("four producers", "devices", {4}),
+        Claim("at 2,500/s each", "rate per device (/s)", {2500}),
+    ],
+    "thesis-ch6-rate": [
+        Claim("Parallel migration", "strategy", {"parallel"}),
+        Claim("event rates of 50 to 1,600 events/s", "total rate (events/s)",
+              {50, 100, 200, 400, 800, 1600}),
+        Claim("with a 2 s window", "window (s)", {2}),
+        Claim("S = 5", "sync factor S", {5}),
+    ],
+    "thesis-ch6-sync": [
+        Claim("Parallel migration", "strategy", {"parallel"}),
+        Claim("S = 0 to 10", "sync factor S", {0, 2, 4, 6, 8, 10}),
+        Claim("at 100 events/s", "total rate (events/s)", {100}),
+        Claim("with a 2 s window", "window (s)", {2}),
+    ],
+    "thesis-ch6-window": [
+        Claim("Parallel migration", "strategy", {"parallel"}),
+        Claim("window sizes of 1 to 15 s", "window (s)", {1, 3, 6, 9, 12, 15}),
+        Claim("at 100 events/s", "total rate (events/s)", {100}),
+        Claim("S = 5", "sync factor S", {5}),
+    ],
+}
+
+
+def stated_numbers(phrase: str) -> list[float]:
+    """The numbers a phrase writes, in digits (`4,000`) or, failing that, in words."""
+    found = [float(n.replace(",", "")) for n in NUMBER.findall(phrase)]
+    if found:
+        return found
+    text = phrase.lower()
+    for word, value in WORDS.items():  # longest first: "two hundred" before "two"
+        if re.search(rf"\b{word}\b", text):
+            return [float(value)]
+    return []
+
+
+def flat(text: str) -> str:
+    return " ".join(text.split())
+
+
+def test_every_shipped_experiment_has_its_claims_checked() -> None:
+    shipped = {path.stem for path in catalog.experiment_path("quickstart").parent.glob("*.yaml")}
+    assert shipped == set(CLAIMS)
+
+
+@pytest.mark.parametrize("name", sorted(CLAIMS))
+def test_an_experiment_runs_what_its_text_states(name: str) -> None:
+    text = flat(catalog.experiment_path(name).read_text(encoding="utf-8"))
+    experiment: Experiment = load(name)
+    for claim in CLAIMS[name]:
+        assert flat(claim.phrase) in text, f"{name}: the file no longer says {claim.phrase!r}"
+        numeric = all(isinstance(v, int | float) for v in claim.values)
+        numbers = stated_numbers(claim.phrase) if numeric else []
+        if numbers:
+            ends = sorted({min(claim.values), max(claim.values)})
+            assert [n * claim.unit for n in numbers] == pytest.approx(ends), (
+                f"{name}: {claim.phrase!r} states {numbers}, the table {sorted(claim.values)}")
+        resolved = {MEASURES[claim.measure](point) for point in experiment.points}
+        if numeric:
+            ok = sorted(resolved) == pytest.approx(sorted(claim.values))
+        else:
+            ok = resolved == claim.values
+        assert ok, (f"{name}: {claim.phrase!r}: the file runs {claim.measure} = "
+                    f"{sorted(resolved)}, it states {sorted(claim.values)}")
+
+
+def test_the_rate_of_a_run_is_the_per_device_rate_times_the_devices() -> None:
+    # What a claim's "total rate" means, on the file this test was written for: the workload's
+    # default of 1,000/s per producer gave 4,000 events/s where the text says 10,000.
+    (point, *_) = load("thesis-ch5-window").points
+    (stream,) = point.spec.workload.streams
+    assert len(point.topology.select(stream.sources)) == 4
+    assert float(stream.rate) == 2500.0
+    assert total_rate(point) == 10_000.0
