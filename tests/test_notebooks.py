@@ -1,22 +1,87 @@
-"""The notebooks run from top to bottom, and their own assertions hold."""
+"""The notebooks run from top to bottom, their own assertions hold, every cell that plots shows
+its figure, and they leave nothing behind in the temporary folder."""
 
+import re
 from pathlib import Path
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+# Images each notebook shows when it runs (at least one per cell that plots, below).
+IMAGES = {"quickstart": 1, "thesis-migration": 1}
+# A call that draws: pyplot, seaborn's plotting functions, or an Axes' or frame's plot.
+PLOTTING = re.compile(r"\bplt\.(?!rc)|\bsns\.(?!set_)\w+\(|\.plot\(")
+# Run after the notebook, in its kernel: what its figures say, for what the images cannot show.
+PROBES = {"thesis-migration": ("print(ch5_figure.get_suptitle())",
+                               "the model's event rates are scaled down 10x")}
+
+
+def execute(path: Path, cwd: Path) -> nbformat.NotebookNode:
+    notebook = nbformat.read(path, as_version=4)
+    if path.stem in PROBES:
+        notebook.cells.append(new_code_cell(PROBES[path.stem][0]))
+    NotebookClient(notebook, timeout=600, kernel_name="python3",
+                   resources={"metadata": {"path": str(cwd)}}).execute()
+    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])
+              if o.get("output_type") == "error"]
+    assert not errors, errors[0].get("evalue")
+    return notebook
+
+
+def images(cell: nbformat.NotebookNode) -> int:
+    return sum("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+
+
+def stdout(cell: nbformat.NotebookNode) -> str:
+    return "".join(o.get("text", "") for o in cell.get("outputs", [])
+                   if o.get("output_type") == "stream")
+
+
+@pytest.fixture
+def private_temp(tmp_path, monkeypatch) -> Path:
+    """A temporary folder of the kernel's own (its tempfile follows TMPDIR), empty at start."""
+    temp = tmp_path / "tmp"
+    temp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temp))
+    return temp
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
-def test_notebook_runs(path, tmp_path, monkeypatch):
-    monkeypatch.setenv("FOGLAB_RESULTS", str(tmp_path))
-    notebook = nbformat.read(path, as_version=4)
-    NotebookClient(notebook, timeout=600, kernel_name="python3",
-                   resources={"metadata": {"path": str(tmp_path)}}).execute()
-    errors = [o for c in notebook.cells if c.cell_type == "code" for o in c.get("outputs", [])
-              if o.get("output_type") == "error"]
-    assert not errors
-    assert list(tmp_path.glob("*/*/messages.parquet"))
+def test_notebook_runs_shows_its_figures_and_cleans_up(path, tmp_path, private_temp,
+                                                       monkeypatch):
+    monkeypatch.delenv("FOGLAB_RESULTS", raising=False)
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    notebook = execute(path, cwd)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    silent = [i for i, c in enumerate(notebook.cells)
+              if c.cell_type == "code" and PLOTTING.search(c.source) and not images(c)]
+    assert not silent, f"cells {silent} of {path.name} plot but show no image"
+    assert sum(images(c) for c in code) == IMAGES[path.stem]
+    if path.stem in PROBES:
+        assert PROBES[path.stem][1] in stdout(code[-1])
+    assert "removed" in stdout(code[-2 if path.stem in PROBES else -1])
+    # Its results were in the temporary folder, and the notebook removed them.
+    assert "results in " + str(private_temp) in stdout(code[0])
+    assert sorted(p.name for p in private_temp.iterdir()) == []
+    assert sorted(p.name for p in cwd.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_quickstart_keeps_its_results_in_the_folder_the_user_chose(tmp_path, private_temp,
+                                                                   monkeypatch):
+    chosen = tmp_path / "mine"
+    monkeypatch.setenv("FOGLAB_RESULTS", str(chosen))
+    notebook = execute(NOTEBOOKS[[p.stem for p in NOTEBOOKS].index("quickstart")], tmp_path)
+    code = [c for c in notebook.cells if c.cell_type == "code"]
+    assert f"the results stay in {chosen}" in stdout(code[-1])
+    assert len(list(chosen.glob("quickstart/*/messages.parquet"))) == 3  # the sweep's 3 rates
+    assert sorted(p.name for p in private_temp.iterdir()) == []
+
+
+def test_every_notebook_has_its_image_count() -> None:
+    assert {p.stem for p in NOTEBOOKS} == set(IMAGES)
