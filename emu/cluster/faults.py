@@ -2,9 +2,9 @@
 
 For tests and benchmarks of how a run goes through a dead gateway or a broker restart. The
 fault runs on a thread of its own, beside a run that `experiments.runner` drives on the main
-thread: it finds the run's containers by the cluster's labels (`foglab.topology`, which names
-the topology the run was planned from; give the run a topology name of its own), waits for
-the run's devices to start (the first `sent.csv` in the records folder the containers'
+thread of the same process: it finds the run's containers by the cluster's labels (the owner,
+which names this process, and the node; the topology's name too if given), waits for the run's
+devices to start (the first `sent.csv` in the records folder the containers'
 `foglab.records` label names), waits `at` seconds more, and acts through the engine's API.
 """
 
@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emu.cluster.inventory import CLUSTER
+from emu.cluster.inventory import CLUSTER, OWNER, owner_token
 
 if TYPE_CHECKING:
     import docker
@@ -27,12 +27,13 @@ RESTART_TIMEOUT_S = 10  # docker restart's grace before SIGKILL, as its CLI's de
 
 class Fault(threading.Thread):
     """`kill` (SIGKILL, as `docker kill`) or `restart` (SIGTERM, then start, as
-    `docker restart`) the container of `node` in the run of `topology`, `at` seconds after
-    its devices started. Afterwards: `cluster`, `started` and `done` (time.time() of the
-    devices' start and of the fault's end), or `error`."""
+    `docker restart`) the container of `node` in the run this process brings up (of
+    `topology`, if given), `at` seconds after its devices started. Afterwards: `cluster`,
+    `started` and `done` (time.time() of the devices' start and of the fault's end), or
+    `error`."""
 
-    def __init__(self, client: docker.DockerClient, topology: str, node: str, action: str,
-                 at: float, timeout: float = 900.0) -> None:
+    def __init__(self, client: docker.DockerClient, node: str, action: str, at: float,
+                 topology: str | None = None, timeout: float = 900.0) -> None:
         if action not in ACTIONS:
             raise ValueError(f"a fault is one of {', '.join(ACTIONS)}, not {action!r}")
         super().__init__(name=f"fault-{action}-{node}", daemon=True)
@@ -55,7 +56,7 @@ class Fault(threading.Thread):
         try:
             self._inject()
         except Exception as error:  # noqa: BLE001 - reported to the caller, not lost on a thread
-            self.error = f"{self.action} of {self.node} in topology {self.topology}: {error!r}"
+            self.error = f"{self.action} of {self.node}: {error!r}"
 
     def _inject(self) -> None:
         deadline = time.monotonic() + self.timeout
@@ -73,7 +74,10 @@ class Fault(threading.Thread):
         self.done = time.time()
 
     def _wait_container(self, deadline: float) -> tuple[str, Path]:
-        filters = {"label": [f"foglab.topology={self.topology}", f"foglab.node={self.node}"]}
+        labels = [f"{OWNER}={owner_token()}", f"foglab.node={self.node}"]
+        if self.topology is not None:
+            labels.append(f"foglab.topology={self.topology}")
+        filters = {"label": labels}
         while True:
             found = self.client.api.containers(all=True, filters=filters)
             if found:

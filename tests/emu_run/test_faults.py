@@ -63,7 +63,7 @@ def run_with_fault(tmp_path: Path, node: str, action: str, qos: int):
     docker = pytest.importorskip("docker")
     client = docker.from_env()
     topology = f"faults-{secrets.token_hex(3)}"
-    fault = Fault(client, topology, node, action, FAULT_AT)
+    fault = Fault(client, node, action, FAULT_AT, topology=topology)
     fault.start()
     try:
         (outcome,) = run_experiment(parse_text(experiment(topology, qos)), tmp_path,
