@@ -7,6 +7,10 @@ import json.encoder
 from dataclasses import dataclass, field
 from typing import Any
 
+# The topic rules are workloads.topics', which the gateway image carries; the agent's modules
+# take them from here with the rest of what agents and the host say.
+from workloads.topics import matches, valid_filter  # noqa: F401 - re-exported
+
 # Message ids: the node's index in the high bits, its own sequence number in the low ones.
 SEQUENCE_BITS = 40
 
@@ -73,46 +77,6 @@ class Envelope:
     def passed_on(self, body: str) -> Envelope:
         """An operator's output: the input's identity and send time, one more hop."""
         return Envelope(self.id, self.stream, self.src, self.t, self.hops + 1, body)
-
-
-# Topic filters --------------------------------------------------------------------------------
-# The same rules as workloads.topics, which the gateway image does not carry.
-
-
-def unshared(topic_filter: str) -> str:
-    """`$share/group/city/#` -> `city/#`; a plain filter is returned as it is."""
-    parts = topic_filter.split("/", 2)
-    if parts[0] == "$share" and len(parts) == 3 and parts[1] and parts[2]:
-        return parts[2]
-    return topic_filter
-
-
-def matches(topic_filter: str, topic: str) -> bool:
-    """True when an MQTT topic filter (shared or not) matches a topic name."""
-    filter_levels = unshared(topic_filter).split("/")
-    topic_levels = topic.split("/")
-    if topic.startswith("$") and filter_levels[0] in ("+", "#"):
-        return False
-    for i, level in enumerate(filter_levels):
-        if level == "#":
-            return True
-        if i >= len(topic_levels):
-            return False
-        if level != "+" and level != topic_levels[i]:
-            return False
-    return len(filter_levels) == len(topic_levels)
-
-
-def valid_filter(topic_filter: str) -> bool:
-    if topic_filter.startswith("$share/") and unshared(topic_filter) == topic_filter:
-        return False  # a $share prefix without a group or a filter
-    levels = unshared(topic_filter).split("/")
-    for i, level in enumerate(levels):
-        if "#" in level and (level != "#" or i != len(levels) - 1):
-            return False
-        if "+" in level and level != "+":
-            return False
-    return bool(topic_filter)
 
 
 # Management -----------------------------------------------------------------------------------
