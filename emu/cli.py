@@ -384,7 +384,8 @@ def emu_deploy_timing(
     = Path("results/deployment-timing"),
 ) -> None:
     """Time install, update and uninstall of an operator on N idle gateways, as Figs. 3.10-3.13
-    of the operator migration thesis did on Kura: one cluster per N, removed after it."""
+    of "Automatic Generation of Distributed Runtime Infrastructure for Internet of Things" did
+    on Kura: one cluster per N, removed after it."""
     from emu.deploy_timing import COMMANDS, run_deploy_timing
 
     try:

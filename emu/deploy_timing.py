@@ -124,16 +124,13 @@ def plot(commands: pd.DataFrame, path: Path) -> Path:
     """Duration against N per command: the median with a bar from the fastest to the
     slowest repetition (durations are skewed: a gateway's first install loads the task's
     code), beside the thesis's serial figures."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
     import seaborn as sns
+    from matplotlib.figure import Figure
 
     per_command = commands.groupby(["gateways", "repetition", "command"], as_index=False)[
         "duration_s"].first()
-    figure, axes = plt.subplots(1, len(COMMANDS), figsize=(4 * len(COMMANDS), 3.6),
-                                sharey=True, squeeze=False)
+    figure = Figure(figsize=(4 * len(COMMANDS), 3.6))  # not pyplot's: leaves its backend alone
+    axes = figure.subplots(1, len(COMMANDS), sharey=True, squeeze=False)
     for axis, command in zip(axes[0], COMMANDS, strict=True):
         data = per_command[per_command["command"] == command]
         sns.pointplot(data=data, x="gateways", y="duration_s", estimator="median",
@@ -150,7 +147,6 @@ def plot(commands: pd.DataFrame, path: Path) -> Path:
     figure.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     figure.savefig(path, dpi=120)
-    plt.close(figure)
     return path
 
 

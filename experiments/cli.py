@@ -306,8 +306,8 @@ def bench_riot(
     out: Annotated[Path, typer.Option(help="folder for the table and plot")] = Path(
         "results/bench-riot")) -> None:
     """RIoTBench's micro-benchmark: each task on one core, its peak throughput, latency
-    percentiles, CPU per message and memory (the RIoTBench paper, section 5); writes a table
-    and a plot.
+    percentiles, CPU per message and memory (section 5 of "Benchmarking Distributed Stream
+    Processing Platforms for IoT Applications"); writes a table and a plot.
     The CPU per message is what `python -m workloads.riot.costs` turns into simulator costs."""
     from workloads.riot.bench import bench_tasks, write_report
     from workloads.riot.tasks.base import TASKS

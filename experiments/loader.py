@@ -114,10 +114,18 @@ def load_document(document: Document, overrides: list[str] = (),
     if not isinstance(plan, dict):
         raise sources.place(SpecError(("sweep",), plan, "a mapping of dotted keys to lists"))
     plan = dict(plan)
+    # A --set of a key the file sweeps sets it for every run: that key's sweep goes (else the
+    # sweep's values would silently win over the option).
+    set_paths = {path for path, _, _ in assignments}
+    for key in [k for k in plan if _dotted(str(k)) in set_paths]:
+        del plan[key]
     for option in sweeps:
         path, values = _assignment(option, "--sweep")
         if not isinstance(values, list) or not values:
             raise SpecError((), option, "--sweep KEY=[v1, v2, ...] with at least one value",
+                            f"--sweep {option}")
+        if path in set_paths:
+            raise SpecError((), option, "--set or --sweep for one key, not both",
                             f"--sweep {option}")
         plan[".".join(str(p) for p in path)] = values
         sources.overrides[path] = f"--sweep {option}"

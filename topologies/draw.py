@@ -5,13 +5,10 @@ from __future__ import annotations
 from collections import Counter
 from pathlib import Path
 
-import matplotlib
+import networkx as nx
+from matplotlib.figure import Figure
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import networkx as nx  # noqa: E402
-
-from topologies.model import Topology  # noqa: E402
+from topologies.model import Topology
 
 LAYERS = {"device": 0, "gateway": 1, "switch": 2, "coordinator": 3, "broker": 3, "cloud_vm": 4}
 COLOURS = {"device": "#9ecae1", "gateway": "#31a354", "switch": "#bdbdbd",
@@ -49,7 +46,9 @@ def draw(topology: Topology, out: Path | str) -> Path:
         for i, name in enumerate(sorted(names)):
             positions[name] = ((i + 1) / (len(names) + 1), level)
     width = max(8.0, 1.2 * max(len(v) for v in layers.values()))
-    fig, ax = plt.subplots(figsize=(min(width, 30), 6))
+    # A Figure of its own, not pyplot's: drawing to a file leaves a notebook's backend alone.
+    fig = Figure(figsize=(min(width, 30), 6))
+    ax = fig.subplots()
     kinds = [graph.nodes[n]["kind"] for n in graph]
     nx.draw_networkx_edges(graph, positions, ax=ax, edge_color="#999999")
     nx.draw_networkx_nodes(graph, positions, ax=ax, node_color=[COLOURS[k] for k in kinds],
@@ -64,5 +63,4 @@ def draw(topology: Topology, out: Path | str) -> Path:
     fig.tight_layout()
     path = Path(out)
     fig.savefig(path, dpi=110)
-    plt.close(fig)
     return path

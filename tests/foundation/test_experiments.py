@@ -162,6 +162,20 @@ def test_the_catalog_broker_study_sweeps_two_models_by_three_sizes() -> None:
     assert sorted(set(models)) == ["kafka-like", "rabbitmq-like"]
 
 
+def test_a_set_option_on_a_swept_key_sets_it_for_every_run() -> None:
+    experiment = parse_text(BLOCK + "sweep:\n  run.seed: [1, 2, 3]\n  run.duration: [5s, 9s]\n",
+                            overrides=["run.seed=42"])
+    assert [(p.spec.run.seed, p.spec.run.duration) for p in experiment.points] == [
+        (42, 5.0), (42, 9.0)]
+    assert [p.values for p in experiment.points] == [{"run.duration": "5s"},
+                                                      {"run.duration": "9s"}]
+
+
+def test_one_key_cannot_be_both_set_and_swept() -> None:
+    with pytest.raises(SpecError, match=r"--sweep run.seed=\[1,2\].*not both"):
+        load("quickstart", overrides=["run.seed=3"], sweeps=["run.seed=[1,2]"])
+
+
 def test_a_sweep_option_needs_a_list() -> None:
     with pytest.raises(SpecError, match="--sweep run.seed=3"):
         load("quickstart", sweeps=["run.seed=3"])

@@ -75,3 +75,16 @@ def test_an_empty_figure_says_why(tmp_path: Path, loss: str, start: str, note: s
     assert (plot.delivered, plot.note) == (0, note)
     figure, _ = latency_figure(load_run(folder).messages, "t")
     assert [text.get_text() for text in figure.texts] == [note]
+
+
+def test_drawing_a_topology_leaves_the_sessions_backend_alone(tmp_path: Path) -> None:
+    script = (
+        "import matplotlib; matplotlib.use('svg')\n"
+        "from topologies.catalog import load\n"
+        "from topologies.draw import draw\n"
+        f"draw(load('smart-city'), {str(tmp_path / 'city.png')!r})\n"
+        "print(matplotlib.get_backend())\n")
+    shown = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                           check=True, cwd=Path(__file__).parents[2])
+    assert shown.stdout.strip() == "svg"
+    assert (tmp_path / "city.png").read_bytes()[:4] == b"\x89PNG"
