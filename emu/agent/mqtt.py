@@ -15,11 +15,10 @@ def new_client(client_id: str, persistent: bool = False) -> Any:
     """An MQTT client; on paho 2.x with the version-2 callbacks.
 
     Not `persistent`: MQTT 3.1.1 with a clean session. `persistent`: MQTT 5, to be connected
-    with `session_args()`: a fresh session at the first connection (none left by an earlier
-    client of the same id), then the same session at every reconnection, kept by the broker
-    for SESSION_EXPIRY_S: its subscriptions stay and its QoS 1 messages queue while the
-    client is away (a dropped connection, a broker restarted with its database). The id must
-    be the same at every connection.
+    with `session_args()`: the broker keeps the client's session (its subscriptions, and its
+    QoS 1 messages queued while the client is away: a dropped connection, a broker restarted
+    with its database) for SESSION_EXPIRY_S after it went, or until the client ends it
+    (`end_session`). The id must be the same at every connection.
     Callbacks written as `on_connect(client, userdata, flags, rc, *rest)` and
     `on_disconnect(client, userdata, *rest)` suit both versions and protocols; `connected(rc)`
     reads rc, `session_present(flags)` the flags.
@@ -36,20 +35,27 @@ def new_client(client_id: str, persistent: bool = False) -> Any:
 
 
 def session_args() -> dict[str, Any]:
-    """connect()'s and connect_async()'s arguments for a persistent client: clean start on
-    the first connection only, and the session's expiry."""
-    import paho.mqtt.client as mqtt
+    """connect()'s and connect_async()'s arguments for a persistent client: no clean start,
+    at the first connection too, and the session's expiry.
+
+    Not a clean start at the first connection either: Mosquitto 2.0 (Debian 12's 2.0.11, the
+    services image's) writes to its database only the sessions of clients that connected
+    without one, so a session begun with a clean start is gone after a restart (measured:
+    session_present false after a restart with clean start first, true without). A client
+    therefore resumes a session an earlier client of its id left on the broker without
+    ending it; a run's broker is its own, so there is none.
+    """
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
 
     properties = Properties(PacketTypes.CONNECT)
     properties.SessionExpiryInterval = SESSION_EXPIRY_S
-    return {"clean_start": mqtt.MQTT_CLEAN_START_FIRST_ONLY, "properties": properties}
+    return {"clean_start": False, "properties": properties}
 
 
 def end_session() -> Any:
     """disconnect()'s properties for a persistent client leaving for good: the broker drops
-    its session at once rather than keep it for SESSION_EXPIRY_S."""
+    its session at once rather than keep it."""
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
 
