@@ -14,13 +14,17 @@ service answers, so that the containers still starting are not starved; the defa
 
 Anything that goes wrong during `up` (a Docker error, a service that never answers, Ctrl-C)
 removes everything made so far, by the cluster's label, before the error propagates; a plan
-error comes before anything is made.
+error comes before anything is made. So that a Ctrl-C at any moment leaves nothing: what this
+thread asks the engine to make (a network, the zygote, a network connection) holds the Ctrl-C
+until the engine has answered, containers made on worker threads are waited for, the scratch
+folder is named before it is made, and relays are known before they start.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import secrets
 import signal
 import tarfile
 import tempfile
@@ -175,8 +179,9 @@ class Cluster:
             ips = {s.node: s.ip for s in self.status()}
             for service, joined in self.links.service_networks().items():
                 for network in sorted(joined):
-                    self.client.api.connect_container_to_network(
-                        self._made.ids[service], network, aliases=[service])
+                    with _interrupts_deferred():
+                        self.client.api.connect_container_to_network(
+                            self._made.ids[service], network, aliases=[service])
             self.addresses = self.links.addresses(ips, self.bridges)
             if self.zygote is not None:
                 self.progress("zygote", 0, 1, "waiting for the agents' zygote")
@@ -198,8 +203,9 @@ class Cluster:
         """Start the zygote's container; it imports the agent while the links are made."""
         if self.agent_start != "zygote":
             return
-        self.zygote = start_zygote(self.client, self.name, self.images[GATEWAY.name],
-                                   self._labels(self.plan.labels), LOG_CONFIG)
+        with _interrupts_deferred():  # see _create_networks
+            self.zygote = start_zygote(self.client, self.name, self.images[GATEWAY.name],
+                                       self._labels(self.plan.labels), LOG_CONFIG)
 
     def _forked(self, plan: ContainerPlan) -> bool:
         return self.zygote is not None and plan.role == "agent" and (
@@ -240,16 +246,23 @@ class Cluster:
     def _make_records(self) -> None:
         assert self._made is not None
         if self.records is None:
-            self._made.scratch = Path(tempfile.mkdtemp(prefix=f"foglab-{self.name}-"))
+            # Named before it is made: a Ctrl-C between the two leaves nothing `down` misses.
+            scratch = Path(tempfile.gettempdir()) / f"foglab-{self.name}-{secrets.token_hex(4)}"
+            self._made.scratch = scratch
+            scratch.mkdir(mode=0o700)
         for node in self.plan.containers:
             self.records_dir(node).mkdir(parents=True, exist_ok=True)
 
     def _create_networks(self) -> None:
         networks = list(self.plan.networks.values())
         for done, network in enumerate(networks):
-            created = self.client.api.create_network(network.name, driver="bridge",
-                                                     labels=self._labels(network.labels),
-                                                     check_duplicate=True)
+            # A Ctrl-C waits for the engine's answer: cut short, the request goes on in the
+            # engine, which could make the network after `down` looked for it (measured: one
+            # network left of eight interrupted starts).
+            with _interrupts_deferred():
+                created = self.client.api.create_network(network.name, driver="bridge",
+                                                         labels=self._labels(network.labels),
+                                                         check_duplicate=True)
             config = self.client.api.inspect_network(created["Id"])["IPAM"]["Config"]
             self.bridges[network.segment] = config[0]["Gateway"]
             self.progress("networks", done + 1, len(networks), network.name)
@@ -268,9 +281,12 @@ class Cluster:
                 done += 1
                 self.progress("containers", done, total, futures[future].node)
         except BaseException:
-            # In-flight starts finish (their containers carry the label), queued ones never run.
+            # In-flight starts finish (their containers carry the label), queued ones never run;
+            # a second Ctrl-C must not cut this wait, or one could make a container after
+            # `down` listed them.
             self._cancel.set()
-            pool.shutdown(wait=True, cancel_futures=True)
+            with _interrupts_deferred():
+                pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
 

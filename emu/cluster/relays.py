@@ -7,8 +7,10 @@ they are idle most of the time, and one thread keeps the host's two cores for th
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import Callable, Coroutine, Hashable
+from concurrent.futures import Future
 from typing import Self, TypeVar
 
 from emu.links.relay import LinkRelay, RelayCounters
@@ -25,6 +27,7 @@ class RelaySet:
         self._relays: dict[Hashable, LinkRelay] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._adding: list[Future] = []  # starts under way, which `stop` waits for
 
     def __len__(self) -> int:
         return len(self._relays)
@@ -46,7 +49,10 @@ class RelaySet:
         return self
 
     def add(self, relays: dict[Hashable, LinkRelay]) -> dict[Hashable, int]:
-        """Start relays; give each one's listening port. If one fails, none of these is kept."""
+        """Start relays; give each one's listening port. If one fails, none of these is kept.
+
+        An interrupt (Ctrl-C) while they start leaves them starting on the loop: they are
+        known from the first, and `stop` waits for their start before it closes them all."""
         for key in relays:
             if key in self._relays:
                 raise KeyError(f"a relay for {key!r} is already running")
@@ -63,8 +69,18 @@ class RelaySet:
                 await asyncio.gather(*(r.close() for r in started), return_exceptions=True)
                 raise
 
-        ports = self._run(start_all())
+        if self._loop is None:
+            raise RuntimeError("the relay set is not started")
         self._relays.update(relays)
+        future = asyncio.run_coroutine_threadsafe(start_all(), self._loop)
+        self._adding.append(future)
+        try:
+            ports = future.result()
+        except Exception:
+            for key in relays:  # start_all closed the ones it had started
+                self._relays.pop(key, None)
+            raise
+        self._adding.remove(future)
         return ports
 
     def relay(self, key: Hashable) -> LinkRelay:
@@ -86,6 +102,10 @@ class RelaySet:
         if self._loop is None:
             return
         try:
+            for future in self._adding:
+                with contextlib.suppress(Exception):  # its error was the caller's
+                    future.result()
+            self._adding.clear()
             self._run(self._close_all())
         finally:
             self._loop.call_soon_threadsafe(self._loop.stop)
