@@ -347,7 +347,7 @@ def _drain_spark_jobs(cluster, end: float, dead: set[str]) -> dict[str, float | 
     while pending and time.monotonic() < deadline:
         for node, operator in list(pending):
             records = cluster.records_dir(node)
-            if _last_read(records / operator / "progress.jsonl") >= _rows(
+            if _last_read(records / operator / "progress.jsonl") >= _distinct_ids(
                     records / "received.csv"):
                 caught_up[f"{node}/{operator}"] = round(time.time() - end, 2)
                 del pending[node, operator]
@@ -361,12 +361,16 @@ def _last_read(path: Path) -> int:
     return max((r for r in reads if r is not None), default=0)
 
 
-def _rows(path: Path) -> int:
-    """Data rows of a CSV with a header (the agent flushes it every second)."""
+def _distinct_ids(path: Path) -> int:
+    """Distinct message ids (the first column) of a CSV with a header (the agent flushes it
+    every second). Distinct: QoS 1 is at least once, and the node's session and the Spark
+    source's each get their own copies again after a reconnection (the source's journal
+    drops most of its own), so rows would count copies Spark never reads."""
     if not path.exists():
         return 0
     with path.open("rb") as rows:
-        return max(sum(1 for _ in rows) - 1, 0)
+        next(rows, None)
+        return len({row.split(b",", 1)[0] for row in rows if row.strip()})
 
 
 def _stop_agents(api, containers: dict[str, str], failed: dict[str, str]) -> None:
