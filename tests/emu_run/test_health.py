@@ -136,3 +136,37 @@ def test_a_line_cut_by_a_kill_is_dropped_and_whole_files_are_kept(tmp_path: Path
     assert (node / "sent.csv").read_bytes() == b"id,stream\r\n1,city\r\n"
     assert (node / "received.csv").read_bytes() == b"id,stream\r\n1,city\r\n"
     assert (node / "commands.csv").read_bytes() == b""
+
+
+
+def cgroup(root: Path, container: str, cpu_s: float) -> None:
+    """A container's cgroup v2 files as the engine's systemd layout has them."""
+    path = root / "system.slice" / f"docker-{container}.scope"
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "cpu.stat").write_text(f"usage_usec {int(cpu_s * 1e6)}\nuser_usec 0\n")
+    (path / "memory.current").write_text("1048576\n")
+    (path / "cgroup.procs").write_text("1\n")
+    (path / "cgroup.freeze").write_text("0\n")
+
+
+def test_a_container_restarted_between_samples_never_gets_a_negative_cpu_share(
+        tmp_path: Path) -> None:
+    from emu.metrics import NodeSampler
+    from emu.run import _forget_restarted
+
+    cgroup(tmp_path, "b1", 10.0)
+    cgroup(tmp_path, "g1", 5.0)
+    sampler = NodeSampler({"broker-1": "b1", "gw-1": "g1"}, {"broker-1": 1.0, "gw-1": 1.0},
+                          EPOCH, root=tmp_path)
+    sampler.sample(EPOCH + 1)
+    cgroup(tmp_path, "b1", 0.2)  # restarted: its counter began again
+    cgroup(tmp_path, "g1", 5.5)
+    _forget_restarted(sampler)
+    sampler.sample(EPOCH + 2)
+    cgroup(tmp_path, "b1", 0.7)
+    _forget_restarted(sampler)
+    sampler.sample(EPOCH + 3)
+    rows = pd.DataFrame(sampler.rows)
+    assert (rows["cpu"] >= 0).all()
+    assert rows.query("node == 'broker-1'")["cpu"].tolist() == [pytest.approx(0.5)]
+    assert rows.query("node == 'gw-1'")["cpu"].tolist() == [pytest.approx(0.5), 0.0]
