@@ -23,7 +23,7 @@ from emu.agent.mqtt import (
     session_present,
 )
 from emu.agent.operators import Operator
-from emu.agent.protocol import ALL_REQUESTS, Envelope, request_topic
+from emu.agent.protocol import ALL_REQUESTS, Envelope, matches, request_topic
 from emu.agent.records import Records
 from emu.agent.registry import Registration, sensor_path
 from emu.agent.scheduler import Scheduler
@@ -95,6 +95,11 @@ class Agent:
             op.out_topic for op in self.operators.values() if op.out_topic}
         self._readers: dict[str, tuple[Operator, ...]] = {}
         self._subscribed: set[str] = set()
+        # MQTT 5 brokers send a client one copy of a message per subscription that matches
+        # it (x/+ and x/#); each subscription gets an id and one copy is taken: that of the
+        # lowest id that matches the topic (per topic, cached until the subscriptions change).
+        self._subscription_ids: dict[str, int] = {}
+        self._taken_copy: dict[str, int] = {}
         self.unreadable = 0   # broker messages that were no envelope
         self.unpublished = 0  # QoS 0 publishes the client refused (not connected)
         self.looped = 0       # outputs dropped after MAX_HOPS operators
@@ -110,7 +115,7 @@ class Agent:
         self.client.on_subscribe = self._on_subscribe
         self._requests = request_topic(self.node)
         self._requests_mid = -1
-        self._operators_mid: int | None = None
+        self._operators_mids: set[int] = set()
         self.ready = threading.Event()
         self.registration: Registration | None = None
         if config.zookeeper:
@@ -182,23 +187,27 @@ class Agent:
         if topic == ALL_REQUESTS or topic == self._requests:
             self.management.received(message.payload)
         else:
-            self.scheduler.call(self._from_broker, topic, message.payload, message.qos)
+            copy_of = getattr(getattr(message, "properties", None), "SubscriptionIdentifier",
+                              None)
+            self.scheduler.call(self._from_broker, topic, message.payload, message.qos,
+                                copy_of)
 
     # Scheduler thread -------------------------------------------------------------------------
 
     def _acknowledged(self, mid: int) -> None:
         if mid == self._requests_mid:
             self._on_ready()
-        elif mid == self._operators_mid:
-            self._operators_mid = None
-            self._on_operators_subscribed()
+        elif mid in self._operators_mids:
+            self._operators_mids.discard(mid)
+            if not self._operators_mids:
+                self._on_operators_subscribed()
 
     def _on_ready(self) -> None:
         """The broker passes requests on to the node now: (re)subscribe its operators, and
         wait for the broker to confirm them too."""
         self._subscribed.clear()  # subscribed again: a broker that lost its state forgot them
-        self._operators_mid = self._subscribe()
-        if self._operators_mid is None:
+        self._operators_mids = self._subscribe()
+        if not self._operators_mids:
             self._on_operators_subscribed()
 
     def _on_operators_subscribed(self) -> None:
@@ -211,20 +220,37 @@ class Agent:
             self.registration.start()
         self.ready.set()
 
-    def _subscribe(self) -> int | None:
+    def _subscribe(self) -> set[int]:
         """Make the broker subscriptions those of the running operators; the new
-        subscriptions' message id, if any."""
+        subscriptions' message ids (one SUBSCRIBE each: an id names a whole packet)."""
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
         wanted = {f for op in self.operators.values() if op.running for f in op.filters}
         if not self.client.is_connected():
-            return None
+            return set()
         new, gone = wanted - self._subscribed, self._subscribed - wanted
-        mid = None
-        if new:
-            _, mid = self.client.subscribe([(f, 1) for f in sorted(new)])
+        mids = set()
+        for topic_filter in sorted(new):
+            number = self._subscription_ids.setdefault(topic_filter,
+                                                       len(self._subscription_ids) + 1)
+            properties = Properties(PacketTypes.SUBSCRIBE)
+            properties.SubscriptionIdentifier = number
+            mids.add(self.client.subscribe(topic_filter, 1, properties=properties)[1])
         if gone:
             self.client.unsubscribe(sorted(gone))
         self._subscribed = wanted
-        return mid
+        self._taken_copy.clear()
+        return mids
+
+    def _another_copy(self, topic: str, copy_of: list[int]) -> bool:
+        """Whether this message is the copy of a subscription other than the one taken."""
+        taken = self._taken_copy.get(topic)
+        if taken is None:
+            taken = self._taken_copy[topic] = min(
+                (self._subscription_ids[f] for f in self._subscribed if matches(f, topic)),
+                default=0)
+        return taken != 0 and taken not in copy_of
 
     def _readers_of(self, topic: str) -> tuple[Operator, ...]:
         readers = self._readers.get(topic)
@@ -240,9 +266,12 @@ class Agent:
         if not readers or driver.config.forward:
             self._publish(topic, envelope, driver.config.qos)
 
-    def _from_broker(self, topic: str, payload: bytes, qos: int = 0) -> None:
+    def _from_broker(self, topic: str, payload: bytes, qos: int = 0,
+                     copy_of: list[int] | None = None) -> None:
         if topic in self._own_topics:
             return  # this node's own message, read locally when it was published
+        if copy_of and self._another_copy(topic, copy_of):
+            return
         try:
             envelope = Envelope.decode(payload)
         except ValueError:
