@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 Key = str | int | None
 
@@ -23,7 +24,8 @@ class Event(NamedTuple):
 
 
 class WindowResult(NamedTuple):
-    """One closed window: its extent, the SNs of its first and most recent events, its value."""
+    """One closed window: its extent, the SNs of its first and most recent events, its value;
+    `first` is the first event itself when the operator holds its events, else None."""
 
     key: Key
     start: float
@@ -32,6 +34,7 @@ class WindowResult(NamedTuple):
     last_sn: int
     count: int
     value: float
+    first: Any = None
 
 
 class Aggregate(StrEnum):
@@ -131,16 +134,17 @@ class EventCount:
 
 @dataclass(slots=True)
 class Pane:
-    """Running totals of one open window."""
+    """Running totals of one open window (and its first event, when events are held)."""
 
     first_sn: int
     last_sn: int
     count: int
     total: float
+    first: Any = None
 
     @classmethod
-    def starting(cls, event: Event) -> Pane:
-        return cls(event.sn, event.sn, 1, event.value)
+    def starting(cls, event: Event, hold: bool) -> Pane:
+        return cls(event.sn, event.sn, 1, event.value, event if hold else None)
 
     def add(self, event: Event) -> None:
         self.last_sn = event.sn
@@ -151,9 +155,16 @@ class Pane:
 class Window:
     """A window operator: assigns events to windows, emits each window's aggregate when it closes.
 
-    Time windows close when an event at or past their end arrives; count windows when they
-    hold `size` events. Events arriving after all their windows closed are dropped and
-    counted in `late_events`. With `by_key`, each event key has its own windows.
+    Time windows close when an event at or past their end arrives (or when `advance` moves
+    time past it); count windows when they hold `size` events. Events arriving after all
+    their windows closed are dropped and counted in `late_events`. With `by_key`, each event
+    key has its own windows.
+
+    With `hold`, the operator also keeps the events of its open windows, as the migration
+    thesis's operator does (its state is the events in the current window): the snapshot
+    grows with them, and each result carries its first event. Held events are stored as
+    given and written to the snapshot as `list(event)`, so `event_type(*fields)` must rebuild
+    them (any NamedTuple with Event's four fields first will do).
     """
 
     def __init__(
@@ -165,6 +176,8 @@ class Window:
         basis: str = "time",
         aggregate: str = "count",
         by_key: bool = False,
+        hold: bool = False,
+        event_type: Callable[..., Any] = Event,
     ) -> None:
         if kind not in ("tumbling", "sliding"):
             raise ValueError(f"kind must be 'tumbling' or 'sliding', not {kind!r}")
@@ -185,10 +198,14 @@ class Window:
         )
         self.panes: dict[Key, dict[int, Pane]] = {}
         self.late_events = 0
+        self.hold = hold
+        self.event_type = event_type
+        # Per key, the events of its open windows in arrival order (with `hold` only).
+        self.held: dict[Key, list[Any]] = {}
 
     @property
     def config(self) -> dict[str, object]:
-        return {
+        config: dict[str, object] = {
             "kind": self.kind,
             "size": self.grid.size,
             "slide": self.grid.slide,
@@ -196,6 +213,19 @@ class Window:
             "aggregate": self.aggregate.value,
             "by_key": self.by_key,
         }
+        if self.hold:  # only then: snapshots of operators without it keep their bytes
+            config["hold"] = True
+        return config
+
+    @property
+    def held_events(self) -> int:
+        """How many events the open windows hold (0 without `hold`)."""
+        return sum(map(len, self.held.values()))
+
+    def next_end(self) -> float | None:
+        """The earliest end of an open window, None when none is open."""
+        ends = [self.grid.end(k) for panes in self.panes.values() for k in panes]
+        return min(ends) if ends else None
 
     def push(self, event: Event) -> list[WindowResult]:
         """Add one event; return the windows it closed, oldest first."""
@@ -211,9 +241,20 @@ class Window:
             if k in panes:
                 panes[k].add(event)
             else:
-                panes[k] = Pane.starting(event)
+                panes[k] = Pane.starting(event, self.hold)
+        if self.hold and still_open:
+            self.held.setdefault(key, []).append(event)
         self.progress.advance(event, key)
         return self._close(list(self.panes) if self.progress.spans_keys else [key])
+
+    def advance(self, timestamp: float) -> list[WindowResult]:
+        """Time has reached `timestamp` with no event (a timer): close the windows that ended
+        by then, as an event at `timestamp` would. Time windows only."""
+        if not isinstance(self.progress, EventTime):
+            raise ValueError("count windows close on events; only time windows advance")
+        if self.progress.watermark is None or timestamp > self.progress.watermark:
+            self.progress.watermark = timestamp
+        return self._close(list(self.panes))
 
     def flush(self) -> list[WindowResult]:
         """End of stream: emit every open window, complete or not."""
@@ -224,17 +265,42 @@ class Window:
         for key in keys:
             panes = self.panes.get(key, {})
             reached = self.progress.reached(key)
-            for k in [k for k in panes if everything or self.grid.end(k) <= reached]:
+            ended = [k for k in panes if everything or self.grid.end(k) <= reached]
+            for k in ended:
                 closed.append((k, key, panes.pop(k)))
+            if ended and self.hold:
+                self._forget(key, panes)
             if not panes:
                 self.panes.pop(key, None)
         closed.sort(key=lambda item: item[0])  # stable: keys keep their first-seen order
         return [self._result(k, key, pane) for k, key, pane in closed]
 
+    def _positions(self, key: Key, events: list[Any]) -> list[float]:
+        """Where a key's held events lie on the window axis."""
+        if self.basis is Basis.TIME:
+            return [event.timestamp for event in events]
+        # Count windows are never late: the held events are the key's last ones, in order.
+        seen = self.progress.reached(key)
+        return list(range(seen - len(events), seen))
+
+    def _forget(self, key: Key, panes: dict[int, Pane]) -> None:
+        """Drop the held events no open window of the key holds any more: those before the
+        start of its oldest open window (every later one is in that window)."""
+        events = self.held.get(key)
+        if not events:
+            return
+        if not panes:
+            del self.held[key]
+            return
+        oldest = self.grid.start(min(panes))
+        positions = self._positions(key, events)
+        self.held[key] = [e for e, p in zip(events, positions, strict=True) if p >= oldest]
+
     def _result(self, k: int, key: Key, pane: Pane) -> WindowResult:
         start, end = self.grid.start(k), self.grid.end(k)
         value = self.aggregate.of(pane.count, pane.total)
-        return WindowResult(key, start, end, pane.first_sn, pane.last_sn, pane.count, value)
+        return WindowResult(key, start, end, pane.first_sn, pane.last_sn, pane.count, value,
+                            pane.first)
 
     def snapshot(self) -> bytes:
         """The operator's whole state as deterministic JSON bytes."""
@@ -247,6 +313,8 @@ class Window:
             ],
             "late_events": self.late_events,
         }
+        if self.hold:
+            state["held"] = [[key, [list(e) for e in events]] for key, events in self.held.items()]
         return json.dumps(state, sort_keys=True, separators=(",", ":")).encode()
 
     def restore(self, data: bytes) -> None:
@@ -260,9 +328,28 @@ class Window:
             for key, panes in state["panes"]
         }
         self.late_events = state["late_events"]
+        if self.hold:
+            make = self.event_type
+            self.held = {key: [make(*fields) for fields in events]
+                         for key, events in state["held"]}
+            for key, panes in self.panes.items():
+                self._find_firsts(key, panes)
+
+    def _find_firsts(self, key: Key, panes: dict[int, Pane]) -> None:
+        """Each open window's first event: the first held one in its extent (every event in
+        it arrived while it was open, so the first of them started it)."""
+        events = self.held.get(key, [])
+        positions = self._positions(key, events)
+        for k, pane in panes.items():
+            start, end = self.grid.start(k), self.grid.end(k)
+            pane.first = next((e for e, p in zip(events, positions, strict=True)
+                               if start <= p < end), None)
+            if pane.first is None or pane.first.sn != pane.first_sn:
+                raise ValueError(f"snapshot holds no first event (SN {pane.first_sn}) for "
+                                 f"window [{start}, {end}) of key {key!r}")
 
     @classmethod
-    def from_snapshot(cls, data: bytes) -> Window:
+    def from_snapshot(cls, data: bytes, event_type: Callable[..., Any] = Event) -> Window:
         """A new operator built from the configuration and state a snapshot carries."""
         config = json.loads(data)["config"]
         window = cls(
@@ -272,6 +359,8 @@ class Window:
             basis=config["basis"],
             aggregate=config["aggregate"],
             by_key=config["by_key"],
+            hold=config.get("hold", False),
+            event_type=event_type,
         )
         window.restore(data)
         return window

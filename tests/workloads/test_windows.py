@@ -246,3 +246,79 @@ def test_restored_operator_continues_exactly_as_the_original(
     assert head + run(after, events[cut:]) == uninterrupted
     assert after.late_events == original.late_events
     assert after.snapshot() == original.snapshot()
+
+
+# Held events: the thesis's state, the events of the open windows ------------------------------
+
+
+@given(configurations(), streams(), st.data())
+def test_held_events_are_those_of_the_open_windows_and_survive_a_restore(
+    config: dict, events: list[Event], data: st.DataObject
+) -> None:
+    cut = data.draw(st.integers(0, len(events)), label="cut")
+    plain = run(Window(**config), events)
+    original = Window(**config, hold=True)
+    uninterrupted = run(original, events)
+    # Holding changes no result; each result carries its first event.
+    assert [r._replace(first=None) for r in uninterrupted] == plain
+    by_sn = {event.sn: event for event in events}
+    assert all(r.first == by_sn[r.first_sn] for r in uninterrupted)
+
+    before = Window(**config, hold=True)
+    head = [r for event in events[:cut] for r in before.push(event)]
+    # Each open window counts exactly the held events in its extent, and none is held twice.
+    for key, panes in before.panes.items():
+        kept = before.held[key]
+        positions = before._positions(key, kept)
+        for k, pane in panes.items():
+            inside = [e for e, p in zip(kept, positions, strict=True)
+                      if before.grid.start(k) <= p < before.grid.end(k)]
+            assert len(inside) == pane.count and inside[0] is pane.first
+    held = [(key, e.sn) for key, kept in before.held.items() for e in kept]
+    assert len(set(held)) == len(held)
+    assert before.held_events == len(held)
+    snapshot = before.snapshot()
+    after = Window.from_snapshot(snapshot)
+    assert after.snapshot() == snapshot
+    assert head + run(after, events[cut:]) == uninterrupted
+    assert after.snapshot() == original.snapshot()
+
+
+def test_a_held_snapshot_grows_with_the_events_of_the_open_window() -> None:
+    window = Window("tumbling", 10.0, hold=True)
+    sizes = []
+    for sn in range(1, 1001):
+        window.push(Event(sn, sn * 0.001, 1.0))
+        if sn % 250 == 0:
+            sizes.append(window.state_bytes)
+    per_event = [(b - a) / 250 for a, b in zip(sizes, sizes[1:], strict=False)]
+    assert window.held_events == 1000
+    assert all(20 <= step <= 40 for step in per_event), per_event
+    closed = window.push(Event(1001, 10.5, 1.0))  # closes [0, 10): its events go
+    assert [(r.count, r.first.sn) for r in closed] == [(1000, 1)]
+    assert window.held_events == 1 and window.state_bytes < sizes[0] / 20
+
+
+def test_advance_closes_time_windows_without_an_event() -> None:
+    window = Window("sliding", 2, 1, aggregate="sum", hold=True)
+    window.push(Event(1, 0.5, 1))
+    window.push(Event(2, 1.5, 2))
+    assert window.next_end() == 2
+    assert window.advance(1.9) == []
+    assert [(r.start, r.value, r.first.sn) for r in window.advance(2.0)] == [(0, 3, 1)]
+    assert window.next_end() == 3 and window.held_events == 1
+    assert [(r.start, r.value) for r in window.advance(10.0)] == [(1, 2)]
+    assert window.next_end() is None and window.held_events == 0
+    # An event at a time the window has advanced past is late, as after a later event.
+    assert window.push(Event(3, 7.5, 4)) == [] and window.late_events == 1
+    with pytest.raises(ValueError, match="only time windows advance"):
+        Window("tumbling", 3, basis="count").advance(1.0)
+
+
+def test_a_held_snapshot_without_a_window_s_first_event_is_refused() -> None:
+    window = Window("tumbling", 2, hold=True)
+    window.push(Event(1, 0.5, 1))
+    broken = window.snapshot().replace(b'"held":[[null,[[1,0.5,1,null]]]]', b'"held":[]')
+    assert broken != window.snapshot()
+    with pytest.raises(ValueError, match="no first event"):
+        Window("tumbling", 2, hold=True).restore(broken)
