@@ -67,9 +67,11 @@ class NodeSampler:
     """Samples a set of containers: per node, CPU as a fraction of its cores since the last
     sample, memory in bytes, and whether it is up, as the simulator's `nodes` table has them.
 
-    A node whose container is gone, stopped or paused is down from that sample on, for the
-    rest of the run (a row each sample with `up` false, cpu and memory 0); `down` says when
-    and why, for the run's failed nodes.
+    A node whose container is gone, stopped or paused is down at that sample (a row with `up`
+    false, cpu and memory 0), and up again once it runs (a broker's `docker restart`); `down`
+    says when and why each node first went down. A container restarted between two samples
+    starts its cgroup's CPU counter again at 0: a reading below the last one is taken as the
+    CPU time since that restart, within the interval.
     """
 
     def __init__(self, containers: dict[str, str], cores: dict[str, float], epoch: float,
@@ -101,22 +103,23 @@ class NodeSampler:
         t = now - self.epoch
         rows = self.rows
         for node, cgroup in self.cgroups.items():
-            if node not in self.down:
-                why = cgroup.down()
-                if why is None:
-                    try:
-                        usage = cgroup.usage()
-                    except (FileNotFoundError, ProcessLookupError, ValueError):
-                        why = "gone: its cgroup was removed"
-                if why is not None:
-                    self.down[node] = f"down at t={t:.1f} s: {why}"
-            if node in self.down:
+            why = cgroup.down()
+            if why is None:
+                try:
+                    usage = cgroup.usage()
+                except (FileNotFoundError, ProcessLookupError, ValueError):
+                    why = "gone: its cgroup was removed"
+            if why is not None:
+                self.down.setdefault(node, f"down at t={t:.1f} s: {why}")
+                self.last.pop(node, None)
                 for column, value in zip(rows.values(), (t, node, 0.0, 0.0, 0, False),
                                          strict=True):
                     column.append(value)
                 continue
             if node in self.last:
                 then, cpu_then = self.last[node]
+                if usage.cpu_s < cpu_then:
+                    cpu_then = 0.0  # restarted since the last sample: its counter began again
                 rows["t"].append(t)
                 rows["node"].append(node)
                 rows["cpu"].append((usage.cpu_s - cpu_then)

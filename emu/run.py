@@ -304,7 +304,6 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
     while (now := time.time()) < end:
         time.sleep(min(run.sample, end - now))
         now = time.time()
-        _forget_restarted(sampler)
         sampler.sample(now)
         fresh = cluster.links.counters()
         _links_rows(counters, fresh, cluster.plan, now - epoch, run.sample, links)
@@ -312,19 +311,6 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
         health.poll()
         progress(min(now - epoch, run.duration))
     return {"nodes": sampler.rows, "links": links}
-
-
-def _forget_restarted(sampler: NodeSampler) -> None:
-    """Forget the last CPU reading of a container restarted since (a broker's `docker
-    restart` between two samples): its cgroup's counter began again at 0, and a difference
-    with the old reading would be a negative CPU share. Its next sample starts afresh."""
-    for node, (_, cpu_then) in list(sampler.last.items()):
-        try:
-            cpu_now = sampler.cgroups[node].usage().cpu_s
-        except (OSError, ValueError):
-            continue  # gone: the sampler marks it down
-        if cpu_now < cpu_then:
-            del sampler.last[node]
 
 
 def _wait_spark_jobs(cluster) -> None:

@@ -66,7 +66,7 @@ def test_the_sampler_gives_cpu_as_a_fraction_of_the_nodes_cores(tmp_path: Path) 
     (lambda root: v1(root, 3_000_000_000, 40, freezer="FROZEN\n"), "paused: its cgroup is frozen"),
     (lambda root: shutil.rmtree(root / "cpuacct" / "docker" / CID), "gone: its cgroup was removed"),
 ])
-def test_a_container_that_stops_is_down_with_cpu_0_from_then_on(tmp_path: Path, change,
+def test_a_container_that_stops_is_down_with_cpu_0_until_it_runs_again(tmp_path: Path, change,
                                                                   why: str) -> None:
     other = "cd" * 32
     v1(tmp_path, 0, 10)
@@ -79,14 +79,17 @@ def test_a_container_that_stops_is_down_with_cpu_0_from_then_on(tmp_path: Path, 
     sampler.sample(now=102.0)
     change(tmp_path)
     sampler.sample(now=103.0)
-    v1(tmp_path, 9_000_000_000, 50)  # back again: a node that went down stays down
+    sampler.sample(now=104.0)  # still down
+    v1(tmp_path, 400_000_000, 50)  # back again (restarted: its counter began at 0)
+    sampler.sample(now=105.0)  # up, no row yet: its CPU is counted from here
+    v1(tmp_path, 900_000_000, 50)
     v1(tmp_path, 1_000_000_000, 20, cid=other)
-    sampler.sample(now=104.0)
+    sampler.sample(now=106.0)
     rows = list(zip(*sampler.rows.values(), strict=True))
     assert [r for r in rows if r[1] == "gw-1"] == [
         (2.0, "gw-1", pytest.approx(1.0), 20.0, 0, True), (3.0, "gw-1", 0.0, 0.0, 0, False),
-        (4.0, "gw-1", 0.0, 0.0, 0, False)]
-    assert [r[5] for r in rows if r[1] == "gw-2"] == [True, True, True]
+        (4.0, "gw-1", 0.0, 0.0, 0, False), (6.0, "gw-1", pytest.approx(0.5), 50.0, 0, True)]
+    assert [r[5] for r in rows if r[1] == "gw-2"] == [True] * 5
     assert list(sampler.down) == ["gw-1"]
     assert sampler.down["gw-1"].startswith(f"down at t=3.0 s: {why}")
 
