@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import hashlib
 import io
@@ -282,16 +283,25 @@ def _base_image(client: docker.DockerClient, spec: ImageSpec, cache_dir: Path,
 def _commit(client: docker.DockerClient, spec: ImageSpec, base: str, root: Path, inputs: str,
             progress: Progress) -> None:
     """Add the spec's files to base in a container never started, and commit it as the image."""
+    import secrets
+
+    from docker.errors import NotFound
+
     progress("sources", None)
-    container = client.containers.create(base, ["/bin/true"], labels={"foglab": "1"})
+    # Named before it exists: a Ctrl-C while the engine creates it, before its id comes back,
+    # still finds it by name to remove it.
+    name = f"foglab-build-{spec.name}-{secrets.token_hex(4)}"
     try:
+        container = client.containers.create(base, ["/bin/true"], name=name,
+                                             labels={"foglab": "1"})
         files = image_files(spec, root)
         container.put_archive("/", _archive(files, compiled_files(files)))
         progress("commit", None)
         container.commit(repository=spec.repository, tag=inputs[:TAG_DIGITS],
                          changes=[*_config(spec), f"LABEL foglab.inputs={inputs}"])
     finally:
-        container.remove(force=True)
+        with contextlib.suppress(NotFound):  # never made
+            client.containers.get(name).remove(force=True)
 
 
 def ensure_image(spec: ImageSpec, *, root: Path = PROJECT_ROOT, cache_dir: Path = CACHE_DIR,
