@@ -50,7 +50,10 @@ class OperatorConfig:
     params: dict = field(default_factory=dict)
     reads: list[str] = field(default_factory=list)
     writes: str | None = None
-    window: float | None = None        # tumbling window size in seconds: count per window
+    # A window over the task's outputs (emu.agent.operators.WindowConfig): seconds of a
+    # tumbling time count, or an object of workloads.windows.Window's fields (kind, size,
+    # slide, basis, aggregate) and `field`, what a sum or average takes of a reading.
+    window: float | dict | None = None
     engine: str = "python"             # python | spark (spark: cloud nodes only)
     # Outputs per input, 0 to 1, decided per input as the simulator does (a running credit).
     selectivity: float = 1.0

@@ -1,4 +1,4 @@
-"""Operators at run time: a task over message bodies, an optional window count, a sink or not.
+"""Operators at run time: a task over message bodies, an optional window, a sink or not.
 
 Selectivity (outputs per input, at most 1 here) is decided as the simulator decides it
 (sim.operators.OperatorInstance._passes): a running credit per operator instance, with no
@@ -14,6 +14,19 @@ with why: `selectivity`, `task` (the task gave no output) or `error`), so the re
 count it as filtered, not lost. A sink records every arrival before it runs (the agent's
 `received.csv`): a sink's selectivity notes the inputs it did not keep (`sink` 1), which the
 tables take back out of the delivered ones, as sim's sink records only those it keeps.
+
+An operator with a `window` runs the window operator of workloads.windows (count, sum or
+average; tumbling or sliding; time or count based) over its task's outputs. Time is
+processing time, as on sim: an event's timestamp is when the operator took it, in seconds since
+the run's epoch, so window k spans [k * slide, k * slide + size) of the run's clock; a time
+window closes at the first event at or past its end, or on the agent's timer at its end
+(`WindowStage.close`). Each closed window is one output downstream, with its first event's
+message identity, and one row of the node's `windows.csv` (emu.agent.records.WINDOWS).
+
+Stateful operators (a window, or a RIoTBench task that keeps state) give their state as bytes
+(`Operator.snapshot`) and continue from it in a fresh instance (`Operator.restore`) exactly as
+the unmoved one would have. A window holds the events of its open windows, as the migration
+thesis's operator does, so its state grows with them (see `Held`).
 """
 
 from __future__ import annotations
@@ -21,12 +34,12 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
-import os
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from emu.agent.config import OperatorConfig
 from emu.agent.protocol import Envelope, matches, output_topic, valid_filter
+from emu.agent.records import WINDOWS, RowLog
 
 BUILTINS = ("passthrough",)
 # workloads.riot.tasks.base: "Parse tasks take the wire form (SenML text, a CSV line) and the
@@ -114,8 +127,10 @@ def operator_config(args: dict[str, Any]) -> OperatorConfig:
     if data.get("writes") is not None and not isinstance(data["writes"], str):
         raise ValueError("operator field 'writes' must be a string or null")
     window = data.get("window")
-    if window is not None and (isinstance(window, bool) or not isinstance(window, (int, float))):
-        raise ValueError("operator field 'window' must be a number of seconds or null")
+    if window is not None and (isinstance(window, bool)
+                               or not isinstance(window, (int, float, dict))):
+        raise ValueError("operator field 'window' must be a number of seconds, an object of "
+                         f"window fields ({', '.join(WINDOW_FIELDS)}) or null")
     selectivity = data.get("selectivity", 1.0)
     if isinstance(selectivity, bool) or not isinstance(selectivity, (int, float)):
         raise ValueError("operator field 'selectivity' must be a number from 0 to 1")
@@ -127,76 +142,190 @@ def operator_config(args: dict[str, Any]) -> OperatorConfig:
 # Below 1 + this, a credit passes: ten times 0.1 must pass one input, as in the simulator.
 CREDIT_EPSILON = 1e-9
 FILTERED = ("id", "stream", "source", "node", "operator", "sink", "reason", "t")
+WINDOW_FIELDS = ("kind", "size", "slide", "basis", "aggregate", "field")
 
 
-def _csv_field(value: object) -> str:
-    text = str(value)
-    if any(c in text for c in ',"\r\n'):
-        return '"' + text.replace('"', '""') + '"'
-    return text
-
-
-class FilteredLog:
+class FilteredLog(RowLog):
     """filtered.csv in a node's records directory: a row per input an operator passed nothing
-    on for. Each row is written at once, unbuffered: the agent ends with os._exit once its own
-    records are flushed, so rows held here would lose the run's last second."""
+    on for."""
 
     def __init__(self, directory: str) -> None:
-        self.path = os.path.join(directory, "filtered.csv")
-        self.fd: int | None = None
-
-    def write(self, row: tuple) -> None:
-        if self.fd is None:
-            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-            if os.fstat(self.fd).st_size == 0:
-                os.write(self.fd, (",".join(FILTERED) + "\n").encode())
-        os.write(self.fd, (",".join(map(_csv_field, row)) + "\n").encode())
-
-    def close(self) -> None:
-        if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
+        super().__init__(directory, "filtered.csv", FILTERED)
 
 
-@dataclasses.dataclass(slots=True)
-class WindowCount:
-    """A tumbling processing-time window on the run's clock: window k spans
-    [epoch + k * size, epoch + (k + 1) * size); each window that counted something gives one
-    output when it ends, carrying the first counted message's identity (as the simulator's
-    window output carries its first event's time)."""
+class Held(NamedTuple):
+    """An event a window holds: workloads.windows.Event's four fields (the timestamp in
+    seconds since the run's epoch, when the operator took it) and the identity of the message
+    it came in, which the window's output carries when it is the window's first. The thesis's
+    state is these events (84 bytes each there, Table 5.2); in a snapshot, JSON, each takes
+    about 80 to 90 bytes (a serial number, two times, the value, the message id, stream and
+    device names)."""
 
-    size: float
-    epoch: float
-    index: int = -1
-    count: int = 0
-    first: Envelope | None = None
-    last_id: int = -1
-    armed: bool = False  # a timer is set for the end of the open window
+    sn: int
+    timestamp: float
+    value: float
+    key: None
+    id: int
+    stream: str
+    src: str
+    t: float
+    hops: int
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowConfig:
+    """An operator's window: a number is a tumbling time count of that many seconds; an
+    object gives workloads.windows.Window's fields, and `field`, the reading field a sum or
+    an average takes (default: the reading's first number)."""
+
+    kind: str = "tumbling"
+    size: float = 0.0
+    slide: float | None = None
+    basis: str = "time"
+    aggregate: str = "count"
+    field: str | None = None
+
+    @classmethod
+    def of(cls, window: float | dict) -> WindowConfig:
+        """The window a config gives, or a ValueError saying what is wrong with it."""
+        if not isinstance(window, dict):
+            if not (math.isfinite(window) and window > 0):
+                raise ValueError(f"window must be > 0 seconds, not {window}")
+            return cls(size=float(window))
+        unknown = sorted(set(window) - set(WINDOW_FIELDS))
+        if unknown:
+            raise ValueError(f"window has no field {unknown[0]!r}; its fields: "
+                             f"{', '.join(WINDOW_FIELDS)}")
+        if "size" not in window:
+            raise ValueError("window needs a 'size' (seconds, or events with basis count)")
+        fields = dict(window)
+        for name in ("size", "slide"):
+            value = fields.get(name)
+            if value is None and name == "slide":
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise ValueError(f"window {name} must be a number, not {value!r}")
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"window {name} must be > 0, not {value}")
+            if fields.get("basis") == "count" and float(value).is_integer():
+                fields[name] = int(value)  # JSON may write 5.0 for 5 events
+        field = fields.get("field")
+        if field is not None and not isinstance(field, str):
+            raise ValueError(f"window field must be a reading's field name, not {field!r}")
+        config = cls(**fields)
+        config.build()  # workloads.windows checks the rest (kind, basis, aggregate, slide)
+        return config
+
+    def build(self) -> Any:
+        from workloads.windows import Window  # only nodes running a window load it
+
+        return Window(self.kind, self.size, self.slide, basis=self.basis,
+                      aggregate=self.aggregate, hold=True, event_type=Held)
+
+
+class WindowStage:
+    """A window operator (workloads.windows.Window) on the run's clock, as the agent runs it:
+    events in, closed windows out as messages and rows of windows.csv.
+
+    The agent's loop reads `count` (nonzero: a time window is open, so a timer must close it
+    at `end`, host clock), sets `armed` while that timer waits, calls `close` when it rings,
+    and moves `epoch` when the run begins. Count windows close on events only: `count` is 0.
+
+    Serial numbers: an input's `Envelope.sn` when stamped upstream, else the next of the
+    operator's own arrival count (`next_sn`, from 1, part of its state). Every output of one
+    input carries that input's SN.
+    """
+
+    def __init__(self, config: WindowConfig, epoch: float, operator: str, node: str,
+                 records: str | None) -> None:
+        self.config = config
+        self.window = config.build()
+        self.epoch = epoch
+        self.operator = operator
+        self.node = node
+        self.time = config.basis == "time"
+        self.armed = False
+        self.next_sn = 1
+        self.log = RowLog(records, "windows.csv", WINDOWS) if records is not None else None
+
+    @property
+    def count(self) -> int:
+        """Events in open windows that only a timer may close (time windows)."""
+        return self.window.held_events if self.time else 0
 
     @property
     def end(self) -> float:
-        return self.epoch + (self.index + 1) * self.size
+        """When the earliest open window ends, on the host clock (inf: none is open)."""
+        end = self.window.next_end() if self.time else None
+        return math.inf if end is None else self.epoch + end
 
-    def add(self, envelopes: list[Envelope], now: float) -> None:
-        for envelope in envelopes:
-            if self.count == 0:
-                self.index = math.floor((now - self.epoch) / self.size)
-                self.first = envelope
-            self.count += 1
-            self.last_id = envelope.id
+    def sn(self, envelope: Envelope) -> int:
+        """The input's serial number (see the class docstring)."""
+        sn = self.next_sn if envelope.sn is None else envelope.sn
+        self.next_sn = sn + 1
+        return sn
 
-    def close(self, now: float, operator: str, node: str) -> list[Envelope]:
-        """The open window's output if it has ended by now."""
-        if not self.count or now < self.end or self.first is None:
+    def value(self, body: str) -> float:
+        """What the aggregate takes of an output: nothing for a count, else a reading's
+        number (ValueError: the body has none)."""
+        if self.config.aggregate == "count":
+            return 1.0
+        wanted = self.config.field
+        for reading in _readings(body):
+            for name, value in reading.values.items():
+                if (wanted is None or name == wanted) and isinstance(value, (int, float)) \
+                        and not isinstance(value, bool):
+                    return float(value)
+        what = f"field {wanted!r}" if wanted else "a number"
+        raise ValueError(f"the window's {self.config.aggregate} found no {what} in the body")
+
+    def add(self, outputs: list[tuple[Envelope, float]], sn: int, now: float) -> list[Envelope]:
+        """Push each (output, value) of one input; the windows that closed, as messages."""
+        timestamp = max(0.0, now - self.epoch)  # before the epoch: at its start
+        closed = []
+        for output, value in outputs:
+            closed += self.window.push(Held(sn, timestamp, value, None, output.id,
+                                            output.stream, output.src, output.t, output.hops))
+        return self._emit(closed, now)
+
+    def close(self, now: float, operator: str | None = None,
+              node: str | None = None) -> list[Envelope]:
+        """The outputs of the time windows that have ended by now (the timer's call)."""
+        if not self.time:
             return []
-        body = json.dumps({"operator": operator, "node": node, "window": self.index,
-                           "start": self.end - self.size, "end": self.end, "count": self.count,
-                           "first": self.first.id, "last": self.last_id},
-                          separators=(",", ":"))
-        first = self.first  # counted as the task's output: one hop on from its input
-        output = Envelope(first.id, first.stream, first.src, first.t, first.hops, body)
-        self.count, self.first, self.last_id = 0, None, -1
-        return [output]
+        return self._emit(self.window.advance(max(0.0, now - self.epoch)), now)
+
+    def _emit(self, results: list, now: float) -> list[Envelope]:
+        outputs = []
+        slide = self.window.grid.slide
+        for result in results:
+            first: Held = result.first
+            index = round(result.start / slide)
+            start, end = result.start, result.end
+            if self.time:
+                start, end = self.epoch + start, self.epoch + end
+            body = json.dumps({"operator": self.operator, "node": self.node, "window": index,
+                               "start": start, "end": end, "count": result.count,
+                               "value": result.value, "first_sn": result.first_sn,
+                               "last_sn": result.last_sn, "first": first.id},
+                              separators=(",", ":"))
+            if self.log is not None:
+                self.log.write((now, self.operator, self.node, index, result.start,
+                                result.end, result.first_sn, result.last_sn, result.count,
+                                result.value, self.epoch + first.timestamp))
+            # Counted as the task's output: the first event was one hop on from its input.
+            outputs.append(Envelope(first.id, first.stream, first.src, first.t, first.hops,
+                                    body))
+        return outputs
+
+    def snapshot(self) -> bytes:
+        return self.window.snapshot()
+
+    def restore(self, data: bytes) -> None:
+        self.window.restore(data)
+
+
+SNAPSHOT_MAGIC = b"foglab-operator 1\n"
 
 
 class Operator:
@@ -217,9 +346,12 @@ class Operator:
         if config.writes is not None and (not config.writes or "+" in config.writes
                                           or "#" in config.writes):
             raise ValueError(f"operator {name!r}: writes {config.writes!r} is not a topic name")
-        window = config.window
-        if window is not None and not (math.isfinite(window) and window > 0):
-            raise ValueError(f"operator {name!r}: window must be > 0 seconds, not {window}")
+        window = None
+        if config.window is not None:
+            try:
+                window = WindowConfig.of(config.window)
+            except (ValueError, TypeError) as error:
+                raise ValueError(f"operator {name!r}: {error}") from None
         selectivity = config.selectivity
         if not 0.0 <= selectivity <= 1.0:
             raise ValueError(f"operator {name!r}: selectivity must be from 0 to 1 (outputs per "
@@ -236,7 +368,8 @@ class Operator:
         self.node = node
         self.filters = list(config.reads)
         self.out_topic = output_topic(config.writes, node) if config.writes else None
-        self.window = WindowCount(float(window), epoch) if window is not None else None
+        self.window = (WindowStage(window, epoch, name, node, config.records)
+                       if window is not None else None)
         self.running = True
         self.token = 0  # stopping or removing the operator makes its window timer a stale one
         self.processed = 0
@@ -252,6 +385,53 @@ class Operator:
     @property
     def sink(self) -> bool:
         return self.out_topic is None
+
+    @property
+    def stateful(self) -> bool:
+        """Whether the operator has state to move: a window, or a task that keeps some."""
+        task = getattr(self.stage, "task", None)
+        return self.window is not None or bool(getattr(task, "stateful", False))
+
+    def snapshot(self) -> bytes:
+        """The instance's state: its task's and its window's, and the selectivity credit.
+
+        A header line (JSON, with the parts' lengths) then the parts' own bytes, so a window
+        of many events is not copied into an escaped JSON string."""
+        task = getattr(self.stage, "task", None)
+        task_state = task.snapshot() if getattr(task, "stateful", False) else b""
+        window_state = self.window.snapshot() if self.window is not None else b""
+        header = {"task": self.config.task, "credit": self.credit,
+                  "next_sn": self.window.next_sn if self.window is not None else None,
+                  "parts": [len(task_state), len(window_state)]}
+        return (SNAPSHOT_MAGIC + json.dumps(header, sort_keys=True, separators=(",", ":"))
+                .encode() + b"\n" + task_state + window_state)
+
+    def restore(self, data: bytes) -> None:
+        """Continue from another instance's snapshot: call before this one takes anything."""
+        where = f"operator {self.name!r}"
+        if not data.startswith(SNAPSHOT_MAGIC):
+            raise ValueError(f"{where}: not an operator snapshot (it starts "
+                             f"{bytes(data[:20])!r})")
+        line_end = data.index(b"\n", len(SNAPSHOT_MAGIC))
+        header = json.loads(data[len(SNAPSHOT_MAGIC):line_end])
+        if header["task"] != self.config.task:
+            raise ValueError(f"{where}: a snapshot of task {header['task']!r} cannot restore "
+                             f"task {self.config.task!r}")
+        task_length, window_length = header["parts"]
+        body = memoryview(data)[line_end + 1:]
+        if len(body) != task_length + window_length:
+            raise ValueError(f"{where}: the snapshot is cut: {len(body)} bytes of state, its "
+                             f"header says {task_length + window_length}")
+        if (self.window is None) != (window_length == 0 and header["next_sn"] is None):
+            raise ValueError(f"{where}: a snapshot {'with' if window_length else 'without'} "
+                             f"a window cannot restore an operator "
+                             f"{'without' if self.window is None else 'with'} one")
+        if task_length:
+            self.stage.task.restore(bytes(body[:task_length]))
+        if self.window is not None:
+            self.window.restore(bytes(body[task_length:]))
+            self.window.next_sn = header["next_sn"]
+        self.credit = header["credit"]
 
     def reads(self, topic: str) -> bool:
         return any(matches(f, topic) for f in self.filters)
@@ -280,9 +460,10 @@ class Operator:
         try:
             bodies = self.stage(envelope.body)
         except Exception as error:  # a bad message or a task's failure must not stop the node
-            self.errors += 1
-            self.last_error = f"{type(error).__name__}: {error}"
+            self._failed(error)
             bodies, reason = [], "error"
+        if self.window is not None:
+            return self._window_take(envelope, bodies, now)
         kept = self.passes()
         if not kept:
             bodies = []
@@ -291,17 +472,31 @@ class Operator:
             reason = None if kept else "selectivity"
         elif reason is None and not bodies:
             reason = "task" if kept else "selectivity"
-        if reason is not None and self.window is None:
+        if reason is not None:
             self.filtered += 1
             if self.filtered_log is not None:
                 self.filtered_log.write((envelope.id, envelope.stream, envelope.src, self.node,
                                          self.name, int(self.sink), reason, now))
-        outputs = [envelope.passed_on(body) for body in bodies]
-        if self.window is None:
-            return outputs
-        closed = self.window.close(now, self.name, self.node)
-        self.window.add(outputs, now)
-        return closed
+        return [envelope.passed_on(body) for body in bodies]
+
+    def _failed(self, error: Exception) -> None:
+        self.errors += 1
+        self.last_error = f"{type(error).__name__}: {error}"
+
+    def _window_take(self, envelope: Envelope, bodies: list[str],
+                     now: float) -> list[Envelope]:
+        """A window takes every input (selectivity 1) and notes none as filtered: it passes
+        one output on per window."""
+        window = self.window
+        assert window is not None
+        sn = window.sn(envelope)
+        events = []
+        for body in bodies:
+            try:
+                events.append((envelope.passed_on(body), window.value(body)))
+            except ValueError as error:
+                self._failed(error)
+        return window.add(events, sn, now)
 
     def status(self) -> dict[str, Any]:
         return {"task": self.config.task, "running": self.running, "processed": self.processed,

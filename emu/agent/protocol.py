@@ -50,7 +50,17 @@ def message_id(index: int, sequence: int) -> int:
 @dataclass(slots=True)
 class Envelope:
     """One message on the wire: its id, stream and source device, when the device sent it
-    (host clock, shared by every container), how many operators it passed, and its body."""
+    (host clock, shared by every container), how many operators it passed, and its body.
+
+    `sn` is the serial number of the message in the input stream of the stateful operator
+    reading it, None when nobody stamped one. A window operator takes a stamped SN as its
+    Event.sn and otherwise numbers its inputs itself in their order of arrival at it
+    (emu.agent.operators). The parallel migration strategy needs the former: the source and
+    the target operator must see one SN per event, so the SN has to be stamped once, upstream
+    of both, in arrival order at the broker side of the operator's input (as the
+    simulator's broker stamps them per operator group, sim.pubsub). An operator's outputs
+    carry no SN: they are the next operator's input stream, numbered for it.
+    """
 
     id: int
     stream: str
@@ -58,20 +68,23 @@ class Envelope:
     t: float
     hops: int
     body: str
+    sn: int | None = None
 
     def encode(self) -> bytes:
         """What json.dumps writes for the envelope as a compact object, written directly:
         this is every message's cost."""
+        sn = "" if self.sn is None else f',"sn":{self.sn}'
         return (f'{{"id":{self.id},"stream":{_string(self.stream)},"src":{_string(self.src)},'
-                f'"t":{self.t!r},"hops":{self.hops},"body":{_string(self.body)}}}').encode()
+                f'"t":{self.t!r},"hops":{self.hops},"body":{_string(self.body)}{sn}}}').encode()
 
     @classmethod
     def decode(cls, payload: bytes | str) -> Envelope:
         try:
             data = json.loads(payload)
+            sn = data.get("sn")
             return cls(int(data["id"]), str(data["stream"]), str(data["src"]), float(data["t"]),
-                       int(data["hops"]), str(data["body"]))
-        except (ValueError, TypeError, KeyError) as error:
+                       int(data["hops"]), str(data["body"]), None if sn is None else int(sn))
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
             raise ValueError(f"not a foglab message envelope: {error!r}") from None
 
     def passed_on(self, body: str) -> Envelope:

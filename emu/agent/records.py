@@ -1,4 +1,5 @@
-"""The node's CSV records (sent, received, commands), buffered and flushed every second."""
+"""The node's CSV records: sent, received and commands buffered and flushed every second;
+an operator's own (filtered inputs, window outputs) written row by row."""
 
 from __future__ import annotations
 
@@ -10,6 +11,12 @@ FLUSH_INTERVAL = 1.0
 SENT = ("id", "stream", "source", "t_sent", "dropped")
 RECEIVED = ("id", "stream", "source", "sink", "t_sent", "t_received", "hops")
 COMMANDS = ("id", "command", "t_received", "t_done", "ok")
+# A row per window output (emu.agent.operators): host-clock times of the output and of the
+# window's first event, the window's number and extent in seconds (time windows) or events
+# (count windows) since the run's epoch, the serial numbers of its first and last events,
+# how many it held and its aggregate's value.
+WINDOWS = ("t", "operator", "node", "window", "start", "end", "first_sn", "last_sn", "count",
+           "value", "t_first")
 
 
 class _Table:
@@ -116,3 +123,33 @@ class Records:
         """Flush everything to disk; call once the scheduler has stopped."""
         for table in self._tables:
             table.close()
+
+
+def _csv_field(value: object) -> str:
+    text = str(value)
+    if any(c in text for c in ',"\r\n'):
+        return '"' + text.replace('"', '""') + '"'
+    return text
+
+
+class RowLog:
+    """A CSV file in a node's records directory written a row at a time, unbuffered, for rows
+    an operator writes now and then: the agent ends with os._exit once `Records` are flushed,
+    so rows held here would lose the run's last second. Writes the header to a new file."""
+
+    def __init__(self, directory: str, name: str, header: tuple[str, ...]) -> None:
+        self.path = os.path.join(directory, name)
+        self.header = header
+        self.fd: int | None = None
+
+    def write(self, row: tuple) -> None:
+        if self.fd is None:
+            self.fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+            if os.fstat(self.fd).st_size == 0:
+                os.write(self.fd, (",".join(self.header) + "\n").encode())
+        os.write(self.fd, (",".join(map(_csv_field, row)) + "\n").encode())
+
+    def close(self) -> None:
+        if self.fd is not None:
+            os.close(self.fd)
+            self.fd = None

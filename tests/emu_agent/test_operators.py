@@ -8,7 +8,7 @@ import time
 import pytest
 
 from emu.agent.config import DriverConfig, OperatorConfig
-from emu.agent.operators import Operator, WindowCount
+from emu.agent.operators import Operator
 from emu.agent.protocol import Envelope
 
 from .conftest import read_csv, wait_for
@@ -94,22 +94,28 @@ def test_a_chain_on_one_node_runs_in_process(config, agents, listen) -> None:
     assert agent.operators["local-sink"].processed == len(sent)
 
 
-def test_a_window_count_outputs_one_count_per_window() -> None:
-    operator = Operator(OperatorConfig("count", reads=["city/#"], writes="counts", window=2.0),
-                        "gw-1", epoch=100.0)
+def test_a_window_count_outputs_one_count_per_window(tmp_path) -> None:
+    operator = Operator(OperatorConfig("count", reads=["city/#"], writes="counts", window=2.0,
+                                       records=str(tmp_path)), "gw-1", epoch=100.0)
     arrivals = [100.1, 100.5, 101.9, 102.0, 103.99, 104.0, 109.0]
     outputs = []
     for i, now in enumerate(arrivals):
-        outputs += operator.take(Envelope(i, "city", "d-0", now, 0, "x"), now)
+        outputs += operator.take(Envelope(i, "city", "d-0", now - 0.05, 0, "x"), now)
     assert operator.window is not None
     outputs += operator.window.close(200.0, "count", "gw-1")
     counts = [json.loads(o.body) for o in outputs]
-    assert [(c["window"], c["count"], c["first"], c["last"]) for c in counts] == [
-        (0, 3, 0, 2), (1, 2, 3, 4), (2, 1, 5, 5), (4, 1, 6, 6)]
+    # The operator numbered its inputs 1.. in their order of arrival.
+    assert [(c["window"], c["count"], c["first"], c["first_sn"], c["last_sn"])
+            for c in counts] == [(0, 3, 0, 1, 3), (1, 2, 3, 4, 5), (2, 1, 5, 6, 6),
+                                 (4, 1, 6, 7, 7)]
     assert counts[0]["start"] == 100.0 and counts[0]["end"] == 102.0
     assert [o.id for o in outputs] == [0, 3, 5, 6] and all(o.hops == 1 for o in outputs)
+    assert [o.t for o in outputs] == [100.05, 101.95, 103.95, 108.95]
     assert operator.window.close(300.0, "count", "gw-1") == []
-    assert WindowCount(1.0, 0.0).close(5.0, "c", "n") == []
+    rows = read_csv(tmp_path / "windows.csv")
+    assert [(r["window"], r["count"], float(r["t"]), float(r["t_first"])) for r in rows] == [
+        ("0", "3", 102.0, 100.1), ("1", "2", 104.0, 102.0), ("2", "1", 109.0, 104.0),
+        ("4", "1", 200.0, 109.0)]
 
 
 def test_window_counts_through_the_broker_add_up_to_the_input(config, agents, listen) -> None:
