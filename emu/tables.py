@@ -2,8 +2,9 @@
 
 A node's records directory holds `sent.csv` (every message its drivers emitted, with `dropped`
 set when the emulated device link lost it), `received.csv` (every message a sink operator of
-the node got) and `filtered.csv` (every input an operator of the node passed nothing on for:
-its selectivity, its task giving no output, or the task's error; emu.agent.operators).
+the node got), `filtered.csv` (every input an operator of the node passed nothing on for:
+its selectivity, its task giving no output, or the task's error; emu.agent.operators) and
+`windows.csv` (every window output of its window operators; emu.agent.records.WINDOWS).
 
 The `messages` table has, as the simulator's: a row per message delivered to a sink (its first
 arrival there: QoS 1 is at least once, and a second copy counts as duplicated); a lost row per
@@ -32,6 +33,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from emu.agent.protocol import matches, output_topic, stream_topic
@@ -42,6 +44,9 @@ RECEIVED_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "sink
                     "t_sent": "float64", "t_received": "float64", "hops": "int64"}
 FILTERED_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "node": "string",
                     "operator": "string", "sink": "int64", "reason": "string", "t": "float64"}
+WINDOW_COLUMNS = {"t": "float64", "operator": "string", "node": "string", "window": "int64",
+                  "start": "float64", "end": "float64", "first_sn": "int64", "last_sn": "int64",
+                  "count": "int64", "value": "float64", "t_first": "float64"}
 # The agent drops an output after this many operators (emu.agent.agent.MAX_HOPS).
 MAX_OPERATORS = 32
 # The links a message crossed once its device link delivered it: that link.
@@ -74,6 +79,37 @@ def read_records(root: Path) -> tuple[pd.DataFrame, pd.DataFrame]:
 def read_filtered(root: Path) -> pd.DataFrame:
     """Every node's filtered rows under `root`: what its operators passed nothing on for."""
     return _read(_node_directories(root), "filtered.csv", FILTERED_COLUMNS)
+
+
+def read_windows(root: Path) -> pd.DataFrame:
+    """Every node's window outputs under `root`."""
+    return _read(_node_directories(root), "windows.csv", WINDOW_COLUMNS)
+
+
+def windows_table(root: Path, epoch: float, duration: float | None = None) -> dict:
+    """The `windows` columns of a run from its nodes' records under `root`, as the simulator
+    writes them: a row per window output, `t` when the window closed and went downstream and
+    `processing_time` from when its operator took the window's first event until then (the
+    thesis's processing latency), both on the host clock, `t` in seconds since the run's
+    epoch. Only outputs within the run's `duration` count: as on sim, a window still open at
+    the end gives no row. With no migration, `migration` is -1 and nothing is `adjusted`."""
+    rows = read_windows(root)
+    t = rows["t"] - epoch
+    if duration is not None:
+        rows, t = rows[t < duration], t[t < duration]
+    order = t.sort_values(kind="stable").index
+    rows, t = rows.loc[order], t.loc[order]
+    return {
+        "t": t.to_numpy(dtype="float64"),
+        "operator": rows["operator"].to_numpy(dtype=object),
+        "node": rows["node"].to_numpy(dtype=object),
+        "window": rows["window"].to_numpy(dtype="int64"),
+        "last_sn": rows["last_sn"].to_numpy(dtype="int64"),
+        "count": rows["count"].to_numpy(dtype="int64"),
+        "processing_time": (rows["t"] - rows["t_first"]).to_numpy(dtype="float64"),
+        "migration": np.full(len(rows), -1, dtype="int64"),
+        "adjusted": np.zeros(len(rows), dtype=bool),
+    }
 
 
 @dataclass(frozen=True)

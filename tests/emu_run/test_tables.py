@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.tables import Paths, Reader, messages_table, read_filtered, read_records
+from emu.tables import Paths, Reader, messages_table, read_filtered, read_records, windows_table
 from experiments.schema import conform
 
 EPOCH = 1000.0
@@ -208,3 +208,36 @@ run: {duration: 10s, backend: emu}
                       sim_settings(run_point.spec))
     messages = result.tables["messages"]
     assert set(messages["hops"][~messages["lost"]]) == {4}
+
+
+# The windows table --------------------------------------------------------------------------
+
+WINDOWS = """t,operator,node,window,start,end,first_sn,last_sn,count,value,t_first
+1004.01,count,gw-2,1,2.0,4.0,5,9,5,5,1002.1
+1002.02,count,gw-1,0,0.0,2.0,1,4,4,4,1000.3
+1012.0,count,gw-1,5,10.0,12.0,10,10,1,1,1011.0
+"""
+
+
+def test_window_outputs_become_sim_s_windows_table(records: Path) -> None:
+    (records / "gw-1" / "windows.csv").write_text(WINDOWS)
+    columns = windows_table(records, EPOCH, duration=10.0)
+    # The window that closed after the run's duration has no row, as on sim.
+    assert list(columns["t"]) == pytest.approx([2.02, 4.01])
+    assert list(columns["node"]) == ["gw-1", "gw-2"]
+    assert list(columns["window"]) == [0, 1] and list(columns["last_sn"]) == [4, 9]
+    assert list(columns["count"]) == [4, 5]
+    # From the first event's arrival at the operator until the window went downstream.
+    assert list(columns["processing_time"]) == pytest.approx([1.72, 1.91])
+    assert list(columns["migration"]) == [-1, -1] and not columns["adjusted"].any()
+    table = conform({"windows": columns})["windows"]
+    assert table.num_rows == 2 and table.column_names == [
+        "t", "operator", "node", "window", "last_sn", "count", "processing_time", "migration",
+        "adjusted"]
+    assert len(windows_table(records, EPOCH)["t"]) == 3  # no duration: every row
+
+
+def test_a_run_without_windows_gives_an_empty_windows_table(records: Path) -> None:
+    columns = windows_table(records, EPOCH, duration=10.0)
+    assert all(len(values) == 0 for values in columns.values())
+    assert conform({"windows": columns})["windows"].num_rows == 0
