@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 
 from emu.agent.config import RECORDS_DIR, AgentConfig, DriverConfig, OperatorConfig
-from emu.agent.operators import make_stage
+from emu.agent.operators import WindowConfig, make_stage
 from emu.agent.spark import SparkJob
 from topologies.errors import SpecError
 from topologies.model import Topology
@@ -88,12 +88,16 @@ ON_EMU = {
                    "on sim; what it drops is noted and counted as filtered, not lost",
     "cost": "measured, not imposed: the node runs the task itself, and its CPU time there is "
             "what sim's cost stands for (sim takes an unset cost from the task's measured one)",
+    "window": "a tumbling count of `size` seconds of processing time on the run's clock "
+              "(workloads.windows in the agent, holding its open window's events): window k "
+              "is [k * size, (k + 1) * size) from the epoch, each closed window one output "
+              "downstream and one row of the windows table; `jitter` is measured, not "
+              "imposed: sim draws it for how instances' timers and arrival times differ, "
+              "which on emu they do by themselves",
 }
 # Fields the emulation does not run yet: field -> (its default, why it is refused otherwise).
 NOT_ON_EMU = {
     "out_size": (None, "an output's size on emu is what its task writes"),
-    "window": (None, "sim's window outputs are new messages and rows of the windows table, "
-                     "which the emulation does not write (run it on sim)"),
     "follow": (None, "follow operators move with mobile users, which the emulation does not "
                      "model (run it on sim)"),
 }
@@ -109,6 +113,13 @@ def _refuse_what_emu_cannot_run(index: int, spec: OperatorSpec) -> None:
         raise DeploymentError(("pipeline", index, "selectivity"), spec.selectivity,
                               "not yet on emu above 1: the copies of an input would share its "
                               "id, which the tables count as duplicates (run it on sim)")
+    if spec.window is not None and spec.engine == "spark":
+        raise DeploymentError(("pipeline", index, "window"), _shown(spec.window),
+                              "not yet on emu for engine spark: the agent runs windows on "
+                              "engine python (leave it out, or use engine python)")
+    if spec.window is not None and spec.selectivity != 1.0:
+        raise DeploymentError(("pipeline", index, "selectivity"), spec.selectivity,
+                              "1 with a window on emu: a window counts every input")
     if spec.selectivity != 1.0 and spec.engine == "spark":
         raise DeploymentError(("pipeline", index, "selectivity"), spec.selectivity,
                               "not yet on emu for engine spark: the Spark app runs on every "
@@ -136,6 +147,8 @@ def _check_task(index: int, spec: OperatorSpec, config: OperatorConfig) -> None:
             SparkJob(config, "check", "localhost:1883", "/records")
         else:
             make_stage(config.task, config.params)
+            if config.window is not None:
+                WindowConfig.of(config.window)
     except ValueError as error:
         raise DeploymentError(("pipeline", index, "task"), spec.task,
                               f"a task the emulation can run: {error}") from None

@@ -156,12 +156,13 @@ ACTS = {
                     lambda a: a["gw-1"].operators[0].selectivity == 0.25),
     # Measured, not imposed: the agent runs the task, whose CPU time is the cost.
     "cost": ({"cost": 0.0015}, lambda a: a["gw-1"].operators[0].name == "filter"),
+    # A tumbling count of 2 s in the agent; sim's timer jitter is not imposed.
+    "window": ({"window": {"size": 2.0, "jitter": 0.01}},
+               lambda a: a["gw-1"].operators[0].window == 2.0),
 }
 REFUSED = {
     "out_size": ({"out_size": 64}, "pipeline[0].out_size: not yet on emu: an output's size "
                                    "on emu is what its task writes (got 64)"),
-    "window": ({"window": {"size": 2.0}}, "pipeline[0].window: not yet on emu: sim's window "
-                                          "outputs are new messages"),
     "follow": ({"follow": "users"}, "pipeline[0].follow: not yet on emu: follow operators "
                                     "move with mobile users"),
 }
@@ -193,5 +194,16 @@ def test_every_operator_field_acts_on_emu_or_is_refused() -> None:
      "pipeline[0].selectivity: not yet on emu for engine spark"),
 ])
 def test_selectivity_emu_cannot_run_is_refused(change: dict, message: str) -> None:
+    with pytest.raises(DeploymentError, match=re.escape(message)):
+        deploy(change)
+
+
+@pytest.mark.parametrize(("change", "message"), [
+    ({"window": {"size": 2.0}, "selectivity": 0.5},
+     "pipeline[0].selectivity: 1 with a window on emu: a window counts every input (got 0.5)"),
+    ({"window": {"size": 2.0}, "engine": "spark", "task": "stats", "on": ["cloud-1"]},
+     "pipeline[0].window: not yet on emu for engine spark"),
+])
+def test_a_window_emu_cannot_run_is_refused(change: dict, message: str) -> None:
     with pytest.raises(DeploymentError, match=re.escape(message)):
         deploy(change)
