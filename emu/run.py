@@ -22,9 +22,7 @@ messages of its outage; one still down at the end is failed.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -35,6 +33,7 @@ from emu.deployment import agent_configs
 from emu.metrics import NodeSampler
 from emu.tables import run_messages
 from topologies.model import Topology
+from topologies.terminal import stop_on_signals
 from workloads.pipeline import OperatorSpec
 from workloads.spec import WorkloadSpec
 
@@ -209,10 +208,11 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
             records: Path | None = None) -> Emulation:
     """Run the experiment on a cluster made for it, and remove the cluster whatever happens.
 
-    `records`: where nodes' records are kept (default: a scratch folder removed at the end).
+    `progress(seconds)` hears the run's time; `progress.stage(text)`, if it has one, the step
+    (containers, registration, running, drain). `records`: where nodes' records are kept
+    (default: a scratch folder removed at the end).
     """
     from emu.cluster.engine import Cluster
-    from emu.cluster.hold import stop_on_signals
     from emu.cluster.plan import plan_cluster
 
     configs = agent_configs(topology, workload, pipeline, seed, 0.0)
@@ -223,20 +223,23 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
                        seed=mine.seed, index=mine.index, hold=True)
 
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
+    stage = getattr(progress, "stage", lambda text: None)
+
+    def up_progress(step: str, done: int, total: int, detail: str) -> None:
+        stage(f"{step} {done}/{total}" if total else step)
+
     cluster = Cluster(plan_cluster(topology, name, configure=configure), records=records,
-                      seed=seed)
+                      seed=seed, progress=up_progress)
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
-    signals = (stop_on_signals() if threading.current_thread() is threading.main_thread()
-               else contextlib.nullcontext())
-    with signals:
+    with stop_on_signals():
         try:
             cluster.up()
-            return _run(cluster, timing, progress)
+            return _run(cluster, timing, progress, stage)
         finally:
             cluster.down()
 
 
-def _run(cluster, run: Timing, progress) -> Emulation:
+def _run(cluster, run: Timing, progress, stage) -> Emulation:
     from emu.control import Controller, wait_registered
 
     status = {s.node: s for s in cluster.status()}
@@ -244,10 +247,13 @@ def _run(cluster, run: Timing, progress) -> Emulation:
     services = [s.node for s in cluster.plan.services() if s.role != "idle"]
     health = Health(lambda: cluster_states(cluster, services), agents, services)
     zookeeper = ",".join(f"{status[z].ip}:2181" for z in cluster.plan.zookeeper)
+    stage(f"{len(agents)} agents registering")
     try:
         wait_registered(zookeeper, agents, timeout=REGISTER_TIMEOUT_S)
     except TimeoutError as error:
         raise EmuError(f"agents did not register: {error}") from None
+    if _spark_jobs(cluster):
+        stage("Spark queries starting")
     _wait_spark_jobs(cluster)
     brokers = sorted(set(cluster.plan.brokers.values()))
     # One id for the run: a reconnection resumes the session, with its queued replies.
@@ -261,6 +267,7 @@ def _run(cluster, run: Timing, progress) -> Emulation:
         _settle(started, "starting the drivers (set run.epoch)", failed)
         if len(started.replies) == 0:
             raise EmuError(f"starting the drivers failed on every node: {started.summary()}")
+        stage("running")
         tables = _measure(cluster, status, run, epoch, progress, health)
         # Devices fall silent at the end, as the simulator's sources do; what is under way
         # still arrives during the drain.
@@ -271,10 +278,12 @@ def _run(cluster, run: Timing, progress) -> Emulation:
         reconnects = control.reconnects
     finally:
         control.close()
+    stage(f"draining for {run.drain:g} s")
     time.sleep(run.drain)
     caught_up = _drain_spark_jobs(cluster, epoch + run.duration, set(failed))
     _stop_agents(cluster.client.api, {a: status[a].container for a in agents}, failed)
 
+    stage("reading the records")
     _trim_cut_lines(cluster.records_root)
     messages, counts = run_messages(cluster.records_root, cluster.plan, epoch, run.duration)
     facts = {**cluster.facts, "messages": counts, "epoch": epoch,

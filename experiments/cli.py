@@ -77,10 +77,14 @@ class RichReporter(Reporter):
 
     def run_started(self, label: str, folder: Path, duration: float) -> None:
         self.folder = folder
-        self.current = self.bars.add_task(f"run {label}", total=duration)
+        self.label = f"run {label}"
+        self.current = self.bars.add_task(self.label, total=duration)
 
     def progress(self, seconds: float) -> None:
         self.bars.update(self.current, completed=seconds)
+
+    def stage(self, text: str) -> None:
+        self.bars.update(self.current, description=f"{self.label} ({text})")
 
     def run_finished(self, label, folder, summary, error_text) -> None:
         self.bars.update(self.current, visible=False)

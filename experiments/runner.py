@@ -29,8 +29,23 @@ class Reporter:
     def start(self, total_runs: int) -> None: ...
     def run_started(self, label: str, folder: Path, duration: float) -> None: ...
     def progress(self, seconds: float) -> None: ...
+    def stage(self, text: str) -> None: ...
     def run_finished(self, label: str, folder: Path, summary: dict | None,
                      error: str | None) -> None: ...
+
+
+class RunProgress:
+    """What a backend tells of its run: `progress(seconds)` done, and `progress.stage(text)`,
+    the step it is at (an emulation's set-up takes a while before its first second)."""
+
+    def __init__(self, reporter: Reporter):
+        self.reporter = reporter
+
+    def __call__(self, seconds: float) -> None:
+        self.reporter.progress(seconds)
+
+    def stage(self, text: str) -> None:
+        self.reporter.stage(text)
 
 
 @dataclass
@@ -91,7 +106,8 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
     reporter.run_started(label, writer.folder, spec.run.duration)
     try:
         runner = backend(spec.run.backend)
-        output = runner.run(RunPlan(spec, point.topology, seed, repetition), reporter.progress)
+        output = runner.run(RunPlan(spec, point.topology, seed, repetition),
+                            RunProgress(reporter))
         tables = conform(output.tables)
         writer.tables(tables)
         summary = summarise(tables, spec.run.duration, spec.run.sample)

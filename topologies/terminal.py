@@ -73,8 +73,8 @@ def bars(counted: bool = True, every: float = LOG_EVERY_S) -> Progress:
 
 class LogProgress(Progress):
     """Progress for a log: no live display, but every `every` seconds one line with each
-    visible, unfinished task (`[   35s] runs: 0/1 (0%) | run p0 r0: 35/600 (6%)`), and
-    nothing when nothing runs."""
+    visible task, as live bars would show them (`[   35s] runs: 0/1 (0%) | run p0 r0: 35/600
+    (6%)`), and nothing when no task is visible."""
 
     def __init__(self, *columns, console: Console, every: float = LOG_EVERY_S):
         super().__init__(*columns, console=console, disable=True)
@@ -103,9 +103,9 @@ class LogProgress(Progress):
                 self.console.file.flush()
 
     def line(self) -> str | None:
-        """What a progress line says now, or None when no task is under way."""
+        """What a progress line says now, or None when no task is visible."""
         with self._lock:
-            tasks = [t for t in self._tasks.values() if t.visible and not t.finished]
+            tasks = [t for t in self._tasks.values() if t.visible]
         parts = []
         for task in tasks:
             part = task.description

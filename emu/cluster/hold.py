@@ -4,43 +4,20 @@
 itself again as a background process of its own session, which brings the cluster up and says
 so in a notice file, and returns: the relays live on in that process. `foglab emu down`, from
 any process, finds it by the owner label on the cluster's networks and ends it with SIGTERM,
-which brings the cluster down as Ctrl-C would.
+which brings the cluster down as Ctrl-C would (topologies.terminal.stop_on_signals).
 """
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 NOTICE_POLL_S = 0.2
-
-
-class Stop(KeyboardInterrupt):
-    """A signal to bring the cluster down; a KeyboardInterrupt, so cleanup treats it alike."""
-
-
-def _raise_stop(number: int, frame: object) -> None:
-    raise Stop(signal.Signals(number).name)
-
-
-@contextlib.contextmanager
-def stop_on_signals() -> Iterator[None]:
-    """SIGTERM and SIGHUP interrupt the main thread as Ctrl-C does, while inside; so does
-    SIGINT, even in a process started with it ignored (a shell's background job)."""
-    previous = {number: signal.signal(number, _raise_stop) for number in STOP_SIGNALS[1:]}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
 
 
 def hold() -> None:
