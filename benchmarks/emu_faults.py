@@ -25,6 +25,14 @@ ratio is the kill run's delivered over the baseline's: the share of the fault-fr
 kept when one gateway of four dies a third of the way in (about 1 - 1/4 * 2/3 = 0.83 if
 nothing but the dead gateway's messages is missing). Everything a run makes is removed with
 it, also on Ctrl-C.
+
+Measured on the 2-core development host (2026-11-25, defaults, faults at 20 s of 60):
+
+    run            delivered  lost  status    broker away
+    baseline       11,592     0     ok        -
+    kill gw-2       9,670     0     degraded  -            (ratio 0.834)
+    restart, QoS 1 11,592     0     ok        0.71 s
+    restart, QoS 0 11,368     223   ok        0.74 s
 """
 
 from __future__ import annotations
