@@ -241,3 +241,70 @@ def test_a_run_without_windows_gives_an_empty_windows_table(records: Path) -> No
     columns = windows_table(records, EPOCH, duration=10.0)
     assert all(len(values) == 0 for values in columns.values())
     assert conform({"windows": columns})["windows"].num_rows == 0
+
+
+# An emulated run with window operators --------------------------------------------------------
+
+DEVICES, RATE, DURATION = 6, 5.0, 12.0
+WINDOWED = f"""
+name: emu-windows
+topology:
+  name: emu-windows
+  nodes:
+    - {{name: s, kind: device, replicas: {DEVICES}}}
+    - {{name: gw, kind: gateway, profile: rpi4, replicas: 2}}
+    - {{name: broker-1, kind: broker}}
+    - {{name: cloud-1, kind: cloud_vm, profile: vm.small}}
+  links:
+    - {{from: s-*, to: gw-*, mode: spread, latency: 5ms}}
+    - {{from: gw-*, to: broker-1, latency: 20ms}}
+    - {{from: broker-1, to: cloud-1, latency: 1ms}}
+workload:
+  name: w
+  streams: [{{name: city, sources: s-*, rate: {RATE}/s, arrivals: periodic, qos: 1}}]
+pipeline:
+  - {{name: relay, on: gateways, reads: city, writes: clean}}
+  - {{name: local, on: gateways, reads: city, window: {{size: 1s}}}}
+  - {{name: count, on: cloud-1, reads: clean, window: {{size: 2s}}}}
+run: {{backend: emu, duration: {DURATION}s, seed: 3, drain: 2s}}
+"""
+
+
+@pytest.mark.emu
+@pytest.mark.slow
+def test_an_emulated_run_writes_sim_s_windows_table(tmp_path: Path) -> None:
+    import os
+
+    if os.geteuid() != 0:
+        pytest.skip("the emulation needs root")
+    pytest.importorskip("docker")
+    from emu.run import Timing, emulate
+    from tests.foundation.helpers import point
+
+    run_point = point(WINDOWED)
+    records = tmp_path / "records"
+    result = emulate(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                     Timing(DURATION, 1.0, 2.0), seed=3, records=records)
+    assert result.failed == {}
+    columns = windows_table(records, result.facts["epoch"], DURATION)
+    table = conform({"windows": columns})["windows"].to_pandas()
+    assert set(zip(table["operator"], table["node"], strict=True)) == {
+        ("local", "gw-1"), ("local", "gw-2"), ("count", "cloud-1")}
+    assert (table["t"] < DURATION).all() and (table["migration"] == -1).all()
+    assert not table["adjusted"].any()
+    for (operator, node), rows in table.groupby(["operator", "node"], observed=True):
+        size, devices = (2.0, DEVICES) if operator == "count" else (1.0, DEVICES / 2)
+        # A window closes at its end on the run's clock, give or take a busy QEMU timer; a
+        # window still open at the end has no row.
+        assert list(rows["window"]) == list(range(int(DURATION / size) - 1)), (operator, node)
+        ends = (rows["window"] + 1) * size
+        assert ((rows["t"] >= ends) & (rows["t"] <= ends + 0.5)).all(), (operator, node)
+        # Count per window = rate x size (periodic devices), but where the run begins.
+        inner = rows["count"].iloc[1:]
+        assert (inner - devices * RATE * size).abs().max() <= 1, (operator, node, list(inner))
+        # SNs number the operator's inputs in arrival order: the last of each window is
+        # the count so far.
+        assert list(rows["last_sn"]) == list(rows["count"].cumsum()), (operator, node)
+        # The thesis's processing latency: from the first event's arrival to the output.
+        assert (rows["processing_time"].iloc[1:] > size - 0.3).all(), (operator, node)
+        assert (rows["processing_time"] <= size + 0.5).all(), (operator, node)
