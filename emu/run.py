@@ -31,7 +31,7 @@ from pathlib import Path
 from emu.agent.config import AgentConfig
 from emu.deployment import agent_configs
 from emu.metrics import NodeSampler
-from emu.tables import run_messages
+from emu.tables import run_messages, windows_table
 from topologies.model import Topology
 from topologies.terminal import stop_on_signals
 from workloads.pipeline import OperatorSpec
@@ -289,7 +289,8 @@ def _run(cluster, run: Timing, progress, stage) -> Emulation:
     facts = {**cluster.facts, "messages": counts, "epoch": epoch,
              "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up,
              "outages": health.facts(), "controller_reconnects": reconnects}
-    return Emulation({"messages": messages, **tables}, facts, dict(failed))
+    windows = windows_table(cluster.records_root, epoch, run.duration)
+    return Emulation({"messages": messages, "windows": windows, **tables}, facts, dict(failed))
 
 
 def _settle(result, step: str, failed: dict[str, str]) -> None:
