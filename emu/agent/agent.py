@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from emu.agent.config import AgentConfig
 from emu.agent.drivers import Driver, Drivers
 from emu.agent.management import Management
+from emu.agent.migration import InputSession, Migrations
 from emu.agent.mqtt import (
     connected,
     end_session,
@@ -103,6 +104,11 @@ class Agent:
         self.unreadable = 0   # broker messages that were no envelope
         self.unpublished = 0  # QoS 0 publishes the client refused (not connected)
         self.looped = 0       # outputs dropped after MAX_HOPS operators
+        # Instances reading through a session of their own (emu.agent.migration): movable.
+        self.sessions: dict[str, InputSession] = {
+            name: InputSession(self, op) for name, op in self.operators.items()
+            if op.config.session}
+        self.migrations = Migrations(self)
         self.description = self._describe()
         self.management = Management(self)
         self.client = new_client(f"foglab-agent-{self.node}", persistent=True)
@@ -117,6 +123,7 @@ class Agent:
         self._requests_mid = -1
         self._operators_mids: set[int] = set()
         self.ready = threading.Event()
+        self._node_subscribed = False
         self.registration: Registration | None = None
         if config.zookeeper:
             sensors = [(sensor_path(driver.stream, device.name, device.topic),
@@ -141,6 +148,8 @@ class Agent:
         self.client.reconnect_delay_set(min_delay=1, max_delay=4)
         self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
         self.client.loop_start()
+        for session in self.sessions.values():
+            session.connect()
 
     def stop(self, timeout: float = 2.0) -> bool:
         """Stop emitting, flush the records, leave ZooKeeper and the broker, within timeout
@@ -153,6 +162,8 @@ class Agent:
             self.registration.close(timeout=max(0.1, deadline - time.monotonic() - 0.2))
         self.client.disconnect(properties=end_session())
         self.client.loop_stop()
+        for session in list(self.sessions.values()):
+            session.close()
         for job in self.spark_jobs.values():
             job.stop()
         return stopped
@@ -211,9 +222,18 @@ class Agent:
             self._on_operators_subscribed()
 
     def _on_operators_subscribed(self) -> None:
-        """The broker passes the operators' topics on: start the drivers; the first time,
-        register. `ready` is set only now: a message published after it reaches the
-        operators (before, the broker could pass it on before their subscriptions)."""
+        self._node_subscribed = True
+        self.session_ready()
+
+    def session_ready(self) -> None:
+        """The broker passes the operators' topics on, through the node's session and the
+        instances' own: start the drivers; the first time, register. `ready` is set only now:
+        a message published after it reaches the operators (before, the broker could pass it
+        on before their subscriptions)."""
+        if not self._node_subscribed:
+            return
+        if not all(s.subscribed.is_set() for s in self.sessions.values()):
+            return
         if not self.config.hold:
             self.drivers.start()
         if self.registration is not None and not self.ready.is_set():
@@ -226,7 +246,8 @@ class Agent:
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
-        wanted = {f for op in self.operators.values() if op.running for f in op.filters}
+        wanted = {f for op in self.operators.values()
+                  if op.running and op.name not in self.sessions for f in op.filters}
         if not self.client.is_connected():
             return set()
         new, gone = wanted - self._subscribed, self._subscribed - wanted
@@ -256,7 +277,8 @@ class Agent:
         readers = self._readers.get(topic)
         if readers is None:
             readers = self._readers[topic] = tuple(
-                op for op in self.operators.values() if op.running and op.reads(topic))
+                op for op in self.operators.values()
+                if op.running and op.name not in self.sessions and op.reads(topic))
         return readers
 
     def _from_driver(self, topic: str, envelope: Envelope, driver: Driver) -> None:
@@ -279,6 +301,10 @@ class Agent:
             return
         for operator in self._readers_of(topic):
             self._take(operator, envelope, qos)
+
+    def take(self, operator: Operator, envelope: Envelope, qos: int = 0) -> None:
+        """One input for the operator (its own session's, emu.agent.migration)."""
+        self._take(operator, envelope, qos)
 
     def _take(self, operator: Operator, envelope: Envelope, qos: int = 0) -> None:
         now = self.clock()
@@ -336,6 +362,16 @@ class Agent:
                 operator.window.epoch = epoch
         self.drivers.start()
 
+    def operator(self, name: str) -> Operator:
+        return self._operator(name)
+
+    def arm(self, operator: Operator) -> None:
+        """Set the window timer of an operator that starts with open windows (restored)."""
+        window = operator.window
+        if operator.running and window is not None and window.count and not window.armed:
+            window.armed = True
+            self.scheduler.at(window.end, self._window_ends, operator, operator.token)
+
     def _operator(self, name: str) -> Operator:
         operator = self.operators.get(name)
         if operator is None:
@@ -357,6 +393,11 @@ class Agent:
         self.operators[operator.name] = operator
         if operator.out_topic:
             self._own_topics.add(operator.out_topic)
+        if operator.config.session:
+            session = self.sessions.get(operator.name)
+            if session is None:
+                session = self.sessions[operator.name] = InputSession(self, operator)
+            session.connect()
         self._changed()
 
     def update(self, name: str, params: dict[str, Any]) -> None:
@@ -374,6 +415,9 @@ class Agent:
         operator.running = False
         operator.token += 1
         del self.operators[name]
+        session = self.sessions.pop(name, None)
+        if session is not None:
+            threading.Thread(target=session.close, daemon=True).start()
         self._changed()
 
     def set_running(self, name: str, running: bool) -> None:

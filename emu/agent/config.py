@@ -60,6 +60,9 @@ class OperatorConfig:
     # The node's records directory: the operator notes there (filtered.csv) every input it
     # passed nothing on for; None: it notes nothing.
     records: str | None = None
+    # The client id of the instance's own persistent MQTT session, through which it reads its
+    # input (emu.agent.migration: what makes it movable); None: it reads through the node's.
+    session: str | None = None
 
 
 @dataclass

@@ -7,6 +7,8 @@ import queue
 import threading
 from typing import TYPE_CHECKING, Any
 
+from emu.agent.migration import COMMANDS as MIGRATION_COMMANDS
+from emu.agent.migration import decode_request
 from emu.agent.operators import Operator, operator_config
 from emu.agent.protocol import SETTINGS, Request, RequestError, response
 
@@ -45,7 +47,7 @@ class Management:
     def _prepare(self, payload: bytes, t_received: float) -> None:
         agent = self.agent
         try:
-            request = Request.decode(payload)
+            request = decode_request(payload)
         except RequestError as error:
             agent.scheduler.call(self._answer, error.request_id, None, error.reply, t_received,
                                  str(error), None)
@@ -64,6 +66,9 @@ class Management:
 
     def _carry_out(self, request: Request, prepared: Operator | None,
                    t_received: float) -> None:
+        if request.command in MIGRATION_COMMANDS:
+            self._migration_step(request, t_received)
+            return
         try:
             result = getattr(self, f"_{request.command}")(request.args, prepared)
             error = None
@@ -72,6 +77,25 @@ class Management:
         except Exception as failure:  # a bug answers as a failed request, never stops the node
             result, error = None, f"{request.command}: {type(failure).__name__}: {failure}"
         self._answer(request.id, request.command, request.reply, t_received, error, result)
+
+    def _migration_step(self, request: Request, t_received: float) -> None:
+        """A step of a migration (emu.agent.migration), answered when it is over: at once,
+        or later from the scheduler thread (a drain, a state transfer)."""
+        answered = []
+
+        def answer(result: Any = None, error: str | None = None) -> None:
+            if answered:
+                return
+            answered.append(True)
+            self._answer(request.id, request.command, request.reply, t_received,
+                         None if error is None else f"{request.command}: {error}", result)
+
+        try:
+            self.agent.migrations.handle(request.command, request.args, answer)
+        except (ValueError, TypeError, KeyError) as failure:
+            answer(error=str(failure))
+        except Exception as failure:  # a bug answers as a failed request, never stops the node
+            answer(error=f"{type(failure).__name__}: {failure}")
 
     def _answer(self, request_id: str | None, command: str | None, reply: str | None,
                 t_received: float, error: str | None, result: Any) -> None:

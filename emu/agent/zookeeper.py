@@ -1,7 +1,8 @@
 """A small ZooKeeper client: one session kept alive, and the calls an agent's znodes need.
 
-The gateway agent keeps a few ephemeral znodes and nothing else: create, exists, set and delete
-of a path, pings, and a new session when the old one expired. kazoo does this and much more,
+The gateway agent keeps a few ephemeral znodes, and moves an operator's state through one
+(emu.agent.migration): create, exists, get, set and delete of a path, one-shot watches set by
+exists and get, pings, and a new session when the old one expired. kazoo does this and much more,
 and under QEMU its import (recipes, TLS, SASL) and its threads cost every gateway about half a
 second of CPU and megabytes of memory; this client is a socket and one thread. Host-side code
 keeps using kazoo.
@@ -21,10 +22,12 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-CREATE, DELETE, EXISTS, SET_DATA, PING, CLOSE = 1, 2, 3, 5, 11, -11
+CREATE, DELETE, EXISTS, GET_DATA, SET_DATA, PING, CLOSE = 1, 2, 3, 4, 5, 11, -11
 WATCH_XID, PING_XID, AUTH_XID = -1, -2, -4
 CONNECTION_LOSS, NO_NODE, NODE_EXISTS = -4, -101, -110
 EPHEMERAL = 1
+# A watch's event types; LOST is ours: the connection went, and with it the server's watches.
+NODE_CREATED, NODE_DELETED, NODE_DATA_CHANGED, LOST = 1, 2, 3, -1
 ANY_VERSION = -1
 # How long a call waits for its reply, whatever the session's timeout.
 CALL_TIMEOUT = 10.0
@@ -151,6 +154,7 @@ class ZooKeeper:
         self._closing = threading.Event()
         self._last_sent = 0.0
         self._thread: threading.Thread | None = None
+        self._watches: dict[str, list[Callable[[int], None]]] = {}  # path -> one-shot callbacks
 
     @property
     def client_id(self) -> tuple[int, bytes]:
@@ -198,11 +202,31 @@ class ZooKeeper:
                 self.create_async(parent).get()
         self.create_async(path, data, ephemeral).get()
 
-    def exists(self, path: str) -> Stat | None:
+    def exists(self, path: str, watch: Callable[[int], None] | None = None) -> Stat | None:
+        """The znode's Stat, None if there is none. `watch(event type)` is called once, on the
+        connection thread (it must not block), at the next creation, deletion or change of
+        path, or with LOST when the connection drops first."""
+        if watch is not None:
+            self._watch(path, watch)
         try:
-            return Stat(self._request(EXISTS, _string(path) + b"\0", path).get())
+            return Stat(self._request(EXISTS, _string(path) + (b"\1" if watch else b"\0"),
+                                      path).get())
         except NoNodeError:
             return None
+
+    def get(self, path: str, watch: Callable[[int], None] | None = None) -> bytes:
+        """The znode's data (NoNodeError if there is none); `watch` as for exists."""
+        if watch is not None:
+            self._watch(path, watch)
+        body = self._request(GET_DATA, _string(path) + (b"\1" if watch else b"\0"),
+                             path).get()
+        size = _INT.unpack_from(body)[0]
+        return body[4:4 + size] if size > 0 else b""
+
+    def _watch(self, path: str, callback: Callable[[int], None]) -> None:
+        # Noted before the request goes: its event may come right after the reply.
+        with self._lock:
+            self._watches.setdefault(path, []).append(callback)
 
     def set_async(self, path: str, data: bytes, version: int = ANY_VERSION) -> Reply:
         return self._request(SET_DATA, _string(path) + _buffer(data) + _INT.pack(version), path)
@@ -328,8 +352,18 @@ class ZooKeeper:
         xid, zxid, code = _REPLY.unpack_from(frame)
         if zxid > self._zxid:
             self._zxid = zxid
-        if xid in (PING_XID, WATCH_XID, AUTH_XID):
-            return  # no watches are set, nor auth sent
+        if xid == WATCH_XID:
+            event_type = _INT.unpack_from(frame, _REPLY.size)[0]
+            size = _INT.unpack_from(frame, _REPLY.size + 8)[0]
+            start = _REPLY.size + 12
+            path = frame[start:start + size].decode()
+            with self._lock:
+                callbacks = self._watches.pop(path, [])
+            for callback in callbacks:
+                callback(event_type)
+            return
+        if xid in (PING_XID, AUTH_XID):
+            return  # no auth is sent
         with self._lock:
             reply = self._pending.popleft() if self._pending else None
         if reply is None or reply.xid != xid:
@@ -343,10 +377,15 @@ class ZooKeeper:
             self._sock = None
             failed = list(self._pending)
             self._pending.clear()
+            # The server's watches went with the connection (no SetWatches is sent again).
+            watches = [c for callbacks in self._watches.values() for c in callbacks]
+            self._watches.clear()
         sock.close()
         for reply in failed:
             reply.code = CONNECTION_LOSS
             reply.done.set()
+        for callback in watches:
+            callback(LOST)
 
 
 def _shut(sock: socket.socket) -> None:

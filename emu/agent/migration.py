@@ -1,0 +1,577 @@
+"""The agent's part of operator migration: an instance's own input session, and each step.
+
+Why a session per instance, taken over, and not a shared subscription handed from one member
+to the other: a shared subscription ($share/g/...) holds nothing while it has no member (the
+broker drops, or with one member left delivers to it, what comes during a gap), and Mosquitto
+gives a member's in-flight messages to no one else when it leaves; so a pause would lose input
+or need both instances subscribed at once. A persistent MQTT 5 session (no clean start, an
+expiry) whose client disconnects without ending it is what a broker is made to hold input for:
+Mosquitto queues its QoS 1 messages, in order, and gives them to the next connection with the
+same client id, whichever node it comes from. So an operator instance with `session` set in
+its OperatorConfig reads its input through a client of its own with that id (`InputSession`),
+subscribed at QoS 1; the node's session no longer carries that input, and the node's drivers
+publish what the instance reads to the broker (the instance may move away from them).
+
+The steps, each a request answered like the others (emu.agent.management), in the thesis's
+order (chapter 5, Fig. 5.4):
+
+- `migrate.prepare` (role assignment): to the source, answers the instance's config; to the
+  target, with that config, builds the instance (not yet reading) and, for a state transfer,
+  starts retrieving (Alg. 5.2: watch the znode, read a chunk, delete it, until 'end').
+- `migrate.pause` (pause-transfer, to the source): disconnects the instance's session without
+  ending it (from then the broker holds the input), lets the scheduler finish what the client
+  had handed over (drain), takes the snapshot and stops the instance; then, for a transfer,
+  writes the state to the znode in chunks (Alg. 5.1: a chunk, wait until the target deleted
+  it, the next, then 'end'); answers when the last chunk is taken, or with the small state in
+  the answer when there is no transfer (pause_drain).
+- `migrate.resume` (to the target): restores the state before anything else, starts the
+  instance, connects with the session's client id: the broker hands over what it held, in
+  order, then the live input. Answers once the held input is processed: when the first
+  message sent after the resume arrives, or RESUME_QUIET_S after the connection with none.
+- `migrate.rollback` (to the source, after a failure): starts the instance again from where it
+  stopped and reconnects its session, which still holds the input: nothing is lost.
+- `migrate.release` (housekeeping): the source drops its stopped instance, keeping the
+  session; with `abort` the target drops what it prepared.
+
+Exactly once across the move: QoS 1 is at least once, and a message the source processed
+whose acknowledgement had not left when it disconnected comes again to the target. The state
+the source hands over (`pack`) carries the keys (topic, id, serial number) of the last SEEN
+messages it processed, and an instance drops an input whose key it saw (the same drops the
+copies Mosquitto sends per overlapping subscription). Order is the broker's: one session,
+queued in order, and the target reads nothing else before the held messages.
+"""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import json
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Callable
+from dataclasses import asdict
+from typing import TYPE_CHECKING, Any
+
+from emu.agent.mqtt import (
+    connected,
+    end_session,
+    new_client,
+    no_delay,
+    session_args,
+    session_present,
+)
+from emu.agent.operators import Operator, operator_config
+from emu.agent.protocol import Envelope, Request, RequestError
+from emu.agent.zookeeper import LOST, NODE_DELETED, NoNodeError, ZooKeeper, ZooKeeperError
+
+if TYPE_CHECKING:
+    from emu.agent.agent import Agent
+
+COMMANDS = ("migrate.prepare", "migrate.pause", "migrate.resume", "migrate.rollback",
+            "migrate.release")
+# ZooKeeper refuses a request bigger than its jute.maxbuffer (1 MiB - 1 by default) as a
+# whole: path, framing and the tag byte must fit beside the chunk.
+CHUNK_MAX = 1024 * 1024 - 1024
+DATA, END = b"D", b"E"
+# Keys of the last messages an instance processed, kept to drop redelivered copies: more
+# than the QoS 1 messages a broker has in flight to one client (Mosquitto: 20 by default).
+SEEN = 1024
+RESUME_QUIET_S = 1.0
+KEEPALIVE = 30
+PACK_MAGIC = b"foglab-migration 1\n"
+
+
+def decode_request(payload: bytes) -> Request:
+    """Request.decode, which also accepts the migration commands (emu.agent.protocol's
+    COMMANDS does not list them: its checks are run as for a ping)."""
+    try:
+        return Request.decode(payload)
+    except RequestError as error:
+        try:
+            data = json.loads(payload)
+        except ValueError:
+            raise error from None
+        if not isinstance(data, dict) or data.get("command") not in COMMANDS:
+            raise
+        request = Request.decode(json.dumps({**data, "command": "ping"}))
+        request.command = data["command"]
+        return request
+
+
+def pack(seen: list, snapshot: bytes) -> bytes:
+    """What moves: a header line (the last keys seen) and the operator's snapshot."""
+    header = json.dumps({"seen": seen, "snapshot": len(snapshot)}, separators=(",", ":"))
+    return PACK_MAGIC + header.encode() + b"\n" + snapshot
+
+
+def unpack(data: bytes) -> tuple[list, bytes]:
+    if not data.startswith(PACK_MAGIC):
+        raise ValueError(f"not a migration state (it starts {bytes(data[:20])!r})")
+    end = data.index(b"\n", len(PACK_MAGIC))
+    header = json.loads(data[len(PACK_MAGIC):end])
+    snapshot = data[end + 1:]
+    if len(snapshot) != header["snapshot"]:
+        raise ValueError(f"the migration state is cut: {len(snapshot)} bytes of snapshot, its "
+                         f"header says {header['snapshot']}")
+    return header["seen"], snapshot
+
+
+def _key(topic: str, envelope: Envelope) -> tuple:
+    return (topic, envelope.id, envelope.sn)
+
+
+class InputSession:
+    """An operator instance's own persistent MQTT session (client id = config.session)."""
+
+    def __init__(self, agent: Agent, operator: Operator) -> None:
+        self.agent = agent
+        self.name = operator.name
+        self.client_id = operator.config.session
+        self.filters = list(operator.filters)
+        self.client = new_client(self.client_id, persistent=True)
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
+        self.client.on_message = self._on_message
+        self.client.on_subscribe = self._on_subscribe
+        self.subscribed = threading.Event()
+        self.seen: OrderedDict[tuple, None] = OrderedDict()
+        self.dropped = 0        # copies already processed (redelivered, or overlapping filters)
+        self.present = False    # the broker had the session at the last connection
+        self.t_connected: float | None = None
+        self.on_disconnected: Callable[[], None] | None = None
+        self.on_taken: Callable[[Envelope], None] | None = None  # after each processed input
+        self.started = False
+
+    def connect(self) -> None:
+        """Connect in the background, once."""
+        from emu.agent.agent import broker_address
+
+        if self.started:
+            return
+        self.started = True
+        host, port = broker_address(self.agent.config.mqtt)
+        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
+        self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
+        self.client.loop_start()
+
+    def pause(self, done: Callable[[], None]) -> None:
+        """Leave the broker without ending the session: it holds the input from now on."""
+        self.on_disconnected = done
+        self.client.disconnect()
+
+    def stop_loop(self) -> None:
+        """Stop the client's thread (never from its own callbacks)."""
+        self.client.loop_stop()
+
+    def close(self) -> None:
+        """Leave for good, ending the session (the run is over, or the instance uninstalled)."""
+        self.client.disconnect(properties=end_session())
+        self.client.loop_stop()
+
+    def remember(self, keys: list) -> None:
+        for key in keys:
+            self.note(tuple(key))
+
+    def note(self, key: tuple) -> None:
+        self.seen[key] = None
+        if len(self.seen) > SEEN:
+            self.seen.popitem(last=False)
+
+    def last_seen(self) -> list:
+        return [list(key) for key in self.seen]
+
+    # MQTT client's thread ---------------------------------------------------------------------
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, *rest: Any) -> None:
+        if not connected(rc):
+            return
+        no_delay(client)
+        self.t_connected = self.agent.clock()
+        self.present = session_present(flags)
+        if self.present:
+            self.subscribed.set()
+            self.agent.scheduler.call(self.agent.session_ready)
+        else:  # a new session (or one the broker lost): subscribe; a held one kept them
+            client.subscribe([(f, 1) for f in self.filters])
+
+    def _on_subscribe(self, *args: Any) -> None:
+        self.subscribed.set()
+        self.agent.scheduler.call(self.agent.session_ready)
+
+    def _on_disconnect(self, client: Any, userdata: Any, *rest: Any) -> None:
+        done, self.on_disconnected = self.on_disconnected, None
+        if done is not None:
+            # Behind every message the client handed over before: the drain.
+            self.agent.scheduler.call(done)
+
+    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+        self.agent.scheduler.call(self._take, message.topic, message.payload, message.qos)
+
+    # Scheduler thread -------------------------------------------------------------------------
+
+    def _take(self, topic: str, payload: bytes, qos: int) -> None:
+        agent = self.agent
+        operator = agent.operators.get(self.name)
+        if operator is None or not operator.running or agent.sessions.get(self.name) is not self:
+            return
+        try:
+            envelope = Envelope.decode(payload)
+        except ValueError:
+            agent.unreadable += 1
+            return
+        key = _key(topic, envelope)
+        if key in self.seen:
+            self.dropped += 1
+            return
+        self.note(key)
+        agent.take(operator, envelope, qos)
+        if self.on_taken is not None:
+            self.on_taken(envelope)
+
+
+class _Prepared:
+    """A target's instance waiting for its state: the retrieval's outcome when it is over."""
+
+    def __init__(self, operator: Operator, transfer: bool) -> None:
+        self.operator = operator
+        self.transfer = transfer
+        self.state: bytes | None = None
+        self.chunks = 0
+        self.error: str | None = None
+        self.done = threading.Event()
+        self.cancelled = threading.Event()
+        self.waiting: Callable[[], None] | None = None  # a resume waiting for the state
+        self.t_retrieved: float | None = None
+
+
+class Migrations:
+    """The migration requests of one agent (see the module docstring); on the scheduler thread.
+    `answer(result=None, error=None)` answers a request, at once or later."""
+
+    def __init__(self, agent: Agent) -> None:
+        self.agent = agent
+        self.prepared: dict[str, _Prepared] = {}
+        self.paused: dict[str, dict[str, Any]] = {}  # source: operator -> what the pause did
+
+    def handle(self, command: str, args: dict[str, Any], answer: Callable[..., None]) -> None:
+        step = {"migrate.prepare": self._prepare, "migrate.pause": self._pause,
+                "migrate.resume": self._resume, "migrate.rollback": self._rollback,
+                "migrate.release": self._release}[command]
+        step(args, answer)
+
+    # Role assignment --------------------------------------------------------------------------
+
+    def _prepare(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
+        agent = self.agent
+        if args.get("role") == "source":
+            operator = agent.operator(_name(args))
+            session = agent.sessions.get(operator.name)
+            if session is None:
+                raise ValueError(f"operator {operator.name!r} reads through the node's session "
+                                 f"on {agent.node}: only an instance with its own input "
+                                 "session (OperatorConfig.session) can move")
+            answer({"config": asdict(operator.config), "stateful": operator.stateful,
+                    "t": agent.clock()})
+            return
+        if args.get("role") != "target":
+            raise ValueError(f"'role' must be 'source' or 'target', not {args.get('role')!r}")
+        config = args.get("config")
+        if not isinstance(config, dict):
+            raise ValueError("a target needs 'config', the instance's OperatorConfig")
+        config = operator_config(config)
+        if not config.session:
+            raise ValueError(f"operator {config.name!r} has no input session to take over")
+        if config.name in agent.operators:
+            raise ValueError(f"operator {config.name!r} runs on {agent.node} already")
+        if config.records is not None:
+            config.records = agent.config.records
+        operator = Operator(config, agent.node, agent.epoch)
+        path = args.get("path")
+        prepared = self.prepared[config.name] = _Prepared(operator, bool(path))
+        if path:
+            if not agent.config.zookeeper:
+                raise ValueError(f"{agent.node} has no ZooKeeper to retrieve the state from")
+            threading.Thread(target=self._retrieve, name="foglab-retrieve", daemon=True,
+                             args=(prepared, path, float(args.get("timeout", 30.0)))).start()
+        answer({"t": agent.clock()})
+
+    # Source -----------------------------------------------------------------------------------
+
+    def _pause(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
+        agent = self.agent
+        operator = agent.operator(_name(args))
+        session = agent.sessions.get(operator.name)
+        if session is None:
+            raise ValueError(f"operator {operator.name!r} has no input session on {agent.node}")
+        if operator.name in self.paused:
+            raise ValueError(f"operator {operator.name!r} is paused already")
+        path = args.get("path")
+        chunk = min(int(args.get("chunk", CHUNK_MAX)), CHUNK_MAX)
+        timeout = float(args.get("timeout", 30.0))
+        done: dict[str, Any] = {"t_pause": agent.clock()}
+        self.paused[operator.name] = done
+
+        def drained() -> None:
+            # Everything the client handed over is processed: the state is final.
+            done["t_drained"] = agent.clock()
+            done["processed"] = operator.processed
+            agent.set_running(operator.name, False)
+            state = pack(session.last_seen(), operator.snapshot())
+            done["state_bytes"] = len(state)
+            done["last"] = session.last_seen()[-64:]
+            threading.Thread(target=session.stop_loop, daemon=True).start()
+            if not path:
+                if operator.stateful:
+                    answer(error=f"operator {operator.name!r} holds state: pause_drain would "
+                           "lose it; move it with pause_transfer")
+                    return
+                answer({**done, "state": base64.b64encode(state).decode()})
+                return
+            threading.Thread(target=self._send, name="foglab-send-state", daemon=True,
+                             args=(state, path, chunk, timeout, done, answer)).start()
+
+        session.pause(drained)
+
+    def _send(self, state: bytes, path: str, chunk: int, timeout: float,
+              done: dict[str, Any], answer: Callable[..., None]) -> None:
+        """Alg. 5.1, on a thread of its own: each chunk written once the target has deleted
+        the previous one, then the 'end' flag; answers on the scheduler thread."""
+        agent = self.agent
+        size = chunk - 1  # the tag byte
+        pieces = [state[i:i + size] for i in range(0, len(state), size)] or [b""]
+        chunks = 0
+        try:
+            with _session(agent.config.zookeeper) as zk:
+                zk_make_parents(zk, path)
+                for number, piece in enumerate(pieces + [None], start=1):
+                    what = (f"chunk {number} of {len(pieces)}" if piece is not None
+                            else "the 'end' flag")
+                    _wait_deleted(zk, path, timeout, what)
+                    if piece is None:
+                        zk.create(path, END + json.dumps(
+                            {"bytes": len(state), "chunks": len(pieces)}).encode())
+                    else:
+                        zk.create(path, DATA + piece)
+                        chunks += 1
+                done["t_written"] = agent.clock()
+                # The target has read the end once the znode is gone: its state is complete.
+                _wait_deleted(zk, path, timeout, "the 'end' flag, read")
+        except (ZooKeeperError, OSError, TimeoutError) as error:
+            with contextlib.suppress(Exception), _session(agent.config.zookeeper) as zk:
+                zk.delete(path)
+            agent.scheduler.call(answer, None, f"state transfer to {path} after {chunks} "
+                                 f"chunks: {error}")
+            return
+        done["chunks"] = chunks
+        done["t_sent"] = agent.clock()
+        agent.scheduler.call(answer, done)
+
+    def _rollback(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
+        agent = self.agent
+        name = _name(args)
+        operator = agent.operator(name)
+        if self.paused.pop(name, None) is None:
+            raise ValueError(f"operator {name!r} is not paused on {agent.node}")
+        old = agent.sessions[name]
+        if old.on_disconnected is not None:  # the pause never finished: wait no more for it
+            old.on_disconnected = None
+        threading.Thread(target=old.stop_loop, daemon=True).start()
+        session = InputSession(agent, operator)
+        session.seen = old.seen
+        agent.sessions[name] = session
+        agent.set_running(name, True)
+        session.connect()
+        answer({"t": agent.clock()})
+
+    # Target -----------------------------------------------------------------------------------
+
+    def _retrieve(self, prepared: _Prepared, path: str, timeout: float) -> None:
+        """Alg. 5.2: watch the znode, read a chunk and delete it (the source may then write
+        the next), until the 'end' flag."""
+        parts: list[bytes] = []
+        try:
+            with _session(self.agent.config.zookeeper) as zk:
+                while not prepared.cancelled.is_set():
+                    created = threading.Event()
+                    if zk.exists(path, watch=lambda event, e=created: e.set()) is None:
+                        if not created.wait(timeout):
+                            raise TimeoutError(f"no state came to {path} within {timeout} s")
+                        continue
+                    data = zk.get(path)
+                    zk.delete(path)
+                    if data[:1] == END:
+                        end = json.loads(data[1:])
+                        state = b"".join(parts)
+                        if len(state) != end["bytes"] or len(parts) != end["chunks"]:
+                            raise ValueError(f"state from {path}: {len(state)} bytes in "
+                                             f"{len(parts)} chunks, the source sent "
+                                             f"{end['bytes']} in {end['chunks']}")
+                        prepared.state, prepared.chunks = state, len(parts)
+                        break
+                    parts.append(data[1:])
+        except (ZooKeeperError, OSError, TimeoutError, ValueError) as error:
+            prepared.error = f"retrieving the state from {path}: {error}"
+        prepared.t_retrieved = self.agent.clock()
+        self.agent.scheduler.call(self._retrieved, prepared)
+
+    def _retrieved(self, prepared: _Prepared) -> None:
+        prepared.done.set()
+        waiting, prepared.waiting = prepared.waiting, None
+        if waiting is not None:
+            waiting()
+
+    def _resume(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
+        agent = self.agent
+        name = _name(args)
+        prepared = self.prepared.get(name)
+        if prepared is None:
+            raise ValueError(f"operator {name!r} was not prepared on {agent.node}")
+
+        def go() -> None:
+            if prepared.error:
+                answer(error=prepared.error)
+                return
+            state = prepared.state
+            if state is None:
+                encoded = args.get("state")
+                if not isinstance(encoded, str):
+                    answer(error="no state: give 'state' (pause_drain) or prepare a transfer")
+                    return
+                state = base64.b64decode(encoded)
+            operator = prepared.operator
+            t_restore = agent.clock()
+            try:
+                seen, snapshot = unpack(state)
+                operator.restore(snapshot)
+            except (ValueError, KeyError) as error:
+                answer(error=f"restoring operator {name!r}: {error}")
+                return
+            del self.prepared[name]
+            t_restored = agent.clock()
+            session = InputSession(agent, operator)
+            session.remember(seen)
+            self._watch_resume(session, answer, {
+                "t_restore": t_restore, "t_restored": t_restored, "chunks": prepared.chunks,
+                "t_retrieved": prepared.t_retrieved, "state_bytes": len(state)})
+            agent.sessions[name] = session
+            agent.install(operator)  # connects the session: the broker hands the input over
+            agent.arm(operator)
+
+        if prepared.transfer and not prepared.done.is_set():
+            prepared.waiting = go
+        else:
+            go()
+
+    def _watch_resume(self, session: InputSession, answer: Callable[..., None],
+                      result: dict[str, Any]) -> None:
+        """Answer once the held input is processed: at the first message sent after the
+        connection, or RESUME_QUIET_S after it when none comes."""
+        agent = self.agent
+        counts = {"held": 0, "first": []}
+        finished = threading.Event()
+
+        def finish() -> None:
+            if finished.is_set():
+                return
+            finished.set()
+            session.on_taken = None
+            answer({**result, "t_connected": session.t_connected, "present": session.present,
+                    "held": counts["held"], "first": counts["first"],
+                    "t_first": counts.get("t_first"), "dropped": session.dropped})
+
+        def taken(envelope: Envelope) -> None:
+            now = agent.clock()
+            if session.t_connected is None or envelope.t < session.t_connected:
+                counts["held"] += 1
+                counts.setdefault("t_first", now)
+                if len(counts["first"]) < 64:
+                    counts["first"].append([envelope.id, envelope.sn])
+                return
+            counts.setdefault("t_first", now)
+            finish()
+
+        def quiet() -> None:
+            if finished.is_set():
+                return
+            if session.t_connected is None or counts["held"]:
+                agent.scheduler.at(agent.clock() + RESUME_QUIET_S / 4, quiet)
+                return
+            if agent.clock() - session.t_connected >= RESUME_QUIET_S:
+                finish()
+            else:
+                agent.scheduler.at(session.t_connected + RESUME_QUIET_S, quiet)
+
+        session.on_taken = taken
+        agent.scheduler.at(agent.clock() + RESUME_QUIET_S / 4, quiet)
+
+    # Housekeeping -----------------------------------------------------------------------------
+
+    def _release(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
+        agent = self.agent
+        name = _name(args)
+        if args.get("abort"):
+            prepared = self.prepared.pop(name, None)
+            if prepared is not None:
+                prepared.cancelled.set()
+            answer({"t": agent.clock(), "dropped": prepared is not None})
+            return
+        if self.paused.pop(name, None) is None:
+            raise ValueError(f"operator {name!r} is not paused on {agent.node}")
+        # The session stays on the broker: it is the target's now.
+        agent.sessions.pop(name, None)
+        agent.uninstall(name)
+        answer({"t": agent.clock()})
+
+
+def _name(args: dict[str, Any]) -> str:
+    name = args.get("operator")
+    if not isinstance(name, str) or not name:
+        raise ValueError("args need 'operator', the operator's name")
+    return name
+
+
+@contextlib.contextmanager
+def _session(hosts: str, timeout: float = 10.0):
+    """A ZooKeeper session for one transfer, closed after it."""
+    if not hosts:
+        raise ZooKeeperError(0, "no ZooKeeper configured on this node")
+    zk = ZooKeeper(hosts, timeout)
+    zk.start()
+    try:
+        if not zk.connected.wait(timeout):
+            raise TimeoutError(f"ZooKeeper {hosts} did not answer within {timeout} s")
+        yield zk
+    finally:
+        zk.close()
+
+
+def zk_make_parents(zk: ZooKeeper, path: str) -> None:
+    parent = path.rsplit("/", 1)[0]
+    if parent and zk.exists(parent) is None:
+        with contextlib.suppress(ZooKeeperError):
+            zk.create(parent, b"", makepath=True)
+
+
+def _wait_deleted(zk: ZooKeeper, path: str, timeout: float, what: str) -> None:
+    """Until path is gone (the target took what was there), watched, not polled."""
+    deadline = time.monotonic() + timeout
+    while True:
+        gone = threading.Event()
+        events: list[int] = []
+
+        def watch(event: int, events: list[int] = events, gone=gone) -> None:
+            events.append(event)
+            gone.set()
+
+        if zk.exists(path, watch=watch) is None:
+            return
+        left = deadline - time.monotonic()
+        if left <= 0 or not gone.wait(left):
+            raise TimeoutError(f"the target did not take {what} within {timeout:g} s")
+        if events and events[0] not in (NODE_DELETED, LOST):
+            continue  # changed, not deleted: watch again
+
+
+__all__ = ["COMMANDS", "InputSession", "Migrations", "NoNodeError", "decode_request", "pack",
+           "unpack"]
