@@ -23,6 +23,7 @@ messages of its outage; one still down at the end is failed.
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
@@ -205,21 +206,27 @@ def cluster_states(cluster, services: list[str]) -> dict[str, Seen]:
 
 def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
             timing: Timing, seed: int, progress=lambda seconds: None,
-            records: Path | None = None) -> Emulation:
+            records: Path | None = None, scenario=None) -> Emulation:
     """Run the experiment on a cluster made for it, and remove the cluster whatever happens.
 
     `progress(seconds)` hears the run's time; `progress.stage(text)`, if it has one, the step
     (containers, registration, running, drain). `records`: where nodes' records are kept
-    (default: a scratch folder removed at the end).
+    (default: a scratch folder removed at the end). `scenario` (workloads.scenario): its
+    `migrations` move operators during the run (emu.migration), into the `migrations` table.
     """
     from emu.cluster.engine import Cluster
     from emu.cluster.plan import plan_cluster
 
     configs = agent_configs(topology, workload, pipeline, seed, 0.0)
+    plans = list(getattr(scenario, "migrations", None) or [])
+    moving = {plan.operator for plan in plans}
 
     def configure(node, config: AgentConfig) -> AgentConfig:
         mine = configs[node.name]
-        return replace(config, drivers=mine.drivers, operators=mine.operators,
+        # An instance to move reads through a session of its own, which the target takes.
+        operators = [replace(op, session=f"foglab-op-{op.name}-{node.name}")
+                     if op.name in moving else op for op in mine.operators]
+        return replace(config, drivers=mine.drivers, operators=operators,
                        seed=mine.seed, index=mine.index, hold=True)
 
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
@@ -234,12 +241,12 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     with stop_on_signals():
         try:
             cluster.up()
-            return _run(cluster, timing, progress, stage)
+            return _run(cluster, timing, progress, stage, scenario, configs)
         finally:
             cluster.down()
 
 
-def _run(cluster, run: Timing, progress, stage) -> Emulation:
+def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None) -> Emulation:
     from emu.control import Controller, wait_registered
 
     status = {s.node: s for s in cluster.status()}
@@ -268,7 +275,12 @@ def _run(cluster, run: Timing, progress, stage) -> Emulation:
         if len(started.replies) == 0:
             raise EmuError(f"starting the drivers failed on every node: {started.summary()}")
         stage("running")
+        mover = _Migrations(control, scenario, configs or {}, epoch)
+        mover.start()
         tables = _measure(cluster, status, run, epoch, progress, health)
+        moved = mover.finish()
+        if moved:
+            tables["migrations"] = moved
         # Devices fall silent at the end, as the simulator's sources do; what is under way
         # still arrives during the drain.
         live = [a for a in agents if a not in failed]
@@ -291,6 +303,64 @@ def _run(cluster, run: Timing, progress, stage) -> Emulation:
              "outages": health.facts(), "controller_reconnects": reconnects}
     windows = windows_table(cluster.records_root, epoch, run.duration)
     return Emulation({"messages": messages, "windows": windows, **tables}, facts, dict(failed))
+
+
+class _Migrations:
+    """The scenario's migrations, each at its time after the epoch, on a thread of its own
+    while the run measures; `finish` waits for one under way and gives the table's columns."""
+
+    def __init__(self, control, scenario, configs: dict[str, AgentConfig], epoch: float):
+        self.control = control
+        self.plans = sorted(getattr(scenario, "migrations", None) or [], key=lambda p: p.at)
+        self.settings = getattr(scenario, "migration", None)
+        self.configs = configs
+        self.epoch = epoch
+        self.records: list = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="foglab-migrations",
+                                        daemon=True)
+
+    def start(self) -> None:
+        if self.plans:
+            self._thread.start()
+
+    def _source(self, operator: str) -> str:
+        nodes = [node for node, config in self.configs.items()
+                 if any(op.name == operator for op in config.operators)]
+        if len(nodes) != 1:
+            raise EmuError(f"migration of {operator!r}: it runs on {len(nodes)} nodes "
+                           f"({', '.join(nodes) or 'none'}); say which with 'from'")
+        return nodes[0]
+
+    def _run(self) -> None:
+        from emu.migration import MigrationRecord, migrate
+
+        where: dict[str, str] = {}  # operator -> its node now
+        for number, plan in enumerate(self.plans):
+            if self._stop.wait(max(0.0, self.epoch + plan.at - time.time())):
+                return
+            strategy = plan.strategy or getattr(self.settings, "strategy", "pause_transfer")
+            try:
+                source = plan.source or where.get(plan.operator) or self._source(plan.operator)
+                record = migrate(self.control, plan.operator, source, plan.target, strategy,
+                                 self.settings, record_id=number)
+            except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+                record = MigrationRecord(number, plan.operator, strategy, plan.source or "",
+                                         plan.target, time.time(), time.time(),
+                                         status="failed", error=str(error))
+            if record.status == "done":
+                where[plan.operator] = plan.target
+            self.records.append(record)
+
+    def finish(self) -> dict[str, list]:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        columns: dict[str, list] = {}
+        for record in self.records:
+            for name, value in record.row(self.epoch).items():
+                columns.setdefault(name, []).append(value)
+        return columns
 
 
 def _settle(result, step: str, failed: dict[str, str]) -> None:

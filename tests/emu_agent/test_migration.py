@@ -229,3 +229,25 @@ def test_the_moved_state_is_the_snapshot_and_the_last_keys() -> None:
     assert unpack(pack(seen, b"\x00state")) == (seen, b"\x00state")
     with pytest.raises(ValueError, match="cut"):
         unpack(pack(seen, b"\x00state")[:-1])
+
+
+def test_a_run_moves_the_scenario_s_migrations_at_their_time(
+        broker, config, agents, controller: Controller, publisher: Publisher) -> None:
+    from emu.run import _Migrations
+    from experiments.schema import TABLES
+    from workloads.scenario import ScheduledMigration
+
+    relay = operator("relay")
+    source_config = config("gw-src", operators=[relay])
+    agents(source_config)
+    agents(config("gw-dst"))
+    scenario = type("Scenario", (), {"migration": None, "migrations": [
+        ScheduledMigration(at=0.4, operator="relay", to="gw-dst", strategy="pause_drain")]})()
+    epoch = time.time()
+    mover = _Migrations(controller, scenario, {"gw-src": source_config}, epoch)
+    mover.start()
+    publisher.publish(300, 300.0)
+    table = mover.finish()
+    assert set(table) == set(TABLES["migrations"].names)
+    assert table["source"] == ["gw-src"] and table["target"] == ["gw-dst"]
+    assert 0.4 <= table["start"][0] < 1.5 and table["downtime"][0] > 0
