@@ -279,8 +279,6 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None) -> 
         mover.start()
         tables = _measure(cluster, status, run, epoch, progress, health)
         moved = mover.finish()
-        if moved:
-            tables["migrations"] = moved
         # Devices fall silent at the end, as the simulator's sources do; what is under way
         # still arrives during the drain.
         live = [a for a in agents if a not in failed]
@@ -302,7 +300,52 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None) -> 
              "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up,
              "outages": health.facts(), "controller_reconnects": reconnects}
     windows = windows_table(cluster.records_root, epoch, run.duration)
+    if moved:
+        _measure_outputs(moved, windows, configs or {}, epoch)
+        tables["migrations"] = _migration_columns(moved, epoch)
+        facts["migrations"] = [{"id": r.id, "status": r.status, "error": r.error,
+                                "phases": {k: round(v - epoch, 3) for k, v in r.phases.items()}}
+                               for r in moved]
     return Emulation({"messages": messages, "windows": windows, **tables}, facts, dict(failed))
+
+
+def _window_period(configs: dict[str, AgentConfig], operator: str) -> float:
+    """The seconds of an operator's time window (0 without one, or with a count window)."""
+    from emu.agent.operators import WindowConfig
+
+    for config in configs.values():
+        for op in config.operators:
+            if op.name == operator and op.window is not None:
+                window = WindowConfig.of(op.window)
+                return float(window.size) if window.basis == "time" else 0.0
+    return 0.0
+
+
+def _measure_outputs(records: list, windows: dict[str, list], configs: dict[str, AgentConfig],
+                     epoch: float) -> None:
+    """A windowed operator's output gap, and its lost, duplicated and reordered events, from
+    its window outputs as the model measures them (workloads.migration.measures)."""
+    from workloads.migration.measures import coverage, output_gap
+
+    for record in records:
+        period = _window_period(configs, record.operator)
+        if not period or record.status != "done":
+            continue
+        rows = sorted((t, sn, n) for t, op, sn, n in zip(
+            windows["t"], windows["operator"], windows["last_sn"], windows["count"],
+            strict=True) if op == record.operator)
+        start, end = record.start - epoch, record.end - epoch
+        record.output_gap = output_gap([t for t, _, _ in rows], start, end, period)
+        record.lost, record.duplicates, record.reordered = coverage(
+            (sn, n) for t, sn, n in rows if start - 2 * period <= t <= end + 2 * period)
+
+
+def _migration_columns(records: list, epoch: float) -> dict[str, list]:
+    columns: dict[str, list] = {}
+    for record in records:
+        for name, value in record.row(epoch).items():
+            columns.setdefault(name, []).append(value)
+    return columns
 
 
 class _Migrations:
@@ -352,15 +395,12 @@ class _Migrations:
                 where[plan.operator] = plan.target
             self.records.append(record)
 
-    def finish(self) -> dict[str, list]:
+    def finish(self) -> list:
+        """Wait for a migration under way; the records of all (emu.migration)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
-        columns: dict[str, list] = {}
-        for record in self.records:
-            for name, value in record.row(self.epoch).items():
-                columns.setdefault(name, []).append(value)
-        return columns
+        return self.records
 
 
 def _settle(result, step: str, failed: dict[str, str]) -> None:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from sim.recorder import WindowLog
 from sim.windowed import WindowedInstance, WindowOutput
 from workloads.migration import Side, Synchroniser
+from workloads.migration.measures import coverage, output_gap
 from workloads.scenario import MigrationSettings, ScheduledMigration
 
 
@@ -278,27 +279,11 @@ class Coordinator:
             end = record.end if not math.isnan(record.end) else self.env.now
             rows = rows_of[record.operator]
             times = [t[i] for i in rows]
-            gaps = [b - a for a, b in zip(times, times[1:], strict=False)
-                    if b >= record.start and a <= end + period]
-            record.output_gap = max(0.0, max(gaps, default=0.0) - period)
-            around = [(last_sn[i], count[i]) for i in rows
-                      if record.start - 2 * period <= t[i] <= end + 2 * period]
-            self._consistency(record, around)
-
-    @staticmethod
-    def _consistency(record: MigrationRecord, outputs: list[tuple[int, int]]) -> None:
-        """Each forwarded output (last_sn, count) covers the SNs (last_sn - count, last_sn];
-        gaps are lost events, overlaps duplicates, a step back a reordering."""
-        previous = None
-        for last, count in outputs:
-            first = last - count
-            if previous is not None:
-                if last < previous:
-                    record.reordered += 1
-                if first > previous:
-                    record.lost += first - previous
-                elif first < previous:
-                    record.duplicates += min(previous, last) - first
-            previous = max(previous or 0, last)
+            record.output_gap = output_gap(times, record.start, end, period)
+            around = coverage((last_sn[i], count[i]) for i in rows
+                              if record.start - 2 * period <= t[i] <= end + 2 * period)
+            record.lost += around.lost
+            record.duplicates += around.duplicates
+            record.reordered += around.reordered
 
 

@@ -272,3 +272,21 @@ def test_an_s_beyond_the_stream_length_synchronises_at_the_first_mixed_pair(
     # Until that pair, source outputs went downstream as they were superseded.
     released = switch - 1 if order[0] is OLD else 0
     assert [f[:2] for f in report.forwarded[:released]] == old[:released]
+
+
+def test_coverage_counts_gaps_overlaps_and_steps_back() -> None:
+    from workloads.migration.measures import coverage
+
+    # (last_sn, count): 1-10, 11-20, [21-25 lost], 26-30, [28-30 again], 31-35, then 29 back
+    outputs = [(10, 10), (20, 10), (30, 5), (30, 3), (35, 5), (29, 4)]
+    assert coverage(outputs) == (5, 3 + 4, 1)
+    assert coverage([(5, 5), (10, 5), (15, 5)]) == (0, 0, 0)
+
+
+def test_output_gap_is_the_longest_gap_around_the_migration_beyond_the_window() -> None:
+    from workloads.migration.measures import output_gap
+
+    times = [5.0, 10.0, 15.0, 27.0, 30.0, 35.0, 50.0]
+    # the 12 s gap (15 to 27) overlaps a migration from 18 to 20; the 15 s one after 35 does not
+    assert output_gap(times, 18.0, 20.0, 5.0) == 7.0
+    assert output_gap(times, 1.0, 2.0, 5.0) == 0.0
