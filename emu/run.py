@@ -241,12 +241,13 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     with stop_on_signals():
         try:
             cluster.up()
-            return _run(cluster, timing, progress, stage, scenario, configs)
+            return _run(cluster, timing, progress, stage, scenario, configs, seed)
         finally:
             cluster.down()
 
 
-def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None) -> Emulation:
+def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
+         seed: int = 0) -> Emulation:
     from emu.control import Controller, wait_registered
 
     status = {s.node: s for s in cluster.status()}
@@ -275,7 +276,7 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None) -> 
         if len(started.replies) == 0:
             raise EmuError(f"starting the drivers failed on every node: {started.summary()}")
         stage("running")
-        mover = _Migrations(control, scenario, configs or {}, epoch)
+        mover = _Migrations(control, scenario, configs or {}, epoch, seed)
         mover.start()
         tables = _measure(cluster, status, run, epoch, progress, health)
         moved = mover.finish()
@@ -295,7 +296,12 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None) -> 
 
     stage("reading the records")
     _trim_cut_lines(cluster.records_root)
-    messages, counts = run_messages(cluster.records_root, cluster.plan, epoch, run.duration)
+    moves: dict[str, list[str]] = {}
+    for record in moved:
+        if record.status == "done":
+            moves.setdefault(record.operator, []).append(record.target)
+    messages, counts = run_messages(cluster.records_root, cluster.plan, epoch, run.duration,
+                                    moves)
     facts = {**cluster.facts, "messages": counts, "epoch": epoch,
              "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up,
              "outages": health.facts(), "controller_reconnects": reconnects}
@@ -352,9 +358,17 @@ class _Migrations:
     """The scenario's migrations, each at its time after the epoch, on a thread of its own
     while the run measures; `finish` waits for one under way and gives the table's columns."""
 
-    def __init__(self, control, scenario, configs: dict[str, AgentConfig], epoch: float):
+    def __init__(self, control, scenario, configs: dict[str, AgentConfig], epoch: float,
+                 seed: int = 0):
+        import random
+
         self.control = control
-        self.plans = sorted(getattr(scenario, "migrations", None) or [], key=lambda p: p.at)
+        # `within_window` adds a phase in [0, window) to `at`, as the model does (seeded).
+        rng = random.Random(seed)
+        self.plans = sorted(((plan.at + (rng.random() * _window_period(configs, plan.operator)
+                                         if plan.within_window else 0.0), plan)
+                             for plan in getattr(scenario, "migrations", None) or []),
+                            key=lambda timed: timed[0])
         self.settings = getattr(scenario, "migration", None)
         self.configs = configs
         self.epoch = epoch
@@ -379,8 +393,8 @@ class _Migrations:
         from emu.migration import MigrationRecord, migrate
 
         where: dict[str, str] = {}  # operator -> its node now
-        for number, plan in enumerate(self.plans):
-            if self._stop.wait(max(0.0, self.epoch + plan.at - time.time())):
+        for number, (at, plan) in enumerate(self.plans):
+            if self._stop.wait(max(0.0, self.epoch + at - time.time())):
                 return
             strategy = plan.strategy or getattr(self.settings, "strategy", "pause_transfer")
             try:

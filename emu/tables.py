@@ -114,12 +114,14 @@ def windows_table(root: Path, epoch: float, duration: float | None = None) -> di
 
 @dataclass(frozen=True)
 class Reader:
-    """An operator instance as routing sees it: its node, the topic filters it reads, and the
-    topic it writes (None: it records arrivals, a sink)."""
+    """An operator instance as routing sees it: its node, the topic filters it reads, the
+    topic it writes (None: it records arrivals, a sink), and whether it reads through its own
+    broker session (an instance that may move: never locally, emu.agent.migration)."""
 
     node: str
     filters: tuple[str, ...]
     writes: str | None
+    own_session: bool = False
 
     def reads(self, topic: str) -> bool:
         return any(matches(f, topic) for f in self.filters)
@@ -140,10 +142,11 @@ class Paths:
         self._reached: dict[tuple[str, str], dict[tuple[str, int], int]] = {}
 
     @classmethod
-    def of_plan(cls, plan) -> Paths:
+    def of_plan(cls, plan, moves: dict[str, list[str]] | None = None) -> Paths:
         """From an emu.cluster.plan.ClusterPlan: its agents' drivers and operators, each
         agent's broker and the path of its link there. A Spark operator counts as a sink:
-        the agent records what reaches its node for it."""
+        the agent records what reaches its node for it. `moves`: operator -> the nodes its
+        instance migrates to during the run, where it reads as on its first node."""
         starts: dict[tuple[str, str], tuple[str, str]] = {}
         readers: list[Reader] = []
         uplinks: dict[str, tuple[str, int]] = {}
@@ -155,18 +158,22 @@ class Paths:
                 for device in driver.devices:
                     starts[driver.stream, device] = (
                         node, stream_topic(driver.stream, node, device, driver.channel))
-            readers += [Reader(node, tuple(op.reads),
-                               None if op.engine == "spark" else op.writes)
-                        for op in agent.operators]
+            for op in agent.operators:
+                writes = None if op.engine == "spark" else op.writes
+                own = getattr(op, "session", None) is not None
+                readers.append(Reader(node, tuple(op.reads), writes, own))
+                readers += [Reader(target, tuple(op.reads), writes, True)
+                            for target in (moves or {}).get(op.name, [])]
         return cls(starts, readers, uplinks)
 
-    def _leg(self, publisher: str, reader: str) -> int | None:
-        """Links from one node to another through the publisher's broker; None when the
-        reader talks to another broker (the emulation does not bridge brokers)."""
-        if publisher == reader:
+    def _leg(self, publisher: str, reader: Reader) -> int | None:
+        """Links from a node to a reader through the publisher's broker (none when the reader
+        is on the node and reads there); None when the reader talks to another broker (the
+        emulation does not bridge brokers)."""
+        if publisher == reader.node and not reader.own_session:
             return 0
         broker, up = self.uplinks[publisher]
-        theirs, down = self.uplinks[reader]
+        theirs, down = self.uplinks[reader.node]
         return up + down if broker == theirs else None
 
     def _reach(self, start: tuple[str, str]) -> dict[tuple[str, int], int]:
@@ -181,10 +188,11 @@ class Paths:
         while stack:
             node, topic, links, passed, from_driver = stack.pop()
             readers = [r for r in self.readers if r.reads(topic)]
-            if from_driver and any(r.node == node for r in readers):
-                readers = [r for r in readers if r.node == node]  # taken locally, not published
+            if from_driver and any(r.node == node and not r.own_session for r in readers):
+                # taken locally, not published
+                readers = [r for r in readers if r.node == node and not r.own_session]
             for reader in readers:
-                leg = self._leg(node, reader.node)
+                leg = self._leg(node, reader)
                 if leg is None:
                     continue
                 total = links + leg
@@ -292,9 +300,11 @@ def _links(first: pd.DataFrame, paths: Paths) -> list[int]:
     return [links[key] for key in keys]
 
 
-def run_messages(root: Path, plan, epoch: float, duration: float) -> tuple[dict, dict]:
+def run_messages(root: Path, plan, epoch: float, duration: float,
+                 moves: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
     """The `messages` columns and facts of a run: its records under `root` read with its
-    cluster plan (emu.cluster.plan.ClusterPlan) for the links messages crossed."""
+    cluster plan (emu.cluster.plan.ClusterPlan) and the operators' migrations (`moves`,
+    operator -> target nodes) for the links messages crossed."""
     sent, received = read_records(root)
     return messages_table(sent, received, epoch, duration, filtered=read_filtered(root),
-                          paths=Paths.of_plan(plan))
+                          paths=Paths.of_plan(plan, moves))

@@ -74,7 +74,8 @@ class EmuBackend:
 
         run = plan.spec.run
         result = emulate(plan.topology, plan.spec.workload, plan.spec.pipeline,
-                         Timing(run.duration, run.sample, run.drain), plan.seed, progress)
+                         Timing(run.duration, run.sample, run.drain), plan.seed, progress,
+                         scenario=plan.spec.scenario)
         return RunOutput(result.tables, result.facts, result.failed)
 
 

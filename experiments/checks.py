@@ -33,11 +33,21 @@ def check(spec: ExperimentSpec) -> Topology:
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
     """What the emulation cannot run yet, and what it cannot deploy (emu.deployment)."""
     from emu.deployment import agent_configs
+    from emu.migration import STRATEGIES
 
-    for name in ("mobility", "migrations"):
-        if getattr(spec.scenario, name):
+    scenario = spec.scenario
+    for name in ("mobility", "policy"):
+        if getattr(scenario, name):
             raise SpecError(("scenario", name), "...", f"no scenario.{name} on emu: the "
-                            "emulation does not move users or operators yet (run it on sim)")
+                            "emulation does not move users yet (run it on sim)")
+    default = scenario.migration.strategy if scenario.migration else "pause_transfer"
+    for i, plan in enumerate(scenario.migrations):
+        strategy = plan.strategy or default
+        if strategy not in STRATEGIES:
+            path = (("scenario", "migrations", i, "strategy") if plan.strategy
+                    else ("scenario", "migration", "strategy"))
+            raise SpecError(path, strategy, f"a strategy the emulation runs ("
+                            f"{', '.join(STRATEGIES)}); parallel migration runs on sim only")
     agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)
 
 
