@@ -8,7 +8,6 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from emu.agent.migration import COMMANDS as MIGRATION_COMMANDS
-from emu.agent.migration import decode_request
 from emu.agent.operators import Operator, operator_config
 from emu.agent.protocol import SETTINGS, Request, RequestError, response
 
@@ -47,7 +46,7 @@ class Management:
     def _prepare(self, payload: bytes, t_received: float) -> None:
         agent = self.agent
         try:
-            request = decode_request(payload)
+            request = Request.decode(payload)
         except RequestError as error:
             agent.scheduler.call(self._answer, error.request_id, None, error.reply, t_received,
                                  str(error), None)

@@ -62,14 +62,14 @@ from emu.agent.mqtt import (
     session_present,
 )
 from emu.agent.operators import Operator, operator_config
-from emu.agent.protocol import Envelope, Request, RequestError
+from emu.agent.protocol import COMMANDS as ALL_COMMANDS
+from emu.agent.protocol import Envelope
 from emu.agent.zookeeper import LOST, NODE_DELETED, NoNodeError, ZooKeeper, ZooKeeperError
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
 
-COMMANDS = ("migrate.prepare", "migrate.pause", "migrate.resume", "migrate.rollback",
-            "migrate.release")
+COMMANDS = tuple(c for c in ALL_COMMANDS if c.startswith("migrate."))
 # ZooKeeper refuses a request bigger than its jute.maxbuffer (1 MiB - 1 by default) as a
 # whole: path, framing and the tag byte must fit beside the chunk.
 CHUNK_MAX = 1024 * 1024 - 1024
@@ -80,23 +80,6 @@ SEEN = 1024
 RESUME_QUIET_S = 1.0
 KEEPALIVE = 30
 PACK_MAGIC = b"foglab-migration 1\n"
-
-
-def decode_request(payload: bytes) -> Request:
-    """Request.decode, which also accepts the migration commands (emu.agent.protocol's
-    COMMANDS does not list them: its checks are run as for a ping)."""
-    try:
-        return Request.decode(payload)
-    except RequestError as error:
-        try:
-            data = json.loads(payload)
-        except ValueError:
-            raise error from None
-        if not isinstance(data, dict) or data.get("command") not in COMMANDS:
-            raise
-        request = Request.decode(json.dumps({**data, "command": "ping"}))
-        request.command = data["command"]
-        return request
 
 
 def pack(seen: list, snapshot: bytes) -> bytes:
@@ -573,5 +556,4 @@ def _wait_deleted(zk: ZooKeeper, path: str, timeout: float, what: str) -> None:
             continue  # changed, not deleted: watch again
 
 
-__all__ = ["COMMANDS", "InputSession", "Migrations", "NoNodeError", "decode_request", "pack",
-           "unpack"]
+__all__ = ["COMMANDS", "InputSession", "Migrations", "NoNodeError", "pack", "unpack"]

@@ -16,7 +16,10 @@ SEQUENCE_BITS = 40
 
 MANAGEMENT = "foglab/mgmt"
 ALL_REQUESTS = f"{MANAGEMENT}/all/req"
-COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping")
+COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping",
+            # the steps of an operator's migration (emu.agent.migration)
+            "migrate.prepare", "migrate.pause", "migrate.resume", "migrate.rollback",
+            "migrate.release")
 SETTINGS = ("publish.rate", "run.epoch")
 
 _COMPACT = (",", ":")
