@@ -11,28 +11,56 @@ SenML body is unwrapped. Each micro-batch's progress (rows, rate, duration) is a
 `--work`/progress.jsonl (with `read`, the messages the source has handed to Spark so far),
 which the emulation reads back; `--work`/started appears once the query has run a batch (the
 emulation waits for it before devices speak). SIGTERM stops the query cleanly.
+
+Moving the query to another job (`workloads.spark.migration`): writing `--work`/stop (its text
+"export" or "checkpoint") stops the query at its next batch boundary, the source paused (see
+`mqtt_source`); the job then writes `--work`/stopped.json (the source's offsets and client id)
+and, for "export", the per-sensor state as Parquet (`--work`/state.parquet), and exits 0. With
+`--standby`, the job starts Spark, runs its app once on synthetic input (its own journal,
+topic, broker session and checkpoint), touches `--work`/standby and waits for `--work`/handover
+(a directory: stopped.json, journal/, and checkpoint/ or state.parquet), then starts its query
+from it with the source's broker session.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import threading
+import time
+import uuid
 from collections.abc import Callable, Sequence
+from datetime import datetime
 from pathlib import Path
 
+import paho.mqtt.client as mqtt
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from workloads.riot.datasets import CITY, city_readings
+from workloads.riot.senml import encode_senml
 from workloads.spark.apps import RECEIVED, TOPIC, etl, pred, stats
 from workloads.spark.mqtt_source import MqttDataSource, default_client_id, open_session
 from workloads.spark.session import spark_session
+from workloads.spark.state import read_state
 
 APPS: dict[str, Callable[..., DataFrame]] = {"etl": etl, "stats": stats, "pred": pred}
 STARTED = "started"
 PROGRESS_FIELDS = ("batchId", "timestamp", "numInputRows", "inputRowsPerSecond",
                    "processedRowsPerSecond")
+# The move's files in `--work` (see the module docstring).
+STOP_REQUEST = "stop"
+PAUSED = "paused.json"  # written by the source's reader when it pauses
+STOPPED = "stopped.json"
+STATE = "state.parquet"
+STANDBY = "standby"
+HANDOVER = "handover"
+RESUMED = "resumed.json"  # when a standby saw the handover and had started its query
+WAYS = ("export", "checkpoint")
+HANDOVER_POLL_S = 0.01
+WARMUP_WAIT_S = 600.0
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -57,7 +85,34 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="the most messages one batch reads (default: all there are)")
     parser.add_argument("--params", type=json.loads, default={},
                         help="the app's keyword arguments, as JSON")
-    return parser.parse_args(argv)
+    parser.add_argument("--client-id", help="the source's broker session (default: derived "
+                        "from the journal's path)")
+    parser.add_argument("--output", type=Path,
+                        help="the Parquet sink's directory without --writes (default: "
+                        "--work/output)")
+    parser.add_argument("--standby", action="store_true",
+                        help="warm up, then wait for --work/handover and continue a moved query")
+    parser.add_argument("--warmup-messages", type=int, default=3000,
+                        help="synthetic messages a standby's warm-up runs through its app")
+    parser.add_argument("--warmup-batches", type=int, default=3,
+                        help="micro-batches the warm-up messages are split into")
+    args = parser.parse_args(argv)
+    if args.warmup_messages < 1 or args.warmup_batches < 1:
+        parser.error("--warmup-messages and --warmup-batches must be at least 1")
+    return args
+
+
+def _paths(args: argparse.Namespace) -> dict[str, Path]:
+    # Namespaces built by hand (or by an older parse_args) lack the move's attributes.
+    work = args.work
+    return {"journal": getattr(args, "journal", None) or work / "journal",
+            "checkpoint": getattr(args, "checkpoint", None) or work / "checkpoint",
+            "output": getattr(args, "output", None) or work / "output"}
+
+
+def client_id(args: argparse.Namespace) -> str:
+    """The broker session the job's source uses."""
+    return getattr(args, "client_id", None) or default_client_id(_paths(args)["journal"])
 
 
 def unwrapped(stream: DataFrame) -> DataFrame:
@@ -69,24 +124,35 @@ def unwrapped(stream: DataFrame) -> DataFrame:
                          .alias("payload"), RECEIVED)
 
 
-def start(spark: SparkSession, args: argparse.Namespace):
-    """The running query of the job `args` describes."""
+def start(spark: SparkSession, args: argparse.Namespace, initial_state: DataFrame | None = None,
+          start_offset: int = 0, stoppable: bool = True):
+    """The running query of the job `args` describes; `initial_state` seeds its app's
+    per-sensor state, `start_offset` is where a new checkpoint starts in the journal, and
+    `stoppable` lets `--work`/stop end it at a batch boundary."""
     host, port = args.mqtt
+    paths = _paths(args)
     spark.dataSource.register(MqttDataSource)
     stream = (spark.readStream.format("mqtt").option("host", host).option("port", port)
-              .option("topic", args.reads).option("journal", str(args.work / "journal")))
+              .option("topic", args.reads).option("journal", str(paths["journal"]))
+              .option("client_id", client_id(args)).option("start_offset", str(start_offset)))
+    if stoppable:
+        stream = (stream.option("stop_request", str(args.work / STOP_REQUEST))
+                  .option("stop_record", str(args.work / PAUSED)))
     if args.max_records_per_trigger:
         stream = stream.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
     stream = stream.load()
-    output = APPS[args.app](unwrapped(stream), **args.params)
+    params = dict(args.params)
+    if initial_state is not None:
+        params["initial_state"] = initial_state
+    output = APPS[args.app](unwrapped(stream), **params)
     rows = output.select(F.to_json(F.struct(*output.columns)).alias("payload"))
-    writer = (rows.writeStream.option("checkpointLocation", str(args.work / "checkpoint"))
+    writer = (rows.writeStream.option("checkpointLocation", str(paths["checkpoint"]))
               .trigger(processingTime=f"{args.trigger} seconds").outputMode("append"))
     if args.writes:
         writer = (writer.format("mqtt").option("host", host).option("port", port)
                   .option("topic", args.writes))
     else:
-        writer = writer.format("parquet").option("path", str(args.work / "output"))
+        writer = writer.format("parquet").option("path", str(paths["output"]))
     return writer.start()
 
 
@@ -100,42 +166,187 @@ def read_offset(progress) -> int | None:
     return None
 
 
-def record_progress(query, path: Path, stopped: threading.Event, every: float = 1.0) -> None:
+def batch_end(record: dict) -> float:
+    """When a progress record's batch finished (its trigger's start plus its execution), in
+    seconds since the epoch."""
+    begun = datetime.fromisoformat(record["timestamp"].replace("Z", "+00:00")).timestamp()
+    return begun + (record.get("triggerMs") or 0) / 1000
+
+
+def record_progress(query, path: Path, stopped: threading.Event, every: float = 1.0,
+                    poll: float = 0.05) -> None:
     """Append each finished batch's progress to `path` until the query ends or `stopped`,
     and touch STARTED beside it after the first."""
     seen = -1
     started = path.parent / STARTED
+    due = 0.0
     with path.open("a") as out:
-        while query.isActive and not stopped.wait(every):
-            for progress in query.recentProgress:
-                if progress["batchId"] > seen:
-                    seen = progress["batchId"]
-                    out.write(json.dumps({**{k: progress.get(k) for k in PROGRESS_FIELDS},
-                                          "read": read_offset(progress)}) + "\n")
-            out.flush()
-            if seen >= 0 and not started.exists():
-                # After a first batch: the source's client is connected and subscribed, so
-                # even QoS 0 messages published from now on reach it.
-                started.touch()
+        # Polled often so that a query stopped for a move is noticed at once; its progress is
+        # written every `every` s and once more at the end.
+        while True:
+            active = query.isActive and not stopped.is_set()
+            if not active or time.monotonic() >= due:
+                due = time.monotonic() + every
+                for progress in query.recentProgress:
+                    if progress["batchId"] > seen:
+                        seen = progress["batchId"]
+                        out.write(json.dumps({
+                            **{k: progress.get(k) for k in PROGRESS_FIELDS},
+                            "triggerMs": (progress.get("durationMs") or {}).get(
+                                "triggerExecution"),
+                            "durationMs": progress.get("durationMs"),
+                            "read": read_offset(progress)}) + "\n")
+                out.flush()
+                if seen >= 0 and not started.exists():
+                    # After a first batch: the source's client is connected and subscribed, so
+                    # even QoS 0 messages published from now on reach it.
+                    started.touch()
+            if not active:
+                return
+            stopped.wait(poll)
+
+
+def _synthetic_messages(count: int) -> list[tuple[str, str]]:
+    readings = city_readings(rows=count, seed=11, outlier_rate=0.0, missing_rate=0.0)
+    return [(r.sensor, encode_senml(r, CITY.units)) for r in readings]
+
+
+def warm_up(spark: SparkSession, args: argparse.Namespace, messages: int, batches: int) -> float:
+    """Run the job's app, sink included, over `messages` synthetic messages in `batches`
+    micro-batches, on a journal, checkpoint, topic and broker session of its own, so that the
+    plan is compiled, the Python workers started and the JVM's code paths hot; return the
+    seconds it took. Everything it made is removed, its broker session too."""
+    begun = time.monotonic()
+    host, port = args.mqtt
+    token = uuid.uuid4().hex[:12]
+    root = args.work / "warmup"
+    shutil.rmtree(root, ignore_errors=True)
+    warm = argparse.Namespace(**vars(args))
+    warm.reads = f"foglab/warmup/{token}/#"
+    warm.client_id = f"foglab-warmup-{token}"
+    warm.journal, warm.checkpoint, warm.output = root / "journal", root / "checkpoint", root / "out"
+    warm.writes = f"foglab/warmup/{token}/out" if args.writes else None
+    warm.max_records_per_trigger = -(-messages // batches)
+    open_session(host, port, warm.reads, warm.client_id)
+    publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    publisher.max_inflight_messages_set(1000)
+    publisher.connect(host, port)
+    publisher.loop_start()
+    try:
+        sent = [publisher.publish(f"foglab/warmup/{token}/{sensor}", payload, qos=1)
+                for sensor, payload in _synthetic_messages(messages)]
+        for info in sent:
+            info.wait_for_publish(60)
+    finally:
+        publisher.disconnect()
+        publisher.loop_stop()
+    query = start(spark, warm, stoppable=False)
+    try:
+        deadline = time.monotonic() + WARMUP_WAIT_S
+        while max((read_offset(p) or 0 for p in query.recentProgress), default=0) < messages:
+            if not query.isActive:
+                raise RuntimeError(f"the warm-up query failed: {query.exception()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the warm-up query read fewer than {messages} messages in "
+                                   f"{WARMUP_WAIT_S:.0f} s")
+            time.sleep(0.1)
+    finally:
+        query.stop()
+        _drop_session(host, port, warm.client_id)
+        shutil.rmtree(root, ignore_errors=True)
+    return time.monotonic() - begun
+
+
+def _drop_session(host: str, port: int, session: str) -> None:
+    # A clean-session connection under the same client id makes the broker discard the old
+    # session: a warm-up's would otherwise stay subscribed on the broker for good.
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=session,
+                         clean_session=True, protocol=mqtt.MQTTv311)
+    client.connect(host, port)
+    client.disconnect()
+
+
+def await_handover(work: Path, stopped: threading.Event) -> Path | None:
+    """The handover directory once it appears, None if the job was told to stop first."""
+    handover = work / HANDOVER
+    while not handover.is_dir():
+        if stopped.wait(HANDOVER_POLL_S):
+            return None
+    return handover
+
+
+def adopt(spark: SparkSession, args: argparse.Namespace, handover: Path) -> dict:
+    """Point `args` at a handover's journal, broker session and (moved by checkpoint) its
+    checkpoint; the keyword arguments `start` then needs (initial state, start offset)."""
+    record = json.loads((handover / STOPPED).read_text())
+    args.journal = handover / "journal"
+    args.client_id = record["client_id"]
+    if record["way"] == "checkpoint":
+        args.checkpoint = handover / "checkpoint"
+        return {}
+    args.checkpoint = args.work / "checkpoint"
+    if args.checkpoint.exists():
+        raise FileExistsError(f"{args.checkpoint}: a query moved by export starts a new "
+                              "checkpoint, and this one is left from an earlier query")
+    return {"initial_state": spark.read.parquet(str(handover / STATE)),
+            "start_offset": record["committed"]}
+
+
+def finish_move(spark: SparkSession, args: argparse.Namespace) -> dict:
+    """After the query stopped for a move: export its state if asked, write STOPPED."""
+    record = json.loads((args.work / PAUSED).read_text())
+    way = (args.work / STOP_REQUEST).read_text().strip() or "checkpoint"
+    if way not in WAYS:
+        raise ValueError(f"{args.work / STOP_REQUEST} says {way!r}, not one of {WAYS}")
+    record |= {"way": way, "stopped_at": time.time(),
+               "checkpoint": str(_paths(args)["checkpoint"])}
+    if way == "export":
+        # Materialised here: the statestore reader reads the checkpoint lazily, and the
+        # target has only what is handed over.
+        read_state(spark, _paths(args)["checkpoint"]).write.parquet(str(args.work / STATE))
+        record["exported_at"] = time.time()
+    partial = args.work / (STOPPED + ".part")
+    partial.write_text(json.dumps(record))
+    partial.rename(args.work / STOPPED)
+    return record
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    # Before Spark's slow start: from here on the broker queues the operator's input for it.
-    journal = args.work / "journal"
-    open_session(*args.mqtt, args.reads, default_client_id(journal))
+    for name in (STOP_REQUEST, PAUSED, STOPPED, STANDBY, RESUMED):
+        (args.work / name).unlink(missing_ok=True)  # left by an earlier job in this directory
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    if not args.standby:
+        # Before Spark's slow start: from here on the broker queues the operator's input for it.
+        open_session(*args.mqtt, args.reads, client_id(args))
     spark = spark_session(args.master, f"foglab-{args.app}")
     spark.sparkContext.setLogLevel("ERROR")
-    query = start(spark, args)
     try:
-        record_progress(query, args.work / "progress.jsonl", stopped)
-    except KeyboardInterrupt:
-        pass
+        moved: dict = {}
+        if args.standby:
+            took = warm_up(spark, args, args.warmup_messages, args.warmup_batches)
+            (args.work / STANDBY).write_text(json.dumps({"warmup_s": took}))
+            handover = await_handover(args.work, stopped)
+            if handover is None:
+                return 0
+            seen = time.time()
+            moved = adopt(spark, args, handover)
+        query = start(spark, args, **moved)
+        if args.standby:
+            (args.work / RESUMED).write_text(json.dumps({"handover_seen": seen,
+                                                         "query_started": time.time()}))
+        try:
+            record_progress(query, args.work / "progress.jsonl", stopped)
+        except KeyboardInterrupt:
+            pass
+        finally:
+            query.stop()
+        if (args.work / PAUSED).exists():
+            finish_move(spark, args)
+            return 0
     finally:
-        query.stop()
         spark.stop()
     if query.exception() is not None:
         print(f"the {args.app} query failed: {query.exception()}")

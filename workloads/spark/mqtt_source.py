@@ -31,6 +31,20 @@ directory given by the `journal` option). An offset counts messages: `{"offset":
   all of it. Offsets stay message counts and segments stay immutable, so a replayed batch
   reads the same range; `commit` trims only segments wholly before the committed end.
 
+- Stop for a move. With the options `stop_request` and `stop_record` (two paths), the reader
+  checks at each `latestOffset` (the start of a trigger, after the previous batch committed and
+  before the next is planned) whether `stop_request` exists. If so it pauses: stops its
+  client's network loop, then disconnects (so the acknowledgement of every journaled message
+  leaves before the DISCONNECT, and the broker holds all later input in the session), seals
+  and closes the journal, writes `stop_record` (JSON: `paused_at`, the `committed` offset the
+  query's checkpoint has processed, the journal's `journal_end`, `client_id`, `topic`) and
+  fails the query with `StoppedForMove`. Failing in `latestOffset` is what makes the stop land
+  on a batch boundary: Spark's own `stop()` interrupts a running batch, whose output a sink
+  without transactions may have published in part. A query on another host continues from the
+  copied journal with the same `client_id` (the session is taken over), either on the copied
+  checkpoint or on a new one whose `start_offset` is `committed`
+  (`workloads.spark.migration`).
+
 What survives a restart from the checkpoint: journaled but unsealed messages (sealed when the
 new reader opens the journal), sealed but uncommitted segments (replayed), messages queued by the
 broker while no reader was connected, and messages received but not yet journaled (never
@@ -49,6 +63,7 @@ from __future__ import annotations
 
 import fcntl
 import hashlib
+import json
 import os
 import re
 import struct
@@ -306,6 +321,10 @@ def _parse(data: bytes, first: int) -> pa.RecordBatch:
     return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
 
 
+class StoppedForMove(RuntimeError):
+    """The reader paused at a batch boundary because its `stop_request` file appeared."""
+
+
 def default_client_id(journal: str | Path) -> str:
     """One journal, one broker session: the default client id is derived from the path."""
     digest = hashlib.sha1(str(Path(journal).resolve()).encode()).hexdigest()[:12]
@@ -402,6 +421,14 @@ class MqttStreamReader(DataSourceStreamReader):
         if self.max_records is not None and self.max_records < 1:
             raise ValueError(f"maxRecordsPerTrigger must be at least 1, not {limit}")
         self.client_id = options.get("client_id") or default_client_id(self.journal.directory)
+        self.start_offset = int(options.get("start_offset", 0))
+        if self.start_offset < 0:
+            raise ValueError(f"start_offset must be at least 0, not {self.start_offset}")
+        stop = [options.get(key) for key in ("stop_request", "stop_record")]
+        if any(stop) and not all(stop):
+            raise ValueError("the mqtt source needs both stop_request and stop_record, or neither")
+        self.stop_request = Path(stop[0]) if stop[0] else None
+        self.stop_record = Path(stop[1]) if stop[1] else None
         self._writer: JournalWriter | None = None
         self._client: mqtt.Client | None = None
 
@@ -434,7 +461,7 @@ class MqttStreamReader(DataSourceStreamReader):
 
     def initialOffset(self) -> dict:
         # Spark asks again when it replays batch 0 after a restart, so the answer is a constant.
-        return {"offset": 0}
+        return {"offset": self.start_offset}
 
     def getDefaultReadLimit(self) -> ReadLimit:
         if self.max_records is None:
@@ -442,6 +469,8 @@ class MqttStreamReader(DataSourceStreamReader):
         return ReadMaxRows(self.max_records)
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        if self.stop_request is not None and self.stop_request.exists():
+            self._stop_for_move(start["offset"])
         end = self._open().seal()
         if end < start["offset"]:
             raise RuntimeError(
@@ -468,6 +497,29 @@ class MqttStreamReader(DataSourceStreamReader):
     def commit(self, end: dict) -> None:
         self.journal.trim(end["offset"])
 
+    def _stop_for_move(self, committed: int) -> None:
+        writer = self._open()  # a query asked to stop before its first trigger still pauses
+        paused_at = time.time()
+        client = self._client
+        assert client is not None
+        # Loop first: a message being journaled now gets its PUBACK written by disconnect()
+        # ahead of the DISCONNECT; what paho had not yet read stays the broker's.
+        client.loop_stop()
+        client.disconnect()
+        self._client = None
+        end = writer.seal()
+        writer.close()
+        self._writer = None
+        record = {"paused_at": paused_at, "committed": committed, "journal_end": end,
+                  "client_id": self.client_id, "topic": self.topic,
+                  "journal": str(self.journal.directory)}
+        assert self.stop_record is not None
+        partial = self.stop_record.with_name(self.stop_record.name + ".part")
+        partial.write_text(json.dumps(record))
+        partial.rename(self.stop_record)  # atomic: a watcher reads a whole record or none
+        raise StoppedForMove(f"the mqtt source stopped at offset {committed} for a move "
+                             f"({self.stop_request} exists); record in {self.stop_record}")
+
     def stop(self) -> None:
         if self._client is not None:
             self._client.disconnect()
@@ -483,7 +535,9 @@ class MqttDataSource(DataSource):
 
     Source options: host, port, topic (a filter), qos (0 or 1, default 1), client_id (default
     derived from the journal path), journal (a directory, required), maxRecordsPerTrigger (the
-    most messages one micro-batch reads; default: all that are journaled).
+    most messages one micro-batch reads; default: all that are journaled), start_offset (where
+    a new checkpoint starts in the journal; default 0), stop_request and stop_record (files:
+    stop at a batch boundary for a move, see the module docstring).
     Sink options: host, port, topic (or a `topic` column), qos; see `mqtt_sink`.
 
         spark.dataSource.register(MqttDataSource)
