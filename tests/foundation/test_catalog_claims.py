@@ -81,6 +81,22 @@ CLAIMS: dict[str, list[Claim]] = {
               {"rabbitmq-like", "kafka-like"}),
         Claim("over message sizes", "message size (bytes)", {1e3, 50e3, 200e3}),
     ],
+    "migrate-pause-transfer": [
+        Claim("A 2 s window count", "window (s)", {2}),
+        Claim("two Raspberry Pi gateways", "Raspberry Pi gateways", {2}),
+        Claim("moved once", "migrations", {1}),
+        Claim("pause, state transfer through ZooKeeper, resume", "strategy",
+              {"pause_transfer"}),
+        Claim("Four sensors at 10 readings/s each", "total rate (events/s)", {40}, unit=4),
+        Claim("Four sensors", "devices", {4}),
+    ],
+    "migrate-pause-drain": [
+        Claim("two Raspberry Pi gateways", "Raspberry Pi gateways", {2}),
+        Claim("moved once", "migrations", {1}),
+        Claim("by pause and drain", "strategy", {"pause_drain"}),
+        Claim("Four sensors at 10 readings/s each", "total rate (events/s)", {40}, unit=4),
+        Claim("Four sensors", "devices", {4}),
+    ],
     "thesis-ch5-rate": [
         Claim("Table 5.2", "strategy", {"pause_transfer"}),
         Claim("a 50 s window count", "window (s)", {50}),
