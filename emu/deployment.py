@@ -14,6 +14,7 @@ starts, with its field path and value (NOT_ON_EMU says why).
 from __future__ import annotations
 
 from collections import defaultdict
+from dataclasses import replace
 
 from emu.agent.config import RECORDS_DIR, AgentConfig, DriverConfig, OperatorConfig
 from emu.agent.operators import WindowConfig, make_stage
@@ -23,6 +24,7 @@ from topologies.model import Topology
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
 from workloads.rates import Constant
 from workloads.spec import WorkloadSpec
+from workloads.topics import shared
 
 AGENT_KINDS = ("gateway", "cloud_vm")
 
@@ -154,13 +156,27 @@ def _check_task(index: int, spec: OperatorSpec, config: OperatorConfig) -> None:
                               f"a task the emulation can run: {error}") from None
 
 
+def shared_reads(config: OperatorConfig) -> OperatorConfig:
+    """An operator's instances reading through a broker form one shared subscription, as in
+    the model (sim.pubsub): each message reaches one of them. Local reads are unchanged (the
+    agent matches a shared filter as its plain one). Not for Spark: the node's agent records
+    what reaches the job on the same filter, and would share the messages with it."""
+    if config.engine == "spark":
+        return config
+    return replace(config, reads=[f if shared(f)[0] else f"$share/{config.name}/{f}"
+                                  for f in config.reads])
+
+
 def _operators(topology: Topology, pipeline: list[OperatorSpec]) -> dict[str, list]:
     operators: dict[str, list[OperatorConfig]] = defaultdict(list)
     for index, spec in enumerate(pipeline):
         _refuse_what_emu_cannot_run(index, spec)
         config = operator_config(spec)
         _check_task(index, spec, config)
-        for node in placement(topology, spec.on):
+        nodes = placement(topology, spec.on)
+        if len(nodes) > 1:
+            config = shared_reads(config)
+        for node in nodes:
             kind = topology.nodes[node].kind
             if kind not in AGENT_KINDS:
                 raise DeploymentError(("pipeline", index, "on"), node,

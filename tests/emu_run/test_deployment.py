@@ -69,8 +69,9 @@ def test_operators_go_where_placed_with_their_topic_filters() -> None:
     agents = configs()
     for gateway in ("gw-1", "gw-2"):
         (op,) = agents[gateway].operators
+        # two instances: through the broker they are one shared subscription, as on sim
         assert (op.name, op.task, op.reads, op.writes) == ("filter", "range_filter",
-                                                            ["city/#"], "clean")
+                                                            ["$share/filter/city/#"], "clean")
     (count,) = agents["cloud-1"].operators
     assert (count.reads, count.writes, count.window) == (["clean/#"], None, None)
     # Selectivity acts in the agent, which notes what it filters in the node's records.
@@ -146,8 +147,9 @@ ACTS = {
     "engine": ({"engine": "spark", "task": "stats", "on": ["cloud-1"]},
                lambda a: a["cloud-1"].operators[0].engine == "spark"),
     "on": ({"on": ["gw-2"]}, lambda a: a["gw-1"].operators == [] and a["gw-2"].operators),
+    # on gateways: two instances, one shared subscription through the broker
     "reads": ({"reads": ["city/gw-1/+"]},
-              lambda a: a["gw-1"].operators[0].reads == ["city/gw-1/+"]),
+              lambda a: a["gw-1"].operators[0].reads == ["$share/filter/city/gw-1/+"]),
     "writes": ({"writes": "valid"}, lambda a: a["gw-1"].operators[0].writes == "valid"),
     "params": ({"task": "range_filter", "params": {"ranges": {"temperature": [-40, 60]}}},
                lambda a: a["gw-1"].operators[0].params == {
@@ -207,3 +209,18 @@ def test_selectivity_emu_cannot_run_is_refused(change: dict, message: str) -> No
 def test_a_window_emu_cannot_run_is_refused(change: dict, message: str) -> None:
     with pytest.raises(DeploymentError, match=re.escape(message)):
         deploy(change)
+
+
+def test_instances_through_a_broker_share_one_subscription_but_spark_jobs_do_not() -> None:
+    two_vms = SMALL.replace("    - {name: cloud-1, kind: cloud_vm}",
+                            "    - {name: cloud, kind: cloud_vm, replicas: 2}").replace(
+        "    - {from: broker-1, to: cloud-1, latency: 1ms}",
+        "    - {from: broker-1, to: cloud-*, latency: 1ms}").replace(
+        "on: cloud-1, reads: clean, selectivity: 0.5", "on: cloud-*, reads: clean")
+    agents = configs(two_vms)
+    assert [agents[vm].operators[0].reads for vm in ("cloud-1", "cloud-2")] == [
+        ["$share/count/clean/#"]] * 2
+    spark = configs(two_vms.replace("- {name: count, on: cloud-*, reads: clean}",
+                                    "- {name: count, task: stats, engine: spark, on: cloud-*, "
+                                    "reads: clean}"))
+    assert spark["cloud-1"].operators[0].reads == ["clean/#"]
