@@ -31,7 +31,8 @@ app = typer.Typer(no_args_is_help=True,
                   help="Prepare the host and images; run topologies as containers.")
 
 
-def _topology(name: str):
+def topology_or_exit(name: str):
+    """The expanded topology of a catalog name or a file; else its error, and exit 2."""
     from topologies.catalog import load
 
     try:
@@ -185,7 +186,7 @@ def emu_up(
 ) -> None:
     """Bring a topology up as containers with idle agents (no drivers, no operators), print
     their status, and hold it until Ctrl-C (or with --detach, until `foglab emu down`)."""
-    topo = _topology(topology)
+    topo = topology_or_exit(topology)
     labels = dict(item.partition("=")[::2] for item in label or [])
     # From here on a Ctrl-C or SIGTERM at any moment removes what was made and exits 130/143.
     with stop_on_signals():

@@ -10,8 +10,8 @@ back: the source starts again from where it stopped, on the session that held it
 meanwhile (`migrate.rollback`), the target drops what it prepared, and the record says
 `failed` with the error. Nothing is lost either way.
 
-The record has the fields of the model's (sim.migration.MigrationRecord) and the columns of
-the migrations table, with the model's meanings: `downtime` runs from the pause (the source
+The record (workloads.migration.record, the model's too) has the columns of the migrations
+table, with the model's meanings: `downtime` runs from the pause (the source
 leaves its session: the broker holds the input from then) until the target has processed the
 first held message, or until the target's session is back when nothing was held; `held` counts
 the messages the target took that were sent before its session was back; `state_bytes` and
@@ -26,56 +26,15 @@ into seconds since its epoch.
 
 from __future__ import annotations
 
-import math
 import secrets
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, fields
 from typing import Any
+
+from workloads.migration.record import MigrationRecord
 
 STRATEGIES = ("pause_drain", "pause_transfer")
 STATE_ROOT = "/foglab/migration"
-# The columns of experiments.schema's migrations table.
-COLUMNS = ("id", "operator", "strategy", "source", "target", "start", "end", "downtime",
-           "output_gap", "state_bytes", "chunks", "held", "duplicates", "lost", "reordered",
-           "synchronised")
-
-
-@dataclass
-class MigrationRecord:
-    """One migration, as the model records it (sim.migration.MigrationRecord), plus how it
-    ended: `status` done or failed (then rolled back to the source, `error` says why)."""
-
-    id: int
-    operator: str
-    strategy: str
-    source: str
-    target: str
-    start: float
-    end: float = math.nan
-    state_bytes: int = 0
-    chunks: int = 0
-    held: int = 0
-    downtime: float = math.nan
-    output_gap: float = math.nan
-    duplicates: int = 0
-    lost: int = 0
-    reordered: int = 0
-    synchronised: str = ""
-    paused: float = math.nan
-    resumed: float = math.nan
-    status: str = "done"
-    error: str = ""
-    phases: dict[str, float] = field(default_factory=dict)  # phase -> when it began
-
-    def row(self, epoch: float = 0.0) -> dict[str, Any]:
-        """The migrations table's columns, times in seconds since `epoch`."""
-        values = {f.name: getattr(self, f.name) for f in fields(self) if f.name in COLUMNS}
-        for name in ("start", "end"):
-            values[name] -= epoch
-        return values
-
-
 class MigrationError(RuntimeError):
     """A migration that cannot start: a strategy emu does not run, an unknown operator."""
 

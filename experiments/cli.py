@@ -15,6 +15,7 @@ from rich import box
 from rich.table import Table
 
 from emu.cli import app as emu_app
+from emu.cli import topology_or_exit
 from experiments.loader import Experiment, load
 from experiments.runner import Reporter, run_experiment
 from topologies.errors import SpecError
@@ -174,20 +175,10 @@ def schema(kind: Annotated[str, typer.Option(help="experiment, topology or workl
         print(text)
 
 
-def _topology(name: str):
-    from topologies.catalog import load as load_topology
-
-    try:
-        return load_topology(name)
-    except SpecError as failure:
-        error(failure)
-        raise typer.Exit(2) from None
-
-
 @topo_app.command("show")
 def topo_show(topology: str) -> None:
     """Print a topology's nodes by group and its links."""
-    topo = _topology(topology)
+    topo = topology_or_exit(topology)
     groups = Table(title=f"{escape(topo.name)}: nodes")
     for column in ("group", "kind", "count", "profile", "cores", "speed", "site"):
         groups.add_column(column)
@@ -222,7 +213,7 @@ def topo_draw(topology: str, out: Annotated[Path | None, typer.Option()] = None)
     """Draw a topology to a PNG file."""
     from topologies.draw import draw
 
-    topo = _topology(topology)
+    topo = topology_or_exit(topology)
     path = draw(topo, out or Path(f"{topo.name}.png"))
     say(f"wrote {path}")
 

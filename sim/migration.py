@@ -30,29 +30,15 @@ from sim.recorder import WindowLog
 from sim.windowed import WindowedInstance, WindowOutput
 from workloads.migration import Side, Synchroniser
 from workloads.migration.measures import coverage, output_gap
+from workloads.migration.record import MigrationRecord as SharedRecord
 from workloads.scenario import MigrationSettings, ScheduledMigration
 
 
 @dataclass
-class MigrationRecord:
-    id: int
-    operator: str
-    strategy: str
-    source: str
-    target: str
-    start: float
-    end: float = math.nan
-    state_bytes: int = 0
-    chunks: int = 0
-    held: int = 0  # input messages the broker held while the operator was paused
-    downtime: float = math.nan
-    output_gap: float = math.nan
-    duplicates: int = 0
-    lost: int = 0
-    reordered: int = 0
-    synchronised: str = ""  # parallel: strong, old_ahead or new_ahead
-    paused: float = math.nan
-    resumed: float = math.nan
+class MigrationRecord(SharedRecord):
+    """The shared record, and the target's instance, whose first processed event ends the
+    downtime."""
+
     target_instance: object = None
 
 

@@ -7,6 +7,7 @@ from array import array
 import numpy as np
 
 from sim.message import Message
+from workloads.migration.record import COLUMNS
 
 
 class MessageLog:
@@ -79,9 +80,7 @@ class SeriesLog:
 
 def migration_columns(records: list) -> dict[str, np.ndarray]:
     """The migrations table from the coordinator's records."""
-    names = ("id", "operator", "strategy", "source", "target", "start", "end", "downtime",
-             "output_gap", "state_bytes", "chunks", "held", "duplicates", "lost", "reordered",
-             "synchronised")
+    names = COLUMNS
     text = ("operator", "strategy", "source", "target", "synchronised")
     return {name: np.array([getattr(r, name) for r in records],
                            dtype=object if name in text else None)
