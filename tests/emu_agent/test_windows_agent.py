@@ -153,7 +153,8 @@ def test_an_envelope_carries_a_serial_number_only_when_stamped() -> None:
 
 
 def test_a_window_s_state_grows_with_the_events_it_holds(tmp_path: Path) -> None:
-    """The thesis's state is the events of the open window, 84 bytes each (Table 5.2)."""
+    """The thesis's state is the events of the open window, 84 bytes each (Table 5.2); here
+    56, as packed columns (workloads.windows): 8.4 MB is 150,000 events."""
     operator = Operator(OperatorConfig("count", reads=["events/#"], writes="counts",
                                        window=1000.0), "gw-1", EPOCH)
     sizes = {}
@@ -164,9 +165,9 @@ def test_a_window_s_state_grows_with_the_events_it_holds(tmp_path: Path) -> None
         if sequence + 1 in (1, 1000, 100_000):
             sizes[sequence + 1] = len(operator.snapshot())
     per_event = (sizes[100_000] - sizes[1]) / 99_999
-    assert 70 <= per_event <= 100, per_event
+    assert 55 <= per_event <= 57, per_event
     assert (sizes[1000] - sizes[1]) / 999 == pytest.approx(per_event, rel=0.05)
-    assert 7e6 <= sizes[100_000] <= 1e7
+    assert 5.5e6 <= sizes[100_000] <= 5.7e6
     started = time.perf_counter()
     snapshot = operator.snapshot()
     taken = time.perf_counter() - started
