@@ -21,6 +21,7 @@ from emu.agent.operators import WindowConfig, make_stage
 from emu.agent.spark import SparkJob
 from topologies.errors import SpecError
 from topologies.model import Topology
+from topologies.routing import gateway_of
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
 from workloads.rates import Constant
 from workloads.spec import WorkloadSpec
@@ -41,15 +42,6 @@ def placement(topology: Topology, on: list[str]) -> list[str]:
         names.update(dict.fromkeys([n.name for n in topology.of_kind(kind)] if kind
                                    else topology.match(where)))
     return list(names)
-
-
-def gateway_of(topology: Topology, device: str) -> str | None:
-    """The gateway a device is linked to directly (the lowest-latency one if several), as the
-    simulator picks it."""
-    graph = topology.graph
-    linked = [(graph.edges[device, n]["latency"], n) for n in graph.adj[device]
-              if topology.nodes[n].kind == "gateway"]
-    return min(linked)[1] if linked else None
 
 
 def _drivers(topology: Topology, workload: WorkloadSpec) -> dict[str, list[DriverConfig]]:

@@ -23,6 +23,7 @@ from sim.sources import Source
 from sim.stations import Cpu
 from sim.windowed import OpenWindow, WindowedInstance, WindowOutput
 from topologies.model import Topology
+from topologies.routing import gateway_of, nearest
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
 from workloads.riot.costs import task_cost
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
@@ -233,7 +234,7 @@ class Model:
                     self.mobility.add_source(mobile[device], source)
                     sources.append(source)
                     continue
-                gateway = self._gateway_of(device)
+                gateway = gateway_of(self.topology, device)
                 if gateway is None:
                     broker = self._broker_for(device)
                     target, deliver = broker, self.brokers[broker].receive
@@ -255,37 +256,19 @@ class Model:
             driver.in_place = self.settings.in_place
         return self.drivers[gateway]
 
-    def _gateway_of(self, device: str) -> str | None:
-        """The gateway a device is linked to directly (the lowest-latency one if several)."""
-        graph = self.topology.graph
-        best = None
-        for neighbour in graph.adj[device]:
-            if self.topology.nodes[neighbour].kind == "gateway":
-                latency = graph.edges[device, neighbour]["latency"]
-                if best is None or latency < best[0]:
-                    best = (latency, neighbour)
-        return best[1] if best else None
-
     def _broker_for(self, node: str) -> str:
-        """The broker a node publishes to: the nearest by latency; publishers with several
-        equally near brokers take them in turn (seed 001: gateways balance their devices
-        over the brokers)."""
-        if node not in self._nearest_broker:
+        """The broker a node publishes to: the nearest, by topologies.routing.nearest's rule
+        (publishers of one kind take equally near brokers in turn)."""
+        broker = self._nearest_broker.get(node)
+        if broker is None:
             if not self.brokers:
                 raise ModelError(f"{node} must publish through a broker, but the topology "
                                  "has no node of kind broker")
-            reachable = []
-            for broker in self.brokers:
-                try:
-                    reachable.append((self.network.routes.latency(node, broker), broker))
-                except LookupError:
-                    continue
-            if not reachable:
+            broker = nearest(self.network.routes, node, list(self.brokers))
+            if broker is None:
                 raise ModelError(f"no route from {node} to any broker")
-            best = min(latency for latency, _ in reachable)
-            nearest = sorted(b for latency, b in reachable if latency <= best + 1e-9)
-            self._nearest_broker[node] = nearest[len(self._nearest_broker) % len(nearest)]
-        return self._nearest_broker[node]
+            self._nearest_broker[node] = broker
+        return broker
 
     def _hand_over_directly(self) -> None:
         """Let brokers and drivers hand their output to the links at its finish time, with no

@@ -27,8 +27,9 @@ Networks. One Docker bridge per site, `foglab-<cluster>-<site>`, holding the sit
 nodes without a site share the `default` segment. Site networks are not joined to each other:
 every link a client uses crosses the host, through a relay or a shaped interface.
 
-Links. A client (gateway or cloud VM) talks TCP to its broker, the one nearest by routing (lowest
-path latency, ties to the first declared), and to every ZooKeeper server. Each such pair gets the
+Links. A client (gateway or cloud VM) talks TCP to its broker, the one nearest by routing
+(topologies.routing.nearest, as the model picks it: clients of one kind take equally near
+brokers in turn), and to every ZooKeeper server. Each such pair gets the
 shape of its topology path, hop by hop: latencies add up; jitters, independent per hop, add as
 variances (root sum of squares); the bandwidth is the narrowest hop's (none when no hop has
 one); losses combine as 1 - prod(1 - loss). The shape applies to each direction: a round trip
@@ -52,7 +53,7 @@ from emu.images import CLOUD, GATEWAY, MOSQUITTO_COMMAND, SERVICES, ZOOKEEPER_CO
 from emu.links.spec import LinkShape
 from topologies.errors import SpecError
 from topologies.model import Node, Topology
-from topologies.routing import NoRoute, Routes
+from topologies.routing import NoRoute, Routes, latency, nearest
 
 MQTT_PORT = 1883
 ZOOKEEPER_PORT = 2181
@@ -159,16 +160,17 @@ class ClusterPlan:
 def path_shape(topology: Topology, path: Iterable[str]) -> LinkShape:
     """The shape of a path: latencies add, jitters add as variances, the narrowest bandwidth,
     losses combine."""
-    latency, variance, bandwidth, delivered = 0.0, 0.0, None, 1.0
+    path = list(path)
+    variance, bandwidth, delivered = 0.0, None, 1.0
     graph = topology.graph
     for a, b in pairwise(path):
         hop = graph.edges[a, b]["link"]
-        latency += hop.latency
         variance += hop.jitter ** 2
         if hop.bandwidth is not None:
             bandwidth = hop.bandwidth if bandwidth is None else min(bandwidth, hop.bandwidth)
         delivered *= 1 - hop.loss
-    return LinkShape(latency, math.sqrt(variance), bandwidth, min(1.0, max(0.0, 1 - delivered)))
+    return LinkShape(latency(topology, path), math.sqrt(variance), bandwidth,
+                     min(1.0, max(0.0, 1 - delivered)))
 
 
 def cluster_labels(cluster: str) -> dict[str, str]:
@@ -278,20 +280,11 @@ class _Planner:
                              f"a profile with at least 6MiB of memory, the least Docker allows "
                              f"(profile {node.profile_name} has {node.profile.memory} bytes)")
 
-    def _path(self, source: str, target: str) -> list[str]:
-        adjacent = self.topology.graph.adj
-        if source != target and not (adjacent[source] and adjacent[target]):
-            # Routes recurses without end toward a leaf from a node with no links at all.
-            raise NoRoute(source, target)
-        return self.routes.path(source, target)
-
     def _latency(self, source: str, target: str) -> float | None:
         try:
-            path = self._path(source, target)
+            return self.routes.latency(source, target)
         except NoRoute:
             return None
-        edges = self.topology.graph.edges
-        return sum(edges[a, b]["latency"] for a, b in pairwise(path))
 
     def _broker(self, agent: Node) -> str:
         brokers = [b.name for b in self.topology.of_kind("broker")]
@@ -299,13 +292,12 @@ class _Planner:
             raise self.error(("nodes", agent.name, "kind"), agent.kind,
                              f"a broker node in the topology for {agent.kind} {agent.name} "
                              "to talk to (there is none)")
-        reachable = [(latency, i, b) for i, b in enumerate(brokers)
-                     if (latency := self._latency(agent.name, b)) is not None]
-        if not reachable:
+        broker = nearest(self.routes, agent.name, brokers)
+        if broker is None:
             raise self.error(("nodes", agent.name, "links"), agent.name,
                              f"a route from {agent.name} to a broker ({', '.join(brokers)}): "
                              "no links connect them")
-        return min(reachable)[2]
+        return broker
 
     def _central(self, candidates: list[Node], clients: list[Node]) -> list[Node]:
         """Candidates by total path latency from the clients; unreachable ones last."""
@@ -339,7 +331,7 @@ class _Planner:
         if anchor is None:
             return LinkPlan(client, service, role, port, LinkShape(0.0), (client, service))
         try:
-            path = self._path(client, anchor)
+            path = self.routes.path(client, anchor)
         except NoRoute:
             raise self.error(("nodes", client, "links"), client,
                              f"a route from {client} to {anchor}, where the {role} server "

@@ -163,8 +163,23 @@ def test_each_client_talks_to_the_nearest_broker() -> None:
          {"from": "gw-2", "to": "b-1", "latency": "9ms"},
          {"from": "gw-3", "to": ["b-1", "b-2"], "latency": "7ms"}])
     cluster = plan(topo)
-    assert cluster.brokers == {"gw-1": "b-1", "gw-2": "b-2", "gw-3": "b-1"}  # ties: first
+    # gw-3 is the first (and only) gateway with a tie: it takes the first of its brokers.
+    assert cluster.brokers == {"gw-1": "b-1", "gw-2": "b-2", "gw-3": "b-1"}
     assert cluster.link("gw-2", "b-2").shape.latency_s == pytest.approx(0.005)
+
+
+def test_clients_of_one_kind_take_equally_near_brokers_in_turn_as_the_model_does() -> None:
+    topo = topology(
+        [{"name": "gw", "kind": "gateway", "replicas": 3},
+         {"name": "vm", "kind": "cloud_vm", "replicas": 2},
+         {"name": "b", "kind": "broker", "replicas": 2},
+         {"name": "lan", "kind": "switch"}],
+        [{"from": ["gw-*", "vm-*", "b-*"], "to": "lan", "latency": "150us"}])
+    cluster = plan(topo)
+    assert cluster.brokers == {"gw-1": "b-1", "gw-2": "b-2", "gw-3": "b-1",
+                               "vm-1": "b-1", "vm-2": "b-2"}
+    assert cluster.link("gw-2", "b-2").path == ("gw-2", "lan", "b-2")
+    assert cluster.link("gw-2", "b-2").shape.latency_s == pytest.approx(300e-6)
 
 
 def test_a_path_shape_adds_latency_and_jitter_variance_takes_the_narrowest_bandwidth() -> None:
