@@ -301,6 +301,7 @@ class Migrations:
             done["processed"] = operator.processed
             agent.set_running(operator.name, False)
             state = pack(session.last_seen(), operator.snapshot())
+            done["t_snapshot"] = agent.clock()
             done["state_bytes"] = len(state)
             done["last"] = session.last_seen()[-64:]
             threading.Thread(target=session.stop_loop, daemon=True).start()
