@@ -30,7 +30,7 @@ class SparkJob:
     """The running job of one operator; `stop` ends it with SIGTERM (the job stops its query)."""
 
     def __init__(self, config: OperatorConfig, node: str, mqtt: str, records: str,
-                 cores: int = 2) -> None:
+                 cores: int = 2, standby: bool = False, client_id: str | None = None) -> None:
         if config.task not in APPS:
             raise ValueError(f"operator {config.name!r}: engine spark runs the apps "
                              f"{', '.join(APPS)}, not {config.task!r}")
@@ -44,6 +44,12 @@ class SparkJob:
                         "--master", f"local[{cores}]", "--params", json.dumps(config.params)]
         if config.writes:
             self.command += ["--writes", f"{config.writes}/{node}"]
+        # A move's target (`workloads.spark.migration`): warm, waiting for `<work>/handover`;
+        # with the source's session id it builds the query before the handover comes.
+        if standby:
+            self.command.append("--standby")
+        if client_id:
+            self.command += ["--client-id", client_id]
         self.process: subprocess.Popen | None = None
 
     def start(self) -> None:

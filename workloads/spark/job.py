@@ -86,7 +86,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--params", type=json.loads, default={},
                         help="the app's keyword arguments, as JSON")
     parser.add_argument("--client-id", help="the source's broker session (default: derived "
-                        "from the journal's path)")
+                        "from the journal's path; a standby given it builds the query for a "
+                        "checkpoint handover before it comes)")
     parser.add_argument("--output", type=Path,
                         help="the Parquet sink's directory without --writes (default: "
                         "--work/output)")
@@ -129,6 +130,14 @@ def start(spark: SparkSession, args: argparse.Namespace, initial_state: DataFram
     """The running query of the job `args` describes; `initial_state` seeds its app's
     per-sensor state, `start_offset` is where a new checkpoint starts in the journal, and
     `stoppable` lets `--work`/stop end it at a batch boundary."""
+    return prepare(spark, args, initial_state, start_offset, stoppable).start()
+
+
+def prepare(spark: SparkSession, args: argparse.Namespace,
+            initial_state: DataFrame | None = None, start_offset: int = 0,
+            stoppable: bool = True):
+    """The query `start` starts, built and analysed but not started (a DataStreamWriter):
+    its journal and checkpoint need not exist yet."""
     host, port = args.mqtt
     paths = _paths(args)
     spark.dataSource.register(MqttDataSource)
@@ -153,7 +162,7 @@ def start(spark: SparkSession, args: argparse.Namespace, initial_state: DataFram
                   .option("topic", args.writes))
     else:
         writer = writer.format("parquet").option("path", str(paths["output"]))
-    return writer.start()
+    return writer
 
 
 def read_offset(progress) -> int | None:
@@ -275,6 +284,15 @@ def await_handover(work: Path, stopped: threading.Event) -> Path | None:
     return handover
 
 
+def prepare_for_checkpoint(spark: SparkSession, args: argparse.Namespace):
+    """The query a standby starts when it is handed a checkpoint by the source whose broker
+    session is `args.client_id`, built ahead of the handover on the paths it will have."""
+    moved = argparse.Namespace(**vars(args))
+    moved.journal = args.work / HANDOVER / "journal"
+    moved.checkpoint = args.work / HANDOVER / "checkpoint"
+    return prepare(spark, moved)
+
+
 def adopt(spark: SparkSession, args: argparse.Namespace, handover: Path) -> dict:
     """Point `args` at a handover's journal, broker session and (moved by checkpoint) its
     checkpoint; the keyword arguments `start` then needs (initial state, start offset)."""
@@ -325,15 +343,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     spark.sparkContext.setLogLevel("ERROR")
     try:
         moved: dict = {}
+        prepared = None
         if args.standby:
             took = warm_up(spark, args, args.warmup_messages, args.warmup_batches)
-            (args.work / STANDBY).write_text(json.dumps({"warmup_s": took}))
+            if args.client_id:
+                # The source's session is known: only start() is left for the handover.
+                prepared = prepare_for_checkpoint(spark, args)
+            (args.work / STANDBY).write_text(json.dumps({"warmup_s": took,
+                                                         "prepared": prepared is not None}))
             handover = await_handover(args.work, stopped)
             if handover is None:
                 return 0
             seen = time.time()
-            moved = adopt(spark, args, handover)
-        query = start(spark, args, **moved)
+            expected = args.client_id
+            moved = adopt(spark, args, handover)  # for the checkpoint way, cheap: paths only
+            if moved or args.client_id != expected:
+                prepared = None
+        query = prepared.start() if prepared is not None else start(spark, args, **moved)
         if args.standby:
             (args.work / RESUMED).write_text(json.dumps({"handover_seen": seen,
                                                          "query_started": time.time()}))
