@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from workloads.riot.datasets import city_readings
 from workloads.riot.senml import Reading, encode_senml
 from workloads.spark.apps import stats
+from workloads.spark.job import PAUSED, STANDBY
 from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
 from workloads.spark.migration import JobProcess, Move, move, request_stop
 from workloads.spark.mqtt_source import open_session
@@ -47,9 +48,17 @@ class Publisher:
         self.client.loop_start()
         self.sent: list[float] = []
 
-    def publish(self, readings: Sequence[Reading], rate: float | None = None) -> None:
+    def publish(self, readings: Sequence[Reading], rate: float | None = None,
+                hold: tuple[int, Path] | None = None) -> None:
+        """Publish `readings` (at `rate`); with `hold` (n, path), wait after the first n
+        until `path` exists."""
         start = time.monotonic()
         for i, reading in enumerate(readings):
+            if hold is not None and i == hold[0]:
+                deadline = time.monotonic() + CAUGHT_UP_WAIT
+                while not hold[1].exists() and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                start = time.monotonic() - i / rate if rate else start
             if rate:
                 time.sleep(max(0.0, start + i / rate - time.monotonic()))
             # Every other message in the emulation's envelope, as the job must unwrap both.
@@ -58,8 +67,9 @@ class Publisher:
             self.client.publish("clean/gw-1", payload, qos=1).wait_for_publish(60)
             self.sent.append(time.time())
 
-    def in_background(self, readings: Sequence[Reading], rate: float) -> threading.Thread:
-        thread = threading.Thread(target=self.publish, args=(readings, rate))
+    def in_background(self, readings: Sequence[Reading], rate: float,
+                      hold: tuple[int, Path] | None = None) -> threading.Thread:
+        thread = threading.Thread(target=self.publish, args=(readings, rate, hold))
         thread.start()
         return thread
 
@@ -89,9 +99,10 @@ def closed(job: JobProcess, offset: int, timeout: float = 120.0) -> None:
 
 def move_while_publishing(publisher: Publisher, readings: Sequence[Reading], source: JobProcess,
                           target: JobProcess, way: str) -> Move:
-    """Start publishing `readings`, move the query once some are out, finish publishing."""
+    """Start publishing `readings`, move the query once some are out, and publish the rest
+    from the moment the source pauses: they wait for the target."""
     before = len(publisher.sent)
-    thread = publisher.in_background(readings, RATE)
+    thread = publisher.in_background(readings, RATE, (20, source.work / PAUSED))
     try:
         while len(publisher.sent) < before + 20 and thread.is_alive():
             time.sleep(0.05)
@@ -147,6 +158,8 @@ def moved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             jobs.append(third)
             publisher.publish(READINGS[:THIRD])
             caught_up(first, THIRD, START_WAIT)
+            second.wait_for(STANDBY, START_WAIT)
+            third.wait_for(STANDBY, START_WAIT)
             by_export = move_while_publishing(publisher, READINGS[THIRD:2 * THIRD], first,
                                               second, "export")
             caught_up(second, 2 * THIRD)

@@ -1,0 +1,246 @@
+"""Spark STATS moved live between two job processes, by export and by checkpoint: downtime.
+
+Set-up. A throwaway Mosquitto on loopback (`LocalMosquitto`); a gateway process publishing
+SenML packs of `--sensors` CITY sensors (values kept inside `CITY.ranges`, so every message
+reaches the sink) at `--rate` msg/s, QoS 1, open loop, from start to end. Three job processes
+(`python -m workloads.spark.job --app stats`, local[2] each, as three cloud VMs would run
+them), all writing Parquet: the source, started cold and run for `--prime` s; standby A and
+standby B (`--standby`: Spark started, STATS run once on synthetic input, then waiting).
+The query moves from the source to A by export (`statestore` reader, Parquet, `initialState`),
+runs `--between` s, then from A to B by checkpoint copy (`workloads.spark.migration.move`).
+
+Downtime of a move (`spark_downtime_s`) = the source's reader pausing (its MQTT client stops
+and the broker starts holding the input) until the target's first batch after the move has
+finished (trigger start plus trigger execution, from its query progress). Its parts:
+`stop_s` (the query ending after the pause), `export_s` (the state read and written),
+`copy_s` (the handover copied), `first_batch_s` (the target starting its query and running it).
+
+Counts at the sink: every acknowledged message must give exactly one "kalman" row per field
+(5) across the three jobs' sinks: `lost` counts messages with fewer, `duplicated` messages with
+more, matched by (sensor, SenML time), which the gateway keeps unique per sensor.
+
+Baseline, measured in the same run: `warm_batch_s`, the median trigger execution of the
+source's batches during the last 30 s before the first move (what one batch of this query
+costs at this rate on this host: a move cannot finish faster than one batch). `ratio` =
+warm standby (checkpoint) downtime / 2.0 s, the target. `[host]` prints the load.
+
+Designs (`--design`): "prepared" gives the checkpoint standby the source's session id, so it
+builds and analyses its query on the handover's paths before the move and only starts it
+then; "built-at-handover" builds it from the handover's record (as the export standby does).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import multiprocessing as mp
+import os
+import shutil
+import signal
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import paho.mqtt.client as mqtt
+import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from workloads.riot.datasets import CITY, city_readings, city_sensor_ids
+from workloads.riot.senml import Reading, encode_senml
+from workloads.spark.job import RESUMED, batch_end
+from workloads.spark.local_broker import LocalMosquitto
+from workloads.spark.migration import JobProcess, Move, move
+
+TARGET_S = 2.0
+TOPIC = "foglab-bench/migration"
+
+
+def _clipped(values: dict[str, Any]) -> dict[str, Any]:
+    return {name: min(max(v, CITY.ranges[name][0]), CITY.ranges[name][1])
+            if name in CITY.ranges else v for name, v in values.items()}
+
+
+def gateway(host: str, port: int, sensors: list[str], rate: float, out: str, stop: Any) -> None:
+    """Publish at `rate` until `stop`, then write (sensor, time, acked) of each message."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id="bench-migration-gateway",
+                         protocol=mqtt.MQTTv311)
+    client.max_inflight_messages_set(1000)
+    client.connect(host, port, keepalive=60)
+    client.loop_start()
+    values = [_clipped(r.values) for r in city_readings(
+        rows=4096, seed=1, sensors=len(sensors), outlier_rate=0.0, missing_rate=0.0)]
+    names, times, sent = [], [], []
+    start, last, k = time.time(), 0.0, 0
+    while not stop.is_set():
+        due = int((time.time() - start) * rate) + 1
+        if due <= k:
+            time.sleep(max(0.0, start + k / rate - time.time()))
+            continue
+        for _ in range(min(due - k, 256)):
+            sensor = sensors[k % len(sensors)]
+            now = round(max(time.time(), last + 1e-6), 6)  # unique per sensor
+            last = now
+            payload = encode_senml(Reading(now, sensor, values[k % len(values)]), CITY.units)
+            sent.append(client.publish(f"{TOPIC}/{sensor}", payload, 1))
+            names.append(sensor)
+            times.append(now)
+            k += 1
+    for info in sent:
+        info.wait_for_publish(60)
+    table = pa.table({"sensor": names, "time": times,
+                      "acked": [info.is_published() for info in sent]})
+    pq.write_table(table, out)
+    client.disconnect()
+    client.loop_stop()
+
+
+def sink_counts(outputs: list[Path]) -> pd.Series:
+    """Kalman rows per (sensor, time) across the sinks, from the batches each sink committed."""
+    frames = []
+    for output in outputs:
+        log = output / "_spark_metadata"
+        files: set[str] = set()
+        for entry in sorted(log.iterdir()) if log.exists() else []:
+            if entry.name.removesuffix(".compact").isdigit():
+                for line in entry.read_text().splitlines()[1:]:
+                    files.add(json.loads(line)["path"])
+        for path in sorted(files):
+            table = pq.read_table(path.removeprefix("file://"))
+            rows = pd.DataFrame([json.loads(p) for p in table["payload"].to_pylist()])
+            frames.append(rows[rows["statistic"] == "kalman"][["sensor", "time"]])
+    rows = pd.concat(frames, ignore_index=True)
+    return rows.groupby(["sensor", "time"]).size()
+
+
+def print_move(move_: Move, name: str, target: JobProcess) -> None:
+    phases = " ".join(f"{k}={v:.2f}" for k, v in move_.phases().items())
+    print(f"[{name}] spark_downtime_s={move_.downtime:.2f} {phases} "
+          f"committed={move_.committed} held_in_journal={move_.held_in_journal} "
+          f"handover_bytes={move_.handover_bytes}", flush=True)
+    # The target's first batch, split: building and starting the query, the stream's start
+    # until its first trigger, and that trigger's own parts (Spark's durationMs).
+    resumed = json.loads((target.work / RESUMED).read_text())
+    first = next(p for p in target.progress() if (p["read"] or 0) > move_.committed)
+    trigger_start = batch_end(first) - first["triggerMs"] / 1000
+    parts = " ".join(f"{k}={v / 1000:.2f}" for k, v in sorted(first["durationMs"].items())
+                     if k != "triggerExecution")
+    print(f"[{name} first batch] build_and_start_s="
+          f"{resumed['query_started'] - resumed['handover_seen']:.2f} "
+          f"to_first_trigger_s={trigger_start - resumed['query_started']:.2f} "
+          f"trigger_s={first['triggerMs'] / 1000:.2f} ({parts}) "
+          f"messages={first['read'] - move_.committed}", flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rate", type=float, default=50.0, help="msg/s, the whole run")
+    parser.add_argument("--sensors", type=int, default=40)
+    parser.add_argument("--prime", type=float, default=120.0,
+                        help="seconds the source runs before the first move")
+    parser.add_argument("--between", type=float, default=60.0,
+                        help="seconds between the two moves")
+    parser.add_argument("--after", type=float, default=20.0,
+                        help="seconds the last target runs before the gateway stops")
+    parser.add_argument("--trigger", type=float, default=0.5, help="seconds between batches")
+    parser.add_argument("--warmup-messages", type=int, default=3000)
+    parser.add_argument("--warmup-batches", type=int, default=3)
+    parser.add_argument("--design", choices=("prepared", "built-at-handover"),
+                        default="prepared",
+                        help="prepared: the checkpoint standby knows the source's session and "
+                        "builds its query before the handover; built-at-handover: it builds it "
+                        "from the handover's record")
+    parser.add_argument("--drain", type=float, default=300.0,
+                        help="seconds the last target may take to read all input")
+    args = parser.parse_args()
+
+    load_before = os.getloadavg()
+    signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    with contextlib.ExitStack() as cleanup:
+        root = Path(tempfile.mkdtemp(prefix="foglab-spark-migration-"))
+        cleanup.callback(shutil.rmtree, root, ignore_errors=True)
+        broker = cleanup.enter_context(LocalMosquitto())
+        common = ["--app", "stats", "--mqtt", f"{broker.host}:{broker.port}", "--reads",
+                  f"{TOPIC}/#", "--trigger", str(args.trigger), "--params",
+                  json.dumps({"window": "10 seconds", "slide": "1 second",
+                              "watermark": "1 second"})]
+        standby = ["--standby", "--warmup-messages", str(args.warmup_messages),
+                   "--warmup-batches", str(args.warmup_batches)]
+        jobs: list[JobProcess] = []
+        cleanup.callback(lambda: [job.stop() for job in jobs])
+        source = JobProcess(root / "source", [*common, "--client-id", "bench-stats"])
+        jobs.append(source)
+        source.wait_for("started", 900)
+        context = mp.get_context("spawn")
+        stop = context.Event()
+        sent_file = root / "sent.parquet"
+        publisher = context.Process(target=gateway, daemon=True, args=(
+            broker.host, broker.port, city_sensor_ids(args.sensors), args.rate,
+            str(sent_file), stop))
+        publisher.start()
+        cleanup.callback(lambda: publisher.is_alive() and publisher.terminate())
+        began = time.time()
+        # The standbys warm up while the source runs, as they would on their own VMs.
+        by_export = JobProcess(root / "export", [*common, *standby])
+        jobs.append(by_export)
+        session = ["--client-id", "bench-stats"] if args.design == "prepared" else []
+        by_checkpoint = JobProcess(root / "checkpoint", [
+            *common, *standby, *session, "--output", str(root / "export" / "output")])
+        jobs.append(by_checkpoint)
+        by_export.wait_for("standby", 1800)
+        by_checkpoint.wait_for("standby", 1800)
+        time.sleep(max(0.0, began + args.prime - time.time()))
+        now = time.time()
+        recent = [p["triggerMs"] / 1000 for p in source.progress()
+                  if p["numInputRows"] and batch_end(p) > now - 30]
+        warm_batch = statistics.median(recent) if recent else float("nan")
+        first = move(source, by_export, "export")
+        print_move(first, "export", by_export)
+        time.sleep(args.between)
+        second = move(by_export, by_checkpoint, "checkpoint")
+        print_move(second, "checkpoint", by_checkpoint)
+        time.sleep(args.after)
+        stop.set()
+        publisher.join(120)
+        sent = pq.read_table(sent_file).to_pandas()
+        sent = sent[sent["acked"]]
+        offset = len(sent)  # one topic, one session: the journal counts every message once
+        deadline = time.time() + args.drain
+        while by_checkpoint.read() < offset and time.time() < deadline:
+            time.sleep(0.5)
+        time.sleep(2 * args.trigger + 1)
+        for job in jobs:
+            job.stop()
+        counts = sink_counts([root / "source" / "output", root / "export" / "output"])
+        per_message = sent.set_index(["sensor", "time"]).join(counts.rename("rows"))["rows"]
+        per_message = per_message.fillna(0)
+        fields = len(CITY.value_columns)
+        lost = int((per_message < fields).sum())
+        duplicated = int((per_message > fields).sum())
+        standby_s = [json.loads((job.work / "standby").read_text())["warmup_s"]
+                     for job in (by_export, by_checkpoint)]
+        print(f"[host] cpus={os.cpu_count()} load_1min start={load_before[0]:.1f} "
+              f"end={os.getloadavg()[0]:.1f} load_5min end={os.getloadavg()[1]:.1f}")
+        print(f"[run] design={args.design} rate={args.rate:.0f} sensors={args.sensors} "
+              f"published={len(sent)} "
+              f"read={by_checkpoint.read()} standby_warmup_s={standby_s[0]:.0f},"
+              f"{standby_s[1]:.0f}")
+        print(f"lost={lost} duplicated={duplicated}")
+        print(f"[baseline] warm_batch_s={warm_batch:.2f} (median batch of the source, "
+              f"last 30 s before the first move)")
+        print(f"spark_downtime_s={first.downtime:.2f} (export) "
+              f"spark_downtime_s={second.downtime:.2f} (checkpoint, warm standby)")
+        print(f"ratio={second.downtime / TARGET_S:.3f}")
+
+
+if __name__ == "__main__":
+    try:
+        main()
+    except KeyboardInterrupt:
+        print("interrupted: broker, jobs and temporary files cleaned up", file=sys.stderr)
+        sys.exit(130)
