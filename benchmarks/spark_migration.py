@@ -112,6 +112,8 @@ def sink_counts(outputs: list[Path]) -> pd.Series:
                     files.add(json.loads(line)["path"])
         for path in sorted(files):
             table = pq.read_table(path.removeprefix("file://"))
+            if not table.num_rows:
+                continue  # a batch without output leaves a file without rows
             rows = pd.DataFrame([json.loads(p) for p in table["payload"].to_pylist()])
             frames.append(rows[rows["statistic"] == "kalman"][["sensor", "time"]])
     rows = pd.concat(frames, ignore_index=True)

@@ -6,6 +6,9 @@ orchestrator drives it between two jobs' work directories (`move`):
 1. The target is a standby (`--standby`): its Spark session is up and its app has run once on
    synthetic input (its own journal, topic, broker session and checkpoint), so the plan's
    analysis, Python workers and JVM code paths are warm; it waits for `<work>/handover`.
+   Given the source's session (`--client-id`), it also builds and analyses the query for a
+   checkpoint handover on the paths the handover will have, so the move only starts it (on
+   two cores, building STATS took 5 s, starting the built query 0.3 s).
 2. `request_stop` writes the source's `<work>/stop` ("export" or "checkpoint"). At the start of
    its next trigger, after the previous batch committed and before another is planned, the
    source's MQTT reader pauses: it stops its client (every message it journaled has its
@@ -95,9 +98,13 @@ class JobProcess:
         return self.process.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
+        """The log's first error lines (a Spark error ends in pages of plan), then its end."""
         path = self.work / "job.log"
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:]) if path.exists() \
-            else ""
+        if not path.exists():
+            return ""
+        text = path.read_text(errors="replace").splitlines()
+        errors = [line[:300] for line in text if "Error" in line or "Exception:" in line]
+        return "\n".join([*errors[:10], "...", *(line[:300] for line in text[-lines:])])
 
     def wait_for(self, name: str, timeout: float) -> Path:
         """`<work>/<name>` once it exists; fails when the job exits first or at `timeout`."""
