@@ -17,7 +17,7 @@ import time
 import numpy as np
 
 from sim.mobility import Handover, HandoverSpec, RadioModel, RadioSpec, build_movement
-from sim.mobility.spec import RandomWaypointSpec
+from workloads.mobility import RandomWaypointSpec
 
 
 def _median_ms(samples: list[float]) -> float:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from sim.mobility.spec import MobilitySpec
+from workloads.mobility import MobilitySpec
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
 from workloads.pipeline import OperatorSpec

@@ -10,7 +10,7 @@ from sim.mobility.movement import (
     build_movement,
 )
 from sim.mobility.radio import RadioModel
-from sim.mobility.spec import (
+from workloads.mobility import (
     HandoverSpec,
     ManhattanSpec,
     MobilitySpec,

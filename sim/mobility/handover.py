@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.mobility.spec import HandoverSpec
+from workloads.mobility import HandoverSpec
 
 
 class Handover:

@@ -7,7 +7,7 @@ from typing import NamedTuple
 
 import numpy as np
 
-from sim.mobility.spec import ManhattanSpec, MovementSpec, RandomWaypointSpec, TraceSpec
+from workloads.mobility import ManhattanSpec, MovementSpec, RandomWaypointSpec, TraceSpec
 from sim.mobility.traces import Track, load_trace
 
 

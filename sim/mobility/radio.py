@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from sim.mobility.spec import RadioSpec
+from workloads.mobility import RadioSpec
 
 REFERENCE_M = 1.0  # log_distance: the distance below which the radio is as good as at 0 m
 

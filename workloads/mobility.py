@@ -1,4 +1,7 @@
-"""The schema of a mobility scenario: how users move, their radio links, when they hand over."""
+"""The schema of a mobility scenario: how users move, their radio links, when they hand over.
+
+Part of the experiment description (experiments.spec), so it lives beside the workload and
+scenario schemas and imports nothing of the simulator; sim.mobility builds the processes from it."""
 
 from __future__ import annotations
 
