@@ -1,4 +1,10 @@
-"""What each emulated node's agent runs for an experiment: its drivers and its operators.
+"""What each emulated node's agent runs for an experiment: its whole AgentConfig.
+
+This is the one place that decides an agent's config: its drivers, its operators (and which
+instances read through an input session of their own, so that they can move), its seed, its
+index (message ids) and whether its drivers wait for the run's epoch. The cluster's plan
+(emu.cluster.plan) only fills in the addresses of its broker and ZooKeeper, which depend on
+how links are shaped.
 
 Devices are not containers: a gateway's agent emulates the devices linked to it (seed 001's
 drivers), holding each message for the device link's latency and jitter and dropping it with
@@ -14,6 +20,7 @@ starts, with its field path and value (NOT_ON_EMU says why).
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Collection, Sequence
 from dataclasses import replace
 
 from emu.agent.config import RECORDS_DIR, AgentConfig, DriverConfig, OperatorConfig
@@ -182,15 +189,37 @@ def _operators(topology: Topology, pipeline: list[OperatorSpec]) -> dict[str, li
     return operators
 
 
-def agent_configs(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
-                  seed: int, epoch: float) -> dict[str, AgentConfig]:
+def session_name(operator: str, node: str) -> str:
+    """The client id of an operator instance's own input session (emu.agent.migration): the
+    broker holds its input while it moves, and the target takes the session over."""
+    return f"foglab-op-{operator}-{node}"
+
+
+def movable(config: OperatorConfig, node: str) -> OperatorConfig:
+    """The instance reading through a session of its own, so that emu.migration can move it.
+    Not for Spark: a query moves by workloads.spark.migration, not yet wired to containers."""
+    if config.engine == "spark":
+        return config
+    return replace(config, session=session_name(config.name, node))
+
+
+def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
+                  pipeline: Sequence[OperatorSpec] = (), seed: int = 0, epoch: float = 0.0, *,
+                  moving: Collection[str] = (), hold: bool = False) -> dict[str, AgentConfig]:
     """An AgentConfig per gateway and cloud VM, without broker and ZooKeeper addresses (the
-    cluster fills them in: they depend on how links are shaped)."""
-    drivers = _drivers(topology, workload)
-    operators = _operators(topology, pipeline)
+    cluster's plan fills them in: they depend on how links are shaped).
+
+    Without a workload and pipeline the agents idle (`foglab emu up TOPOLOGY`). Indexes count
+    from 1 in declaration order. The instances of the operators named in `moving` read
+    through a session of their own (`movable`). `hold`: drivers wait for a `set run.epoch`
+    request, so every node of a run starts at one epoch.
+    """
+    drivers = _drivers(topology, workload) if workload is not None else {}
+    operators = _operators(topology, list(pipeline))
     hosts = [n for n in topology.nodes.values() if n.kind in AGENT_KINDS]
-    return {node.name: AgentConfig(node=node.name, mqtt="", kind=node.kind,
-                                   drivers=drivers.get(node.name, []),
-                                   operators=operators.get(node.name, []),
-                                   seed=seed, epoch=epoch, index=index + 1)
-            for index, node in enumerate(hosts)}
+    return {node.name: AgentConfig(
+                node=node.name, mqtt="", kind=node.kind, drivers=drivers.get(node.name, []),
+                operators=[movable(op, node.name) if op.name in moving else op
+                           for op in operators.get(node.name, [])],
+                seed=seed, epoch=epoch, index=index, hold=hold)
+            for index, node in enumerate(hosts, start=1)}

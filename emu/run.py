@@ -26,7 +26,7 @@ import json
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from emu.agent.config import AgentConfig
@@ -217,25 +217,16 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     from emu.cluster.engine import Cluster
     from emu.cluster.plan import plan_cluster
 
-    configs = agent_configs(topology, workload, pipeline, seed, 0.0)
-    plans = list(getattr(scenario, "migrations", None) or [])
-    moving = {plan.operator for plan in plans}
-
-    def configure(node, config: AgentConfig) -> AgentConfig:
-        mine = configs[node.name]
-        # An instance to move reads through a session of its own, which the target takes.
-        operators = [replace(op, session=f"foglab-op-{op.name}-{node.name}")
-                     if op.name in moving else op for op in mine.operators]
-        return replace(config, drivers=mine.drivers, operators=operators,
-                       seed=mine.seed, index=mine.index, hold=True)
-
+    # The operators a migration moves read through sessions of their own, which targets take.
+    moving = {plan.operator for plan in getattr(scenario, "migrations", None) or []}
+    configs = agent_configs(topology, workload, pipeline, seed, 0.0, moving=moving, hold=True)
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
     stage = getattr(progress, "stage", lambda text: None)
 
     def up_progress(step: str, done: int, total: int, detail: str) -> None:
         stage(f"{step} {done}/{total}" if total else step)
 
-    cluster = Cluster(plan_cluster(topology, name, configure=configure), records=records,
+    cluster = Cluster(plan_cluster(topology, name, agents=configs), records=records,
                       seed=seed, progress=up_progress)
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
     with stop_on_signals():

@@ -2,6 +2,8 @@
 
 What becomes a container. Gateways and cloud VMs run the agent (`python3 -m emu.agent`, its
 AgentConfig as JSON in FOGLAB_AGENT); brokers run Mosquitto; ZooKeeper runs on coordinators.
+The agents' configs come whole from emu.deployment (drivers, operators, seed, index); the plan
+fills in only the addresses of each one's broker and ZooKeeper.
 Devices are not containers: the drivers inside their gateway's agent emulate them. Switches are
 only where paths go through.
 
@@ -43,7 +45,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from typing import Literal
@@ -73,7 +75,6 @@ MIN_MEMORY = 6 * 1024**2  # Docker refuses a smaller memory limit
 HOST_ARCH = "amd64"
 
 Role = Literal["agent", "broker", "zookeeper", "idle"]
-Configure = Callable[[Node, AgentConfig], AgentConfig]
 
 
 @dataclass(frozen=True)
@@ -177,26 +178,33 @@ def cluster_labels(cluster: str) -> dict[str, str]:
     return {"foglab": "1", "foglab.cluster": cluster}
 
 
-def plan_cluster(topology: Topology, cluster: str | None = None, *, zookeeper: int = 1,
-                 configure: Configure | None = None, host_cpus: int | None = None,
+def plan_cluster(topology: Topology, cluster: str | None = None, *,
+                 agents: Mapping[str, AgentConfig] | None = None, zookeeper: int = 1,
+                 host_cpus: int | None = None,
                  labels: dict[str, str] | None = None) -> ClusterPlan:
     """Plan the containers, networks and links of a topology; raise SpecError naming the node
     and field for anything Docker would refuse, before anything is made.
 
-    `configure` fills in a node's agent config (drivers, operators, seed, epoch) from the
-    workload and pipeline; without it agents idle. `labels` are added to every object.
+    `agents`: each agent's config, as emu.deployment.agent_configs makes it for an
+    experiment, one per gateway and cloud VM; the plan fills in the addresses only. Without
+    it the agents idle (deployment's configs of the bare topology). `labels` are added to
+    every object.
     """
-    return _Planner(topology, cluster or topology.name, zookeeper, configure,
+    if agents is None:
+        from emu.deployment import agent_configs
+
+        agents = agent_configs(topology)
+    return _Planner(topology, cluster or topology.name, zookeeper, agents,
                     host_cpus or os.cpu_count() or 1, labels or {}).plan()
 
 
 class _Planner:
     def __init__(self, topology: Topology, cluster: str, zookeeper: int,
-                 configure: Configure | None, host_cpus: int, labels: dict[str, str]):
+                 agents: Mapping[str, AgentConfig], host_cpus: int, labels: dict[str, str]):
         self.topology = topology
         self.cluster = cluster
         self.servers = zookeeper
-        self.configure = configure
+        self.configs = agents
         self.host_cpus = host_cpus
         self.routes = Routes(topology)
         self.labels = {**labels, **cluster_labels(cluster), "foglab.topology": topology.name}
@@ -215,6 +223,7 @@ class _Planner:
         for node in nodes:
             self._check(node)
         agents = [n for n in nodes if n.kind in AGENT_KINDS]
+        self._check_configs(agents)
         brokers = {agent.name: self._broker(agent) for agent in agents}
         servers, anchors = self._zookeeper(agents)
         containers: dict[str, ContainerPlan] = {}
@@ -232,17 +241,13 @@ class _Planner:
                                                    anchor.site if anchor else None, anchor,
                                                    servers)
         links = []
-        for index, agent in enumerate(agents):
+        for agent in agents:
             broker = brokers[agent.name]
             links.append(self._link(agent.name, broker, broker, "mqtt", MQTT_PORT))
             links += [self._link(agent.name, server, anchors[server], "zookeeper",
                                  ZOOKEEPER_PORT) for server in servers]
-            config = AgentConfig(
-                node=agent.name, kind=agent.kind, index=index,
-                mqtt=containers[broker].address,
-                zookeeper=",".join(containers[s].address for s in servers))
-            if self.configure is not None:
-                config = self.configure(agent, config)
+            config = replace(self.configs[agent.name], mqtt=containers[broker].address,
+                             zookeeper=",".join(containers[s].address for s in servers))
             containers[agent.name] = self._container(agent.name, agent.kind, "agent",
                                                      agent.site, agent, servers, config)
         if len(servers) > 1:
@@ -265,6 +270,18 @@ class _Planner:
                      "foglab.site": plan.segment})
         return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
                            brokers, servers, dict(self.labels))
+
+    def _check_configs(self, agents: list[Node]) -> None:
+        """One config per agent node, for that node: the configs are another topology's
+        otherwise (a caller's mistake, not the user's)."""
+        wanted = {n.name for n in agents}
+        if set(self.configs) != wanted:
+            raise ValueError(f"agent configs for {sorted(self.configs)}, but topology "
+                             f"{self.topology.name}'s agents are {sorted(wanted)}")
+        for name, config in self.configs.items():
+            if config.node != name or config.kind != self.topology.nodes[name].kind:
+                raise ValueError(f"the agent config given for {name} is for "
+                                 f"{config.kind} {config.node}")
 
     def _check(self, node: Node) -> None:
         if len(node.name) > HOSTNAME_MAX:

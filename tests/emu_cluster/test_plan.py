@@ -23,6 +23,8 @@ from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from topologies.profiles import GiB
 from topologies.spec import TopologySpec
+from workloads.pipeline import OperatorSpec
+from workloads.spec import WorkloadSpec
 
 GW_BROKER_MS = 20
 
@@ -223,23 +225,51 @@ def test_agent_configs_name_the_services_directly_until_the_engine_points_them_a
 ) -> None:
     cluster = plan()
     config = cluster.containers["gw-s"].agent
-    assert config == AgentConfig(node="gw-s", kind="gateway", index=1,
+    assert config == AgentConfig(node="gw-s", kind="gateway", index=2,
                                  mqtt="foglab-c1-broker:1883",
                                  zookeeper="foglab-c1-zookeeper:2181")
     assert cluster.containers["broker"].agent is None
 
 
-def test_a_callback_fills_in_the_agent_config() -> None:
-    seen = []
+CITY_WORKLOAD = {"name": "w", "streams": [{"name": "temp", "sources": "sensor-*",
+                                          "rate": "2/s", "qos": 1}]}
+CITY_PIPELINE = [{"name": "count", "on": "gw-n", "reads": "temp", "window": {"size": "2s"},
+                  "writes": "counts"},
+                 {"name": "sink", "on": "vm", "reads": "counts"}]
 
-    def configure(node, config: AgentConfig) -> AgentConfig:
-        seen.append(node.name)
-        config.seed = 7
-        return config
 
-    cluster = plan(configure=configure)
-    assert seen == ["gw-n", "gw-s", "vm"]
-    assert cluster.containers["vm"].agent.seed == 7
+def test_a_planned_agent_is_deployments_config_with_the_addresses_filled_in() -> None:
+    from emu.deployment import agent_configs, session_name
+
+    topo = city()
+    configs = agent_configs(topo, WorkloadSpec.model_validate(CITY_WORKLOAD),
+                            [OperatorSpec.model_validate(op) for op in CITY_PIPELINE], 9, 0.0,
+                            moving={"count"}, hold=True)
+    cluster = plan(topo, agents=configs)
+    for node, config in configs.items():
+        planned = cluster.containers[node].agent
+        assert (planned.index, planned.seed, planned.hold) == (config.index, 9, True)
+        assert planned.drivers == config.drivers and planned.operators == config.operators
+        assert planned.mqtt == "foglab-c1-broker:1883"
+    assert [c.agent.index for c in cluster.agents()] == [1, 2, 3]
+    assert cluster.containers["gw-n"].agent.drivers[0].devices == [f"sensor-{i}"
+                                                                   for i in range(1, 5)]
+    (count,) = cluster.containers["gw-n"].agent.operators
+    assert count.session == session_name("count", "gw-n") == "foglab-op-count-gw-n"
+    assert cluster.containers["vm"].agent.operators[0].session is None  # not moving
+    # Without configs, the agents idle, numbered as deployment numbers them.
+    idle = plan(topo)
+    assert [(c.agent.index, c.agent.drivers, c.agent.operators) for c in idle.agents()] == [
+        (1, [], []), (2, [], []), (3, [], [])]
+
+
+def test_configs_of_another_topology_are_refused() -> None:
+    from emu.deployment import agent_configs
+
+    configs = agent_configs(city())
+    del configs["vm"]
+    with pytest.raises(ValueError, match="agents are"):
+        plan(agents=configs)
 
 
 # -- ZooKeeper -------------------------------------------------------------------------------

@@ -162,8 +162,6 @@ def test_a_sink_keeps_a_message_it_took_back_once_of_two_copies(records: Path) -
 def test_paths_of_a_planned_cluster() -> None:
     """From a real plan (no Docker): each device enters at its gateway, each agent has its
     broker and the path's length there."""
-    from dataclasses import replace
-
     from emu.cluster.plan import plan_cluster
     from emu.deployment import agent_configs
     from tests.foundation.helpers import point
@@ -193,8 +191,7 @@ run: {duration: 10s, backend: emu}
 """)
     configs = agent_configs(run_point.topology, run_point.spec.workload,
                             run_point.spec.pipeline, seed=1, epoch=0.0)
-    plan = plan_cluster(run_point.topology, "p", configure=lambda node, config: replace(
-        config, drivers=configs[node.name].drivers, operators=configs[node.name].operators))
+    plan = plan_cluster(run_point.topology, "p", agents=configs)
     paths = Paths.of_plan(plan)
     assert paths.starts[("city", "s-1")] == ("gw-1", "city/gw-1/s-1")
     assert paths.uplinks == {"gw-1": ("broker-1", 2), "gw-2": ("broker-1", 2),
