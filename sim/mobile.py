@@ -3,6 +3,11 @@
 Each moving device sends over a radio channel of its own whose latency, bandwidth and loss
 follow its distance to the gateway it is attached to; a handover points its streams at the new
 gateway's driver. Positions and attachments are vectorised over all users (sim.mobility).
+
+`Mobility` knows nothing of messages: it moves users, attaches them and sets their radio
+values each step, and tells whoever composes it through two hooks, `on_attach(user, gateway)`
+(the message model points the user's streams at the gateway's driver; the hybrid backend moves
+the user's driver between real gateways) and `on_step(t)` (a migration policy's check).
 """
 
 from __future__ import annotations
@@ -48,12 +53,13 @@ class RadioChannel(Channel):
 
 
 class Mobility:
-    def __init__(self, model, spec: MobilitySpec, devices: list[str], seed: int):
-        self.model = model
-        self.env = model.env
+    """The users' movement, attachments and radio links, stepped every `spec.update` seconds
+    in `env`; `gateways`: the topology's gateway nodes (their positions)."""
+
+    def __init__(self, env, gateways: list, spec: MobilitySpec, devices: list[str], seed: int):
+        self.env = env
         self.spec = spec
         self.devices = devices
-        gateways = model.topology.of_kind("gateway")
         self.gateway_names = [g.name for g in gateways]
         positions = np.array([g.position for g in gateways], dtype=float)
         self.movement = build_movement(spec.model, len(devices), positions,
@@ -69,18 +75,15 @@ class Mobility:
         self.link_latency = memoryview(np.zeros(len(devices)))
         self.link_bandwidth = memoryview(np.zeros(len(devices)))
         self.link_loss = memoryview(np.ones(len(devices)))
-        self.sources: list[list] = [[] for _ in devices]
         self.positions = SeriesLog("t", "device", "x", "y", "gateway")
         self.handovers = 0
         self.radio_latency = np.zeros(len(devices))
         self._next_record = 0.0
+        self.on_attach = None  # on_attach(user, gateway name), at each attachment
         self.on_step = None  # the policy's check, called after each step
 
     def path_of(self, user: int) -> tuple:
         return (self.channels[user],)
-
-    def add_source(self, user: int, source) -> None:
-        self.sources[user].append(source)
 
     def start(self) -> None:
         """Attach everyone at time 0, then update every `update` seconds."""
@@ -118,11 +121,8 @@ class Mobility:
             return  # out of coverage: the radio channel loses everything until a gateway is near
         name = self.gateway_names[gateway]
         self.channels[user].dst = name
-        driver = self.model.driver(name)
-        device = self.devices[user]
-        for source in self.sources[user]:
-            source.deliver = driver.receive
-            source.topic = source.stream.topic(device, name)
+        if self.on_attach is not None:
+            self.on_attach(user, name)
 
     def _record(self, t: float, where: np.ndarray, attached: np.ndarray) -> None:
         names = self.gateway_names

@@ -1,4 +1,5 @@
-"""Builds the SimPy model of one run from a topology, a workload and a pipeline, and runs it."""
+"""The message model of one run: nodes' CPUs, the network, brokers, operator groups, drivers
+and sources composed (sim.assembly builds them), messages moved between them, and the run."""
 
 from __future__ import annotations
 
@@ -8,32 +9,27 @@ from itertools import count
 
 import numpy as np
 
+from sim import assembly
+from sim.assembly import HOSTS, ModelError
 from sim.clock import Environment, collector_paused
 from sim.message import Message
 from sim.migration import Coordinator
 from sim.mobile import Mobility
-from sim.mobility import MobilitySpec
 from sim.network import Network
-from sim.operators import Driver, OperatorInstance
-from sim.policy import FollowPolicy
+from sim.operators import Driver
 from sim.pubsub import Broker, Group
 from sim.recorder import MessageLog, SeriesLog, migration_columns
 from sim.sampler import Sampler
-from sim.sources import Source
 from sim.stations import Cpu
-from sim.windowed import OpenWindow, WindowedInstance, WindowOutput
+from sim.windowed import OpenWindow, WindowOutput
 from topologies.model import Topology
-from topologies.routing import gateway_of, nearest
-from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
-from workloads.riot.costs import task_cost
+from topologies.routing import nearest
+from workloads.mobility import MobilitySpec
+from workloads.pipeline import OperatorSpec
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
-HOSTS = ("gateway", "broker", "cloud_vm", "coordinator")  # node kinds with a CPU that runs code
-
-
-class ModelError(ValueError):
-    """The description is valid on its own but cannot be built into a model (no route, ...)."""
+__all__ = ["HOSTS", "Model", "ModelError", "Settings", "SimResult", "simulate"]
 
 
 @dataclass
@@ -84,72 +80,72 @@ class Model:
         self._plans: dict[tuple[str, str], tuple] = {}
         self._plans_of: dict[str, list[tuple[str, str]]] = {}  # group -> plans it is part of
         self.coordinator = Coordinator(self, settings.migration)
-        self._window_rng = random.Random(f"{seed}:windows")
-        self.groups = [self._group(spec) for spec in pipeline if not spec.follow]
-        self._by_name = {group.name: group for group in self.groups}
-        self._spec_of = {group.name: group.name for group in self.groups}
+        self.window_rng = random.Random(f"{seed}:windows")
+        self.groups: list[Group] = []
+        self._by_name: dict[str, Group] = {}
+        self._spec_of: dict[str, str] = {}  # group -> its operator's name
+        for spec in pipeline:
+            if not spec.follow:
+                self.groups.append(self._add(assembly.operator_group(self, spec), spec))
         self._followers: dict[str, list[Group]] = {}  # device -> its follow operators' groups
         self.drivers: dict[str, Driver] = {}
         self._readers_of: dict[str, list[Group]] = {}
         self._nearest_broker: dict[str, str] = {}
-        self._new_id = count().__next__  # message ids, 0, 1, 2, ...
+        self.new_id = count().__next__  # message ids, 0, 1, 2, ...
         self.mobility = None
         self.policy = None
+        self.user_sources: list[list] = []  # a moving user's sources, attached at handovers
         if settings.mobility is not None:
             devices = self.topology.select(settings.mobility.devices or [
                 n.name for n in self.topology.of_kind("device")])
-            self.mobility = Mobility(self, settings.mobility, devices, seed)
-        self.sources = self._sources(workload, random.Random(f"{seed}:sources"))
+            self.mobility = Mobility(self.env, self.topology.of_kind("gateway"),
+                                     settings.mobility, devices, seed)
+            self.mobility.on_attach = self._attach
+            self.user_sources = [[] for _ in devices]
+        self.sources = assembly.sources(self, workload, random.Random(f"{seed}:sources"))
         if self.mobility is not None:
             self.mobility.start()
-            self.policy = self._follow(pipeline)
+            self._follow(pipeline)
         # Migrations move instances while the model runs, which could break the conditions
         # under which a direct hand-over is exact: only static pipelines use it.
         if settings.direct_handover and not (settings.migrations or self.mobility):
             self._hand_over_directly()
-        self._schedule_migrations(random.Random(f"{seed}:migrations"))
+        for plan, start in assembly.migration_starts(settings.migrations, self.specs,
+                                            random.Random(f"{seed}:migrations")):
+            self.coordinator.schedule(plan, start)
         mean_size = float(np.mean([stream.size for stream in workload.streams]))
         self.sampler = Sampler(self.env, topology, list(self.cpus.values()),
                                list(self.network.channels.values()), settings.sample,
                                settings.duration, mean_size)
 
-    # -- building -------------------------------------------------------------------------
+    # -- composing ------------------------------------------------------------------------
 
-    def placement(self, on: list[str]) -> list[str]:
-        """The nodes that names, patterns or kind words (`gateways`) pick, each once."""
-        names: dict[str, None] = {}
-        for where in on:
-            kind = KIND_WORDS.get(where)
-            names.update(dict.fromkeys([n.name for n in self.topology.of_kind(kind)] if kind
-                                       else self.topology.match(where)))
-        return list(names)
-
-    def _group(self, spec: OperatorSpec) -> Group:
-        instances = []
-        for node in self.placement(spec.on):
-            if node not in self.cpus:
-                raise ModelError(f"operator {spec.name} is placed on {node}, a "
-                                 f"{self.topology.nodes[node].kind}; operators run on "
-                                 f"{', '.join(HOSTS)}")
-            instances.append(self._instance(spec, node))
-        group = Group(spec.name, [topic_filter(r) for r in spec.reads], instances,
-                      sequenced=spec.stateful)
+    def _add(self, group: Group, spec: OperatorSpec) -> Group:
         group.on_change = self._forget_plans
+        self._by_name[group.name] = group
+        self._spec_of[group.name] = spec.name
         return group
 
-    def _instance(self, spec: OperatorSpec, node: str, state: OpenWindow | None = None,
-                  group: str | None = None):
-        cost = spec.cost if spec.cost is not None else (task_cost(spec.task) or 0.0)
-        if spec.window is not None:
-            return WindowedInstance(self.env, node, self.node_index[node], self.cpus[node],
-                                    cost, group or spec.name, spec.window.size,
-                                    spec.window.jitter,
-                                    self._window_rng, self.coordinator.window_closed,
-                                    self.log if spec.is_sink else None, state)
-        return OperatorInstance(
-            self.env, node, self.node_index[node], self.cpus[node], cost,
-            spec.selectivity, None if spec.is_sink else f"{spec.writes}/{node}",
-            spec.out_size, self.publish, self.log)
+    def _follow(self, pipeline: list[OperatorSpec]) -> None:
+        """Follow operators: a group per moving user, on the node the policy picks."""
+        mobility = self.mobility
+        for spec in (s for s in pipeline if s.follow):
+            groups, placer = assembly.follow_groups(self, spec, self.settings.policy,
+                                           self.settings.migration.strategy)
+            for device, group in zip(mobility.devices, groups, strict=True):
+                self._add(group, spec)
+                self._followers.setdefault(device, []).append(group)
+            if placer is not None:
+                self.policy = placer
+                mobility.on_step = placer.check
+
+    def _attach(self, user: int, gateway: str) -> None:
+        """A moving user attached to a gateway: its streams go to that gateway's driver."""
+        driver = self.driver(gateway)
+        device = self.mobility.devices[user]
+        for source in self.user_sources[user]:
+            source.deliver = driver.receive
+            source.topic = source.stream.topic(device, gateway)
 
     def group(self, name: str) -> Group:
         return self._by_name[name]
@@ -158,96 +154,22 @@ class Model:
         window = self.specs[self._spec_of[group]].window
         return window.size if window is not None else 0.0
 
-    def _follow(self, pipeline: list[OperatorSpec]) -> FollowPolicy | None:
-        """Follow operators: a group per moving user, on the node the policy picks."""
-        mobility = self.mobility
-        policy_spec = self.settings.policy
-        policy = None
-        for spec in (s for s in pipeline if s.follow):
-            groups = []
-            placer = (FollowPolicy(self, policy_spec, mobility, groups,
-                                   self.placement(policy_spec.fallback),
-                                   policy_spec.strategy or self.settings.migration.strategy)
-                      if policy_spec is not None and policy_spec.operator == spec.name else None)
-            for user, device in enumerate(mobility.devices):
-                node = (placer.initial(user) if placer else
-                        mobility.gateway_names[max(int(mobility.current[user]), 0)])
-                name = f"{spec.name}@{device}"
-                reads = [f"{r}/+/{device}" for r in spec.reads]
-                group = Group(name, reads, [self._instance(spec, node, group=name)],
-                              sequenced=spec.stateful)
-                group.on_change = self._forget_plans
-                groups.append(group)
-                self._by_name[name] = group
-                self._spec_of[name] = spec.name
-                self._followers.setdefault(device, []).append(group)
-            if placer is not None:
-                policy = placer
-                mobility.on_step = placer.check
-        return policy
-
     def instance_on(self, group: Group, node: str, state: OpenWindow | None):
         """A new instance of a group's operator on `node`, for a migration's target."""
-        return self._instance(self.specs[self._spec_of[group.name]], node, state, group.name)
+        spec = self.specs[self._spec_of[group.name]]
+        return assembly.instance(self, spec, node, state, group.name)
 
     def broker_serving(self, group: Group) -> Broker:
         """The broker that dispatches a group's input (the one its first instance is nearest)."""
-        return self.brokers[self._broker_for(group.instances[0].node)]
-
-    def _schedule_migrations(self, rng: random.Random) -> None:
-        for plan in self.settings.migrations:
-            spec = self.specs[plan.operator]
-            start = plan.at
-            if plan.within_window and spec.window is not None:
-                start += rng.random() * spec.window.size
-            self.coordinator.schedule(plan, start)
+        return self.brokers[self.broker_for(group.instances[0].node)]
 
     def window_forwarded(self, output: WindowOutput) -> None:
         """A window output went downstream: it is published when its operator writes."""
         spec = self.specs[self._spec_of[output.operator]]
         if spec.writes is not None:
-            msg = Message(self._new_id(), -1, self.node_index[output.node], output.t_first,
+            msg = Message(self.new_id(), -1, self.node_index[output.node], output.t_first,
                           spec.out_size or 64, 0, 1.0, f"{spec.writes}/{output.node}")
             self.publish(output.node, msg)
-
-    def _sources(self, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
-        """A source per device and stream; devices send to their gateway's driver, or publish
-        to the nearest broker themselves when no gateway is linked to them."""
-        sources = []
-        per_device: dict[str, list[int]] = {}
-        devices_of = []
-        for index, stream in enumerate(workload.streams):
-            devices = self.topology.select(stream.sources)
-            devices_of.append(devices)
-            for device in devices:
-                per_device.setdefault(device, []).append(index)
-        mobile = ({d: u for u, d in enumerate(self.mobility.devices)} if self.mobility
-                  else {})
-        for index, stream in enumerate(workload.streams):
-            for device in devices_of[index]:
-                if device in mobile:
-                    # Attached (path, topic, driver) at the first mobility step.
-                    source = Source(self.env, stream, index, self.node_index[device], "",
-                                    rng, self.settings.duration,
-                                    self.mobility.path_of(mobile[device]), None, self.network,
-                                    self._new_id, False)
-                    self.mobility.add_source(mobile[device], source)
-                    sources.append(source)
-                    continue
-                gateway = gateway_of(self.topology, device)
-                if gateway is None:
-                    broker = self._broker_for(device)
-                    target, deliver = broker, self.brokers[broker].receive
-                else:
-                    target, deliver = gateway, self.driver(gateway).receive
-                path = self._path(device, target)
-                private = (len(per_device[device]) == 1
-                           and (stream.qos == 0 or not path[0].loss if path else False))
-                sources.append(Source(self.env, stream, index, self.node_index[device],
-                                      stream.topic(device, gateway),
-                                      rng, self.settings.duration, path, deliver, self.network,
-                                      self._new_id, private))
-        return sources
 
     def driver(self, gateway: str) -> Driver:
         if gateway not in self.drivers:
@@ -256,7 +178,7 @@ class Model:
             driver.in_place = self.settings.in_place
         return self.drivers[gateway]
 
-    def _broker_for(self, node: str) -> str:
+    def broker_for(self, node: str) -> str:
         """The broker a node publishes to: the nearest, by topologies.routing.nearest's rule
         (publishers of one kind take equally near brokers in turn)."""
         broker = self._nearest_broker.get(node)
@@ -281,11 +203,11 @@ class Model:
         instances = [i for g in groups for i in g.instances]
         paths = [source.path for source in self.sources]
         for broker in self.brokers:
-            paths.extend(self._path(broker, i.node) for i in instances)
+            paths.extend(self.path(broker, i.node) for i in instances)
         publishers = set(self.drivers) | {i.node for i in instances if i.out_topic}
         for node in publishers - set(self.brokers):
             if any(node not in g.on_node for g in groups):
-                paths.append(self._path(node, self._broker_for(node)))
+                paths.append(self.path(node, self.broker_for(node)))
         transit = {channel.src for path in paths for channel in path[1:]}
         lossy = {c.src for c in self.network.channels.values() if c.loss > 0}
         if any(source.stream.qos for source in self.sources):
@@ -297,7 +219,7 @@ class Model:
         for name, driver in self.drivers.items():
             driver.direct = name not in busy and name not in self.brokers
 
-    def _path(self, source: str, target: str) -> tuple:
+    def path(self, source: str, target: str) -> tuple:
         try:
             return self.network.path(source, target)
         except LookupError as exc:
@@ -338,7 +260,7 @@ class Model:
                 if instance.node == node:
                     instance.receive(this)
                 else:  # a parallel migration's mirror elsewhere
-                    self.network.send(this, self._path(node, instance.node), instance.receive,
+                    self.network.send(this, self.path(node, instance.node), instance.receive,
                                       at)
         if broker is not None:
             self.network.send(msg, broker_path, broker.receive, at)
@@ -360,8 +282,8 @@ class Model:
         if remote and node in self.brokers:
             broker, broker_path = self.brokers[node], ()
         elif remote:
-            name = self._broker_for(node)
-            broker, broker_path = self.brokers[name], self._path(node, name)
+            name = self.broker_for(node)
+            broker, broker_path = self.brokers[name], self.path(node, name)
         if broker is not None:
             broker.topics.add(topic)
         plan = self._plans[(node, topic)] = (tuple(local), broker_path, broker)

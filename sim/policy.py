@@ -5,9 +5,15 @@ network from the user's gateway to the instance's node) exceeds the threshold pl
 hysteresis; nearest_gateway: whenever the user's gateway is not the instance's node. The
 instance goes to the user's gateway if it has room (`capacity` instances), else to the nearest
 gateway with room, else to the first fallback node (the cloud).
+
+The policy decides; whoever composes it acts: `start(user, target, strategy, done)` begins the
+move of user's instance (sim: the model's migration coordinator; hybrid: the emulated
+migration on real containers) and calls `done()` when it has ended.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import numpy as np
 
@@ -15,20 +21,20 @@ from workloads.scenario import PolicySpec
 
 
 class FollowPolicy:
-    def __init__(self, model, spec: PolicySpec, mobility, groups: list, fallback: list[str],
-                 strategy: str):
-        """`groups[u]`: user u's group of the followed operator (filled in as they are made)."""
-        self.model = model
+    def __init__(self, spec: PolicySpec, mobility, latency: Callable[[str, str], float],
+                 fallback: list[str], strategy: str,
+                 start: Callable[[int, str, str, Callable[[], None]], None]):
+        """`latency(a, b)`: the network's path latency between two nodes (topologies.routing);
+        `start(user, target, strategy, done)`: begins a move (see the module docstring)."""
         self.spec = spec
         self.mobility = mobility
-        self.groups = groups
         self.strategy = strategy
+        self.start = start
         gateways = mobility.gateway_names
         self.hosts = gateways + [f for f in fallback if f not in gateways]
         self.index = {name: i for i, name in enumerate(self.hosts)}
-        routes = model.network.routes
         # Latency from each gateway to each possible host, computed once.
-        self.latency = np.array([[routes.latency(g, h) if g != h else 0.0 for h in self.hosts]
+        self.latency = np.array([[latency(g, h) if g != h else 0.0 for h in self.hosts]
                                  for g in gateways])
         # Each gateway's candidate hosts, nearest first (ties by name order).
         self.order = np.argsort(self.latency[:, :len(gateways)], axis=1, kind="stable")
@@ -75,7 +81,6 @@ class FollowPolicy:
         if self.index[target] == source:
             self.load[source] -= 1  # stays where it is: give back the double reservation
             return
-        group = self.groups[user]
         self.moving[user] = True
         self.migrations += 1
 
@@ -84,4 +89,4 @@ class FollowPolicy:
             self.host[user] = self.index[target]
             self.moving[user] = False
 
-        self.model.coordinator.start(group, group.instances[0], target, self.strategy, done)
+        self.start(user, target, self.strategy, done)

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Size
 from workloads.riot.tasks import TASKS
 from workloads.topics import shared
+
+if TYPE_CHECKING:
+    from topologies.model import Topology
 
 # `on: gateways` places one instance on every node of that kind.
 KIND_WORDS = {"devices": "device", "gateways": "gateway", "brokers": "broker",
@@ -97,3 +100,14 @@ def topic_filter(read: str) -> str:
     less a `$share/<group>/` prefix: an operator's instances share its subscription anyway."""
     read = shared(read)[1]
     return read if "/" in read or "+" in read or "#" in read else f"{read}/#"
+
+
+def placement(topology: Topology, on: list[str]) -> list[str]:
+    """The nodes an operator's `on` picks (names, patterns or kind words such as `gateways`),
+    each once, in the order given: where its instances run, on every backend."""
+    names: dict[str, None] = {}
+    for where in on:
+        kind = KIND_WORDS.get(where)
+        names.update(dict.fromkeys([n.name for n in topology.of_kind(kind)] if kind
+                                   else topology.match(where)))
+    return list(names)

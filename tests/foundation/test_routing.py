@@ -159,9 +159,9 @@ def test_sim_and_emu_choose_the_same_gateway_broker_and_path_latency(name: str) 
             agent_configs(topo, workload(unlinked), [], seed=1, epoch=0.0)
 
     for agent in agents:
-        broker = model._broker_for(agent)
+        broker = model.broker_for(agent)
         assert plan.brokers[agent] == broker, agent
-        sim_path = model._path(agent, broker)
+        sim_path = model.path(agent, broker)
         link = plan.link(agent, broker)
         assert link.path == (agent, *(channel.dst for channel in sim_path)), agent
         assert link.shape.latency_s == sum(channel.latency for channel in sim_path), agent

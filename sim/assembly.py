@@ -1,0 +1,137 @@
+"""Building a run's parts from its description, for the message model (sim.model) to compose.
+
+Each function makes one kind of part: an operator's instance on a node, the operator groups
+of a static pipeline, each moving user's group of a `follow` operator with the policy that
+places it, the devices' sources, and the times of the scenario's migrations. The decisions are
+the description's and topologies.routing's (placement, a device's gateway, the nearest
+broker); the parts are the model's (CPUs, channels, brokers). The hybrid backend reuses the
+decisions (placement, the policy, the migration times) with the emulation instead.
+"""
+
+from __future__ import annotations
+
+import random
+
+from sim.operators import OperatorInstance
+from sim.policy import FollowPolicy
+from sim.pubsub import Group
+from sim.sources import Source
+from sim.windowed import OpenWindow, WindowedInstance
+from topologies.routing import gateway_of
+from workloads.pipeline import OperatorSpec, placement, topic_filter
+from workloads.riot.costs import task_cost
+from workloads.scenario import ScheduledMigration
+from workloads.spec import WorkloadSpec
+
+HOSTS = ("gateway", "broker", "cloud_vm", "coordinator")  # node kinds with a CPU that runs code
+
+
+class ModelError(ValueError):
+    """The description is valid on its own but cannot be built into a model (no route, ...)."""
+
+
+def instance(model, spec: OperatorSpec, node: str, state: OpenWindow | None = None,
+             group: str | None = None):
+    """An instance of `spec` on `node` (a window operator's with `state` when it moved)."""
+    cost = spec.cost if spec.cost is not None else (task_cost(spec.task) or 0.0)
+    if spec.window is not None:
+        return WindowedInstance(model.env, node, model.node_index[node], model.cpus[node],
+                                cost, group or spec.name, spec.window.size, spec.window.jitter,
+                                model.window_rng, model.coordinator.window_closed,
+                                model.log if spec.is_sink else None, state)
+    return OperatorInstance(
+        model.env, node, model.node_index[node], model.cpus[node], cost, spec.selectivity,
+        None if spec.is_sink else f"{spec.writes}/{node}", spec.out_size, model.publish,
+        model.log)
+
+
+def operator_group(model, spec: OperatorSpec) -> Group:
+    """A static operator's group: an instance on every node its `on` places it."""
+    instances = []
+    for node in placement(model.topology, spec.on):
+        if node not in model.cpus:
+            raise ModelError(f"operator {spec.name} is placed on {node}, a "
+                             f"{model.topology.nodes[node].kind}; operators run on "
+                             f"{', '.join(HOSTS)}")
+        instances.append(instance(model, spec, node))
+    return Group(spec.name, [topic_filter(r) for r in spec.reads], instances,
+                 sequenced=spec.stateful)
+
+
+def follow_groups(model, spec: OperatorSpec, policy_spec, strategy: str
+                  ) -> tuple[list[Group], FollowPolicy | None]:
+    """A `follow: users` operator: a group per moving user, each with one instance on the
+    node the policy picks (the user's gateway without a policy for this operator)."""
+    mobility = model.mobility
+    groups: list[Group] = []
+    placer = None
+    if policy_spec is not None and policy_spec.operator == spec.name:
+        def start(user: int, target: str, strategy: str, done) -> None:
+            group = groups[user]
+            model.coordinator.start(group, group.instances[0], target, strategy, done)
+
+        placer = FollowPolicy(policy_spec, mobility, model.network.routes.latency,
+                              placement(model.topology, policy_spec.fallback),
+                              policy_spec.strategy or strategy, start)
+    for user, device in enumerate(mobility.devices):
+        node = (placer.initial(user) if placer else
+                mobility.gateway_names[max(int(mobility.current[user]), 0)])
+        name = f"{spec.name}@{device}"
+        reads = [f"{r}/+/{device}" for r in spec.reads]
+        groups.append(Group(name, reads, [instance(model, spec, node, group=name)],
+                            sequenced=spec.stateful))
+    return groups, placer
+
+
+def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
+    """A source per device and stream; devices send to their gateway's driver, or publish
+    to the nearest broker themselves when no gateway is linked to them. A moving user's
+    sources are attached (path, topic, driver) at the first mobility step."""
+    made = []
+    per_device: dict[str, int] = {}
+    devices_of = []
+    for stream in workload.streams:
+        devices = model.topology.select(stream.sources)
+        devices_of.append(devices)
+        for device in devices:
+            per_device[device] = per_device.get(device, 0) + 1
+    mobility = model.mobility
+    mobile = {d: u for u, d in enumerate(mobility.devices)} if mobility else {}
+    duration = model.settings.duration
+    for index, stream in enumerate(workload.streams):
+        for device in devices_of[index]:
+            if device in mobile:
+                user = mobile[device]
+                source = Source(model.env, stream, index, model.node_index[device], "", rng,
+                                duration, mobility.path_of(user), None, model.network,
+                                model.new_id, False)
+                model.user_sources[user].append(source)
+                made.append(source)
+                continue
+            gateway = gateway_of(model.topology, device)
+            if gateway is None:
+                broker = model.broker_for(device)
+                target, deliver = broker, model.brokers[broker].receive
+            else:
+                target, deliver = gateway, model.driver(gateway).receive
+            path = model.path(device, target)
+            private = (per_device[device] == 1
+                       and (stream.qos == 0 or not path[0].loss if path else False))
+            made.append(Source(model.env, stream, index, model.node_index[device],
+                               stream.topic(device, gateway), rng, duration, path, deliver,
+                               model.network, model.new_id, private))
+    return made
+
+
+def migration_starts(plans: list[ScheduledMigration], specs: dict[str, OperatorSpec],
+                     rng: random.Random) -> list[tuple[ScheduledMigration, float]]:
+    """When each scheduled migration starts: at its `at`, or at a uniformly drawn point of
+    the window after it (`within_window`), from the run's `migrations` random stream."""
+    starts = []
+    for plan in plans:
+        window = specs[plan.operator].window
+        start = plan.at
+        if plan.within_window and window is not None:
+            start += rng.random() * window.size
+        starts.append((plan, start))
+    return starts
