@@ -6,9 +6,9 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from workloads.mobility import MobilitySpec
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
+from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
 from workloads.spec import WorkloadSpec

@@ -10,6 +10,7 @@ from sim.mobility.movement import (
     build_movement,
 )
 from sim.mobility.radio import RadioModel
+from sim.mobility.traces import Track, load_trace
 from workloads.mobility import (
     HandoverSpec,
     ManhattanSpec,
@@ -19,7 +20,6 @@ from workloads.mobility import (
     RandomWaypointSpec,
     TraceSpec,
 )
-from sim.mobility.traces import Track, load_trace
 
 __all__ = [
     "Area", "Handover", "HandoverSpec", "ManhattanGrid", "ManhattanSpec", "MobilitySpec",

@@ -7,8 +7,8 @@ from typing import NamedTuple
 
 import numpy as np
 
-from workloads.mobility import ManhattanSpec, MovementSpec, RandomWaypointSpec, TraceSpec
 from sim.mobility.traces import Track, load_trace
+from workloads.mobility import ManhattanSpec, MovementSpec, RandomWaypointSpec, TraceSpec
 
 
 class Area(NamedTuple):
