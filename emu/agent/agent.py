@@ -445,6 +445,10 @@ class Agent:
                           for name, op in self.operators.items()},
         }, separators=(",", ":")).encode()
 
+    def published_on(self, topic: str) -> None:
+        """A device that joined publishes on `topic` from here: the broker's copies are echo."""
+        self._own_topics.add(topic)
+
     def status(self) -> dict[str, Any]:
         """What a ping answers: the node's operators, rates and counts."""
         return {

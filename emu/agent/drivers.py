@@ -1,7 +1,17 @@
-"""Device drivers: each device's stream at its rate, held and thinned by its access link."""
+"""Device drivers: each device's stream at its rate, held and thinned by its access link.
+
+A moving device (the hybrid backend) changes both while the run goes on: `Drivers.link` sets
+its access link (latency, jitter, loss, and the radio's bandwidth, which queues its messages
+behind each other), and a handover takes it from one gateway's drivers (`leave`, which answers
+its whole state: the random streams, the next emission, the link) to another's (`join`), so it
+goes on with exactly the readings and emission times it would have had: none skipped, none
+sent twice. A message already on the old access link arrives there, as a radio frame sent
+before the handover does.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import math
@@ -26,7 +36,7 @@ class Device:
     its access link (jitter, loss), so its messages are the same whatever else the node does."""
 
     __slots__ = ("driver", "name", "topic", "rng", "link", "token", "next_t",
-                 "last_arrival", "base", "layout")
+                 "last_arrival", "base", "layout", "access", "free")
 
     def __init__(self, driver: Driver, name: str, topic: str, seed: str) -> None:
         self.driver = driver
@@ -39,6 +49,35 @@ class Device:
         self.last_arrival = 0.0
         self.base = self.rng.uniform(-5.0, 25.0)  # this sensor's mean temperature
         self.layout = layouts(name)
+        # Its own access link (latency, jitter, loss, bits/s or 0), set while it moves;
+        # None: the driver's.
+        self.access: tuple[float, float, float, float] | None = None
+        self.free = 0.0  # when its radio has sent what it queued
+
+    def state(self) -> dict:
+        """What a handover carries to the next gateway (JSON)."""
+        return {"name": self.name, "rng": _rng_state(self.rng), "link": _rng_state(self.link),
+                "next_t": self.next_t, "last_arrival": self.last_arrival, "base": self.base,
+                "access": list(self.access) if self.access else None, "free": self.free}
+
+    def restore(self, state: dict) -> None:
+        self.rng.setstate(_rng_tuple(state["rng"]))
+        self.link.setstate(_rng_tuple(state["link"]))
+        self.next_t = float(state["next_t"])
+        self.last_arrival = float(state["last_arrival"])
+        self.base = float(state["base"])
+        self.access = tuple(state["access"]) if state.get("access") else None
+        self.free = float(state.get("free", 0.0))
+
+
+def _rng_state(rng: random.Random) -> list:
+    version, internal, gauss = rng.getstate()
+    return [version, list(internal), gauss]
+
+
+def _rng_tuple(state: list) -> tuple:
+    version, internal, gauss = state
+    return (version, tuple(internal), gauss)
 
 
 class Driver:
@@ -160,6 +199,7 @@ class Drivers:
         self.node = node
         self.index = index
         self.epoch = epoch
+        self.seed = seed
         self.by_stream = {c.stream: Driver(c, node, f"{seed}:{index}") for c in configs}
         self._at = at
         self._clock = clock
@@ -192,6 +232,68 @@ class Drivers:
             if self.started:
                 self._schedule(driver)
 
+    def link(self, device: str, latency: float, jitter: float = 0.0, loss: float = 0.0,
+             bandwidth: float = 0.0) -> None:
+        """Set one device's access link from now on (a moving user's radio)."""
+        values = {"latency": latency, "jitter": jitter, "loss": loss, "bandwidth": bandwidth}
+        for key, value in values.items():
+            if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                    or not math.isfinite(value) or value < 0:
+                raise ValueError(f"device.link: {key} must be a finite number >= 0, not "
+                                 f"{value!r}")
+        if loss > 1:
+            raise ValueError(f"device.link: loss is a fraction from 0 to 1, not {loss}")
+        self._device(device).access = (float(latency), float(jitter), float(loss),
+                                       float(bandwidth))
+
+    def leave(self, device: str) -> dict:
+        """Take a device off this node (a handover): it emits no more here; its state and its
+        driver's config go to the next gateway's `join`."""
+        found = self._device(device)
+        driver = found.driver
+        found.token += 1  # its emission already set is stale now
+        driver.devices.remove(found)
+        driver.topics = sorted({d.topic for d in driver.devices})
+        config = dataclasses.asdict(driver.config)
+        del config["devices"]
+        return {"driver": {**config, "rate": driver.rate}, "device": found.state()}
+
+    def join(self, moved: dict) -> str:
+        """Take a device another node's `leave` gave up; it goes on from its next emission.
+        Answers the topic it publishes on here."""
+        config, state = dict(moved["driver"]), moved["device"]
+        stream, name = config["stream"], state["name"]
+        if any(d.name == name for driver in self.by_stream.values() for d in driver.devices):
+            raise ValueError(f"device {name!r} is on {self.node} already")
+        driver = self.by_stream.get(stream)
+        if driver is None:
+            fields = {f.name for f in dataclasses.fields(DriverConfig)}
+            unknown = sorted(set(config) - fields)
+            if unknown:
+                raise ValueError(f"device.join: unknown driver fields {unknown}")
+            driver = self.by_stream[stream] = Driver(
+                DriverConfig(**{**config, "devices": []}), self.node,
+                f"{self.seed}:{self.index}")
+        device = Device(driver, name, stream_topic(stream, self.node, name,
+                                                   driver.config.channel),
+                        f"{self.seed}:moved:{stream}:{name}")
+        device.restore(state)
+        driver.devices.append(device)
+        driver.topics = sorted({d.topic for d in driver.devices})
+        if self.started and driver.rate > 0 and math.isfinite(device.next_t):
+            device.token += 1
+            self._at(max(device.next_t, self._clock()), self._emit, device, device.token)
+        return device.topic
+
+    def _device(self, name: str) -> Device:
+        for driver in self.by_stream.values():
+            for device in driver.devices:
+                if device.name == name:
+                    return device
+        known = sorted(d.name for driver in self.by_stream.values() for d in driver.devices)
+        raise ValueError(f"no device {name!r} on {self.node}; its devices: "
+                         f"{', '.join(known[:20]) or 'none'}")
+
     def _schedule(self, driver: Driver) -> None:
         begin = max(self.epoch + driver.config.start, self._clock())
         for device in driver.devices:
@@ -213,17 +315,27 @@ class Drivers:
         envelope = Envelope(message_id(self.index, next(self._sequence)), driver.stream,
                             device.name, t, 0, driver.body(device, t))
         link = device.link
-        if config.access_jitter:
+        if device.access is None:
+            latency, jitter, loss = (config.access_latency, config.access_jitter,
+                                     config.access_loss)
+            sent = t
+        else:  # its own link: a radio also queues each message behind the previous ones
+            latency, jitter, loss, bandwidth = device.access
+            sent = t
+            if bandwidth > 0:
+                sent = (device.free if device.free > t else t) + config.size * 8 / bandwidth
+                device.free = sent
+        if jitter:
             # As the simulator's links: delay around the mean, never below zero, never
             # overtaking the device's previous message.
-            delay = link.gauss(config.access_latency, config.access_jitter)
-            arrival = t + (delay if delay > 0.0 else 0.0)
+            delay = link.gauss(latency, jitter)
+            arrival = sent + (delay if delay > 0.0 else 0.0)
             if arrival < device.last_arrival:
                 arrival = device.last_arrival
         else:
-            arrival = t + config.access_latency
+            arrival = sent + latency
         device.last_arrival = arrival
-        dropped = bool(config.access_loss) and link.random() < config.access_loss
+        dropped = bool(loss) and link.random() < loss
         self._record(envelope.id, driver.stream, device.name, t, dropped)
         if not dropped:
             if arrival > t:

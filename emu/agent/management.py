@@ -69,7 +69,8 @@ class Management:
             self._migration_step(request, t_received)
             return
         try:
-            result = getattr(self, f"_{request.command}")(request.args, prepared)
+            result = getattr(self, f"_{request.command.replace('.', '_')}")(request.args,
+                                                                          prepared)
             error = None
         except (ValueError, TypeError, KeyError) as failure:
             result, error = None, f"{request.command}: {failure}"
@@ -141,8 +142,30 @@ class Management:
         else:
             self.agent.drivers.set_rate(float(value), stream)
 
+    def _device_link(self, args: dict[str, Any], _: Any) -> None:
+        self.agent.drivers.link(_device_name(args), args.get("latency", 0.0),
+                                args.get("jitter", 0.0), args.get("loss", 0.0),
+                                args.get("bandwidth", 0.0))
+
+    def _device_leave(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
+        return self.agent.drivers.leave(_device_name(args))
+
+    def _device_join(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
+        if not isinstance(args.get("driver"), dict) or not isinstance(args.get("device"), dict):
+            raise ValueError("args need 'driver' and 'device', as device.leave answered them")
+        topic = self.agent.drivers.join(args)
+        self.agent.published_on(topic)
+        return {"topic": topic}
+
     def _ping(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         return self.agent.status()
+
+
+def _device_name(args: dict[str, Any]) -> str:
+    name = args.get("device")
+    if not isinstance(name, str) or not name:
+        raise ValueError("args need 'device', the device's name")
+    return name
 
 
 def _operator_name(args: dict[str, Any]) -> str:
