@@ -351,14 +351,13 @@ class _Migrations:
 
     def __init__(self, control, scenario, configs: dict[str, AgentConfig], epoch: float,
                  seed: int = 0):
-        import random
+        from workloads.migration.schedule import migration_starts
 
         self.control = control
-        # `within_window` adds a phase in [0, window) to `at`, as the model does (seeded).
-        rng = random.Random(seed)
-        self.plans = sorted(((plan.at + (rng.random() * _window_period(configs, plan.operator)
-                                         if plan.within_window else 0.0), plan)
-                             for plan in getattr(scenario, "migrations", None) or []),
+        # `within_window` adds a phase in [0, window) to `at`, drawn as the model draws it.
+        starts = migration_starts(getattr(scenario, "migrations", None) or [],
+                                  lambda operator: _window_period(configs, operator), seed)
+        self.plans = sorted(((start, plan) for plan, start in starts),
                             key=lambda timed: timed[0])
         self.settings = getattr(scenario, "migration", None)
         self.configs = configs

@@ -2,10 +2,10 @@
 
 Each function makes one kind of part: an operator's instance on a node, the operator groups
 of a static pipeline, each moving user's group of a `follow` operator with the policy that
-places it, the devices' sources, and the times of the scenario's migrations. The decisions are
-the description's and topologies.routing's (placement, a device's gateway, the nearest
-broker); the parts are the model's (CPUs, channels, brokers). The hybrid backend reuses the
-decisions (placement, the policy, the migration times) with the emulation instead.
+places it, the devices' sources. The decisions are the description's and topologies.routing's
+(placement, a device's gateway, the nearest broker); the parts are the model's (CPUs,
+channels, brokers). The hybrid backend takes the same decisions (placement, the policy) to
+the emulation instead.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from sim.windowed import OpenWindow, WindowedInstance
 from topologies.routing import gateway_of
 from workloads.pipeline import OperatorSpec, placement, topic_filter
 from workloads.riot.costs import task_cost
-from workloads.scenario import ScheduledMigration
 from workloads.spec import WorkloadSpec
 
 HOSTS = ("gateway", "broker", "cloud_vm", "coordinator")  # node kinds with a CPU that runs code
@@ -121,17 +120,3 @@ def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
                                stream.topic(device, gateway), rng, duration, path, deliver,
                                model.network, model.new_id, private))
     return made
-
-
-def migration_starts(plans: list[ScheduledMigration], specs: dict[str, OperatorSpec],
-                     rng: random.Random) -> list[tuple[ScheduledMigration, float]]:
-    """When each scheduled migration starts: at its `at`, or at a uniformly drawn point of
-    the window after it (`within_window`), from the run's `migrations` random stream."""
-    starts = []
-    for plan in plans:
-        window = specs[plan.operator].window
-        start = plan.at
-        if plan.within_window and window is not None:
-            start += rng.random() * window.size
-        starts.append((plan, start))
-    return starts

@@ -24,6 +24,7 @@ from sim.stations import Cpu
 from sim.windowed import OpenWindow, WindowOutput
 from topologies.model import Topology
 from topologies.routing import nearest
+from workloads.migration.schedule import migration_starts
 from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
@@ -110,8 +111,7 @@ class Model:
         # under which a direct hand-over is exact: only static pipelines use it.
         if settings.direct_handover and not (settings.migrations or self.mobility):
             self._hand_over_directly()
-        for plan, start in assembly.migration_starts(settings.migrations, self.specs,
-                                            random.Random(f"{seed}:migrations")):
+        for plan, start in migration_starts(settings.migrations, self.window_size, seed):
             self.coordinator.schedule(plan, start)
         mean_size = float(np.mean([stream.size for stream in workload.streams]))
         self.sampler = Sampler(self.env, topology, list(self.cpus.values()),
