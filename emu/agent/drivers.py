@@ -243,53 +243,61 @@ class Drivers:
                                  f"{value!r}")
         if loss > 1:
             raise ValueError(f"device.link: loss is a fraction from 0 to 1, not {loss}")
-        self._device(device).access = (float(latency), float(jitter), float(loss),
-                                       float(bandwidth))
+        for found in self._devices(device):
+            found.access = (float(latency), float(jitter), float(loss), float(bandwidth))
 
     def leave(self, device: str) -> dict:
         """Take a device off this node (a handover): it emits no more here; its state and its
-        driver's config go to the next gateway's `join`."""
-        found = self._device(device)
-        driver = found.driver
-        found.token += 1  # its emission already set is stale now
-        driver.devices.remove(found)
-        driver.topics = sorted({d.topic for d in driver.devices})
-        config = dataclasses.asdict(driver.config)
-        del config["devices"]
-        return {"driver": {**config, "rate": driver.rate}, "device": found.state()}
+        drivers' configs, one per stream it sends, go to the next gateway's `join`."""
+        streams = []
+        for found in self._devices(device):
+            driver = found.driver
+            found.token += 1  # its emission already set is stale now
+            driver.devices.remove(found)
+            driver.topics = sorted({d.topic for d in driver.devices})
+            config = dataclasses.asdict(driver.config)
+            del config["devices"]
+            streams.append({"driver": {**config, "rate": driver.rate}, "state": found.state()})
+        return {"device": device, "streams": streams}
 
-    def join(self, moved: dict) -> str:
-        """Take a device another node's `leave` gave up; it goes on from its next emission.
-        Answers the topic it publishes on here."""
-        config, state = dict(moved["driver"]), moved["device"]
-        stream, name = config["stream"], state["name"]
-        if any(d.name == name for driver in self.by_stream.values() for d in driver.devices):
+    def join(self, moved: dict) -> list[str]:
+        """Take a device another node's `leave` gave up; it goes on from its next emissions.
+        Answers the topics it publishes on here."""
+        name = moved["device"]
+        if name in self.device_names():
             raise ValueError(f"device {name!r} is on {self.node} already")
-        driver = self.by_stream.get(stream)
-        if driver is None:
-            fields = {f.name for f in dataclasses.fields(DriverConfig)}
+        fields = {f.name for f in dataclasses.fields(DriverConfig)}
+        topics = []
+        for stream in moved["streams"]:
+            config = dict(stream["driver"])
             unknown = sorted(set(config) - fields)
             if unknown:
                 raise ValueError(f"device.join: unknown driver fields {unknown}")
-            driver = self.by_stream[stream] = Driver(
-                DriverConfig(**{**config, "devices": []}), self.node,
-                f"{self.seed}:{self.index}")
-        device = Device(driver, name, stream_topic(stream, self.node, name,
-                                                   driver.config.channel),
-                        f"{self.seed}:moved:{stream}:{name}")
-        device.restore(state)
-        driver.devices.append(device)
-        driver.topics = sorted({d.topic for d in driver.devices})
-        if self.started and driver.rate > 0 and math.isfinite(device.next_t):
-            device.token += 1
-            self._at(max(device.next_t, self._clock()), self._emit, device, device.token)
-        return device.topic
+            driver = self.by_stream.get(config["stream"])
+            if driver is None:
+                driver = self.by_stream[config["stream"]] = Driver(
+                    DriverConfig(**{**config, "devices": []}), self.node,
+                    f"{self.seed}:{self.index}")
+            device = Device(driver, name, stream_topic(driver.stream, self.node, name,
+                                                       driver.config.channel),
+                            f"{self.seed}:moved:{driver.stream}:{name}")
+            device.restore(stream["state"])
+            driver.devices.append(device)
+            driver.topics = sorted({d.topic for d in driver.devices})
+            if self.started and driver.rate > 0 and math.isfinite(device.next_t):
+                self._at(max(device.next_t, self._clock()), self._emit, device, device.token)
+            topics.append(device.topic)
+        return topics
 
-    def _device(self, name: str) -> Device:
-        for driver in self.by_stream.values():
-            for device in driver.devices:
-                if device.name == name:
-                    return device
+    def device_names(self) -> set[str]:
+        return {d.name for driver in self.by_stream.values() for d in driver.devices}
+
+    def _devices(self, name: str) -> list[Device]:
+        """The device's one Device per stream it sends from this node."""
+        found = [device for driver in self.by_stream.values() for device in driver.devices
+                 if device.name == name]
+        if found:
+            return found
         known = sorted(d.name for driver in self.by_stream.values() for d in driver.devices)
         raise ValueError(f"no device {name!r} on {self.node}; its devices: "
                          f"{', '.join(known[:20]) or 'none'}")

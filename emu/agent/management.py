@@ -142,20 +142,38 @@ class Management:
         else:
             self.agent.drivers.set_rate(float(value), stream)
 
-    def _device_link(self, args: dict[str, Any], _: Any) -> None:
-        self.agent.drivers.link(_device_name(args), args.get("latency", 0.0),
-                                args.get("jitter", 0.0), args.get("loss", 0.0),
-                                args.get("bandwidth", 0.0))
+    def _device_link(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
+        """One device's link (`device`, `latency`, `jitter`, `loss`, `bandwidth`), or many:
+        `links` {device: [latency, jitter, loss, bandwidth]}, of which this node sets those of
+        its devices (one request can go to every gateway)."""
+        drivers = self.agent.drivers
+        links = args.get("links")
+        if links is None:
+            drivers.link(_device_name(args), args.get("latency", 0.0), args.get("jitter", 0.0),
+                         args.get("loss", 0.0), args.get("bandwidth", 0.0))
+            return {"applied": 1}
+        if not isinstance(links, dict):
+            raise ValueError(f"'links' maps devices to [latency, jitter, loss, bandwidth], "
+                             f"not {type(links).__name__}")
+        mine = drivers.device_names() & links.keys()
+        for device in mine:
+            values = links[device]
+            if not isinstance(values, list) or len(values) != 4:
+                raise ValueError(f"links[{device!r}]: [latency, jitter, loss, bandwidth], not "
+                                 f"{values!r}")
+            drivers.link(device, *values)
+        return {"applied": len(mine)}
 
     def _device_leave(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         return self.agent.drivers.leave(_device_name(args))
 
     def _device_join(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
-        if not isinstance(args.get("driver"), dict) or not isinstance(args.get("device"), dict):
-            raise ValueError("args need 'driver' and 'device', as device.leave answered them")
-        topic = self.agent.drivers.join(args)
-        self.agent.published_on(topic)
-        return {"topic": topic}
+        if not isinstance(args.get("device"), str) or not isinstance(args.get("streams"), list):
+            raise ValueError("args need 'device' and 'streams', as device.leave answered them")
+        topics = self.agent.drivers.join(args)
+        for topic in topics:
+            self.agent.published_on(topic)
+        return {"topics": topics}
 
     def _ping(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         return self.agent.status()

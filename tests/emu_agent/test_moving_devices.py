@@ -43,7 +43,7 @@ def test_a_handover_keeps_every_reading_and_emission_time(arrivals: str) -> None
     gw2 = _node(time_, "gw-2", 2, [], delivered, sent)
     time_.run(1008.0)
     moved = json.loads(json.dumps(gw1.leave("u-1")))  # crosses the wire as JSON
-    assert gw2.join(moved) == "city/gw-2"
+    assert gw2.join(moved) == ["city/gw-2"]
     time_.run(1020.0)
 
     def readings(rows, device):
@@ -104,3 +104,21 @@ def test_unknown_and_duplicate_devices_are_named() -> None:
     gw2 = _node(time_, "gw-2", 2, [_config(["u-1"])], [], [])
     with pytest.raises(ValueError, match="device 'u-1' is on gw-2 already"):
         gw2.join(moved)
+
+
+def test_a_device_with_two_streams_moves_with_both() -> None:
+    time_ = VirtualTime(1000.0)
+    delivered: list = []
+    other = DriverConfig("air", ["u-1"], rate=2.0, arrivals="periodic", size=50,
+                         channel="exclusive")
+    gw1 = _node(time_, "gw-1", 1, [_config(["u-1"]), other], delivered, [])
+    gw2 = _node(time_, "gw-2", 2, [], delivered, [])
+    time_.run(1003.0)
+    moved = gw1.leave("u-1")
+    assert [s["driver"]["stream"] for s in moved["streams"]] == ["city", "air"]
+    assert gw2.join(moved) == ["city/gw-2", "air/gw-2/u-1"]
+    assert gw1.device_names() == set() and gw2.device_names() == {"u-1"}
+    count = len(delivered)
+    time_.run(1006.0)
+    streams = {(node, e.stream) for _t, node, _topic, e in delivered[count:]}
+    assert streams == {("gw-2", "city"), ("gw-2", "air")}
