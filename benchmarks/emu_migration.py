@@ -53,13 +53,14 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from deploy_timing import gateway_topology  # noqa: E402 - benchmarks/deploy_timing.py
+
 from emu import images  # noqa: E402
 from emu.agent.config import OperatorConfig  # noqa: E402
 from emu.agent.protocol import Envelope, message_id  # noqa: E402
 from emu.cluster.engine import Cluster  # noqa: E402
 from emu.cluster.plan import plan_cluster  # noqa: E402
 from emu.control import Controller, wait_registered  # noqa: E402
-from emu.deploy_timing import gateway_topology  # noqa: E402
 from emu.links.probe import choose_shaper  # noqa: E402
 from emu.migration import migrate  # noqa: E402
 from topologies.terminal import stop_on_signals  # noqa: E402

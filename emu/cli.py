@@ -1,4 +1,4 @@
-"""`foglab emu`: prepare the host and images, run topologies as containers, time deployments.
+"""`foglab emu`: prepare the host and images, run topologies as containers.
 
 The main command line (`experiments.cli`) adds this as its `emu` group; it prints through
 `topologies.terminal` like the rest, and a Ctrl-C (or SIGTERM) at any moment of a command that
@@ -24,7 +24,6 @@ from topologies.terminal import (
     exit_code,
     say,
     stop_on_signals,
-    warning,
 )
 
 app = typer.Typer(no_args_is_help=True,
@@ -373,69 +372,3 @@ def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         pass
-
-
-@app.command("deploy-timing")
-def emu_deploy_timing(
-    gateways: Annotated[str, typer.Option(help="gateway counts, comma-separated")]
-    = "50,100,150,200",
-    repetitions: Annotated[int, typer.Option(help="install, update, uninstall rounds per N")]
-    = 10,
-    out: Annotated[Path, typer.Option(help="folder for the run's tables and plot")]
-    = Path("results/deployment-timing"),
-) -> None:
-    """Time install, update and uninstall of an operator on N idle gateways, as Figs. 3.10-3.13
-    of "Automatic Generation of Distributed Runtime Infrastructure for Internet of Things" did
-    on Kura: one cluster per N, removed after it."""
-    from emu.deploy_timing import COMMANDS, run_deploy_timing
-
-    try:
-        counts = [int(part) for part in gateways.split(",") if part.strip()]
-    except ValueError:
-        error(f"--gateways: comma-separated counts, not {gateways!r}")
-        raise typer.Exit(2) from None
-    client = _docker()
-    with bars() as shown, stop_on_signals():
-        sizes = shown.add_task("gateway counts", total=len(counts))
-        started = shown.add_task("containers", total=None, visible=False)
-        commands = shown.add_task("commands", total=repetitions * len(COMMANDS), visible=False)
-
-        def progress(stage: str, done: int, total: int, detail: str) -> None:
-            if stage == "cluster":
-                shown.update(started, visible=True, completed=done, total=total,
-                             description="containers")
-            elif stage == "registered":
-                shown.update(started, description=f"registered {done}/{total}")
-            elif stage == "command":
-                shown.update(started, visible=False)
-                shown.update(commands, visible=True, completed=done, total=total)
-                say(detail)
-            elif stage == "down":
-                shown.update(commands, visible=False, completed=0)
-                shown.advance(sizes)
-            elif stage == "leftover":
-                warning(f"left behind: {detail}")
-
-        try:
-            result = run_deploy_timing(counts, repetitions, out, client=client,
-                                       progress=progress)
-        except KeyboardInterrupt as stop:
-            say(f"interrupted: clusters removed; tables of the counts done are under {out}",
-                style="yellow")
-            raise typer.Exit(exit_code(stop)) from None
-        except Exception as failure:  # noqa: BLE001 - shown, after the cluster cleaned up
-            error(failure)
-            raise typer.Exit(1) from None
-    table = Table(title=f"deployment timing ({escape(str(result.folder))})", title_justify="left",
-                  box=box.SIMPLE_HEAD)
-    for column in ("N", "command", "mean s", "sd s", "min s", "max s", "p95 reply s",
-                   "failed"):
-        table.add_column(column, justify="right" if column != "command" else "left")
-    def seconds(value) -> str:
-        return "-" if value is None or value != value else f"{value:.3f}"  # None or NaN
-
-    for row in result.summary.itertuples():
-        table.add_row(str(row.gateways), row.command, *(seconds(v) for v in (
-            row.mean_s, row.std_s, row.min_s, row.max_s, row.latency_p95_s)), str(row.failed))
-    console.print(table)
-
