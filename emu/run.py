@@ -206,13 +206,16 @@ def cluster_states(cluster, services: list[str]) -> dict[str, Seen]:
 
 def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
             timing: Timing, seed: int, progress=lambda seconds: None,
-            records: Path | None = None, scenario=None) -> Emulation:
+            records: Path | None = None, scenario=None, during=None) -> Emulation:
     """Run the experiment on a cluster made for it, and remove the cluster whatever happens.
 
     `progress(seconds)` hears the run's time; `progress.stage(text)`, if it has one, the step
     (containers, registration, running, drain). `records`: where nodes' records are kept
     (default: a scratch folder removed at the end). `scenario` (workloads.scenario): its
     `migrations` move operators during the run (emu.migration), into the `migrations` table.
+    `during(control, epoch)`, if given, is called as the run begins (the hybrid backend starts
+    its model there) and returns what is finished (`finish()`) as the run's time is over, or
+    when it stops early.
     """
     from emu.cluster.engine import Cluster
     from emu.cluster.plan import plan_cluster
@@ -232,13 +235,13 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     with stop_on_signals():
         try:
             cluster.up()
-            return _run(cluster, timing, progress, stage, scenario, configs, seed)
+            return _run(cluster, timing, progress, stage, scenario, configs, seed, during)
         finally:
             cluster.down()
 
 
 def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
-         seed: int = 0) -> Emulation:
+         seed: int = 0, during=None) -> Emulation:
     from emu.control import Controller, wait_registered
 
     status = {s.node: s for s in cluster.status()}
@@ -269,7 +272,12 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         stage("running")
         mover = _Migrations(control, scenario, configs or {}, epoch, seed)
         mover.start()
-        tables = _measure(cluster, status, run, epoch, progress, health)
+        coupled = during(control, epoch) if during is not None else None
+        try:
+            tables = _measure(cluster, status, run, epoch, progress, health)
+        finally:
+            if coupled is not None:
+                coupled.finish()
         moved = mover.finish()
         # Devices fall silent at the end, as the simulator's sources do; what is under way
         # still arrives during the drain.

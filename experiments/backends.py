@@ -84,5 +84,9 @@ def backend(name: str) -> Backend:
         return SimBackend()
     if name == "emu":
         return EmuBackend()
+    if name == "hybrid":
+        from experiments.hybrid.backend import HybridBackend
+
+        return HybridBackend()
     # experiments.checks refuses any other backend when the experiment is loaded.
     raise ValueError(f"no backend {name!r}")

@@ -24,9 +24,9 @@ def check(spec: ExperimentSpec) -> Topology:
     if spec.run.backend == "emu":
         _check_emulation(spec, topology)
     if spec.run.backend == "hybrid":
-        # Refused here, so that nothing (not even a results folder) is made for it.
-        raise SpecError(("run", "backend"), "hybrid", "sim or emu: the hybrid backend is not "
-                        "built yet")
+        from experiments.hybrid.checks import check_hybrid
+
+        check_hybrid(spec, topology)
     return topology
 
 

@@ -39,6 +39,12 @@ TABLES: dict[str, pa.Schema] = {
         ("t", pa.float64()), ("device", _name), ("x", pa.float64()), ("y", pa.float64()),
         ("gateway", _name),
     ]),
+    # A moving device handed to another gateway in the emulation (hybrid): the model's time,
+    # from, to, whether the containers carried it out, and the wall seconds that took.
+    "handovers": pa.schema([
+        ("t", pa.float64()), ("device", _name), ("source", _name), ("target", _name),
+        ("ok", pa.bool_()), ("error", pa.string()), ("duration", pa.float64()),
+    ]),
 }
 
 
