@@ -164,6 +164,7 @@ class Agent:
         self.client.loop_stop()
         for session in list(self.sessions.values()):
             session.close()
+        self.migrations.close()
         for job in self.spark_jobs.values():
             job.stop()
         return stopped
@@ -302,15 +303,25 @@ class Agent:
         for operator in self._readers_of(topic):
             self._take(operator, envelope, qos)
 
-    def take(self, operator: Operator, envelope: Envelope, qos: int = 0) -> None:
-        """One input for the operator (its own session's, emu.agent.migration)."""
-        self._take(operator, envelope, qos)
+    def take(self, operator: Operator, envelope: Envelope, qos: int = 0,
+             record: bool = True) -> None:
+        """One input for the operator (its own session's, emu.agent.migration); a sink notes
+        its arrival unless `record` is false (a parallel migration's target, whose input the
+        source has on record)."""
+        self._take(operator, envelope, qos, record)
 
-    def _take(self, operator: Operator, envelope: Envelope, qos: int = 0) -> None:
+    def emit(self, operator: Operator, output: Envelope, qos: int | None = None) -> None:
+        """An output of the operator that leaves as its own do (a parallel migration's
+        checker forwarding a window output, emu.agent.migration)."""
+        self._from_operator(operator, output, self._qos.get(operator.name, 0) if qos is None
+                            else qos)
+
+    def _take(self, operator: Operator, envelope: Envelope, qos: int = 0,
+              record: bool = True) -> None:
         now = self.clock()
         if qos > self._qos.get(operator.name, 0):
             self._qos[operator.name] = qos
-        if operator.sink:
+        if operator.sink and record:
             self.records.received(envelope.id, envelope.stream, envelope.src, self.node,
                                   envelope.t, now, envelope.hops)
         outputs = operator.take(envelope, now)

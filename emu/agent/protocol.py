@@ -19,7 +19,7 @@ ALL_REQUESTS = f"{MANAGEMENT}/all/req"
 COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping",
             # the steps of an operator's migration (emu.agent.migration)
             "migrate.prepare", "migrate.pause", "migrate.resume", "migrate.rollback",
-            "migrate.release",
+            "migrate.release", "migrate.divert", "migrate.sync",
             # a moving device (emu.agent.drivers): its access link, its handover
             "device.link", "device.leave", "device.join")
 SETTINGS = ("publish.rate", "run.epoch")
