@@ -33,7 +33,6 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 
 from emu.agent.protocol import matches, output_topic, stream_topic
@@ -46,7 +45,10 @@ FILTERED_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "node
                     "operator": "string", "sink": "int64", "reason": "string", "t": "float64"}
 WINDOW_COLUMNS = {"t": "float64", "operator": "string", "node": "string", "window": "int64",
                   "start": "float64", "end": "float64", "first_sn": "int64", "last_sn": "int64",
-                  "count": "int64", "value": "float64", "t_first": "float64"}
+                  "count": "int64", "value": "float64", "t_first": "float64",
+                  "migration": "int64", "adjusted": "int64"}
+# Columns a node's windows.csv may lack (written before they were added): their value then.
+WINDOW_DEFAULTS = {"migration": -1, "adjusted": 0}
 # The agent drops an output after this many operators (emu.agent.agent.MAX_HOPS).
 MAX_OPERATORS = 32
 # The links a message crossed once its device link delivered it: that link.
@@ -82,8 +84,13 @@ def read_filtered(root: Path) -> pd.DataFrame:
 
 
 def read_windows(root: Path) -> pd.DataFrame:
-    """Every node's window outputs under `root`."""
-    return _read(_node_directories(root), "windows.csv", WINDOW_COLUMNS)
+    """Every node's window outputs under `root` (what went downstream: during a parallel
+    migration, the rows its consistency checker wrote, emu.agent.migration)."""
+    rows = _read(_node_directories(root), "windows.csv", WINDOW_COLUMNS)
+    for column, value in WINDOW_DEFAULTS.items():
+        rows[column] = (rows[column].fillna(value) if column in rows else value)
+        rows[column] = rows[column].astype("int64")
+    return rows
 
 
 def windows_table(root: Path, epoch: float, duration: float | None = None) -> dict:
@@ -92,7 +99,9 @@ def windows_table(root: Path, epoch: float, duration: float | None = None) -> di
     `processing_time` from when its operator took the window's first event until then (the
     thesis's processing latency), both on the host clock, `t` in seconds since the run's
     epoch. Only outputs within the run's `duration` count: as on sim, a window still open at
-    the end gives no row. With no migration, `migration` is -1 and nothing is `adjusted`."""
+    the end gives no row. `migration` is the number of the parallel migration whose checker
+    forwarded the output (-1 otherwise), `adjusted` whether it changed its SN and count, as
+    sim's Coordinator.forwarded."""
     rows = read_windows(root)
     t = rows["t"] - epoch
     if duration is not None:
@@ -107,8 +116,8 @@ def windows_table(root: Path, epoch: float, duration: float | None = None) -> di
         "last_sn": rows["last_sn"].to_numpy(dtype="int64"),
         "count": rows["count"].to_numpy(dtype="int64"),
         "processing_time": (rows["t"] - rows["t_first"]).to_numpy(dtype="float64"),
-        "migration": np.full(len(rows), -1, dtype="int64"),
-        "adjusted": np.zeros(len(rows), dtype=bool),
+        "migration": rows["migration"].to_numpy(dtype="int64"),
+        "adjusted": rows["adjusted"].to_numpy(dtype="int64") != 0,
     }
 
 

@@ -47,7 +47,7 @@ def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
             path = (("scenario", "migrations", i, "strategy") if plan.strategy
                     else ("scenario", "migration", "strategy"))
             raise SpecError(path, strategy, f"a strategy the emulation runs ("
-                            f"{', '.join(STRATEGIES)}); parallel migration runs on sim only")
+                            f"{', '.join(STRATEGIES)})")
     agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)
 
 

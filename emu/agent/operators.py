@@ -249,6 +249,9 @@ class WindowStage:
         self.armed = False
         self.next_sn = 1
         self.log = RowLog(records, "windows.csv", WINDOWS) if records is not None else None
+        # Set during a parallel migration (emu.agent.migration): each closed window goes to
+        # divert(output, row) instead of downstream and windows.csv.
+        self.divert: Callable[[Envelope, tuple], None] | None = None
 
     @property
     def count(self) -> int:
@@ -311,14 +314,38 @@ class WindowStage:
                                "value": result.value, "first_sn": result.first_sn,
                                "last_sn": result.last_sn, "first": first.id},
                               separators=(",", ":"))
-            if self.log is not None:
-                self.log.write((now, self.operator, self.node, index, result.start,
-                                result.end, result.first_sn, result.last_sn, result.count,
-                                result.value, self.epoch + first.timestamp))
+            row = (now, self.operator, self.node, index, result.start, result.end,
+                   result.first_sn, result.last_sn, result.count, result.value,
+                   self.epoch + first.timestamp, -1, 0)
             # Counted as the task's output: the first event was one hop on from its input.
-            outputs.append(Envelope(first.id, first.stream, first.src, first.t, first.hops,
-                                    body))
+            output = Envelope(first.id, first.stream, first.src, first.t, first.hops, body)
+            if self.divert is not None:
+                self.divert(output, row)
+                continue
+            if self.log is not None:
+                self.log.write(row)
+            outputs.append(output)
         return outputs
+
+    def forwarded(self, output: Envelope, row: tuple, t: float, last_sn: int, count: int,
+                  migration: int, adjusted: bool) -> Envelope:
+        """A window output (this operator's or its source instance's, with its windows.csv
+        `row`) that a parallel migration's checker sends downstream at `t`, with the SN and
+        count it decided: noted in windows.csv with the migration's number; an adjusted
+        one's body says the new last SN and count (and first SN; the value of a count)."""
+        row = list(row)
+        if adjusted:
+            data = json.loads(output.body)
+            data.update(last_sn=last_sn, count=count, first_sn=last_sn - count + 1)
+            row[6], row[7], row[8] = last_sn - count + 1, last_sn, count
+            if self.config.aggregate == "count":
+                data["value"] = row[9] = count
+            output = Envelope(output.id, output.stream, output.src, output.t, output.hops,
+                              json.dumps(data, separators=(",", ":")))
+        row[0], row[11], row[12] = t, migration, int(adjusted)
+        if self.log is not None:
+            self.log.write(tuple(row))
+        return output
 
     def snapshot(self) -> bytes:
         return self.window.snapshot()

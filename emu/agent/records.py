@@ -14,9 +14,10 @@ COMMANDS = ("id", "command", "t_received", "t_done", "ok")
 # A row per window output (emu.agent.operators): host-clock times of the output and of the
 # window's first event, the window's number and extent in seconds (time windows) or events
 # (count windows) since the run's epoch, the serial numbers of its first and last events,
-# how many it held and its aggregate's value.
+# how many it held and its aggregate's value; during a parallel migration, the migration's
+# number (-1 outside one) and whether the consistency checker adjusted its SN and count.
 WINDOWS = ("t", "operator", "node", "window", "start", "end", "first_sn", "last_sn", "count",
-           "value", "t_first")
+           "value", "t_first", "migration", "adjusted")
 
 
 class _Table:

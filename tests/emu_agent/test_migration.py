@@ -105,8 +105,8 @@ def test_migration_steps_refuse_what_emu_cannot_move(broker, config, agents,
                                                      controller: Controller) -> None:
     agents(config("gw-src", operators=[OperatorConfig(name="plain", reads=["city/+"])]))
     agents(config("gw-dst"))
-    with pytest.raises(MigrationError, match="'parallel'.*not on emu"):
-        migrate(controller, "plain", "gw-src", "gw-dst", "parallel")
+    with pytest.raises(MigrationError, match="unknown strategy 'teleport'"):
+        migrate(controller, "plain", "gw-src", "gw-dst", "teleport")
     record = migrate(controller, "plain", "gw-src", "gw-dst", "pause_drain", timeout=5)
     assert record.status == "failed"
     assert "node's session" in record.error and "OperatorConfig.session" in record.error

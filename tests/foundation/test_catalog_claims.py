@@ -97,6 +97,15 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("Four sensors at 10 readings/s each", "total rate (events/s)", {40}, unit=4),
         Claim("Four sensors", "devices", {4}),
     ],
+    "migrate-parallel": [
+        Claim("A 5 s window count", "window (s)", {5}),
+        Claim("two Raspberry Pi gateways", "Raspberry Pi gateways", {2}),
+        Claim("moved once", "migrations", {1}),
+        Claim("by parallel migration", "strategy", {"parallel"}),
+        Claim("a consistency checker with S = 2", "sync factor S", {2}),
+        Claim("Four sensors at 25 readings/s each", "total rate (events/s)", {100}, unit=4),
+        Claim("each, 100 events/s", "total rate (events/s)", {100}),
+    ],
     "thesis-ch5-rate": [
         Claim("Table 5.2", "strategy", {"pause_transfer"}),
         Claim("a 50 s window count", "window (s)", {50}),
