@@ -72,6 +72,10 @@ class NodeSampler:
     says when and why each node first went down. A container restarted between two samples
     starts its cgroup's CPU counter again at 0: a reading below the last one is taken as the
     CPU time since that restart, within the interval.
+
+    With `fidelity` (emu.fidelity.FidelitySampler, made by `watch`), each row also has what
+    could distort the run at that sample: the host's CPU pressure, the link relays' timer lag
+    and the node's CPU throttling (null for a node that is down).
     """
 
     def __init__(self, containers: dict[str, str], cores: dict[str, float], epoch: float,
@@ -83,6 +87,18 @@ class NodeSampler:
         self.down: dict[str, str] = {}
         self.rows: dict[str, list] = {"t": [], "node": [], "cpu": [], "memory": [], "queue": [],
                                       "up": []}
+        self.fidelity = None
+
+    def watch(self, lag=None, pressure=None):
+        """Sample the fidelity columns too (emu.fidelity); `lag`: the relays' (RelaySet.lag),
+        None without relays. Returns the FidelitySampler, whose `facts` the manifest keeps."""
+        from emu.fidelity import COLUMNS, FidelitySampler
+
+        self.fidelity = FidelitySampler({node: cgroup.cpu_file
+                                         for node, cgroup in self.cgroups.items()}, lag, pressure)
+        for column in COLUMNS:
+            self.rows[column] = []
+        return self.fidelity
 
     @classmethod
     def of_cluster(cls, plan, status: dict, epoch: float,
@@ -102,6 +118,8 @@ class NodeSampler:
         now = time.time() if now is None else now
         t = now - self.epoch
         rows = self.rows
+        fidelity = self.fidelity
+        host = fidelity.host(now) if fidelity is not None else None
         for node, cgroup in self.cgroups.items():
             why = cgroup.down()
             if why is None:
@@ -112,10 +130,15 @@ class NodeSampler:
             if why is not None:
                 self.down.setdefault(node, f"down at t={t:.1f} s: {why}")
                 self.last.pop(node, None)
-                for column, value in zip(rows.values(), (t, node, 0.0, 0.0, 0, False),
-                                         strict=True):
-                    column.append(value)
+                for column, value in (("t", t), ("node", node), ("cpu", 0.0),
+                                      ("memory", 0.0), ("queue", 0), ("up", False)):
+                    rows[column].append(value)
+                if host is not None:
+                    rows["host_pressure"].append(host[0])
+                    rows["relay_lag"].append(host[1])
+                    rows["throttled"].append(None)
                 continue
+            throttled = fidelity.throttled(node) if fidelity is not None else None
             if node in self.last:
                 then, cpu_then = self.last[node]
                 if usage.cpu_s < cpu_then:
@@ -128,4 +151,8 @@ class NodeSampler:
                 # Queues inside the agents and Mosquitto are not visible from outside.
                 rows["queue"].append(0)
                 rows["up"].append(True)
+                if host is not None:
+                    rows["host_pressure"].append(host[0])
+                    rows["relay_lag"].append(host[1])
+                    rows["throttled"].append(throttled)
             self.last[node] = (now, usage.cpu_s)

@@ -101,18 +101,7 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
         out: Annotated[Path, typer.Option(help="results folder")] = Path("results")) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     loaded = _load(experiment, set_, sweep)
-    # SIGTERM (e.g. `timeout`) stops a run as Ctrl-C does: the run is marked interrupted.
-    with stop_on_signals():
-        reporter = None
-        try:
-            with bars() as shown:
-                reporter = RichReporter(shown)
-                outcomes = run_experiment(loaded, out, reporter)
-        except KeyboardInterrupt as stop:
-            where = reporter.folder if reporter is not None else None
-            say("interrupted" + (f": run {where} is marked interrupted; what it had written "
-                                 f"is there" if where else ""), style="yellow")
-            raise typer.Exit(exit_code(stop)) from None
+    outcomes = _execute(loaded, out)
     keys = list(outcomes[0].point) if outcomes else []
     table = Table(title=f"{escape(loaded.name)} ({loaded.spec.run.backend})")
     for column in ["rep", *keys, "delivered", "lost", "msg/s", "p50 ms", "p95 ms", "p99 ms",
@@ -134,6 +123,8 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
         say(f"results: {outcome.folder}")
         if outcome.status == "degraded":
             say(f"  degraded: {outcome.failed_summary()}", style="yellow")
+        for reason in _fidelity_lines(_manifest(outcome.folder)):
+            say(f"  figures taken while the testbed was overloaded: {reason}", style="yellow")
         if outcome.error:
             say(f"  failed: {outcome.error}", style="red")
         plot = outcome.folder / "latency.png"
@@ -141,6 +132,86 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
             say(f"plot:    {plot}")
     if any(o.error for o in outcomes):
         raise typer.Exit(1)
+
+
+def _execute(loaded: Experiment, out: Path, sweep_id: str | None = None) -> list:
+    """Run an experiment with progress bars; a Ctrl-C or SIGTERM (e.g. `timeout`) stops it,
+    says which run folder is marked interrupted, and exits 130 (143)."""
+    with stop_on_signals():
+        reporter = None
+        try:
+            with bars() as shown:
+                reporter = RichReporter(shown)
+                return run_experiment(loaded, out, reporter, sweep_id=sweep_id)
+        except KeyboardInterrupt as stop:
+            where = reporter.folder if reporter is not None else None
+            say("interrupted" + (f": run {where} is marked interrupted; what it had written "
+                                 f"is there" if where else ""), style="yellow")
+            raise typer.Exit(exit_code(stop)) from None
+
+
+def _fidelity_lines(manifest: dict) -> list[str]:
+    """An emulated run's fidelity (emu.fidelity), as lines to print: why its figures are
+    doubtful; nothing for a run that kept up, or a model's."""
+    fidelity = (manifest.get("facts") or {}).get("fidelity") or {}
+    return list(fidelity.get("reasons") or []) if fidelity.get("marked") else []
+
+
+def _manifest(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+@app.command()
+def compare(
+    experiment: Annotated[str, typer.Argument(help="a file or a catalog name")],
+    backends: Annotated[str, typer.Option(
+        help="the backends to run, comma-separated; errors are against emu")] = "sim,emu",
+    set_: Sets = None,
+    out: Annotated[Path, typer.Option(help="results folder")] = Path("results")) -> None:
+    """Run one configuration and seed on each backend and compare their figures against the
+    emulation: delivered, lost, throughput, latency percentiles, CPU per node, downtime."""
+    from experiments import compare as comparing
+    from experiments.runner import _fresh_sweep_id
+
+    try:
+        names = comparing.parse_backends(backends)
+    except ValueError as failure:
+        error(failure)
+        raise typer.Exit(2) from None
+    if any(option.split("=", 1)[0].strip() == "run.backend" for option in set_ or []):
+        error("--set run.backend: compare runs each backend of --backends; name them there")
+        raise typer.Exit(2)
+    loaded = {name: _load(experiment, [*(set_ or []), f"run.backend={name}",
+                                       "run.repetitions=1"], []) for name in names}
+    first = loaded[names[0]]
+    if len(first.points) > 1:
+        swept = ", ".join(first.points[1].values)
+        error(f"{first.file}: compare runs one configuration, and the file sweeps {swept} "
+              f"({len(first.points)} points): choose a value with --set KEY=VALUE")
+        raise typer.Exit(2)
+    if "emu" in names and (why := comparing.emu_unavailable()):
+        error(why)
+        raise typer.Exit(1)
+    stamp = _fresh_sweep_id(out / first.name)
+    outcomes = {}
+    for name in names:
+        say(f"{name}: running {first.name}")
+        (outcomes[name],) = _execute(loaded[name], out, f"{stamp}-{name}")
+        if outcomes[name].error:
+            error(f"the {name} run failed: {outcomes[name].error} (its folder: "
+                  f"{outcomes[name].folder}); nothing to compare")
+            raise typer.Exit(1)
+    result = comparing.compare({n: comparing.read_run(o.folder) for n, o in outcomes.items()},
+                               first.name, reference="emu" if "emu" in names else names[-1])
+    paths = comparing.write(result, out / first.name / f"{stamp}-compare")
+    console.print(comparing.table(result))
+    for line in comparing.explanations(result):
+        say(line, style="yellow" if line.startswith("*") else None)
+    for name, outcome in outcomes.items():
+        say(f"{name + ':':8} {outcome.folder}")
+    for kind, path in paths.items():
+        say(f"{kind + ':':11} {path}")
 
 
 @app.command()
@@ -258,6 +329,16 @@ def results_show(run_folder: Path) -> None:
         if value not in (None, {}, []) or key in ("status",):
             facts.add_row(key, escape(str(value)))
     console.print(facts)
+    fidelity = (manifest.get("facts") or {}).get("fidelity")
+    if fidelity and fidelity.get("samples"):
+        pressure, lag = fidelity.get("host_pressure"), fidelity.get("relay_lag_s")
+        say("fidelity: host CPU pressure "
+            + (f"mean {pressure['mean']:.0%}, max {pressure['max']:.0%}" if pressure else "-")
+            + f" ({fidelity.get('pressure_source', '?')}); relay timers late by "
+            + (f"up to {lag['max'] * 1000:.1f} ms" if lag else "- (no relay)")
+            + f"; saturated for {fidelity['saturated_share']:.0%} of the run")
+    for reason in _fidelity_lines(manifest):
+        say(f"figures taken while the testbed was overloaded: {reason}", style="yellow")
     if not summary:
         say("no summary: the run wrote no tables", style="yellow")
         return

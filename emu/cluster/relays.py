@@ -2,6 +2,11 @@
 
 A cluster has a relay per (client, service) pair: hundreds of them. One loop serves them all;
 they are idle most of the time, and one thread keeps the host's two cores for the containers.
+
+Every relayed chunk reaches its receiver by a timer on that loop (emu.links.relay: a chunk's
+delivery sleeps until its arrival time), so the loop's lateness is the links' error beyond
+their shape. A probe on the loop measures it: a timer every LAG_PROBE_S, and how late it fired
+(`lag`); the run records it with the nodes (emu.fidelity).
 """
 
 from __future__ import annotations
@@ -18,6 +23,36 @@ from emu.links.spec import LinkShape
 
 T = TypeVar("T")
 
+# How often the loop's timer lateness is probed (s): fifty wake-ups a second, microseconds each.
+LAG_PROBE_S = 0.02
+
+
+class LagProbe:
+    """A timer on a loop every `interval` seconds, and how late each fired: the largest and
+    mean lateness since the last `take` (s). `take` is called on the loop's thread."""
+
+    def __init__(self, interval: float = LAG_PROBE_S) -> None:
+        self.interval = interval
+        self._count = 0
+        self._total = 0.0
+        self._max = 0.0
+
+    async def run(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            due = loop.time() + self.interval
+            await asyncio.sleep(self.interval)
+            late = max(0.0, loop.time() - due)
+            self._count += 1
+            self._total += late
+            self._max = max(self._max, late)
+
+    def take(self) -> tuple[int, float, float]:
+        """(probes, mean lateness, largest lateness) since the last take, and start afresh."""
+        taken = (self._count, self._total / self._count if self._count else 0.0, self._max)
+        self._count, self._total, self._max = 0, 0.0, 0.0
+        return taken
+
 
 class RelaySet:
     """Relays by key, all on one event loop thread; add, reshape, count and close them."""
@@ -28,6 +63,8 @@ class RelaySet:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._adding: list[Future] = []  # starts under way, which `stop` waits for
+        self._probe = LagProbe()
+        self._probing: asyncio.Task[None] | None = None
 
     def __len__(self) -> int:
         return len(self._relays)
@@ -46,6 +83,11 @@ class RelaySet:
         self._thread = threading.Thread(target=self._loop.run_forever, name=self._name,
                                         daemon=True)
         self._thread.start()
+
+        async def probe() -> asyncio.Task[None]:
+            return asyncio.get_running_loop().create_task(self._probe.run())
+
+        self._probing = self._run(probe())
         return self
 
     def add(self, relays: dict[Hashable, LinkRelay]) -> dict[Hashable, int]:
@@ -97,6 +139,14 @@ class RelaySet:
 
         return read() if self._loop is None else self._on_loop(read)
 
+    def lag(self) -> float | None:
+        """How late the loop's timers fired since the last call, at worst (s); None before the
+        first probe has fired or when the set is not running."""
+        if self._loop is None:
+            return None
+        probes, _, worst = self._on_loop(self._probe.take)
+        return worst if probes else None
+
     def stop(self) -> None:
         """Close every relay and end the loop thread; a no-op when not started."""
         if self._loop is None:
@@ -122,6 +172,10 @@ class RelaySet:
         self.stop()
 
     async def _close_all(self) -> None:
+        if self._probing is not None:
+            self._probing.cancel()
+            await asyncio.gather(self._probing, return_exceptions=True)
+            self._probing = None
         await asyncio.gather(*(relay.close() for relay in self._relays.values()),
                              return_exceptions=True)
 
