@@ -6,11 +6,13 @@ index (message ids) and whether its drivers wait for the run's epoch. The cluste
 (emu.cluster.plan) only fills in the addresses of its broker and ZooKeeper, which depend on
 how links are shaped.
 
-Devices are not containers: a gateway's agent emulates the devices linked to it (seed 001's
-drivers), holding each message for the device link's latency and jitter and dropping it with
-the link's loss. Operators run on the nodes that have an agent, gateways and cloud VMs;
-brokers run Mosquitto and nothing else. Drivers follow a stream's rate shape from the run's
-epoch as the simulator's sources do (`publish.rate` changes the base rate while running).
+Devices are not containers of their own: a gateway's agent emulates the devices linked to it
+(seed 001's drivers), holding each message for the device link's latency and jitter and
+dropping it with the link's loss; devices that link to no gateway run as a group in a
+container of their own, which the link layer shapes like any node (`device_hosts`).
+Operators run on the nodes that have an agent, gateways and cloud VMs; brokers run Mosquitto
+and nothing else. Drivers follow a stream's rate shape from the run's epoch as the
+simulator's sources do (`publish.rate` changes the base rate while running).
 
 Every field of a pipeline operator (workloads.pipeline.OperatorSpec) either acts here as on
 sim (ON_EMU says how) or, set to anything but its default, is refused before any container
@@ -19,7 +21,7 @@ starts, with its field path and value (NOT_ON_EMU says why).
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Collection, Sequence
 from dataclasses import replace
 
@@ -28,13 +30,15 @@ from emu.agent.operators import WindowConfig, make_stage
 from emu.agent.spark import SparkJob
 from topologies.errors import SpecError
 from topologies.model import Topology
-from topologies.routing import gateway_of
+from topologies.routing import Routes, gateway_of, nearest
 from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
 from workloads.rates import Constant
 from workloads.spec import WorkloadSpec
 from workloads.topics import shared
 
 AGENT_KINDS = ("gateway", "cloud_vm")
+# The kind of a device group's container (device_hosts): an agent with drivers only.
+DEVICE_KIND = "device"
 
 
 class DeploymentError(SpecError):
@@ -51,22 +55,57 @@ def placement(topology: Topology, on: list[str]) -> list[str]:
     return list(names)
 
 
+def device_hosts(topology: Topology) -> dict[str, str]:
+    """Each device that links to no gateway -> the container its drivers run in.
+
+    Such devices publish to their broker themselves, so they cannot live in a gateway's agent:
+    a device group runs in a container of its own (an agent with drivers and no operators),
+    placed where its devices are and linked to its broker through the topology like any node
+    (emu.cluster.plan). A group is the replicas of one node of the topology file that link to
+    the same nodes with the same links and pick the same broker; its container is named after
+    the group, or after its first device when the group splits. Its devices publish on
+    `<stream>/<container>` (`<stream>/<container>/<device>` on an exclusive channel), as a
+    gateway's do, where sim's publish on `<stream>/<device>`: a reader of the stream sees no
+    difference."""
+    routes = Routes(topology)
+    brokers = [b.name for b in topology.of_kind("broker")]
+    graph = topology.graph
+    groups: dict[tuple, list[str]] = defaultdict(list)
+    for device in topology.of_kind("device"):
+        if gateway_of(topology, device.name) is not None:
+            continue
+        links = tuple(sorted(
+            (other, hop.latency, hop.jitter, hop.bandwidth or 0.0, hop.loss)
+            for other in graph.neighbors(device.name)
+            for hop in [graph.edges[device.name, other]["link"]]))
+        groups[device.group, links, nearest(routes, device.name, brokers)].append(device.name)
+    per_group = Counter(group for group, _, _ in groups)
+    hosts = {}
+    for (group, _, _), devices in groups.items():
+        name = group if per_group[group] == 1 else devices[0]
+        if name in topology.nodes and name not in devices:  # another node's name
+            name = f"{name}-devices"
+        hosts.update(dict.fromkeys(devices, name))
+    return hosts
+
+
 def _drivers(topology: Topology, workload: WorkloadSpec) -> dict[str, list[DriverConfig]]:
-    """Per gateway, a driver per stream and device-link shape."""
+    """Per gateway (or device group's container, `device_hosts`), a driver per stream and
+    device-link shape. A gateway's agent emulates its devices' links itself; a device group's
+    container is linked by the link layer, its device link included."""
     drivers: dict[str, list[DriverConfig]] = defaultdict(list)
-    for index, stream in enumerate(workload.streams):
+    hosts = device_hosts(topology)
+    for stream in workload.streams:
         groups: dict[tuple, list[str]] = defaultdict(list)
         for device in topology.select(stream.sources):
             gateway = gateway_of(topology, device)
             if gateway is None:
-                raise DeploymentError(
-                    ("workload", "streams", index, "sources"), device,
-                    f"devices linked to a gateway: the emulation runs device {device} of stream "
-                    f"{stream.name} inside its gateway's agent, and it has no gateway")
+                groups[hosts[device], 0.0, 0.0, 0.0].append(device)
+                continue
             link = topology.graph.edges[device, gateway]["link"]
             groups[gateway, link.latency, link.jitter, link.loss].append(device)
-        for (gateway, latency, jitter, loss), devices in groups.items():
-            drivers[gateway].append(DriverConfig(
+        for (host, latency, jitter, loss), devices in groups.items():
+            drivers[host].append(DriverConfig(
                 stream=stream.name, devices=devices, rate=float(stream.rate),
                 arrivals=stream.arrivals, size=int(stream.size), format=stream.format,
                 qos=stream.qos, channel=stream.channel, start=float(stream.start),
@@ -206,8 +245,9 @@ def movable(config: OperatorConfig, node: str) -> OperatorConfig:
 def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                   pipeline: Sequence[OperatorSpec] = (), seed: int = 0, epoch: float = 0.0, *,
                   moving: Collection[str] = (), hold: bool = False) -> dict[str, AgentConfig]:
-    """An AgentConfig per gateway and cloud VM, without broker and ZooKeeper addresses (the
-    cluster's plan fills them in: they depend on how links are shaped).
+    """An AgentConfig per gateway and cloud VM, and per device group that links to no gateway
+    (`device_hosts`, kind device), without broker and ZooKeeper addresses (the cluster's plan
+    fills them in: they depend on how links are shaped).
 
     Without a workload and pipeline the agents idle (`foglab emu up TOPOLOGY`). Indexes count
     from 1 in declaration order. The instances of the operators named in `moving` read
@@ -216,10 +256,13 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
     """
     drivers = _drivers(topology, workload) if workload is not None else {}
     operators = _operators(topology, list(pipeline))
-    hosts = [n for n in topology.nodes.values() if n.kind in AGENT_KINDS]
-    return {node.name: AgentConfig(
-                node=node.name, mqtt="", kind=node.kind, drivers=drivers.get(node.name, []),
-                operators=[movable(op, node.name) if op.name in moving else op
-                           for op in operators.get(node.name, [])],
+    hosts = [(n.name, n.kind) for n in topology.nodes.values() if n.kind in AGENT_KINDS]
+    # Device groups' containers (device_hosts) that have drivers to run, after the agents.
+    hosts += [(name, DEVICE_KIND) for name in drivers
+              if name not in topology.nodes or topology.nodes[name].kind == DEVICE_KIND]
+    return {name: AgentConfig(
+                node=name, mqtt="", kind=kind, drivers=drivers.get(name, []),
+                operators=[movable(op, name) if op.name in moving else op
+                           for op in operators.get(name, [])],
                 seed=seed, epoch=epoch, index=index, hold=hold)
-            for index, node in enumerate(hosts, start=1)}
+            for index, (name, kind) in enumerate(hosts, start=1)}

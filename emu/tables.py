@@ -162,7 +162,10 @@ class Paths:
         for container in plan.agents():
             node, agent = container.node, container.agent
             broker = plan.brokers[node]
-            uplinks[node] = (broker, len(plan.link(node, broker).path) - 1)
+            links = len(plan.link(node, broker).path) - 1
+            # A device group's container (emu.deployment.device_hosts) stands at a device:
+            # its path begins with the device's link, which PAST_DEVICE_LINK counts already.
+            uplinks[node] = (broker, links - 1 if container.kind == "device" else links)
             for driver in agent.drivers:
                 for device in driver.devices:
                     starts[driver.stream, device] = (

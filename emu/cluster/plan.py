@@ -4,18 +4,22 @@ What becomes a container. Gateways and cloud VMs run the agent (`python3 -m emu.
 AgentConfig as JSON in FOGLAB_AGENT); brokers run Mosquitto; ZooKeeper runs on coordinators.
 The agents' configs come whole from emu.deployment (drivers, operators, seed, index); the plan
 fills in only the addresses of each one's broker and ZooKeeper.
-Devices are not containers: the drivers inside their gateway's agent emulate them. Switches are
-only where paths go through.
+Devices are not containers of their own: the drivers inside their gateway's agent emulate
+them; devices that link to no gateway run as a group in one agent container (kind device,
+drivers only), which stands at its first device (its devices link alike) and is linked from
+there like any agent. Switches are only where paths go through.
 
 Images. A gateway with an arm64 profile runs the arm64 gateway image (through QEMU); one with an
 amd64 profile, and every cloud VM, the amd64 cloud image, which holds the same agent. Brokers and
 coordinators run the services image. A node whose profile is not arm64 or amd64 (a sensor,
-a switch) cannot be a container.
+a switch) cannot be a container. A device group runs the cloud image.
 
 Limits. Memory is the profile's; CPU is its cores, times its relative speed when the image runs
 natively (an amd64 image here), capped at the host's CPUs, which the engine refuses to exceed.
 An arm64 image under QEMU already runs several times slower than the hardware it stands for, so
-its speed is not applied a second time.
+its speed is not applied a second time. A device group's container has its devices' cores and
+memory together, where their profile is a machine's; a microcontroller's profile says nothing
+of what emulating it takes, so then the agent gets one core and 256 MiB.
 
 ZooKeeper. By default one server; `zookeeper=3` makes an ensemble, each server with a zoo.cfg
 listing all (`server.N=`) and its `myid`. Servers run on the coordinators nearest their clients
@@ -68,11 +72,15 @@ ZOOKEEPER_CONFIG = "/etc/foglab/zoo.cfg"
 ZOOKEEPER_DATA = "/var/lib/zookeeper"
 CONTAINER_KINDS = ("gateway", "cloud_vm", "broker", "coordinator")
 AGENT_KINDS = ("gateway", "cloud_vm")
+DEVICE_KIND = "device"  # a device group's container (emu.deployment.device_hosts)
 # Docker's own rule for container and network names; the length keeps names readable.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,39}$")
 HOSTNAME_MAX = 63
 MIN_MEMORY = 6 * 1024**2  # Docker refuses a smaller memory limit
 HOST_ARCH = "amd64"
+# A device group's container whose devices are microcontrollers: the agent's own needs.
+DEVICE_CPUS = 1.0
+DEVICE_MEMORY = 256 * 1024**2
 
 Role = Literal["agent", "broker", "zookeeper", "idle"]
 
@@ -222,10 +230,15 @@ class _Planner:
         nodes = [n for n in self.topology.nodes.values() if n.kind in CONTAINER_KINDS]
         for node in nodes:
             self._check(node)
-        agents = [n for n in nodes if n.kind in AGENT_KINDS]
-        self._check_configs(agents)
-        brokers = {agent.name: self._broker(agent) for agent in agents}
-        servers, anchors = self._zookeeper(agents)
+        # Each agent container and the topology node it stands at (a device group's: its
+        # first device, all of them linked alike).
+        standing = {n.name: n for n in nodes if n.kind in AGENT_KINDS}
+        self._check_configs(list(standing))
+        for name, config in self.configs.items():
+            if name not in standing:
+                standing[name] = self._device_group(config)
+        brokers = {name: self._broker(name, node) for name, node in standing.items()}
+        servers, anchors = self._zookeeper(list(standing.values()))
         containers: dict[str, ContainerPlan] = {}
         for node in nodes:
             if node.kind in AGENT_KINDS:
@@ -241,15 +254,15 @@ class _Planner:
                                                    anchor.site if anchor else None, anchor,
                                                    servers)
         links = []
-        for agent in agents:
-            broker = brokers[agent.name]
-            links.append(self._link(agent.name, broker, broker, "mqtt", MQTT_PORT))
-            links += [self._link(agent.name, server, anchors[server], "zookeeper",
-                                 ZOOKEEPER_PORT) for server in servers]
-            config = replace(self.configs[agent.name], mqtt=containers[broker].address,
+        for name, node in standing.items():
+            broker = brokers[name]
+            links.append(self._link(name, broker, broker, "mqtt", MQTT_PORT, node.name))
+            links += [self._link(name, server, anchors[server], "zookeeper", ZOOKEEPER_PORT,
+                                 node.name) for server in servers]
+            config = replace(self.configs[name], mqtt=containers[broker].address,
                              zookeeper=",".join(containers[s].address for s in servers))
-            containers[agent.name] = self._container(agent.name, agent.kind, "agent",
-                                                     agent.site, agent, servers, config)
+            containers[name] = self._container(name, config.kind, "agent", node.site, node,
+                                               servers, config, broker)
         if len(servers) > 1:
             # The quorum talks directly on the first server's network, unshaped.
             quorum = containers[servers[0]].network
@@ -258,6 +271,7 @@ class _Planner:
                     containers[name] = replace(containers[name], extra_networks=(quorum,))
         # Declaration order, whatever the roles: status tables read like the topology file.
         order = {name: i for i, name in enumerate(self.topology.nodes)}
+        order.update({name: order[node.name] for name, node in standing.items()})
         containers = {name: replace(plan, labels={**plan.labels, "foglab.order": str(i)})
                       for i, (name, plan) in enumerate(sorted(
                           containers.items(), key=lambda item: order.get(item[0], len(order))))}
@@ -271,17 +285,35 @@ class _Planner:
         return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
                            brokers, servers, dict(self.labels))
 
-    def _check_configs(self, agents: list[Node]) -> None:
-        """One config per agent node, for that node: the configs are another topology's
-        otherwise (a caller's mistake, not the user's)."""
-        wanted = {n.name for n in agents}
-        if set(self.configs) != wanted:
-            raise ValueError(f"agent configs for {sorted(self.configs)}, but topology "
-                             f"{self.topology.name}'s agents are {sorted(wanted)}")
+    def _check_configs(self, agents: list[str]) -> None:
+        """One config per agent node, for that node, and device groups' (kind device): the
+        configs are another topology's otherwise (a caller's mistake, not the user's)."""
+        nodes = self.topology.nodes
+        given = {name for name, config in self.configs.items() if config.kind != DEVICE_KIND}
+        if given != set(agents):
+            raise ValueError(f"agent configs for {sorted(given)}, but topology "
+                             f"{self.topology.name}'s agents are {sorted(agents)}")
         for name, config in self.configs.items():
-            if config.node != name or config.kind != self.topology.nodes[name].kind:
+            if config.node != name or (name in given and config.kind != nodes[name].kind):
                 raise ValueError(f"the agent config given for {name} is for "
                                  f"{config.kind} {config.node}")
+
+    def _device_group(self, config: AgentConfig) -> Node:
+        """Where a device group's container stands: at its first device (emu.deployment
+        groups devices linked alike)."""
+        devices = [d for driver in config.drivers for d in driver.devices]
+        nodes = self.topology.nodes
+        if not devices or any(nodes.get(d) is None or nodes[d].kind != DEVICE_KIND
+                              for d in devices):
+            raise ValueError(f"device group {config.node}: its drivers' devices {devices} "
+                             f"are not devices of topology {self.topology.name}")
+        if config.node in nodes and config.node not in devices:
+            raise ValueError(f"device group {config.node} is named like another node")
+        if len(config.node) > HOSTNAME_MAX:
+            raise self.error(("nodes", devices[0], "name"), config.node,
+                             f"a name of at most {HOSTNAME_MAX} characters for the container "
+                             "of its device group")
+        return nodes[devices[0]]
 
     def _check(self, node: Node) -> None:
         if len(node.name) > HOSTNAME_MAX:
@@ -303,7 +335,8 @@ class _Planner:
         except NoRoute:
             return None
 
-    def _broker(self, agent: Node) -> str:
+    def _broker(self, name: str, agent: Node) -> str:
+        """The broker the container `name`, standing at node `agent`, talks to."""
         brokers = [b.name for b in self.topology.of_kind("broker")]
         if not brokers:
             raise self.error(("nodes", agent.name, "kind"), agent.kind,
@@ -344,14 +377,17 @@ class _Planner:
         anchors = {host: host for host in hosts} | {name: anchor for name in names}
         return hosts + names, anchors
 
-    def _link(self, client: str, service: str, anchor: str | None, role, port: int) -> LinkPlan:
+    def _link(self, client: str, service: str, anchor: str | None, role, port: int,
+              origin: str) -> LinkPlan:
+        """The client's link to a service, shaped as the path from the node it stands at
+        (`origin`) to the node the service stands at (`anchor`)."""
         if anchor is None:
-            return LinkPlan(client, service, role, port, LinkShape(0.0), (client, service))
+            return LinkPlan(client, service, role, port, LinkShape(0.0), (origin, service))
         try:
-            path = self.routes.path(client, anchor)
+            path = self.routes.path(origin, anchor)
         except NoRoute:
-            raise self.error(("nodes", client, "links"), client,
-                             f"a route from {client} to {anchor}, where the {role} server "
+            raise self.error(("nodes", origin, "links"), origin,
+                             f"a route from {origin} to {anchor}, where the {role} server "
                              f"{service} runs: no links connect them") from None
         graph = self.topology.graph
         return LinkPlan(client, service, role, port, path_shape(self.topology, path),
@@ -359,7 +395,8 @@ class _Planner:
                                            for a, b in pairwise(path)))
 
     def _container(self, name: str, kind: str, role: Role, site: str | None, node: Node | None,
-                   servers: list[str], agent: AgentConfig | None = None) -> ContainerPlan:
+                   servers: list[str], agent: AgentConfig | None = None,
+                   broker: str | None = None) -> ContainerPlan:
         segment = site or DEFAULT_SEGMENT
         profile = node.profile if node is not None and kind != ZOOKEEPER_NAME else None
         image, command, port, files = SERVICES, (), None, ()
@@ -375,6 +412,8 @@ class _Planner:
             command = IDLE_COMMAND
         if profile is None:  # an added ZooKeeper server: what its JVM needs
             cpus, memory = 1.0, 1024**3
+        elif kind == DEVICE_KIND:
+            cpus, memory = self._device_limits(profile, agent)
         else:
             native = image.arch == HOST_ARCH
             cpus, memory = profile.cores * (profile.speed if native else 1.0), profile.memory
@@ -385,9 +424,21 @@ class _Planner:
             network=network_name(self.cluster, segment), nano_cpus=int(cpus * 1e9),
             mem_limit=int(memory),
             labels={**self.labels, "foglab.node": name, "foglab.kind": kind,
-                    "foglab.role": role, "foglab.network": network_name(self.cluster, segment)},
+                    "foglab.role": role, "foglab.network": network_name(self.cluster, segment),
+                    **({"foglab.broker": broker} if broker else {})},
             port=port, agent=agent, files=files,
             profile=node.profile_name if profile is not None else None)
+
+
+    @staticmethod
+    def _device_limits(profile, agent: AgentConfig) -> tuple[float, int]:
+        """A device group's container: its devices' cores and memory together, where their
+        profile is a machine's (arm64 or amd64, run natively on the cloud image); else (a
+        microcontroller) what the agent needs, DEVICE_CPUS and DEVICE_MEMORY."""
+        devices = len({d for driver in agent.drivers for d in driver.devices})
+        if profile.arch not in ("arm64", "amd64") or profile.memory < MIN_MEMORY:
+            return DEVICE_CPUS, DEVICE_MEMORY
+        return profile.cores * profile.speed * devices, profile.memory * devices
 
 
 def container_name(cluster: str, node: str) -> str:

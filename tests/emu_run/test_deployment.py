@@ -120,14 +120,32 @@ def test_an_unknown_task_is_refused_before_the_emulation_sees_it(change: str,
         configs(text)
 
 
-def test_a_device_without_a_gateway_is_named() -> None:
+def test_devices_without_a_gateway_run_as_a_group_in_a_container_of_their_own() -> None:
     text = SMALL.replace("- {from: gw-*, to: broker-1, latency: 20ms}",
                          "- {from: gw-*, to: broker-1, latency: 20ms}\n"
-                         "    - {from: s-6, to: broker-1, latency: 5ms}").replace(
-        "{from: s-*, to: gw-*", "{from: 's-[1-5]', to: gw-*")
-    with pytest.raises(DeploymentError, match=r"streams\[0\]\.sources: devices linked to a "
-                       r"gateway: the emulation runs device s-6 of stream city"):
-        configs(text)
+                         "    - {from: 's-[56]', to: broker-1, latency: 5ms}").replace(
+        "{from: s-*, to: gw-*", "{from: 's-[1-4]', to: gw-*")
+    agents = configs(text)
+    assert list(agents) == ["gw-1", "gw-2", "cloud-1", "s"]  # named after the group
+    group = agents["s"]
+    assert (group.kind, group.operators, group.index) == ("device", [], 4)
+    (driver,) = group.drivers
+    assert driver.devices == ["s-5", "s-6"] and driver.stream == "city"
+    # The link layer shapes their path, device link included: the agent adds nothing.
+    assert (driver.access_latency, driver.access_jitter, driver.access_loss) == (0, 0, 0)
+    assert all(d not in ("s-5", "s-6") for gw in ("gw-1", "gw-2")
+               for driver in agents[gw].drivers for d in driver.devices)
+
+
+def test_a_group_linked_two_ways_makes_two_containers() -> None:
+    text = SMALL.replace("- {from: gw-*, to: broker-1, latency: 20ms}",
+                         "- {from: gw-*, to: broker-1, latency: 20ms}\n"
+                         "    - {from: 's-[56]', to: broker-1, latency: 5ms}\n"
+                         "    - {from: s-6, to: broker-1, latency: 7ms}").replace(
+        "{from: s-*, to: gw-*", "{from: 's-[1-4]', to: gw-*")
+    agents = configs(text)
+    assert [(a.node, a.drivers[0].devices) for a in agents.values() if a.kind == "device"] == [
+        ("s-5", ["s-5"]), ("s-6", ["s-6"])]
 
 
 def test_the_catalog_quickstart_deploys() -> None:

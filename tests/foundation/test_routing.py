@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emu.cluster.plan import plan_cluster
-from emu.deployment import DeploymentError, agent_configs
+from emu.deployment import agent_configs
 from sim.model import Model, Settings
 from topologies import catalog
 from topologies.model import Topology, expand
@@ -154,9 +154,20 @@ def test_sim_and_emu_choose_the_same_gateway_broker_and_path_latency(name: str) 
             topo, workload(linked), [], seed=1, epoch=0.0).items()
             for driver in config.drivers for device in driver.devices}
         assert emu_gateway == {d: sim_gateway[d] for d in linked}
-    if unlinked:  # the emulation runs devices inside gateways: it names those it cannot run
-        with pytest.raises(DeploymentError, match=unlinked[0]):
-            agent_configs(topo, workload(unlinked), [], seed=1, epoch=0.0)
+    if unlinked:  # devices that link to no gateway run in their group's container
+        configs = agent_configs(topo, workload(unlinked), [], seed=1, epoch=0.0)
+        group = {device: node for node, config in configs.items() if config.kind == "device"
+                 for driver in config.drivers for device in driver.devices}
+        assert set(group) == set(unlinked)
+        groups = plan_cluster(topo, "agree", agents=configs, host_cpus=2)
+        for device in unlinked:
+            broker = model.broker_for(device)
+            assert groups.brokers[group[device]] == broker, device
+            sim_path = model.path(device, broker)
+            link = groups.link(group[device], broker)
+            # From the group's first device: its devices link alike.
+            assert link.path[1:] == tuple(channel.dst for channel in sim_path), device
+            assert link.shape.latency_s == sum(channel.latency for channel in sim_path), device
 
     for agent in agents:
         broker = model.broker_for(agent)
