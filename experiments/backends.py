@@ -41,10 +41,12 @@ class Backend(Protocol):
 def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
     """The simulator's settings for a spec (its own seed unless another is given)."""
     from sim.model import Settings
+    from workloads.calibration import load
 
     run, scenario = spec.run, spec.scenario
     values = dict(duration=run.duration, seed=run.seed if seed is None else seed,
                   sample=run.sample, drain=run.drain, driver_cost=run.driver_cost,
+                  calibration=load(run.calibration).calibration if run.calibration else None,
                   migration=scenario.migration, migrations=scenario.migrations,
                   mobility=scenario.mobility, policy=scenario.policy)
     values.update(changes)

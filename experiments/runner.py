@@ -14,6 +14,7 @@ from experiments.loader import Experiment, RunPoint
 from experiments.results import RunWriter, git_revision, host_facts, now_utc, package_versions
 from experiments.schema import conform
 from experiments.summary import summarise
+from workloads import calibration
 
 
 def repetition_seed(seed: int, repetition: int) -> int:
@@ -99,6 +100,10 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         "experiment": experiment.name, "file": experiment.file, "run": run_id,
         "sweep": sweep_id, "point_index": point.index, "point": point.values,
         "repetition": repetition, "seed": seed, "backend": spec.run.backend,
+        # The profile the model took its costs from, whole: a run stays explained when the
+        # profile is measured again or removed.
+        "calibration": (calibration.load(spec.run.calibration).facts()
+                        if spec.run.calibration and spec.run.backend == "sim" else None),
         "config_hash": point.config_hash, "references": experiment.references,
         "start": now_utc(), "end": None, "status": "running", "error": None,
         **common, "config": spec.model_dump(mode="json"),

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
@@ -32,6 +32,19 @@ class RunSpec(BaseModel):
         description="after the duration, how long messages in flight may still arrive")
     driver_cost: NonNegativeDuration = Field(
         default=20e-6, description="a gateway driver's CPU cost per reading on one reference vCPU")
+    calibration: str | None = Field(
+        default=None, description="a calibration profile (`foglab calibrate`) by name or file: "
+        "the model takes arm64 nodes' task and driver costs, the brokers' service time and the "
+        "link layer's delay per leg from what it measured on the emulation (sim.costs)")
+
+    @field_validator("calibration")
+    @classmethod
+    def _calibration_loads(cls, name: str | None) -> str | None:
+        from workloads.calibration import problem
+
+        if name is not None and (text := problem(name)):
+            raise ValueError(text)
+        return name
 
 
 class ScenarioSpec(BaseModel):

@@ -19,7 +19,6 @@ from sim.sources import Source
 from sim.windowed import OpenWindow, WindowedInstance
 from topologies.routing import gateway_of
 from workloads.pipeline import OperatorSpec, placement, topic_filter
-from workloads.riot.costs import task_cost
 from workloads.spec import WorkloadSpec
 
 HOSTS = ("gateway", "broker", "cloud_vm", "coordinator")  # node kinds with a CPU that runs code
@@ -32,7 +31,7 @@ class ModelError(ValueError):
 def instance(model, spec: OperatorSpec, node: str, state: OpenWindow | None = None,
              group: str | None = None):
     """An instance of `spec` on `node` (a window operator's with `state` when it moved)."""
-    cost = spec.cost if spec.cost is not None else (task_cost(spec.task) or 0.0)
+    cost = model.costs.operator(spec, node)
     if spec.window is not None:
         return WindowedInstance(model.env, node, model.node_index[node], model.cpus[node],
                                 cost, group or spec.name, spec.window.size, spec.window.jitter,

@@ -12,6 +12,7 @@ import numpy as np
 from sim import assembly
 from sim.assembly import HOSTS, ModelError
 from sim.clock import Environment, collector_paused
+from sim.costs import Costs
 from sim.message import Message
 from sim.migration import Coordinator
 from sim.mobile import Mobility
@@ -20,10 +21,10 @@ from sim.operators import Driver
 from sim.pubsub import Broker, Group
 from sim.recorder import MessageLog, SeriesLog, migration_columns
 from sim.sampler import Sampler
-from sim.stations import Cpu
 from sim.windowed import OpenWindow, WindowOutput
 from topologies.model import Topology
 from topologies.routing import nearest
+from workloads.calibration import Calibration
 from workloads.migration.schedule import migration_starts
 from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
@@ -40,6 +41,7 @@ class Settings:
     sample: float = 1.0
     drain: float = 30.0
     driver_cost: float = 20e-6
+    calibration: Calibration | None = None  # what sim.costs.Costs takes from the emulation
     direct_handover: bool = True  # off only to check that it changes nothing
     bucketed_queue: bool = True  # sim.clock's queue; off only to check that it changes nothing
     in_place: bool = True  # jobs done before any other event finish in place; ditto
@@ -69,11 +71,12 @@ class Model:
         self.stream_names = [stream.name for stream in workload.streams]
         self.log = MessageLog()
         seed = settings.seed
-        self.network = Network(self.env, topology, seed, self._lost)
-        self.cpus = {node.name: Cpu(node.name, node.profile.cores, node.profile.speed)
+        self.costs = Costs(topology, settings.driver_cost, settings.calibration)
+        self.network = Network(self.env, topology, seed, self._lost, self.costs.lead)
+        self.cpus = {node.name: self.costs.cpu(node)
                      for node in topology.nodes.values() if node.kind in HOSTS}
-        self.brokers = {node.name: Broker(self.env, node.name, node.broker, self.cpus[node.name],
-                                          self.network, self._readers)
+        self.brokers = {node.name: Broker(self.env, node.name, self.costs.broker(node),
+                                          self.cpus[node.name], self.network, self._readers)
                         for node in topology.of_kind("broker")}
         for broker in self.brokers.values():
             broker.in_place = settings.in_place
@@ -174,7 +177,7 @@ class Model:
     def driver(self, gateway: str) -> Driver:
         if gateway not in self.drivers:
             driver = self.drivers[gateway] = Driver(self.env, gateway, self.cpus[gateway],
-                                                    self.settings.driver_cost, self.publish)
+                                                    self.costs.driver(gateway), self.publish)
             driver.in_place = self.settings.in_place
         return self.drivers[gateway]
 

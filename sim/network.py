@@ -13,15 +13,18 @@ from topologies.routing import Routes
 class Network:
     """Carries messages hop by hop; QoS 1 legs redeliver after loss, QoS 0 losses are recorded."""
 
-    def __init__(self, env, topology: Topology, seed: int, on_lost):
+    def __init__(self, env, topology: Topology, seed: int, on_lost, lead=None):
+        """`lead(node)`: the delay each leg `node` sends pays beyond its path (sim.costs)."""
         self.env = env
         self.routes = Routes(topology)
         self.channels: dict[tuple[str, str], Channel] = {}
         for link in topology.links:
             for src, dst in ((link.a, link.b), (link.b, link.a)):
-                self.channels[(src, dst)] = Channel(len(self.channels), src, dst, link.latency,
-                                                    link.jitter, link.bandwidth, link.loss,
-                                                    f"{seed}:{src}>{dst}")
+                channel = Channel(len(self.channels), src, dst, link.latency, link.jitter,
+                                  link.bandwidth, link.loss, f"{seed}:{src}>{dst}")
+                if lead is not None:
+                    channel.lead = lead(src)
+                self.channels[(src, dst)] = channel
         self._paths: dict[tuple[str, str], tuple[Channel, ...]] = {}
         self._on_lost = on_lost
         self._at = env.at
@@ -52,8 +55,11 @@ class Network:
             deliver(msg)
 
     def _cross(self, msg: Message, t: float) -> None:
-        channel = msg.path[msg.leg]
-        arrival = channel.transmit(t, msg.size)
+        """A leg's first link (its later ones: `arrived`), with the leg's lead."""
+        channel = msg.path[0]
+        lead = channel.lead
+        # Without a lead, as every other transmit (a mobile device's radio takes no lead).
+        arrival = channel.transmit(t, msg.size, lead) if lead else channel.transmit(t, msg.size)
         if arrival < 0.0:
             self.lose(msg, channel, t)
             return

@@ -60,7 +60,7 @@ class Channel:
     """One direction of a link: serialisation at its bandwidth, FIFO, propagation, jitter, loss."""
 
     __slots__ = ("index", "src", "dst", "latency", "jitter", "bits_per_s", "loss", "free",
-                 "last_arrival", "rng", "seed", "bytes", "messages", "delay_sum", "busy")
+                 "last_arrival", "rng", "seed", "bytes", "messages", "delay_sum", "busy", "lead")
 
     def __init__(self, index: int, src: str, dst: str, latency: float, jitter: float,
                  bits_per_s: float | None, loss: float, seed: str):
@@ -81,9 +81,13 @@ class Channel:
         self.messages = 0
         self.delay_sum = 0.0
         self.busy = 0.0  # seconds spent serialising
+        # Added to the propagation of a leg that starts here: a calibrated link layer's own
+        # delay (sim.costs.Costs.lead); the Network passes it for a leg's first link only.
+        self.lead = 0.0
 
-    def transmit(self, now: float, size: int) -> float:
-        """Send `size` bytes now; returns the arrival time at the far end, or -1.0 if lost."""
+    def transmit(self, now: float, size: int, lead: float = 0.0) -> float:
+        """Send `size` bytes now; returns the arrival time at the far end, or -1.0 if lost.
+        `lead`: a delay added to the propagation (see `lead`)."""
         if self.bits_per_s is None:
             done = now
         else:
@@ -94,13 +98,13 @@ class Channel:
         if self.jitter:
             # Propagation varies around its mean (netem's "20ms 2ms"), never below zero.
             delay = (self.rng or self._draws()).gauss(self.latency, self.jitter)
-            arrival = done + (delay if delay > 0.0 else 0.0)
+            arrival = done + (delay if delay > 0.0 else 0.0) + lead
             # The link keeps order, as a TCP connection would: jitter never overtakes.
             if arrival < self.last_arrival:
                 arrival = self.last_arrival
             self.last_arrival = arrival
         else:
-            arrival = done + self.latency
+            arrival = done + self.latency + lead
         self.bytes += size
         self.messages += 1
         self.delay_sum += arrival - now

@@ -11,13 +11,9 @@ import time
 import tracemalloc
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import pandas as pd
-import seaborn as sns
-from matplotlib.figure import Figure
-from matplotlib.ticker import NullFormatter
 
 from workloads.riot.datasets import (
     CITY,
@@ -29,6 +25,12 @@ from workloads.riot.datasets import (
 from workloads.riot.models import train_models
 from workloads.riot.senml import Reading, encode_senml, to_row
 from workloads.riot.tasks import TASKS, Message, Task, make_task
+
+if TYPE_CHECKING:
+    # Only the tables and the plot need these: the gateway image, which runs `cpu_costs`
+    # for `foglab calibrate`, has numpy but neither pandas nor matplotlib.
+    import pandas as pd
+    from matplotlib.figure import Figure
 
 # Called after each task with (task name, tasks done, tasks in all), e.g. to advance a bar.
 Progress = Callable[[str, int, int], None]
@@ -54,16 +56,13 @@ def bench_tasks(names: Sequence[str] | None = None, duration: float = 1.0,
     Inputs cycle, so stateful tasks see the stream start over; their cost does not depend
     on time order. One row per task.
     """
-    names = list(TASKS) if names is None else list(names)
-    unknown = [name for name in names if name not in TASKS]
-    if unknown:
-        raise ValueError(f"unknown task {unknown[0]!r}; known tasks: {', '.join(sorted(TASKS))}")
-    if dataset not in DATASETS:
-        raise ValueError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+    import pandas as pd
+
+    names = _checked(names, dataset)
     readings = GENERATORS[dataset](rows=rows, seed=seed)
     result = []
     with tempfile.TemporaryDirectory(prefix="foglab-bench-") as tmp:
-        models = (_train(dataset, seed, Path(tmp))
+        models = (train_for(dataset, seed, Path(tmp))
                   if any(name in MODEL_TASKS for name in names) else {})
         for done, name in enumerate(names, start=1):
             params, inputs = task_inputs(name, dataset, readings, models)
@@ -74,12 +73,50 @@ def bench_tasks(names: Sequence[str] | None = None, duration: float = 1.0,
     return pd.DataFrame(result)
 
 
+def cpu_costs(names: Sequence[str] | None = None, duration: float = 1.0, warmup: float = 0.25,
+              repetitions: int = 3, rows: int = 500, dataset: str = "city", seed: int = 0,
+              progress: Progress | None = None,
+              models: dict[str, Path] | None = None) -> dict[str, float]:
+    """Task -> CPU seconds per message (process time, the median of `repetitions` runs of
+    `duration` s after `warmup` s), as `bench_tasks` measures its cpu_per_message, without
+    the latency and memory passes and with numpy only: what `foglab calibrate` runs inside
+    the arm64 gateway image, where each pass costs several times what it does on the host.
+    `models`: those `train_for` made, else they are trained here when a task needs them."""
+    names = _checked(names, dataset)
+    readings = GENERATORS[dataset](rows=rows, seed=seed)
+    costs = {}
+    with tempfile.TemporaryDirectory(prefix="foglab-bench-") as tmp:
+        if models is None:
+            models = (train_for(dataset, seed, Path(tmp))
+                      if any(name in MODEL_TASKS for name in names) else {})
+        for done, name in enumerate(names, start=1):
+            params, inputs = task_inputs(name, dataset, readings, models)
+            task = _warm(name, params, inputs, warmup)
+            runs = []
+            for _ in range(repetitions):
+                messages, _, cpu = _run_for(task, inputs, duration)
+                runs.append(cpu / messages)
+            costs[name] = float(np.median(runs))
+            if progress is not None:
+                progress(name, done, len(names))
+    return costs
+
+
+def _checked(names: Sequence[str] | None, dataset: str) -> list[str]:
+    """The task names asked for (all registered ones by default), each known; the dataset too."""
+    names = list(TASKS) if names is None else list(names)
+    unknown = [name for name in names if name not in TASKS]
+    if unknown:
+        raise ValueError(f"unknown task {unknown[0]!r}; known tasks: {', '.join(sorted(TASKS))}")
+    if dataset not in DATASETS:
+        raise ValueError(f"unknown dataset {dataset!r}; known: {', '.join(DATASETS)}")
+    return names
+
+
 def bench_task(name: str, params: dict[str, Any], inputs: Sequence[Message], duration: float,
                warmup: float) -> dict[str, Any]:
     """The measures of task `name` built with `params` and fed `inputs` (see bench_tasks)."""
-    gc.collect()  # the previous task's garbage is not this one's cost
-    task = make_task(name, **params)
-    _run_for(task, inputs, warmup)
+    task = _warm(name, params, inputs, warmup)
     messages, wall, cpu = _run_for(task, inputs, duration)
     latencies, outputs = _time_each(task, inputs)
     p50, p95, p99 = np.percentile(latencies, [50, 95, 99])
@@ -142,6 +179,10 @@ def write_report(table: pd.DataFrame, out_dir: str | Path) -> dict[str, Path]:
 
 def plot(table: pd.DataFrame) -> Figure:
     """Two panels, fastest task first: peak throughput, and the latency percentiles (log)."""
+    import seaborn as sns
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import NullFormatter
+
     ordered = table.sort_values("throughput", ascending=False)
     latencies = ordered.melt(id_vars="task", value_vars=["latency_p50", "latency_p95",
                                                          "latency_p99"],
@@ -161,6 +202,14 @@ def plot(table: pd.DataFrame) -> Figure:
         axes.set_xlim(left=10.0 ** np.floor(np.log10(values.min())))
         axes.xaxis.set_minor_formatter(NullFormatter())
     return figure
+
+
+def _warm(name: str, params: dict[str, Any], inputs: Sequence[Message], warmup: float) -> Task:
+    """A fresh instance of the task, run for `warmup` seconds."""
+    gc.collect()  # the previous task's garbage is not this one's cost
+    task = make_task(name, **params)
+    _run_for(task, inputs, warmup)
+    return task
 
 
 def _run_for(task: Task, inputs: Sequence[Message], seconds: float) -> tuple[int, float, float]:
@@ -207,7 +256,8 @@ def _memory(name: str, params: dict[str, Any], inputs: Sequence[Message]) -> tup
     return peak, len(task.snapshot())
 
 
-def _train(dataset: str, seed: int, folder: Path) -> dict[str, Path]:
+def train_for(dataset: str, seed: int, folder: Path) -> dict[str, Path]:
+    """The models the model tasks load (MODEL_TASKS' values -> file), trained into folder."""
     return train_models(write_sample_csv(folder / f"{dataset}.csv", dataset, seed=seed), folder)
 
 

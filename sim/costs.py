@@ -1,0 +1,92 @@
+"""What each job costs the model: nodes' cores and speed, operators, drivers, brokers and the
+link layer's delay per leg; from the description and reference figures, or a calibration.
+
+The one place where the model decides a cost, so that a calibration (workloads.calibration,
+`run.calibration: NAME`) changes all of them at once and nothing else. Costs are reference-vCPU
+seconds, which a node's Cpu divides by its speed. With a calibration, measured on the
+emulation, the model stands for the emulation of the topology rather than its hardware:
+
+- arm64 nodes (the emulation runs them under QEMU) take the calibration's gateway profile
+  (`rpi4-qemu`: its measured speed, and one core: the agent is one Python interpreter); an
+  operator that names a task there costs what the agent was measured to spend on it (its
+  `operators` figure), whatever `cost` says, since the emulation runs the task and ignores
+  `cost`; other operators keep their written cost, at the calibrated speed; a gateway's driver
+  costs the measured CPU per reading instead of `run.driver_cost`;
+- brokers serve each message in Mosquitto's measured service time, on one core (Mosquitto
+  is single-threaded), in place of the topology's `broker.service_time`;
+- each leg a node that runs a container sends (a publish, a broker's delivery) pays the link
+  layer's measured `hop_overhead` on top of its path's latency: the emulation shapes a
+  node's connection to its broker as one relay (or one netem interface), whatever the hops.
+Other nodes and costs are as without a calibration.
+"""
+
+from __future__ import annotations
+
+from sim.stations import Cpu
+from topologies.model import Node, Topology
+from topologies.spec import BrokerSpec
+from workloads.calibration import Calibration
+from workloads.pipeline import OperatorSpec
+from workloads.riot.costs import task_cost
+
+# Node kinds that run a container on the emulation, so their legs cross its link layer.
+CONTAINERS = ("gateway", "broker", "cloud_vm", "coordinator")
+
+
+class Costs:
+    """The costs of one model's jobs (see the module's docstring)."""
+
+    def __init__(self, topology: Topology, driver_cost: float,
+                 calibration: Calibration | None = None):
+        self.topology = topology
+        self.driver_cost = driver_cost
+        self.calibration = calibration
+
+    def _qemu(self, node: str) -> bool:
+        """Whether the node stands for an arm64 container under QEMU, as calibrated."""
+        return (self.calibration is not None
+                and self.topology.nodes[node].profile.arch == "arm64")
+
+    def cpu(self, node: Node) -> Cpu:
+        """The node's cores as a queue, at its speed."""
+        cores, speed = node.profile.cores, node.profile.speed
+        if self.calibration is not None:
+            if self._qemu(node.name):
+                gateway = self.calibration.gateway
+                cores, speed = gateway.cores, gateway.speed
+            elif node.kind == "broker":
+                cores = 1
+        return Cpu(node.name, cores, speed)
+
+    def operator(self, spec: OperatorSpec, node: str) -> float:
+        """An instance's cost per message: measured on a calibrated node for its task, else
+        the written cost, else the task's reference cost (workloads.riot.costs), else 0."""
+        if self._qemu(node):
+            measured = self.calibration.gateway.operators.get(spec.task)
+            if measured is not None:
+                return measured * self.calibration.gateway.speed
+        if spec.cost is not None:
+            return spec.cost
+        return task_cost(spec.task) or 0.0
+
+    def driver(self, gateway: str) -> float:
+        """A gateway's driver's cost per reading."""
+        if self._qemu(gateway):
+            return self.calibration.gateway.driver * self.calibration.gateway.speed
+        return self.driver_cost
+
+    def broker(self, node: Node) -> BrokerSpec:
+        """How a broker serves: the topology's settings, with the measured service time."""
+        spec = node.broker or BrokerSpec()
+        if self.calibration is None:
+            return spec
+        # The service time is the host's seconds; the broker's Cpu divides by its speed.
+        return spec.model_copy(update={
+            "service_time": self.calibration.broker.service_time * node.profile.speed})
+
+    def lead(self, node: str) -> float:
+        """The link layer's own delay on each leg `node` sends (0 without a calibration)."""
+        if self.calibration is None or self.topology.nodes[node].kind not in CONTAINERS:
+            return 0.0
+        return self.calibration.links.hop_overhead
+
