@@ -148,7 +148,7 @@ class FidelitySampler:
 
     def throttled(self, node: str) -> float | None:
         """The node's throttled share of its CPU periods since the last call; None the first
-        time, without a limit (no periods), or without a readable cpu.stat."""
+        time, or without a readable cpu.stat; 0 without a limit (no periods)."""
         path = self.files.get(node)
         if path is None:
             return None

@@ -31,6 +31,8 @@ REFERENCE = "emu"
 DEFAULT_BACKENDS = "sim,emu"
 # Issue 17's agreement targets: the largest |relative error| against the emulation.
 TARGETS = {"latency_p50": 0.10, "latency_p95": 0.20, "throughput": 0.05, "lost": 0.0}
+# Fewer messages than this outside the saturated spans give no percentiles worth printing.
+MIN_UNSATURATED = 20
 DOCTOR_FIX = ("`foglab emu doctor --fix` (as root) installs what is missing (docker.io, "
               "qemu-user-static, binfmt-support, debootstrap, busybox-static), starts the "
               "Docker Engine (dockerd) and enables arm64 emulation through binfmt")
@@ -289,7 +291,7 @@ def shown(value: float | None, unit: str) -> str:
     if unit == "ms":
         return f"{value * 1000:.1f}"
     if unit == "%":
-        return f"{value:.1%}"
+        return f"{value:.2%}" if abs(value) < 0.01 else f"{value:.1%}"
     if unit == "msg/s":
         return f"{value:.1f}"
     return f"{value:,.0f}"
@@ -344,7 +346,10 @@ def explanations(comparison: Comparison) -> list[str]:
         lines.append(f"* {comparison.reference} figures taken while the testbed was "
                      "overloaded: " + "; ".join(reasons))
     clean = comparison.unsaturated
-    if clean:
+    if clean and clean["delivered"] < MIN_UNSATURATED:
+        lines.append(f"  {comparison.reference}: only {clean['delivered']:,} messages were sent "
+                     "outside the saturated spans, too few for figures of their own")
+    elif clean:
         latency = clean["latency_s"]
         lines.append(f"  {comparison.reference} outside the saturated spans "
                      f"({clean['delivered']:,} messages; "

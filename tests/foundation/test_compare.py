@@ -200,3 +200,14 @@ def test_compare_refuses_a_sweep_and_a_backend_set_by_hand(tmp_path: Path) -> No
     sets = foglab("compare", "quickstart", "--set", "run.backend=sim", "--out", str(out))
     assert sets.exit_code == 2 and "name them there" in sets.output
     assert not out.exists()
+
+
+def test_too_few_messages_outside_the_saturated_spans_give_no_figures_of_their_own() -> None:
+    fidelity = {"samples": 10, "marked": True, "saturated_spans": [[0.5, 10.0]],
+                "reasons": ["host saturated: CPU pressure 97% for 100% of the run"]}
+    emu = run("emu", messages([50.0] * 100), {}, fidelity=fidelity)
+    result = compare({"sim": run("sim", messages([35.0] * 100), {}), "emu": emu})
+    assert result.unsaturated["delivered"] == 5  # sent at 0.0 to 0.4 s
+    assert comparing.explanations(result)[1] == (
+        "  emu: only 5 messages were sent outside the saturated spans, too few for figures of "
+        "their own")
