@@ -235,10 +235,9 @@ def session_name(operator: str, node: str) -> str:
 
 
 def movable(config: OperatorConfig, node: str) -> OperatorConfig:
-    """The instance reading through a session of its own, so that emu.migration can move it.
-    Not for Spark: a query moves by workloads.spark.migration, not yet wired to containers."""
-    if config.engine == "spark":
-        return config
+    """The instance reading through a session of its own, so that emu.migration can move it
+    (a Spark operator: the node's recorder of its arrivals, which moves along with the
+    query)."""
     return replace(config, session=session_name(config.name, node))
 
 
