@@ -126,7 +126,11 @@ def calibrate(quick: bool = False, progress: Progress | None = None,
                            host=_host(client), gateway=gateway, native=native,
                            broker=brokered, links=links)
     finally:
-        _remove(client, token)
+        # A second Ctrl-C waits until the containers are gone (then interrupts).
+        from emu.cluster.engine import _interrupts_deferred
+
+        with _interrupts_deferred():
+            _remove(client, token)
 
 
 # -- the containers --------------------------------------------------------------------------------
