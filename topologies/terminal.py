@@ -127,23 +127,33 @@ class Stop(KeyboardInterrupt):
         self.signal = signal.Signals(number)
 
 
-def _raise_stop(number: int, frame: object) -> None:
-    raise Stop(number)
-
-
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 
 @contextlib.contextmanager
 def stop_on_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP interrupt the main thread as Ctrl-C does, while inside; so does
-    SIGINT, even in a process started with it ignored (a shell's background job). Outside the
-    main thread (signals cannot be set there) it changes nothing."""
+    SIGINT, even in a process started with it ignored (a shell's background job). Only the
+    first signal interrupts: what it starts is the clean-up (containers, networks, relays),
+    which a second one (a supervisor's TERM after the shell's, a second Ctrl-C) must not cut
+    short, so later ones are noted and ignored until the block is left. Outside the main
+    thread (signals cannot be set there) it changes nothing."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = {number: signal.signal(number, _raise_stop) for number in STOP_SIGNALS[1:]}
-    previous[signal.SIGINT] = signal.signal(signal.SIGINT, signal.default_int_handler)
+    stopping: list[int] = []
+
+    def stop(number: int, frame: object) -> None:
+        if stopping:
+            warning(f"{signal.Signals(number).name} again: still cleaning up after the first, "
+                    "please wait")
+            return
+        stopping.append(number)
+        if number == signal.SIGINT:
+            raise KeyboardInterrupt  # as Python's own handler: "interrupted by the user"
+        raise Stop(number)
+
+    previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
     try:
         yield
     finally:

@@ -13,9 +13,9 @@ def check_hybrid(spec, topology) -> None:
 
     scenario = spec.scenario
     if scenario.mobility is None:
-        raise SpecError(("scenario", "mobility"), None, "a mobility scenario: the hybrid "
-                        "backend's model moves users over the emulation (without one, run "
-                        "the file on emu)")
+        raise SpecError(("run", "backend"), "hybrid", "a backend for this file: hybrid's "
+                        "model moves users over the emulation, and the file has no "
+                        "scenario.mobility (run it on emu, or give it one)")
     if scenario.policy is not None:
         raise SpecError(("scenario", "policy"), "...", "no migration policy on hybrid yet: "
                         "its decisions do not drive the emulated migration yet (run it on sim)")

@@ -5,8 +5,9 @@ the start, each moving device sits on the gateway the model attaches it to at ti
 same movement, seeded alike, as the run's model will replay), or, out of every gateway's range
 then, on the nearest gateway with a lost link until it comes into range. The emulation
 deploys devices on the gateway they link to (emu.deployment), so the topology it is given has
-a link from each moving device to that gateway, with the radio's latency and loss at time 0;
-the links coupling then takes the link over as the user moves.
+a link from each moving device to that gateway. The link is plain (no latency, no loss: one
+driver serves a stream's devices on a gateway, and the emulation groups devices by link); the
+links coupling sets each device's radio at time 0, before the epoch, and as the user moves.
 """
 
 from __future__ import annotations
@@ -61,9 +62,11 @@ def emulated_topology(spec: TopologySpec, begin: Start) -> Topology:
     moving = set(begin.devices)
     links = [link for link in spec.links
              if not (set(link.source) <= moving or set(link.target) <= moving)]
-    links += [LinkSpec.model_validate({
-        "from": device, "to": begin.gateway[device], "latency": begin.latency[device],
-        "loss": min(begin.loss[device], 1.0)}) for device in begin.devices]
+    by_gateway: dict[str, list[str]] = {}
+    for device in begin.devices:
+        by_gateway.setdefault(begin.gateway[device], []).append(device)
+    links += [LinkSpec.model_validate({"from": devices, "to": gateway})
+              for gateway, devices in by_gateway.items()]
     try:
         return expand(spec.model_copy(update={"links": links}))
     except SpecError as error:  # a bug here, not the user's file: say where it came from

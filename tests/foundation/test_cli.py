@@ -111,11 +111,11 @@ def test_a_failed_run_exits_1_and_says_why(tmp_path: Path,
     assert "the backend broke [on purpose]" in result.output  # brackets shown as written
 
 
-def test_the_hybrid_backend_is_refused_before_anything_is_made(tmp_path: Path) -> None:
+def test_hybrid_without_mobility_is_refused_before_anything_is_made(tmp_path: Path) -> None:
     result = foglab("run", "quickstart", "--set", "run.backend=hybrid", "--out", str(tmp_path))
     assert result.exit_code == 2
     assert "--set run.backend=hybrid: run.backend" in result.output
-    assert "not built yet" in result.output
+    assert "has no scenario.mobility" in result.output
     assert list(tmp_path.iterdir()) == []
 
 

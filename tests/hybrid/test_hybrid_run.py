@@ -29,7 +29,7 @@ workload:
   name: telemetry
   streams: [{{name: pos, sources: phone, rate: 10/s, arrivals: periodic, size: 100B, qos: 1}}]
 pipeline:
-  - {{name: sink, on: gw-b, reads: pos}}
+  - {{name: sink, on: gw-a, reads: pos}}
 scenario:
   mobility:
     model: {{kind: trace, path: {trace}}}
@@ -71,13 +71,17 @@ def test_a_walking_users_radio_and_handover_act_on_the_containers(tmp_path, trac
     # Every reading arrives once: none lost, none twice, across the handover.
     assert len(messages) >= 0.95 * 24 * 10
     assert not messages["lost"].any() and messages["id"].is_unique
-    # The radio's latency on the container path: near A (5 ms) against 100-140 m away
-    # (5 + 40 * d / 200 ms), both on the same path after it (gw-a to the sink on gw-b). The
-    # radio loses nothing here (loss: 0): the device's link is no MQTT leg to resend on.
-    near = messages.loc[messages["t_sent"].between(0.5, 5.5), "latency"].median()
-    far = messages.loc[messages["t_sent"].between(11, 13), "latency"].median()
-    expected = 0.040 * ((12 - 6) * 20) / 200  # 120 m on average: 24 ms more
-    assert far - near == pytest.approx(expected, abs=0.006)
+    # The radio's latency on the container path, read where it is alone: before the handover
+    # the sink on gw-a takes the readings in its agent, so a reading's latency is the radio's
+    # (5 + 40 * d / 200 ms) plus the agent's scheduling, which a loaded host only adds to:
+    # compare the floors (10th percentiles) near A and 100-150 m away. The radio loses nothing
+    # here (loss: 0): the device's link is no MQTT leg that QoS 1 would resend on.
+    def floor(first: float, last: float) -> float:
+        return messages.loc[messages["t_sent"].between(first, last), "latency"].quantile(0.1)
+
+    near, far = floor(0.5, 5.5), floor(11.0, 13.5)
+    assert near == pytest.approx(0.005, abs=0.004)
+    assert far - near == pytest.approx(0.040 * (12.25 - 6) * 20 / 200, abs=0.006)
     positions = pq.read_table(folder / "positions.parquet").to_pydict()
     assert positions["gateway"][0] == "gw-a" and positions["gateway"][-1] == "gw-b"
     manifest = json.loads((folder / "manifest.json").read_text())
