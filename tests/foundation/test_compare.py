@@ -211,3 +211,18 @@ def test_too_few_messages_outside_the_saturated_spans_give_no_figures_of_their_o
     assert comparing.explanations(result)[1] == (
         "  emu: only 5 messages were sent outside the saturated spans, too few for figures of "
         "their own")
+
+
+def test_results_show_says_when_an_emulated_run_was_taken_on_an_overloaded_host(
+        tmp_path: Path) -> None:
+    reason = "host saturated: CPU pressure 83% for 95% of the run"
+    fidelity = {"pressure_source": "psi", "samples": 20, "marked": True, "reasons": [reason],
+                "host_pressure": {"mean": 0.81, "max": 0.98},
+                "relay_lag_s": {"mean": 0.007, "max": 0.031}, "saturated_share": 0.95}
+    (tmp_path / "manifest.json").write_text(json.dumps(
+        {"experiment": "x", "backend": "emu", "status": "ok", "facts": {"fidelity": fidelity}}))
+    result = foglab("results", "show", str(tmp_path))
+    assert result.exit_code == 0, result.output
+    assert ("fidelity: host CPU pressure mean 81%, max 98% (psi); relay timers late by up to "
+            "31.0 ms; saturated for 95% of the run") in result.output
+    assert f"figures taken while the testbed was overloaded: {reason}" in result.output
