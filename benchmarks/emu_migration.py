@@ -60,23 +60,34 @@ Held events were JSON before (100,000 events in the gateway image: save 2.74 s, 
 columns, chosen, 0.60/0.50 s, 56 bytes. What is left is one Python tuple per event; keeping
 the held events as columns in the window would make a snapshot a byte copy.
 
-Parallel, measured on the same host (2026-11-25, defaults; load 12 to 13 from other work, the
-host's two cores shared by about six busy processes): lost 0, duplicated 0, reordered 0 in
-both runs; synchronised old_ahead (offset 2, then 1) after 10.3 and 6.7 s (two windows, then
-one and a bit); whole move 15.9 and 11.4 s; input handover hold 0.46 and 0.33 s, held 940
-and 371 (of which 46 and 33 arrived during the hold: the rest is the source's backlog, 9 and
-3.4 s of input it had not taken yet). Per-window counts (500 expected) before 612 378 667
-544, then 500 495 497 478; during 229 250 161, then 497 206; after 1068 845 447 462 550,
-then 445 881 495 504 419: throughput_drop 0.604 and 0.291, worst_window_drop 0.72 and 0.59
-(target 0). Every event is counted once, but the windows are processing-time windows: a
-gateway that falls behind counts its events in later windows. Each gateway costs 2.5 to 2.9
-ms of CPU per event under QEMU (25 to 29 % of a core at 100 events/s); during the move the
-target takes its 1.9 ms per event beside the source, and on a host whose cores are already
-shared by a dozen runnable tasks, neither gets its share in time: the source's backlog grows,
-the target inherits it at the handover and catches up over the next windows (the 881). The
-thesis ran source and target on VMs of their own. What would keep every window full here is
-cores the gateways do not share; the mirror's own cost is one QoS 1 publish per event on the
-source (about 2 ms of CPU under QEMU, measured alone) and one delivery on the target.
+Parallel, measured on the same host (2026-11-25, defaults), five runs, the host's two cores
+shared with other work (load average at the start; `host_pressure_*=`, the share of time some
+task waited for a CPU, printed from the third on):
+
+    load  mode       sync_s  move_s  hold_s  held  before (5 s windows)  during            drop
+    12    old_ahead  10.3    15.9    0.46    940   612 378 667 544      229 250 161       0.60
+    13    old_ahead   6.7    11.4    0.33    371   500 495 497 478      497 206           0.29
+     6    old_ahead  16.8    17.5    0.14     46   463 537 491 463      546 443 554 443   0.00
+   6.5    strong     20.1    32.8    1.18    649   260 386 705 739      555 329 333 ...   0.39
+    11    old_ahead  10.7    23.3    0.58    677   200 900 531 386      316 270 408 ...   0.31
+                                                  (pressure 0.89)      (0.96)
+
+Every run: lost 0, duplicated 0, reordered 0, every event sent counted once downstream.
+`throughput_drop` met its target of 0 in the one run on a quiet host (load 6: median 494.5
+during against 477 before, worst window 7 % under the median before, 0.14 s of input held at
+the handover, 46 inputs taken after it that were sent before it); on a saturated host it was
+0.29 to 0.60. The windows are processing-time windows, as the thesis's: a gateway that falls
+behind counts its events in later windows, and with the host saturated the counts swing even
+before the move (200 to 900 for 500 sent). Each gateway costs about 2.5 ms of CPU per event
+under QEMU (25 % of a core at 100 events/s); mirroring adds 0.7 ms on the source (3.2 ms per
+event during the move in the quiet run; a QoS 1 publish alone costs about 2 ms under QEMU,
+measured in the gateway image, part of which overlaps the input's own handling) and the target
+takes 1.9 to 2.5 ms per event beside it: twice the CPU while both run, as the thesis notes
+(its source and target had VMs of their own). When the host cannot give both their share, the
+source's backlog grows (`held` counts it: 3.4 to 9 s of input in the saturated runs), the
+target inherits it at the handover and catches up over the next windows. Synchronisation took
+one to four windows: with S = 2 at 100 events/s, a pair of windows agrees when the mirror
+(source, broker, target) lags by less than about 30 ms at the boundary.
 """
 
 from __future__ import annotations
@@ -100,6 +111,7 @@ from emu.agent.protocol import Envelope, message_id  # noqa: E402
 from emu.cluster.engine import Cluster  # noqa: E402
 from emu.cluster.plan import plan_cluster  # noqa: E402
 from emu.control import Controller, wait_registered  # noqa: E402
+from emu.fidelity import HostPressure  # noqa: E402
 from emu.links.probe import choose_shaper  # noqa: E402
 from emu.migration import migrate  # noqa: E402
 from topologies.terminal import stop_on_signals  # noqa: E402
@@ -108,6 +120,7 @@ THESIS_DOWNTIME_S = 14.35  # Table 5.2: 8.4 MB of state at 10,000 events/s
 OPERATOR = "count"
 TOPIC = "bench/in"
 OUTPUT = "bench-out"
+PRESSURE = HostPressure()
 BENCH_LABEL = "foglab.bench"
 # The gateway's interpreter: the same snapshot and restore as the agents, alone.
 FLOOR_SCRIPT = """
@@ -293,10 +306,14 @@ def _median(values: list[int]) -> float:
 
 
 def cpu_seconds(status: dict, nodes: tuple[str, ...] = ("gw-1", "gw-2")) -> dict[str, float]:
-    """CPU seconds each gateway's container has used (its cgroup, emu.metrics)."""
+    """CPU seconds each gateway's container has used (its cgroup, emu.metrics), and under
+    `host` the host's CPU pressure since the last call (emu.fidelity: the share of the time
+    some runnable task waited for a CPU)."""
     from emu.metrics import ContainerCgroup
 
-    return {node: ContainerCgroup(status[node].container).usage().cpu_s for node in nodes}
+    used = {node: ContainerCgroup(status[node].container).usage().cpu_s for node in nodes}
+    used["host"] = PRESSURE.sample(time.time())
+    return used
 
 
 def parallel(options) -> int:
@@ -398,6 +415,9 @@ def parallel(options) -> int:
                 for node in ("gw-1", "gw-2"):
                     figures[f"cpu_ms_per_event_{phase}_{node}"] = round(
                         (b[2][node] - a[2][node]) / events * 1000, 3)
+                pressure = b[2]["host"]
+                figures[f"host_pressure_{phase}"] = (
+                    "n/a" if pressure is None else round(pressure, 2))
             for name in ("prepare", "divert", "sync", "handover", "resume", "release", "done"):
                 if name in record.phases:
                     lines.append(f"phase {name}: {record.phases[name] - start:.3f} s")
@@ -429,7 +449,8 @@ def parallel(options) -> int:
                 "windows_during", "windows_after", "median_before", "median_during",
                 "median_after", "lost", "duplicated", "reordered",
                 *(f"cpu_ms_per_event_{phase}_{node}" for phase in ("before", "during", "after")
-                  for node in ("gw-1", "gw-2"))):
+                  for node in ("gw-1", "gw-2")),
+                *(f"host_pressure_{phase}" for phase in ("before", "during", "after"))):
         value = figures[key]
         print(f"{key}={value:.3f}" if isinstance(value, float) else f"{key}={value}")
     before, during = figures["median_before"], figures["median_during"]

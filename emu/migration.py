@@ -38,8 +38,11 @@ into seconds since its epoch.
 For `parallel`, `downtime` is 0 as the model defines it (the target processes every event
 before the source stops), `synchronised` is the checker's mode (strong, old_ahead,
 new_ahead), and the input handover is recorded as measured: `paused` when the source left
-the session, `resumed` when the target had it, `held` the messages the broker held between
-(measured on two arm64 gateways at 100 events/s: see benchmarks/emu_migration.py).
+the session, `resumed` when the target had it, `held` the inputs the target took after it
+that were sent before it: those the broker held, and any backlog the source had not taken
+yet. Measured on two arm64 gateways at 100 events/s (benchmarks/emu_migration.py): a hold of
+0.14 s and 46 inputs on a quiet host; 0.3 to 1.2 s and 371 to 940 inputs (mostly the source's
+backlog) on a saturated one.
 """
 
 from __future__ import annotations
