@@ -1,14 +1,19 @@
-"""`foglab emu`: prepare the host and images, run topologies as containers.
+"""`foglab emu`: prepare the host and images, run topologies and experiments as containers,
+move operators on them.
 
 The main command line (`experiments.cli`) adds this as its `emu` group; it prints through
 `topologies.terminal` like the rest, and a Ctrl-C (or SIGTERM) at any moment of a command that
-makes containers removes what it made and exits 130 (143 for SIGTERM) without a traceback.
+makes containers removes what it made and exits 130 (143 for SIGTERM) without a traceback;
+during `migrate`, it waits until the move has finished or rolled back.
 """
 
 from __future__ import annotations
 
+import contextlib
+import json
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -24,7 +29,12 @@ from topologies.terminal import (
     exit_code,
     say,
     stop_on_signals,
+    warning,
 )
+
+if TYPE_CHECKING:
+    from emu.agent.config import AgentConfig
+    from topologies.model import Topology
 
 app = typer.Typer(no_args_is_help=True,
                   help="Prepare the host and images; run topologies as containers.")
@@ -162,9 +172,85 @@ class _UpBars:
             self.bars.update(self.ready, completed=done)
 
 
+@dataclass
+class _Deployed:
+    """What `foglab emu up` brings up: a topology alone (idle agents), or an experiment's,
+    with each agent's config from emu.deployment."""
+
+    topology: Topology
+    agents: dict[str, AgentConfig] | None = None  # None: idle agents
+    experiment: Path | None = None
+    sets: list[str] = field(default_factory=list)
+
+    @property
+    def labels(self) -> dict[str, str]:
+        """What `foglab emu migrate` reads back from the cluster: the experiment and its
+        --set options (for the scenario's migration settings)."""
+        if self.experiment is None:
+            return {}
+        return {EXPERIMENT_LABEL: str(self.experiment), SETS_LABEL: json.dumps(self.sets)}
+
+
+EXPERIMENT_LABEL = "foglab.experiment"
+SETS_LABEL = "foglab.experiment.set"
+# How long `up --experiment` waits for its agents to register before it starts the drivers.
+REGISTER_TIMEOUT_S = 180.0
+EPOCH_LEAD_S = 1.0  # between the start request and the epoch: every agent hears it first
+
+
+def deployed_or_exit(topology: str | None, experiment: str | None, sets: list[str],
+                     agent_command: str | None) -> _Deployed:
+    """The topology, or the experiment's topology and agents; else the error, and exit 2."""
+    if (topology is None) == (experiment is None):
+        error("give a TOPOLOGY or an --experiment (one of them)")
+        raise typer.Exit(2)
+    if experiment is None:
+        if sets:
+            error("--set changes an experiment: give one with --experiment")
+            raise typer.Exit(2)
+        return _Deployed(topology_or_exit(topology))
+    if agent_command:
+        error("--agent-command replaces the agents, which run the experiment's drivers and "
+              "operators: leave it out, or bring up the topology alone")
+        raise typer.Exit(2)
+    from emu.deployment import agent_configs
+    from experiments.catalog import experiment_path
+    from experiments.loader import load
+
+    try:
+        path = experiment_path(experiment).resolve()
+        # Checked as an emu run is, whatever backend the file names.
+        loaded = load(path, overrides=[*sets, "run.backend=emu"])
+    except SpecError as failure:
+        error(failure)
+        raise typer.Exit(2) from None
+    if len(loaded.points) > 1:
+        swept = ", ".join(sorted(loaded.points[1].values))
+        error(f"{loaded.file}: sweeps {len(loaded.points)} points ({swept}); a cluster runs "
+              f"one: choose it with --set, e.g. --set {swept.split(', ')[0]}=...")
+        raise typer.Exit(2)
+    point = loaded.points[0]
+    spec = point.spec
+    # Every operator instance reads through its own input session, so that it can move.
+    agents = agent_configs(point.topology, spec.workload, spec.pipeline, spec.run.seed, 0.0,
+                           moving={op.name for op in spec.pipeline}, hold=True)
+    return _Deployed(point.topology, agents, path, list(sets))
+
+
 @app.command("up")
 def emu_up(
-    topology: Annotated[str, typer.Argument(help="a topology file or a catalog name")],
+    topology: Annotated[str | None, typer.Argument(
+        help="a topology file or a catalog name (or give --experiment)")] = None,
+    experiment: Annotated[str | None, typer.Option(
+        "--experiment", "-e",
+        help="an experiment file or catalog name instead of TOPOLOGY: its topology comes up "
+             "with its drivers and operators running, every operator instance movable by "
+             "`foglab emu migrate`. An option of its own rather than a second meaning of "
+             "TOPOLOGY: the file is checked as what you say it is, with errors naming its "
+             "fields, not guessed from what it holds")] = None,
+    set_: Annotated[list[str] | None, typer.Option(
+        "--set", help="KEY=VALUE: change the experiment (as `foglab run --set`); a file "
+                      "that sweeps must be pinned to one point")] = None,
     cluster: Annotated[str | None, typer.Option(
         help="the cluster's name (default: the topology's)")] = None,
     zookeeper: Annotated[int, typer.Option(help="ZooKeeper servers: 1, or 3 for an ensemble")]
@@ -183,30 +269,39 @@ def emu_up(
     notice: Annotated[Path | None, typer.Option(hidden=True)] = None,
     log: Annotated[Path | None, typer.Option(hidden=True)] = None,
 ) -> None:
-    """Bring a topology up as containers with idle agents (no drivers, no operators), print
+    """Bring a topology up as containers with idle agents (no drivers, no operators), or an
+    experiment's with its devices and operators running from one epoch (--experiment); print
     their status, and hold it until Ctrl-C (or with --detach, until `foglab emu down`)."""
-    topo = topology_or_exit(topology)
+    deployed = deployed_or_exit(topology, experiment, set_ or [], agent_command)
     labels = dict(item.partition("=")[::2] for item in label or [])
     # From here on a Ctrl-C or SIGTERM at any moment removes what was made and exits 130/143.
     with stop_on_signals():
         try:
-            _up(topo, cluster, zookeeper, detach, records, agent_command, labels, label or [],
-                notice, log, topology)
+            _up(deployed, cluster, zookeeper, detach, records, agent_command, labels,
+                label or [], notice, log, topology)
         except KeyboardInterrupt as stop:
             notify_path(notice, ok=False, error="interrupted")
             say("interrupted: nothing of the cluster is left", style="yellow")
             raise typer.Exit(exit_code(stop)) from None
 
 
+_NOTIFIED: set[Path] = set()  # notices written: the starting process reads one, then removes it
+
+
 def notify_path(notice: Path | None, **facts) -> None:
+    """Tell the process that started this one how `up` went, once: after a cluster that was up
+    is brought down, nobody reads a second notice, which would be left behind."""
     from emu.cluster.hold import notify
 
-    notify(notice, **facts)
+    if notice is not None and notice not in _NOTIFIED:
+        _NOTIFIED.add(notice)
+        notify(notice, **facts)
 
 
-def _up(topo, cluster: str | None, zookeeper: int, detach: bool, records: Path | None,
-        agent_command: str | None, labels: dict, label_options: list[str],
-        notice: Path | None, log: Path | None, topology: str) -> None:
+def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
+        records: Path | None, agent_command: str | None, labels: dict,
+        label_options: list[str], notice: Path | None, log: Path | None,
+        topology: str | None) -> None:
     import os
     import shlex
 
@@ -215,12 +310,14 @@ def _up(topo, cluster: str | None, zookeeper: int, detach: bool, records: Path |
     from emu.cluster.plan import plan_cluster
 
     try:
-        plan = plan_cluster(topo, cluster, zookeeper=zookeeper, labels=labels)
+        plan = plan_cluster(deployed.topology, cluster, agents=deployed.agents,
+                            zookeeper=zookeeper, labels={**labels, **deployed.labels})
     except SpecError as failure:
         error(failure)
         raise typer.Exit(2) from None
     if detach:
-        _up_detached(topology, plan.cluster, zookeeper, records, agent_command, label_options)
+        _up_detached(topology, deployed, plan.cluster, zookeeper, records, agent_command,
+                     label_options)
         return
     client = _docker()
     command = shlex.split(agent_command) if agent_command else None
@@ -235,11 +332,23 @@ def _up(topo, cluster: str | None, zookeeper: int, detach: bool, records: Path |
         error(failure, hint=f"removed what cluster {plan.cluster} had made")
         raise typer.Exit(1) from None
     try:
+        if deployed.agents is not None:
+            try:
+                with console.status("agents registering; then the drivers start"):
+                    _start_drivers(running)
+            except Exception as failure:  # noqa: BLE001 - shown; the cluster goes below
+                notify_path(notice, ok=False, error=str(failure))
+                error(f"starting the experiment on cluster {plan.cluster}: {failure}",
+                      hint=f"removed cluster {plan.cluster}")
+                raise typer.Exit(1) from None
         console.print(_status_table(client, plan.cluster))
         facts = running.facts
         say(f"up in {facts['up_s']:.1f} s; links shaped by {facts['shaper']}; "
             f"records in {facts['records']}")
-        notify_path(notice, ok=True, pid=os.getpid(), facts=facts)
+        if deployed.experiment is not None:
+            say(_running_operators(plan))
+        notify_path(notice, ok=True, pid=os.getpid(), facts=facts,
+                    operators=_running_operators(plan) if deployed.agents else "")
         if notice is None:
             say("Ctrl-C brings the cluster down", style="dim")
         hold()  # until a Ctrl-C or SIGTERM, which emu_up reports after the cluster is down
@@ -251,8 +360,42 @@ def _up(topo, cluster: str | None, zookeeper: int, detach: bool, records: Path |
             log.unlink(missing_ok=True)
 
 
-def _up_detached(topology: str, cluster: str, zookeeper: int, records: Path | None,
-                 agent_command: str | None, labels: list[str]) -> None:
+def _start_drivers(running) -> None:
+    """Wait until every agent has registered, then start every driver at one epoch (`set
+    run.epoch`, through each agent's broker), as a run does (emu.run)."""
+    import time
+
+    from emu.control import Controller, wait_registered
+
+    status = {s.node: s for s in running.status()}
+    plan = running.plan
+    agents = [a.node for a in plan.agents()]
+    wait_registered(",".join(f"{status[z].ip}:2181" for z in plan.zookeeper), agents,
+                    timeout=REGISTER_TIMEOUT_S)
+    epoch = time.time() + EPOCH_LEAD_S
+    for broker in sorted(set(plan.brokers.values())):
+        mine = [a for a in agents if plan.brokers[a] == broker]
+        with Controller(f"{status[broker].ip}:1883") as control:
+            started = control.send(mine, "set", {"key": "run.epoch", "value": epoch},
+                                   timeout=30.0)
+        if not started.ok:
+            raise RuntimeError(f"starting the drivers (set run.epoch): {started.summary()}")
+
+
+def _running_operators(plan) -> str:
+    """Where the experiment's operators run, for the user to move them."""
+    where: dict[str, list[str]] = {}
+    for agent in plan.agents():
+        for op in agent.agent.operators:
+            where.setdefault(op.name, []).append(agent.node)
+    devices = sum(len(d.devices) for a in plan.agents() for d in a.agent.drivers)
+    return (f"{devices} devices emitting; operators: " + ", ".join(
+        f"{name} on {', '.join(nodes)}" for name, nodes in where.items())
+        + "; move one with `foglab emu migrate OPERATOR --to NODE`")
+
+
+def _up_detached(topology: str | None, deployed: _Deployed, cluster: str, zookeeper: int,
+                 records: Path | None, agent_command: str | None, labels: list[str]) -> None:
     """Run `foglab emu up` again in the background and wait until it says the cluster is up."""
     import secrets
     import tempfile
@@ -261,7 +404,10 @@ def _up_detached(topology: str, cluster: str, zookeeper: int, records: Path | No
 
     stem = Path(tempfile.gettempdir()) / f"foglab-{cluster}-{secrets.token_hex(4)}"
     log, notice = stem.with_suffix(".log"), stem.with_suffix(".notice")
-    argv = ["emu", "up", topology, "--cluster", cluster, "--zookeeper", str(zookeeper),
+    source = ([topology] if deployed.experiment is None else
+              ["--experiment", str(deployed.experiment),
+               *(f"--set={item}" for item in deployed.sets)])
+    argv = ["emu", "up", *source, "--cluster", cluster, "--zookeeper", str(zookeeper),
             "--notice", str(notice), "--log", str(log)]
     if records is not None:
         argv += ["--records", str(records.resolve())]
@@ -293,6 +439,8 @@ def _up_detached(topology: str, cluster: str, zookeeper: int, records: Path | No
     say(f"up in {facts['up_s']:.1f} s; links shaped by {facts['shaper']}; records in "
         f"{facts['records']}\nthe relays run in background process {process.pid} "
         f"(log {log}); `foglab emu down --cluster {cluster}` ends it")
+    if outcome.get("operators"):
+        say(outcome["operators"])
 
 
 @app.command("down")
@@ -372,3 +520,235 @@ def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
         raise typer.Exit(1) from None
     except KeyboardInterrupt:
         pass
+
+
+# -- moving an operator on a cluster that is up ----------------------------------------------
+
+PING_TIMEOUT_S = 10.0
+# The record's figures, as `foglab emu migrate` prints them: (column, field, format).
+RECORD_ROWS = (("status", "status", "{}"), ("downtime", "downtime", "{:.3f} s"),
+               ("held", "held", "{}"), ("state bytes", "state_bytes", "{:,}"),
+               ("chunks", "chunks", "{}"), ("lost", "lost", "{}"),
+               ("duplicated", "duplicates", "{}"), ("reordered", "reordered", "{}"))
+
+
+@dataclass(frozen=True)
+class _Agent:
+    """An agent container of a cluster that is up, as its labels and the engine say."""
+
+    node: str
+    kind: str
+    broker: str
+    state: str
+
+
+def _agents_and_brokers(client, cluster: str) -> tuple[dict[str, _Agent], dict[str, str],
+                                                       dict[str, str]]:
+    """The cluster's agents, its brokers' addresses (node -> ip:1883) and every node's kind
+    (with its role when it runs no agent)."""
+    from emu.cluster import inventory
+    from emu.cluster.plan import MQTT_PORT
+
+    agents, brokers, kinds = {}, {}, {}
+    for summary in inventory.containers(client, cluster):
+        labels = summary.get("Labels") or {}
+        node, role, kind = (labels.get(k, "") for k in ("foglab.node", "foglab.role",
+                                                         "foglab.kind"))
+        if not node:
+            continue  # the agents' zygote
+        kinds[node] = kind if role in ("agent", kind) else f"{kind} ({role})"
+        if role == "agent":
+            agents[node] = _Agent(node, kind, labels.get("foglab.broker", ""),
+                                  summary.get("State", ""))
+        elif role == "broker":
+            network = labels.get("foglab.network", "")
+            attached = (summary.get("NetworkSettings") or {}).get("Networks") or {}
+            ip = (attached.get(network) or {}).get("IPAddress", "")
+            brokers[node] = f"{ip}:{MQTT_PORT}"
+    return agents, brokers, kinds
+
+
+def _experiment_settings(client, cluster: str):
+    """The scenario's migration settings of the experiment the cluster was brought up with
+    (`foglab emu up --experiment`), None for a bare topology or a file that is gone."""
+    from emu.cluster import inventory
+
+    labels = next((s.get("Labels") or {} for s in inventory.containers(client, cluster)
+                   if (s.get("Labels") or {}).get(EXPERIMENT_LABEL)), {})
+    if not labels:
+        return None
+    from experiments.loader import load
+
+    try:
+        loaded = load(labels[EXPERIMENT_LABEL],
+                      overrides=[*json.loads(labels.get(SETS_LABEL, "[]")), "run.backend=emu"])
+    except (SpecError, OSError, ValueError) as failure:
+        warning(f"the cluster's experiment {labels[EXPERIMENT_LABEL]} no longer loads "
+                f"({failure}): the migration takes the default settings")
+        return None
+    return loaded.points[0].spec.scenario.migration
+
+
+def _where_operators_run(agents: dict[str, _Agent], brokers: dict[str, str]
+                         ) -> tuple[dict[str, list[str]], list[str]]:
+    """Operator -> the nodes where an instance of it runs, from a ping of every agent through
+    its broker; and the agents that did not answer."""
+    from emu.control import Controller
+
+    running: dict[str, list[str]] = {}
+    silent: list[str] = []
+    by_broker: dict[str, list[str]] = {}
+    for agent in agents.values():
+        if agent.state == "running":
+            by_broker.setdefault(agent.broker, []).append(agent.node)
+        else:
+            silent.append(agent.node)
+    for broker, nodes in sorted(by_broker.items()):
+        if broker not in brokers:
+            silent += nodes
+            continue
+        with Controller(brokers[broker]) as control:
+            pinged = control.ping(nodes, timeout=PING_TIMEOUT_S)
+        silent += pinged.missing
+        for node, reply in pinged.replies.items():
+            for name, status in ((reply.result or {}).get("operators") or {}).items():
+                if status.get("running", True):
+                    running.setdefault(name, []).append(node)
+    return running, silent
+
+
+def _record_table(record) -> Table:
+    table = Table(title=f"migration of {escape(record.operator)}: {escape(record.source)} -> "
+                        f"{escape(record.target)} ({record.strategy})",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for column, _, _ in RECORD_ROWS:
+        table.add_column(column, justify="left" if column == "status" else "right")
+    cells = []
+    for _, name, shape in RECORD_ROWS:
+        value = getattr(record, name)
+        cells.append("-" if isinstance(value, float) and value != value else shape.format(value))
+    colour = "green" if record.status == "done" else "red"
+    cells[0] = f"[{colour}]{cells[0]}[/{colour}]"
+    table.add_row(*cells)
+    return table
+
+
+@app.command("migrate")
+def emu_migrate(
+    operator: Annotated[str, typer.Argument(help="the operator to move, e.g. count")],
+    to: Annotated[str, typer.Option("--to", help="the gateway or cloud VM to move it to")],
+    strategy: Annotated[str | None, typer.Option(
+        help="pause_drain, pause_transfer or parallel (default: the experiment's "
+             "scenario.migration.strategy, else pause_transfer)")] = None,
+    source: Annotated[str | None, typer.Option(
+        "--from", help="the node whose instance moves, when the operator runs on several")]
+    = None,
+    timeout: Annotated[float, typer.Option(help="seconds one step may take")] = 30.0,
+    cluster: ClusterOption = None,
+) -> None:
+    """Move a running operator's instance to another node of a cluster that is up (`foglab
+    emu up --experiment`), showing the migration's phases, and print its record."""
+    import time
+
+    from emu.migration import STRATEGIES, MigrationError, migrate
+
+    if strategy is not None and strategy not in STRATEGIES:
+        error(f"unknown strategy {strategy!r}; strategies on emu: {', '.join(STRATEGIES)}")
+        raise typer.Exit(2)
+    client = _docker()
+    name = _which_cluster(client, cluster)
+    agents, brokers, kinds = _agents_and_brokers(client, name)
+    if to not in kinds:
+        error(f"no node {to!r} in cluster {name}; its nodes: {', '.join(kinds)}")
+        raise typer.Exit(1)
+    if to not in agents or agents[to].kind not in ("gateway", "cloud_vm"):
+        movable = [n for n, a in agents.items() if a.kind in ("gateway", "cloud_vm")]
+        error(f"{to} is a {kinds[to]}: an operator moves to a gateway or cloud VM, whose agent "
+              f"runs it ({', '.join(movable) or 'none in this cluster'})")
+        raise typer.Exit(1)
+    settings = _experiment_settings(client, name)
+    strategy = strategy or getattr(settings, "strategy", None) or "pause_transfer"
+    with console.status("asking the agents what they run"):
+        running, silent = _where_operators_run(agents, brokers)
+    if not running and silent and len(silent) == len(agents):
+        error(f"no agent of cluster {name} answered a ping within {PING_TIMEOUT_S:g} s "
+              f"({', '.join(silent)}): are they agents (not --agent-command)?")
+        raise typer.Exit(1)
+    nodes = running.get(operator, [])
+    if not nodes:
+        known = "; ".join(f"{op} on {', '.join(where)}" for op, where in sorted(running.items()))
+        error(f"no operator {operator!r} runs in cluster {name}; running: {known or 'none'}"
+              + (f" (no answer from {', '.join(silent)})" if silent else ""))
+        raise typer.Exit(1)
+    if source is None:
+        if len(nodes) > 1:
+            error(f"{operator} runs on {', '.join(nodes)}: say which instance moves with --from")
+            raise typer.Exit(1)
+        source = nodes[0]
+    elif source not in nodes:
+        error(f"{operator} does not run on {source}; it runs on {', '.join(nodes)}")
+        raise typer.Exit(1)
+    if source == to:
+        error(f"{operator} runs on {to} already: give another node with --to")
+        raise typer.Exit(1)
+    if to in running.get(operator, []):
+        error(f"{to} runs an instance of {operator} already: one node holds one instance")
+        raise typer.Exit(1)
+    if agents[source].broker != agents[to].broker:
+        error(f"{source} talks to broker {agents[source].broker} and {to} to "
+              f"{agents[to].broker}: the emulation does not bridge brokers, so the input "
+              f"session cannot move between them")
+        raise typer.Exit(1)
+    # A migration under way finishes or rolls back (each step has its timeout) before a
+    # Ctrl-C takes effect: cut short, it would leave the operator paused.
+    with _interrupts_held() as caught, bars(counted=False) as shown:
+        phase = shown.add_task(f"{operator}: {source} -> {to} ({strategy})", total=None)
+        started = time.time()
+
+        def progress(step: str) -> None:
+            shown.update(phase, description=f"{operator}: {step}")
+            say(f"[{time.time() - started:6.2f} s] {step}", style="dim")
+
+        try:
+            with _controller(brokers[agents[source].broker]) as control:
+                record = migrate(control, operator, source, to, strategy, settings,
+                                 timeout=timeout, progress=progress)
+        except MigrationError as failure:
+            error(failure)
+            raise typer.Exit(2) from None
+    console.print(_record_table(record))
+    if caught:
+        say("interrupted: the migration had finished or rolled back first", style="yellow")
+        raise typer.Exit(128 + caught[0])
+    if record.status != "done":
+        error(f"the migration failed and was rolled back to {source}: {record.error}")
+        raise typer.Exit(1)
+    say(f"{operator} runs on {to} now")
+
+
+def _controller(broker: str):
+    from emu.control import Controller
+
+    return Controller(broker)
+
+
+@contextlib.contextmanager
+def _interrupts_held():
+    """Note Ctrl-C, SIGTERM and SIGHUP instead of acting on them; the caller decides after.
+    Yields the signal numbers caught."""
+    import signal
+
+    caught: list[int] = []
+
+    def note(number: int, frame: object) -> None:
+        if not caught:
+            warning("a migration under way finishes or rolls back first")
+        caught.append(number)
+
+    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    previous = {number: signal.signal(number, note) for number in numbers}
+    try:
+        yield caught
+    finally:
+        for number, handler in previous.items():
+            signal.signal(number, handler)
