@@ -31,7 +31,7 @@ from emu.agent.spark import SparkJob
 from topologies.errors import SpecError
 from topologies.model import Topology
 from topologies.routing import Routes, gateway_of, nearest
-from workloads.pipeline import KIND_WORDS, OperatorSpec, topic_filter
+from workloads.pipeline import OperatorSpec, placement, topic_filter
 from workloads.rates import Constant
 from workloads.spec import WorkloadSpec
 from workloads.topics import shared
@@ -43,16 +43,6 @@ DEVICE_KIND = "device"
 
 class DeploymentError(SpecError):
     """The experiment asks for something the emulation cannot run: the field, value and why."""
-
-
-def placement(topology: Topology, on: list[str]) -> list[str]:
-    """The nodes that names, patterns or kind words (`gateways`) pick, each once."""
-    names: dict[str, None] = {}
-    for where in on:
-        kind = KIND_WORDS.get(where)
-        names.update(dict.fromkeys([n.name for n in topology.of_kind(kind)] if kind
-                                   else topology.match(where)))
-    return list(names)
 
 
 def device_hosts(topology: Topology) -> dict[str, str]:
