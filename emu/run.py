@@ -299,8 +299,10 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
     for record in moved:
         if record.status == "done":
             moves.setdefault(record.operator, []).append(record.target)
+    # Devices the hybrid backend handed over between gateways enter there too.
+    handovers = coupled.handovers() if coupled is not None else None
     messages, counts = run_messages(cluster.records_root, cluster.plan, epoch, run.duration,
-                                    moves)
+                                    moves, handovers)
     facts = {**cluster.facts, "messages": counts, "epoch": epoch,
              "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up,
              "outages": health.facts(), "controller_reconnects": reconnects}

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from emu.agent.protocol import matches, output_topic, stream_topic
+from emu.agent.protocol import SEQUENCE_BITS, matches, output_topic, stream_topic
 
 SENT_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "t_sent": "float64",
                 "dropped": "int64"}
@@ -141,26 +141,35 @@ class Paths:
     docstring), from where each device's messages enter (its gateway and topic), the operator
     instances, and each node's broker with the links of its path there."""
 
-    def __init__(self, starts: dict[tuple[str, str], tuple[str, str]], readers: list[Reader],
-                 uplinks: dict[str, tuple[str, int]]):
-        """`starts`: (stream, device) -> (gateway, topic); `uplinks`: node -> (its broker,
-        links from the node to it)."""
+    def __init__(self, starts: dict[tuple[str, str], list[tuple[str, str]]],
+                 readers: list[Reader], uplinks: dict[str, tuple[str, int]],
+                 nodes: dict[int, str] | None = None):
+        """`starts`: (stream, device) -> where its messages enter, (gateway, topic), one for
+        each gateway the device sent from (a moving device hands over: hybrid);
+        `uplinks`: node -> (its broker, links from the node to it); `nodes`: an agent's index
+        (the high bits of the message ids it makes) -> its node."""
         self.starts = starts
+        self.nodes = nodes or {}
         self.readers = readers
         self.uplinks = uplinks
         self._reached: dict[tuple[str, str], dict[tuple[str, int], int]] = {}
 
     @classmethod
-    def of_plan(cls, plan, moves: dict[str, list[str]] | None = None) -> Paths:
+    def of_plan(cls, plan, moves: dict[str, list[str]] | None = None,
+                handovers: dict[str, list[str]] | None = None) -> Paths:
         """From an emu.cluster.plan.ClusterPlan: its agents' drivers and operators, each
         agent's broker and the path of its link there. A Spark operator counts as a sink:
         the agent records what reaches its node for it. `moves`: operator -> the nodes its
-        instance migrates to during the run, where it reads as on its first node."""
-        starts: dict[tuple[str, str], tuple[str, str]] = {}
+        instance migrates to during the run, where it reads as on its first node;
+        `handovers`: device -> the gateways it was handed to during the run, where its
+        messages enter as on its first one."""
+        starts: dict[tuple[str, str], list[tuple[str, str]]] = {}
         readers: list[Reader] = []
         uplinks: dict[str, tuple[str, int]] = {}
+        nodes: dict[int, str] = {}
         for container in plan.agents():
             node, agent = container.node, container.agent
+            nodes[agent.index] = node
             broker = plan.brokers[node]
             links = len(plan.link(node, broker).path) - 1
             # A device group's container (emu.deployment.device_hosts) stands at a device:
@@ -168,15 +177,16 @@ class Paths:
             uplinks[node] = (broker, links - 1 if container.kind == "device" else links)
             for driver in agent.drivers:
                 for device in driver.devices:
-                    starts[driver.stream, device] = (
-                        node, stream_topic(driver.stream, node, device, driver.channel))
+                    starts[driver.stream, device] = [
+                        (gateway, stream_topic(driver.stream, gateway, device, driver.channel))
+                        for gateway in [node, *(handovers or {}).get(device, [])]]
             for op in agent.operators:
                 writes = None if op.engine == "spark" else op.writes
                 own = getattr(op, "session", None) is not None
                 readers.append(Reader(node, tuple(op.reads), writes, own))
                 readers += [Reader(target, tuple(op.reads), writes, True)
                             for target in (moves or {}).get(op.name, [])]
-        return cls(starts, readers, uplinks)
+        return cls(starts, readers, uplinks, nodes)
 
     def _leg(self, publisher: str, reader: Reader) -> int | None:
         """Links from a node to a reader through the publisher's broker (none when the reader
@@ -221,21 +231,27 @@ class Paths:
         self._reached[start] = found
         return found
 
-    def _start(self, stream: str, device: str) -> tuple[str, str]:
-        start = self.starts.get((stream, device))
-        if start is None:
+    def _starts(self, stream: str, device: str) -> list[tuple[str, str]]:
+        starts = self.starts.get((stream, device))
+        if starts is None:
             raise ValueError(f"no driver for device {device} of stream {stream} in the plan: "
                              "the records are of another run")
-        return start
+        return starts
 
     def read(self, stream: str, device: str) -> bool:
         """Whether the device's messages of the stream have a way to a sink."""
-        return bool(self._reach(self._start(stream, device)))
+        return any(self._reach(start) for start in self._starts(stream, device))
 
-    def hops(self, stream: str, device: str, sink: str, passed: int) -> int:
+    def hops(self, stream: str, device: str, sink: str, passed: int,
+             origin: int | None = None) -> int:
         """Links crossed by a message of the device that reached sink after `passed`
-        operators."""
-        links = self._reach(self._start(stream, device)).get((sink, passed))
+        operators; a moving device's from the gateway whose agent made its id (`origin`, the
+        id's high bits)."""
+        starts = self._starts(stream, device)
+        if len(starts) > 1 and origin is not None:
+            starts = [start for start in starts if start[0] == self.nodes.get(origin)]
+        found = [self._reach(start).get((sink, passed)) for start in starts]
+        links = min((n for n in found if n is not None), default=None)
         if links is None:
             raise ValueError(f"a message of stream {stream} from device {device} reached "
                              f"{sink} after {passed} operators, which no path of the plan "
@@ -305,18 +321,22 @@ def messages_table(sent: pd.DataFrame, received: pd.DataFrame, epoch: float,
 
 def _links(first: pd.DataFrame, paths: Paths) -> list[int]:
     """Each delivered row's links, computed once per stream, device, sink and count."""
-    keys = list(zip(first["stream"], first["source"], first["sink"], first["hops"],
+    moving = {device for (_, device), starts in paths.starts.items() if len(starts) > 1}
+    origins = [int(i) >> SEQUENCE_BITS if device in moving else None
+               for i, device in zip(first["id"], first["source"], strict=True)]
+    keys = list(zip(first["stream"], first["source"], first["sink"], first["hops"], origins,
                     strict=True))
-    links = {(stream, device, sink, passed): paths.hops(stream, device, sink, int(passed))
-             for stream, device, sink, passed in set(keys)}
+    links = {key: paths.hops(key[0], key[1], key[2], int(key[3]), key[4]) for key in set(keys)}
     return [links[key] for key in keys]
 
 
 def run_messages(root: Path, plan, epoch: float, duration: float,
-                 moves: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
+                 moves: dict[str, list[str]] | None = None,
+                 handovers: dict[str, list[str]] | None = None) -> tuple[dict, dict]:
     """The `messages` columns and facts of a run: its records under `root` read with its
-    cluster plan (emu.cluster.plan.ClusterPlan) and the operators' migrations (`moves`,
-    operator -> target nodes) for the links messages crossed."""
+    cluster plan (emu.cluster.plan.ClusterPlan), the operators' migrations (`moves`,
+    operator -> target nodes) and the devices' handovers (device -> gateways) for the links
+    messages crossed."""
     sent, received = read_records(root)
     return messages_table(sent, received, epoch, duration, filtered=read_filtered(root),
-                          paths=Paths.of_plan(plan, moves))
+                          paths=Paths.of_plan(plan, moves, handovers))

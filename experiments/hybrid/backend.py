@@ -38,7 +38,8 @@ class _Coupled:
         def build(env) -> None:
             mobility = Mobility(env, gateways, self.mobility_spec, begin.devices, plan.seed)
             links = RadioLinks(mobility, self.actions, control, names)
-            handovers = Handovers(mobility, self.actions, control, begin.gateway)
+            handovers = Handovers(mobility, self.actions, control, begin.gateway,
+                                  moved=links.forget)
             mobility.on_attach = handovers.attach
             mobility.on_step = links.step
             self.parts.update(mobility=mobility, links=links, handovers=handovers)
@@ -58,6 +59,15 @@ class _Coupled:
             self.lag = self.model.join(30.0)
         finally:
             self.done = self.actions.close()
+
+    def handovers(self) -> dict[str, list[str]]:
+        """Each device handed over: the gateways it went to, in order (emu reads the
+        messages' paths with them)."""
+        moved: dict[str, list[str]] = {}
+        for action, _old, new in self.parts["handovers"].moves if self.parts else []:
+            if action.ok:
+                moved.setdefault(action.subject, []).append(new)
+        return moved
 
     def tables(self) -> dict[str, dict]:
         parts = self.parts

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 class Handovers:
     def __init__(self, mobility, actions, control, where: dict[str, str],
-                 timeout: float = 10.0) -> None:
-        """`where`: each moving device's gateway in the emulation at the start."""
+                 timeout: float = 10.0, moved=lambda user: None) -> None:
+        """`where`: each moving device's gateway in the emulation at the start; `moved(user)`
+        hears each handover carried out (the links coupling sends its radio again)."""
         self.mobility = mobility
+        self.moved = moved
         self.actions = actions
         self.control = control
         self.where = dict(where)
@@ -33,12 +35,13 @@ class Handovers:
         self.where[device] = gateway
         t = self.mobility.env.now
         self.moves.append((self.actions.put(
-            "handover", device, t, lambda action: self._move(device, old, gateway)),
+            "handover", device, t, lambda action: self._move(user, device, old, gateway)),
             old, gateway))
 
-    def _move(self, device: str, old: str, new: str) -> dict:
+    def _move(self, user: int, device: str, old: str, new: str) -> dict:
         left = self._step(old, "device.leave", {"device": device})
         joined = self._step(new, "device.join", left)
+        self.moved(user)
         return {"from": old, "to": new, "topics": joined.get("topics", [])}
 
     def _step(self, node: str, command: str, args: dict) -> dict:

@@ -47,7 +47,12 @@ class RadioLinks:
         links = {mobility.devices[u]: [float(now[u, 0]), 0.0, float(now[u, 2]),
                                        float(now[u, 1])] for u in users.tolist()}
         self.updates += len(links)
-        self.actions.put("link", f"{len(links)} devices", t, lambda action: self._apply(links))
+        self.actions.put("link", "radio", t, lambda action: self._apply(links))
+
+    def forget(self, user: int) -> None:
+        """Send the user's values again at the next step (its device changed gateway: an
+        update sent while it was between two may have reached neither)."""
+        self.applied[user] = np.nan
 
     def _apply(self, links: dict) -> dict:
         result = self.control.send(self.gateways, "device.link", {"links": links},

@@ -70,8 +70,10 @@ def test_no_node_folders_is_an_error(tmp_path: Path) -> None:
 # on cloud-1; gw-2's uplink crosses a switch.
 def quickstart_paths(**changes) -> Paths:
     fields = dict(
-        starts={("city", "s-1"): ("gw-1", "city/gw-1"), ("city", "s-2"): ("gw-1", "city/gw-1"),
-                ("city", "s-3"): ("gw-2", "city/gw-2"), ("noise", "s-1"): ("gw-1", "noise/gw-1")},
+        starts={("city", "s-1"): [("gw-1", "city/gw-1")],
+                ("city", "s-2"): [("gw-1", "city/gw-1")],
+                ("city", "s-3"): [("gw-2", "city/gw-2")],
+                ("noise", "s-1"): [("gw-1", "noise/gw-1")]},
         readers=[Reader("gw-1", ("city/#",), "clean"), Reader("gw-2", ("city/#",), "clean"),
                  Reader("cloud-1", ("clean/+",), None)],
         uplinks={"gw-1": ("broker-1", 1), "gw-2": ("broker-1", 2), "cloud-1": ("broker-1", 1)})
@@ -193,7 +195,7 @@ run: {duration: 10s, backend: emu}
                             run_point.spec.pipeline, seed=1, epoch=0.0)
     plan = plan_cluster(run_point.topology, "p", agents=configs)
     paths = Paths.of_plan(plan)
-    assert paths.starts[("city", "s-1")] == ("gw-1", "city/gw-1/s-1")
+    assert paths.starts[("city", "s-1")] == [("gw-1", "city/gw-1/s-1")]
     assert paths.uplinks == {"gw-1": ("broker-1", 2), "gw-2": ("broker-1", 2),
                              "cloud-1": ("broker-1", 1)}
     assert {paths.hops("city", f"s-{i}", "cloud-1", 1) for i in range(1, 5)} == {4}
@@ -305,3 +307,17 @@ def test_an_emulated_run_writes_sim_s_windows_table(tmp_path: Path) -> None:
         # The thesis's processing latency: from the first event's arrival to the output.
         assert (rows["processing_time"].iloc[1:] > size - 0.3).all(), (operator, node)
         assert (rows["processing_time"] <= size + 0.5).all(), (operator, node)
+
+
+def test_a_device_handed_over_enters_at_each_of_its_gateways() -> None:
+    # s-3 starts on gw-2 and is handed to gw-1: its messages take either gateway's filter.
+    paths = quickstart_paths(starts={("city", "s-3"): [("gw-2", "city/gw-2"),
+                                                       ("gw-1", "city/gw-1")]},
+                             nodes={1: "gw-1", 2: "gw-2"})
+    assert paths.read("city", "s-3")
+    # The gateway whose agent numbered the message: gw-2's uplink has one link more.
+    from_gw1 = paths.hops("city", "s-3", "cloud-1", 1, origin=1)
+    assert from_gw1 == quickstart_paths().hops("city", "s-1", "cloud-1", 1)
+    assert paths.hops("city", "s-3", "cloud-1", 1, origin=2) == from_gw1 + 1
+    with pytest.raises(ValueError, match="which no path of the plan does"):
+        paths.hops("city", "s-3", "gw-1", 0)

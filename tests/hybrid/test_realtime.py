@@ -26,9 +26,10 @@ def test_the_model_keeps_to_the_wall_clock_from_the_epoch():
     model.start(epoch)
     lag = model.join(5.0)
     assert len(seen) >= 10
-    for t_model, wall in seen:
-        assert wall - (epoch + t_model) == pytest.approx(0.0, abs=0.05)
-    assert lag.events >= 10 and lag.p99 < 0.05
+    late = sorted(wall - (epoch + t_model) for t_model, wall in seen)
+    assert late[0] > -0.005  # never early
+    assert late[len(late) // 2] < 0.05  # on time, give or take a busy host's scheduling
+    assert lag.events >= 10 and lag.max == pytest.approx(max(late), abs=0.05)
 
 
 def test_an_overloaded_model_stops_with_the_lag_error():
@@ -64,18 +65,31 @@ def test_lag_percentiles():
     assert lag_of([]).events == 0
 
 
-def test_actions_run_in_order_and_record_failures():
+def test_actions_of_one_subject_run_in_order_and_failures_are_recorded():
     actions = Actions()
     order = []
-    actions.put("link", "a", 1.0, lambda action: order.append("a"))
+    actions.put("handover", "u-1", 1.0, lambda action: order.append("a"))
 
     def fails(action):
-        raise RuntimeError("gw-2: no device 'u-9'")
+        raise RuntimeError("gw-2: no device 'u-1'")
 
-    actions.put("handover", "u-9", 2.0, fails)
-    actions.put("link", "b", 3.0, lambda action: order.append("b") or {"n": 1})
+    actions.put("handover", "u-1", 2.0, fails)
+    actions.put("handover", "u-1", 3.0, lambda action: order.append("b") or {"n": 1})
     done = actions.close()
     assert order == ["a", "b"]
     assert [a.ok for a in done] == [True, False, True]
-    assert done[1].error == "gw-2: no device 'u-9'" and done[2].result == {"n": 1}
+    assert done[1].error == "gw-2: no device 'u-1'" and done[2].result == {"n": 1}
     assert all(a.decision_to_action >= 0 for a in done)
+
+
+def test_a_slow_subject_does_not_hold_the_others_up():
+    actions = Actions(workers=8)
+    subjects = [f"u-{i}" for i in range(40)]
+    slow = next(s for s in subjects if s != "u-0")
+    actions.put("handover", slow, 0.0, lambda action: time.sleep(1.0))
+    quick = [actions.put("handover", s, 0.0, lambda action: None)
+             for s in subjects if s != slow]
+    done = actions.close()
+    assert len(done) == 40
+    # Those on other workers than the slow one start at once.
+    assert sum(a.decision_to_action < 0.5 for a in quick) >= 30

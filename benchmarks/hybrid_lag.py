@@ -1,0 +1,107 @@
+"""The hybrid backend's model: its lag behind the wall clock while it drives emulated gateways.
+
+    python benchmarks/hybrid_lag.py [--users 5000] [--gateways 50] [--duration 60]
+
+One hybrid run (experiments.hybrid): G arm64 gateways under QEMU on a grid 300 m apart, a
+broker, and U users walking among them (random waypoint, 1-15 m/s, position updates every
+second), each carrying a device whose driver runs on its gateway (a reading a minute) and whose
+radio link and handovers the model applies to the containers. Prints the model's lag per event
+(p50, p99, max), the decision-to-action time of the couplings (p95: from the model's decision
+to the first command to the containers), the handovers and link updates carried out, and, as a
+baseline measured in the same run, the processor time of one mobility step for U users with no
+containers (`step_ms`), so that `ratio=lag_p99_ms / step_ms` tells the host from the coupling.
+Targets (issue 18): users >= 5,000 with lag_p99_ms <= 10 and decision_to_action_ms_p95 <= 100.
+Everything it starts is removed at the end, on a failure, on Ctrl-C and SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from experiments.loader import parse_text  # noqa: E402
+from experiments.runner import run_experiment  # noqa: E402
+
+EXPERIMENT = """
+name: hybrid-lag
+topology:
+  name: grid
+  sites: [{{name: city, position: [0, 0]}}]
+  nodes:
+    - {{name: user, kind: device, replicas: {users}, site: city, spacing: 30}}
+    - {{name: gw, kind: gateway, replicas: {gateways}, profile: rpi4, site: city, spacing: 300}}
+    - {{name: broker, kind: broker, site: city}}
+  links:
+    - {{from: gw-*, to: broker, latency: 2ms}}
+workload:
+  name: phones
+  streams: [{{name: track, sources: user-*, rate: 1/60s, size: 100B}}]
+pipeline:
+  - {{name: sink, on: gateways, reads: track}}
+scenario:
+  mobility:
+    model: {{kind: random_waypoint, speed: [1, 15], pause: [0s, 30s]}}
+    radio: {{range: 400, latency: [2ms, 10ms], bandwidth: [10Mbit, 1Mbit], loss: 1%}}
+    handover: {{hysteresis: 20, min_dwell: 5s}}
+    update: 1s
+run: {{backend: hybrid, duration: {duration}s, seed: 2, drain: 2s, sample: 2s}}
+"""
+
+
+def step_ms(experiment_text: str, steps: int = 30) -> float:
+    """Processor time of one mobility step for the same users, no containers (baseline)."""
+    import simpy
+
+    from sim.mobile import Mobility
+
+    point = parse_text(experiment_text.replace("backend: hybrid", "backend: sim")).points[0]
+    mobility_spec = point.spec.scenario.mobility
+    env = simpy.Environment()
+    devices = point.topology.select(["user-*"])
+    mobility = Mobility(env, point.topology.of_kind("gateway"), mobility_spec, devices, 2)
+    mobility.start()
+    times = []
+    for _ in range(steps):
+        began = time.process_time()
+        env.run(until=env.now + mobility_spec.update)
+        times.append(time.process_time() - began)
+    return float(np.median(times)) * 1e3
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--users", type=int, default=5000)
+    parser.add_argument("--gateways", type=int, default=50)
+    parser.add_argument("--duration", type=int, default=60)
+    args = parser.parse_args()
+    text = EXPERIMENT.format(users=args.users, gateways=args.gateways, duration=args.duration)
+    baseline = step_ms(text)
+    with tempfile.TemporaryDirectory(prefix="foglab-hybrid-lag-") as scratch:
+        began = time.monotonic()
+        (outcome,) = run_experiment(parse_text(text), Path(scratch))
+        wall = time.monotonic() - began
+        if outcome.error:
+            raise SystemExit(f"the hybrid run failed: {outcome.error}")
+        facts = json.loads((outcome.folder / "manifest.json").read_text())["facts"]["hybrid"]
+    lag = facts["lag"]
+    print(f"users={args.users} gateways={args.gateways} duration_s={args.duration} "
+          f"wall_s={wall:.0f}")
+    print(f"handovers={facts['handovers']} link_updates={facts['link_updates']} "
+          f"actions={facts['actions']} actions_failed={facts['actions_failed']}")
+    print(f"lag_p50_ms={lag['lag_p50_ms']:.2f} lag_p99_ms={lag['lag_p99_ms']:.2f} "
+          f"lag_max_ms={lag['lag_max_ms']:.2f}")
+    print(f"decision_to_action_ms_p95={facts['decision_to_action_ms_p95']}")
+    print(f"step_ms={baseline:.2f}")
+    print(f"ratio={lag['lag_p99_ms'] / baseline:.2f}")
+
+
+if __name__ == "__main__":
+    main()
