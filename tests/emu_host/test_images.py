@@ -161,8 +161,11 @@ def test_the_gateway_runs_arm64_python(output, gateway_image: BuiltImage) -> Non
 
 
 def test_the_gateway_carries_the_pure_python_workloads(output, gateway_image) -> None:
-    imports = "import workloads.riot.tasks, workloads.windows, workloads.migration; print('ok')"
-    assert output(gateway_image.tag, ["python3", "-c", imports]) == "ok"
+    imports = ("import workloads.riot.tasks, workloads.windows, workloads.migration; "
+               "import emu.agent.protocol, workloads.topics; "
+               "print(emu.agent.protocol.matches is workloads.topics.matches)")
+    # The agent's topic rules are workloads.topics', carried by the image, not a copy.
+    assert output(gateway_image.tag, ["python3", "-c", imports]) == "True"
 
 
 def test_images_are_labelled_and_configured(client, gateway_image, services_image) -> None:
