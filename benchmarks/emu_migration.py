@@ -87,7 +87,11 @@ takes 1.9 to 2.5 ms per event beside it: twice the CPU while both run, as the th
 source's backlog grows (`held` counts it: 3.4 to 9 s of input in the saturated runs), the
 target inherits it at the handover and catches up over the next windows. Synchronisation took
 one to four windows: with S = 2 at 100 events/s, a pair of windows agrees when the mirror
-(source, broker, target) lags by less than about 30 ms at the boundary.
+(source, broker, target) lags by less than about 30 ms at the boundary. At 40 events/s with
+2 s windows (`--rate 40 --window 2 --windows 2`, the run test's rate), on the saturated host
+(pressure 0.92 to 0.99, load 19), two runs: windows before 80 80 and 80 80, during 80 80 and
+79 68 83 88, after 80 80 and 82 80; throughput_drop 0.000 both times (worst window 0.00 and
+0.15), old_ahead after 5.4 s, hold 0.34 s, 16 held: the gateways keep up at that rate.
 """
 
 from __future__ import annotations
@@ -99,6 +103,8 @@ import secrets
 import sys
 import threading
 import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
@@ -316,13 +322,23 @@ def cpu_seconds(status: dict, nodes: tuple[str, ...] = ("gw-1", "gw-2")) -> dict
     return used
 
 
-def parallel(options) -> int:
-    """`--strategy parallel`: the thesis's Experiment 3 (100 events/s, 5 s windows, S = 2)
-    on two arm64 gateways; per-window counts before, during and after the move."""
-    import docker
+@dataclass
+class Bench:
+    """The cluster a benchmark runs on, its agents registered; `closing` what to close
+    before the cluster goes."""
 
-    from workloads.migration.measures import coverage
-    from workloads.scenario import MigrationSettings
+    cluster: Cluster
+    status: dict
+    zookeeper: str
+    broker: str
+    closing: list = field(default_factory=list)
+
+
+def on_two_gateways(work: Callable[[Bench], None], lines: list[str]) -> bool:
+    """Run `work` on a cluster (emu.cluster) of two Raspberry Pi gateways (arm64 under QEMU,
+    profile rpi4), one Mosquitto and one ZooKeeper, agents idle; remove everything made
+    whatever happens (an error becomes an `error=` line). False if interrupted (Ctrl-C)."""
+    import docker
 
     print(f"loadavg_before={' '.join(Path('/proc/loadavg').read_text().split()[:3])} "
           f"cpus={os.cpu_count()}", flush=True)
@@ -331,11 +347,7 @@ def parallel(options) -> int:
     plan = plan_cluster(gateway_topology(2, "migration-bench"), f"migbench-{run_label}",
                         labels={"foglab.test": "emu_migration", BENCH_LABEL: run_label})
     cluster: Cluster | None = None
-    publisher: Publisher | None = None
-    outputs: Outputs | None = None
-    lines: list[str] = []
-    figures: dict[str, object] = {}
-    window = options.window
+    closing: list = []
     with stop_on_signals():
         try:
             shaper = choose_shaper()
@@ -347,90 +359,16 @@ def parallel(options) -> int:
             broker = f"{status[sorted(set(plan.brokers.values()))[0]].ip}:1883"
             lines.append(f"gateway_image={images.image_tag(images.GATEWAY)} "
                          f"shaper={shaper.shaper}")
-            with Controller(broker) as control:
-                config = OperatorConfig(OPERATOR, task="passthrough", reads=[TOPIC],
-                                        writes=OUTPUT, window={"size": window},
-                                        session=f"foglab-op-{OPERATOR}-0")
-                installed = control.install(["gw-1"], config, timeout=120)
-                if not installed.ok:
-                    raise RuntimeError(f"install: {installed.summary()}")
-                outputs = Outputs(broker)
-                publisher = Publisher(broker)
-                stop = threading.Event()
-                feeder = threading.Thread(target=publisher.steady,
-                                          args=(options.rate, stop, False), daemon=True)
-                feeder.start()
-                # The first window is partial; then `--windows` full ones before the move.
-                time.sleep(window)
-                marks = [(time.time(), publisher.sent, cpu_seconds(status))]
-                time.sleep(window * options.windows + window / 2)
-                settings = MigrationSettings(strategy="parallel", sync=options.sync)
-                recording = Recording(control)
-                marks.append((time.time(), publisher.sent, cpu_seconds(status)))
-                record = migrate(recording, OPERATOR, "gw-1", "gw-2", "parallel", settings,
-                                 timeout=options.timeout)
-                marks.append((time.time(), publisher.sent, cpu_seconds(status)))
-                time.sleep(window * options.windows + window / 2)
-                marks.append((time.time(), publisher.sent, cpu_seconds(status)))
-                stop.set()
-                feeder.join()
-                if record.status != "done":
-                    raise RuntimeError(f"migration {record.status}: {record.error}")
-                sent = publisher.sent
-                deadline = time.monotonic() + 3 * window + 30
-                while time.monotonic() < deadline and (
-                        not outputs.snapshot() or outputs.snapshot()[-1][2] < sent):
-                    time.sleep(0.5)
-                heard = outputs.snapshot()
-            steps = recording.results
-            synced = steps.get("migrate.sync", {})
-            resume = steps.get("migrate.resume", {})
-            start, end = record.start, record.end
-            complete = heard[1:]  # the first window began before the input
-            last_full = [h for h in complete if h[2] < sent] or complete
-            counts = {
-                "before": [h[3] for h in last_full if h[0] < start],
-                "during": [h[3] for h in last_full if start <= h[0] <= end],
-                "after": [h[3] for h in last_full if h[0] > end],
-            }
-            lost, duplicated, reordered = coverage((h[2], h[3]) for h in heard)
-            figures.update(
-                sent=sent, covered=heard[-1][2] if heard else 0,
-                counted=sum(h[3] for h in heard), lost=lost, duplicated=duplicated,
-                reordered=reordered, mode=record.synchronised, offset=synced.get("offset"),
-                sync_s=record.phases["handover"] - record.phases["divert"],
-                migration_s=end - start, held=record.held,
-                hold_s=record.resumed - record.paused,
-                mirror_wait_s=(resume["t_mirrored"] - resume["t_asked"]) if resume else None,
-                forwarded=synced.get("forwarded"), nodes="".join(
-                    f"{h[1]}:{h[3]} " for h in heard).strip())
-            for phase, values in counts.items():
-                figures[f"windows_{phase}"] = values
-                figures[f"median_{phase}"] = _median(values)
-            # CPU per event sent, per gateway and phase: what mirroring costs the source and
-            # the target (a gateway's share of the host's cores is what limits it here).
-            spans = zip(marks, marks[1:], strict=False)
-            for phase, (a, b) in zip(("before", "during", "after"), spans, strict=True):
-                events = max(1, b[1] - a[1])
-                for node in ("gw-1", "gw-2"):
-                    figures[f"cpu_ms_per_event_{phase}_{node}"] = round(
-                        (b[2][node] - a[2][node]) / events * 1000, 3)
-                pressure = b[2]["host"]
-                figures[f"host_pressure_{phase}"] = (
-                    "n/a" if pressure is None else round(pressure, 2))
-            for name in ("prepare", "divert", "sync", "handover", "resume", "release", "done"):
-                if name in record.phases:
-                    lines.append(f"phase {name}: {record.phases[name] - start:.3f} s")
+            work(Bench(cluster, status, zookeeper, broker, closing))
         except KeyboardInterrupt:
             print("interrupted: removing what the benchmark made", file=sys.stderr)
             print("\n".join([*lines, "interrupted"]))
-            return 130
+            return False
         except Exception as error:  # noqa: BLE001 - report, then remove the cluster
             lines.append(f"error={type(error).__name__}: {error}")
         finally:
-            for made in (publisher, outputs):
-                if made is not None:
-                    made.close()
+            for made in closing:
+                made.close()
             if cluster is not None:
                 try:
                     removed = cluster.down()
@@ -438,11 +376,116 @@ def parallel(options) -> int:
                           f"{removed.networks} networks", file=sys.stderr)
                 except Exception as error:  # noqa: BLE001 - the figures stand
                     lines.append(f"teardown_failed={type(error).__name__}: {error}")
+    return True
+
+
+def install_count(control: Controller, window: float) -> None:
+    """On gw-1, the pass-through count with a `window` s time window, reading TOPIC through
+    its own input session (so that it can move) and writing OUTPUT."""
+    config = OperatorConfig(OPERATOR, task="passthrough", reads=[TOPIC], writes=OUTPUT,
+                            window={"size": window}, session=f"foglab-op-{OPERATOR}-0")
+    installed = control.install(["gw-1"], config, timeout=120)
+    if not installed.ok:
+        raise RuntimeError(f"install: {installed.summary()}")
+
+
+def measured(lines: list[str], figures: dict, wanted: str) -> bool:
+    """Print what the run noted; whether it measured `wanted` (then the host's load too)."""
     for line in lines:
         print(line)
-    if "median_before" not in figures:
-        return 1
+    if wanted not in figures:
+        return False
     print(f"loadavg_after={' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    return True
+
+
+def parallel(options) -> int:
+    """`--strategy parallel`: the thesis's Experiment 3 (100 events/s, 5 s windows, S = 2)
+    on two arm64 gateways; per-window counts before, during and after the move."""
+    from workloads.migration.measures import coverage
+    from workloads.scenario import MigrationSettings
+
+    lines: list[str] = []
+    figures: dict[str, object] = {}
+    window = options.window
+
+    def work(bench: Bench) -> None:
+        with Controller(bench.broker) as control:
+            install_count(control, window)
+            outputs = Outputs(bench.broker)
+            bench.closing.append(outputs)
+            publisher = Publisher(bench.broker)
+            bench.closing.append(publisher)
+            stop = threading.Event()
+            feeder = threading.Thread(target=publisher.steady,
+                                      args=(options.rate, stop, False), daemon=True)
+            feeder.start()
+            # The first window is partial; then `--windows` full ones before the move.
+            time.sleep(window)
+            marks = [(time.time(), publisher.sent, cpu_seconds(bench.status))]
+            time.sleep(window * options.windows + window / 2)
+            settings = MigrationSettings(strategy="parallel", sync=options.sync)
+            recording = Recording(control)
+            marks.append((time.time(), publisher.sent, cpu_seconds(bench.status)))
+            record = migrate(recording, OPERATOR, "gw-1", "gw-2", "parallel", settings,
+                             timeout=options.timeout)
+            marks.append((time.time(), publisher.sent, cpu_seconds(bench.status)))
+            time.sleep(window * options.windows + window / 2)
+            marks.append((time.time(), publisher.sent, cpu_seconds(bench.status)))
+            stop.set()
+            feeder.join()
+            if record.status != "done":
+                raise RuntimeError(f"migration {record.status}: {record.error}")
+            sent = publisher.sent
+            deadline = time.monotonic() + 3 * window + 30
+            while time.monotonic() < deadline and (
+                    not outputs.snapshot() or outputs.snapshot()[-1][2] < sent):
+                time.sleep(0.5)
+            heard = outputs.snapshot()
+        steps = recording.results
+        synced = steps.get("migrate.sync", {})
+        resume = steps.get("migrate.resume", {})
+        start, end = record.start, record.end
+        complete = heard[1:]  # the first window began before the input
+        last_full = [h for h in complete if h[2] < sent] or complete
+        counts = {
+            "before": [h[3] for h in last_full if h[0] < start],
+            "during": [h[3] for h in last_full if start <= h[0] <= end],
+            "after": [h[3] for h in last_full if h[0] > end],
+        }
+        lost, duplicated, reordered = coverage((h[2], h[3]) for h in heard)
+        figures.update(
+            sent=sent, covered=heard[-1][2] if heard else 0,
+            counted=sum(h[3] for h in heard), lost=lost, duplicated=duplicated,
+            reordered=reordered, mode=record.synchronised, offset=synced.get("offset"),
+            sync_s=record.phases["handover"] - record.phases["divert"],
+            migration_s=end - start, held=record.held,
+            hold_s=record.resumed - record.paused,
+            mirror_wait_s=(resume["t_mirrored"] - resume["t_asked"]) if resume else None,
+            forwarded=synced.get("forwarded"), nodes="".join(
+                f"{h[1]}:{h[3]} " for h in heard).strip())
+        for phase, values in counts.items():
+            figures[f"windows_{phase}"] = values
+            figures[f"median_{phase}"] = _median(values)
+        # CPU per event sent, per gateway and phase: what mirroring costs the source and
+        # the target (a gateway's share of the host's cores is what limits it here).
+        spans = zip(marks, marks[1:], strict=False)
+        for phase, (a, b) in zip(("before", "during", "after"), spans, strict=True):
+            events = max(1, b[1] - a[1])
+            for node in ("gw-1", "gw-2"):
+                figures[f"cpu_ms_per_event_{phase}_{node}"] = round(
+                    (b[2][node] - a[2][node]) / events * 1000, 3)
+            pressure = b[2]["host"]
+            figures[f"host_pressure_{phase}"] = (
+                "n/a" if pressure is None else round(pressure, 2))
+        for name in ("prepare", "divert", "sync", "handover", "resume", "release", "done"):
+            if name in record.phases:
+                lines.append(f"phase {name}: {record.phases[name] - start:.3f} s")
+
+    if not on_two_gateways(work, lines):
+        return 130
+    if not measured(lines, figures, "median_before"):
+        return 1
     print(f"rate={options.rate:g} window_s={window:g} sync={options.sync}")
     for key in ("sent", "covered", "counted", "mode", "offset", "forwarded", "sync_s",
                 "migration_s", "held", "hold_s", "mirror_wait_s", "nodes", "windows_before",
@@ -462,134 +505,78 @@ def parallel(options) -> int:
     return 0 if good else 1
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--state-mb", type=float, default=8.4)
-    parser.add_argument("--move-rate", type=float, default=200.0,
-                        help="events/s during the move")
-    parser.add_argument("--backlog", type=int, default=3000,
-                        help="unprocessed events at most while filling")
-    parser.add_argument("--timeout", type=float, default=120.0, help="per migration step")
-    parser.add_argument("--strategy", choices=("pause_transfer", "parallel"),
-                        default="pause_transfer")
-    parser.add_argument("--rate", type=float, default=100.0,
-                        help="parallel: events/s throughout")
-    parser.add_argument("--window", type=float, default=5.0, help="parallel: window (s)")
-    parser.add_argument("--sync", type=int, default=2, help="parallel: S")
-    parser.add_argument("--windows", type=int, default=4,
-                        help="parallel: full windows before and after the move")
-    options = parser.parse_args()
-    if options.strategy == "parallel":
-        return parallel(options)
-
-    import docker
-
-    print(f"loadavg_before={' '.join(Path('/proc/loadavg').read_text().split()[:3])} "
-          f"cpus={os.cpu_count()}", flush=True)
-    client = docker.from_env(timeout=images.DOCKER_TIMEOUT_S)
-    run_label = secrets.token_hex(4)
-    plan = plan_cluster(gateway_topology(2, "migration-bench"), f"migbench-{run_label}",
-                        labels={"foglab.test": "emu_migration", BENCH_LABEL: run_label})
-    cluster: Cluster | None = None
-    publisher: Publisher | None = None
+def transfer(options) -> int:
+    """pause_transfer of a window holding `--state-mb` MB (see the module docstring)."""
     lines: list[str] = []
     figures: dict[str, object] = {}
-    with stop_on_signals():
-        try:
-            shaper = choose_shaper()
-            cluster = Cluster(plan, client, shaper=shaper)
-            cluster.up()
-            status = {s.node: s for s in cluster.status()}
-            zookeeper = ",".join(f"{status[z].ip}:2181" for z in plan.zookeeper)
-            wait_registered(zookeeper, ["gw-1", "gw-2"], timeout=600)
-            broker = f"{status[sorted(set(plan.brokers.values()))[0]].ip}:1883"
-            lines.append(f"gateway_image={images.image_tag(images.GATEWAY)} "
-                         f"shaper={shaper.shaper}")
-            with Controller(broker) as control:
-                config = OperatorConfig(OPERATOR, task="passthrough", reads=[TOPIC],
-                                        writes="bench-out", window={"size": 1e6},
-                                        session=f"foglab-op-{OPERATOR}-0")
-                installed = control.install(["gw-1"], config, timeout=120)
-                if not installed.ok:
-                    raise RuntimeError(f"install: {installed.summary()}")
-                publisher = Publisher(broker)
-                # 56 B per held event (workloads.windows' columns) and a small header.
-                events = int(options.state_mb * 1e6 / 56)
-                started, done = time.monotonic(), 0
-                while publisher.sent < events:
-                    done = processed(control, "gw-1")
-                    room = min(options.backlog - (publisher.sent - done),
-                               events - publisher.sent)
-                    if room > 0:
-                        publisher.publish(room)
-                    time.sleep(0.5)
-                    elapsed = time.monotonic() - started
-                    print(f"\rfilling: {done:,} of {events:,} events, "
-                          f"{done / elapsed:,.0f}/s", end="", file=sys.stderr, flush=True)
-                while done < events:
-                    done = processed(control, "gw-1")
-                    time.sleep(0.2)
-                fill_s = time.monotonic() - started
-                print(file=sys.stderr)
-                figures["fill_rate"] = round(events / fill_s)
-                lines.append(f"fill_rate={events / fill_s:.0f} (events/s the gateway took "
-                             f"with {options.backlog} queued at most; {fill_s:.1f} s)")
 
-                stop = threading.Event()
-                feeder = threading.Thread(target=publisher.steady,
-                                          args=(options.move_rate, stop), daemon=True)
-                feeder.start()
-                time.sleep(2.0)
-                recording = Recording(control)
-                record = migrate(recording, OPERATOR, "gw-1", "gw-2", "pause_transfer",
-                                 timeout=options.timeout)
-                time.sleep(3.0)
-                stop.set()
-                feeder.join()
-                if record.status != "done":
-                    raise RuntimeError(f"migration {record.status}: {record.error}")
-                before = recording.results["migrate.pause"]["processed"]
-                deadline = time.monotonic() + 120
+    def work(bench: Bench) -> None:
+        with Controller(bench.broker) as control:
+            install_count(control, 1e6)  # every event stays held
+            publisher = Publisher(bench.broker)
+            bench.closing.append(publisher)
+            # 56 B per held event (workloads.windows' columns) and a small header.
+            events = figures["events"] = int(options.state_mb * 1e6 / 56)
+            started, done = time.monotonic(), 0
+            while publisher.sent < events:
+                done = processed(control, "gw-1")
+                room = min(options.backlog - (publisher.sent - done),
+                           events - publisher.sent)
+                if room > 0:
+                    publisher.publish(room)
+                time.sleep(0.5)
+                elapsed = time.monotonic() - started
+                print(f"\rfilling: {done:,} of {events:,} events, "
+                      f"{done / elapsed:,.0f}/s", end="", file=sys.stderr, flush=True)
+            while done < events:
+                done = processed(control, "gw-1")
+                time.sleep(0.2)
+            fill_s = time.monotonic() - started
+            print(file=sys.stderr)
+            figures["fill_rate"] = round(events / fill_s)
+            lines.append(f"fill_rate={events / fill_s:.0f} (events/s the gateway took "
+                         f"with {options.backlog} queued at most; {fill_s:.1f} s)")
+
+            stop = threading.Event()
+            feeder = threading.Thread(target=publisher.steady,
+                                      args=(options.move_rate, stop), daemon=True)
+            feeder.start()
+            time.sleep(2.0)
+            recording = Recording(control)
+            record = migrate(recording, OPERATOR, "gw-1", "gw-2", "pause_transfer",
+                             timeout=options.timeout)
+            time.sleep(3.0)
+            stop.set()
+            feeder.join()
+            if record.status != "done":
+                raise RuntimeError(f"migration {record.status}: {record.error}")
+            before = recording.results["migrate.pause"]["processed"]
+            deadline = time.monotonic() + 120
+            after = processed(control, "gw-2")
+            while before + after < publisher.sent and time.monotonic() < deadline:
+                time.sleep(0.5)
                 after = processed(control, "gw-2")
-                while before + after < publisher.sent and time.monotonic() < deadline:
-                    time.sleep(0.5)
-                    after = processed(control, "gw-2")
-                for name, span in phases(record, recording.results):
-                    lines.append(f"phase {name}: {span:.3f} s")
-                figures.update(
-                    downtime_s=record.downtime, state_mb=record.state_bytes / 1e6,
-                    chunks=record.chunks, held=record.held, sent=publisher.sent,
-                    processed=before + after,
-                    lost=max(record.lost, publisher.sent - before - after),
-                    duplicated=record.duplicates + max(0, before + after - publisher.sent),
-                    reordered=record.reordered)
+            for name, span in phases(record, recording.results):
+                lines.append(f"phase {name}: {span:.3f} s")
+            figures.update(
+                downtime_s=record.downtime, state_mb=record.state_bytes / 1e6,
+                chunks=record.chunks, held=record.held, sent=publisher.sent,
+                processed=before + after,
+                lost=max(record.lost, publisher.sent - before - after),
+                duplicated=record.duplicates + max(0, before + after - publisher.sent),
+                reordered=record.reordered)
 
-            floor = run_in_gateway(cluster, "gw-2", FLOOR_SCRIPT, str(events))
-            zk = run_in_gateway(cluster, "gw-1", ZK_SCRIPT, zookeeper,
-                                str(record.state_bytes), str(CHUNK))
-            figures.update(snapshot_s=floor["snapshot_s"], restore_s=floor["restore_s"],
-                           zk_roundtrip_s=zk["zk_s"])
-        except KeyboardInterrupt:
-            print("interrupted: removing what the benchmark made", file=sys.stderr)
-            print("\n".join([*lines, "interrupted"]))
-            return 130
-        except Exception as error:  # noqa: BLE001 - report, then remove the cluster
-            lines.append(f"error={type(error).__name__}: {error}")
-        finally:
-            if publisher is not None:
-                publisher.close()
-            if cluster is not None:
-                try:
-                    removed = cluster.down()
-                    print(f"cluster down: removed {removed.containers} containers, "
-                          f"{removed.networks} networks", file=sys.stderr)
-                except Exception as error:  # noqa: BLE001 - the figures stand
-                    lines.append(f"teardown_failed={type(error).__name__}: {error}")
-    for line in lines:
-        print(line)
-    if "downtime_s" not in figures:
+        floor = run_in_gateway(bench.cluster, "gw-2", FLOOR_SCRIPT, str(events))
+        zk = run_in_gateway(bench.cluster, "gw-1", ZK_SCRIPT, bench.zookeeper,
+                            str(record.state_bytes), str(CHUNK))
+        figures.update(snapshot_s=floor["snapshot_s"], restore_s=floor["restore_s"],
+                       zk_roundtrip_s=zk["zk_s"])
+
+    if not on_two_gateways(work, lines):
+        return 130
+    if not measured(lines, figures, "downtime_s"):
         return 1
-    print(f"loadavg_after={' '.join(Path('/proc/loadavg').read_text().split()[:3])}")
+    events = figures["events"]
     print(f"events={events} bytes_per_event=56 (thesis: 84; 8.4 MB holds "
           f"{events / 100_000:.2f} times the thesis's 100,000 events)")
     for key in ("sent", "processed", "held", "chunks", "reordered"):
@@ -610,6 +597,26 @@ def main() -> int:
     print(f"ratio={figures['downtime_s'] / THESIS_DOWNTIME_S:.3f}")
     good = figures["lost"] == 0 and figures["duplicated"] == 0
     return 0 if good else 1
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--state-mb", type=float, default=8.4)
+    parser.add_argument("--move-rate", type=float, default=200.0,
+                        help="events/s during the move")
+    parser.add_argument("--backlog", type=int, default=3000,
+                        help="unprocessed events at most while filling")
+    parser.add_argument("--timeout", type=float, default=120.0, help="per migration step")
+    parser.add_argument("--strategy", choices=("pause_transfer", "parallel"),
+                        default="pause_transfer")
+    parser.add_argument("--rate", type=float, default=100.0,
+                        help="parallel: events/s throughout")
+    parser.add_argument("--window", type=float, default=5.0, help="parallel: window (s)")
+    parser.add_argument("--sync", type=int, default=2, help="parallel: S")
+    parser.add_argument("--windows", type=int, default=4,
+                        help="parallel: full windows before and after the move")
+    options = parser.parse_args()
+    return parallel(options) if options.strategy == "parallel" else transfer(options)
 
 
 if __name__ == "__main__":
