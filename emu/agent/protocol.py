@@ -61,10 +61,11 @@ class Envelope:
     reading it, None when nobody stamped one. A window operator takes a stamped SN as its
     Event.sn and otherwise numbers its inputs itself in their order of arrival at it
     (emu.agent.operators). The parallel migration strategy needs the former: the source and
-    the target operator must see one SN per event, so the SN has to be stamped once, upstream
-    of both, in arrival order at the broker side of the operator's input (as the
-    simulator's broker stamps them per operator group, sim.pubsub). An operator's outputs
-    carry no SN: they are the next operator's input stream, numbered for it.
+    the target operator must see one SN per event, so it is stamped once for both, where the
+    simulator's broker stamps it per operator group (sim.pubsub); Mosquitto cannot, so on
+    emu the source instance does, in its order of arrival, on the copy of each input it
+    mirrors to the target (emu.agent.migration). An operator's outputs carry no SN: they
+    are the next operator's input stream, numbered for it.
     """
 
     id: int
