@@ -20,6 +20,7 @@ from emu.mqtt_loop import SelectorLoop
 CONNECT_TIMEOUT = 10.0
 # How often a command waiting for replies asks whether the nodes still missing are gone.
 GONE_POLL_S = 0.5
+CHECK_S = 2.0  # how often wait_registered asks its check whether to go on
 # kazoo logs each dropped connection it then recovers from; without a handler of its own,
 # Python would print them on stderr.
 logging.getLogger("kazoo").addHandler(logging.NullHandler())
@@ -265,13 +266,14 @@ class Controller:
 
 
 def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
-                    ) -> dict[str, dict[str, Any]]:
+                    check: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
     """Wait until every node's /iot/gateways/<node> exists; their registration data.
 
     A children watch on /iot/gateways wakes this up at each change, no polling. A
     TimeoutError names the nodes still missing. A ZooKeeper busy with hundreds of
     registrations may drop this watcher's connection or session: its calls are retried, and
-    the watch starts again, until the timeout.
+    the watch starts again, until the timeout. `check()`, called every CHECK_S while waiting,
+    may raise to give up early (an agent whose container exited will never register).
     """
     from kazoo.exceptions import KazooException
     from kazoo.handlers.threading import KazooTimeoutError
@@ -280,14 +282,15 @@ def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return _watch_registrations(zk_hosts, wanted, deadline, timeout)
+            return _watch_registrations(zk_hosts, wanted, deadline, timeout, check)
         except (KazooException, KazooTimeoutError):
             if time.monotonic() > deadline:
                 raise
 
 
 def _watch_registrations(zk_hosts: str, wanted: set[str], deadline: float,
-                         timeout: float) -> dict[str, dict[str, Any]]:
+                         timeout: float, check: Callable[[], None] | None = None
+                         ) -> dict[str, dict[str, Any]]:
     from kazoo.client import KazooClient
     from kazoo.recipe.watchers import ChildrenWatch
 
@@ -308,7 +311,11 @@ def _watch_registrations(zk_hosts: str, wanted: set[str], deadline: float,
     try:
         client.retry(client.ensure_path, GATEWAYS)
         ChildrenWatch(client, GATEWAYS, changed)
-        if not done.wait(max(0.0, deadline - time.monotonic())):
+        while not done.wait(min(CHECK_S, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() < deadline:
+                if check is not None:
+                    check()
+                continue
             missing = sorted(wanted - present)
             raise TimeoutError(f"{len(missing)} of {len(wanted)} nodes not registered in "
                                f"ZooKeeper after {timeout} s: {', '.join(missing)}")

@@ -190,6 +190,19 @@ def engine_time(text: str | None) -> float | None:
     return stamp.timestamp()
 
 
+def _agents_alive(cluster, agents: list[str]) -> None:
+    """While agents register: one whose container exited never will; say why, from its log."""
+    for status in cluster.status():
+        if status.node in agents and status.state in ("exited", "dead"):
+            try:
+                log = b"".join(cluster.logs(status.node)).decode(errors="replace")
+            except Exception:  # noqa: BLE001 - the reason is a help, the exit is the error
+                log = ""
+            last = [line for line in log.splitlines() if line.strip()][-3:]
+            raise EmuError(f"the agent of {status.node} exited while the cluster started"
+                           + (": " + " | ".join(last) if last else " (no log)"))
+
+
 def cluster_states(cluster, services: list[str]) -> dict[str, Seen]:
     """Every node's Seen: one listing for all, an inspection per service for its times."""
     states = {s.node: Seen(s.state, s.status) for s in cluster.status()}
@@ -251,7 +264,8 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
     zookeeper = ",".join(f"{status[z].ip}:2181" for z in cluster.plan.zookeeper)
     stage(f"{len(agents)} agents registering")
     try:
-        wait_registered(zookeeper, agents, timeout=REGISTER_TIMEOUT_S)
+        wait_registered(zookeeper, agents, timeout=REGISTER_TIMEOUT_S,
+                        check=lambda: _agents_alive(cluster, agents))
     except TimeoutError as error:
         raise EmuError(f"agents did not register: {error}") from None
     if _spark_jobs(cluster):

@@ -129,7 +129,7 @@ class Agent:
             sensors = [(sensor_path(driver.stream, device.name, device.topic),
                         json.dumps({"node": self.node, "topic": device.topic,
                                     "qos": driver.config.qos}).encode())
-                       for driver in self.drivers.by_stream.values()
+                       for driver in self.drivers.all
                        for device in driver.devices]
             self.registration = Registration(config.zookeeper, self.node,
                                              config.session_timeout,

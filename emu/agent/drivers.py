@@ -193,14 +193,12 @@ class Drivers:
                  epoch: float, at: Callable[..., None], clock: Callable[[], float],
                  deliver: Callable[[str, Envelope, Driver], None],
                  record: Callable[[int, str, str, float, bool], None]) -> None:
-        streams = [c.stream for c in configs]
-        if len(set(streams)) != len(streams):
-            raise ValueError(f"node {node}: a stream has two drivers: {streams}")
         self.node = node
         self.index = index
         self.epoch = epoch
         self.seed = seed
-        self.by_stream = {c.stream: Driver(c, node, f"{seed}:{index}") for c in configs}
+        # A stream may have several drivers on a node: one per device-link shape.
+        self.all = [Driver(c, node, f"{seed}:{index}") for c in configs]
         self._at = at
         self._clock = clock
         self._deliver = deliver
@@ -210,14 +208,22 @@ class Drivers:
 
     @property
     def topics(self) -> set[str]:
-        return {topic for driver in self.by_stream.values() for topic in driver.topics}
+        return {topic for driver in self.all for topic in driver.topics}
+
+    @property
+    def by_stream(self) -> dict[str, Driver]:
+        """Each stream's first driver (its rate is all of the stream's drivers' rate)."""
+        first: dict[str, Driver] = {}
+        for driver in self.all:
+            first.setdefault(driver.stream, driver)
+        return first
 
     def start(self) -> None:
         """Set every device's first emission, at the run's epoch plus the stream's start."""
         if self.started:
             return
         self.started = True
-        for driver in self.by_stream.values():
+        for driver in self.all:
             self._schedule(driver)
 
     def set_rate(self, rate: float, stream: str | None = None) -> None:
@@ -227,7 +233,7 @@ class Drivers:
         if stream is not None and stream not in self.by_stream:
             known = ", ".join(sorted(self.by_stream)) or "none"
             raise ValueError(f"unknown stream {stream!r}; this node's streams: {known}")
-        for driver in ([self.by_stream[stream]] if stream else self.by_stream.values()):
+        for driver in (d for d in self.all if stream is None or d.stream == stream):
             driver.rate = float(rate)
             if self.started:
                 self._schedule(driver)
@@ -273,11 +279,13 @@ class Drivers:
             unknown = sorted(set(config) - fields)
             if unknown:
                 raise ValueError(f"device.join: unknown driver fields {unknown}")
-            driver = self.by_stream.get(config["stream"])
+            same = {**config, "devices": []}
+            driver = next((d for d in self.all
+                           if {**dataclasses.asdict(d.config), "devices": [],
+                               "rate": d.rate} == same), None)
             if driver is None:
-                driver = self.by_stream[config["stream"]] = Driver(
-                    DriverConfig(**{**config, "devices": []}), self.node,
-                    f"{self.seed}:{self.index}")
+                driver = Driver(DriverConfig(**same), self.node, f"{self.seed}:{self.index}")
+                self.all.append(driver)
             device = Device(driver, name, stream_topic(driver.stream, self.node, name,
                                                        driver.config.channel),
                             f"{self.seed}:moved:{driver.stream}:{name}")
@@ -290,15 +298,15 @@ class Drivers:
         return topics
 
     def device_names(self) -> set[str]:
-        return {d.name for driver in self.by_stream.values() for d in driver.devices}
+        return {d.name for driver in self.all for d in driver.devices}
 
     def _devices(self, name: str) -> list[Device]:
         """The device's one Device per stream it sends from this node."""
-        found = [device for driver in self.by_stream.values() for device in driver.devices
+        found = [device for driver in self.all for device in driver.devices
                  if device.name == name]
         if found:
             return found
-        known = sorted(d.name for driver in self.by_stream.values() for d in driver.devices)
+        known = sorted(d.name for driver in self.all for d in driver.devices)
         raise ValueError(f"no device {name!r} on {self.node}; its devices: "
                          f"{', '.join(known[:20]) or 'none'}")
 

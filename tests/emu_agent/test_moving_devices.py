@@ -122,3 +122,21 @@ def test_a_device_with_two_streams_moves_with_both() -> None:
     time_.run(1006.0)
     streams = {(node, e.stream) for _t, node, _topic, e in delivered[count:]}
     assert streams == {("gw-2", "city"), ("gw-2", "air")}
+
+
+def test_a_stream_may_have_a_driver_per_device_link_on_one_node() -> None:
+    # Devices of one stream on links of 2 ms and 10 ms: two drivers (emu.deployment groups
+    # devices by their link), which once stopped the agent ("a stream has two drivers").
+    time_ = VirtualTime(1000.0)
+    delivered: list = []
+    near = DriverConfig("city", ["s-1"], rate=5.0, arrivals="periodic", access_latency=0.002)
+    far = DriverConfig("city", ["s-2"], rate=5.0, arrivals="periodic", access_latency=0.010)
+    gw = _node(time_, "gw-1", 1, [near, far], delivered, [])
+    time_.run(1002.0)
+    delay = {e.src: round(t - e.t, 6) for t, _n, _topic, e in delivered}
+    assert delay == {"s-1": 0.002, "s-2": 0.010}
+    gw.set_rate(0.0, "city")  # both drivers of the stream stop
+    count = len(delivered)
+    time_.run(1005.0)
+    assert len(delivered) - count <= 2  # only what was on the links already
+    assert gw.device_names() == {"s-1", "s-2"} and gw.topics == {"city/gw-1"}
