@@ -430,7 +430,7 @@ class _Parallel:
         self.forwarded = {"old": 0, "new": 0, "adjusted": 0}
         self.t_first_mirrored: float | None = None
         self.t_sync: float | None = None
-        self.on_sync: Callable[[], None] | None = None
+        self.on_sync: Callable[..., None] | None = None  # a sync request's answer
         self.waiting: tuple[int, Callable[[], None]] | None = None  # a resume, for an SN
         self.error: str | None = None
         window = operator.window
@@ -491,6 +491,9 @@ class _Parallel:
             decided = checker.offer(side, (row[7], row[8]))
         except ValueError as error:
             self.error = f"consistency checker: {error}"
+            on_sync, self.on_sync = self.on_sync, None
+            if on_sync is not None:
+                on_sync(error=self.error)
             return
         for forwarded in decided:
             sn = forwarded.sn
@@ -516,7 +519,7 @@ class _Parallel:
             self.t_sync = self.agent.clock()
             on_sync, self.on_sync = self.on_sync, None
             if on_sync is not None:
-                on_sync()
+                on_sync(self.report())
 
     def finish(self) -> None:
         """The checker's work is over: outputs leave as the instance's own."""
@@ -638,7 +641,13 @@ class Migrations:
         part = self.parallel[name] = _Parallel(agent, operator, parallel["tag"], sync,
                                                int(parallel.get("migration", -1)), ready)
         agent.sessions[name] = part.link  # it reads the mirror, not the node's session
-        agent.install(operator)  # connects the link
+        try:
+            agent.install(operator)  # connects the link
+        except Exception:
+            del self.parallel[name]
+            agent.sessions.pop(name, None)
+            part.link.close()
+            raise
 
     def _divert(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
         """A parallel migration's source starts mirroring its input and diverting its
@@ -683,7 +692,7 @@ class Migrations:
         if part.checker.synchronised:
             answer(part.report())
         else:
-            part.on_sync = lambda: answer(part.report())
+            part.on_sync = answer
 
     # Source -----------------------------------------------------------------------------------
 
