@@ -108,6 +108,7 @@ def calibrate(quick: bool = False, progress: Progress | None = None,
     client = client or docker_sdk.from_env(timeout=DOCKER_TIMEOUT_S)
     token = secrets.token_hex(4)
     shaper = shaper or choose_shaper().shaper
+    load = os.getloadavg()[0]
     try:
         tell("images", 0, 2)
         gateway_image = ensure_image(GATEWAY, client=client).tag
@@ -123,7 +124,8 @@ def calibrate(quick: bool = False, progress: Progress | None = None,
         brokered = _measure_broker(broker, plan, services_image, tell)
         links = _measure_links(broker, plan, shaper, tell)
         return Calibration(measured=datetime.now(UTC).replace(microsecond=0), quick=quick,
-                           host=_host(client), gateway=gateway, native=native,
+                           host=_host(client, max(load, os.getloadavg()[0])),
+                           gateway=gateway, native=native,
                            broker=brokered, links=links)
     finally:
         # A second Ctrl-C waits until the containers are gone (then interrupts).
@@ -435,12 +437,13 @@ def _measure_links(broker: _Container, plan: Plan, shaper: str, tell: Progress) 
 
 # -- the host --------------------------------------------------------------------------------------
 
-def _host(client: docker.DockerClient) -> HostFacts:
+def _host(client: docker.DockerClient, load: float) -> HostFacts:
     facts = host_facts()
     return HostFacts(cpu=facts["cpu"] or platform.processor() or "unknown",
                      cores=facts["cpus"] or 1, machine=facts["machine"],
                      kernel=facts["release"], python=facts["python"],
-                     docker=str(client.version().get("Version", "unknown")), qemu=qemu_version())
+                     docker=str(client.version().get("Version", "unknown")), qemu=qemu_version(),
+                     load=round(load, 2))
 
 
 def qemu_version() -> str:

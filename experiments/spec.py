@@ -34,7 +34,7 @@ class RunSpec(BaseModel):
         default=20e-6, description="a gateway driver's CPU cost per reading on one reference vCPU")
     calibration: str | None = Field(
         default=None, description="a calibration profile (`foglab calibrate`) by name or file: "
-        "the model takes arm64 nodes' task and driver costs, the brokers' service time and the "
+        "the model takes arm64 gateways' task and driver costs, the brokers' service time and the "
         "link layer's delay per leg from what it measured on the emulation (sim.costs)")
 
     @field_validator("calibration")

@@ -6,7 +6,7 @@ The one place where the model decides a cost, so that a calibration (workloads.c
 seconds, which a node's Cpu divides by its speed. With a calibration, measured on the
 emulation, the model stands for the emulation of the topology rather than its hardware:
 
-- arm64 nodes (the emulation runs them under QEMU) take the calibration's gateway profile
+- arm64 gateways (the emulation runs them under QEMU) take the calibration's gateway profile
   (`rpi4-qemu`: its measured speed, and one core: the agent is one Python interpreter); an
   operator that names a task there costs what the agent was measured to spend on it (its
   `operators` figure), whatever `cost` says, since the emulation runs the task and ignores
@@ -43,9 +43,13 @@ class Costs:
         self.calibration = calibration
 
     def _qemu(self, node: str) -> bool:
-        """Whether the node stands for an arm64 container under QEMU, as calibrated."""
-        return (self.calibration is not None
-                and self.topology.nodes[node].profile.arch == "arm64")
+        """Whether the node stands for an arm64 container under QEMU, as calibrated: the
+        emulation runs the arm64 gateway image for gateways of an arm64 profile only (every
+        other node runs an amd64 image; emu.cluster.plan)."""
+        if self.calibration is None:
+            return False
+        found = self.topology.nodes[node]
+        return found.kind == "gateway" and found.profile.arch == "arm64"
 
     def cpu(self, node: Node) -> Cpu:
         """The node's cores as a queue, at its speed."""

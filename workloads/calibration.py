@@ -5,7 +5,7 @@ takes from reference figures: each RIoTBench task's CPU per message on an arm64 
 QEMU (alone, and as the agent runs it), the gateway driver's CPU per reading, Mosquitto's
 service time per message in its container, and the link layer's own delay per leg (relay or
 netem). It writes them as a YAML profile with the host's facts and the date; an experiment
-names one with `run.calibration: NAME`, and the model (sim.costs) then costs arm64 nodes,
+names one with `run.calibration: NAME`, and the model (sim.costs) then costs arm64 gateways,
 brokers and links by it.
 
 Where profiles live. A profile describes one host's emulation, so `foglab calibrate` writes it
@@ -44,7 +44,7 @@ SHIPPED = Path(__file__).with_name("calibrations")
 FOLDER_VARIABLE = "FOGLAB_CALIBRATIONS"
 # What `foglab calibrate` names its profile when not told.
 DEFAULT_NAME = "local"
-# The hardware profile arm64 nodes take in a calibrated model.
+# The hardware profile arm64 gateways take in a calibrated model.
 GATEWAY_PROFILE = "rpi4-qemu"
 
 
@@ -72,6 +72,9 @@ class HostFacts(_Strict):
     python: str
     docker: str
     qemu: str
+    load: float = Field(ge=0, description=(
+        "the 1-minute load average, the higher of the measures' start and end: above `cores`, "
+        "other work shared the CPUs and the figures are higher than on a quiet host"))
 
 
 class Node(_Strict):

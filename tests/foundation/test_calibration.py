@@ -20,7 +20,7 @@ PROFILE = """\
 measured: 2026-11-25T12:00:00Z
 quick: true
 host: {cpu: Test CPU, cores: 2, machine: x86_64, kernel: '6.1', python: 3.11.7,
-       docker: '24.0', qemu: '7.2'}
+       docker: '24.0', qemu: '7.2', load: 0.5}
 gateway:
   profile: rpi4-qemu
   image: foglab/gateway:0123456789abcdef
@@ -276,6 +276,15 @@ def test_a_calibrated_gateway_has_one_core_and_the_measured_speed(profiles: Path
     assert (gateway.cores, gateway.speed) == (1, 0.1)
     assert broker.cores == 1  # Mosquitto is one thread
     assert calibrated.cpus["vm"].speed == 1.0  # amd64 nodes as described
+
+
+def test_only_gateways_run_under_qemu(profiles: Path) -> None:
+    from foundation.helpers import model
+
+    # The emulation runs an arm64 cloud VM on the amd64 cloud image: not calibrated.
+    text = ONE_MESSAGE.replace("profile: vm.small", "profile: rpi4")
+    calibrated = model(text.replace("run: {", "run: {calibration: lab, "))
+    assert (calibrated.cpus["vm"].cores, calibrated.cpus["vm"].speed) == (4, 0.45)
 
 
 def test_the_manifest_of_a_calibrated_run_holds_the_profile(profiles: Path,
