@@ -90,8 +90,6 @@ def test_parallel_migration_forwards_outputs_that_cover_every_input_once(
     during = [r for r in rows if r["migration"] == "3"]
     assert during and {r["node"] for r in during} <= {"gw-src", "gw-dst"}
     assert {r["migration"] for r in rows} <= {"-1", "3"}
-    full = [count for _, count in outputs[1:-1]]
-    assert max(full) - min(full) <= 0.05 * RATE * WINDOW + 3, full
     print(f"parallel: {record.synchronised}, sync after "
           f"{record.phases['handover'] - record.phases['sync']:.2f} s, handover held "
           f"{record.held} ({(record.resumed - record.paused) * 1000:.0f} ms), outputs {outputs}")
