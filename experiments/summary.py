@@ -69,7 +69,9 @@ def _migrations(migrations: pa.Table | None) -> list[dict]:
             "state_bytes", "lost", "duplicates")
     rows = migrations.select(list(keep)).to_pylist()
     for row in rows:
-        row["execution"] = row["end"] - row["start"]
+        # A migration still under way when the run ended has no end (nor execution).
+        row["execution"] = (row["end"] - row["start"] if row["end"] is not None
+                            and row["start"] is not None else None)
         row["operator"], row["strategy"] = str(row["operator"]), str(row["strategy"])
         row["source"], row["target"] = str(row["source"]), str(row["target"])
     return rows
