@@ -14,6 +14,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from emu.calibrate_cli import calibrate
 from emu.cli import app as emu_app
 from emu.cli import topology_or_exit
 from experiments.loader import Experiment, load
@@ -39,6 +40,7 @@ app.add_typer(topo_app, name="topo")
 app.add_typer(results_app, name="results")
 app.add_typer(bench_app, name="bench")
 app.add_typer(emu_app, name="emu")
+app.command("calibrate")(calibrate)
 
 Sets = Annotated[list[str] | None,
                  typer.Option("--set", help="KEY=VALUE override, e.g. run.seed=3")]

@@ -299,3 +299,45 @@ def test_the_manifest_of_a_calibrated_run_holds_the_profile(profiles: Path,
     assert manifest["config"]["run"]["calibration"] == "lab"
     [plain] = run_experiment(parse_text(ONE_MESSAGE, "exp.yaml"), tmp_path / "results")
     assert json.loads((plain.folder / "manifest.json").read_text())["calibration"] is None
+
+
+# -- the command line (the measuring faked: tests/emu_host/test_calibrate.py measures) ---------
+
+def test_the_command_writes_the_profile_and_shows_its_figures(
+        profiles: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+
+    import emu.calibrate
+    import emu.cli
+    from experiments.cli import app
+
+    busy = load("lab").calibration.model_copy(update={"host": load("lab").calibration.host
+                                                      .model_copy(update={"load": 9.0})})
+    calls = []
+
+    def fake(quick, progress, client):
+        calls.append((quick, client))
+        progress("gateway (arm64, QEMU): tasks", 1, 2)
+        return busy
+
+    monkeypatch.setattr(emu.cli, "_docker", lambda: "engine")
+    monkeypatch.setattr(emu.calibrate, "calibrate", fake)
+    result = CliRunner().invoke(app, ["calibrate", "--quick", "--out", "mine"],
+                                env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert calls == [(True, "engine")]
+    assert load("mine").calibration == load(str(write(busy, profiles / "copy.yaml"))).calibration
+    for text in ("range_filter", "400.0", "driver, per reading: gateway", "1,000.0",
+                 "link layer (relay), per leg, one way", "500.0", "load average was 9",
+                 f"wrote {profiles / 'mine.yaml'}", "--set run.calibration=mine"):
+        assert text in result.output, text
+
+
+def test_the_command_refuses_a_bad_name_before_measuring(profiles: Path) -> None:
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    result = CliRunner().invoke(app, ["calibrate", "--out", "My Lab"], env={"COLUMNS": "250"})
+    assert result.exit_code == 2
+    assert "--out: 'My Lab' is neither a profile name" in result.output
