@@ -37,6 +37,10 @@ class MigrationSettings(BaseModel):
     store: str | None = Field(
         default=None, description="node of the state store (default: the first coordinator, "
                                   "else the first broker)")
+    spark: Literal["checkpoint", "export"] = Field(
+        default="checkpoint", description="how a Spark query's state moves with pause_transfer "
+        "(emu): its checkpoint copied into a warm standby, or its per-sensor state exported "
+        "into a new query's initialState")
 
 
 class ScheduledMigration(BaseModel):

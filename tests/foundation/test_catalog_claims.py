@@ -41,6 +41,8 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
     "strategy": lambda p: p.spec.scenario.migration.strategy,
     "duration (s)": lambda p: p.spec.run.duration,
     "migrations": lambda p: len(p.spec.scenario.migrations),
+    "migration at (s)": lambda p: p.spec.scenario.migrations[0].at,
+    "Spark way": lambda p: p.spec.scenario.migration.spark,
     "devices": kind_count("device"),
     "gateways": kind_count("gateway"),
     "Raspberry Pi gateways": lambda p: sum(
@@ -96,6 +98,16 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("by pause and drain", "strategy", {"pause_drain"}),
         Claim("Four sensors at 10 readings/s each", "total rate (events/s)", {40}, unit=4),
         Claim("Four sensors", "devices", {4}),
+    ],
+    "migrate-spark": [
+        Claim("two cloud VMs", "cloud VMs", {2}),
+        Claim("four sensors at 2 readings/s each", "total rate (events/s)", {8}, unit=4),
+        Claim("reading four sensors", "devices", {4}),
+        Claim("a Raspberry Pi gateway", "Raspberry Pi gateways", {1}),
+        Claim("moved live", "migrations", {1}),
+        Claim("at 40 s with its state", "migration at (s)", {40}),
+        Claim("with its state", "strategy", {"pause_transfer"}),
+        Claim("its checkpoint and journal are copied", "Spark way", {"checkpoint"}),
     ],
     "migrate-parallel": [
         Claim("A 5 s window count", "window (s)", {5}),

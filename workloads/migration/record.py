@@ -10,7 +10,7 @@ from typing import Any
 # The columns of experiments.schema's migrations table, in its order.
 COLUMNS = ("id", "operator", "strategy", "source", "target", "start", "end", "downtime",
            "output_gap", "state_bytes", "chunks", "held", "duplicates", "lost", "reordered",
-           "synchronised")
+           "synchronised", "spark_way")
 
 
 @dataclass
@@ -35,6 +35,7 @@ class MigrationRecord:
     lost: int = 0
     reordered: int = 0
     synchronised: str = ""  # parallel: strong, old_ahead or new_ahead
+    spark_way: str = ""  # a Spark query's move (emu): checkpoint or export
     paused: float = math.nan
     resumed: float = math.nan
     status: str = "done"

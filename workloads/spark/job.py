@@ -18,14 +18,18 @@ Moving the query to another job (`workloads.spark.migration`): writing `--work`/
 and, for "export", the per-sensor state as Parquet (`--work`/state.parquet), and exits 0. With
 `--standby`, the job starts Spark, runs its app once on synthetic input (its own journal,
 topic, broker session and checkpoint), touches `--work`/standby and waits for `--work`/handover
-(a directory: stopped.json, journal/, and checkpoint/ or state.parquet), then starts its query
-from it with the source's broker session.
+(a directory: stopped.json, journal/, and checkpoint/ or state.parquet; moved by checkpoint with
+a Parquet sink, the sink's log too), then starts its query from it with the source's broker
+session. A job started without `--standby` in a directory that holds a handover (a moved query,
+started again: a migration rolled back to it) continues on the handover's journal, session and
+checkpoint.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import threading
@@ -58,6 +62,9 @@ STATE = "state.parquet"
 STANDBY = "standby"
 HANDOVER = "handover"
 RESUMED = "resumed.json"  # when a standby saw the handover and had started its query
+# A Parquet sink keeps its log in its output directory, not in the checkpoint: moved by
+# checkpoint, the query goes on numbering its batches and its sink needs that log.
+SINK_LOG = "sink_log"
 WAYS = ("export", "checkpoint")
 HANDOVER_POLL_S = 0.01
 WARMUP_WAIT_S = 600.0
@@ -165,13 +172,14 @@ def prepare(spark: SparkSession, args: argparse.Namespace,
     return writer
 
 
-def read_offset(progress) -> int | None:
-    """How many messages the MQTT source had handed to Spark by the end of this batch."""
+def read_offset(progress, end: str = "endOffset") -> int | None:
+    """How many messages the MQTT source had handed to Spark by the end of this batch (by its
+    start with `end="startOffset"`)."""
     for source in progress["sources"]:
-        end = source["endOffset"]
-        end = json.loads(end) if isinstance(end, str) else end
-        if isinstance(end, dict) and "offset" in end:
-            return int(end["offset"])
+        offset = source[end]
+        offset = json.loads(offset) if isinstance(offset, str) else offset
+        if isinstance(offset, dict) and "offset" in offset:
+            return int(offset["offset"])
     return None
 
 
@@ -204,7 +212,8 @@ def record_progress(query, path: Path, stopped: threading.Event, every: float = 
                             "triggerMs": (progress.get("durationMs") or {}).get(
                                 "triggerExecution"),
                             "durationMs": progress.get("durationMs"),
-                            "read": read_offset(progress)}) + "\n")
+                            "read": read_offset(progress),
+                            "from": read_offset(progress, "startOffset")}) + "\n")
                 out.flush()
                 if seen >= 0 and not started.exists():
                     # After a first batch: the source's client is connected and subscribed, so
@@ -301,6 +310,10 @@ def adopt(spark: SparkSession, args: argparse.Namespace, handover: Path) -> dict
     args.client_id = record["client_id"]
     if record["way"] == "checkpoint":
         args.checkpoint = handover / "checkpoint"
+        relocate(args.checkpoint, record["checkpoint"])
+        log = _paths(args)["output"] / "_spark_metadata"
+        if (handover / SINK_LOG).is_dir() and not args.writes and not log.exists():
+            shutil.copytree(handover / SINK_LOG, log)
         return {}
     args.checkpoint = args.work / "checkpoint"
     if args.checkpoint.exists():
@@ -310,6 +323,35 @@ def adopt(spark: SparkSession, args: argparse.Namespace, handover: Path) -> dict
             "start_offset": record["committed"]}
 
 
+def relocate(checkpoint: Path, was: str) -> None:
+    """Make a copied checkpoint its own: transformWithState's state metadata
+    (`state/<operator>/_metadata/v2/<batch>`) names its state schema files by the absolute path
+    of the checkpoint it was written in, which the copy's machine may not have. They are
+    pointed at the copy, and their checksum files, now stale, go (Hadoop's local file system
+    reads a file without one unchecked)."""
+    old = f"file:{os.path.abspath(was)}/".encode()
+    new = f"file:{os.path.abspath(checkpoint)}/".encode()
+    for path in Path(checkpoint).glob("state/*/_metadata/**/*"):
+        if path.is_file() and not path.name.endswith(".crc"):
+            data = path.read_bytes()
+            if old in data:
+                path.write_bytes(data.replace(old, new))
+                path.with_name(f".{path.name}.crc").unlink(missing_ok=True)
+
+
+def resume(args: argparse.Namespace) -> None:
+    """Point `args` at the handover a moved query was started from, if its directory holds
+    one: the job continues that query (its journal, broker session and checkpoint)."""
+    handover = args.work / HANDOVER
+    if not (handover / STOPPED).exists():
+        return
+    record = json.loads((handover / STOPPED).read_text())
+    args.journal = handover / "journal"
+    args.client_id = record["client_id"]
+    # Moved by export, the query's checkpoint is the one it started in the work directory.
+    args.checkpoint = handover / "checkpoint" if record["way"] == "checkpoint" else None
+
+
 def finish_move(spark: SparkSession, args: argparse.Namespace) -> dict:
     """After the query stopped for a move: export its state if asked, write STOPPED."""
     record = json.loads((args.work / PAUSED).read_text())
@@ -317,7 +359,8 @@ def finish_move(spark: SparkSession, args: argparse.Namespace) -> dict:
     if way not in WAYS:
         raise ValueError(f"{args.work / STOP_REQUEST} says {way!r}, not one of {WAYS}")
     record |= {"way": way, "stopped_at": time.time(),
-               "checkpoint": str(_paths(args)["checkpoint"])}
+               "checkpoint": str(_paths(args)["checkpoint"]),
+               "output": None if args.writes else str(_paths(args)["output"])}
     if way == "export":
         # Materialised here: the statestore reader reads the checkpoint lazily, and the
         # target has only what is handed over.
@@ -334,6 +377,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.work.mkdir(parents=True, exist_ok=True)
     for name in (STOP_REQUEST, PAUSED, STOPPED, STANDBY, RESUMED):
         (args.work / name).unlink(missing_ok=True)  # left by an earlier job in this directory
+    shutil.rmtree(args.work / STATE, ignore_errors=True)
+    if not args.standby:
+        resume(args)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
     if not args.standby:

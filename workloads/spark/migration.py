@@ -19,10 +19,15 @@ orchestrator drives it between two jobs' work directories (`move`):
    broker session's client id) and, for "export", the per-sensor state read back by the
    `statestore` reader (`workloads.spark.state.read_state`) as Parquet.
 4. `hand_over` copies into the target's `handover` (renamed into place whole): the journal, the
-   record, and either the state (export) or the whole checkpoint (`copy_checkpoint`).
+   record, and either the state (export) or the whole checkpoint (`copy_checkpoint`) and, for a
+   Parquet sink, its log (`SINK_LOG`). Between machines (the emulation's cloud VMs,
+   `emu.spark_migration`), the paths the source's record names are its own: `path_of` says
+   where they are seen from the copier.
 5. The target starts its query: (a) export: a new checkpoint seeded with the state as
    `initialState`, its source starting at the committed offset of the copied journal; (b)
-   checkpoint: on the copied checkpoint, whose offsets and state (windows too) carry on.
+   checkpoint: on the copied checkpoint, whose offsets and state (windows too) carry on; the
+   copy is made its own first (`job.relocate`: transformWithState's state metadata names its
+   schema files by the source checkpoint's absolute path, which another machine lacks).
 
 Input across the move: session taken over *and* journal handed over. Both are needed, because
 the replayable source splits its unprocessed input in two: messages it journaled (and so
@@ -42,8 +47,9 @@ the watermark, the Python operator's per-sensor state, the source's offsets). By
 per-sensor `transformWithState(InPandas)` snapshots: STATS' sliding windows start empty in the
 target, so a window open at the move is emitted with the target's input only, or not at all.
 A Parquet sink's log lives in its output directory, not in the checkpoint: by checkpoint, the
-target must write to the source's output (or a copy of its `_spark_metadata`); by export, to a
-new one (a new query numbers its batches from 0). The emulation's MQTT sink has no such log.
+target must write to the source's output or a copy of its `_spark_metadata` (the handover
+carries one, which the target puts in its own output directory); by export, to a new one (a
+new query numbers its batches from 0). The emulation's MQTT sink has no such log.
 
 Downtime, as for sim migrations: from the pause (the reader stops taking input) until the target
 has processed its first batch after the move (that batch's end, from its query progress): the
@@ -59,13 +65,14 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from workloads.spark.job import (
     HANDOVER,
     PAUSED,
+    SINK_LOG,
     STANDBY,
     STATE,
     STOP_REQUEST,
@@ -79,6 +86,48 @@ POLL_S = 0.01
 STOP_WAIT_S = 120.0
 START_WAIT_S = 600.0
 FIRST_BATCH_WAIT_S = 300.0
+
+
+def progress_of(work: Path) -> list[dict]:
+    """The batches the job in `work` has recorded (`progress.jsonl`), oldest first."""
+    path = Path(work) / "progress.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def await_file(work: Path, name: str, timeout: float,
+               gone: Callable[[], str | None] = lambda: None) -> Path:
+    """`<work>/<name>` once it exists; fails when `gone()` says why the job will not write it
+    (it exited), or at `timeout`."""
+    path = Path(work) / name
+    deadline = time.monotonic() + timeout
+    while not path.exists():
+        reason = gone()
+        if reason is not None and not path.exists():
+            raise RuntimeError(f"{reason} before writing {name}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job in {work} wrote no {name} in {timeout:.0f} s")
+        time.sleep(POLL_S)
+    return path
+
+
+def await_batch_after(work: Path, offset: int, timeout: float = FIRST_BATCH_WAIT_S,
+                      gone: Callable[[], str | None] = lambda: None,
+                      poll: float = 0.05) -> dict:
+    """The progress of the first batch of the job in `work` that read beyond `offset`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for progress in progress_of(work):
+            if (progress["read"] or 0) > offset:
+                return progress
+        reason = gone()
+        if reason is not None:
+            raise RuntimeError(f"{reason} before a batch after offset {offset}")
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"job in {work} ran no batch after offset {offset} in "
+                               f"{timeout:.0f} s")
+        time.sleep(poll)
 
 
 class JobProcess:
@@ -98,32 +147,20 @@ class JobProcess:
         return self.process.poll() is None
 
     def log_tail(self, lines: int = 30) -> str:
-        """The log's first error lines (a Spark error ends in pages of plan), then its end."""
-        path = self.work / "job.log"
-        if not path.exists():
-            return ""
-        text = path.read_text(errors="replace").splitlines()
-        errors = [line[:300] for line in text if "Error" in line or "Exception:" in line]
-        return "\n".join([*errors[:10], "...", *(line[:300] for line in text[-lines:])])
+        return log_tail(self.work / "job.log", lines)
+
+    def gone(self) -> str | None:
+        """Why the job will write nothing more (it exited), None while it runs."""
+        if self.alive():
+            return None
+        return f"job in {self.work} exited ({self.process.returncode}):\n{self.log_tail()}"
 
     def wait_for(self, name: str, timeout: float) -> Path:
         """`<work>/<name>` once it exists; fails when the job exits first or at `timeout`."""
-        path = self.work / name
-        deadline = time.monotonic() + timeout
-        while not path.exists():
-            if not self.alive() and not path.exists():
-                raise RuntimeError(f"job in {self.work} exited ({self.process.returncode}) "
-                                   f"before writing {name}:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(f"job in {self.work} wrote no {name} in {timeout:.0f} s")
-            time.sleep(POLL_S)
-        return path
+        return await_file(self.work, name, timeout, self.gone)
 
     def progress(self) -> list[dict]:
-        path = self.work / "progress.jsonl"
-        if not path.exists():
-            return []
-        return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        return progress_of(self.work)
 
     def read(self) -> int:
         """The journal offset the job's query has processed up to (0 before its first batch)."""
@@ -141,6 +178,15 @@ class JobProcess:
         return self.process.returncode
 
 
+def log_tail(path: Path, lines: int = 30) -> str:
+    """A job log's first error lines (a Spark error ends in pages of plan), then its end."""
+    if not path.exists():
+        return ""
+    text = path.read_text(errors="replace").splitlines()
+    errors = [line[:300] for line in text if "Error" in line or "Exception:" in line]
+    return "\n".join([*errors[:10], "...", *(line[:300] for line in text[-lines:])])
+
+
 def request_stop(work: Path, way: str) -> None:
     """Ask the job in `work` to stop at its next batch boundary for a move `way`."""
     if way not in WAYS:
@@ -150,17 +196,22 @@ def request_stop(work: Path, way: str) -> None:
     partial.rename(Path(work) / STOP_REQUEST)
 
 
-def hand_over(source: Path, target: Path) -> Path:
-    """Copy a stopped source's journal, record, and state or checkpoint into the target's
-    handover directory, which appears whole (renamed into place)."""
+def hand_over(source: Path, target: Path,
+              path_of: Callable[[str], Path] = Path) -> Path:
+    """Copy a stopped source's journal, record, and state or checkpoint (and a Parquet sink's
+    log) into the target's handover directory, which appears whole (renamed into place).
+    `path_of` turns a path the source's record names into one the copier sees."""
     record = json.loads((Path(source) / STOPPED).read_text())
     staging = Path(target) / (HANDOVER + ".part")
     shutil.rmtree(staging, ignore_errors=True)
     staging.mkdir(parents=True)
-    shutil.copytree(record["journal"], staging / "journal",
+    shutil.copytree(path_of(record["journal"]), staging / "journal",
                     ignore=shutil.ignore_patterns("lock"))
     if record["way"] == "checkpoint":
-        copy_checkpoint(record["checkpoint"], staging / "checkpoint")
+        copy_checkpoint(path_of(record["checkpoint"]), staging / "checkpoint")
+        log = path_of(record["output"]) / "_spark_metadata" if record.get("output") else None
+        if log is not None and log.is_dir():
+            shutil.copytree(log, staging / SINK_LOG)
     else:
         shutil.copytree(Path(source) / STATE, staging / STATE)
     (staging / STOPPED).write_text(json.dumps(record))
@@ -181,10 +232,19 @@ class Move:
     committed: int  # the journal offset the source had processed
     held_in_journal: int  # journaled by the source, not yet processed: handed over
     handover_bytes: int
+    resumed_from: int = -1  # the journal offset the target's first batch started at
+    read: int = -1  # the journal offset the target's first batch read up to
+    state_bytes: int = 0  # of the handover, the state (export) or the checkpoint
 
     @property
     def downtime(self) -> float:
         return self.first_batch - self.paused
+
+    @property
+    def held(self) -> int:
+        """Messages the target's first batch read: the journaled tail and what the broker
+        held meanwhile (as much of it as that batch took)."""
+        return self.read - self.committed
 
     def phases(self) -> dict[str, float]:
         """Where the downtime went."""
@@ -193,6 +253,21 @@ class Move:
                 "copy_s": self.handed_over - self.exported,
                 "first_batch_s": self.first_batch - self.handed_over}
 
+    @classmethod
+    def of(cls, source: Path, handover: Path, requested: float, handed_over: float,
+           first: dict) -> Move:
+        """The move from the source's work directory, the target's handover and the
+        target's first batch after it (`await_batch_after`)."""
+        record = json.loads((Path(source) / STOPPED).read_text())
+        paused = json.loads((Path(source) / PAUSED).read_text())["paused_at"]
+        state = handover / ("checkpoint" if record["way"] == "checkpoint" else STATE)
+        return cls(record["way"], requested, paused, record["stopped_at"],
+                   record.get("exported_at", record["stopped_at"]), handed_over,
+                   batch_end(first), record["committed"],
+                   record["journal_end"] - record["committed"], _size(handover),
+                   -1 if first.get("from") is None else first["from"], first["read"] or 0,
+                   _size(state))
+
 
 def _size(path: Path) -> int:
     return sum(p.stat().st_size for p in Path(path).rglob("*") if p.is_file())
@@ -200,18 +275,7 @@ def _size(path: Path) -> int:
 
 def first_batch_after(job: JobProcess, offset: int, timeout: float = FIRST_BATCH_WAIT_S) -> dict:
     """The progress of the job's first batch that read beyond `offset`."""
-    deadline = time.monotonic() + timeout
-    while True:
-        for progress in job.progress():
-            if (progress["read"] or 0) > offset:
-                return progress
-        if not job.alive():
-            raise RuntimeError(f"job in {job.work} exited before a batch after offset "
-                               f"{offset}:\n{job.log_tail()}")
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"job in {job.work} ran no batch after offset {offset} in "
-                               f"{timeout:.0f} s")
-        time.sleep(0.05)
+    return await_batch_after(job.work, offset, timeout, job.gone)
 
 
 def move(source: JobProcess, target: JobProcess, way: str,
@@ -225,10 +289,6 @@ def move(source: JobProcess, target: JobProcess, way: str,
     handover = hand_over(source.work, target.work)
     handed_over = time.time()
     record = json.loads((source.work / STOPPED).read_text())
-    paused = json.loads((source.work / PAUSED).read_text())["paused_at"]
     first = first_batch_after(target, record["committed"])
     source.process.wait(60)
-    return Move(way, requested, paused, record["stopped_at"],
-                record.get("exported_at", record["stopped_at"]), handed_over, batch_end(first),
-                record["committed"], record["journal_end"] - record["committed"],
-                _size(handover))
+    return Move.of(source.work, handover, requested, handed_over, first)

@@ -1,0 +1,213 @@
+"""A STATS query on Spark moved live between two cloud VMs' containers, by checkpoint and by
+export: its per-sensor aggregates carry on as those of an unmoved query reading the same input
+(no reading lost or processed twice), and a move whose target dies rolls back to the source
+with nothing lost."""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import threading
+import time
+from pathlib import Path
+
+import pandas as pd
+import pyarrow.parquet as pq
+import pytest
+
+from emu.run import Timing, emulate
+from experiments.loader import parse_text
+
+
+# Four sensors at 2 readings/s reach the gateway; the query `stats` starts on cloud-1 and moves
+# to cloud-2, `unmoved` reads the same input on cloud-3 and never moves: the reference.
+EXPERIMENT = """
+name: spark-move
+topology:
+  name: spark-move
+  nodes:
+    - {name: sensor, kind: device, replicas: 4}
+    - {name: gw, kind: gateway, profile: rpi4}
+    - {name: broker, kind: broker}
+    - {name: cloud, kind: cloud_vm, replicas: 3, profile: vm.medium}
+  links:
+    - {from: sensor-*, to: gw, latency: 2ms}
+    - {from: gw, to: broker, latency: 5ms}
+    - {from: broker, to: cloud-*, latency: 1ms}
+workload:
+  name: w
+  streams: [{name: city, sources: sensor-*, rate: 2/s, arrivals: periodic, qos: 1}]
+pipeline:
+  - {name: stats, task: stats, engine: spark, on: cloud-1, reads: city, params: PARAMS}
+  - {name: unmoved, task: stats, engine: spark, on: cloud-3, reads: city, params: PARAMS}
+scenario:
+  migration: {strategy: pause_transfer, spark: WAY}
+  migrations: [{at: 20s, operator: stats, to: cloud-2}]
+run: {backend: emu, duration: 40s, seed: 3, drain: 2s}
+"""
+PARAMS = "{window: 10 seconds, slide: 5 seconds, watermark: 2 seconds}"
+KEY = ["sensor", "field", "statistic", "time"]
+PER_READING = ["kalman", "predicted"]
+WINDOWS = ["average", "distinct_count"]
+
+
+@pytest.fixture(scope="module")
+def engine():
+    from engine import docker_engine
+
+    return docker_engine()
+
+
+def emulated(records: Path, way: str, during=None):
+    """Run EXPERIMENT on containers, keeping the nodes' records; `during(records)` runs on a
+    thread of its own meanwhile."""
+    text = EXPERIMENT.replace("PARAMS", PARAMS).replace("WAY", way)
+    point = parse_text(text).points[0]
+    spec = point.spec
+    if during is not None:
+        threading.Thread(target=during, args=(records,), daemon=True).start()
+    return emulate(point.topology, spec.workload, spec.pipeline,
+                   Timing(spec.run.duration, spec.run.sample, spec.run.drain), spec.run.seed,
+                   records=records, scenario=spec.scenario)
+
+
+def sink_rows(output: Path) -> pd.DataFrame:
+    """The rows a job's Parquet sink committed (its log's files in this directory: a log
+    copied with a checkpoint also names the source's), as STATS' output columns."""
+    log = output / "_spark_metadata"
+    files: set[str] = set()
+    for entry in sorted(log.iterdir()) if log.exists() else []:
+        if entry.name.removesuffix(".compact").isdigit():
+            for line in entry.read_text().splitlines()[1:]:
+                path = json.loads(line)["path"]
+                if f"/{output.parent.name}/output/" in path:
+                    files.add(Path(path).name)
+    frames = [pq.read_table(output / name).column("payload").to_pylist()
+              for name in sorted(files)]
+    return pd.DataFrame([json.loads(p) for rows in frames for p in rows])
+
+
+def per_reading(rows: pd.DataFrame) -> pd.DataFrame:
+    rows = rows[rows["statistic"].isin(PER_READING)][[*KEY, "value"]]
+    return rows.sort_values([*KEY, "value"]).reset_index(drop=True)
+
+
+def assert_carries_on(moved: pd.DataFrame, unmoved: pd.DataFrame) -> None:
+    """Every reading gave the same Kalman estimates and predictions as unmoved, once."""
+    got, expected = per_reading(moved), per_reading(unmoved)
+    assert len(expected) > 500, len(expected)
+    assert len(got) == len(expected), (len(got), len(expected))
+    assert got[KEY].equals(expected[KEY]), "readings lost or processed twice"
+    assert (got["value"] - expected["value"]).abs().max() < 1e-9
+
+
+def move_of(result) -> dict:
+    (row,) = [dict(zip(result.tables["migrations"], values, strict=True))
+              for values in zip(*result.tables["migrations"].values(), strict=True)]
+    return row
+
+
+@pytest.mark.emu
+@pytest.mark.slow
+@pytest.mark.parametrize("way", ["checkpoint", "export"])
+def test_a_query_moves_between_cloud_vms_and_carries_on_as_an_unmoved_one(
+        tmp_path: Path, engine, way: str) -> None:
+    result = emulated(tmp_path, way)
+    (fact,) = result.facts["migrations"]
+    assert fact["status"] == "done", fact
+    row = move_of(result)
+    assert (row["source"], row["target"], row["strategy"], row["spark_way"]) == (
+        "cloud-1", "cloud-2", "pause_transfer", way)
+    assert 20.0 <= row["start"] < row["end"]
+    assert 0 < row["downtime"] < 30.0 and row["held"] > 0 and row["state_bytes"] > 0
+    assert (row["lost"], row["duplicates"], row["chunks"]) == (0, 0, 0)
+    assert math.isnan(row["output_gap"])
+    phases = fact["phases"]
+    assert phases["source paused"] < phases["handed over"] < phases["first batch"]
+    assert result.facts["spark_caught_up"]["cloud-1/stats"] is not None
+    assert result.facts["spark_caught_up"]["cloud-3/unmoved"] is not None
+    source = sink_rows(tmp_path / "cloud-1" / "stats" / "output")
+    target = sink_rows(tmp_path / "cloud-2" / "stats.1" / "output")
+    unmoved = sink_rows(tmp_path / "cloud-3" / "unmoved" / "output")
+    assert len(source) and len(target)
+    assert_carries_on(pd.concat([source, target]), unmoved)
+    kalman = "statistic == 'kalman'"
+    assert source.query(kalman)["time"].max() < target.query(kalman)["time"].min()
+    windows = pd.concat([source, target])
+    windows = windows[windows["statistic"].isin(WINDOWS)].set_index(KEY)["value"]
+    reference = unmoved[unmoved["statistic"].isin(WINDOWS)].set_index(KEY)["value"]
+    assert not windows.index.duplicated().any(), "a window emitted twice"
+    if way == "checkpoint":
+        # The windows' state moved too: every window emitted is the unmoved one's.
+        both = windows.index.intersection(reference.index)
+        assert len(both) >= len(windows) - 5 * 4 * 2 and len(both) > 20  # the last may lag
+        assert (windows[both] - reference[both]).abs().max() < 1e-9
+
+
+@pytest.mark.emu
+@pytest.mark.slow
+def test_a_target_that_dies_before_the_handover_rolls_back_with_nothing_lost(
+        tmp_path: Path, engine) -> None:
+    def kill_target_at_the_stop(records: Path) -> None:
+        # The host has asked the source to stop: the target VM dies before the handover.
+        stop = records / "cloud-1" / "stats" / "stop"
+        deadline = time.monotonic() + 900
+        while not stop.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for container in engine.containers.list(
+                filters={"label": f"foglab.records={records}"}):
+            if container.name.endswith("-cloud-2"):
+                container.kill()
+
+    result = emulated(tmp_path, "checkpoint", kill_target_at_the_stop)
+    (fact,) = result.facts["migrations"]
+    assert fact["status"] == "failed" and "rolled back" in fact["phases"], fact
+    assert "cloud-2" in result.failed
+    row = move_of(result)
+    assert math.isnan(row["downtime"]) and row["target"] == "cloud-2"
+    assert result.facts["spark_caught_up"]["cloud-1/stats"] is not None
+    # The source stopped, started again on its checkpoint, journal and broker session.
+    progress = [json.loads(line) for line in
+                (tmp_path / "cloud-1" / "stats" / "progress.jsonl").read_text().splitlines()]
+    assert [p["batchId"] for p in progress] == sorted({p["batchId"] for p in progress})
+    assert not (tmp_path / "cloud-2" / "stats.1" / "handover").exists()
+    assert_carries_on(sink_rows(tmp_path / "cloud-1" / "stats" / "output"),
+                      sink_rows(tmp_path / "cloud-3" / "unmoved" / "output"))
+
+
+@pytest.mark.parametrize(("change", "says"), [
+    ("strategy: pause_transfer, spark: WAY", "pause_transfer: stats is a Spark query"),
+    ("to: cloud-2", "a cloud VM: stats is a Spark query"),
+    ("spark: WAY", "scenario.migration.spark: Input should be 'checkpoint' or 'export'"),
+])
+def test_a_spark_move_the_emulation_cannot_make_is_refused_when_the_file_is_checked(
+        change: str, says: str) -> None:
+    from topologies.errors import SpecError
+
+    wrong = {"strategy: pause_transfer, spark: WAY": "strategy: pause_drain, spark: WAY",
+             "to: cloud-2": "to: gw", "spark: WAY": "spark: copy"}[change]
+    text = EXPERIMENT.replace(change, wrong).replace("PARAMS", PARAMS).replace("WAY", "export")
+    with pytest.raises(SpecError) as error:
+        parse_text(text)
+    assert says in str(error.value)
+
+
+def test_a_spark_move_refused_before_anything_happens_says_why() -> None:
+    from emu.migration import MigrationError, migrate
+
+    def records(node: str) -> Path:
+        return Path("/nonexistent") / node
+
+    for kwargs, says in [({"strategy": "pause_drain"}, "strategy pause_transfer"),
+                         ({"records": None}, "give records(node)"),
+                         ({"target": "cloud-1"}, "source and target are both cloud-1")]:
+        call = {"strategy": "pause_transfer", "records": records, "target": "cloud-2",
+                **kwargs}
+        with pytest.raises(MigrationError, match=re.escape(says)):
+            migrate("127.0.0.1:1", "stats", "cloud-1", call["target"], call["strategy"],
+                    engine="spark", records=call["records"])
+    with pytest.raises(MigrationError, match="by export or checkpoint, not 'copy'"):
+        from emu.spark_migration import migrate_query
+
+        migrate_query("127.0.0.1:1", "stats", "cloud-1", "cloud-2", records=records, way="copy")
