@@ -10,7 +10,7 @@ back: the source starts again from where it stopped, on the session that held it
 meanwhile (`migrate.rollback`), the target drops what it prepared, and the record says
 `failed` with the error. Nothing is lost either way.
 
-`parallel` (thesis chapter 6, Fig. 6.3; emu.agent.migration says how the agents do it):
+`parallel` (thesis chapter 6, Fig. 6.3; emu.agent.parallel says how the agents do it):
 role assignment (`migrate.prepare`: the target starts on the mirror beside the consistency
 checker, S = the settings' `sync`), divert (`migrate.divert`: the source stamps and mirrors
 its input and sends its window outputs to the checker), then the host waits for the checker

@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from emu.agent.config import OperatorConfig
-from emu.agent.migration import _Parallel, parallel_refusal
 from emu.agent.operators import Operator
+from emu.agent.parallel import _Parallel, parallel_refusal
 from emu.agent.protocol import Envelope
 from emu.control import Controller
 from emu.migration import migrate
@@ -74,7 +74,7 @@ def test_parallel_migration_forwards_outputs_that_cover_every_input_once(
     assert record.resumed >= record.paused and record.held >= 0
     assert (record.duplicates, record.lost, record.reordered) == (0, 0, 0)
     assert "counter" not in source.operators and "counter" in target.operators
-    assert not source.migrations.diverted and not target.migrations.parallel
+    assert not source.migrations.parallel.diverted and not target.migrations.parallel.targets
     sent = len(publisher.sent)
     wait_for(lambda: heard_outputs(listener) and heard_outputs(listener)[-1][0] >= sent,
              timeout=3 * WINDOW + 5)
@@ -126,7 +126,7 @@ def test_a_target_killed_rolls_back_losing_nothing(
     feeding.join()
     operator = source.operators["counter"]
     assert operator.running and operator.window.divert is None
-    assert not source.migrations.diverted and not source.migrations.paused
+    assert not source.migrations.parallel.diverted and not source.migrations.paused
     sent = len(publisher.sent)
     wait_for(lambda: heard_outputs(listener) and heard_outputs(listener)[-1][0] >= sent,
              timeout=3 * WINDOW + 5)
