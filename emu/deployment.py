@@ -22,11 +22,12 @@ starts, with its field path and value (NOT_ON_EMU says why).
 from __future__ import annotations
 
 from collections import Counter, defaultdict
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
 from emu.agent.config import RECORDS_DIR, AgentConfig, DriverConfig, OperatorConfig
 from emu.agent.operators import WindowConfig, make_stage
+from emu.agent.protocol import stream_topic
 from emu.agent.spark import SparkJob
 from topologies.errors import SpecError
 from topologies.model import Topology
@@ -34,7 +35,7 @@ from topologies.routing import Routes, gateway_of, nearest
 from workloads.pipeline import OperatorSpec, placement, topic_filter
 from workloads.rates import Constant
 from workloads.spec import WorkloadSpec
-from workloads.topics import shared
+from workloads.topics import matches, shared
 
 AGENT_KINDS = ("gateway", "cloud_vm")
 # The kind of a device group's container (device_hosts): an agent with drivers only.
@@ -124,12 +125,13 @@ ON_EMU = {
               "downstream and one row of the windows table; `jitter` is measured, not "
               "imposed: sim draws it for how instances' timers and arrival times differ, "
               "which on emu they do by themselves",
+    "follow": "hybrid only: an instance per moving device (`<name>@<device>`) on the node the "
+              "policy starts it on, reading the device's own topics through a session of its "
+              "own, moved by the policy's decisions (emu.migration); emu alone moves no users",
 }
 # Fields the emulation does not run yet: field -> (its default, why it is refused otherwise).
 NOT_ON_EMU = {
     "out_size": (None, "an output's size on emu is what its task writes"),
-    "follow": (None, "follow operators move with mobile users, which the emulation does not "
-                     "model (run it on sim)"),
 }
 
 
@@ -195,12 +197,24 @@ def shared_reads(config: OperatorConfig) -> OperatorConfig:
                                   for f in config.reads])
 
 
-def _operators(topology: Topology, pipeline: list[OperatorSpec]) -> dict[str, list]:
+def _operators(topology: Topology, pipeline: list[OperatorSpec],
+               follow: Mapping[str, Mapping[str, str]] | None = None) -> dict[str, list]:
     operators: dict[str, list[OperatorConfig]] = defaultdict(list)
     for index, spec in enumerate(pipeline):
         _refuse_what_emu_cannot_run(index, spec)
         config = operator_config(spec)
         _check_task(index, spec, config)
+        if spec.follow:
+            users = (follow or {}).get(spec.name)
+            if users is None:
+                raise DeploymentError(("pipeline", index, "follow"), spec.follow,
+                                      "no follow operator without moving users: the "
+                                      "emulation alone moves none (run the file on sim or "
+                                      "hybrid)")
+            for device, node in users.items():
+                operators[node].append(movable(follow_instance(config, spec.reads, device),
+                                               node))
+            continue
         nodes = placement(topology, spec.on)
         if len(nodes) > 1:
             config = shared_reads(config)
@@ -218,6 +232,35 @@ def _operators(topology: Topology, pipeline: list[OperatorSpec]) -> dict[str, li
     return operators
 
 
+def follow_instance(config: OperatorConfig, streams: Sequence[str],
+                    device: str) -> OperatorConfig:
+    """A follow operator's instance for one moving device, as sim names and feeds it
+    (sim.assembly.follow_groups): it reads the device's own topics of `streams`
+    (`<stream>/<gateway>/<device>`, exclusive channels)."""
+    return replace(config, name=f"{config.name}@{device}",
+                   reads=[f"{stream}/+/{device}" for stream in streams])
+
+
+def _forwarding(driver: DriverConfig, node: str,
+                placed: Mapping[str, list[OperatorConfig]]) -> DriverConfig:
+    """The driver publishes to the broker also when an operator on this node takes its
+    messages in-process (the agent then publishes nothing by default), if another operator
+    reads them through the broker: one with no instance here taking them in-process (an
+    instance reading through a session of its own may move, so it reads through the broker
+    wherever it is). As sim's publish: each operator gets the messages once, locally where it
+    has an instance on the node, else through the broker."""
+    topics = {stream_topic(driver.stream, node, device, driver.channel)
+              for device in driver.devices}
+    local = {op.name for op in placed.get(node, []) if not op.session}
+    for configs in placed.values():
+        for op in configs:
+            if op.name in local:
+                continue
+            if any(matches(shared(f)[1], topic) for f in op.reads for topic in topics):
+                return replace(driver, forward=True)
+    return driver
+
+
 def session_name(operator: str, node: str) -> str:
     """The client id of an operator instance's own input session (emu.agent.migration): the
     broker holds its input while it moves, and the target takes the session over."""
@@ -233,7 +276,9 @@ def movable(config: OperatorConfig, node: str) -> OperatorConfig:
 
 def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                   pipeline: Sequence[OperatorSpec] = (), seed: int = 0, epoch: float = 0.0, *,
-                  moving: Collection[str] = (), hold: bool = False) -> dict[str, AgentConfig]:
+                  moving: Collection[str] = (), hold: bool = False,
+                  follow: Mapping[str, Mapping[str, str]] | None = None
+                  ) -> dict[str, AgentConfig]:
     """An AgentConfig per gateway and cloud VM, and per device group that links to no gateway
     (`device_hosts`, kind device), without broker and ZooKeeper addresses (the cluster's plan
     fills them in: they depend on how links are shaped).
@@ -241,17 +286,20 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
     Without a workload and pipeline the agents idle (`foglab emu up TOPOLOGY`). Indexes count
     from 1 in declaration order. The instances of the operators named in `moving` read
     through a session of their own (`movable`). `hold`: drivers wait for a `set run.epoch`
-    request, so every node of a run starts at one epoch.
+    request, so every node of a run starts at one epoch. `follow`: for each follow operator,
+    the node each moving device's instance starts on (the hybrid backend's policy decides).
     """
     drivers = _drivers(topology, workload) if workload is not None else {}
-    operators = _operators(topology, list(pipeline))
+    operators = _operators(topology, list(pipeline), follow)
     hosts = [(n.name, n.kind) for n in topology.nodes.values() if n.kind in AGENT_KINDS]
     # Device groups' containers (device_hosts) that have drivers to run, after the agents.
     hosts += [(name, DEVICE_KIND) for name in drivers
               if name not in topology.nodes or topology.nodes[name].kind == DEVICE_KIND]
+    placed = {name: [movable(op, name) if op.name in moving else op
+                     for op in operators.get(name, [])] for name, _ in hosts}
     return {name: AgentConfig(
-                node=name, mqtt="", kind=kind, drivers=drivers.get(name, []),
-                operators=[movable(op, name) if op.name in moving else op
-                           for op in operators.get(name, [])],
+                node=name, mqtt="", kind=kind,
+                drivers=[_forwarding(driver, name, placed) for driver in drivers.get(name, [])],
+                operators=placed[name],
                 seed=seed, epoch=epoch, index=index, hold=hold)
             for index, (name, kind) in enumerate(hosts, start=1)}

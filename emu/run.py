@@ -219,7 +219,8 @@ def cluster_states(cluster, services: list[str]) -> dict[str, Seen]:
 
 def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
             timing: Timing, seed: int, progress=lambda seconds: None,
-            records: Path | None = None, scenario=None, during=None) -> Emulation:
+            records: Path | None = None, scenario=None, during=None,
+            follow=None) -> Emulation:
     """Run the experiment on a cluster made for it, and remove the cluster whatever happens.
 
     `progress(seconds)` hears the run's time; `progress.stage(text)`, if it has one, the step
@@ -228,14 +229,17 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     `migrations` move operators during the run (emu.migration), into the `migrations` table.
     `during(control, epoch)`, if given, is called as the run begins (the hybrid backend starts
     its model there) and returns what is finished (`finish()`) as the run's time is over, or
-    when it stops early.
+    when it stops early, and may tell the migrations it made (`migrations()`) and the devices
+    it handed over (`handovers()`). `follow`: where follow operators' instances start
+    (emu.deployment.agent_configs).
     """
     from emu.cluster.engine import Cluster
     from emu.cluster.plan import plan_cluster
 
     # The operators a migration moves read through sessions of their own, which targets take.
     moving = {plan.operator for plan in getattr(scenario, "migrations", None) or []}
-    configs = agent_configs(topology, workload, pipeline, seed, 0.0, moving=moving, hold=True)
+    configs = agent_configs(topology, workload, pipeline, seed, 0.0, moving=moving, hold=True,
+                            follow=follow)
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
     stage = getattr(progress, "stage", lambda text: None)
 
@@ -293,6 +297,8 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
             if coupled is not None:
                 coupled.finish()
         moved = mover.finish()
+        if coupled is not None and hasattr(coupled, "migrations"):
+            moved += coupled.migrations()  # the hybrid backend's policy's
         # Devices fall silent at the end, as the simulator's sources do; what is under way
         # still arrives during the drain.
         live = [a for a in agents if a not in failed]

@@ -33,22 +33,34 @@ def check(spec: ExperimentSpec) -> Topology:
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
     """What the emulation cannot run yet, and what it cannot deploy (emu.deployment)."""
     from emu.deployment import agent_configs
-    from emu.migration import STRATEGIES
 
     scenario = spec.scenario
     for name in ("mobility", "policy"):
         if getattr(scenario, name):
             raise SpecError(("scenario", name), "...", f"no scenario.{name} on emu: the "
-                            "emulation does not move users yet (run it on sim)")
+                            "emulation moves no users (run it on sim, or on hybrid)")
+    check_emulated_strategies(spec)
+    agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)
+
+
+def check_emulated_strategies(spec: ExperimentSpec) -> None:
+    """Every migration the file asks for (planned, or its policy's) by a strategy the
+    emulation runs (emu.migration.STRATEGIES); emu and hybrid check alike."""
+    from emu.migration import STRATEGIES
+
+    scenario = spec.scenario
     default = scenario.migration.strategy if scenario.migration else "pause_transfer"
-    for i, plan in enumerate(scenario.migrations):
-        strategy = plan.strategy or default
+    asked = [(("scenario", "migrations", i, "strategy") if plan.strategy
+              else ("scenario", "migration", "strategy"), plan.strategy or default)
+             for i, plan in enumerate(scenario.migrations)]
+    if scenario.policy is not None:
+        asked.append((("scenario", "policy", "strategy") if scenario.policy.strategy
+                      else ("scenario", "migration", "strategy"),
+                      scenario.policy.strategy or default))
+    for path, strategy in asked:
         if strategy not in STRATEGIES:
-            path = (("scenario", "migrations", i, "strategy") if plan.strategy
-                    else ("scenario", "migration", "strategy"))
             raise SpecError(path, strategy, f"a strategy the emulation runs ("
                             f"{', '.join(STRATEGIES)})")
-    agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)
 
 
 def _check_streams(spec: ExperimentSpec, topology: Topology) -> None:

@@ -8,7 +8,8 @@ gateway with room, else to the first fallback node (the cloud).
 
 The policy decides; whoever composes it acts: `start(user, target, strategy, done)` begins the
 move of user's instance (sim: the model's migration coordinator; hybrid: the emulated
-migration on real containers) and calls `done()` when it has ended.
+migration on real containers) and calls `done()` when it has ended (`done(False)`: it
+failed, and the instance stayed where it was).
 """
 
 from __future__ import annotations
@@ -84,9 +85,14 @@ class FollowPolicy:
         self.moving[user] = True
         self.migrations += 1
 
-        def done() -> None:
-            self.load[source] -= 1
-            self.host[user] = self.index[target]
+        def done(ok: bool = True) -> None:
+            """The move ended: the instance is on target, or (a move that failed and rolled
+            back) still on its source, and the room reserved on target is free again."""
+            if ok:
+                self.load[source] -= 1
+                self.host[user] = self.index[target]
+            else:
+                self.load[self.index[target]] -= 1
             self.moving[user] = False
 
         self.start(user, target, self.strategy, done)

@@ -18,7 +18,8 @@ from experiments.backends import RunOutput, RunPlan
 from experiments.hybrid.actions import Actions
 from experiments.hybrid.handover import Handovers
 from experiments.hybrid.links import RadioLinks
-from experiments.hybrid.plan import emulated_topology, start
+from experiments.hybrid.migrations import PolicyMigrations
+from experiments.hybrid.plan import emulated_topology, follow_policy, start
 from experiments.hybrid.realtime import WARN_S, RealTime
 
 
@@ -35,14 +36,37 @@ class _Coupled:
         gateways = plan.topology.of_kind("gateway")
         names = [g.name for g in gateways]
 
+        scenario = spec.scenario
+
         def build(env) -> None:
             mobility = Mobility(env, gateways, self.mobility_spec, begin.devices, plan.seed)
             links = RadioLinks(mobility, self.actions, control, names)
             handovers = Handovers(mobility, self.actions, control, begin.gateway,
                                   moved=links.forget)
             mobility.on_attach = handovers.attach
-            mobility.on_step = links.step
-            self.parts.update(mobility=mobility, links=links, handovers=handovers)
+            steps = [links.step]
+            movers = []
+            for operator, where in begin.follow.items():
+                mover = PolicyMigrations(mobility, self.actions, control, operator, where,
+                                         scenario.migration,
+                                         len(scenario.migrations) + 1000 * len(movers))
+                policy = follow_policy(scenario, operator, mobility, plan.topology,
+                                       mover.start)
+                if policy is None:
+                    continue
+                # The run's policy starts as the plan's did: the same model at time 0.
+                placed = {d: policy.initial(u) for u, d in enumerate(begin.devices)}
+                assert placed == where, "the policy placed instances unlike its plan"
+                movers.append(mover)
+                steps += [mover.settle, policy.check]
+
+            def step_all(t: float) -> None:  # after each mobility step, in this order
+                for step in steps:
+                    step(t)
+
+            mobility.on_step = step_all
+            self.parts.update(mobility=mobility, links=links, handovers=handovers,
+                              movers=movers)
             mobility.start()
 
         self.model = RealTime(build, spec.run.duration)
@@ -59,6 +83,10 @@ class _Coupled:
             self.lag = self.model.join(30.0)
         finally:
             self.done = self.actions.close()
+
+    def migrations(self) -> list:
+        """The records of the moves the policy decided (emu.migration's)."""
+        return [record for mover in self.parts.get("movers", []) for record in mover.records]
 
     def handovers(self) -> dict[str, list[str]]:
         """Each device handed over: the gateways it went to, in order (emu reads the
@@ -78,14 +106,22 @@ class _Coupled:
 
     def facts(self) -> dict:
         lag = self.lag
-        delays = [a.decision_to_action for a in self.done]
+        def p95_ms(kinds: tuple[str, ...]) -> float | None:
+            delays = [a.decision_to_action for a in self.done if a.kind in kinds]
+            return round(float(np.percentile(delays, 95)) * 1e3, 3) if delays else None
+
         failed = [a for a in self.done if not a.ok]
+        movers = self.parts.get("movers", []) if self.parts else []
         return {"lag": lag.facts(), "lag_warning": lag.p99 > WARN_S,
-                "couplings": ["links", "handover"],
+                "couplings": ["links", "handover"] + (["migration"] if movers else []),
                 "actions": len(self.done), "actions_failed": len(failed),
                 "first_failures": [f"{a.kind} {a.subject}: {a.error}" for a in failed[:5]],
-                "decision_to_action_ms_p95": (round(float(np.percentile(delays, 95)) * 1e3, 3)
-                                              if delays else None),
+                # From a policy's decision to the migration's first step on the containers
+                # (or, with no policy, any coupling's decision to its first command).
+                "decision_to_action_ms_p95": p95_ms(("migration",) if movers else
+                                                    ("handover", "link")),
+                "handover_decision_to_action_ms_p95": p95_ms(("handover",)),
+                "migrations": sum(len(m.moves) for m in movers),
                 "link_updates": self.parts["links"].updates if self.parts else 0,
                 "handovers": len(self.parts["handovers"].moves) if self.parts else 0}
 
@@ -100,7 +136,7 @@ class HybridBackend:
 
         spec = plan.spec
         run = spec.run
-        begin = start(plan.topology, spec.scenario.mobility, plan.seed)
+        begin = start(plan.topology, spec.scenario, spec.pipeline, plan.seed)
         topology = emulated_topology(spec.topology, begin)
         coupled: list[_Coupled] = []
 
@@ -116,7 +152,7 @@ class HybridBackend:
         watched.stage = getattr(progress, "stage", lambda text: None)
         result = emulate(topology, spec.workload, spec.pipeline,
                          Timing(run.duration, run.sample, run.drain), plan.seed, watched,
-                         scenario=spec.scenario, during=during)
+                         scenario=spec.scenario, during=during, follow=begin.follow)
         if not coupled:
             raise RuntimeError("the emulation ended before its run began")
         hybrid = coupled[0]

@@ -18,23 +18,41 @@ import numpy as np
 import simpy
 
 from sim.mobile import Mobility
+from sim.policy import FollowPolicy
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
+from topologies.routing import Routes
 from topologies.spec import LinkSpec, TopologySpec
-from workloads.mobility import MobilitySpec
+from workloads.pipeline import placement
 
 
 @dataclass(frozen=True)
 class Start:
-    """Each moving device's gateway at time 0, and its radio then (latency s, loss)."""
+    """Each moving device's gateway at time 0, its radio then (latency s, loss), and for each
+    follow operator the node each device's instance starts on."""
 
     devices: list[str]
     gateway: dict[str, str]
     latency: dict[str, float]
     loss: dict[str, float]
+    follow: dict[str, dict[str, str]]
 
 
-def start(topology: Topology, mobility: MobilitySpec, seed: int) -> Start:
+def follow_policy(scenario, operator: str, mobility, topology: Topology,
+                  start=None) -> FollowPolicy | None:
+    """The scenario's policy for a follow operator, as sim builds it (sim.assembly), with
+    `start` for its moves; None when no policy names the operator."""
+    policy = scenario.policy
+    if policy is None or policy.operator != operator:
+        return None
+    return FollowPolicy(policy, mobility, Routes(topology).latency,
+                        placement(topology, policy.fallback),
+                        policy.strategy or scenario.migration.strategy, start)
+
+
+def start(topology: Topology, scenario, pipeline, seed: int) -> Start:
+    """Where everything starts, from the model at time 0 (the run's model replays it)."""
+    mobility = scenario.mobility
     devices = topology.select(mobility.devices or [
         n.name for n in topology.of_kind("device")])
     gateways = topology.of_kind("gateway")
@@ -53,7 +71,13 @@ def start(topology: Topology, mobility: MobilitySpec, seed: int) -> Start:
             latency[device] = float(model.link_latency[user])
             loss[device] = float(model.link_loss[user])
         gateway[device] = names[index]
-    return Start(devices, gateway, latency, loss)
+    follow = {}
+    for spec in pipeline:
+        if spec.follow:
+            policy = follow_policy(scenario, spec.name, model, topology)
+            follow[spec.name] = {device: (policy.initial(user) if policy else gateway[device])
+                                 for user, device in enumerate(devices)}
+    return Start(devices, gateway, latency, loss, follow)
 
 
 def emulated_topology(spec: TopologySpec, begin: Start) -> Topology:

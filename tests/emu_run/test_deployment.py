@@ -179,12 +179,15 @@ ACTS = {
     # A tumbling count of 2 s in the agent; sim's timer jitter is not imposed.
     "window": ({"window": {"size": 2.0, "jitter": 0.01}},
                lambda a: a["gw-1"].operators[0].window == 2.0),
+    # An instance per moving device where the hybrid backend's policy starts it, reading the
+    # device's own topics through a session of its own (it moves).
+    "follow": ({"follow": "users"}, lambda a: [
+        (op.name, op.reads, op.session is not None) for op in a["gw-2"].operators] == [
+        ("filter@s-1", ["city/+/s-1"], True)] and a["gw-1"].operators == []),
 }
 REFUSED = {
     "out_size": ({"out_size": 64}, "pipeline[0].out_size: not yet on emu: an output's size "
                                    "on emu is what its task writes (got 64)"),
-    "follow": ({"follow": "users"}, "pipeline[0].follow: not yet on emu: follow operators "
-                                    "move with mobile users"),
 }
 
 
@@ -192,7 +195,15 @@ def deploy(fields: dict) -> dict[str, AgentConfig]:
     run_point = point(SMALL)
     spec = OperatorSpec.model_validate({**FILTER, **fields})
     return agent_configs(run_point.topology, run_point.spec.workload,
-                         [spec, *run_point.spec.pipeline[1:]], seed=3, epoch=100.0)
+                         [spec, *run_point.spec.pipeline[1:]], seed=3, epoch=100.0,
+                         follow={"filter": {"s-1": "gw-2"}} if spec.follow else None)
+
+
+def test_a_follow_operator_without_moving_users_is_refused() -> None:
+    with pytest.raises(DeploymentError, match=re.escape(
+            "pipeline[0].follow: no follow operator without moving users")):
+        agent_configs(point(SMALL).topology, point(SMALL).spec.workload,
+                      [OperatorSpec.model_validate({**FILTER, "follow": "users"})])
 
 
 def test_every_operator_field_acts_on_emu_or_is_refused() -> None:
@@ -242,3 +253,20 @@ def test_instances_through_a_broker_share_one_subscription_but_spark_jobs_do_not
                                     "- {name: count, task: stats, engine: spark, on: cloud-*, "
                                     "reads: clean}"))
     assert spark["cloud-1"].operators[0].reads == ["clean/#"]
+
+
+def test_drivers_publish_to_the_broker_when_a_reader_elsewhere_needs_their_messages() -> None:
+    # The filter on every gateway takes the readings in-process: nothing to publish.
+    assert not any(d.forward for a in configs().values() for d in a.drivers)
+    # An archive on the cloud reads the raw readings too: each gateway also publishes them,
+    # as sim sends a copy through the broker to a group with no instance on the node.
+    archive = SMALL.replace("  - {name: count, on: cloud-1, reads: clean, selectivity: 0.5}",
+                            "  - {name: count, on: cloud-1, reads: clean, selectivity: 0.5}\n"
+                            "  - {name: archive, on: cloud-1, reads: city}")
+    agents = configs(archive)
+    assert [d.forward for gw in ("gw-1", "gw-2") for d in agents[gw].drivers] == [True, True]
+    # An instance that moves reads through its own session, even on the devices' gateway.
+    run_point = point(SMALL)
+    moving = agent_configs(run_point.topology, run_point.spec.workload,
+                           run_point.spec.pipeline, moving=["filter"])
+    assert all(d.forward for gw in ("gw-1", "gw-2") for d in moving[gw].drivers)

@@ -27,9 +27,11 @@ topology:
     - {{from: [gw-a, gw-b], to: broker, latency: 5ms}}
 workload:
   name: telemetry
-  streams: [{{name: pos, sources: phone, rate: 10/s, arrivals: periodic, size: 100B, qos: 1}}]
+  streams: [{{name: pos, sources: phone, rate: 10/s, arrivals: periodic, size: 100B, qos: 1,
+              channel: exclusive}}]
 pipeline:
   - {{name: sink, on: gw-a, reads: pos}}
+  - {{name: track, follow: users, on: gateways, reads: pos, window: {{size: 2s}}}}
 scenario:
   mobility:
     model: {{kind: trace, path: {trace}}}
@@ -37,6 +39,8 @@ scenario:
     handover: {{hysteresis: 10, min_dwell: 1s}}
     update: 500ms
     record: 1s
+  policy: {{operator: track, kind: nearest_gateway, fallback: [gw-a]}}
+  migration: {{strategy: pause_transfer}}
 run: {{backend: hybrid, duration: 24s, seed: 1, drain: 3s}}
 """
 
@@ -68,25 +72,39 @@ def test_a_walking_users_radio_and_handover_act_on_the_containers(tmp_path, trac
     # Past the midpoint plus the hysteresis at 20 m/s: 6 + 155 / 20 = 13.75 s.
     assert 13.0 <= handovers["t"][0] <= 15.0
     messages = pq.read_table(folder / "messages.parquet").to_pandas()
-    # Every reading arrives once: none lost, none twice, across the handover.
-    assert len(messages) >= 0.95 * 24 * 10
-    assert not messages["lost"].any() and messages["id"].is_unique
+    # Every reading arrives once at each sink (the sink on gw-a, and the follow operator,
+    # a sink too): none lost, none twice, across the handover and the migration.
+    assert messages["id"].nunique() >= 0.95 * 24 * 10
+    assert not messages["lost"].any() and not messages.duplicated(["id", "sink"]).any()
+    at_sink = messages[messages["sink"] == "gw-a"]
     # The radio's latency on the container path, read where it is alone: before the handover
     # the sink on gw-a takes the readings in its agent, so a reading's latency is the radio's
     # (5 + 40 * d / 200 ms) plus the agent's scheduling, which a loaded host only adds to:
     # compare the floors (10th percentiles) near A and 100-150 m away. The radio loses nothing
     # here (loss: 0): the device's link is no MQTT leg that QoS 1 would resend on.
     def floor(first: float, last: float) -> float:
-        return messages.loc[messages["t_sent"].between(first, last), "latency"].quantile(0.1)
+        return at_sink.loc[at_sink["t_sent"].between(first, last), "latency"].quantile(0.1)
 
     near, far = floor(0.5, 5.5), floor(11.0, 13.5)
     assert near == pytest.approx(0.005, abs=0.004)
     assert far - near == pytest.approx(0.040 * (12.25 - 6) * 20 / 200, abs=0.006)
     positions = pq.read_table(folder / "positions.parquet").to_pydict()
     assert positions["gateway"][0] == "gw-a" and positions["gateway"][-1] == "gw-b"
+    # The policy moved the user's follow instance to its new gateway, with its window state,
+    # on the real containers, after the handover; its windows counted every reading once.
+    migrations = pq.read_table(folder / "migrations.parquet").to_pydict()
+    assert migrations["operator"] == ["track@phone"]
+    assert (migrations["source"], migrations["target"]) == (["gw-a"], ["gw-b"])
+    assert migrations["start"][0] >= handovers["t"][0]
+    assert (migrations["lost"], migrations["duplicates"]) == ([0], [0])
+    windows = pq.read_table(folder / "windows.parquet").to_pandas()
+    track = windows[windows["operator"] == "track@phone"]
+    assert set(track["node"]) == {"gw-a", "gw-b"}
+    assert track["count"].sum() >= messages["id"].nunique() - 2 * 10 * 2  # but the last
     manifest = json.loads((folder / "manifest.json").read_text())
     hybrid = manifest["facts"]["hybrid"]
     assert hybrid["handovers"] == 1 and hybrid["actions_failed"] == 0
+    assert hybrid["migrations"] == 1 and "migration" in hybrid["couplings"]
     assert hybrid["lag"]["lag_p99_ms"] < 50
     assert np.isfinite(hybrid["decision_to_action_ms_p95"])
 

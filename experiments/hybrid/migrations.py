@@ -1,0 +1,77 @@
+"""Coupling: the model's migration policy moves follow instances between real gateways.
+
+A `follow: users` operator has an instance per moving device on the emulation
+(emu.deployment: `<operator>@<device>`, on its own input session), started where the
+policy places it (experiments.hybrid.plan). As users move, sim.policy.FollowPolicy decides on
+the model's thread (latency threshold or nearest gateway, capacity, cloud fallback), exactly as
+on `sim`; its `start` is this coupling's, which queues the move as an action: emu.migration's
+`migrate()` on the real containers, with the scenario's strategy and settings. The policy
+hears how it went (`done(ok)`) back on the model's thread, at its next step, so its room
+counts stay its own. Each move is a record of the `migrations` table, with the emulation's
+definitions of downtime and output gap; the decision's model time and the wall time from the
+decision to the move's first step (decision to action) are in the action's record.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import deque
+from collections.abc import Callable
+
+
+class PolicyMigrations:
+    def __init__(self, mobility, actions, control, operator: str, where: dict[str, str],
+                 settings, first_id: int) -> None:
+        """`where`: each device's instance's node at the start; `first_id`: the first record
+        id (after the scenario's scheduled migrations')."""
+        self.mobility = mobility
+        self.actions = actions
+        self.control = control
+        self.operator = operator
+        self.where = {f"{operator}@{device}": node for device, node in where.items()}
+        self.settings = settings
+        self._next_id = first_id
+        self.records: list = []
+        self.moves: list = []  # the actions
+        self._ended: deque = deque()  # (done, ok), for the model's thread
+        self._lock = threading.Lock()
+
+    def start(self, user: int, target: str, strategy: str,
+              done: Callable[[bool], None]) -> None:
+        """FollowPolicy's `start`, on the model's thread: queue the move."""
+        name = f"{self.operator}@{self.mobility.devices[user]}"
+        record_id, self._next_id = self._next_id, self._next_id + 1
+        t = self.mobility.env.now
+        self.moves.append(self.actions.put(
+            "migration", name, t,
+            lambda action: self._move(name, target, strategy, record_id, done)))
+
+    def _move(self, name: str, target: str, strategy: str, record_id: int,
+              done: Callable[[bool], None]) -> dict:
+        from emu.migration import MigrationRecord, migrate
+
+        source = self.where[name]
+        try:
+            record = migrate(self.control, name, source, target, strategy, self.settings,
+                             record_id=record_id)
+        except Exception as error:  # a move refused before it began: recorded as failed
+            now = time.time()
+            record = MigrationRecord(record_id, name, strategy, source, target, now, now,
+                                     status="failed", error=str(error))
+        ok = record.status == "done"
+        with self._lock:
+            self.records.append(record)
+            if ok:
+                self.where[name] = target
+        self._ended.append((done, ok))
+        if not ok:
+            raise RuntimeError(f"{name} {source} -> {target}: {record.error}")
+        return {"downtime": record.downtime, "source": source, "target": target}
+
+    def settle(self, t: float = 0.0) -> None:
+        """On the model's thread (each step, before the policy checks): tell the policy
+        which moves ended."""
+        while self._ended:
+            done, ok = self._ended.popleft()
+            done(ok)
