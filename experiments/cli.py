@@ -117,16 +117,20 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
             continue
         lat = s["latency_s"]
         jitter = s["jitter"]["mean_abs"]
+        # An emulated run's figures taken on an overloaded host are marked (emu.fidelity).
+        mark = "*" if _fidelity_lines(_manifest(outcome.folder)) else ""
         table.add_row(*cells, f"{s['delivered']:,}", f"{s['lost']:,}",
-                      f"{s['throughput_per_s']:.1f}", ms(lat["p50"]), ms(lat["p95"]),
-                      ms(lat["p99"]), f"{jitter:.3f}" if jitter is not None else "-")
+                      f"{s['throughput_per_s']:.1f}", *(ms(lat[q]) + mark
+                                                        for q in ("p50", "p95", "p99")),
+                      f"{jitter:.3f}" if jitter is not None else "-")
     console.print(table)
     for outcome in outcomes:
         say(f"results: {outcome.folder}")
         if outcome.status == "degraded":
             say(f"  degraded: {outcome.failed_summary()}", style="yellow")
         for reason in _fidelity_lines(_manifest(outcome.folder)):
-            say(f"  figures taken while the testbed was overloaded: {reason}", style="yellow")
+            say(f"  * figures taken while the testbed was overloaded: {reason}",
+                style="yellow")
         if outcome.error:
             say(f"  failed: {outcome.error}", style="red")
         plot = outcome.folder / "latency.png"
