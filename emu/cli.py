@@ -4,7 +4,9 @@ move operators on them.
 The main command line (`experiments.cli`) adds this as its `emu` group; it prints through
 `topologies.terminal` like the rest, and a Ctrl-C (or SIGTERM) at any moment of a command that
 makes containers removes what it made and exits 130 (143 for SIGTERM) without a traceback;
-during `migrate`, it waits until the move has finished or rolled back.
+during `migrate`, it waits until the move has finished or rolled back. What a command needs to
+know of, or do to, a cluster that is up (its agents, where operators run, starting its
+drivers) is emu.live's; this module prints and chooses the exit codes.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
+from emu.live import EXPERIMENT_LABEL, PING_TIMEOUT_S, SETS_LABEL
 from topologies.errors import SpecError
 from topologies.terminal import (
     bars,
@@ -191,13 +194,6 @@ class _Deployed:
         return {EXPERIMENT_LABEL: str(self.experiment), SETS_LABEL: json.dumps(self.sets)}
 
 
-EXPERIMENT_LABEL = "foglab.experiment"
-SETS_LABEL = "foglab.experiment.set"
-# How long `up --experiment` waits for its agents to register before it starts the drivers.
-REGISTER_TIMEOUT_S = 180.0
-EPOCH_LEAD_S = 1.0  # between the start request and the epoch: every agent hears it first
-
-
 def deployed_or_exit(topology: str | None, experiment: str | None, sets: list[str],
                      agent_command: str | None) -> _Deployed:
     """The topology, or the experiment's topology and agents; else the error, and exit 2."""
@@ -308,6 +304,7 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
     from emu.cluster.engine import Cluster
     from emu.cluster.hold import hold
     from emu.cluster.plan import plan_cluster
+    from emu.live import start_drivers
 
     try:
         plan = plan_cluster(deployed.topology, cluster, agents=deployed.agents,
@@ -335,7 +332,7 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
         if deployed.agents is not None:
             try:
                 with console.status("agents registering; then the drivers start"):
-                    _start_drivers(running)
+                    start_drivers(running)
             except Exception as failure:  # noqa: BLE001 - shown; the cluster goes below
                 notify_path(notice, ok=False, error=str(failure))
                 error(f"starting the experiment on cluster {plan.cluster}: {failure}",
@@ -360,34 +357,11 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
             log.unlink(missing_ok=True)
 
 
-def _start_drivers(running) -> None:
-    """Wait until every agent has registered, then start every driver at one epoch (`set
-    run.epoch`, through each agent's broker), as a run does (emu.run)."""
-    import time
-
-    from emu.control import Controller, wait_registered
-
-    status = {s.node: s for s in running.status()}
-    plan = running.plan
-    agents = [a.node for a in plan.agents()]
-    wait_registered(",".join(f"{status[z].ip}:2181" for z in plan.zookeeper), agents,
-                    timeout=REGISTER_TIMEOUT_S)
-    epoch = time.time() + EPOCH_LEAD_S
-    for broker in sorted(set(plan.brokers.values())):
-        mine = [a for a in agents if plan.brokers[a] == broker]
-        with Controller(f"{status[broker].ip}:1883") as control:
-            started = control.send(mine, "set", {"key": "run.epoch", "value": epoch},
-                                   timeout=30.0)
-        if not started.ok:
-            raise RuntimeError(f"starting the drivers (set run.epoch): {started.summary()}")
-
-
 def _running_operators(plan) -> str:
     """Where the experiment's operators run, for the user to move them."""
-    where: dict[str, list[str]] = {}
-    for agent in plan.agents():
-        for op in agent.agent.operators:
-            where.setdefault(op.name, []).append(agent.node)
+    from emu.live import running_operators
+
+    where = running_operators(plan)
     devices = sum(len(d.devices) for a in plan.agents() for d in a.agent.drivers)
     return (f"{devices} devices emitting; operators: " + ", ".join(
         f"{name} on {', '.join(nodes)}" for name, nodes in where.items())
@@ -524,97 +498,11 @@ def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
 
 # -- moving an operator on a cluster that is up ----------------------------------------------
 
-PING_TIMEOUT_S = 10.0
 # The record's figures, as `foglab emu migrate` prints them: (column, field, format).
 RECORD_ROWS = (("status", "status", "{}"), ("downtime", "downtime", "{:.3f} s"),
                ("held", "held", "{}"), ("state bytes", "state_bytes", "{:,}"),
                ("chunks", "chunks", "{}"), ("lost", "lost", "{}"),
                ("duplicated", "duplicates", "{}"), ("reordered", "reordered", "{}"))
-
-
-@dataclass(frozen=True)
-class _Agent:
-    """An agent container of a cluster that is up, as its labels and the engine say."""
-
-    node: str
-    kind: str
-    broker: str
-    state: str
-
-
-def _agents_and_brokers(client, cluster: str) -> tuple[dict[str, _Agent], dict[str, str],
-                                                       dict[str, str]]:
-    """The cluster's agents, its brokers' addresses (node -> ip:1883) and every node's kind
-    (with its role when it runs no agent)."""
-    from emu.cluster import inventory
-    from emu.cluster.plan import MQTT_PORT
-
-    agents, brokers, kinds = {}, {}, {}
-    for summary in inventory.containers(client, cluster):
-        labels = summary.get("Labels") or {}
-        node, role, kind = (labels.get(k, "") for k in ("foglab.node", "foglab.role",
-                                                         "foglab.kind"))
-        if not node:
-            continue  # the agents' zygote
-        kinds[node] = kind if role in ("agent", kind) else f"{kind} ({role})"
-        if role == "agent":
-            agents[node] = _Agent(node, kind, labels.get("foglab.broker", ""),
-                                  summary.get("State", ""))
-        elif role == "broker":
-            network = labels.get("foglab.network", "")
-            attached = (summary.get("NetworkSettings") or {}).get("Networks") or {}
-            ip = (attached.get(network) or {}).get("IPAddress", "")
-            brokers[node] = f"{ip}:{MQTT_PORT}"
-    return agents, brokers, kinds
-
-
-def _experiment_settings(client, cluster: str):
-    """The scenario's migration settings of the experiment the cluster was brought up with
-    (`foglab emu up --experiment`), None for a bare topology or a file that is gone."""
-    from emu.cluster import inventory
-
-    labels = next((s.get("Labels") or {} for s in inventory.containers(client, cluster)
-                   if (s.get("Labels") or {}).get(EXPERIMENT_LABEL)), {})
-    if not labels:
-        return None
-    from experiments.loader import load
-
-    try:
-        loaded = load(labels[EXPERIMENT_LABEL],
-                      overrides=[*json.loads(labels.get(SETS_LABEL, "[]")), "run.backend=emu"])
-    except (SpecError, OSError, ValueError) as failure:
-        warning(f"the cluster's experiment {labels[EXPERIMENT_LABEL]} no longer loads "
-                f"({failure}): the migration takes the default settings")
-        return None
-    return loaded.points[0].spec.scenario.migration
-
-
-def _where_operators_run(agents: dict[str, _Agent], brokers: dict[str, str]
-                         ) -> tuple[dict[str, list[str]], list[str]]:
-    """Operator -> the nodes where an instance of it runs, from a ping of every agent through
-    its broker; and the agents that did not answer."""
-    from emu.control import Controller
-
-    running: dict[str, list[str]] = {}
-    silent: list[str] = []
-    by_broker: dict[str, list[str]] = {}
-    for agent in agents.values():
-        if agent.state == "running":
-            by_broker.setdefault(agent.broker, []).append(agent.node)
-        else:
-            silent.append(agent.node)
-    for broker, nodes in sorted(by_broker.items()):
-        if broker not in brokers:
-            silent += nodes
-            continue
-        with Controller(brokers[broker]) as control:
-            pinged = control.ping(nodes, timeout=PING_TIMEOUT_S)
-        silent += pinged.missing
-        for node, reply in pinged.replies.items():
-            for name, status in ((reply.result or {}).get("operators") or {}).items():
-                if status.get("running", True):
-                    running.setdefault(name, []).append(node)
-    return running, silent
 
 
 def _record_table(record) -> Table:
@@ -650,6 +538,8 @@ def emu_migrate(
     emu up --experiment`), showing the migration's phases, and print its record."""
     import time
 
+    from emu.live import ExperimentGone, agents_and_brokers, experiment_settings
+    from emu.live import where_operators_run as where_running
     from emu.migration import STRATEGIES, MigrationError, migrate
 
     if strategy is not None and strategy not in STRATEGIES:
@@ -657,7 +547,7 @@ def emu_migrate(
         raise typer.Exit(2)
     client = _docker()
     name = _which_cluster(client, cluster)
-    agents, brokers, kinds = _agents_and_brokers(client, name)
+    agents, brokers, kinds = agents_and_brokers(client, name)
     if to not in kinds:
         error(f"no node {to!r} in cluster {name}; its nodes: {', '.join(kinds)}")
         raise typer.Exit(1)
@@ -666,10 +556,14 @@ def emu_migrate(
         error(f"{to} is a {kinds[to]}: an operator moves to a gateway or cloud VM, whose agent "
               f"runs it ({', '.join(movable) or 'none in this cluster'})")
         raise typer.Exit(1)
-    settings = _experiment_settings(client, name)
+    try:
+        settings = experiment_settings(client, name)
+    except ExperimentGone as gone:
+        warning(f"{gone}: the migration takes the default settings")
+        settings = None
     strategy = strategy or getattr(settings, "strategy", None) or "pause_transfer"
     with console.status("asking the agents what they run"):
-        running, silent = _where_operators_run(agents, brokers)
+        running, silent = where_running(agents, brokers)
     if not running and silent and len(silent) == len(agents):
         error(f"no agent of cluster {name} answered a ping within {PING_TIMEOUT_S:g} s "
               f"({', '.join(silent)}): are they agents (not --agent-command)?")

@@ -31,6 +31,7 @@ from pathlib import Path
 
 from emu.agent.config import AgentConfig
 from emu.deployment import agent_configs
+from emu.live import next_epoch, wait_agents_registered
 from emu.metrics import NodeSampler
 from emu.tables import run_messages, windows_table
 from topologies.model import Topology
@@ -38,14 +39,11 @@ from topologies.terminal import stop_on_signals
 from workloads.pipeline import OperatorSpec
 from workloads.spec import WorkloadSpec
 
-REGISTER_TIMEOUT_S = 180.0
 # A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.
 SPARK_START_TIMEOUT_S = 300.0
 SPARK_DRAIN_TIMEOUT_S = 300.0
 COMMAND_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20
-# Between the start request and the epoch: every agent hears it before its first message.
-EPOCH_LEAD_S = 1.0
 # The engine is asked for the containers' states at most this often.
 HEALTH_POLL_S = 0.5
 
@@ -259,17 +257,17 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
 
 def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
          seed: int = 0, during=None) -> Emulation:
-    from emu.control import Controller, wait_registered
+    from emu.control import Controller
 
     status = {s.node: s for s in cluster.status()}
     agents = [a.node for a in cluster.plan.agents()]
     services = [s.node for s in cluster.plan.services() if s.role != "idle"]
     health = Health(lambda: cluster_states(cluster, services), agents, services)
-    zookeeper = ",".join(f"{status[z].ip}:2181" for z in cluster.plan.zookeeper)
     stage(f"{len(agents)} agents registering")
     try:
-        wait_registered(zookeeper, agents, timeout=REGISTER_TIMEOUT_S,
-                        check=lambda: _agents_alive(cluster, agents))
+        # As `foglab emu up --experiment` does (emu.live), an exited agent giving up early.
+        wait_agents_registered(cluster, status, agents,
+                               check=lambda: _agents_alive(cluster, agents))
     except TimeoutError as error:
         raise EmuError(f"agents did not register: {error}") from None
     if _spark_jobs(cluster):
@@ -281,7 +279,7 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
                          client_id=f"foglab-controller-{cluster.name}").connect()
     failed = health.failed
     try:
-        epoch = health.epoch = time.time() + EPOCH_LEAD_S
+        epoch = health.epoch = next_epoch()
         started = control.send(agents, "set", {"key": "run.epoch", "value": epoch},
                                timeout=COMMAND_TIMEOUT_S, broadcast=True, gone=health.dead)
         _settle(started, "starting the drivers (set run.epoch)", failed)

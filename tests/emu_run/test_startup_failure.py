@@ -8,6 +8,7 @@ from dataclasses import replace
 
 import pytest
 
+import emu.live
 import emu.run
 from emu.cluster.engine import Cluster
 from experiments.loader import parse_text
@@ -62,5 +63,5 @@ def test_an_agent_that_exits_at_start_fails_the_run_with_its_reason(monkeypatch)
                                                 r"started: .*format must be one of"):
         emu.run.emulate(point.topology, point.spec.workload, point.spec.pipeline,
                         emu.run.Timing(10.0), 1)
-    assert time.monotonic() - began < emu.run.REGISTER_TIMEOUT_S / 2
+    assert time.monotonic() - began < emu.live.REGISTER_TIMEOUT_S / 2
     assert client.containers.list(all=True, filters={"label": f"foglab.cluster={made[0]}"}) == []
