@@ -247,7 +247,8 @@ class Migrations:
         self.agent = agent
         self.prepared: dict[str, _Prepared] = {}
         self.paused: dict[str, dict[str, Any]] = {}  # source: operator -> what the pause did
-        # Parallel migrations' parts, source and target (imported here: it builds on this).
+        # Parallel migrations' parts, source and target (imported here, not at the top:
+        # emu.agent.parallel builds on this module's InputSession).
         from emu.agent.parallel import ParallelSteps
 
         self.parallel = ParallelSteps(agent)
