@@ -398,7 +398,12 @@ def latency_cdf_figure(runs: dict[str, RunData], comparison: Comparison):
             ax.step(latency, np.arange(1, latency.size + 1) / latency.size, where="post",
                     label=label)
     if ax.lines:
+        from matplotlib.ticker import FuncFormatter
+
         ax.set_xscale("log")
+        plain = FuncFormatter(lambda value, _: f"{value:g}")  # 30, not 3 x 10^1
+        ax.xaxis.set_major_formatter(plain)
+        ax.xaxis.set_minor_formatter(plain)
         ax.legend(loc="lower right")
     ax.set(xlabel="end-to-end latency (ms, log scale)", ylabel="fraction of messages",
            title=f"{comparison.experiment}: latency, {' vs '.join(comparison.backends)}")
