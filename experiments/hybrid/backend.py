@@ -34,15 +34,14 @@ class _Coupled:
         self.actions = Actions()
         self.parts: dict = {}
         gateways = plan.topology.of_kind("gateway")
-        names = [g.name for g in gateways]
 
         scenario = spec.scenario
 
         def build(env) -> None:
             mobility = Mobility(env, gateways, self.mobility_spec, begin.devices, plan.seed)
-            links = RadioLinks(mobility, self.actions, control, names)
-            handovers = Handovers(mobility, self.actions, control, begin.gateway,
-                                  moved=links.forget)
+            handovers = Handovers(mobility, self.actions, control, begin.gateway)
+            links = RadioLinks(mobility, self.actions, control, handovers.where)
+            handovers.moved = links.forget
             mobility.on_attach = handovers.attach
             steps = [links.step]
             movers = []
