@@ -3,10 +3,9 @@ and no crash (thesis-ch6-sync at 45 s on sim stopped the run's summary)."""
 
 from __future__ import annotations
 
-from foundation.helpers import run
-
 from experiments.schema import conform
 from experiments.summary import summarise
+from foundation.helpers import run
 
 UNFINISHED = """
 name: unfinished
