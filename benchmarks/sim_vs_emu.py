@@ -1,0 +1,250 @@
+"""Does the model predict the emulation? Three configurations on sim and emu (issue 17's target).
+
+    python benchmarks/sim_vs_emu.py [--duration 60] [--configs quickstart,spark,links] [--keep DIR]
+
+Each configuration runs three times on one resolved configuration and seed: on the model
+calibrated by the shipped profile (`run.calibration=reference`, workloads/calibrations/
+reference.yaml, measured on this host), on the model without it (the reference figures of its
+hardware profiles: what calibration changes), and on the emulation (real containers; the
+emulation ignores `run.calibration`). The runs go as `foglab run` drives them
+(experiments.loader.load, experiments.runner.run_experiment) into a scratch folder removed at
+the end (`--keep DIR` keeps them), and are compared by `experiments.compare` (read_run,
+compare: errors against emu), as `foglab compare` does. The configurations, each scaled to
+about a minute of traffic (`--duration`, 60 s) with a 5 s drain instead of 30:
+
+- `quickstart`: experiments/quickstart.yaml as it is (200 city sensors at 1/s over four arm64
+  Pi gateways that range-filter, Mosquitto, STATS on Spark on cloud-1), 60 s instead of 10 min;
+- `spark`: a Spark STATS query on a cloud VM: experiments/migrate-spark.yaml without its
+  migration (four sensors through a Pi gateway and the broker to STATS on cloud-1), the
+  sensors at 5/s instead of 2/s so that a minute gives 1,200 messages;
+- `links`: the quickstart with its gateway-broker links at 50 ms, 10 Mbit/s and 1 % loss, the
+  sink a plain pass-through (no Spark: the links are what is compared, and the JVM's minute of
+  start-up is saved).
+
+Per configuration and model it prints `p50_rel_err= p95_rel_err= throughput_rel_err=
+lost_sim= lost_emu=` (relative errors of the model against the emulation), the floor and
+median of both (`min_ms`: the fastest message, the path's fixed costs; p50 minus it: the
+queueing and scheduling), each gateway's and cloud VM's CPU on both, and the emulation's
+fidelity (`host_pressure=`: the mean share of the run some task waited for a host CPU,
+`saturated=`: the share of the run the host was saturated, `relay_lag_ms=`: the link relays'
+worst timer lateness), so that a reader can tell the host from the model. Last:
+`worst_uncalibrated=` and `worst=`, the largest |p50 error| over the configurations, without
+and with the calibration.
+A configuration whose run fails is said (`config=NAME failed=...`), the others go on, and
+the script exits 1; without root or a Docker Engine it says what `foglab emu doctor --fix`
+does and runs nothing.
+
+Targets (issue 17): p50 within 10 %, p95 within 20 %, throughput within 5 %, lost equal.
+
+Measured on the 2-core development host (2026-11-25, defaults; quickstart in one process,
+links and spark in a second; errors against emu; floor: the fastest message; pressure: emu's
+mean host CPU pressure and its relays' worst lateness):
+
+    config      model         p50 err  p95 err  thr err  lost     p50 ms    floor ms  pressure
+    quickstart  calibrated    -96.8 %  -99.0 %  +38.3 %   71       36.7      28.6
+                uncalibrated  -97.1 %  -99.1 %  +38.3 %   71       32.7      24.9
+                emu                                       43     1142.5      36.9      0.98, 99 ms
+    spark       calibrated    -68.4 %  -86.2 %   +0.0 %    0       16.6      16.6
+                uncalibrated  -75.0 %  -89.1 %   +0.0 %    0       13.1      13.1
+                emu                                        0       52.5      15.8      0.93, 27 ms
+    links       calibrated    -10.2 %  -83.8 %   -3.9 %  175       66.8      57.4
+                uncalibrated  -15.6 %  -84.9 %   -3.9 %  175       62.7      53.8
+                emu                                       63       74.3      52.9      0.91, 99 ms
+    worst_uncalibrated=0.750  worst=0.684
+
+None of the targets is met on this host as it was: another engineer's emulations (20
+gateways) ran beside these, the load average was 15 to 35 on 2 cores, and the host was
+saturated (CPU pressure >= 50 %) for 100 % of every emu run: `compare` marks every emu figure,
+and too few messages were sent outside the saturated spans to give figures of their own. The
+first run of `spark` failed: its JVM did not start within the emulation's 300 s (load 30). The
+quickstart alone, measured the same day at a load of 8 (`foglab compare quickstart --set
+run.duration=60s --set run.calibration=reference`, CPU pressure 94 %): p50 36.7 against 43.0
+ms (-14.5 %; uncalibrated 32.7, -24 %), p95 41.0 against 127.3 ms (-68 %), throughput -3.2 %,
+lost 71 against 63, emu's fastest message 23.9 ms against the model's 28.6.
+
+Where the time goes, and why the figures differ (issue 17, item 3):
+
+- The host, first of all. The model gives each node a CPU of its own; on emu the QEMU
+  gateways, Mosquitto, the JVM, the relays and (here) other people's containers share 2 cores.
+  At a CPU pressure of 91-98 % every hop waits for a CPU: the emulation's median grows with the
+  load (quickstart: 43 ms at load 8, 1.1 s at load 35, where messages were still queued at the
+  end of the drain, hence the throughput error), and its tail is the testbed's. The floor is
+  not: emu's fastest message (spark 15.8, links 52.9, the quickstart 23.9 at load 8) sits at or
+  below the calibrated model's (16.6, 57.4, 28.6 ms; at load 35 even the quickstart's fastest
+  took 36.9), so the path's fixed costs are modelled; what is missing is queueing
+  for a shared CPU, which a model of separate machines should not have.
+- Loss between containers (links: lost 175 on the model, 63 on emu, which are the device
+  radio's 0.5 %). The relay carries MQTT over TCP and turns a lost packet into a 200 ms
+  retransmission stall with head-of-line blocking (emu.links.relay): nothing is lost, and about
+  a tenth of a gateway's messages wait behind each stall, which is emu's p95 of 439 ms. The
+  model drops the message at QoS 0. The MODEL is wrong here for links between two nodes that
+  talk TCP (every link but a device's radio): such a loss should cost the leg a retransmission
+  timeout and hold the messages behind it, not drop the message (sim/stations, sim/network:
+  not a one-line change; reported).
+- The link relay: one asyncio loop times every relayed chunk; epoll's millisecond rounding is
+  the calibration's 0.7 ms per leg (`links.hop_overhead`), and on this host its timers fired up
+  to 27-99 ms late (`relay_lag`), 10 ms or more late for 8-38 % of a run.
+- Spark: the model charges STATS its `cost` per message (300 us on the quickstart, nothing in
+  migrate-spark.yaml); the JVM plans and compiles every micro-batch (cloud-1's CPU: 8-36 % on
+  emu against 1.4 % and 0 % modelled; spark_stats.py measures the JIT's share), CPU the other
+  containers feel on a small host. A per-batch cost in the model's Spark operator would close
+  the CPU gap; it does not touch the latency, taken where the message reaches the query.
+- The driver's cost: the calibration charges the agent's whole CPU per reading (2.15 ms, at
+  50 readings/s and QoS 0) before the message leaves. In core terms the quickstart's gateways
+  agree (emu's `cpu` is a share of the container's 2 cores: 6 % is 12 % of a core, the model's
+  13 %), but the spark configuration's gateway (20 readings/s at QoS 1) spends 8.6 % of a core
+  against the model's 4.3 %: the agent's fixed loop cost and QoS 1's acknowledgements are
+  charged per reading at the calibrated rate and QoS only.
+- Python's GIL in the agent: the drivers, paho's network thread and the operators share one
+  interpreter, so a message ready while another thread runs waits up to the switch interval
+  (5 ms): part of emu's spread below p95 that a FIFO CPU does not have.
+- Not a cause: Nagle's delay. Mosquitto runs with `set_tcp_nodelay true` and the agent's
+  clients set TCP_NODELAY (emu.agent.mqtt.no_delay); a 40 ms delayed-ACK stall would show as a
+  40 ms step in the CDFs, which they do not have.
+- Per hop: these three configurations give every message the same path length, so compare's
+  per-path-length rows do not split them; the split above is from the floors, the fidelity
+  columns and the CPU rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from experiments import compare as comparing  # noqa: E402
+from experiments.loader import load  # noqa: E402
+from experiments.runner import run_experiment  # noqa: E402
+
+# name: (experiment, overrides); the duration and drain are added per run.
+CONFIGS = {
+    "quickstart": ("quickstart", []),
+    "spark": ("experiments/migrate-spark.yaml", ["scenario.migrations=[]",
+                                                "workload.streams.0.rate=5/s"]),
+    "links": ("quickstart", ["topology.links.1.latency=50ms", "topology.links.1.bandwidth=10Mbit",
+                             "topology.links.1.loss=1%", "pipeline.1.engine=python",
+                             "pipeline.1.task=passthrough"]),
+}
+# The runs of one configuration: label -> (backend, calibration).
+MODELS = {"sim": "reference", "sim-uncalibrated": None}
+
+
+def overrides(config: str, duration: float, drain: float, extra: list[str] = ()) -> list[str]:
+    return [*CONFIGS[config][1], *extra, f"run.duration={duration:g}s", f"run.drain={drain:g}s",
+            "run.repetitions=1"]
+
+
+def run(config: str, label: str, backend: str, calibration: str | None, out: Path,
+        sets: list[str]) -> comparing.RunData:
+    """One run of `config` on `backend` into out/label; its folder as compare reads it."""
+    sets = [*sets, f"run.backend={backend}"] + ([f"run.calibration={calibration}"]
+                                                 if calibration else [])
+    (outcome,) = run_experiment(load(CONFIGS[config][0], sets, []), out / label)
+    if outcome.error:
+        raise RuntimeError(f"{config}: the {label} run failed: {outcome.error} "
+                           f"(folder {outcome.folder})")
+    return comparing.read_run(outcome.folder)
+
+
+def compared(config: str, out: Path, duration: float, drain: float, emu: bool = True,
+             extra: list[str] = ()):
+    """The configuration's runs (the models', and the emulation's if `emu`) and their
+    comparison against emu (without it, against the calibrated model)."""
+    sets = overrides(config, duration, drain, list(extra))
+    runs = {label: run(config, label, "sim", calibration, out, sets)
+            for label, calibration in MODELS.items()}
+    if emu:
+        runs["emu"] = run(config, "emu", "emu", None, out, sets)
+    return runs, comparing.compare(runs, config, reference="emu" if emu else "sim")
+
+
+def error(comparison, key: str, label: str) -> str:
+    found = comparison.figure(key).errors.get(label)
+    return "nan" if found is None else f"{found:+.3f}"
+
+
+def fastest_ms(run: comparing.RunData) -> float:
+    latency = comparing._delivered(run.messages)["latency"]
+    return float(latency.min() * 1000) if len(latency) else float("nan")
+
+
+def report(config: str, runs: dict, comparison) -> dict[str, float | None]:
+    """Print a configuration's lines; its |p50 error| per model."""
+    fidelity = comparison.fidelity or {}
+    pressure = (fidelity.get("host_pressure") or {}).get("mean")
+    lag = (fidelity.get("relay_lag_s") or {}).get("max")
+    print(f"config={config} emu_host_pressure={'nan' if pressure is None else f'{pressure:.2f}'} "
+          f"saturated={fidelity.get('saturated_share', 0.0):.2f} "
+          f"relay_lag_ms={'nan' if lag is None else f'{lag * 1000:.1f}'} "
+          f"emu_p50_ms={comparison.figure('latency_p50').values['emu'] * 1000:.1f} "
+          f"emu_p95_ms={comparison.figure('latency_p95').values['emu'] * 1000:.1f} "
+          f"emu_min_ms={fastest_ms(runs['emu']):.1f}")
+    worst = {}
+    for label in MODELS:
+        p50 = comparison.figure("latency_p50")
+        worst[label] = p50.errors.get(label)
+        print(f"config={config} model={label} "
+              f"p50_rel_err={error(comparison, 'latency_p50', label)} "
+              f"p95_rel_err={error(comparison, 'latency_p95', label)} "
+              f"throughput_rel_err={error(comparison, 'throughput', label)} "
+              f"lost_sim={comparison.figure('lost').values[label]} "
+              f"lost_emu={comparison.figure('lost').values['emu']} "
+              f"p50_ms={p50.values[label] * 1000:.1f} "
+              f"p95_ms={comparison.figure('latency_p95').values[label] * 1000:.1f} "
+              f"min_ms={fastest_ms(runs[label]):.1f}")
+    for figure in comparison.figures:
+        if figure.key.startswith("cpu:") and not figure.key.startswith("cpu:sensor"):
+            cells = " ".join(f"{label}={(figure.values.get(label) or 0.0):.3f}"
+                             for label in comparison.backends)
+            print(f"config={config} {figure.key} {cells}")
+    for line in comparing.explanations(comparison):
+        print(f"# {config}: {line}")
+    return worst
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--duration", type=float, default=60.0, help="seconds of traffic")
+    parser.add_argument("--drain", type=float, default=5.0, help="seconds of drain")
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help=f"comma-separated, of {', '.join(CONFIGS)}")
+    parser.add_argument("--keep", type=Path, help="keep the runs in this folder")
+    args = parser.parse_args()
+    chosen = [c.strip() for c in args.configs.split(",")]
+    unknown = [c for c in chosen if c not in CONFIGS]
+    if unknown:
+        parser.error(f"--configs: unknown configuration {unknown[0]!r}; known: "
+                     f"{', '.join(CONFIGS)}")
+    if args.duration <= 0 or args.drain < 0:
+        parser.error(f"--duration must be > 0 and --drain >= 0, got {args.duration:g} and "
+                     f"{args.drain:g}")
+    if why := comparing.emu_unavailable():
+        print(f"sim_vs_emu: cannot run the emulation: {why}", file=sys.stderr)
+        return 1
+    out = args.keep or Path(tempfile.mkdtemp(prefix="foglab-sim-vs-emu-"))
+    worst: dict[str, list[float]] = {label: [] for label in MODELS}
+    try:
+        for config in chosen:
+            try:
+                runs, comparison = compared(config, out / config, args.duration, args.drain)
+            except RuntimeError as failure:  # a run that failed: said, and the others go on
+                print(f"config={config} failed={str(failure).splitlines()[0]!r}")
+                continue
+            for label, value in report(config, runs, comparison).items():
+                worst[label].append(abs(value) if value is not None else math.nan)
+    finally:
+        if args.keep is None:
+            shutil.rmtree(out, ignore_errors=True)
+    largest = {label: max(values, default=math.nan) for label, values in worst.items()}
+    print(f"worst_uncalibrated={largest['sim-uncalibrated']:.3f}")
+    print(f"worst={largest['sim']:.3f}")
+    return 0 if len(worst["sim"]) == len(chosen) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
