@@ -44,7 +44,9 @@ the target's first batch after the move has finished (workloads.spark.migration.
 `held` counts the messages that batch read (the journaled tail and what the broker held, as
 much as one batch took); `state_bytes` the checkpoint or state copied (the journal aside);
 `chunks` 0 (no ZooKeeper); `lost` and `duplicates` the journal offsets the target's first batch
-skipped or read again against the source's committed offset. `output_gap` stays NaN: a Spark
+skipped or read again against the source's committed offset, where its progress gives its start
+(by checkpoint; a new query's first batch, by export, reports none, and starts at that offset
+by construction). `output_gap` stays NaN: a Spark
 query has no window outputs in the windows table. The phases' times are in `phases`.
 """
 

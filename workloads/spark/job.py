@@ -10,7 +10,8 @@ may come wrapped in foglab's envelope (the emulation's drivers send `{"id", ...,
 SenML body is unwrapped. Each micro-batch's progress (rows, rate, duration) is appended to
 `--work`/progress.jsonl (with `read`, the messages the source has handed to Spark so far),
 which the emulation reads back; `--work`/started appears once the query has run a batch (the
-emulation waits for it before devices speak). SIGTERM stops the query cleanly.
+emulation waits for it before devices speak). SIGTERM stops the query cleanly; a query that
+fails otherwise, once it has committed a batch, starts again on its checkpoint (RESTARTS).
 
 Moving the query to another job (`workloads.spark.migration`): writing `--work`/stop (its text
 "export" or "checkpoint") stops the query at its next batch boundary, the source paused (see
@@ -68,6 +69,9 @@ SINK_LOG = "sink_log"
 WAYS = ("export", "checkpoint")
 HANDOVER_POLL_S = 0.01
 WARMUP_WAIT_S = 600.0
+# A query that fails (not stopped for a move) starts again on its checkpoint this many times: a
+# loaded host fails batches (a Python worker not connecting back within Spark's 10 s).
+RESTARTS = 2
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -275,6 +279,25 @@ def warm_up(spark: SparkSession, args: argparse.Namespace, messages: int, batche
     return time.monotonic() - begun
 
 
+def _warmed_up(spark: SparkSession, args: argparse.Namespace) -> float:
+    """warm_up, tried again when its query fails: on a loaded host, Spark gives a Python
+    worker 10 s to connect back, and a failed warm-up leaves nothing behind."""
+    for attempt in range(1, RESTARTS + 2):
+        try:
+            return warm_up(spark, args, args.warmup_messages, args.warmup_batches)
+        except RuntimeError as error:
+            if attempt > RESTARTS:
+                raise
+            print(f"{error}; warming up again ({attempt}/{RESTARTS})", flush=True)
+    raise AssertionError("unreachable")
+
+
+def _committed(checkpoint: Path) -> bool:
+    """Whether a query has committed a batch in this checkpoint."""
+    commits = Path(checkpoint) / "commits"
+    return commits.is_dir() and any(p.name.isdigit() for p in commits.iterdir())
+
+
 def _drop_session(host: str, port: int, session: str) -> None:
     # A clean-session connection under the same client id makes the broker discard the old
     # session: a warm-up's would otherwise stay subscribed on the broker for good.
@@ -391,7 +414,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         moved: dict = {}
         prepared = None
         if args.standby:
-            took = warm_up(spark, args, args.warmup_messages, args.warmup_batches)
+            took = _warmed_up(spark, args)
             if args.client_id:
                 # The source's session is known: only start() is left for the handover.
                 prepared = prepare_for_checkpoint(spark, args)
@@ -409,15 +432,24 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.standby:
             (args.work / RESUMED).write_text(json.dumps({"handover_seen": seen,
                                                          "query_started": time.time()}))
-        try:
-            record_progress(query, args.work / "progress.jsonl", stopped)
-        except KeyboardInterrupt:
-            pass
-        finally:
-            query.stop()
-        if (args.work / PAUSED).exists():
-            finish_move(spark, args)
-            return 0
+        for restart in range(RESTARTS + 1):
+            try:
+                record_progress(query, args.work / "progress.jsonl", stopped)
+            except KeyboardInterrupt:
+                pass
+            finally:
+                query.stop()
+            if (args.work / PAUSED).exists():
+                finish_move(spark, args)
+                return 0
+            if (query.exception() is None or stopped.is_set() or restart == RESTARTS
+                    or not _committed(_paths(args)["checkpoint"])):
+                break
+            # Spark's own recovery: the checkpoint and the replayable source give each batch
+            # once. A query that never committed (a new one, seeded by export) is not retried.
+            print(f"the {args.app} query failed ({str(query.exception())[:300]}); restarting "
+                  f"it on its checkpoint ({restart + 1}/{RESTARTS})", flush=True)
+            query = start(spark, args)
     finally:
         spark.stop()
     if query.exception() is not None:
