@@ -124,8 +124,8 @@ from experiments.runner import run_experiment  # noqa: E402
 # name: (experiment, overrides); the duration and drain are added per run.
 CONFIGS = {
     "quickstart": ("quickstart", []),
-    "spark": ("experiments/migrate-spark.yaml", ["scenario.migrations=[]",
-                                                "workload.streams.0.rate=5/s"]),
+    "spark": ("migrate-spark", ["scenario.migrations=[]",
+                               "workload.streams.0.rate=5/s"]),
     "links": ("quickstart", ["topology.links.1.latency=50ms", "topology.links.1.bandwidth=10Mbit",
                              "topology.links.1.loss=1%", "pipeline.1.engine=python",
                              "pipeline.1.task=passthrough"]),
