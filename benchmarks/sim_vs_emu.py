@@ -120,6 +120,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from experiments import compare as comparing  # noqa: E402
 from experiments.loader import load  # noqa: E402
 from experiments.runner import run_experiment  # noqa: E402
+from topologies.terminal import stop_on_signals  # noqa: E402
 
 # name: (experiment, overrides); the duration and drain are added per run.
 CONFIGS = {
@@ -229,14 +230,17 @@ def main() -> int:
     out = args.keep or Path(tempfile.mkdtemp(prefix="foglab-sim-vs-emu-"))
     worst: dict[str, list[float]] = {label: [] for label in MODELS}
     try:
-        for config in chosen:
-            try:
-                runs, comparison = compared(config, out / config, args.duration, args.drain)
-            except RuntimeError as failure:  # a run that failed: said, and the others go on
-                print(f"config={config} failed={str(failure).splitlines()[0]!r}")
-                continue
-            for label, value in report(config, runs, comparison).items():
-                worst[label].append(abs(value) if value is not None else math.nan)
+        # A SIGTERM interrupts as a Ctrl-C does: the run under way removes its containers.
+        with stop_on_signals():
+            for config in chosen:
+                try:
+                    runs, comparison = compared(config, out / config, args.duration,
+                                                args.drain)
+                except RuntimeError as failure:  # a run that failed: said, the others go on
+                    print(f"config={config} failed={str(failure).splitlines()[0]!r}")
+                    continue
+                for label, value in report(config, runs, comparison).items():
+                    worst[label].append(abs(value) if value is not None else math.nan)
     finally:
         if args.keep is None:
             shutil.rmtree(out, ignore_errors=True)
