@@ -85,7 +85,7 @@ def read_filtered(root: Path) -> pd.DataFrame:
 
 def read_windows(root: Path) -> pd.DataFrame:
     """Every node's window outputs under `root` (what went downstream: during a parallel
-    migration, the rows its consistency checker wrote, emu.agent.migration)."""
+    migration, the rows its consistency checker wrote, emu.agent.parallel)."""
     rows = _read(_node_directories(root), "windows.csv", WINDOW_COLUMNS)
     for column, value in WINDOW_DEFAULTS.items():
         rows[column] = (rows[column].fillna(value) if column in rows else value)

@@ -312,7 +312,7 @@ class Agent:
 
     def emit(self, operator: Operator, output: Envelope, qos: int | None = None) -> None:
         """An output of the operator that leaves as its own do (a parallel migration's
-        checker forwarding a window output, emu.agent.migration)."""
+        checker forwarding a window output, emu.agent.parallel)."""
         self._from_operator(operator, output, self._qos.get(operator.name, 0) if qos is None
                             else qos)
 

@@ -249,7 +249,7 @@ class WindowStage:
         self.armed = False
         self.next_sn = 1
         self.log = RowLog(records, "windows.csv", WINDOWS) if records is not None else None
-        # Set during a parallel migration (emu.agent.migration): each closed window goes to
+        # Set during a parallel migration (emu.agent.parallel): each closed window goes to
         # divert(output, row) instead of downstream and windows.csv.
         self.divert: Callable[[Envelope, tuple], None] | None = None
 

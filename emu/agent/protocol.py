@@ -64,7 +64,7 @@ class Envelope:
     the target operator must see one SN per event, so it is stamped once for both, where the
     simulator's broker stamps it per operator group (sim.pubsub); Mosquitto cannot, so on
     emu the source instance does, in its order of arrival, on the copy of each input it
-    mirrors to the target (emu.agent.migration). An operator's outputs carry no SN: they
+    mirrors to the target (emu.agent.parallel). An operator's outputs carry no SN: they
     are the next operator's input stream, numbered for it.
     """
 
