@@ -54,7 +54,7 @@ from workloads.riot.datasets import CITY, city_readings, city_sensor_ids
 from workloads.riot.senml import Reading, encode_senml
 from workloads.spark.job import RESUMED, batch_end
 from workloads.spark.local_broker import LocalMosquitto
-from workloads.spark.migration import JobProcess, Move, move
+from workloads.spark.migration import JobProcess, Move, move, progress_of
 
 TARGET_S = 2.0
 TOPIC = "foglab-bench/migration"
@@ -101,7 +101,8 @@ def gateway(host: str, port: int, sensors: list[str], rate: float, out: str, sto
 
 
 def sink_counts(outputs: list[Path]) -> pd.Series:
-    """Kalman rows per (sensor, time) across the sinks, from the batches each sink committed."""
+    """Kalman rows per (sensor, time) across the sinks, from the batches each sink committed
+    (the files its log names that are in its directory)."""
     frames = []
     for output in outputs:
         log = output / "_spark_metadata"
@@ -109,9 +110,11 @@ def sink_counts(outputs: list[Path]) -> pd.Series:
         for entry in sorted(log.iterdir()) if log.exists() else []:
             if entry.name.removesuffix(".compact").isdigit():
                 for line in entry.read_text().splitlines()[1:]:
-                    files.add(json.loads(line)["path"])
-        for path in sorted(files):
-            table = pq.read_table(path.removeprefix("file://"))
+                    files.add(Path(json.loads(line)["path"]).name)
+        # By name in this directory: a log that came with a checkpoint also names the source's
+        # files, and a container's paths are not the host's.
+        for path in sorted(output / name for name in files if (output / name).exists()):
+            table = pq.read_table(path)
             if not table.num_rows:
                 continue  # a batch without output leaves a file without rows
             rows = pd.DataFrame([json.loads(p) for p in table["payload"].to_pylist()])
@@ -120,15 +123,16 @@ def sink_counts(outputs: list[Path]) -> pd.Series:
     return rows.groupby(["sensor", "time"]).size()
 
 
-def print_move(move_: Move, name: str, target: JobProcess) -> None:
+def print_move(move_: Move, name: str, target: Path) -> None:
+    """The move's downtime by phase, and the target's (work directory) first batch split."""
     phases = " ".join(f"{k}={v:.2f}" for k, v in move_.phases().items())
     print(f"[{name}] spark_downtime_s={move_.downtime:.2f} {phases} "
           f"committed={move_.committed} held_in_journal={move_.held_in_journal} "
           f"handover_bytes={move_.handover_bytes}", flush=True)
     # The target's first batch, split: building and starting the query, the stream's start
     # until its first trigger, and that trigger's own parts (Spark's durationMs).
-    resumed = json.loads((target.work / RESUMED).read_text())
-    first = next(p for p in target.progress() if (p["read"] or 0) > move_.committed)
+    resumed = json.loads((target / RESUMED).read_text())
+    first = next(p for p in progress_of(target) if (p["read"] or 0) > move_.committed)
     trigger_start = batch_end(first) - first["triggerMs"] / 1000
     parts = " ".join(f"{k}={v / 1000:.2f}" for k, v in sorted(first["durationMs"].items())
                      if k != "triggerExecution")
@@ -139,8 +143,107 @@ def print_move(move_: Move, name: str, target: JobProcess) -> None:
           f"messages={first['read'] - move_.committed}", flush=True)
 
 
+def counted(per_message: pd.Series) -> tuple[int, int]:
+    """Messages with fewer Kalman rows than fields (lost), and with more (duplicated)."""
+    per_message = per_message.fillna(0)
+    fields = len(CITY.value_columns)
+    return int((per_message < fields).sum()), int((per_message > fields).sum())
+
+
+EMU_EXPERIMENT = """
+name: bench-spark-migration
+topology:
+  name: two-cloud-vms
+  nodes:
+    - {name: sensor, kind: device, replicas: SENSORS}
+    - {name: gw, kind: gateway, profile: rpi4}
+    - {name: broker, kind: broker}
+    - {name: cloud, kind: cloud_vm, replicas: 2, profile: vm.medium}
+  links:
+    - {from: sensor-*, to: gw, latency: 2ms}
+    - {from: gw, to: broker, latency: 5ms}
+    - {from: broker, to: cloud-*, latency: 1ms}
+workload:
+  name: readings
+  streams: [{name: city, sources: sensor-*, rate: RATE/s, arrivals: periodic, qos: 1}]
+pipeline:
+  - {name: stats, task: stats, engine: spark, on: cloud-1, reads: city,
+     params: {window: 10 seconds, slide: 1 second, watermark: 1 second}}
+scenario:
+  migration: {strategy: pause_transfer, spark: WAY}
+  migrations: [{at: ATs, operator: stats, to: cloud-2}]
+run: {backend: emu, duration: DURATIONs, seed: 1, drain: 2s}
+"""
+
+
+def emu_move(way: str, args: argparse.Namespace, root: Path) -> dict[str, float]:
+    """STATS moved by `way` from cloud-1's container to cloud-2's in one emulated run: the
+    move's phases, its target's first batch, the sink's lost and duplicated messages."""
+    from emu.run import Timing, emulate
+    from experiments.loader import parse_text
+    from workloads.spark.job import HANDOVER, STOPPED
+
+    text = EMU_EXPERIMENT
+    for key, value in {"SENSORS": args.emu_sensors, "RATE": args.emu_rate, "WAY": way,
+                       "DURATION": args.emu_at + args.after, "AT": args.emu_at}.items():
+        text = text.replace(key, str(value))
+    point = parse_text(text).points[0]
+    spec = point.spec
+    records = root / way
+    result = emulate(point.topology, spec.workload, spec.pipeline,
+                     Timing(spec.run.duration, spec.run.sample, spec.run.drain), spec.run.seed,
+                     records=records, scenario=spec.scenario)
+    (fact,) = result.facts["migrations"]
+    if fact["status"] != "done":
+        raise RuntimeError(f"the move by {way} failed: {fact['error']}")
+    epoch = result.facts["epoch"]
+    source = records / "cloud-1" / "stats"
+    (target,) = [d for d in (records / "cloud-2").iterdir() if (d / HANDOVER).is_dir()]
+    committed = json.loads((source / STOPPED).read_text())["committed"]
+    first = next(p for p in progress_of(target) if (p["read"] or 0) > committed)
+    moved = Move.of(source, target / HANDOVER, epoch + fact["phases"]["pause"],
+                    epoch + fact["phases"]["handed over"], first)
+    print_move(moved, f"emu {way}", target)
+    sent = pd.read_csv(records / "gw" / "sent.csv")
+    # The reading's SenML time is the device's send time, rounded by Python's round (numpy's
+    # differs in the last bit for a few in 10^5, which would not match).
+    sent = pd.DataFrame({"sensor": sent["source"],
+                         "time": [round(t, 3) for t in sent["t_sent"]]})
+    counts = sink_counts([source / "output", target / "output"])
+    lost, duplicated = counted(sent.set_index(["sensor", "time"]).join(
+        counts.rename("rows"))["rows"])
+    recent = [p["triggerMs"] / 1000 for p in progress_of(source)
+              if p["numInputRows"] and moved.paused - 30 < batch_end(p) <= moved.paused]
+    warmup = json.loads((target / "standby").read_text())["warmup_s"]
+    print(f"[emu {way} run] published={len(sent)} lost={lost} duplicated={duplicated} "
+          f"held={moved.held} standby_warmup_s={warmup:.0f} "
+          f"source_warm_batch_s={statistics.median(recent) if recent else float('nan'):.2f} "
+          f"caught_up_s={result.facts['spark_caught_up']}", flush=True)
+    return {"downtime": moved.downtime, "lost": lost, "duplicated": duplicated,
+            "warm_batch": statistics.median(recent) if recent else float("nan")}
+
+
+def emu_section(args: argparse.Namespace) -> dict[str, dict[str, float]]:
+    root = Path(tempfile.mkdtemp(prefix="foglab-spark-migration-emu-"))
+    try:
+        return {way: emu_move(way, args, root) for way in ("export", "checkpoint")}
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--emu", action="store_true",
+                        help="move between two cloud VMs' containers (one emulated run per "
+                        "way), not between host processes")
+    parser.add_argument("--host", action="store_true",
+                        help="with --emu: also the moves between host processes, as baseline")
+    parser.add_argument("--emu-rate", type=float, default=2.0,
+                        help="--emu: readings/s per sensor")
+    parser.add_argument("--emu-sensors", type=int, default=8, help="--emu: sensors")
+    parser.add_argument("--emu-at", type=float, default=30.0,
+                        help="--emu: seconds into the run the move is due (it waits for the "
+                        "standby to be warm)")
     parser.add_argument("--rate", type=float, default=50.0, help="msg/s, the whole run")
     parser.add_argument("--sensors", type=int, default=40)
     parser.add_argument("--prime", type=float, default=120.0,
@@ -163,6 +266,28 @@ def main() -> None:
 
     load_before = os.getloadavg()
     signal.signal(signal.SIGTERM, lambda *_: (_ for _ in ()).throw(KeyboardInterrupt()))
+    host = host_section(args) if args.host or not args.emu else None
+    if not args.emu:
+        return
+    emu = emu_section(args)
+    print(f"[host] cpus={os.cpu_count()} load_1min start={load_before[0]:.1f} "
+          f"end={os.getloadavg()[0]:.1f} load_5min end={os.getloadavg()[1]:.1f}")
+    print(f"lost={sum(m['lost'] for m in emu.values())} "
+          f"duplicated={sum(m['duplicated'] for m in emu.values())}")
+    print(f"[baseline] warm_batch_s={emu['checkpoint']['warm_batch']:.2f} (median batch of the "
+          "emulated source, last 30 s before its move)" + (
+              "" if host is None else f" host_spark_downtime_s={host['export']:.2f} (export) "
+              f"host_spark_downtime_s={host['checkpoint']:.2f} (checkpoint, host processes)"))
+    print(f"spark_downtime_s={emu['export']['downtime']:.2f} (export, containers) "
+          f"spark_downtime_s={emu['checkpoint']['downtime']:.2f} (checkpoint, containers, "
+          "warm standby)")
+    print(f"ratio={emu['checkpoint']['downtime'] / TARGET_S:.3f}")
+
+
+def host_section(args: argparse.Namespace) -> dict[str, float]:
+    """The moves between job processes on this host: prints their figures, returns the
+    downtimes by way."""
+    load_before = os.getloadavg()
     with contextlib.ExitStack() as cleanup:
         root = Path(tempfile.mkdtemp(prefix="foglab-spark-migration-"))
         cleanup.callback(shutil.rmtree, root, ignore_errors=True)
@@ -202,10 +327,10 @@ def main() -> None:
                   if p["numInputRows"] and batch_end(p) > now - 30]
         warm_batch = statistics.median(recent) if recent else float("nan")
         first = move(source, by_export, "export")
-        print_move(first, "export", by_export)
+        print_move(first, "export", by_export.work)
         time.sleep(args.between)
         second = move(by_export, by_checkpoint, "checkpoint")
-        print_move(second, "checkpoint", by_checkpoint)
+        print_move(second, "checkpoint", by_checkpoint.work)
         time.sleep(args.after)
         stop.set()
         publisher.join(120)
@@ -219,11 +344,8 @@ def main() -> None:
         for job in jobs:
             job.stop()
         counts = sink_counts([root / "source" / "output", root / "export" / "output"])
-        per_message = sent.set_index(["sensor", "time"]).join(counts.rename("rows"))["rows"]
-        per_message = per_message.fillna(0)
-        fields = len(CITY.value_columns)
-        lost = int((per_message < fields).sum())
-        duplicated = int((per_message > fields).sum())
+        lost, duplicated = counted(sent.set_index(["sensor", "time"]).join(
+            counts.rename("rows"))["rows"])
         standby_s = [json.loads((job.work / "standby").read_text())["warmup_s"]
                      for job in (by_export, by_checkpoint)]
         print(f"[host] cpus={os.cpu_count()} load_1min start={load_before[0]:.1f} "
@@ -238,6 +360,7 @@ def main() -> None:
         print(f"spark_downtime_s={first.downtime:.2f} (export) "
               f"spark_downtime_s={second.downtime:.2f} (checkpoint, warm standby)")
         print(f"ratio={second.downtime / TARGET_S:.3f}")
+    return {"export": first.downtime, "checkpoint": second.downtime}
 
 
 if __name__ == "__main__":

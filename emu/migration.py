@@ -68,7 +68,8 @@ class MigrationError(RuntimeError):
 def migrate(control, operator: str, source: str, target: str,
             strategy: str = "pause_transfer", settings: Any = None, *, record_id: int = 0,
             timeout: float = 30.0, sync_timeout: float | None = None,
-            progress: Callable[[str], None] = lambda phase: None) -> MigrationRecord:
+            progress: Callable[[str], None] = lambda phase: None, engine: str = "python",
+            records: Callable[[str], Any] | None = None) -> MigrationRecord:
     """Move `operator`'s instance from agent `source` to agent `target`.
 
     `control`: a connected emu.control.Controller, or a broker's "host:port" (a controller
@@ -77,8 +78,16 @@ def migrate(control, operator: str, source: str, target: str,
     may take; `sync_timeout` how long a parallel migration may wait for synchronisation
     (default: `timeout` plus SYNC_WINDOWS of the operator's windows). `progress(phase)`
     hears each phase as it begins. A failed migration is a record with status `failed`;
-    a MigrationError only for a migration refused before anything happened.
+    a MigrationError only for a migration refused before anything happened. `engine`
+    "spark": the operator is a Spark query, moved between cloud VMs by
+    emu.spark_migration.migrate_query (`records(node)`: the node's records folder on the host).
     """
+    if engine == "spark":
+        from emu.spark_migration import migrate_query
+
+        return migrate_query(control, operator, source, target, strategy, settings,
+                             records=records, record_id=record_id, timeout=timeout,
+                             progress=progress)
     if strategy not in STRATEGIES:
         raise MigrationError(f"unknown strategy {strategy!r}; on emu: {', '.join(STRATEGIES)}")
     if source == target:

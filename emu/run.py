@@ -4,9 +4,11 @@ One run: plan the cluster from the topology with each agent's drivers and operat
 (`emu.deployment`), bring it up, wait until every agent has registered in ZooKeeper, then
 start every driver at one common epoch (a `set run.epoch` request to all agents, so no device
 speaks before every sink listens), run for the experiment's duration while sampling CPU and
-memory (cgroups) and link counters (relays), wait `run.drain` for messages in flight, stop the
-agents with SIGTERM (they flush their records), read the records back (`emu.tables`) and take
-the cluster down. Whatever fails, the cluster is removed.
+memory (cgroups), link counters (relays) and what could distort the figures (the host's CPU
+pressure, the relays' timer lag, CPU throttling: emu.fidelity, judged in `facts.fidelity`),
+wait `run.drain` for messages in flight, stop the agents with SIGTERM (they flush their
+records), read the records back (`emu.tables`) and take the cluster down. Whatever fails, the
+cluster is removed.
 
 Faults. A run keeps what it measured through a node that dies: the containers' states (one
 engine call a second, `Health`) tell which agents are dead; a command stops waiting for them
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from emu.agent.config import AgentConfig
 from emu.deployment import agent_configs
+from emu.fidelity import assess
 from emu.live import next_epoch, wait_agents_registered
 from emu.metrics import NodeSampler
 from emu.tables import run_messages, windows_table
@@ -286,11 +289,12 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         if len(started.replies) == 0:
             raise EmuError(f"starting the drivers failed on every node: {started.summary()}")
         stage("running")
-        mover = _Migrations(control, scenario, configs or {}, epoch, seed)
+        mover = _Migrations(control, scenario, configs or {}, epoch, seed,
+                            cluster.records_dir)
         mover.start()
         coupled = during(control, epoch) if during is not None else None
         try:
-            tables = _measure(cluster, status, run, epoch, progress, health)
+            tables, fidelity = _measure(cluster, status, run, epoch, progress, health)
         finally:
             if coupled is not None:
                 coupled.finish()
@@ -308,7 +312,7 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         control.close()
     stage(f"draining for {run.drain:g} s")
     time.sleep(run.drain)
-    caught_up = _drain_spark_jobs(cluster, epoch + run.duration, set(failed))
+    caught_up = _drain_spark_jobs(cluster, epoch + run.duration, set(failed), moved)
     _stop_agents(cluster.client.api, {a: status[a].container for a in agents}, failed)
 
     stage("reading the records")
@@ -323,7 +327,8 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
                                     moves, handovers)
     facts = {**cluster.facts, "messages": counts, "epoch": epoch,
              "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up,
-             "outages": health.facts(), "controller_reconnects": reconnects}
+             "outages": health.facts(), "controller_reconnects": reconnects,
+             "fidelity": assess(tables["nodes"], run.sample, fidelity)}
     windows = windows_table(cluster.records_root, epoch, run.duration)
     if moved:
         _measure_outputs(moved, windows, configs or {}, epoch)
@@ -378,7 +383,7 @@ class _Migrations:
     while the run measures; `finish` waits for one under way and gives the table's columns."""
 
     def __init__(self, control, scenario, configs: dict[str, AgentConfig], epoch: float,
-                 seed: int = 0):
+                 seed: int = 0, records_dir: Callable[[str], Path] | None = None):
         from workloads.migration.schedule import migration_starts
 
         self.control = control
@@ -389,6 +394,10 @@ class _Migrations:
                             key=lambda timed: timed[0])
         self.settings = getattr(scenario, "migration", None)
         self.configs = configs
+        # A Spark query moves by emu.spark_migration, copying between nodes' records folders.
+        self.spark = {op.name for config in configs.values() for op in config.operators
+                      if op.engine == "spark"}
+        self.records_dir = records_dir
         self.epoch = epoch
         self.records: list = []
         self._stop = threading.Event()
@@ -411,6 +420,7 @@ class _Migrations:
         from emu.migration import MigrationRecord, migrate
 
         where: dict[str, str] = {}  # operator -> its node now
+        self._ask_standbys()
         for number, (at, plan) in enumerate(self.plans):
             if self._stop.wait(max(0.0, self.epoch + at - time.time())):
                 return
@@ -418,7 +428,8 @@ class _Migrations:
             try:
                 source = plan.source or where.get(plan.operator) or self._source(plan.operator)
                 record = migrate(self.control, plan.operator, source, plan.target, strategy,
-                                 self.settings, record_id=number)
+                                 self.settings, record_id=number, records=self.records_dir,
+                                 engine="spark" if plan.operator in self.spark else "python")
             except Exception as error:  # noqa: BLE001 - recorded, the run goes on
                 record = MigrationRecord(number, plan.operator, strategy, plan.source or "",
                                          plan.target, time.time(), time.time(),
@@ -426,6 +437,19 @@ class _Migrations:
             if record.status == "done":
                 where[plan.operator] = plan.target
             self.records.append(record)
+
+    def _ask_standbys(self) -> None:
+        """The targets of Spark queries start their standbys at once, to be warm (a minute
+        or more) by the move; a move asks again, and records what fails."""
+        from emu.spark_migration import request_standby
+
+        for _, plan in self.plans:
+            if plan.operator in self.spark:
+                try:
+                    request_standby(self.control, plan.operator,
+                                    plan.source or self._source(plan.operator), plan.target)
+                except Exception:  # noqa: BLE001, S112 - the move itself says what failed
+                    continue
 
     def finish(self) -> list:
         """Wait for a migration under way; the records of all (emu.migration)."""
@@ -447,9 +471,12 @@ def _settle(result, step: str, failed: dict[str, str]) -> None:
 
 
 def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
-             health: Health) -> dict[str, dict]:
-    """Sample nodes and links until the run's end: the `nodes` and `links` columns."""
+             health: Health) -> tuple[dict[str, dict], dict]:
+    """Sample nodes and links until the run's end: the `nodes` and `links` columns, and the
+    fidelity sampler's facts (what it could measure on this host: emu.fidelity)."""
     sampler = NodeSampler.of_cluster(cluster.plan, status, epoch)
+    relays = getattr(cluster.links, "relays", None)  # a RelaySet; netem runs no relay
+    fidelity = sampler.watch(lag=relays.lag if relays is not None else None)
     links = {k: [] for k in ("t", "link", "src", "dst", "bytes", "utilisation", "latency")}
     counters = cluster.links.counters()
     end = epoch + run.duration
@@ -462,7 +489,7 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
         counters = fresh
         health.poll()
         progress(min(now - epoch, run.duration))
-    return {"nodes": sampler.rows, "links": links}
+    return {"nodes": sampler.rows, "links": links}, fidelity.facts()
 
 
 def _wait_spark_jobs(cluster) -> None:
@@ -487,20 +514,26 @@ def _spark_jobs(cluster) -> list[tuple[str, str]]:
             if op.engine == "spark"]
 
 
-def _drain_spark_jobs(cluster, end: float, dead: set[str]) -> dict[str, float | None]:
+def _drain_spark_jobs(cluster, end: float, dead: set[str],
+                      moved: list = ()) -> dict[str, float | None]:
     """Wait until each Spark operator's source has handed Spark every message that reached
     its node (its micro-batches' `read` offset); per operator, the seconds after the run's
     end that took, or None if it did not catch up within SPARK_DRAIN_TIMEOUT_S or its node
     is dead. The messages table measures delivery to the node; this measures Spark's lag
-    behind it."""
-    pending = dict.fromkeys(job for job in _spark_jobs(cluster) if job[0] not in dead)
-    caught_up: dict[str, float | None] = {f"{n}/{o}": None for n, o in _spark_jobs(cluster)}
+    behind it. A query `moved` (emu.spark_migration) is followed: its last job's offset
+    counts the messages of every node it read on (its journal went with it)."""
+    from emu.spark_migration import places
+
+    where = places(list(moved))
+    chains = {(n, o): where.get(o, [(n, o)]) for n, o in _spark_jobs(cluster)}
+    pending = {job: chain for job, chain in chains.items() if chain[-1][0] not in dead}
+    caught_up: dict[str, float | None] = {f"{n}/{o}": None for n, o in chains}
     deadline = time.monotonic() + SPARK_DRAIN_TIMEOUT_S
     while pending and time.monotonic() < deadline:
-        for node, operator in list(pending):
-            records = cluster.records_dir(node)
-            if _last_read(records / operator / "progress.jsonl") >= _distinct_ids(
-                    records / "received.csv"):
+        for (node, operator), chain in list(pending.items()):
+            last, work = chain[-1]
+            if _last_read(cluster.records_dir(last) / work / "progress.jsonl") >= _distinct_ids(
+                    *{cluster.records_dir(n) / "received.csv" for n, _ in chain}):
                 caught_up[f"{node}/{operator}"] = round(time.time() - end, 2)
                 del pending[node, operator]
         time.sleep(0.5)
@@ -513,16 +546,18 @@ def _last_read(path: Path) -> int:
     return max((r for r in reads if r is not None), default=0)
 
 
-def _distinct_ids(path: Path) -> int:
-    """Distinct message ids (the first column) of a CSV with a header (the agent flushes it
+def _distinct_ids(*paths: Path) -> int:
+    """Distinct message ids (the first column) of CSVs with a header (the agent flushes them
     every second). Distinct: QoS 1 is at least once, and the node's session and the Spark
     source's each get their own copies again after a reconnection (the source's journal
     drops most of its own), so rows would count copies Spark never reads."""
-    if not path.exists():
-        return 0
-    with path.open("rb") as rows:
-        next(rows, None)
-        return len({row.split(b",", 1)[0] for row in rows if row.strip()})
+    ids: set[bytes] = set()
+    for path in paths:
+        if path.exists():
+            with path.open("rb") as rows:
+                next(rows, None)
+                ids.update(row.split(b",", 1)[0] for row in rows if row.strip())
+    return len(ids)
 
 
 def _stop_agents(api, containers: dict[str, str], failed: dict[str, str]) -> None:

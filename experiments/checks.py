@@ -153,6 +153,9 @@ def _check_migrations(spec: ExperimentSpec, topology: Topology) -> None:
                 raise SpecError(path + ("from",), plan.source,
                                 f"a node {op.name} runs on ({', '.join(placed)})")
         strategy = plan.strategy or settings.strategy
+        if op.engine == "spark":
+            _check_spark_move(topology, path, op.name, plan.target, strategy, settings.spark)
+            continue
         if strategy == "pause_drain" and op.stateful:
             raise SpecError(path + ("strategy",), strategy,
                             f"pause_transfer or parallel: {op.name} keeps window state, which "
@@ -161,6 +164,19 @@ def _check_migrations(spec: ExperimentSpec, topology: Topology) -> None:
             raise SpecError(path + ("strategy",), strategy,
                             f"pause_drain: {op.name} has no window state to transfer or "
                             "synchronise")
+
+
+def _check_spark_move(topology: Topology, path: tuple, operator: str, target: str,
+                      strategy: str, way: str) -> None:
+    """A Spark query moves with its per-sensor state (emu.spark_migration; on sim, a pause
+    and the target's start-up), from cloud VM to cloud VM."""
+    if strategy != "pause_transfer":
+        raise SpecError(path + ("strategy",), strategy,
+                        f"pause_transfer: {operator} is a Spark query, whose per-sensor state "
+                        f"moves with it (by {way}: scenario.migration.spark)")
+    if topology.nodes[target].kind != "cloud_vm":
+        raise SpecError(path + ("to",), target, f"a cloud VM: {operator} is a Spark query, "
+                        f"and Spark runs on cloud VMs, not on a {topology.nodes[target].kind}")
 
 
 def _check_mobility(spec: ExperimentSpec, topology: Topology) -> None:

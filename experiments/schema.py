@@ -17,6 +17,11 @@ TABLES: dict[str, pa.Schema] = {
     "nodes": pa.schema([
         ("t", pa.float64()), ("node", _name), ("cpu", pa.float64()), ("memory", pa.float64()),
         ("queue", pa.int64()), ("up", pa.bool_()),
+        # What could distort an emulated run (emu.fidelity): the host's CPU pressure and the
+        # link relays' timer lag (s) in the interval, and the node's throttled share of its
+        # CPU periods. Null where not measured: on sim (a model has no host), without relays.
+        ("host_pressure", pa.float64()), ("relay_lag", pa.float64()),
+        ("throttled", pa.float64()),
     ]),
     "links": pa.schema([
         ("t", pa.float64()), ("link", _name), ("src", _name), ("dst", _name),
@@ -29,6 +34,8 @@ TABLES: dict[str, pa.Schema] = {
         ("chunks", pa.int64()),
         ("held", pa.int64()), ("duplicates", pa.int64()), ("lost", pa.int64()),
         ("reordered", pa.int64()), ("synchronised", _name),
+        # How a Spark query's state moved (emu.spark_migration): checkpoint or export.
+        ("spark_way", _name),
     ]),
     "windows": pa.schema([
         ("t", pa.float64()), ("operator", _name), ("node", _name), ("window", pa.int64()),
@@ -45,6 +52,12 @@ TABLES: dict[str, pa.Schema] = {
         ("t", pa.float64()), ("device", _name), ("source", _name), ("target", _name),
         ("ok", pa.bool_()), ("error", pa.string()), ("duration", pa.float64()),
     ]),
+}
+
+
+# Columns a backend may leave out: what only some backends measure. Left out, they are null.
+MEASURED_BY_SOME: dict[str, tuple[str, ...]] = {
+    "nodes": ("host_pressure", "relay_lag", "throttled"),
 }
 
 
@@ -69,11 +82,16 @@ def empty(name: str) -> pa.Table:
 def to_table(name: str, columns: dict) -> pa.Table:
     """Columns from a backend as a table of the named schema; a missing column is an error."""
     schema = TABLES[name]
-    missing = [f.name for f in schema if f.name not in columns]
+    optional = MEASURED_BY_SOME.get(name, ())
+    missing = [f.name for f in schema if f.name not in columns and f.name not in optional]
     if missing:
         raise ValueError(f"the backend's {name} table lacks columns {missing}")
+    rows = len(next(iter(columns.values()), []))
     arrays = []
     for column in schema:
+        if column.name not in columns:
+            arrays.append(pa.nulls(rows, column.type))
+            continue
         values = columns[column.name]
         if pa.types.is_dictionary(column.type):
             arrays.append(pa.array(np.asarray(values, dtype=object), type=pa.string())
@@ -150,6 +168,12 @@ def _nodes(name: str, table: pa.Table) -> None:
           pc.and_(down, pc.not_equal(table.column("cpu"), 0.0)))
     for column in ("cpu", "memory", "queue"):
         _fail(name, table, f"{column} is >= 0", pc.less(table.column(column), -SHARE_TOLERANCE))
+    for column in ("host_pressure", "throttled"):
+        value = table.column(column)
+        _fail(name, table, f"{column} is a share, 0 to 1, or null",
+              pc.or_(pc.less(value, -SHARE_TOLERANCE), pc.greater(value, 1 + SHARE_TOLERANCE)))
+    _fail(name, table, "relay_lag is >= 0 or null",
+          pc.less(table.column("relay_lag"), -SHARE_TOLERANCE))
 
 
 def _links(name: str, table: pa.Table) -> None:

@@ -76,7 +76,7 @@ class Agent:
         self.drivers = Drivers(config.drivers, self.node, config.index, config.seed, self.epoch,
                                at, clock, self._from_driver, self.records.sent)
         self.operators: dict[str, Operator] = {}
-        self.spark_jobs: dict[str, SparkJob] = {}
+        self.spark_jobs: dict[str, SparkJob] = {}  # by work directory (emu.agent.spark)
         for operator_config in config.operators:
             if operator_config.engine == "spark":
                 from emu.agent.spark import SparkJob  # subprocess: only nodes running Spark
@@ -108,7 +108,12 @@ class Agent:
         self.sessions: dict[str, InputSession] = {
             name: InputSession(self, op) for name, op in self.operators.items()
             if op.config.session}
-        self.migrations = Migrations(self)
+        if config.kind == "cloud_vm":
+            from emu.agent.spark import SparkMigrations  # Spark queries move between cloud VMs
+
+            self.migrations: Migrations = SparkMigrations(self)
+        else:
+            self.migrations = Migrations(self)
         self.description = self._describe()
         self.management = Management(self)
         self.client = new_client(f"foglab-agent-{self.node}", persistent=True)

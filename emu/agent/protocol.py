@@ -20,6 +20,9 @@ COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping",
             # the steps of an operator's migration (emu.agent.migration)
             "migrate.prepare", "migrate.pause", "migrate.resume", "migrate.rollback",
             "migrate.release", "migrate.divert", "migrate.sync",
+            # a Spark query's move between cloud VMs (emu.agent.spark)
+            "migrate.spark.status", "migrate.spark.standby", "migrate.spark.release",
+            "migrate.spark.rollback",
             # a moving device (emu.agent.drivers): its access link, its handover
             "device.link", "device.leave", "device.join")
 SETTINGS = ("publish.rate", "run.epoch")
