@@ -20,8 +20,8 @@ and on the nodes' records folders (mounted on the host at `records(node)`) where
 1. `prepare`: the source's job, its broker session and the operator's config
    (`migrate.spark.status`);
 2. `standby`: the target starts a standby job for that config and session
-   (`migrate.spark.standby`; `request_standby` asks ahead, so it is warm by the move), and the
-   host waits for its `standby` file (Spark up, the app run once);
+   (`migrate.spark.standby`; a run asks before its epoch, `standbys_ahead`, so that it is warm
+   by the move), and the host waits for its `standby` file (Spark up, the app run once);
 3. `pause`: the host writes the source's stop request and waits for its `stopped.json`;
 4. `handover`: the host copies journal, record and checkpoint or state from the source's work
    directory into the target's (`workloads.spark.migration.hand_over`). Between real VMs this is
@@ -67,7 +67,8 @@ from workloads.migration.record import MigrationRecord
 STRATEGY = "pause_transfer"
 # A standby's JVM and warm-up, minutes on a busy two-core host.
 STANDBY_WAIT_S = 900.0
-STOP_WAIT_S = 120.0
+# A batch boundary, or, right after a rollback, the restarted source's cold start.
+STOP_WAIT_S = 300.0
 FIRST_BATCH_WAIT_S = 300.0
 # How often a wait asks the agent whether the job it waits for is still alive, and how long
 # an agent may take to answer that (or a target's abort) before it counts as gone.
@@ -136,6 +137,30 @@ def request_standby(control, operator: str, source: str, target: str,
         "operator": operator, "config": status["config"], "client_id": job["client_id"]},
         timeout)
     return started["work"]
+
+
+def standbys_ahead(control, plans: list, configs: dict, records_dir: Callable[[str], Path],
+                   timeout: float = 30.0) -> list[Path]:
+    """Before a run's epoch: the target of each scheduled move of a Spark query (`plans`:
+    workloads.scenario.ScheduledMigration) starts its standby, to be warm by the move;
+    `configs` are the agents' (emu.agent.config.AgentConfig by node). The files that appear
+    once each is warm. A standby that cannot start is the move's to ask for again and
+    record."""
+    from workloads.spark.job import STANDBY
+
+    warm = []
+    for plan in plans:
+        nodes = [node for node, config in configs.items() for op in config.operators
+                 if op.name == plan.operator and op.engine == "spark"]
+        source = plan.source or (nodes[0] if len(nodes) == 1 else None)
+        if source is None or source == plan.target:
+            continue
+        try:
+            work = request_standby(control, plan.operator, source, plan.target, timeout)
+        except _Failed:
+            continue
+        warm.append(Path(records_dir(plan.target)) / work / STANDBY)
+    return warm
 
 
 def places(records: list[MigrationRecord]) -> dict[str, list[tuple[str, str]]]:
@@ -319,7 +344,7 @@ class _QueryMove:
     def _roll_back(self, stopping: bool) -> None:
         """The target drops its standby and the handover; the source, if it was told to stop,
         starts its job again on its own checkpoint, journal and session."""
-        from workloads.spark.job import HANDOVER
+        from workloads.spark.job import HANDOVER, PAUSED, STOP_REQUEST, STOPPED
 
         record = self.record
         self._phase("rolling back")
@@ -336,8 +361,11 @@ class _QueryMove:
                               ignore_errors=True)
         if stopping:
             try:
+                # The old stop request and records go before the job starts again: a later
+                # move's stop request must not be taken for this one's, nor this one's for it.
                 self._step(record.source, "migrate.spark.rollback",
-                           {"work": record.source_work}, timeout=ROLLBACK_WAIT_S)
+                           {"work": record.source_work,
+                            "clear": [STOP_REQUEST, PAUSED, STOPPED]}, timeout=ROLLBACK_WAIT_S)
             except _Failed as failure:
                 notes.append(str(failure))
         if notes:

@@ -22,8 +22,9 @@ job hands over) takes these migration steps, requests answered as the other step
   operator's query; to the source, its job (stopped for the move) no longer does; with `abort`,
   the target stops its standby.
 - `migrate.spark.rollback` (source): starts its stopped job again in its work directory, once
-  the old process has exited: it continues on its checkpoint, journal and broker session, which
-  held the input meanwhile. Answered once the job is started (its query then takes a cold
+  the old process has exited and the move's files the host names (`clear`: its stop request and
+  records) are gone: it continues on its checkpoint, journal and broker session, which held the
+  input meanwhile. Answered once the job is started (its query then takes a cold
   start: the held input waits that long, and none is lost).
 
 The host writes the stop request into the source's work directory and copies the handover into
@@ -234,6 +235,11 @@ class SparkMigrations(Migrations):
     def _spark_rollback(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
         job = self._job(args, active=True)
         agent = self.agent
+        clear = args.get("clear", [])
+        if not isinstance(clear, list) or not all(
+                isinstance(name, str) and name and Path(name).name == name and name != ".."
+                for name in clear):
+            raise ValueError(f"'clear' names files of the job's work directory, not {clear!r}")
 
         def restart() -> None:
             # Off the scheduler thread: the stopped job may take seconds to leave.
@@ -244,6 +250,8 @@ class SparkMigrations(Migrations):
                     except subprocess.TimeoutExpired:
                         job.process.kill()
                         job.process.wait()
+                for name in clear:
+                    (job.work / name).unlink(missing_ok=True)
                 job.standby = False
                 job.start()
             except Exception as error:  # noqa: BLE001 - answered, never kills the agent

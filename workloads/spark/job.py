@@ -398,8 +398,10 @@ def finish_move(spark: SparkSession, args: argparse.Namespace) -> dict:
 def main(argv: Sequence[str] | None = None) -> int:
     args = parse_args(argv)
     args.work.mkdir(parents=True, exist_ok=True)
-    for name in (STOP_REQUEST, PAUSED, STOPPED, STANDBY, RESUMED):
-        (args.work / name).unlink(missing_ok=True)  # left by an earlier job in this directory
+    # Left by an earlier job in this directory. Not a stop request: one written while this job
+    # starts (a move right after a rollback) stops it at its first batch boundary.
+    for name in (PAUSED, STOPPED, STANDBY, RESUMED):
+        (args.work / name).unlink(missing_ok=True)
     shutil.rmtree(args.work / STATE, ignore_errors=True)
     if not args.standby:
         resume(args)
