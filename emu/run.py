@@ -273,15 +273,17 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
                                check=lambda: _agents_alive(cluster, agents))
     except TimeoutError as error:
         raise EmuError(f"agents did not register: {error}") from None
-    if _spark_jobs(cluster):
-        stage("Spark queries starting")
-    _wait_spark_jobs(cluster)
     brokers = sorted(set(cluster.plan.brokers.values()))
     # One id for the run: a reconnection resumes the session, with its queued replies.
     control = Controller(f"{status[brokers[0]].ip}:1883",
                          client_id=f"foglab-controller-{cluster.name}").connect()
     failed = health.failed
     try:
+        # The targets of the Spark queries' scheduled moves warm their standbys meanwhile.
+        standbys = _spark_standbys(control, scenario, configs or {}, cluster.records_dir)
+        if _spark_jobs(cluster) or standbys:
+            stage("Spark queries starting")
+        _wait_spark_jobs(cluster, standbys)
         epoch = health.epoch = next_epoch()
         started = control.send(agents, "set", {"key": "run.epoch", "value": epoch},
                                timeout=COMMAND_TIMEOUT_S, broadcast=True, gone=health.dead)
@@ -420,9 +422,11 @@ class _Migrations:
         from emu.migration import MigrationRecord, migrate
 
         where: dict[str, str] = {}  # operator -> its node now
-        self._ask_standbys()
         for number, (at, plan) in enumerate(self.plans):
-            if self._stop.wait(max(0.0, self.epoch + at - time.time())):
+            # One due already (the one before ran late: a Spark query's move takes minutes on
+            # a busy host) runs even once the run's time is up; a later one does not.
+            due = self.epoch + at
+            if time.time() < due and self._stop.wait(due - time.time()):
                 return
             strategy = plan.strategy or getattr(self.settings, "strategy", "pause_transfer")
             try:
@@ -437,19 +441,6 @@ class _Migrations:
             if record.status == "done":
                 where[plan.operator] = plan.target
             self.records.append(record)
-
-    def _ask_standbys(self) -> None:
-        """The targets of Spark queries start their standbys at once, to be warm (a minute
-        or more) by the move; a move asks again, and records what fails."""
-        from emu.spark_migration import request_standby
-
-        for _, plan in self.plans:
-            if plan.operator in self.spark:
-                try:
-                    request_standby(self.control, plan.operator,
-                                    plan.source or self._source(plan.operator), plan.target)
-                except Exception:  # noqa: BLE001, S112 - the move itself says what failed
-                    continue
 
     def finish(self) -> list:
         """Wait for a migration under way; the records of all (emu.migration)."""
@@ -492,14 +483,33 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
     return {"nodes": sampler.rows, "links": links}, fidelity.facts()
 
 
-def _wait_spark_jobs(cluster) -> None:
-    """Wait until each Spark operator's query runs (its job touches `started`)."""
+def _spark_standbys(control, scenario, configs: dict[str, AgentConfig],
+                    records_dir: Callable[[str], Path]) -> list[Path]:
+    """Ask the targets of the Spark queries' scheduled moves for their standbys (a minute or
+    more to warm: from before the epoch, a move finds its standby warm); the files that say
+    each is warm (emu.spark_migration.standbys_ahead)."""
+    plans = list(getattr(scenario, "migrations", None) or [])
+    spark = {op.name for config in configs.values() for op in config.operators
+             if op.engine == "spark"}
+    if not any(plan.operator in spark for plan in plans):
+        return []
+    from emu.spark_migration import standbys_ahead
+
+    return standbys_ahead(control, plans, configs, records_dir)
+
+
+def _wait_spark_jobs(cluster, standbys: list[Path] = ()) -> None:
+    """Wait until each Spark operator's query runs (its job touches `started`), and until the
+    `standbys` are warm: one that is not by the deadline is left to its move (which waits for
+    it, or fails and rolls back)."""
     jobs = [cluster.records_dir(node) / operator / "started"
             for node, operator in _spark_jobs(cluster)]
     deadline = time.monotonic() + SPARK_START_TIMEOUT_S
-    while not all(path.exists() for path in jobs):
+    while not all(path.exists() for path in [*jobs, *standbys]):
         if time.monotonic() > deadline:
             late = [p for p in jobs if not p.exists()]
+            if not late:
+                return
             log = late[0].parent / "job.log"
             tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
             raise EmuError("Spark operators " + ", ".join(
