@@ -193,6 +193,7 @@ class Cluster:
                                    (a.node for a in self.plan.agents())})
             self._wait_ready()
             self._restore_cpu_shares()
+            self._check_agents_run()
         except BaseException:
             self._abort()
             raise
@@ -342,17 +343,48 @@ class Cluster:
             assert self.zygote is not None
             self.zygote.start_agent(self._pid(plan.node), environment, plan.node)
         elif plan.role == "agent":
-            api.update_container(container, cpu_shares=STARTING_CPU_SHARES)
+            self._set_shares(plan, STARTING_CPU_SHARES)
         return container
+
+    def _set_shares(self, plan: ContainerPlan, shares: int) -> None:
+        """Set an agent container's CPU share. A process that could not start behind an init
+        (a cloud VM's) ends after `start` returned: name it and its command, not the engine's
+        refusal to update a stopped container."""
+        from docker.errors import APIError
+
+        assert self._made is not None
+        container = self._made.ids[plan.node]
+        try:
+            self.client.api.update_container(container, cpu_shares=shares)
+        except APIError as error:
+            if self.client.api.inspect_container(container)["State"].get("Running"):
+                raise
+            self._ended(plan, error)
 
     def _restore_cpu_shares(self) -> None:
         assert self._made is not None
-        agents = [self._made.ids[a.node] for a in self.plan.agents() if not self._forked(a)]
+        agents = [a for a in self.plan.agents() if not self._forked(a)]
         if not agents:
             return
         with ThreadPoolExecutor(min(self.workers, len(agents))) as pool:
-            list(pool.map(lambda container: self.client.api.update_container(
-                container, cpu_shares=DEFAULT_CPU_SHARES), agents))
+            list(pool.map(lambda agent: self._set_shares(agent, DEFAULT_CPU_SHARES), agents))
+
+    def _check_agents_run(self) -> None:
+        """Fail naming the first agent container that is no longer running (a process that
+        could not start behind an init ends after `start` returned)."""
+        states = {s.node: s for s in self.status()}
+        for agent in self.plan.agents():
+            if states[agent.node].state != "running":
+                self._ended(agent)
+
+    def _ended(self, plan: ContainerPlan, error: Exception | None = None) -> None:
+        assert self._made is not None
+        state = self.client.api.inspect_container(self._made.ids[plan.node])["State"]
+        command = self.agent_command or plan.command
+        raise ClusterError(
+            f"{plan.role} {plan.node} of cluster {self.name} ended as it started (exit code "
+            f"{state.get('ExitCode')}, command {' '.join(command)!r}); its log ends:\n"
+            + self._log_tail(plan.node)) from error
 
     def _pid(self, node: str) -> int:
         assert self._made is not None

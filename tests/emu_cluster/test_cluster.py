@@ -230,6 +230,21 @@ def test_a_container_that_cannot_start_removes_everything(client) -> None:
     assert failing.links is not None and not failing.links.relays.running
 
 
+def test_a_cloud_vm_agent_that_cannot_start_behind_its_init_is_named(client) -> None:
+    # A cloud VM's agent runs behind an init: `start` succeeds and the process ends after it.
+    only_vm = expand(TopologySpec.model_validate({
+        "name": "vm-only", "sites": [{"name": "cloud"}],
+        "nodes": [{"name": "broker", "kind": "broker", "site": "cloud", "profile": "vm.small"},
+                  {"name": "vm", "kind": "cloud_vm", "site": "cloud", "profile": "vm.small"}],
+        "links": [{"from": "vm", "to": "broker", "latency": "1ms"}]}))
+    plan = new_plan(only_vm)
+    failing = Cluster(plan, client, agent_command=["/no/such/agent"])
+    with pytest.raises(ClusterError, match=r"agent vm of cluster .* ended as it started.*"
+                                           r"/no/such/agent"):
+        failing.up()
+    assert leftovers(client, plan.cluster) == ([], [])
+
+
 def test_an_interrupted_up_removes_everything(client) -> None:
     plan = new_plan()
     seen = []
