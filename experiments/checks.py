@@ -5,6 +5,7 @@ from __future__ import annotations
 from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
+from workloads.faults import resolve as resolve_faults
 from workloads.pipeline import KIND_WORDS, topic_filter
 from workloads.topics import matches, valid_filter
 
@@ -21,6 +22,11 @@ def check(spec: ExperimentSpec) -> Topology:
     _check_pipeline(spec, topology)
     _check_migrations(spec, topology)
     _check_mobility(spec, topology)
+    resolve_faults(spec.scenario.faults, topology, spec.run.duration)
+    if spec.scenario.faults and spec.run.backend != "sim":
+        raise SpecError(("scenario", "faults"), f"{len(spec.scenario.faults)} faults",
+                        f"no scenario.faults on {spec.run.backend}: faults are not yet injected "
+                        f"on emu (run them on sim)")
     if spec.run.backend == "emu":
         _check_emulation(spec, topology)
     if spec.run.backend == "hybrid":

@@ -52,6 +52,12 @@ TABLES: dict[str, pa.Schema] = {
         ("t", pa.float64()), ("device", _name), ("source", _name), ("target", _name),
         ("ok", pa.bool_()), ("error", pa.string()), ("duration", pa.float64()),
     ]),
+    # A fault injected on the scenario's schedule (workloads.faults): its kind, its target as
+    # written, when it began and was healed (null: for good), its parameters as JSON.
+    "faults": pa.schema([
+        ("kind", _name), ("target", pa.string()), ("t_start", pa.float64()),
+        ("t_end", pa.float64()), ("params", pa.string()),
+    ]),
 }
 
 
@@ -182,4 +188,10 @@ def _links(name: str, table: pa.Table) -> None:
         _fail(name, table, f"{column} is >= 0", pc.less(table.column(column), -SHARE_TOLERANCE))
 
 
-_CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links}
+def _faults(name: str, table: pa.Table) -> None:
+    _required(name, table, ["kind", "target", "t_start", "params"])
+    _fail(name, table, "t_end is null (for good) or after t_start",
+          pc.less_equal(table.column("t_end"), table.column("t_start")))
+
+
+_CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links, "faults": _faults}

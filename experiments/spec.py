@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
+from workloads.faults import FaultSpec
 from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
@@ -48,7 +49,8 @@ class RunSpec(BaseModel):
 
 
 class ScenarioSpec(BaseModel):
-    """What happens over time: operator migrations, scheduled or (with mobility) decided."""
+    """What happens over time: operator migrations, scheduled or (with mobility) decided,
+    and faults injected on a schedule (workloads.faults)."""
 
     model_config = ConfigDict(extra="forbid")
 
@@ -56,6 +58,13 @@ class ScenarioSpec(BaseModel):
     migrations: list[ScheduledMigration] = Field(default_factory=list)
     mobility: MobilitySpec | None = None
     policy: PolicySpec | None = None
+    load: list[str] = Field(
+        default_factory=list,
+        description="devices (topology names or patterns, e.g. sensor-*) that hybrid runs as "
+        "simulated load: a generator on the host publishes their readings into their gateways "
+        "on sim's schedule instead of emulating them (experiments.hybrid.load); sim and emu "
+        "run them as ordinary devices")
+    faults: list[FaultSpec] = Field(default_factory=list)
 
 
 class ExperimentSpec(BaseModel):
