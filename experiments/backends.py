@@ -48,7 +48,8 @@ def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
                   sample=run.sample, drain=run.drain, driver_cost=run.driver_cost,
                   calibration=load(run.calibration).calibration if run.calibration else None,
                   migration=scenario.migration, migrations=scenario.migrations,
-                  mobility=scenario.mobility, policy=scenario.policy)
+                  mobility=scenario.mobility, policy=scenario.policy,
+                  faults=scenario.faults)
     values.update(changes)
     return Settings(**values)
 

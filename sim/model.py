@@ -13,6 +13,7 @@ from sim import assembly
 from sim.assembly import HOSTS, ModelError
 from sim.clock import Environment, collector_paused
 from sim.costs import Costs
+from sim.faults import FaultSchedule
 from sim.message import Message
 from sim.migration import Coordinator
 from sim.mobile import Mobility
@@ -49,6 +50,7 @@ class Settings:
     migrations: list[ScheduledMigration] = field(default_factory=list)
     mobility: MobilitySpec | None = None
     policy: PolicySpec | None = None
+    faults: list = field(default_factory=list)  # scenario.faults (workloads.faults)
 
 
 @dataclass
@@ -112,7 +114,8 @@ class Model:
             self._follow(pipeline)
         # Migrations move instances while the model runs, which could break the conditions
         # under which a direct hand-over is exact: only static pipelines use it.
-        if settings.direct_handover and not (settings.migrations or self.mobility):
+        if settings.direct_handover and not (settings.migrations or self.mobility
+                                             or settings.faults):
             self._hand_over_directly()
         for plan, start in migration_starts(settings.migrations, self.window_size, seed):
             self.coordinator.schedule(plan, start)
@@ -120,6 +123,7 @@ class Model:
         self.sampler = Sampler(self.env, topology, list(self.cpus.values()),
                                list(self.network.channels.values()), settings.sample,
                                settings.duration, mean_size)
+        self.faults = FaultSchedule(self, settings.faults) if settings.faults else None
 
     # -- composing ------------------------------------------------------------------------
 
@@ -311,14 +315,17 @@ class Model:
                 progress(t)
         self.env.run(until=settings.duration + settings.drain)
         self.coordinator.finish(self.window_size)
+        tables = {"messages": self.log.columns(self.stream_names, self.node_names),
+                  "nodes": self.sampler.nodes_log.columns(),
+                  "links": self.sampler.links_log.columns(),
+                  "migrations": migration_columns(self.coordinator.records),
+                  "windows": self.coordinator.forwarded.columns(),
+                  "positions": (self.mobility.positions if self.mobility
+                                else SeriesLog("t", "device", "x", "y", "gateway")).columns()}
+        if self.faults is not None:
+            self.faults.finish(tables)
         return SimResult(
-            tables={"messages": self.log.columns(self.stream_names, self.node_names),
-                    "nodes": self.sampler.nodes_log.columns(),
-                    "links": self.sampler.links_log.columns(),
-                    "migrations": migration_columns(self.coordinator.records),
-                    "windows": self.coordinator.forwarded.columns(),
-                    "positions": (self.mobility.positions if self.mobility
-                                  else SeriesLog("t", "device", "x", "y", "gateway")).columns()},
+            tables=tables,
             facts={"emitted": sum(s.emitted for s in self.sources),
                    "handovers": self.mobility.handovers if self.mobility else 0,
                    "end": self.env.now, "brokers": {b.name: b.received
