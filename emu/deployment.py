@@ -80,28 +80,38 @@ def device_hosts(topology: Topology) -> dict[str, str]:
     return hosts
 
 
-def _drivers(topology: Topology, workload: WorkloadSpec) -> dict[str, list[DriverConfig]]:
+def _drivers(topology: Topology, workload: WorkloadSpec,
+             load: Collection[str] = ()) -> dict[str, list[DriverConfig]]:
     """Per gateway (or device group's container, `device_hosts`), a driver per stream and
     device-link shape. A gateway's agent emulates its devices' links itself; a device group's
-    container is linked by the link layer, its device link included."""
+    container is linked by the link layer, its device link included. The devices in `load`
+    (simulated load, the hybrid backend) get drivers of their own with `load` set: the host's
+    load generator emits them, and their gateway's agent takes them as its drivers'."""
     drivers: dict[str, list[DriverConfig]] = defaultdict(list)
     hosts = device_hosts(topology)
+    load = set(load)
     for stream in workload.streams:
         groups: dict[tuple, list[str]] = defaultdict(list)
         for device in topology.select(stream.sources):
             gateway = gateway_of(topology, device)
             if gateway is None:
-                groups[hosts[device], 0.0, 0.0, 0.0].append(device)
+                if device in load:
+                    raise DeploymentError(("scenario", "load"), device,
+                                          "devices linked to a gateway: a simulated device's "
+                                          "readings enter the emulation at its gateway, and "
+                                          f"{device} links to none")
+                groups[hosts[device], 0.0, 0.0, 0.0, False].append(device)
                 continue
             link = topology.graph.edges[device, gateway]["link"]
-            groups[gateway, link.latency, link.jitter, link.loss].append(device)
-        for (host, latency, jitter, loss), devices in groups.items():
+            groups[gateway, link.latency, link.jitter, link.loss, device in load].append(device)
+        for (host, latency, jitter, loss, simulated), devices in groups.items():
             drivers[host].append(DriverConfig(
                 stream=stream.name, devices=devices, rate=float(stream.rate),
                 arrivals=stream.arrivals, size=int(stream.size), format=stream.format,
                 qos=stream.qos, channel=stream.channel, start=float(stream.start),
                 access_latency=latency, access_jitter=jitter, access_loss=loss,
-                shape=None if isinstance(stream.shape, Constant) else stream.shape.model_dump()))
+                shape=None if isinstance(stream.shape, Constant) else stream.shape.model_dump(),
+                load=simulated))
     return drivers
 
 
@@ -277,8 +287,8 @@ def movable(config: OperatorConfig, node: str) -> OperatorConfig:
 def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                   pipeline: Sequence[OperatorSpec] = (), seed: int = 0, epoch: float = 0.0, *,
                   moving: Collection[str] = (), hold: bool = False,
-                  follow: Mapping[str, Mapping[str, str]] | None = None
-                  ) -> dict[str, AgentConfig]:
+                  follow: Mapping[str, Mapping[str, str]] | None = None,
+                  load: Collection[str] = ()) -> dict[str, AgentConfig]:
     """An AgentConfig per gateway and cloud VM, and per device group that links to no gateway
     (`device_hosts`, kind device), without broker and ZooKeeper addresses (the cluster's plan
     fills them in: they depend on how links are shaped).
@@ -288,8 +298,10 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
     through a session of their own (`movable`). `hold`: drivers wait for a `set run.epoch`
     request, so every node of a run starts at one epoch. `follow`: for each follow operator,
     the node each moving device's instance starts on (the hybrid backend's policy decides).
+    `load`: devices the host's load generator emits (the hybrid backend's simulated load):
+    their gateways' agents take their readings from it (DriverConfig.load).
     """
-    drivers = _drivers(topology, workload) if workload is not None else {}
+    drivers = _drivers(topology, workload, load) if workload is not None else {}
     operators = _operators(topology, list(pipeline), follow)
     hosts = [(n.name, n.kind) for n in topology.nodes.values() if n.kind in AGENT_KINDS]
     # Device groups' containers (device_hosts) that have drivers to run, after the agents.

@@ -221,17 +221,20 @@ def cluster_states(cluster, services: list[str]) -> dict[str, Seen]:
 def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],
             timing: Timing, seed: int, progress=lambda seconds: None,
             records: Path | None = None, scenario=None, during=None,
-            follow=None) -> Emulation:
+            follow=None, load=()) -> Emulation:
     """Run the experiment on a cluster made for it, and remove the cluster whatever happens.
 
     `progress(seconds)` hears the run's time; `progress.stage(text)`, if it has one, the step
     (containers, registration, running, drain). `records`: where nodes' records are kept
     (default: a scratch folder removed at the end). `scenario` (workloads.scenario): its
     `migrations` move operators during the run (emu.migration), into the `migrations` table.
-    `during(control, epoch)`, if given, is called as the run begins (the hybrid backend starts
-    its model there) and returns what is finished (`finish()`) as the run's time is over, or
-    when it stops early, and may tell the migrations it made (`migrations()`) and the devices
-    it handed over (`handovers()`). `follow`: where follow operators' instances start
+    `during(control, epoch, cluster)`, if given, is called as the run begins (the hybrid
+    backend starts its model and its load generator there) and returns what is finished
+    (`finish()`) as the run's time is over, or when it stops early, and may tell the
+    migrations it made (`migrations()`) and the devices it handed over (`handovers()`).
+    `follow`: where follow operators' instances start (emu.deployment.agent_configs).
+    `load`: devices whose readings the caller publishes from the host (the hybrid backend's
+    simulated load): their gateways' agents take them from their load topics
     (emu.deployment.agent_configs).
     """
     from emu.cluster.engine import Cluster
@@ -240,7 +243,7 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     # The operators a migration moves read through sessions of their own, which targets take.
     moving = {plan.operator for plan in getattr(scenario, "migrations", None) or []}
     configs = agent_configs(topology, workload, pipeline, seed, 0.0, moving=moving, hold=True,
-                            follow=follow)
+                            follow=follow, load=load)
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
     stage = getattr(progress, "stage", lambda text: None)
 
@@ -294,7 +297,7 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         mover = _Migrations(control, scenario, configs or {}, epoch, seed,
                             cluster.records_dir)
         mover.start()
-        coupled = during(control, epoch) if during is not None else None
+        coupled = during(control, epoch, cluster) if during is not None else None
         try:
             tables, fidelity = _measure(cluster, status, run, epoch, progress, health)
         finally:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from emu.agent.config import AgentConfig
+from emu.agent.config import AgentConfig, DriverConfig
 from emu.agent.drivers import Driver, Drivers
 from emu.agent.management import Management
 from emu.agent.migration import InputSession, Migrations
@@ -24,7 +24,14 @@ from emu.agent.mqtt import (
     session_present,
 )
 from emu.agent.operators import Operator
-from emu.agent.protocol import ALL_REQUESTS, Envelope, matches, request_topic
+from emu.agent.protocol import (
+    ALL_REQUESTS,
+    Envelope,
+    load_topic,
+    matches,
+    request_topic,
+    stream_topic,
+)
 from emu.agent.records import Records
 from emu.agent.registry import Registration, sensor_path
 from emu.agent.scheduler import Scheduler
@@ -53,6 +60,9 @@ class Agent:
     read, as in the simulator); a driver's message goes to the broker only when no local
     operator took it (or the driver `forward`s), an operator's output always. Copies of the
     node's own messages coming back from the broker are ignored, so nothing is read twice.
+    The readings of the node's simulated devices (drivers with `load`: the hybrid backend's
+    load generator emits them on the host) come in batches on the node's load topic and go
+    on exactly as its drivers' messages do.
 
     The broker session is persistent (a fixed client id, MQTT 5 with a session expiry): paho
     reconnects after a dropped connection or a broker restart, resends the QoS 1 messages not
@@ -73,8 +83,13 @@ class Agent:
         self.scheduler = Scheduler(clock)
         at = self.scheduler.at
         self.records = Records(config.records, at, clock)
-        self.drivers = Drivers(config.drivers, self.node, config.index, config.seed, self.epoch,
-                               at, clock, self._from_driver, self.records.sent)
+        self.drivers = Drivers([d for d in config.drivers if not d.load], self.node,
+                               config.index, config.seed, self.epoch, at, clock,
+                               self._from_driver, self.records.sent)
+        # Simulated devices (the host emits them): (stream, device) -> their driver's config.
+        self.load: dict[tuple[str, str], DriverConfig] = {
+            (d.stream, device): d for d in config.drivers if d.load for device in d.devices}
+        self._load_topic = load_topic(self.node) if self.load else None
         self.operators: dict[str, Operator] = {}
         self.spark_jobs: dict[str, SparkJob] = {}  # by work directory (emu.agent.spark)
         for operator_config in config.operators:
@@ -93,7 +108,9 @@ class Agent:
             self.operators[operator.name] = operator
         # Topics this node publishes on: their copies from the broker are its own echo.
         self._own_topics = self.drivers.topics | {
-            op.out_topic for op in self.operators.values() if op.out_topic}
+            op.out_topic for op in self.operators.values() if op.out_topic} | {
+            stream_topic(stream, self.node, device, d.channel)
+            for (stream, device), d in self.load.items()}
         self._readers: dict[str, tuple[Operator, ...]] = {}
         self._subscribed: set[str] = set()
         # MQTT 5 brokers send a client one copy of a message per subscription that matches
@@ -104,6 +121,7 @@ class Agent:
         self.unreadable = 0   # broker messages that were no envelope
         self.unpublished = 0  # QoS 0 publishes the client refused (not connected)
         self.looped = 0       # outputs dropped after MAX_HOPS operators
+        self.loaded = 0       # simulated devices' readings taken from the load topic
         # Instances reading through a session of their own (emu.agent.migration): movable.
         self.sessions: dict[str, InputSession] = {
             name: InputSession(self, op) for name, op in self.operators.items()
@@ -188,7 +206,10 @@ class Agent:
                   file=sys.stderr, flush=True)
         no_delay(client)
         # Also when the session resumed: a broker that lost its database forgot them.
-        _, self._requests_mid = client.subscribe([(self._requests, 1), (ALL_REQUESTS, 1)])
+        wanted = [(self._requests, 1), (ALL_REQUESTS, 1)]
+        if self._load_topic is not None:  # subscribed with the requests: before any epoch
+            wanted.append((self._load_topic, 1))
+        _, self._requests_mid = client.subscribe(wanted)
 
     def _on_disconnect(self, client: Any, userdata: Any, *rest: Any) -> None:
         if not self._stopping:
@@ -203,6 +224,8 @@ class Agent:
         topic = message.topic
         if topic == ALL_REQUESTS or topic == self._requests:
             self.management.received(message.payload)
+        elif topic == self._load_topic:
+            self.scheduler.call(self._from_load, message.payload)
         else:
             copy_of = getattr(getattr(message, "properties", None), "SubscriptionIdentifier",
                               None)
@@ -288,11 +311,32 @@ class Agent:
         return readers
 
     def _from_driver(self, topic: str, envelope: Envelope, driver: Driver) -> None:
+        self._arrived(topic, envelope, driver.config)
+
+    def _arrived(self, topic: str, envelope: Envelope, config: DriverConfig) -> None:
+        """A device's message past its access link, at this node."""
         readers = self._readers_of(topic)
         for operator in readers:
-            self._take(operator, envelope, driver.config.qos)
-        if not readers or driver.config.forward:
-            self._publish(topic, envelope, driver.config.qos)
+            self._take(operator, envelope, config.qos)
+        if not readers or config.forward:
+            self._publish(topic, envelope, config.qos)
+
+    def _from_load(self, payload: bytes) -> None:
+        """A batch of the simulated devices' readings (protocol.load_batch), each past its
+        access link (the generator held it there): on as the drivers' own go."""
+        for line in payload.split(b"\n"):
+            try:
+                envelope = Envelope.decode(line)
+            except ValueError:
+                self.unreadable += 1
+                continue
+            config = self.load.get((envelope.stream, envelope.src))
+            if config is None:  # not a simulated device of this node
+                self.unreadable += 1
+                continue
+            self.loaded += 1
+            self._arrived(stream_topic(config.stream, self.node, envelope.src, config.channel),
+                          envelope, config)
 
     def _from_broker(self, topic: str, payload: bytes, qos: int = 0,
                      copy_of: list[int] | None = None) -> None:
@@ -473,4 +517,5 @@ class Agent:
             "rates": {stream: d.rate for stream, d in self.drivers.by_stream.items()},
             "sent": self.records.sent_count, "received": self.records.received_count,
             "unreadable": self.unreadable, "unpublished": self.unpublished,
+            "loaded": self.loaded,
         }

@@ -38,6 +38,10 @@ class DriverConfig:
     # The stream's rate shape as its fields (workloads.shapes), None for a constant rate: the
     # rate at run time t is `rate` times the shape's factor at t.
     shape: dict[str, Any] | None = None
+    # Simulated load (the hybrid backend): the host's load generator emits these devices'
+    # messages on the node's load topic (emu.agent.protocol.load_topic); the agent emits none
+    # and takes those it receives as this driver's (local readers, `forward`).
+    load: bool = False
 
 
 @dataclass

@@ -192,7 +192,8 @@ class Drivers:
     def __init__(self, configs: list[DriverConfig], node: str, index: int, seed: int,
                  epoch: float, at: Callable[..., None], clock: Callable[[], float],
                  deliver: Callable[[str, Envelope, Driver], None],
-                 record: Callable[[int, str, str, float, bool], None]) -> None:
+                 record: Callable[[int, str, str, float, bool], None],
+                 first_sequence: int = 0) -> None:
         self.node = node
         self.index = index
         self.epoch = epoch
@@ -203,7 +204,9 @@ class Drivers:
         self._clock = clock
         self._deliver = deliver
         self._record = record
-        self._sequence = itertools.count()
+        # Message ids' sequence numbers start here (the host's load generator numbers a
+        # gateway's simulated devices apart from its agent's: protocol.LOAD_SEQUENCE).
+        self._sequence = itertools.count(first_sequence)
         self.started = False
 
     @property

@@ -36,6 +36,25 @@ def request_topic(node: str) -> str:
     return f"{MANAGEMENT}/{node}/req"
 
 
+# The host's load generator (hybrid's simulated load, experiments.hybrid.load) numbers a
+# gateway's simulated devices' messages from here in the gateway's own index: ids as its
+# drivers', apart from its emulated devices' (which count from 0).
+LOAD_SEQUENCE = 1 << (SEQUENCE_BITS - 1)
+
+
+def load_topic(node: str) -> str:
+    """Where the host's load generator publishes the readings of a gateway's simulated devices:
+    a batch of envelopes, one per line (`load_batch`), that the gateway's agent takes as its
+    drivers' (emu.agent.agent)."""
+    return f"foglab/load/{node}"
+
+
+def load_batch(envelopes: list[bytes]) -> bytes:
+    """Encoded envelopes in one payload: an encoded envelope has no raw newline (JSON escapes
+    it), so a newline separates them."""
+    return b"\n".join(envelopes)
+
+
 def stream_topic(stream: str, node: str, device: str, channel: str) -> str:
     """A device's messages leave its gateway on `<stream>/<node>` (shared channel) or
     `<stream>/<node>/<device>` (exclusive): workloads.spec.StreamSpec.topic's rule."""

@@ -5,8 +5,11 @@ emulation runs as `emu` does (emu.run.emulate), and as its run begins, the model
 thread of its own at the run's epoch (experiments.hybrid.realtime): sim.mobile's movement,
 radio and handover, the same code `sim` runs, coupled to the containers by the links and
 handover couplings, whose actions a worker carries out in order (experiments.hybrid.actions).
-The run writes the emulation's tables, the model's `positions`, and `handovers`; its manifest
-gets the model's lag and the couplings' counts. A model that falls too far behind stops the
+Devices named in `scenario.load` are not emulated: a generator on the host publishes their
+readings into their gateways on the same schedule (experiments.hybrid.load), from before the
+epoch until the run's time is over. The run writes the emulation's tables, the model's
+`positions`, and `handovers`; its manifest gets the model's lag, the couplings' counts and the
+load generator's facts. A model that falls too far behind stops the
 run with a LagError (nothing is left running: the emulation's clean-up runs as for any error).
 """
 
@@ -18,6 +21,7 @@ from experiments.backends import RunOutput, RunPlan
 from experiments.hybrid.actions import Actions
 from experiments.hybrid.handover import Handovers
 from experiments.hybrid.links import RadioLinks
+from experiments.hybrid.load import RECORDS, LoadGenerator, simulated_devices, targets_of
 from experiments.hybrid.migrations import PolicyMigrations
 from experiments.hybrid.plan import emulated_topology, follow_policy, start
 from experiments.hybrid.realtime import WARN_S, RealTime
@@ -26,7 +30,19 @@ from experiments.hybrid.realtime import WARN_S, RealTime
 class _Coupled:
     """The model and its couplings for one run: made when the emulation's run begins."""
 
-    def __init__(self, plan: RunPlan, begin, control, epoch: float) -> None:
+    def __init__(self, plan: RunPlan, begin, control, epoch: float, cluster=None,
+                 load: bool = False) -> None:
+        # The simulated load first: connected before the epoch, stopped if the model fails.
+        self.load = (LoadGenerator(targets_of(cluster), epoch, cluster.records_root / RECORDS)
+                     .start() if load else None)
+        try:
+            self._couple(plan, begin, control, epoch)
+        except BaseException:
+            if self.load is not None:
+                self.load.stop()
+            raise
+
+    def _couple(self, plan: RunPlan, begin, control, epoch: float) -> None:
         from sim.mobile import Mobility
 
         spec = plan.spec
@@ -43,6 +59,10 @@ class _Coupled:
             links = RadioLinks(mobility, self.actions, control, handovers.where)
             handovers.moved = links.forget
             mobility.on_attach = handovers.attach
+            # Everyone attached at time 0 before the policies place the instances, as on sim
+            # and in the plan (the policy places by the users' gateways); this first step's
+            # couplings run below, once they are all wired.
+            mobility.start()
             steps = [links.step]
             movers = []
             for operator, where in begin.follow.items():
@@ -66,7 +86,7 @@ class _Coupled:
             mobility.on_step = step_all
             self.parts.update(mobility=mobility, links=links, handovers=handovers,
                               movers=movers)
-            mobility.start()
+            step_all(env.now)
 
         self.model = RealTime(build, spec.run.duration)
         self.model.start(epoch)
@@ -77,11 +97,15 @@ class _Coupled:
             raise self.model.failed
 
     def finish(self) -> None:
-        self.model.stop()
         try:
-            self.lag = self.model.join(30.0)
+            self.model.stop()
+            try:
+                self.lag = self.model.join(30.0)
+            finally:
+                self.done = self.actions.close()
         finally:
-            self.done = self.actions.close()
+            if self.load is not None:
+                self.load.stop()
 
     def migrations(self) -> list:
         """The records of the moves the policy decided (emu.migration's)."""
@@ -112,7 +136,9 @@ class _Coupled:
         failed = [a for a in self.done if not a.ok]
         movers = self.parts.get("movers", []) if self.parts else []
         return {"lag": lag.facts(), "lag_warning": lag.p99 > WARN_S,
-                "couplings": ["links", "handover"] + (["migration"] if movers else []),
+                "couplings": ["links", "handover"] + (["migration"] if movers else [])
+                + (["load"] if self.load is not None else []),
+                "load": self.load.facts() if self.load is not None else None,
                 "actions": len(self.done), "actions_failed": len(failed),
                 "first_failures": [f"{a.kind} {a.subject}: {a.error}" for a in failed[:5]],
                 # From a policy's decision to the migration's first step on the containers
@@ -137,10 +163,11 @@ class HybridBackend:
         run = spec.run
         begin = start(plan.topology, spec.scenario, spec.pipeline, plan.seed)
         topology = emulated_topology(spec.topology, begin)
+        load = simulated_devices(spec.scenario, plan.topology)
         coupled: list[_Coupled] = []
 
-        def during(control, epoch: float) -> _Coupled:
-            coupled.append(_Coupled(plan, begin, control, epoch))
+        def during(control, epoch: float, cluster) -> _Coupled:
+            coupled.append(_Coupled(plan, begin, control, epoch, cluster, bool(load)))
             return coupled[0]
 
         def watched(seconds: float) -> None:
@@ -151,7 +178,8 @@ class HybridBackend:
         watched.stage = getattr(progress, "stage", lambda text: None)
         result = emulate(topology, spec.workload, spec.pipeline,
                          Timing(run.duration, run.sample, run.drain), plan.seed, watched,
-                         scenario=spec.scenario, during=during, follow=begin.follow)
+                         scenario=spec.scenario, during=during, follow=begin.follow,
+                         load=load)
         if not coupled:
             raise RuntimeError("the emulation ended before its run began")
         hybrid = coupled[0]

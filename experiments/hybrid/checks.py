@@ -1,6 +1,7 @@
 """What a hybrid run needs, checked when the file is loaded, before anything starts: users
-that move, strategies the emulation runs, and a start the emulation can deploy (each moving
-device on its gateway, each follow instance where the policy places it)."""
+that move, strategies the emulation runs, simulated load on devices that stay and link to a
+gateway (experiments.hybrid.load), and a start the emulation can deploy (each moving device on
+its gateway, each follow instance where the policy places it)."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from topologies.errors import SpecError
 def check_hybrid(spec, topology) -> None:
     from emu.deployment import agent_configs
     from experiments.checks import check_emulated_strategies
+    from experiments.hybrid.load import simulated_devices
     from experiments.hybrid.plan import emulated_topology, start
 
     scenario = spec.scenario
@@ -18,6 +20,7 @@ def check_hybrid(spec, topology) -> None:
                         "model moves users over the emulation, and the file has no "
                         "scenario.mobility (run it on emu, or give it one)")
     check_emulated_strategies(spec)
+    load = simulated_devices(scenario, topology)  # before the start: none of them moves
     begin = start(topology, scenario, spec.pipeline, spec.run.seed)
     agent_configs(emulated_topology(spec.topology, begin), spec.workload, spec.pipeline,
-                  spec.run.seed, 0.0, follow=begin.follow)
+                  spec.run.seed, 0.0, follow=begin.follow, load=load)
