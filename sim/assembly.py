@@ -113,7 +113,9 @@ def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
             else:
                 target, deliver = gateway, model.driver(gateway).receive
             path = model.path(device, target)
-            private = (per_device[device] == 1
+            # A private source puts each message on its link ahead of its time: faults
+            # (sim.faults) change links while the model runs, so not with them.
+            private = (per_device[device] == 1 and not model.settings.faults
                        and (stream.qos == 0 or not path[0].loss if path else False))
             made.append(Source(model.env, stream, index, model.node_index[device],
                                stream.topic(device, gateway), rng, duration, path, deliver,
