@@ -12,7 +12,9 @@ Each fault acts through the parts the model already has, changing their state fo
 - restart: the broker process is down: QoS 0 messages it had queued are lost, QoS 1 ones
   (persistent sessions) are kept and served when it is back; what publishers send it
   meanwhile is lost at QoS 0 and sent again at QoS 1.
-The arrival check is installed only for a run with faults, so other runs pay nothing for it.
+A QoS 1 message still being sent again when the run ends (to a node crashed for good) is
+recorded lost then. The arrival check is installed only for a run with faults, so other runs
+pay nothing for it.
 """
 
 from __future__ import annotations
@@ -214,13 +216,21 @@ class FaultSchedule:
     # -- the tables -----------------------------------------------------------------------
 
     def finish(self, tables: dict) -> None:
-        """Add the `faults` table, and mark crashed nodes down in the `nodes` table's samples
-        that fall wholly inside a crash."""
+        """Add the `faults` table; record as lost the QoS 1 messages still being sent again
+        when the run ended (to a node crashed for good, say); mark crashed nodes down in the
+        `nodes` table's samples that fall wholly inside a crash."""
         tables["faults"] = columns(self.recorded)
+        model = self.model
+        resending = id(model.network._on_retry)
+        unsent = self._cancel({resending})
+        if unsent:
+            for msg in unsent:
+                model.log.lost(msg, self.env.now)
+            tables["messages"] = model.log.columns(model.stream_names, model.node_names)
         nodes = tables["nodes"]
         if not self.crashes or not len(nodes["t"]):
             return
-        interval = self.model.settings.sample
+        interval = model.settings.sample
         t = np.asarray(nodes["t"], dtype=float)
         up = np.asarray(nodes["up"], dtype=bool).copy()
         for name, spans in self.crashes.items():

@@ -108,7 +108,8 @@ class Restart(_Fault):
     duration: PositiveDuration = Field(default=1.0, alias="for")
 
 
-def _kind(value: object) -> str | None:
+def kind_of(value: object) -> str | None:
+    """Which fault a fault is (as written, or as validated): crash, partition, ..., or None."""
     if isinstance(value, dict):
         found = [kind for kind in KINDS if kind in value]
         return found[0] if len(found) == 1 else None
@@ -120,7 +121,7 @@ FaultSpec = Annotated[
     Annotated[Crash, Tag("crash")] | Annotated[Partition, Tag("partition")]
     | Annotated[Delay, Tag("delay")] | Annotated[Loss, Tag("loss")]
     | Annotated[Slow, Tag("slow")] | Annotated[Restart, Tag("restart")],
-    Discriminator(_kind, custom_error_type="fault_kind",
+    Discriminator(kind_of, custom_error_type="fault_kind",
                   custom_error_message="a fault with exactly one of the keys "
                                        + ", ".join(KINDS))]
 
@@ -175,7 +176,7 @@ def _path(i: int, *rest) -> tuple:
 
 
 def _resolve(i: int, fault, topology: Topology, duration: float) -> Injected:
-    kind = _kind(fault)
+    kind = kind_of(fault)
     if fault.at >= duration:
         raise SpecError(_path(i, "at"), fault.at, f"a time before the run ends "
                         f"(run.duration: {duration:g} s)")

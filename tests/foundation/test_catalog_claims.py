@@ -18,6 +18,7 @@ import pytest
 
 from experiments import catalog
 from experiments.loader import Experiment, RunPoint, load
+from workloads.faults import kind_of
 
 # Numbers the shipped texts spell out in words.
 WORDS = {"two hundred": 200, "one": 1, "two": 2, "four": 4, "ten": 10}
@@ -54,6 +55,12 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
     "message size (bytes)": lambda p: float(p.spec.workload.streams[0].size),
     "gateway tasks": lambda p: ",".join(op.task for op in p.spec.pipeline if "gateways" in op.on),
     "cloud tasks": lambda p: ",".join(op.task for op in p.spec.pipeline if "cloud-1" in op.on),
+    "fault kinds": lambda p: ",".join(kind_of(f) for f in p.spec.scenario.faults),
+    "crash for (s)": lambda p: next(f.duration for f in p.spec.scenario.faults
+                                    if hasattr(f, "crash")),
+    "added latency (s)": lambda p: next(f.latency for f in p.spec.scenario.faults
+                                        if hasattr(f, "delay")),
+    "slow factor": lambda p: next(f.factor for f in p.spec.scenario.faults if hasattr(f, "slow")),
 }
 
 
@@ -65,6 +72,15 @@ class Claim(NamedTuple):
 
 
 CLAIMS: dict[str, list[Claim]] = {
+    "faults-crash": [
+        Claim("200 sensors", "devices", {200}),
+        Claim("four Raspberry Pi gateways", "Raspberry Pi gateways", {4}),
+        Claim("crashes for 30 s", "crash for (s)", {30}),
+        Claim("80 ms more latency", "added latency (s)", {0.08}, unit=1e-3),
+        Claim("four times slower", "slow factor", {4}),
+        Claim("and the broker restarts", "fault kinds",
+              {"crash,partition,delay,slow,restart"}),
+    ],
     "quickstart": [
         Claim("Two hundred city sensors", "devices", {200}),
         Claim("four Raspberry Pi gateways", "Raspberry Pi gateways", {4}),

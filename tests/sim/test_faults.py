@@ -98,6 +98,12 @@ def test_a_gateway_crashed_for_good_loses_everything_after() -> None:
     assert np.isnan(result.tables["faults"]["t_end"][0])
 
 
+def test_qos1_to_a_broker_crashed_for_good_is_lost_at_the_end() -> None:
+    table = messages(simulate("[{at: 2s, crash: broker}]", qos=1))
+    at_broker = table["t_sent"] + RADIO_S + DRIVER_S + METRO_S
+    assert np.array_equal(table["lost"], at_broker >= 2.0)  # resent until the run ended
+
+
 def test_a_crashed_sink_drops_what_it_held_and_serves_again_after() -> None:
     table = messages(simulate("[{at: 2s, crash: cloud, for: 1s}]"))
     at_cloud = table["t_sent"] + PATH_S - 2e-3
