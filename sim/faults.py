@@ -154,6 +154,9 @@ class FaultSchedule:
             model.log.lost(msg, now)
         for instance in instances:
             instance.pending = 0
+            if instance.drained is not None:  # a migration waiting for it to drain
+                instance.drained.succeed()
+                instance.drained = None
             if isinstance(instance, WindowedInstance):
                 instance.open = OpenWindow(instance.open.index)
         self._unfinish(model.node_index[node], now)

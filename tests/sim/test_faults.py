@@ -112,6 +112,19 @@ def test_a_crashed_sink_drops_what_it_held_and_serves_again_after() -> None:
     assert np.array_equal(table["lost"], lost)
 
 
+def test_a_crash_loses_a_window_operators_open_window() -> None:
+    windowed = text("[{at: 2500ms, crash: cloud, for: 1s}]").replace(
+        "cost: 2ms}", "cost: 2ms, window: {size: 1s}}")
+    result = run(windowed)
+    conform(result.tables)
+    windows = result.tables["windows"]
+    # Window 2 had five events when the node went down at 2.5 s: gone with its state; window
+    # 3 counts only what came after 3.5 s.
+    assert list(windows["window"]) == [0, 1, 3, 4, 5]
+    assert list(windows["count"]) == [10, 10, 5, 10, 10]
+    assert messages(result)["lost"].sum() == 10
+
+
 def test_a_partition_loses_qos0_and_delays_qos1_until_it_heals() -> None:
     fault = "[{at: 2s, partition: [gw, [broker, cloud]], for: 1s}]"
     table = messages(simulate(fault))
