@@ -61,6 +61,9 @@ from topologies.routing import gateway_of
 RECORDS = "hybrid-load"
 CONNECT_TIMEOUT_S = 10.0
 PUBLISH_TIMEOUT_S = 10.0
+# At the end, how long the device links may still deliver what they hold (their latency):
+# the emulated devices' drivers fall silent and what is under way still arrives, as here.
+DRAIN_S = 5.0
 # The most QoS 1 batches in flight per client: paho's default (20) would queue behind acks.
 INFLIGHT = 1000
 
@@ -127,18 +130,24 @@ def targets_of(cluster) -> list[Target]:
 
 
 class _Timed:
-    """A scheduler's `at` that notes how late each action ran behind its time (s)."""
+    """A scheduler's `at` that notes how late each action ran behind its time (s), and how
+    many readings the device links hold (`held`: deliveries set and not yet run)."""
 
     def __init__(self, at: Callable[..., None], clock: Callable[[], float]) -> None:
         self._schedule = at
         self._clock = clock
         self.lags = array("d")
+        self.held = 0
 
     def at(self, t: float, action: Callable[..., None], *args) -> None:
+        if getattr(action, "delivery", False):
+            self.held += 1
         self._schedule(t, self._run, t, action, args)
 
     def _run(self, t: float, action: Callable[..., None], args: tuple) -> None:
         self.lags.append(self._clock() - t)
+        if getattr(action, "delivery", False):
+            self.held -= 1
         action(*args)
 
 
@@ -171,6 +180,8 @@ class LoadGenerator:
         self.started_at: float | None = None
         self.stopped_at: float | None = None
         self._stopped = False
+        self._silent = threading.Event()
+        self._running = False
         self._lock = threading.Lock()
 
     def _deliver(self, target: Target):
@@ -182,7 +193,15 @@ class LoadGenerator:
                 self._flush_due = True
                 # After every action due now (the scheduler runs its inbox after them).
                 self.scheduler.call(self._flush)
+        deliver.delivery = True  # what a device link holds: _Timed counts it
         return deliver
+
+    def _silence(self) -> None:
+        """No more emissions (the run's time is over); what the device links hold goes on."""
+        self.stopped_at = self.clock()
+        for drivers in self.drivers:
+            drivers.set_rate(0.0)
+        self._silent.set()
 
     def _flush(self) -> None:
         self._flush_due = False
@@ -232,6 +251,7 @@ class LoadGenerator:
                         + (f"refused ({refused[0]})" if refused
                            else f"no answer within {timeout:.0f} s"))
             self.scheduler.start("foglab-load")
+            self._running = True
             for drivers in self.drivers:
                 self.scheduler.call(drivers.start)
             self.started_at = self.clock()
@@ -240,16 +260,25 @@ class LoadGenerator:
             raise
         return self
 
-    def stop(self, timeout: float = PUBLISH_TIMEOUT_S) -> None:
-        """Stop emitting, publish what is batched, flush the records, wait for the QoS 1
-        publishes (up to `timeout`), disconnect. Safe to call more than once."""
+    def stop(self, timeout: float = PUBLISH_TIMEOUT_S, drain: float = DRAIN_S) -> None:
+        """Stop emitting, let the device links deliver what they hold (up to `drain` s), publish
+        what is batched, flush the records, wait for the QoS 1 publishes (up to `timeout`),
+        disconnect. Safe to call more than once, and after a failed start."""
         with self._lock:
             if self._stopped:
                 return
             self._stopped = True
         try:
+            if self._running:
+                self.scheduler.call(self._silence)
+                deadline = time.monotonic() + drain
+                self._silent.wait(drain)
+                while self.timed.held > 0 and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                time.sleep(0.01)  # the flush the last delivery asked for
             self.scheduler.stop(timeout=5.0)
-            self.stopped_at = self.clock()
+            if self.stopped_at is None:
+                self.stopped_at = self.clock()
             if self._batches and self.clients:
                 self._flush()
         finally:

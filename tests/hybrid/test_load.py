@@ -204,8 +204,9 @@ def test_the_generator_feeds_the_gateways_window_through_the_broker(tmp_path):
     if find_mosquitto() is None:
         pytest.skip("mosquitto is not installed")
     devices = [f"s-{i}" for i in range(6)]
+    # A 50 ms device link: what it holds at the stop still arrives.
     load = DriverConfig("city", devices, rate=20.0, arrivals="periodic", size=120, qos=1,
-                        load=True)
+                        access_latency=0.05, load=True)
     before = {t.name for t in threading.enumerate()}
     with LocalMosquitto() as broker:
         address = f"{broker.host}:{broker.port}"
@@ -239,7 +240,8 @@ def test_the_generator_feeds_the_gateways_window_through_the_broker(tmp_path):
     assert set(ids) <= expected and len(expected - set(ids)) <= len(devices)
     facts = generator.facts()
     assert facts["devices"] == 6 and facts["sent"] == len(ids) and facts["refused"] == 0
-    assert facts["unacknowledged"] == 0 and facts["lag_ms"]["p99"] < 200
+    # Behind its schedule by less than the drivers catch up on (1 s; a loaded host: 0.3 s).
+    assert facts["unacknowledged"] == 0 and facts["lag_ms"]["p99"] < 1000
     assert 100 <= facts["rate"] <= 130  # 6 devices at 20/s
     windows = (tmp_path / "gw-1" / "windows.csv").read_text().splitlines()
     assert len(windows) >= 3  # the header and two closed windows or more
