@@ -143,7 +143,8 @@ class FaultSchedule:
     def _drop_held_work(self, node: str, now: float) -> None:
         """The node's jobs in progress are lost, its CPU is idle, its open windows empty."""
         model = self.model
-        instances = [i for g in model._by_name.values() for i in g.instances if i.node == node]
+        instances = [i for g in model._by_name.values()
+                     for i in (*g.instances, *((g.mirror,) if g.mirror else ())) if i.node == node]
         owners = {id(i._on_processed): i for i in instances}
         driver = model.drivers.get(node)
         if driver is not None:
