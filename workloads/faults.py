@@ -117,11 +117,17 @@ def kind_of(value: object) -> str | None:
     return found[0] if found else None
 
 
+def _tag(value: object) -> str | None:
+    # Capitalised, so an error's field path leaves the tag out (experiments.loader).
+    kind = kind_of(value)
+    return kind.capitalize() if kind else None
+
+
 FaultSpec = Annotated[
-    Annotated[Crash, Tag("crash")] | Annotated[Partition, Tag("partition")]
-    | Annotated[Delay, Tag("delay")] | Annotated[Loss, Tag("loss")]
-    | Annotated[Slow, Tag("slow")] | Annotated[Restart, Tag("restart")],
-    Discriminator(kind_of, custom_error_type="fault_kind",
+    Annotated[Crash, Tag("Crash")] | Annotated[Partition, Tag("Partition")]
+    | Annotated[Delay, Tag("Delay")] | Annotated[Loss, Tag("Loss")]
+    | Annotated[Slow, Tag("Slow")] | Annotated[Restart, Tag("Restart")],
+    Discriminator(_tag, custom_error_type="fault_kind",
                   custom_error_message="a fault with exactly one of the keys "
                                        + ", ".join(KINDS))]
 

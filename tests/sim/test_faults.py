@@ -239,8 +239,10 @@ def test_faults_are_deterministic() -> None:
      "scenario.faults[0].partition: two groups with no node in common, but broker is in both"),
     ("[{at: 1s, crash: gw, slow: gw}]", "scenario.faults[0]: a fault with exactly one of the "
      "keys crash, partition, delay, loss, slow, restart"),
+    ("[{at: 1s, slow: gw, factor: 0.5, for: 1s}]",
+     "scenario.faults[0].factor: Input should be greater than 1"),
     ("[{at: 1s, partition: [gw, broker]}]",
-     "scenario.faults[0].partition.for: a value: this field is required"),
+     "scenario.faults[0].for: a value: this field is required"),
 ])
 def test_a_bad_schedule_is_refused_naming_the_field(faults: str, message: str) -> None:
     with pytest.raises(SpecError) as caught:
