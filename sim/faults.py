@@ -45,7 +45,7 @@ class FaultSchedule:
         network = model.network
         self._arrived = network.arrived
         # Every message crossing a link comes back through this list (SimPy reads an event's
-        # callbacks when it fires), and a private source calls network.arrived itself.
+        # callbacks when it fires, so messages already on a link take the check too).
         network.arrived = self._check
         network._on_arrival[0] = self._check
         for fault in self.injected:
@@ -54,14 +54,19 @@ class FaultSchedule:
     # -- the schedule ---------------------------------------------------------------------
 
     def _run(self, fault: Injected):
-        env = self.env
-        if fault.t_start > env.now:
-            yield env.timeout(fault.t_start - env.now)
+        yield self._at(fault.t_start)
         self.recorded.append(fault)
         undo = getattr(self, f"_{fault.kind}")(fault)
         if fault.t_end is not None:
-            yield env.timeout(fault.t_end - env.now)
+            yield self._at(fault.t_end)
             undo()
+
+    def _at(self, t: float):
+        """An event at the absolute time t (a timeout's now + delay may miss t by a bit)."""
+        event = self.env.event()
+        event._ok, event._value = True, None
+        self.env.at(event, max(t, self.env.now))
+        return event
 
     def _crash(self, fault: Injected):
         now = self.env.now
