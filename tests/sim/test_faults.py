@@ -6,9 +6,12 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pyarrow.parquet as pq
 import pytest
 
-from experiments.schema import conform
+from experiments.loader import load
+from experiments.runner import run_experiment
+from experiments.schema import TABLES, conform
 from tests.foundation.helpers import assert_tables_equal, point, run
 from topologies.errors import SpecError
 
@@ -260,3 +263,23 @@ def test_faults_on_different_links_or_times_are_accepted() -> None:
 def test_emu_and_hybrid_refuse_faults_before_anything_starts(backend: str) -> None:
     with pytest.raises(SpecError, match="faults are not yet injected on emu"):
         point(text("[{at: 1s, crash: gw, for: 1s}]"), [f"run.backend={backend}"])
+
+
+def test_a_run_writes_the_faults_table(tmp_path) -> None:
+    experiment = load("faults-crash")
+    (outcome,) = run_experiment(experiment, tmp_path, sweep_id="faults")
+    assert outcome.error is None
+    table = pq.read_table(outcome.folder / "faults.parquet")
+    assert table.schema.remove_metadata().equals(TABLES["faults"])
+    rows = table.to_pylist()
+    assert [(r["kind"], r["target"], r["t_start"], r["t_end"]) for r in rows] == [
+        ("crash", "gw-2", 30.0, 60.0), ("partition", "gw-1|broker-1,cloud-1", 70.0, 90.0),
+        ("delay", "gw-3,gw-4>broker-1", 100.0, 120.0), ("slow", "cloud-1", 130.0, 150.0),
+        ("restart", "broker-1", 160.0, 162.0)]
+    messages = pq.read_table(outcome.folder / "messages.parquet").to_pandas()
+    from_gw2 = messages["source"].isin([f"sensor-{i}" for i in range(51, 101)])
+    crashed = messages["t_sent"].between(30.01, 59.99)
+    # Sensors 51-100 reach gw-2 (the topology spreads 200 sensors over 4 gateways).
+    assert messages["lost"][from_gw2 & crashed].all()
+    after = from_gw2 & messages["t_sent"].between(62.0, 69.0)
+    assert after.sum() > 100 and messages["lost"][after].mean() < 0.02  # the radio's 0.5 %
