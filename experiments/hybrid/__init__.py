@@ -11,5 +11,7 @@ policy: sim.policy), and the modules here wire one to the other, each with one j
   emulated access link as it moves;
 - handover: a user handed to another gateway has its driver leave the old gateway's agent
   and join the new one's, with its readings and emission times unchanged;
+- load: the devices of `scenario.load`, not emulated: a generator on the host publishes their
+  readings into their gateways on the gateway agents' own driver schedule;
 - backend: one run, composed, recorded in the common tables plus `handovers`.
 """

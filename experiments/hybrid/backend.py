@@ -183,10 +183,15 @@ class HybridBackend:
         if not coupled:
             raise RuntimeError("the emulation ended before its run began")
         hybrid = coupled[0]
-        if hybrid.lag.p99 > WARN_S:
-            from topologies.terminal import warning
+        from topologies.terminal import warning
 
+        if hybrid.lag.p99 > WARN_S:
             warning(f"the real-time model lagged {hybrid.lag.p99 * 1e3:.0f} ms at p99 behind "
                     f"the wall clock (over {WARN_S * 1e3:.0f} ms): its couplings acted late")
+        load_lag = hybrid.load.facts()["lag_ms"]["p99"] if hybrid.load is not None else None
+        if load_lag is not None and load_lag > WARN_S * 1e3:
+            warning(f"the simulated load's generator lagged {load_lag:.0f} ms at p99 behind its "
+                    f"schedule (over {WARN_S * 1e3:.0f} ms): its devices sent late, and more "
+                    "than 1 s late they skip emissions (facts.hybrid.load)")
         return RunOutput({**result.tables, **hybrid.tables()},
                          {**result.facts, "hybrid": hybrid.facts()}, result.failed)
