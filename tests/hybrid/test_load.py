@@ -199,14 +199,17 @@ def test_the_generators_schedule_is_sims_sources(tmp_path, trace, arrivals, shap
 
 def test_the_generator_feeds_the_gateways_window_through_the_broker(tmp_path):
     from emu.agent.agent import Agent
+    from emu.agent.mqtt import new_client
     from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
 
     if find_mosquitto() is None:
         pytest.skip("mosquitto is not installed")
     devices = [f"s-{i}" for i in range(6)]
-    # A 50 ms device link: what it holds at the stop still arrives.
+    # A 50 ms device link: what it holds at the stop still arrives. `forward`: another node
+    # reads the stream too, so the gateway also publishes each reading on city/gw-1, whose
+    # copies come back to it through its own subscription (city/#): echo, not read twice.
     load = DriverConfig("city", devices, rate=20.0, arrivals="periodic", size=120, qos=1,
-                        access_latency=0.05, load=True)
+                        access_latency=0.05, load=True, forward=True)
     before = {t.name for t in threading.enumerate()}
     with LocalMosquitto() as broker:
         address = f"{broker.host}:{broker.port}"
@@ -215,6 +218,12 @@ def test_the_generator_feeds_the_gateways_window_through_the_broker(tmp_path):
             records=str(tmp_path / "gw-1"),
             operators=[OperatorConfig("count", reads=["city/#"], window=1.0,
                                       records=str(tmp_path / "gw-1"))]))
+        heard: list[str] = []
+        listener = new_client(f"listener-{time.time_ns()}")
+        listener.on_message = lambda client, userdata, message: heard.append(message.topic)
+        listener.connect(broker.host, broker.port)
+        listener.loop_start()
+        listener.subscribe("city/#", 1)
         agent.start()
         try:
             assert agent.ready.wait(10)
@@ -229,6 +238,8 @@ def test_the_generator_feeds_the_gateways_window_through_the_broker(tmp_path):
             time.sleep(0.5)
         finally:
             agent.stop()
+            listener.disconnect()
+            listener.loop_stop()
     sent = (tmp_path / RECORDS / "sent.csv").read_text().splitlines()[1:]
     received = (tmp_path / "gw-1" / "received.csv").read_text().splitlines()[1:]
     ids = [int(line.split(",")[0]) for line in sent]
@@ -236,6 +247,7 @@ def test_the_generator_feeds_the_gateways_window_through_the_broker(tmp_path):
     # Every reading emitted reached the gateway's window once, as its own drivers' would.
     assert len(ids) >= 6 * 20 * 3 - 6 and sorted(got) == sorted(ids)
     assert agent.loaded == len(ids) and agent.records.sent_count == 0
+    assert heard == ["city/gw-1"] * len(ids)  # forwarded once each, as the gateway's
     expected = {row[0] for row in planned(target, epoch, generator.stopped_at - epoch)}
     assert set(ids) <= expected and len(expected - set(ids)) <= len(devices)
     facts = generator.facts()
