@@ -275,6 +275,38 @@ def test_a_generator_that_cannot_connect_says_so_and_leaves_nothing(tmp_path):
     generator.stop()  # again: nothing to do
 
 
+def test_a_ctrl_c_as_the_model_starts_stops_the_load_and_leaves_nothing(tmp_path,
+                                                                        monkeypatch):
+    """The hybrid run starts the generator, then its model: a Ctrl-C (or any error) while the
+    model starts stops the generator before it goes up (emu.run then removes the cluster)."""
+    from types import SimpleNamespace
+
+    from experiments.hybrid import backend
+    from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
+
+    if find_mosquitto() is None:
+        pytest.skip("mosquitto is not installed")
+    with LocalMosquitto() as broker:
+        load = DriverConfig("city", ["s-1", "s-2"], rate=50.0, load=True)
+        target = Target("gw-1", 1, 1, f"{broker.host}:{broker.port}", (load,))
+        # The cluster's part (its gateways, their brokers' addresses) given directly.
+        monkeypatch.setattr(backend, "targets_of", lambda cluster: [target])
+
+        def interrupted(self, *args):
+            time.sleep(0.5)  # the generator runs meanwhile
+            raise KeyboardInterrupt
+
+        monkeypatch.setattr(backend._Coupled, "_couple", interrupted)
+        before = set(threading.enumerate())
+        with pytest.raises(KeyboardInterrupt):
+            backend._Coupled(None, None, None, time.time(), SimpleNamespace(
+                records_root=tmp_path), load=True)
+        time.sleep(0.2)
+        assert set(threading.enumerate()) - before == set()
+    rows = (tmp_path / RECORDS / "sent.csv").read_text().splitlines()
+    assert len(rows) > 20  # it ran, and its records were flushed as it stopped
+
+
 # On containers -----------------------------------------------------------------------------
 
 
