@@ -1,0 +1,211 @@
+"""scenario.faults on emu (emu.faults): the schedule's order, composition and errors against a
+fake engine (no containers), then one emulated run through several faults in sequence."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from emu.faults import HOLD_STEP_S, FaultError, FaultSchedule, check, crossing
+from emu.links.spec import LinkShape
+from topologies.model import expand
+from workloads.faults import resolve
+
+TOPOLOGY = {
+    "name": "t",
+    "nodes": [
+        {"name": "dev", "kind": "device"},
+        {"name": "gw", "kind": "gateway", "replicas": 2, "profile": "rpi4"},
+        {"name": "sw", "kind": "switch"},
+        {"name": "broker-1", "kind": "broker", "profile": "vm.small"},
+        {"name": "cloud-1", "kind": "cloud_vm", "profile": "vm.large"},
+    ],
+    "links": [
+        {"from": "dev", "to": "gw-1", "latency": "5ms"},
+        {"from": "gw-*", "to": "sw", "latency": "10ms"},
+        {"from": "sw", "to": "broker-1", "latency": "1ms"},
+        {"from": "broker-1", "to": "cloud-1", "latency": "1ms"},
+    ],
+}
+PATHS = {("gw-1", "broker-1"): ("gw-1", "sw", "broker-1"),
+         ("gw-2", "broker-1"): ("gw-2", "sw", "broker-1"),
+         ("cloud-1", "broker-1"): ("cloud-1", "broker-1")}
+
+
+def faults(*written: dict, duration: float = 10.0):
+    from pydantic import TypeAdapter
+
+    from workloads.faults import FaultSpec
+
+    specs = [TypeAdapter(FaultSpec).validate_python(w) for w in written]
+    from topologies.spec import TopologySpec
+
+    return resolve(specs, expand(TopologySpec.model_validate(TOPOLOGY)), duration)
+
+
+class Clock:
+    """Time that passes only when the schedule waits (its stop event's wait is patched)."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class FakeEngine:
+    def __init__(self, clock: Clock, shaper: str = "relay", fail: str | None = None) -> None:
+        self.clock = clock
+        self.shaper = shaper
+        self.fail = fail
+        self.log: list[tuple] = []
+        self.shapes = {key: LinkShape(0.011 if key[0] != "cloud-1" else 0.001)
+                       for key in PATHS}
+
+    def _do(self, *what) -> None:
+        if self.fail and what[0] == self.fail:
+            raise RuntimeError(f"the engine said no to {what[0]}")
+        self.log.append((round(self.clock() - 1000.0, 3), *what))
+
+    def kill(self, node): self._do("kill", node)
+    def start(self, node): self._do("start", node)
+    def stop(self, node): self._do("stop", node)
+    def cpus(self, node): return 2 * 10**9
+    def set_cpus(self, node, nano): self._do("cpus", node, nano)
+    def paths(self): return dict(PATHS)
+    def shape(self, key): return self.shapes[key]
+
+    def reshape(self, key, shape):
+        self.shapes[key] = shape
+        self._do("shape", key, round(shape.latency_s, 4), round(shape.loss, 4),
+                 round(shape.jitter_s, 4))
+
+
+def run_schedule(schedule: FaultSchedule, clock: Clock, until: float) -> None:
+    """Drive the schedule's thread in virtual time: each wait advances the clock."""
+    real_wait = schedule._stop.wait
+
+    def wait(timeout=None):
+        if schedule._stop.is_set():
+            return True
+        clock.now += timeout
+        return real_wait(0)
+
+    schedule._stop.wait = wait
+    schedule.start()
+    schedule._thread.join(5)
+    clock.now = 1000.0 + until
+    schedule._stop.wait = real_wait
+    schedule.finish()
+
+
+def test_actions_run_in_time_order_and_heal_at_their_ends() -> None:
+    clock = Clock()
+    engine = FakeEngine(clock)
+    schedule = FaultSchedule(faults(
+        {"at": "4s", "restart": "broker-1", "for": "1s"},
+        {"at": "1s", "crash": "gw-2", "for": "2s"},
+        {"at": "2s", "slow": "cloud-1", "factor": 4, "for": "3s"},
+        {"at": "3s", "crash": "gw-2"},  # again at the very time it is healed, for good
+    ), engine, 1000.0, clock)
+    run_schedule(schedule, clock, 10.0)
+    assert engine.log == [
+        (1.0, "kill", "gw-2"), (2.0, "cpus", "cloud-1", 5 * 10**8),
+        (3.0, "start", "gw-2"), (3.0, "kill", "gw-2"),  # the heal first
+        (4.0, "stop", "broker-1"), (5.0, "start", "broker-1"),
+        (5.0, "cpus", "cloud-1", 2 * 10**9)]
+    table = schedule.columns()
+    assert table["kind"] == ["restart", "crash", "slow", "crash"]
+    assert table["t_start"] == [4.0, 1.0, 2.0, 3.0]
+    assert table["t_end"][:3] == [5.0, 3.0, 5.0] and table["t_end"][3] != table["t_end"][3]
+    assert schedule.facts() == {"scheduled": 4, "injected": 4, "healed": 3, "late_max_s": 0.0,
+                                "error": None}
+
+
+def test_link_faults_compose_on_the_paths_that_cross_them_and_restore_the_shape() -> None:
+    clock = Clock()
+    engine = FakeEngine(clock, shaper="netem")
+    written = faults({"at": "1s", "delay": {"from": "gw-1", "to": "sw"}, "latency": "30ms",
+                      "jitter": "4ms", "for": "4s"},
+                     {"at": "2s", "loss": {"from": "sw", "to": "broker-1"}, "rate": "50%",
+                      "for": "1s"},
+                     {"at": "6s", "partition": ["cloud-1", ["broker-1", "gw-2"]], "for": "1s"})
+    assert crossing(written[0], PATHS) == [("gw-1", "broker-1")]
+    assert crossing(written[1], PATHS) == [("gw-1", "broker-1"), ("gw-2", "broker-1")]
+    assert crossing(written[2], PATHS) == [("cloud-1", "broker-1")]
+    schedule = FaultSchedule(written, engine, 1000.0, clock)
+    run_schedule(schedule, clock, 10.0)
+    g1, g2, c = ("gw-1", "broker-1"), ("gw-2", "broker-1"), ("cloud-1", "broker-1")
+    assert engine.log == [
+        (1.0, "shape", g1, 0.041, 0.0, 0.004),
+        (2.0, "shape", g1, 0.041, 0.5, 0.004), (2.0, "shape", g2, 0.011, 0.5, 0.0),
+        (3.0, "shape", g1, 0.041, 0.0, 0.004), (3.0, "shape", g2, 0.011, 0.0, 0.0),
+        (5.0, "shape", g1, 0.011, 0.0, 0.0),
+        (6.0, "shape", c, 0.001, 1.0, 0.0),  # netem cuts: loss 1
+        (7.0, "shape", c, 0.001, 0.0, 0.0)]
+
+
+def test_a_partition_on_relays_holds_what_crosses_until_it_heals() -> None:
+    clock = Clock()
+    engine = FakeEngine(clock)
+    schedule = FaultSchedule(faults({"at": "1s", "partition": ["gw-1", "broker-1"],
+                                     "for": "2s"}), engine, 1000.0, clock)
+    run_schedule(schedule, clock, 10.0)
+    holds = [(t, latency) for t, what, key, latency, *_ in engine.log]
+    # Latency = the time left plus the link's own: what is read at t arrives at about 3 s.
+    assert holds[0] == (1.0, pytest.approx(2.011))
+    assert all(3.0 + 0.011 - 1e-6 <= t + latency <= 3.0 + 0.011 + HOLD_STEP_S + 1e-6
+               for t, latency in holds[:-1])
+    assert len(holds) >= 2 / HOLD_STEP_S - 1
+    assert holds[-1] == (3.0, pytest.approx(0.011))
+
+
+def test_a_fault_the_engine_refuses_stops_the_schedule_naming_it() -> None:
+    clock = Clock()
+    engine = FakeEngine(clock, fail="stop")
+    schedule = FaultSchedule(faults({"at": "1s", "crash": "gw-1", "for": "1s"},
+                                    {"at": "3s", "restart": "broker-1", "for": "1s"},
+                                    {"at": "5s", "crash": "gw-2"}), engine, 1000.0, clock)
+    run_schedule(schedule, clock, 10.0)
+    with pytest.raises(FaultError, match=r"scenario\.faults\[1\] \(restart of broker-1 from 3 s "
+                                         r"to 4 s\): injecting it failed: the engine said no to "
+                                         r"stop"):
+        schedule.check()
+    assert [what for _, what, _ in engine.log] == ["kill", "start"]  # nothing after it
+    assert schedule.columns()["kind"] == ["crash"]
+
+
+def test_the_plan_check_names_a_node_without_container_and_a_link_no_path_crosses() -> None:
+    with pytest.raises(FaultError, match=r"scenario\.faults\[0\].*sw has no container"):
+        check(faults({"at": "1s", "crash": "sw", "for": "1s"}), {"gw-1", "gw-2"}, PATHS)
+    with pytest.raises(FaultError, match=r"scenario\.faults\[0\].*no emulated connection "
+                                         r"crosses dev <> gw-1"):
+        check(faults({"at": "1s", "delay": {"from": "dev", "to": "gw-1"},
+                      "latency": "5ms", "for": "1s"}), {"gw-1"}, PATHS)
+
+
+def test_finish_heals_what_a_stopped_run_left_in_effect() -> None:
+    clock = Clock()
+    engine = FakeEngine(clock)
+    schedule = FaultSchedule(faults({"at": "1s", "slow": "gw-1", "factor": 2, "for": "8s"}),
+                             engine, 1000.0, clock)
+    done = threading.Event()
+    real_wait = schedule._stop.wait
+
+    def wait(timeout=None):
+        if clock.now - 1000.0 < 1.0:
+            clock.now += timeout
+            return real_wait(0)
+        done.set()
+        return real_wait(timeout)  # the run stops it at 4 s
+
+    schedule._stop.wait = wait
+    schedule.start()
+    assert done.wait(5)
+    clock.now = 1004.0
+    time.sleep(0.05)
+    schedule.finish()
+    assert engine.log == [(1.0, "cpus", "gw-1", 10**9), (4.0, "cpus", "gw-1", 2 * 10**9)]
+    assert schedule.columns()["t_end"] == [4.0]
