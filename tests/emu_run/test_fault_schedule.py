@@ -209,3 +209,150 @@ def test_finish_heals_what_a_stopped_run_left_in_effect() -> None:
     schedule.finish()
     assert engine.log == [(1.0, "cpus", "gw-1", 10**9), (4.0, "cpus", "gw-1", 2 * 10**9)]
     assert schedule.columns()["t_end"] == [4.0]
+
+
+# -- one emulated run through a schedule of faults on different nodes --------------------------
+
+DEVICES, RATE, DURATION = 4, 5.0, 24.0  # per gateway; msg/s per device; s
+CRASH = (4.0, 7.0)      # gw-2 (devices b-*): killed, its container started again
+SLOW = (3.0, 9.0)       # cloud-1: CPU limit divided by 4
+DELAY = (10.0, 14.0)    # gw-1 <> broker-1: 300 ms more
+RESTART = (17.0, 18.0)  # broker-1, QoS 1
+# Injected and healed (the engine's call returned) within this of the schedule: starting a
+# container again takes 1 to 1.5 s of the engine's time on the loaded 2-core host.
+TOLERANCE_S = 2.0
+EXTRA_S = 0.3
+
+
+def emulated(topology: str) -> str:
+    return f"""
+name: fault-schedule
+topology:
+  name: {topology}
+  sites: [{{name: field}}, {{name: cloud}}]
+  nodes:
+    - {{name: a, kind: device, replicas: {DEVICES}}}
+    - {{name: b, kind: device, replicas: {DEVICES}}}
+    - {{name: c, kind: device, replicas: {DEVICES}}}
+    - {{name: gw-1, kind: gateway, profile: rpi4, site: field}}
+    - {{name: gw-2, kind: gateway, profile: rpi4, site: field}}
+    - {{name: gw-3, kind: gateway, profile: rpi4, site: field}}
+    - {{name: broker-1, kind: broker, site: cloud}}
+    - {{name: cloud-1, kind: cloud_vm, profile: vm.small, site: cloud}}
+  links:
+    - {{from: a-*, to: gw-1, latency: 5ms}}
+    - {{from: b-*, to: gw-2, latency: 5ms}}
+    - {{from: c-*, to: gw-3, latency: 5ms}}
+    - {{from: gw-*, to: broker-1, latency: 10ms}}
+    - {{from: broker-1, to: cloud-1, latency: 1ms}}
+workload:
+  name: w
+  streams:
+    - {{name: city, sources: [a-*, b-*, c-*], rate: {RATE}/s, arrivals: periodic, qos: 1}}
+pipeline:
+  - {{name: relay, task: passthrough, on: gateways, reads: city, writes: clean}}
+  - {{name: sink, task: passthrough, on: cloud-1, reads: clean}}
+scenario:
+  faults:
+    - {{at: {CRASH[0]}s, crash: gw-2, for: {CRASH[1] - CRASH[0]}s}}
+    - {{at: {SLOW[0]}s, slow: cloud-1, factor: 4, for: {SLOW[1] - SLOW[0]}s}}
+    - {{at: {DELAY[0]}s, delay: {{from: gw-1, to: broker-1}}, latency: {EXTRA_S * 1e3:g}ms,
+       for: {DELAY[1] - DELAY[0]}s}}
+    - {{at: {RESTART[0]}s, restart: broker-1, for: {RESTART[1] - RESTART[0]}s}}
+run: {{backend: emu, duration: {DURATION}s, seed: 5, drain: 3s}}
+"""
+
+
+class CpuWatch(threading.Thread):
+    """The cloud VM container's NanoCpus, as the engine reports it, every 0.2 s."""
+
+    def __init__(self, client, topology: str) -> None:
+        super().__init__(daemon=True)
+        self.client, self.topology = client, topology
+        self.seen: list[tuple[float, int]] = []
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        from emu.cluster.inventory import OWNER, owner_token
+
+        labels = [f"{OWNER}={owner_token()}", "foglab.node=cloud-1",
+                  f"foglab.topology={self.topology}"]
+        while not self.stop.wait(0.2):
+            try:
+                for found in self.client.api.containers(filters={"label": labels}):
+                    host = self.client.api.inspect_container(found["Id"])["HostConfig"]
+                    self.seen.append((time.time(), host["NanoCpus"]))
+            except Exception:  # noqa: BLE001 - removed between the two calls
+                continue
+
+
+@pytest.mark.emu
+def test_a_run_goes_through_its_fault_schedule_on_the_containers(tmp_path) -> None:
+    import os
+    import secrets
+
+    if os.geteuid() != 0:
+        pytest.skip("the emulation needs root")
+    docker = pytest.importorskip("docker")
+    from experiments.loader import parse_text
+    from experiments.results import load_run
+    from experiments.runner import run_experiment
+    from tests.emu_run.test_faults import assert_every_table_written, assert_nothing_left
+
+    client = docker.from_env()
+    topology = f"schedule-{secrets.token_hex(3)}"
+    watch = CpuWatch(client, topology)
+    watch.start()
+    try:
+        (outcome,) = run_experiment(parse_text(emulated(topology)), tmp_path, sweep_id="f")
+    finally:
+        watch.stop.set()
+        watch.join(5)
+    run = load_run(outcome.folder)
+    manifest, facts = run.manifest, run.manifest["facts"]
+    assert outcome.error is None, manifest.get("error")
+    # The crashed gateway's agent does not come back in its restarted container.
+    assert manifest["status"] == "degraded" and set(manifest["failed_nodes"]) == {"gw-2"}
+    assert_every_table_written(outcome.folder)
+
+    # Each fault injected and healed at its time.
+    table = run.table("faults")
+    assert table["kind"].tolist() == ["crash", "slow", "delay", "restart"]
+    for (_, row), (start, end) in zip(table.iterrows(), (CRASH, SLOW, DELAY, RESTART),
+                                      strict=True):
+        assert start <= row["t_start"] <= start + TOLERANCE_S, table.to_dict("records")
+        assert end <= row["t_end"] <= end + TOLERANCE_S, table.to_dict("records")
+    assert facts["faults"]["injected"] == facts["faults"]["healed"] == 4
+
+    epoch = facts["epoch"]
+    # slow: the engine held the cloud VM at a quarter of its CPUs during the window only.
+    cpus = [(t - epoch, n) for t, n in watch.seen]
+    base = max(n for _, n in cpus)
+    inside = [n for t, n in cpus if SLOW[0] + TOLERANCE_S < t < SLOW[1]]
+    outside = [n for t, n in cpus if 0 < t < SLOW[0] or SLOW[1] + TOLERANCE_S < t < DURATION]
+    assert inside and set(inside) == {base // 4}, cpus
+    assert outside and set(outside) == {base}, cpus
+
+    messages = run.table("messages")
+    received = messages[~messages["lost"]]
+    group = received["source"].str[0]
+    # crash: gw-2's devices (b-*) are heard until the kill, never after it (its agent is gone).
+    b_sent = received.loc[group == "b", "t_sent"]
+    assert b_sent.max() < table["t_start"][0] + 0.1
+    assert (b_sent > CRASH[0] - 2.0).sum() > 0  # up to the crash (flushed every second)
+    # delay: gw-1's messages (a-*) take 300 ms more during its window, not before or after.
+    a = received[group == "a"]
+    during = a[a["t_sent"].between(DELAY[0] + TOLERANCE_S, DELAY[1] - 0.5)]["latency"]
+    before = a[a["t_sent"].between(1.0, DELAY[0] - 1.0)]["latency"]
+    after = a[a["t_sent"].between(DELAY[1] + 1.0, RESTART[0] - 0.5)]["latency"]
+    assert during.median() - before.median() == pytest.approx(EXTRA_S, abs=0.08)
+    assert after.median() < before.median() + 0.05
+    # restart at QoS 1: the live gateways' devices lose nothing, each message once.
+    counts = facts["messages"]
+    assert counts["lost"] == 0 and counts["dropped"] == 0, counts
+    (outage,) = facts["outages"]["broker-1"]
+    assert RESTART[0] <= outage[0] and outage[1] <= RESTART[1] + TOLERANCE_S + 1.0, outage
+    expected = DEVICES * RATE * DURATION
+    for live in ("a", "c"):
+        assert received.loc[group == live, "id"].nunique() == pytest.approx(expected, rel=0.05)
+    assert_nothing_left(client, facts["cluster"], facts["records"])
