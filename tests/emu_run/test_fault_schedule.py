@@ -217,6 +217,7 @@ DEVICES, RATE, DURATION = 4, 5.0, 24.0  # per gateway; msg/s per device; s
 CRASH = (4.0, 7.0)      # gw-2 (devices b-*): killed, its container started again
 SLOW = (3.0, 9.0)       # cloud-1: CPU limit divided by 4
 DELAY = (10.0, 14.0)    # gw-1 <> broker-1: 300 ms more
+PARTITION = (10.0, 13.0)  # gw-3 | broker-1: nothing crosses
 RESTART = (17.0, 18.0)  # broker-1, QoS 1
 # Injected and healed (the engine's call returned) within this of the schedule: starting a
 # container again takes 1 to 1.5 s of the engine's time on the loaded 2-core host.
@@ -258,6 +259,7 @@ scenario:
     - {{at: {SLOW[0]}s, slow: cloud-1, factor: 4, for: {SLOW[1] - SLOW[0]}s}}
     - {{at: {DELAY[0]}s, delay: {{from: gw-1, to: broker-1}}, latency: {EXTRA_S * 1e3:g}ms,
        for: {DELAY[1] - DELAY[0]}s}}
+    - {{at: {PARTITION[0]}s, partition: [gw-3, broker-1], for: {PARTITION[1] - PARTITION[0]}s}}
     - {{at: {RESTART[0]}s, restart: broker-1, for: {RESTART[1] - RESTART[0]}s}}
 run: {{backend: emu, duration: {DURATION}s, seed: 5, drain: 3s}}
 """
@@ -317,12 +319,12 @@ def test_a_run_goes_through_its_fault_schedule_on_the_containers(tmp_path) -> No
 
     # Each fault injected and healed at its time.
     table = run.table("faults")
-    assert table["kind"].tolist() == ["crash", "slow", "delay", "restart"]
-    for (_, row), (start, end) in zip(table.iterrows(), (CRASH, SLOW, DELAY, RESTART),
-                                      strict=True):
+    assert table["kind"].tolist() == ["crash", "slow", "delay", "partition", "restart"]
+    for (_, row), (start, end) in zip(table.iterrows(),
+                                      (CRASH, SLOW, DELAY, PARTITION, RESTART), strict=True):
         assert start <= row["t_start"] <= start + TOLERANCE_S, table.to_dict("records")
         assert end <= row["t_end"] <= end + TOLERANCE_S, table.to_dict("records")
-    assert facts["faults"]["injected"] == facts["faults"]["healed"] == 4
+    assert facts["faults"]["injected"] == facts["faults"]["healed"] == 5
 
     epoch = facts["epoch"]
     # slow: the engine held the cloud VM at a quarter of its CPUs during the window only.
@@ -347,6 +349,14 @@ def test_a_run_goes_through_its_fault_schedule_on_the_containers(tmp_path) -> No
     after = a[a["t_sent"].between(DELAY[1] + 1.0, RESTART[0] - 0.5)]["latency"]
     assert during.median() - before.median() == pytest.approx(EXTRA_S, abs=0.08)
     assert after.median() < before.median() + 0.05
+    # partition: gw-3's messages (c-*) sent while it lasts reach the cloud only after it heals
+    # (QoS 1 over TCP: held, then delivered), and those after it flow as before.
+    c = received[group == "c"]
+    cut = c[c["t_sent"].between(PARTITION[0] + 0.3, PARTITION[1] - 0.3)]
+    assert len(cut) > DEVICES * RATE * 2
+    assert (cut["t_sent"] + cut["latency"]).min() >= PARTITION[1] - 0.02
+    healed = c[c["t_sent"].between(PARTITION[1] + 1.5, RESTART[0] - 0.5)]["latency"]
+    assert healed.median() < 0.2
     # restart at QoS 1: the live gateways' devices lose nothing, each message once.
     counts = facts["messages"]
     assert counts["lost"] == 0 and counts["dropped"] == 0, counts
