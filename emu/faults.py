@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import threading
 import time
 from collections.abc import Callable
@@ -82,9 +83,8 @@ class ClusterEngine:
         stop(self.api, self._container(node), grace=HEAL_GRACE_S)
 
     def cpus(self, node: str) -> int:
-        """The container's CPU limit in nano CPUs (the host's cores if it has none)."""
-        import os
-        return self.cluster.plan.containers[node].nano_cpus or (os.cpu_count() or 1) * 10**9
+        """The container's CPU limit in nano CPUs, as it was made (0: none)."""
+        return self.cluster.plan.containers[node].nano_cpus or 0
 
     def set_cpus(self, node: str, nano_cpus: int) -> None:
         from emu.cluster.faults import set_cpus
@@ -233,8 +233,9 @@ class FaultSchedule:
                 engine.stop(node)
         elif fault.kind == "slow":
             for node in fault.nodes:
-                self._nano[node] = engine.cpus(node)
-                engine.set_cpus(node, max(10**6, int(self._nano[node] / fault.params["factor"])))
+                self._nano[node] = engine.cpus(node)  # restored after; 0: no limit
+                cores = self._nano[node] or (os.cpu_count() or 1) * 10**9
+                engine.set_cpus(node, max(10**6, int(cores / fault.params["factor"])))
         else:
             if self._paths is None:
                 self._paths = engine.paths()

@@ -211,6 +211,19 @@ def test_finish_heals_what_a_stopped_run_left_in_effect() -> None:
     assert schedule.columns()["t_end"] == [4.0]
 
 
+def test_slow_on_a_container_without_a_cpu_limit_divides_the_hosts_and_lifts_it_again() -> None:
+    import os
+
+    clock = Clock()
+    engine = FakeEngine(clock)
+    engine.cpus = lambda node: 0
+    schedule = FaultSchedule(faults({"at": "1s", "slow": "cloud-1", "factor": 2, "for": "1s"}),
+                             engine, 1000.0, clock)
+    run_schedule(schedule, clock, 10.0)
+    assert engine.log == [(1.0, "cpus", "cloud-1", os.cpu_count() * 10**9 // 2),
+                          (2.0, "cpus", "cloud-1", 0)]
+
+
 # -- one emulated run through a schedule of faults on different nodes --------------------------
 
 DEVICES, RATE, DURATION = 4, 5.0, 24.0  # per gateway; msg/s per device; s
