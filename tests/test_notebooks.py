@@ -11,12 +11,15 @@ from nbformat.v4 import new_code_cell
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 # Images each notebook shows when it runs (at least one per cell that plots, below).
-IMAGES = {"quickstart": 1, "thesis-migration": 1, "sim-vs-emu": 3}
+IMAGES = {"quickstart": 1, "thesis-migration": 1, "sim-vs-emu": 3, "hybrid-mobility": 3}
 # A call that draws: pyplot, seaborn's plotting functions, or an Axes' or frame's plot.
 PLOTTING = re.compile(r"\bplt\.(?!rc)|\bsns\.(?!set_)\w+\(|\.plot\(")
 # Run after the notebook, in its kernel: what its figures say, for what the images cannot show.
 PROBES = {"thesis-migration": ("print(ch5_figure.get_suptitle())",
-                               "the model's event rates are scaled down 10x")}
+                               "the model's event rates are scaled down 10x"),
+          "hybrid-mobility": ("print('people handed over and moved:', "
+                              "bool((table.loc[['handovers', 'migrations']] > 0).all(None)))",
+                              "people handed over and moved: True")}
 
 
 def execute(path: Path, cwd: Path) -> nbformat.NotebookNode:

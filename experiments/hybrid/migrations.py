@@ -52,6 +52,13 @@ class PolicyMigrations:
         from emu.migration import MigrationRecord, migrate
 
         source = self.where[name]
+        # Recorded from its start: a move still under way when the run ends (Actions.close
+        # waits a while, not for ever) may already read on its target, whose records the
+        # emulation then reads with it (emu.run reads every move's target).
+        under_way = MigrationRecord(record_id, name, strategy, source, target, time.time(),
+                                    status="unfinished", error="under way when the run ended")
+        with self._lock:
+            self.records.append(under_way)
         try:
             record = migrate(self.control, name, source, target, strategy, self.settings,
                              record_id=record_id)
@@ -61,7 +68,7 @@ class PolicyMigrations:
                                      status="failed", error=str(error))
         ok = record.status == "done"
         with self._lock:
-            self.records.append(record)
+            self.records = [record if r is under_way else r for r in self.records]
             if ok:
                 self.where[name] = target
         self._ended.append((done, ok))

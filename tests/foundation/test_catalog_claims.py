@@ -81,6 +81,18 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("and the broker restarts", "fault kinds",
               {"crash,partition,delay,slow,restart"}),
     ],
+    "hybrid-mobility": [
+        Claim("50 people", "devices", {50}),
+        Claim("served by 5 Raspberry Pi gateways", "Raspberry Pi gateways", {5}),
+        Claim("served by 5 Raspberry Pi gateways", "gateways", {5}),
+        Claim("a per-person 10 s window", "window (s)", {10}),
+        Claim("(pause_transfer: the window's state through ZooKeeper)", "strategy",
+              {"pause_transfer"}),
+        Claim("A STATS query on Spark on the cloud VM", "cloud tasks", {"stats"}),
+        Claim("A STATS query on Spark on the cloud VM", "cloud VMs", {1}),
+        Claim("Each phone reports its position once a second", "rate per device (/s)", {1}),
+        Claim("3 minutes", "duration (s)", {180}, unit=60),
+    ],
     "quickstart": [
         Claim("Two hundred city sensors", "devices", {200}),
         Claim("four Raspberry Pi gateways", "Raspberry Pi gateways", {4}),
