@@ -1,8 +1,8 @@
-"""A STATS query on Spark moved live between two cloud VMs' containers, by checkpoint and by
-export: its per-sensor aggregates carry on as those of an unmoved query reading the same input
-(no reading lost or processed twice), and a move whose target dies rolls back to the source
-with nothing lost. Each emulated run is a cluster of three or four Spark VMs: minutes on two
-cores, so the rollback and the export way share one."""
+"""A STATS query on Spark moved live between two cloud VMs' containers: a move whose target
+dies rolls back to the source with nothing lost, and the next move carries the query's state by
+checkpoint, its per-sensor aggregates and windows going on as those of an unmoved query reading
+the same input (no reading lost or processed twice). An emulated run is a cluster of four Spark
+VMs, minutes on two cores: both behaviours share one."""
 
 from __future__ import annotations
 
@@ -120,24 +120,44 @@ def moves_of(result) -> list[dict]:
 
 @pytest.mark.emu
 @pytest.mark.slow
-# The export way moves in the rollback's run below: a cluster of Spark VMs per run takes
-# minutes of the suite on a two-core host (export between job processes: tests/spark_apps).
-@pytest.mark.parametrize("way", ["checkpoint"])
-def test_a_query_moves_between_cloud_vms_and_carries_on_as_an_unmoved_one(
-        tmp_path: Path, engine, way: str) -> None:
-    result = emulated(tmp_path, way)
-    (fact,) = result.facts["migrations"]
-    assert fact["status"] == "done", fact
-    (row,) = moves_of(result)
-    assert (row["source"], row["target"], row["strategy"], row["spark_way"]) == (
-        "cloud-1", "cloud-2", "pause_transfer", way)
-    assert 20.0 <= row["start"] < row["end"]
+def test_a_target_that_dies_rolls_back_and_the_next_move_carries_the_state_by_checkpoint(
+        tmp_path: Path, engine) -> None:
+    # One emulated run for both behaviours: a cluster of Spark VMs takes minutes of the suite
+    # on a two-core host. The export way moves between job processes (tests/spark_apps) and
+    # in benchmarks/spark_migration.py --emu.
+    def kill_target_at_the_stop(records: Path) -> None:
+        # The host has asked the source to stop: the target VM dies before the handover.
+        stop = records / "cloud-1" / "stats" / "stop"
+        deadline = time.monotonic() + 900
+        while not stop.exists() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        for container in engine.containers.list(
+                filters={"label": f"foglab.records={records}"}):
+            if container.name.endswith("-cloud-4"):
+                container.kill()
+
+    result = emulated(tmp_path, "checkpoint", DOOMED_THEN_MOVE, kill_target_at_the_stop)
+    doomed, moved = result.facts["migrations"]
+    assert doomed["status"] == "failed" and "rolled back" in doomed["phases"], doomed
+    assert "pause" in doomed["phases"] and "cloud-4" in result.failed
+    assert moved["status"] == "done", moved
+    first, second = moves_of(result)
+    assert math.isnan(first["downtime"]) and first["target"] == "cloud-4"
+    assert (second["source"], second["target"], second["strategy"], second["spark_way"]) == (
+        "cloud-1", "cloud-2", "pause_transfer", "checkpoint")
+    assert 21.0 <= second["start"] < second["end"]
     # A loaded two-core host stretches the first batch after the move to tens of seconds.
-    assert 0 < row["downtime"] < 120.0 and row["held"] > 0 and row["state_bytes"] > 0
-    assert (row["lost"], row["duplicates"], row["chunks"]) == (0, 0, 0)
-    assert math.isnan(row["output_gap"])
-    phases = fact["phases"]
+    assert 0 < second["downtime"] < 180.0 and second["held"] > 0 and second["state_bytes"] > 0
+    assert (second["lost"], second["duplicates"], second["chunks"]) == (0, 0, 0)
+    assert math.isnan(second["output_gap"])
+    phases = moved["phases"]
     assert phases["source paused"] < phases["handed over"] < phases["first batch"]
+    # The source stopped, started again on its checkpoint, journal and broker session (its
+    # batches number on), then moved with its checkpoint to cloud-2.
+    progress = [json.loads(line) for line in
+                (tmp_path / "cloud-1" / "stats" / "progress.jsonl").read_text().splitlines()]
+    assert [p["batchId"] for p in progress] == sorted({p["batchId"] for p in progress})
+    assert not (tmp_path / "cloud-4" / "stats.1" / "handover").exists()
     assert result.facts["spark_caught_up"]["cloud-1/stats"] is not None
     assert result.facts["spark_caught_up"]["cloud-3/unmoved"] is not None
     source = sink_rows(tmp_path / "cloud-1" / "stats" / "output")
@@ -151,50 +171,10 @@ def test_a_query_moves_between_cloud_vms_and_carries_on_as_an_unmoved_one(
     windows = windows[windows["statistic"].isin(WINDOWS)].set_index(KEY)["value"]
     reference = unmoved[unmoved["statistic"].isin(WINDOWS)].set_index(KEY)["value"]
     assert not windows.index.duplicated().any(), "a window emitted twice"
-    if way == "checkpoint":
-        # The windows' state moved too: every window emitted is the unmoved one's.
-        both = windows.index.intersection(reference.index)
-        assert len(both) >= len(windows) - 5 * 4 * 2 and len(both) > 20  # the last may lag
-        assert (windows[both] - reference[both]).abs().max() < 1e-9
-
-
-@pytest.mark.emu
-@pytest.mark.slow
-def test_a_target_that_dies_rolls_back_and_the_next_move_goes_by_export(
-        tmp_path: Path, engine) -> None:
-    def kill_target_at_the_stop(records: Path) -> None:
-        # The host has asked the source to stop: the target VM dies before the handover.
-        stop = records / "cloud-1" / "stats" / "stop"
-        deadline = time.monotonic() + 900
-        while not stop.exists() and time.monotonic() < deadline:
-            time.sleep(0.01)
-        for container in engine.containers.list(
-                filters={"label": f"foglab.records={records}"}):
-            if container.name.endswith("-cloud-4"):
-                container.kill()
-
-    result = emulated(tmp_path, "export", DOOMED_THEN_MOVE, kill_target_at_the_stop)
-    doomed, moved = result.facts["migrations"]
-    assert doomed["status"] == "failed" and "rolled back" in doomed["phases"], doomed
-    assert "pause" in doomed["phases"] and "cloud-4" in result.failed
-    assert moved["status"] == "done", moved
-    first, second = moves_of(result)
-    assert math.isnan(first["downtime"]) and first["target"] == "cloud-4"
-    assert (second["source"], second["target"], second["spark_way"]) == (
-        "cloud-1", "cloud-2", "export")
-    assert 0 < second["downtime"] < 180.0 and second["held"] > 0 and second["state_bytes"] > 0
-    # The source stopped, started again on its checkpoint, journal and broker session (its
-    # batches number on), then moved by export: a new query on cloud-2, seeded with the state.
-    progress = [json.loads(line) for line in
-                (tmp_path / "cloud-1" / "stats" / "progress.jsonl").read_text().splitlines()]
-    assert [p["batchId"] for p in progress] == sorted({p["batchId"] for p in progress})
-    assert not (tmp_path / "cloud-4" / "stats.1" / "handover").exists()
-    assert result.facts["spark_caught_up"]["cloud-1/stats"] is not None
-    source = sink_rows(tmp_path / "cloud-1" / "stats" / "output")
-    target = sink_rows(tmp_path / "cloud-2" / "stats.1" / "output")
-    assert len(source) and len(target)
-    assert_carries_on(pd.concat([source, target]),
-                      sink_rows(tmp_path / "cloud-3" / "unmoved" / "output"))
+    # The windows' state moved too: every window emitted is the unmoved one's.
+    both = windows.index.intersection(reference.index)
+    assert len(both) >= len(windows) - 5 * 4 * 2 and len(both) > 20  # the last may lag
+    assert (windows[both] - reference[both]).abs().max() < 1e-9
 
 
 @pytest.mark.parametrize(("change", "says"), [
