@@ -22,6 +22,10 @@ def check(spec: ExperimentSpec) -> Topology:
     _check_pipeline(spec, topology)
     _check_migrations(spec, topology)
     _check_mobility(spec, topology)
+    if spec.scenario.load:  # devices hybrid publishes from the host; sim and emu run them
+        from experiments.hybrid.load import simulated_devices
+
+        simulated_devices(spec.scenario, topology)
     faults = resolve_faults(spec.scenario.faults, topology, spec.run.duration)
     if spec.run.backend != "sim":
         check_emulated_faults(faults, topology, spec.run.backend)

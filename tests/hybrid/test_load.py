@@ -97,9 +97,11 @@ def target_of(point, gateway="gw-a") -> Target:
     ("[gw-a]", "gw-a is a gateway"),
     ("[sensor-1, loner]", "loner links to none"),
 ])
-def test_a_bad_load_pattern_is_refused_naming_the_field_and_value(trace, load, says):
+@pytest.mark.parametrize("backend", ["hybrid", "sim"])
+def test_a_bad_load_pattern_is_refused_naming_the_field_and_value(trace, load, says, backend):
+    # sim runs the named devices as ordinary ones, and refuses a bad name all the same.
     with pytest.raises(SpecError) as error:
-        loaded(trace, load=load)
+        loaded(trace, load=load, backend=backend)
     text = str(error.value)
     assert "scenario.load" in text and says in text
     assert load.strip("[]").split(", ")[-1] in text
