@@ -227,11 +227,13 @@ def test_slow_on_a_container_without_a_cpu_limit_divides_the_hosts_and_lifts_it_
 # -- one emulated run through a schedule of faults on different nodes --------------------------
 
 DEVICES, RATE, DURATION = 4, 5.0, 24.0  # per gateway; msg/s per device; s
-CRASH = (4.0, 7.0)      # gw-2 (devices b-*): killed, its container started again
-SLOW = (3.0, 9.0)       # cloud-1: CPU limit divided by 4
-DELAY = (10.0, 14.0)    # gw-1 <> broker-1: 300 ms more
-PARTITION = (10.0, 13.0)  # gw-3 | broker-1: nothing crosses
-RESTART = (17.0, 18.0)  # broker-1, QoS 1
+# In sequence, so that each one's effect is measured outside the others' (a slow sink would
+# add latency to every path).
+CRASH = (3.0, 6.0)      # gw-2 (devices b-*): killed, its container started again
+DELAY = (8.0, 12.0)     # gw-1 <> broker-1: 300 ms more
+PARTITION = (8.0, 11.0)  # gw-3 | broker-1: nothing crosses
+RESTART = (16.0, 17.0)  # broker-1, QoS 1
+SLOW = (19.0, 23.0)     # cloud-1: CPU limit divided by 4
 # Injected and healed (the engine's call returned) within this of the schedule: starting a
 # container again takes 1 to 1.5 s of the engine's time on the loaded 2-core host.
 TOLERANCE_S = 2.0
@@ -269,11 +271,11 @@ pipeline:
 scenario:
   faults:
     - {{at: {CRASH[0]}s, crash: gw-2, for: {CRASH[1] - CRASH[0]}s}}
-    - {{at: {SLOW[0]}s, slow: cloud-1, factor: 4, for: {SLOW[1] - SLOW[0]}s}}
     - {{at: {DELAY[0]}s, delay: {{from: gw-1, to: broker-1}}, latency: {EXTRA_S * 1e3:g}ms,
        for: {DELAY[1] - DELAY[0]}s}}
     - {{at: {PARTITION[0]}s, partition: [gw-3, broker-1], for: {PARTITION[1] - PARTITION[0]}s}}
     - {{at: {RESTART[0]}s, restart: broker-1, for: {RESTART[1] - RESTART[0]}s}}
+    - {{at: {SLOW[0]}s, slow: cloud-1, factor: 4, for: {SLOW[1] - SLOW[0]}s}}
 run: {{backend: emu, duration: {DURATION}s, seed: 5, drain: 3s}}
 """
 
@@ -332,9 +334,9 @@ def test_a_run_goes_through_its_fault_schedule_on_the_containers(tmp_path) -> No
 
     # Each fault injected and healed at its time.
     table = run.table("faults")
-    assert table["kind"].tolist() == ["crash", "slow", "delay", "partition", "restart"]
+    assert table["kind"].tolist() == ["crash", "delay", "partition", "restart", "slow"]
     for (_, row), (start, end) in zip(table.iterrows(),
-                                      (CRASH, SLOW, DELAY, PARTITION, RESTART), strict=True):
+                                      (CRASH, DELAY, PARTITION, RESTART, SLOW), strict=True):
         assert start <= row["t_start"] <= start + TOLERANCE_S, table.to_dict("records")
         assert end <= row["t_end"] <= end + TOLERANCE_S, table.to_dict("records")
     assert facts["faults"]["injected"] == facts["faults"]["healed"] == 5
@@ -355,13 +357,14 @@ def test_a_run_goes_through_its_fault_schedule_on_the_containers(tmp_path) -> No
     b_sent = received.loc[group == "b", "t_sent"]
     assert b_sent.max() < table["t_start"][0] + 0.1
     assert (b_sent > CRASH[0] - 2.0).sum() > 0  # up to the crash (flushed every second)
-    # delay: gw-1's messages (a-*) take 300 ms more during its window, not before or after.
+    # delay: gw-1's messages (a-*) take 300 ms more during its window, not before or after
+    # (a loaded host adds latency, never takes it away: the fastest messages tell).
     a = received[group == "a"]
-    during = a[a["t_sent"].between(DELAY[0] + TOLERANCE_S, DELAY[1] - 0.5)]["latency"]
-    before = a[a["t_sent"].between(1.0, DELAY[0] - 1.0)]["latency"]
+    during = a[a["t_sent"].between(DELAY[0] + 0.5, DELAY[1] - 0.5)]["latency"]
+    before = a[a["t_sent"].between(1.5, DELAY[0] - 0.5)]["latency"]
     after = a[a["t_sent"].between(DELAY[1] + 1.0, RESTART[0] - 0.5)]["latency"]
-    assert during.median() - before.median() == pytest.approx(EXTRA_S, abs=0.08)
-    assert after.median() < before.median() + 0.05
+    assert during.min() >= EXTRA_S, during.describe()
+    assert before.quantile(0.2) < EXTRA_S / 2 and after.quantile(0.2) < EXTRA_S / 2
     # partition: gw-3's messages (c-*) sent while it lasts reach the cloud only after it heals
     # (QoS 1 over TCP: held, then delivered), and those after it flow as before.
     c = received[group == "c"]
@@ -369,7 +372,7 @@ def test_a_run_goes_through_its_fault_schedule_on_the_containers(tmp_path) -> No
     assert len(cut) > DEVICES * RATE * 2
     assert (cut["t_sent"] + cut["latency"]).min() >= PARTITION[1] - 0.02
     healed = c[c["t_sent"].between(PARTITION[1] + 1.5, RESTART[0] - 0.5)]["latency"]
-    assert healed.median() < 0.2
+    assert healed.quantile(0.2) < EXTRA_S / 2
     # restart at QoS 1: the live gateways' devices lose nothing, each message once.
     counts = facts["messages"]
     assert counts["lost"] == 0 and counts["dropped"] == 0, counts
