@@ -49,7 +49,7 @@ def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
                   calibration=load(run.calibration).calibration if run.calibration else None,
                   migration=scenario.migration, migrations=scenario.migrations,
                   mobility=scenario.mobility, policy=scenario.policy,
-                  faults=scenario.faults)
+                  faults=scenario.faults, broadcasts=scenario.broadcasts)
     values.update(changes)
     return Settings(**values)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
+from workloads.broadcast import resolve as resolve_broadcasts
 from workloads.faults import resolve as resolve_faults
 from workloads.pipeline import KIND_WORDS, topic_filter
 from workloads.topics import matches, valid_filter
@@ -29,6 +30,10 @@ def check(spec: ExperimentSpec) -> Topology:
     faults = resolve_faults(spec.scenario.faults, topology, spec.run.duration)
     if spec.run.backend != "sim":
         check_emulated_faults(faults, topology, spec.run.backend)
+    resolve_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
+    if spec.scenario.broadcasts and spec.run.backend != "sim":
+        raise SpecError(("scenario", "broadcasts"), len(spec.scenario.broadcasts),
+                        f"no broadcasts: not yet on {spec.run.backend} (run them on sim)")
     if spec.run.backend == "emu":
         _check_emulation(spec, topology)
     if spec.run.backend == "hybrid":

@@ -58,6 +58,14 @@ TABLES: dict[str, pa.Schema] = {
         ("kind", _name), ("target", pa.string()), ("t_start", pa.float64()),
         ("t_end", pa.float64()), ("params", pa.string()),
     ]),
+    # A control message of scenario.broadcasts that reached a worker (workloads.broadcast):
+    # the broadcast's index, mode, fanout (0: naive), the worker, its depth in the tree (hops
+    # of forwarding from the sender), when the broadcast began, when the worker had it.
+    "broadcasts": pa.schema([
+        ("broadcast", pa.int64()), ("mode", _name), ("fanout", pa.int64()), ("worker", _name),
+        ("depth", pa.int64()), ("t_sent", pa.float64()), ("t_received", pa.float64()),
+        ("latency", pa.float64()),
+    ]),
 }
 
 

@@ -8,6 +8,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
+from workloads.broadcast import BroadcastSpec
 from workloads.faults import FaultSpec
 from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
@@ -65,6 +66,9 @@ class ScenarioSpec(BaseModel):
         "on sim's schedule instead of emulating them (experiments.hybrid.load); sim and emu "
         "run them as ordinary devices")
     faults: list[FaultSpec] = Field(default_factory=list)
+    broadcasts: list[BroadcastSpec] = Field(
+        default_factory=list, description="control messages from a coordinator to workers, "
+        "naive or over a tree (workloads.broadcast); sim only for now")
 
 
 class ExperimentSpec(BaseModel):

@@ -10,6 +10,7 @@ from itertools import count
 import numpy as np
 
 from sim import assembly
+from sim.broadcast import Broadcasts
 from sim.assembly import HOSTS, ModelError
 from sim.clock import Environment, collector_paused
 from sim.costs import Costs
@@ -51,6 +52,7 @@ class Settings:
     mobility: MobilitySpec | None = None
     policy: PolicySpec | None = None
     faults: list = field(default_factory=list)  # scenario.faults (workloads.faults)
+    broadcasts: list = field(default_factory=list)  # scenario.broadcasts (workloads.broadcast)
 
 
 @dataclass
@@ -124,6 +126,7 @@ class Model:
                                list(self.network.channels.values()), settings.sample,
                                settings.duration, mean_size)
         self.faults = FaultSchedule(self, settings.faults) if settings.faults else None
+        self.broadcasts = Broadcasts(self, settings.broadcasts) if settings.broadcasts else None
 
     # -- composing ------------------------------------------------------------------------
 
@@ -322,14 +325,15 @@ class Model:
                   "windows": self.coordinator.forwarded.columns(),
                   "positions": (self.mobility.positions if self.mobility
                                 else SeriesLog("t", "device", "x", "y", "gateway")).columns()}
+        facts = {"emitted": sum(s.emitted for s in self.sources),
+                 "handovers": self.mobility.handovers if self.mobility else 0,
+                 "end": self.env.now, "brokers": {b.name: b.received
+                                                  for b in self.brokers.values()}}
+        if self.broadcasts is not None:  # before the faults take out QoS 1 resends
+            self.broadcasts.finish(tables, facts)
         if self.faults is not None:
             self.faults.finish(tables)
-        return SimResult(
-            tables=tables,
-            facts={"emitted": sum(s.emitted for s in self.sources),
-                   "handovers": self.mobility.handovers if self.mobility else 0,
-                   "end": self.env.now, "brokers": {b.name: b.received
-                                                     for b in self.brokers.values()}})
+        return SimResult(tables=tables, facts=facts)
 
 
 def simulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],

@@ -35,6 +35,12 @@ def kind_count(kind: str) -> Callable[[RunPoint], int]:
     return lambda point: point.topology.counts().get(kind, 0)
 
 
+def only(values) -> object:
+    """The one value all of them share, else the set of them (which no claim states)."""
+    found = frozenset(values)
+    return next(iter(found)) if len(found) == 1 else found
+
+
 MEASURES: dict[str, Callable[[RunPoint], object]] = {
     "total rate (events/s)": total_rate,
     "window (s)": lambda p: p.spec.pipeline[0].window.size,
@@ -61,6 +67,11 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
     "added latency (s)": lambda p: next(f.latency for f in p.spec.scenario.faults
                                         if hasattr(f, "delay")),
     "slow factor": lambda p: next(f.factor for f in p.spec.scenario.faults if hasattr(f, "slow")),
+    "broadcast modes": lambda p: ",".join(b.mode for b in p.spec.scenario.broadcasts),
+    "broadcast size (bytes)": lambda p: only(b.size for b in p.spec.scenario.broadcasts),
+    "broadcast cost (s)": lambda p: only(b.cost for b in p.spec.scenario.broadcasts),
+    "tree fanout": lambda p: only(b.fanout for b in p.spec.scenario.broadcasts
+                                  if b.mode == "tree"),
 }
 
 
@@ -80,6 +91,13 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("four times slower", "slow factor", {4}),
         Claim("and the broker restarts", "fault kinds",
               {"crash,partition,delay,slow,restart"}),
+    ],
+    "broadcast-tree": [
+        Claim("one 1 KB control message", "broadcast size (bytes)", {1000}, unit=1000),
+        Claim("1 ms of CPU per send", "broadcast cost (s)", {1e-3}, unit=1e-3),
+        Claim("forwards it to 2 children", "tree fanout", {2}),
+        Claim("for 20 to 200 workers", "cloud VMs", {20, 50, 100, 150, 200}),
+        Claim("its workers, naive", "broadcast modes", {"naive,tree"}),
     ],
     "hybrid-mobility": [
         Claim("50 people", "devices", {50}),
