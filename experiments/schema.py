@@ -202,4 +202,15 @@ def _faults(name: str, table: pa.Table) -> None:
           pc.less_equal(table.column("t_end"), table.column("t_start")))
 
 
-_CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links, "faults": _faults}
+def _broadcasts(name: str, table: pa.Table) -> None:
+    _required(name, table, list(TABLES[name].names))
+    _fail(name, table, "latency is t_received - t_sent", pc.greater(pc.abs(pc.subtract(
+        table.column("latency"), pc.subtract(table.column("t_received"),
+                                             table.column("t_sent")))), TIME_TOLERANCE_S))
+    _fail(name, table, "latency is >= 0", pc.less(table.column("latency"), -TIME_TOLERANCE_S))
+    _fail(name, table, "depth is >= 1 (a worker is one send or more from the sender)",
+          pc.less(table.column("depth"), 1))
+
+
+_CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links, "faults": _faults,
+           "broadcasts": _broadcasts}

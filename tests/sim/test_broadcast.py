@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from experiments.loader import load, parse_text
-from experiments.schema import conform
+from experiments.schema import SchemaError, conform
 from sim.model import simulate
 from tests.foundation.helpers import run, settings
 from topologies.errors import SpecError
@@ -156,3 +156,10 @@ def test_the_shipped_sweep_naive_rises_and_the_tree_stays_nearly_flat() -> None:
     assert all(b > a for a, b in zip(tree, tree[1:], strict=False))  # deeper trees
     assert tree[-1] / tree[0] < 2.5  # ten times the workers, about log2 of it
     assert tree[-1] < naive[-1] / 10 and tree[0] < naive[0] / 2
+
+
+def test_the_schema_refuses_a_row_whose_latency_is_not_its_times() -> None:
+    table = run(text("[{at: 1s, from: coord, to: worker-*, cost: 2ms}]")).tables["broadcasts"]
+    table["latency"] = table["latency"] + 1.0
+    with pytest.raises(SchemaError, match="table broadcasts: latency is t_received - t_sent"):
+        conform({"broadcasts": table})
