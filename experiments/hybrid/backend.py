@@ -115,9 +115,11 @@ class _Coupled:
         """Each device handed over: the gateways it went to, in order (emu reads the
         messages' paths with them)."""
         moved: dict[str, list[str]] = {}
+        # Every handover decided, not only those that ended well: one that timed out, or
+        # was still queued when the run ended (its worker carries on), may yet have sent
+        # from its new gateway.
         for action, _old, new in self.parts["handovers"].moves if self.parts else []:
-            if action.ok:
-                moved.setdefault(action.subject, []).append(new)
+            moved.setdefault(action.subject, []).append(new)
         return moved
 
     def tables(self) -> dict[str, dict]:

@@ -40,25 +40,29 @@ class PolicyMigrations:
     def start(self, user: int, target: str, strategy: str,
               done: Callable[[bool], None]) -> None:
         """FollowPolicy's `start`, on the model's thread: queue the move."""
+        from emu.migration import MigrationRecord
+
         name = f"{self.operator}@{self.mobility.devices[user]}"
         record_id, self._next_id = self._next_id, self._next_id + 1
         t = self.mobility.env.now
-        self.moves.append(self.actions.put(
-            "migration", name, t,
-            lambda action: self._move(name, target, strategy, record_id, done)))
-
-    def _move(self, name: str, target: str, strategy: str, record_id: int,
-              done: Callable[[bool], None]) -> dict:
-        from emu.migration import MigrationRecord, migrate
-
-        source = self.where[name]
-        # Recorded from its start: a move still under way when the run ends (Actions.close
-        # waits a while, not for ever) may already read on its target, whose records the
-        # emulation then reads with it (emu.run reads every move's target).
-        under_way = MigrationRecord(record_id, name, strategy, source, target, time.time(),
+        # Recorded from its decision: a move still queued or under way when the run ends
+        # (Actions.close waits a while, not for ever) may yet read on its target, whose
+        # records the emulation then reads with it (emu.run reads every move's target).
+        under_way = MigrationRecord(record_id, name, strategy, self.where[name], target,
+                                    time.time(),
                                     status="unfinished", error="under way when the run ended")
         with self._lock:
             self.records.append(under_way)
+        self.moves.append(self.actions.put(
+            "migration", name, t,
+            lambda action: self._move(name, target, strategy, under_way, done)))
+
+    def _move(self, name: str, target: str, strategy: str, under_way,
+              done: Callable[[bool], None]) -> dict:
+        from emu.migration import MigrationRecord, migrate
+
+        source = under_way.source = self.where[name]
+        record_id = under_way.id
         try:
             record = migrate(self.control, name, source, target, strategy, self.settings,
                              record_id=record_id)
