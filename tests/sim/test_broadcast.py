@@ -163,3 +163,14 @@ def test_the_schema_refuses_a_row_whose_latency_is_not_its_times() -> None:
     table["latency"] = table["latency"] + 1.0
     with pytest.raises(SchemaError, match="table broadcasts: latency is t_received - t_sent"):
         conform({"broadcasts": table})
+
+
+def test_two_broadcasts_from_one_sender_share_its_cpu() -> None:
+    # vm.small has one core: the two senders' jobs interleave (a1 b1 a2 b2 ...), so the first
+    # broadcast's last send ends after 7 sends, the second's after 8.
+    result = simulate_text("[{at: 1s, from: coord, to: worker-*, cost: 2ms},"
+                           " {at: 1s, from: coord, to: worker-*, cost: 2ms}]")
+    first, second = result.facts["broadcasts"]
+    assert first["completion"] == pytest.approx(7 * SEND + HOP, abs=1e-12)
+    assert second["completion"] == pytest.approx(8 * SEND + HOP, abs=1e-12)
+    assert list(result.tables["broadcasts"]["broadcast"]) == [0] * 4 + [1] * 4
