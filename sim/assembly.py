@@ -101,8 +101,8 @@ def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
             if device in mobile:
                 user = mobile[device]
                 source = Source(model.env, stream, index, model.node_index[device], "", rng,
-                                duration, mobility.path_of(user), None, model.network,
-                                model.new_id, False)
+                                duration, mobility.path_of(user), model.unattached(user),
+                                model.network, model.new_id, False)
                 model.user_sources[user].append(source)
                 made.append(source)
                 continue

@@ -4,9 +4,10 @@ sent through the nodes' CPUs and the network the model already has.
 A sender holding the message sends it to its children one after the other: each send is a job
 of the broadcast's `cost` on the sender's CPU (sim.stations.Cpu, so at the node's speed and
 behind whatever else it runs), the next send admitted when the previous one is done (one
-thread sends; an event at each send's end, so links and CPU see jobs in time order), and each message then crosses the links of its route (sim.network, so
-serialisation at the links' bandwidth, latency, jitter and loss as every other message; QoS 1:
-a lost leg is sent again after RETRY). A worker forwards (tree) as soon as the message arrives.
+thread sends; an event at each send's end, so links and CPU see jobs in time order), and each
+message then crosses the links of its route (sim.network, so serialisation at the links'
+bandwidth, latency, jitter and loss as every other message; QoS 1: a lost leg is sent again
+after RETRY). A worker forwards (tree) as soon as the message arrives.
 Recorded: the `broadcasts` table (a row per worker reached) and, in the run's facts, each
 broadcast's completion (the latency of its last worker).
 """
@@ -81,7 +82,7 @@ class Broadcasts:
                 if id(entry[3]) in self._in_flight:
                     entry[3].callbacks = []
         rows = sorted(self.rows, key=lambda r: (r[0], r[6]))
-        columns = list(zip(*rows)) if rows else [[] for _ in COLUMNS]
+        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in COLUMNS]
         tables["broadcasts"] = {
             name: np.array(values, dtype=object if name in ("mode", "worker") else None)
             for name, values in zip(COLUMNS, columns, strict=True)}

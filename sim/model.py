@@ -10,8 +10,8 @@ from itertools import count
 import numpy as np
 
 from sim import assembly
-from sim.broadcast import Broadcasts
 from sim.assembly import HOSTS, ModelError
+from sim.broadcast import Broadcasts
 from sim.clock import Environment, collector_paused
 from sim.costs import Costs
 from sim.faults import FaultSchedule
@@ -156,6 +156,18 @@ class Model:
         for source in self.user_sources[user]:
             source.deliver = driver.receive
             source.topic = source.stream.topic(device, gateway)
+
+    def unattached(self, user: int):
+        """Where a moving user's message goes that it sent before its first attachment (out
+        of every gateway's range, resent at QoS 1 until one is near): to the driver and topic
+        of the gateway it is attached to when the message gets through."""
+        sources = self.user_sources[user]
+
+        def deliver(msg: Message) -> None:
+            source = next(s for s in sources if s.stream_index == msg.stream)
+            msg.topic = source.topic
+            source.deliver(msg)
+        return deliver
 
     def group(self, name: str) -> Group:
         return self._by_name[name]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pandas as pd
 import pytest
 from foundation.helpers import point, run
 
@@ -90,3 +91,17 @@ def test_a_follow_operator_needs_exclusive_channels(trace):
     with pytest.raises(SpecError, match="exclusive"):
         point(WALK.format(trace=trace, policy="nearest_gateway").replace(
             "channel: exclusive", "channel: shared"))
+
+
+def test_a_user_out_of_range_at_the_start_sends_its_qos_1_readings_once_in_range(tmp_path):
+    # 400 m west of gateway A, walking to it at 20 m/s: in range (200 m) from t = 10 s.
+    path = tmp_path / "late.csv"
+    path.write_text("time,x,y\n0,-400,0\n20,0,0\n60,0,0\n")
+    text = WALK.format(trace=path, policy="nearest_gateway").replace(
+        "arrivals: periodic,", "arrivals: periodic, qos: 1,")
+    messages = pd.DataFrame(run(text).tables["messages"])
+    assert not messages["lost"].any() and not messages["id"].duplicated().any()
+    assert len(messages) == 120 and set(messages["sink"]) == {"gw-a"}
+    early = messages[messages["t_sent"] < 9.0]
+    assert len(early) == 18  # held by the device until a gateway was near, then delivered
+    assert (early["t_received"] >= 10.0 - 1e-9).all()
