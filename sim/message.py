@@ -8,7 +8,8 @@ class Message:
     allocates nothing per hop (SimPy's loop needs only `callbacks` and `_ok` of an event)."""
 
     __slots__ = ("callbacks", "_ok", "_value", "id", "stream", "source", "t_sent", "size", "qos",
-                 "retry", "topic", "hops", "path", "leg", "t_attempt", "deliver", "sn")
+                 "retry", "topic", "hops", "path", "leg", "t_attempt", "deliver", "sn",
+                 "readers")
 
     def __init__(self, id: int, stream: int, source: int, t_sent: float, size: int, qos: int,
                  retry: float, topic: str):
@@ -29,6 +30,9 @@ class Message:
         self.t_attempt = t_sent
         self.deliver = None
         self.sn = 0  # serial number a stateful operator's group stamps on its input
+        # The groups a broker hands it to (None: every group reading its topic): a message
+        # published on a node has gone to the groups with an instance there already.
+        self.readers: tuple | None = None
 
     def copy(self) -> Message:
         twin = Message(self.id, self.stream, self.source, self.t_sent, self.size, self.qos,

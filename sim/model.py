@@ -272,7 +272,7 @@ class Model:
         plan = self._plans.get((node, msg.topic))
         if plan is None:
             plan = self._plan(node, msg.topic)
-        local, broker_path, broker = plan
+        local, broker_path, broker, remote = plan
         last = len(local) - (0 if broker is not None else 1)
         for i, group in enumerate(local):
             copy = msg if i == last else msg.copy()
@@ -285,6 +285,7 @@ class Model:
                     self.network.send(this, self.path(node, instance.node), instance.receive,
                                       at)
         if broker is not None:
+            msg.readers = remote
             self.network.send(msg, broker_path, broker.receive, at)
 
     def _forget_plans(self, group: Group) -> None:
@@ -293,13 +294,13 @@ class Model:
             self._plans.pop(key, None)
 
     def _plan(self, node: str, topic: str) -> tuple:
-        local, remote = [], False
+        local, remote = [], []
         for group in self._readers(topic):
             self._plans_of.setdefault(group.name, []).append((node, topic))
             if node in group.on_node:
                 local.append(group)
             else:
-                remote = True
+                remote.append(group)
         broker = broker_path = None
         if remote and node in self.brokers:
             broker, broker_path = self.brokers[node], ()
@@ -308,7 +309,7 @@ class Model:
             broker, broker_path = self.brokers[name], self.path(node, name)
         if broker is not None:
             broker.topics.add(topic)
-        plan = self._plans[(node, topic)] = (tuple(local), broker_path, broker)
+        plan = self._plans[(node, topic)] = (tuple(local), broker_path, broker, tuple(remote))
         return plan
 
     def _lost(self, msg: Message, channel, now: float) -> None:

@@ -133,7 +133,9 @@ class Broker:
         self._dispatch(msg, self.env._now)
 
     def _dispatch(self, msg: Message, t: float) -> None:
-        groups = self._readers(msg.topic)
+        groups = msg.readers
+        if groups is None:
+            groups = self._readers(msg.topic)
         if len(groups) == 1:  # the common case, without the comprehension's call
             targets = groups[0].take(msg, None, self.name)
         else:
