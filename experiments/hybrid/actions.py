@@ -48,6 +48,7 @@ class Actions:
         self.clock = clock
         self.done: list[Action] = []
         self._lock = threading.Lock()
+        self._abandon = threading.Event()  # close() ran out of time: skip what is queued
         self._queues = [queue.SimpleQueue() for _ in range(workers)]
         self._threads = [threading.Thread(target=self._work, args=(q,), daemon=True,
                                           name=f"foglab-actions-{i}")
@@ -66,6 +67,12 @@ class Actions:
             action = actions.get()
             if action is None:
                 return
+            if self._abandon.is_set():  # the run is over: no action on containers going down
+                action.error = "not carried out: the run ended before its turn"
+                action.t_done = self.clock()
+                with self._lock:
+                    self.done.append(action)
+                continue
             action.t_begun = self.clock()
             try:
                 action.result = action.run(action) or {}
@@ -80,12 +87,19 @@ class Actions:
     def pending(self) -> int:
         return sum(q.qsize() for q in self._queues)
 
-    def close(self, timeout: float = 30.0) -> list[Action]:
-        """Carry out what is queued (at most `timeout` seconds more), then stop."""
+    def close(self, timeout: float = 30.0, grace: float = 5.0) -> list[Action]:
+        """Carry out what is queued (at most `timeout` seconds more), then stop: what is still
+        queued then is recorded as not carried out, never run against containers that are
+        going down (an action under way finishes; `grace` seconds more are waited for it)."""
         for actions in self._queues:
             actions.put(None)
         deadline = time.monotonic() + timeout
         for thread in self._threads:
             thread.join(max(0.0, deadline - time.monotonic()))
+        if any(thread.is_alive() for thread in self._threads):
+            self._abandon.set()
+            deadline = time.monotonic() + grace
+            for thread in self._threads:
+                thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             return sorted(self.done, key=lambda action: action.t_decided)

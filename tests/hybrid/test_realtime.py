@@ -93,3 +93,15 @@ def test_a_slow_subject_does_not_hold_the_others_up():
     assert len(done) == 40
     # Those on other workers than the slow one start at once.
     assert sum(a.decision_to_action < 0.5 for a in quick) >= 30
+
+
+def test_actions_still_queued_when_close_runs_out_of_time_are_recorded_not_run():
+    actions = Actions(workers=1)
+    ran = []
+    actions.put("handover", "u-1", 0.0, lambda action: time.sleep(0.5) or ran.append(1))
+    for t in (1.0, 2.0, 3.0):
+        actions.put("handover", "u-1", t, lambda action: ran.append(2))
+    done = actions.close(timeout=0.1, grace=2.0)
+    assert ran == [1]  # the one under way finished; none of the others ran after close
+    assert [a.ok for a in done] == [True, False, False, False]
+    assert all(a.error == "not carried out: the run ended before its turn" for a in done[1:])
