@@ -20,6 +20,10 @@ flushed counts: the loss at a kill is at most the agent's last flush interval
 comes back (a restart) is an outage in the facts, not a failure: agents and the controller
 keep persistent sessions and reconnect (emu.agent.mqtt), so a restart loses only the QoS 0
 messages of its outage; one still down at the end is failed.
+
+The scenario's fault schedule (`scenario.faults`) is injected on purpose by emu.faults, on a
+thread from the epoch on: checked against the cluster's plan before it starts, recorded in
+the `faults` table and the facts' `faults`; a fault the engine refuses stops the run.
 """
 
 from __future__ import annotations
@@ -250,20 +254,40 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     def up_progress(step: str, done: int, total: int, detail: str) -> None:
         stage(f"{step} {done}/{total}" if total else step)
 
-    cluster = Cluster(plan_cluster(topology, name, agents=configs), records=records,
-                      seed=seed, progress=up_progress)
+    plan = plan_cluster(topology, name, agents=configs)
+    faults = _fault_schedule(scenario, topology, timing.duration, plan)
+    cluster = Cluster(plan, records=records, seed=seed, progress=up_progress)
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
     with stop_on_signals():
         try:
             cluster.up()
-            return _run(cluster, timing, progress, stage, scenario, configs, seed, during)
+            return _run(cluster, timing, progress, stage, scenario, configs, seed, during,
+                        faults)
         finally:
             cluster.down()
 
 
+def _fault_schedule(scenario, topology: Topology, duration: float, plan) -> list:
+    """The scenario's faults as injected (workloads.faults), checked against the cluster's
+    plan before it starts (emu.faults.check)."""
+    written = getattr(scenario, "faults", None) or []
+    if not written:
+        return []
+    from emu.faults import FaultError, check
+    from workloads.faults import resolve
+
+    faults = resolve(written, topology, duration)
+    try:
+        check(faults, set(plan.containers), {link.key: link.path for link in plan.links})
+    except FaultError as error:
+        raise EmuError(str(error)) from None
+    return faults
+
+
 def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
-         seed: int = 0, during=None) -> Emulation:
+         seed: int = 0, during=None, faults=()) -> Emulation:
     from emu.control import Controller
+    from emu.faults import ClusterEngine, FaultSchedule
 
     status = {s.node: s for s in cluster.status()}
     agents = [a.node for a in cluster.plan.agents()]
@@ -297,12 +321,19 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         mover = _Migrations(control, scenario, configs or {}, epoch, seed,
                             cluster.records_dir)
         mover.start()
+        injector = FaultSchedule(list(faults), ClusterEngine(cluster) if faults else None,
+                                 epoch)
+        injector.start()
         coupled = during(control, epoch, cluster) if during is not None else None
         try:
-            tables, fidelity = _measure(cluster, status, run, epoch, progress, health)
+            tables, fidelity = _measure(cluster, status, run, epoch, progress, health,
+                                        injector.check)
         finally:
+            injector.finish()
             if coupled is not None:
                 coupled.finish()
+        injector.check()
+        tables["faults"] = injector.columns()
         moved = mover.finish()
         if coupled is not None and hasattr(coupled, "migrations"):
             moved += coupled.migrations()  # the hybrid backend's policy's
@@ -324,8 +355,9 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
     _trim_cut_lines(cluster.records_root)
     moves: dict[str, list[str]] = {}
     for record in moved:
-        if record.status == "done":
-            moves.setdefault(record.operator, []).append(record.target)
+        # Every move's target: one rolled back (or still under way at a hybrid run's end)
+        # may have taken some of the operator's input before it gave the session back.
+        moves.setdefault(record.operator, []).append(record.target)
     # Devices the hybrid backend handed over between gateways enter there too.
     handovers = coupled.handovers() if coupled is not None else None
     messages, counts = run_messages(cluster.records_root, cluster.plan, epoch, run.duration,
@@ -333,6 +365,7 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
     facts = {**cluster.facts, "messages": counts, "epoch": epoch,
              "spark": _spark_progress(cluster.records_root), "spark_caught_up": caught_up,
              "outages": health.facts(), "controller_reconnects": reconnects,
+             "faults": injector.facts(),
              "fidelity": assess(tables["nodes"], run.sample, fidelity)}
     windows = windows_table(cluster.records_root, epoch, run.duration)
     if moved:
@@ -465,7 +498,7 @@ def _settle(result, step: str, failed: dict[str, str]) -> None:
 
 
 def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
-             health: Health) -> tuple[dict[str, dict], dict]:
+             health: Health, check=lambda: None) -> tuple[dict[str, dict], dict]:
     """Sample nodes and links until the run's end: the `nodes` and `links` columns, and the
     fidelity sampler's facts (what it could measure on this host: emu.fidelity)."""
     sampler = NodeSampler.of_cluster(cluster.plan, status, epoch)
@@ -482,6 +515,7 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
         _links_rows(counters, fresh, cluster.plan, now - epoch, run.sample, links)
         counters = fresh
         health.poll()
+        check()  # a fault of the schedule that failed stops the run (emu.faults)
         progress(min(now - epoch, run.duration))
     return {"nodes": sampler.rows, "links": links}, fidelity.facts()
 
