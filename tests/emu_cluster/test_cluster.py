@@ -239,10 +239,14 @@ def test_a_cloud_vm_agent_that_cannot_start_behind_its_init_is_named(client) -> 
         "links": [{"from": "vm", "to": "broker", "latency": "1ms"}]}))
     plan = new_plan(only_vm)
     failing = Cluster(plan, client, agent_command=["/no/such/agent"])
-    with pytest.raises(ClusterError, match=r"agent vm of cluster .* ended as it started.*"
-                                           r"/no/such/agent"):
-        failing.up()
-    assert leftovers(client, plan.cluster) == ([], [])
+    try:
+        with pytest.raises(ClusterError, match=r"agent vm of cluster .* ended as it started.*"
+                                               r"/no/such/agent"):
+            failing.up()
+        assert leftovers(client, plan.cluster) == ([], [])
+    finally:  # an up() that wrongly succeeds leaves no cluster behind the failed test
+        if leftovers(client, plan.cluster) != ([], []):
+            failing.down()
 
 
 def test_an_interrupted_up_removes_everything(client) -> None:
