@@ -34,8 +34,9 @@ duplicated 0.
 `--emu-sensors` (8) sensors at `--emu-rate` (2/s) readings each, QoS 1, on an arm64 gateway
 under QEMU, through Mosquitto to STATS on cloud-1 (vm.medium: 2 CPUs, local[2]), moved to
 cloud-2 at `--emu-at` (30 s), where a standby its agent started before the run's epoch waits
-warm (the figures below: it started when the run began, and the move waited for it). The handover is copied between the two nodes' records folders on the host (a copy
-between VMs in a real deployment). Lost and duplicated: each message `sent.csv` holds against
+warm (the figures below: it started when the run began, and the move waited for it). The
+handover is copied between the two nodes' records folders on the host (a copy between VMs
+in a real deployment). Lost and duplicated: each message `sent.csv` holds against
 the Kalman rows the two sinks committed, by (sensor, SenML time). `--host` also runs the moves
 between host processes first, as a baseline in the same run. With `--emu`, `ratio` = the
 containers' checkpoint downtime / 2.0 s.
