@@ -35,7 +35,7 @@ class Broadcasts:
         self._in_flight: set[int] = set()  # id() of messages on their way
         self._deliver = [lambda m, plan=plan: self._received(plan, m) for plan in self.planned]
         for plan in self.planned:
-            self._at(plan.at).callbacks.append(lambda _, plan=plan: self._forward(plan, 0))
+            self.env.event_at(plan.at).callbacks.append(lambda _, plan=plan: self._forward(plan, 0))
 
     def _forward(self, plan: Planned, i: int) -> None:
         """Node i of the plan (0: the sender) sends to its children, one after the other."""
@@ -50,20 +50,13 @@ class Broadcasts:
         for child in children:
             # The send's CPU job, admitted now (behind what the node already runs); the
             # message goes on the links when it is done, and the next send starts then.
-            yield self._at(cpu.admit(self.env.now, plan.cost))
+            yield self.env.event_at(cpu.admit(self.env.now, plan.cost))
             target = plan.workers[child - 1]
             msg = Message(plan.index, -1, model.node_index[node], plan.at, plan.size, 1, RETRY,
                           f"broadcast/{plan.index}")
             msg.sn = child
             self._in_flight.add(id(msg))
             model.network.send(msg, model.path(node, target), self._deliver[plan.index])
-
-    def _at(self, t: float):
-        """An event at the absolute time t (sim.faults does the same)."""
-        event = self.env.event()
-        event._ok, event._value = True, None
-        self.env.at(event, max(t, self.env.now))
-        return event
 
     def _received(self, plan: Planned, msg: Message) -> None:
         self._in_flight.discard(id(msg))

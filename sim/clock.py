@@ -42,6 +42,13 @@ class Environment(simpy.Environment):
     def schedule(self, event: Event, priority: int = NORMAL, delay: float = 0) -> None:
         self.at(event, self._now + delay, priority)
 
+    def event_at(self, time: float):
+        """A triggered event that fires at the absolute `time` (now, if `time` is past)."""
+        event = self.event()
+        event._ok, event._value = True, None
+        self.at(event, max(time, self._now))
+        return event
+
     def at(self, event, time: float, priority: int = NORMAL) -> None:
         """Schedule `event` at the absolute `time` (>= now).
 

@@ -54,19 +54,12 @@ class FaultSchedule:
     # -- the schedule ---------------------------------------------------------------------
 
     def _run(self, fault: Injected):
-        yield self._at(fault.t_start)
+        yield self.env.event_at(fault.t_start)
         self.recorded.append(fault)
         undo = getattr(self, f"_{fault.kind}")(fault)
         if fault.t_end is not None:
-            yield self._at(fault.t_end)
+            yield self.env.event_at(fault.t_end)
             undo()
-
-    def _at(self, t: float):
-        """An event at the absolute time t (a timeout's now + delay may miss t by a bit)."""
-        event = self.env.event()
-        event._ok, event._value = True, None
-        self.env.at(event, max(t, self.env.now))
-        return event
 
     def _crash(self, fault: Injected):
         now = self.env.now
