@@ -7,7 +7,7 @@ from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from workloads.broadcast import resolve as resolve_broadcasts
 from workloads.faults import resolve as resolve_faults
-from workloads.pipeline import KIND_WORDS, topic_filter
+from workloads.pipeline import KIND_WORDS, placement, topic_filter
 from workloads.topics import matches, valid_filter
 
 HOST_KINDS = ("gateway", "broker", "cloud_vm", "coordinator")
@@ -30,6 +30,7 @@ def check(spec: ExperimentSpec) -> Topology:
     faults = resolve_faults(spec.scenario.faults, topology, spec.run.duration)
     if spec.run.backend != "sim":
         check_emulated_faults(faults, topology, spec.run.backend)
+    _check_recovery(spec, topology)
     resolve_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
     if spec.scenario.broadcasts and spec.run.backend != "sim":
         raise SpecError(("scenario", "broadcasts"), len(spec.scenario.broadcasts),
@@ -41,6 +42,36 @@ def check(spec: ExperimentSpec) -> Topology:
 
         check_hybrid(spec, topology)
     return topology
+
+
+def _check_recovery(spec: ExperimentSpec, topology: Topology) -> None:
+    """Checkpoints only where there is state to keep; re-placement only onto nodes that run
+    operators (workloads.recovery)."""
+    for index, operator in enumerate(spec.pipeline):
+        if operator.checkpoint is None:
+            continue
+        path = ("pipeline", index, "checkpoint")
+        if operator.engine != "python" or operator.window is None:
+            raise SpecError(path, operator.checkpoint, "a checkpoint keeps a window's state: "
+                            f"operator {operator.name!r} has no `window` (or runs on Spark, "
+                            "whose checkpoints are its own)")
+        if operator.follow is not None:
+            raise SpecError(path, operator.checkpoint, "no checkpoint for a follow operator: "
+                            "its per-user instances move with their users")
+    recovery = spec.scenario.recovery
+    if recovery is None:
+        return
+    if spec.run.backend == "hybrid":
+        raise SpecError(("scenario", "recovery"), "...", "no scenario.recovery on hybrid yet "
+                        "(run it on sim or emu)")
+    for index, where in enumerate(recovery.to):
+        nodes = placement(topology, [where])
+        wrong = [n for n in nodes if topology.nodes[n].kind not in ("gateway", "cloud_vm")]
+        if not nodes or wrong:
+            raise SpecError(("scenario", "recovery", "to", index), where,
+                            "gateways or cloud VMs of the topology" + (
+                                f" (not {wrong[0]}, a {topology.nodes[wrong[0]].kind})"
+                                if wrong else ": it names none"))
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:

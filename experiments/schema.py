@@ -58,6 +58,19 @@ TABLES: dict[str, pa.Schema] = {
         ("kind", _name), ("target", pa.string()), ("t_start", pa.float64()),
         ("t_end", pa.float64()), ("params", pa.string()),
     ]),
+    # An operator re-placed after its node crashed (workloads.recovery): the node, the
+    # operator, where it went; when the node crashed, ZooKeeper noticed (its session expired)
+    # and the new instance processed input again, and the spans from the crash (detect,
+    # recover); the checkpoint restored (its time, NaN: none, the instance began empty) and
+    # its bytes; the held inputs the new instance took, the inputs the crashed one had
+    # processed after its checkpoint (rolled_back) and those that reached no instance (lost).
+    "recoveries": pa.schema([
+        ("node", _name), ("operator", _name), ("target", _name), ("t_crash", pa.float64()),
+        ("t_detected", pa.float64()), ("t_recovered", pa.float64()), ("detect", pa.float64()),
+        ("recover", pa.float64()), ("t_checkpoint", pa.float64()),
+        ("state_bytes", pa.int64()), ("held", pa.int64()), ("rolled_back", pa.int64()),
+        ("lost", pa.int64()),
+    ]),
     # A control message of scenario.broadcasts that reached a worker (workloads.broadcast):
     # the broadcast's index, mode, fanout (0: naive), the worker, its depth in the tree (hops
     # of forwarding from the sender), when the broadcast began, when the worker had it.

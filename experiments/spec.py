@@ -12,6 +12,7 @@ from workloads.broadcast import BroadcastSpec
 from workloads.faults import FaultSpec
 from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
+from workloads.recovery import RecoverySpec
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
@@ -66,6 +67,9 @@ class ScenarioSpec(BaseModel):
         "on sim's schedule instead of emulating them (experiments.hybrid.load); sim and emu "
         "run them as ordinary devices")
     faults: list[FaultSpec] = Field(default_factory=list)
+    recovery: RecoverySpec | None = Field(
+        default=None, description="detect crashed gateways through their ZooKeeper sessions "
+        "and re-place their operators, restored from their checkpoints (workloads.recovery)")
     broadcasts: list[BroadcastSpec] = Field(
         default_factory=list, description="control messages from a coordinator to workers, "
         "naive or over a tree (workloads.broadcast); sim only for now")

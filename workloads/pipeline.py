@@ -69,6 +69,10 @@ class OperatorSpec(BaseModel):
         default=None, description="one instance per mobile user, reading that user's stream; "
                                   "placed at the user's gateway and moved by the policy")
     params: dict[str, object] = Field(default_factory=dict)
+    checkpoint: PositiveDuration | None = Field(
+        default=None, description="write the instance's state to ZooKeeper this often, so "
+        "that scenario.recovery can restore it elsewhere when its node crashes "
+        "(workloads.recovery); a windowed operator only")
 
     @field_validator("task")
     @classmethod
