@@ -102,3 +102,30 @@ def place(candidates: Iterable[str], sources: Iterable[str],
         return sum(latency(source, node) for source in sources) / len(sources)
 
     return min(candidates, key=mean_latency)
+
+
+def input_devices(reads: Iterable[str], workload, topology) -> list[str]:
+    """The devices of the streams an operator reads (its `reads`: stream names or topic
+    filters, whose first level names the stream), in the workload's order: whose latency
+    to a candidate `place` weighs."""
+    from workloads.pipeline import topic_filter
+    from workloads.topics import matches
+
+    filters = [topic_filter(read) for read in reads]
+    devices: dict[str, None] = {}
+    for stream in workload.streams:
+        if any(matches(f, f"{stream.name}/x/y") or f.split("/", 1)[0] in ("+", "#")
+               or f.split("/", 1)[0] == stream.name for f in filters):
+            for pattern in stream.sources:
+                devices.update(dict.fromkeys(topology.match(pattern)))
+    return list(devices)
+
+
+def candidates(to: Iterable[str], topology, down: Iterable[str],
+               hosting: Iterable[str]) -> list[str]:
+    """Where an operator may go: the nodes `to` names, less those down and those already
+    running an instance of it (an agent holds one instance per operator)."""
+    from workloads.pipeline import placement
+
+    excluded = set(down) | set(hosting)
+    return [node for node in placement(topology, list(to)) if node not in excluded]

@@ -60,6 +60,7 @@ from emu.links.spec import LinkShape
 from topologies.errors import SpecError
 from topologies.model import Node, Topology
 from topologies.routing import NoRoute, Routes, latency, nearest
+from workloads.recovery import ZK_MAX_SESSION_TICKS, ZK_MIN_SESSION_TICKS, ZK_TICK_S
 
 MQTT_PORT = 1883
 ZOOKEEPER_PORT = 2181
@@ -407,7 +408,7 @@ class _Planner:
             command, port = MOSQUITTO_COMMAND, MQTT_PORT
         elif role == "zookeeper":
             command, port = ZOOKEEPER_COMMAND, ZOOKEEPER_PORT
-            files = zookeeper_files(self.cluster, servers, name) if len(servers) > 1 else ()
+            files = zookeeper_files(self.cluster, servers, name)
         else:
             command = IDLE_COMMAND
         if profile is None:  # an added ZooKeeper server: what its JVM needs
@@ -450,13 +451,25 @@ def network_name(cluster: str, segment: str) -> str:
 
 
 def zookeeper_files(cluster: str, servers: list[str], server: str) -> tuple[tuple[str, str], ...]:
-    """An ensemble server's zoo.cfg (every server.N, by container name) and its myid."""
+    """A server's zoo.cfg and, in an ensemble, every server.N (by container name) and its myid.
+
+    The tick and the sessions it accepts come from workloads.recovery, which the model's
+    failure detector reads too: a session expires on the first tick after its timeout."""
     peer, election = ZOOKEEPER_PEER_PORTS
+    tick_ms = round(ZK_TICK_S * 1000)
     lines = [
-        "# foglab's ZooKeeper ensemble server, written by emu.cluster.plan",
-        "tickTime=2000", "initLimit=10", "syncLimit=5", f"dataDir={ZOOKEEPER_DATA}",
+        "# foglab's ZooKeeper server, written by emu.cluster.plan",
+        f"tickTime={tick_ms}", f"minSessionTimeout={ZK_MIN_SESSION_TICKS * tick_ms}",
+        f"maxSessionTimeout={ZK_MAX_SESSION_TICKS * tick_ms}",
+        # An ensemble's start and follower lag, in ticks: 20 s and 10 s.
+        f"initLimit={round(20 / ZK_TICK_S)}", f"syncLimit={round(10 / ZK_TICK_S)}",
+        f"dataDir={ZOOKEEPER_DATA}",
         f"clientPort={ZOOKEEPER_PORT}", "maxClientCnxns=0", "admin.enableServer=false",
         "4lw.commands.whitelist=ruok,stat,srvr,mntr",
+    ]
+    if len(servers) == 1:
+        return ((ZOOKEEPER_CONFIG, "\n".join(lines) + "\n"),)
+    lines += [
         # Bind the quorum ports on every interface: a container's own name may resolve to an
         # address of another of its networks.
         "quorumListenOnAllIPs=true",

@@ -312,8 +312,16 @@ def test_an_ensemble_of_three_writes_each_server_its_config_and_myid() -> None:
     assert [link.service for link in cluster.links_of("gw")] == ["broker", *cluster.zookeeper]
 
 
-def test_a_single_server_keeps_the_image_config() -> None:
-    assert plan().containers["zookeeper"].files == ()
+def test_a_single_server_gets_the_tick_the_failure_detector_assumes() -> None:
+    from workloads.recovery import ZK_TICK_S
+
+    ((path, config),) = plan().containers["zookeeper"].files
+    assert path == "/etc/foglab/zoo.cfg" and "server." not in config
+    settings = dict(line.split("=", 1) for line in config.splitlines() if "=" in line)
+    assert int(settings["tickTime"]) == round(ZK_TICK_S * 1000) == 200
+    # 2 s sessions (the recovery benchmark's) and the agents' default 10 s both accepted
+    assert int(settings["minSessionTimeout"]) <= 2000 and int(settings["maxSessionTimeout"]) >= 10000
+    assert int(settings["initLimit"]) * 200 == 20000
 
 
 # -- errors before anything is made ----------------------------------------------------------
