@@ -49,7 +49,8 @@ def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
                   calibration=load(run.calibration).calibration if run.calibration else None,
                   migration=scenario.migration, migrations=scenario.migrations,
                   mobility=scenario.mobility, policy=scenario.policy,
-                  faults=scenario.faults, broadcasts=scenario.broadcasts)
+                  faults=scenario.faults, broadcasts=scenario.broadcasts,
+                  recovery=scenario.recovery)
     values.update(changes)
     return Settings(**values)
 

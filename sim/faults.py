@@ -41,6 +41,7 @@ class FaultSchedule:
         self.cuts: list[tuple[frozenset, frozenset]] = []  # partitions in force
         self.held: dict[str, list] = {}  # a restarting broker's QoS 1 messages
         self.crashes: dict[str, list[list[float]]] = {}  # node -> [start, end] spans
+        self.on_crash = None  # told (node, now) as a node crashes, before it drops its work
         self._kinds = {name: node.kind for name, node in model.topology.nodes.items()}
         network = model.network
         self._arrived = network.arrived
@@ -66,6 +67,8 @@ class FaultSchedule:
         for node in fault.nodes:
             self.down.add(node)
             self.crashes.setdefault(node, []).append([now, math.inf])
+            if self.on_crash is not None:  # sim.recovery: what its operators had, first
+                self.on_crash(node, now)
             self._drop_held_work(node, now)
 
         def heal():
@@ -166,15 +169,17 @@ class FaultSchedule:
             cpu._heap = [now] * cpu.cores
             cpu.starts.clear()
 
-    def _cancel(self, owners: set[int]) -> list:
-        """The messages whose next event is a completion on one of these callback lists:
-        they are taken out of the model (their event will do nothing) and returned."""
+    def _cancel(self, owners: set[int], which=None) -> list:
+        """The messages whose next event is a completion on one of these callback lists
+        (and, given `which(message)`, for which it is true): they are taken out of the model
+        (their event will do nothing) and returned."""
         env = self.env
         taken = []
         for entries in (env._queue, *env._buckets.values()):
             for entry in entries:
                 event = entry[3]
-                if event.callbacks is not None and id(event.callbacks) in owners:
+                if event.callbacks is not None and id(event.callbacks) in owners and (
+                        which is None or which(event)):
                     event.callbacks = []
                     taken.append(event)
         return taken

@@ -22,6 +22,7 @@ from sim.network import Network
 from sim.operators import Driver
 from sim.pubsub import Broker, Group
 from sim.recorder import MessageLog, SeriesLog, migration_columns
+from sim.recovery import Recovery
 from sim.sampler import Sampler
 from sim.windowed import OpenWindow, WindowOutput
 from topologies.model import Topology
@@ -53,6 +54,7 @@ class Settings:
     policy: PolicySpec | None = None
     faults: list = field(default_factory=list)  # scenario.faults (workloads.faults)
     broadcasts: list = field(default_factory=list)  # scenario.broadcasts (workloads.broadcast)
+    recovery: object = None  # scenario.recovery (workloads.recovery.RecoverySpec)
 
 
 @dataclass
@@ -127,6 +129,8 @@ class Model:
                                settings.duration, mean_size)
         self.faults = FaultSchedule(self, settings.faults) if settings.faults else None
         self.broadcasts = Broadcasts(self, settings.broadcasts) if settings.broadcasts else None
+        self.recovery = (Recovery(self, settings.recovery, workload) if settings.recovery
+                         else None)
 
     # -- composing ------------------------------------------------------------------------
 
@@ -344,6 +348,8 @@ class Model:
                                                   for b in self.brokers.values()}}
         if self.broadcasts is not None:  # before the faults take out QoS 1 resends
             self.broadcasts.finish(tables, facts)
+        if self.recovery is not None:
+            self.recovery.finish(tables)
         if self.faults is not None:
             self.faults.finish(tables)
         return SimResult(tables=tables, facts=facts)

@@ -67,6 +67,9 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
     "added latency (s)": lambda p: next(f.latency for f in p.spec.scenario.faults
                                         if hasattr(f, "delay")),
     "slow factor": lambda p: next(f.factor for f in p.spec.scenario.faults if hasattr(f, "slow")),
+    "crash at (s)": lambda p: next(f.at for f in p.spec.scenario.faults if hasattr(f, "crash")),
+    "session timeout (s)": lambda p: p.spec.scenario.recovery.session_timeout,
+    "checkpoint (s)": lambda p: p.spec.pipeline[0].checkpoint,
     "broadcast modes": lambda p: ",".join(b.mode for b in p.spec.scenario.broadcasts),
     "broadcast size (bytes)": lambda p: only(b.size for b in p.spec.scenario.broadcasts),
     "broadcast cost (s)": lambda p: only(b.cost for b in p.spec.scenario.broadcasts),
@@ -110,6 +113,15 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("A STATS query on Spark on the cloud VM", "cloud VMs", {1}),
         Claim("Each phone reports its position once a second", "rate per device (/s)", {1}),
         Claim("3 minutes", "duration (s)", {180}, unit=60),
+    ],
+    "recovery": [
+        Claim("Four sensors at one site send 10 readings/s each", "total rate (events/s)", {40},
+              unit=4),
+        Claim("Four sensors", "devices", {4}),
+        Claim("a 2 s window count", "window (s)", {2}),
+        Claim("(2 s timeout)", "session timeout (s)", {2}),
+        Claim("every 2 s", "checkpoint (s)", {2}),
+        Claim("crashes at 10 s", "crash at (s)", {10}),
     ],
     "quickstart": [
         Claim("Two hundred city sensors", "devices", {200}),
