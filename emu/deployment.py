@@ -34,6 +34,7 @@ from topologies.model import Topology
 from topologies.routing import Routes, gateway_of, nearest
 from workloads.pipeline import OperatorSpec, placement, topic_filter
 from workloads.rates import Constant
+from workloads.recovery import DEFAULT_SESSION_TIMEOUT
 from workloads.spec import WorkloadSpec
 from workloads.topics import matches, shared
 
@@ -178,7 +179,8 @@ def operator_config(spec: OperatorSpec) -> OperatorConfig:
     return OperatorConfig(name=spec.name, task=spec.task, params=dict(spec.params),
                           reads=[topic_filter(r) for r in spec.reads], writes=spec.writes,
                           window=spec.window.size if spec.window else None, engine=spec.engine,
-                          selectivity=spec.selectivity, records=RECORDS_DIR)
+                          selectivity=spec.selectivity, records=RECORDS_DIR,
+                          checkpoint=spec.checkpoint)
 
 
 def _check_task(index: int, spec: OperatorSpec, config: OperatorConfig) -> None:
@@ -288,7 +290,8 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                   pipeline: Sequence[OperatorSpec] = (), seed: int = 0, epoch: float = 0.0, *,
                   moving: Collection[str] = (), hold: bool = False,
                   follow: Mapping[str, Mapping[str, str]] | None = None,
-                  load: Collection[str] = ()) -> dict[str, AgentConfig]:
+                  load: Collection[str] = (),
+                  session_timeout: float = DEFAULT_SESSION_TIMEOUT) -> dict[str, AgentConfig]:
     """An AgentConfig per gateway and cloud VM, and per device group that links to no gateway
     (`device_hosts`, kind device), without broker and ZooKeeper addresses (the cluster's plan
     fills them in: they depend on how links are shaped).
@@ -300,6 +303,7 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
     the node each moving device's instance starts on (the hybrid backend's policy decides).
     `load`: devices the host's load generator emits (the hybrid backend's simulated load):
     their gateways' agents take their readings from it (DriverConfig.load).
+    `session_timeout`: the agents' ZooKeeper sessions (scenario.recovery's detector).
     """
     drivers = _drivers(topology, workload, load) if workload is not None else {}
     operators = _operators(topology, list(pipeline), follow)
@@ -313,5 +317,6 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                 node=name, mqtt="", kind=kind,
                 drivers=[_forwarding(driver, name, placed) for driver in drivers.get(name, [])],
                 operators=placed[name],
-                seed=seed, epoch=epoch, index=index, hold=hold)
+                seed=seed, epoch=epoch, index=index, hold=hold,
+                session_timeout=session_timeout)
             for index, (name, kind) in enumerate(hosts, start=1)}

@@ -316,6 +316,15 @@ class FaultSchedule:
                 for r in self.records if r.t_start is not None]
         return columns(done)
 
+    def crashes(self) -> dict[str, list[float]]:
+        """Node -> the seconds from the epoch at which it was crashed, in order."""
+        times: dict[str, list[float]] = {}
+        for record in sorted((r for r in self.records if r.t_start is not None
+                              and r.fault.kind == "crash"), key=lambda r: r.t_start):
+            for node in record.fault.nodes:
+                times.setdefault(node, []).append(record.t_start)
+        return times
+
     def facts(self) -> dict:
         injected = [r for r in self.records if r.t_start is not None]
         late = [r.t_start - r.fault.t_start for r in injected]

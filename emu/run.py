@@ -44,6 +44,7 @@ from emu.tables import run_messages, windows_table
 from topologies.model import Topology
 from topologies.terminal import stop_on_signals
 from workloads.pipeline import OperatorSpec
+from workloads.recovery import DEFAULT_SESSION_TIMEOUT
 from workloads.spec import WorkloadSpec
 
 # A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.
@@ -244,10 +245,16 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     from emu.cluster.engine import Cluster
     from emu.cluster.plan import plan_cluster
 
-    # The operators a migration moves read through sessions of their own, which targets take.
+    # The operators a migration moves read through sessions of their own, which targets take;
+    # with recovery, every one that can be re-placed (emu.recovery).
     moving = {plan.operator for plan in getattr(scenario, "migrations", None) or []}
+    recovery = getattr(scenario, "recovery", None)
+    timeout = DEFAULT_SESSION_TIMEOUT
+    if recovery is not None:
+        moving |= {op.name for op in pipeline if op.engine == "python" and not op.follow}
+        timeout = recovery.session_timeout
     configs = agent_configs(topology, workload, pipeline, seed, 0.0, moving=moving, hold=True,
-                            follow=follow, load=load)
+                            follow=follow, load=load, session_timeout=timeout)
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
     stage = getattr(progress, "stage", lambda text: None)
 
@@ -261,8 +268,15 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     with stop_on_signals():
         try:
             cluster.up()
+            detector = None
+            if recovery is not None:
+                from emu.recovery import Recovery
+
+                def detector(control, zk_hosts: str) -> Recovery:
+                    return Recovery(control, zk_hosts, recovery, topology, workload, configs)
+
             return _run(cluster, timing, progress, stage, scenario, configs, seed, during,
-                        faults)
+                        faults, detector)
         finally:
             cluster.down()
 
@@ -285,7 +299,7 @@ def _fault_schedule(scenario, topology: Topology, duration: float, plan) -> list
 
 
 def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
-         seed: int = 0, during=None, faults=()) -> Emulation:
+         seed: int = 0, during=None, faults=(), detector=None) -> Emulation:
     from emu.control import Controller
     from emu.faults import ClusterEngine, FaultSchedule
 
@@ -324,12 +338,18 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         injector = FaultSchedule(list(faults), ClusterEngine(cluster) if faults else None,
                                  epoch)
         injector.start()
+        recovery = None
+        if detector is not None:
+            recovery = detector(control, ",".join(f"{status[z].ip}:2181"
+                                                  for z in cluster.plan.zookeeper))
+            recovery.start()
         coupled = during(control, epoch, cluster) if during is not None else None
         try:
             tables, fidelity = _measure(cluster, status, run, epoch, progress, health,
                                         injector.check)
         finally:
             injector.finish()
+            recovered = recovery.finish() if recovery is not None else []
             if coupled is not None:
                 coupled.finish()
         injector.check()
@@ -358,6 +378,8 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         # Every move's target: one rolled back (or still under way at a hybrid run's end)
         # may have taken some of the operator's input before it gave the session back.
         moves.setdefault(record.operator, []).append(record.target)
+    for operator, targets in (recovery.targets() if recovery is not None else {}).items():
+        moves.setdefault(operator, []).extend(targets)  # re-placed after a crash
     # Devices the hybrid backend handed over between gateways enter there too.
     handovers = coupled.handovers() if coupled is not None else None
     messages, counts = run_messages(cluster.records_root, cluster.plan, epoch, run.duration,
@@ -368,6 +390,13 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
              "faults": injector.facts(),
              "fidelity": assess(tables["nodes"], run.sample, fidelity)}
     windows = windows_table(cluster.records_root, epoch, run.duration)
+    if recovery is not None:
+        from emu.recovery import measure
+
+        tables["recoveries"] = measure(recovered, injector.crashes(), messages, epoch,
+                                       recovery.reads())
+        facts["recovery"] = {"errors": recovery.errors + [
+            row["error"] for row in recovered if row["error"]]}
     if moved:
         _measure_outputs(moved, windows, configs or {}, epoch)
         tables["migrations"] = _migration_columns(moved, epoch)

@@ -67,11 +67,14 @@ def _check_recovery(spec: ExperimentSpec, topology: Topology) -> None:
     for index, where in enumerate(recovery.to):
         nodes = placement(topology, [where])
         wrong = [n for n in nodes if topology.nodes[n].kind not in ("gateway", "cloud_vm")]
-        if not nodes or wrong:
+        if wrong or (not nodes and where not in KIND_WORDS):  # a kind the topology lacks: none
             raise SpecError(("scenario", "recovery", "to", index), where,
                             "gateways or cloud VMs of the topology" + (
                                 f" (not {wrong[0]}, a {topology.nodes[wrong[0]].kind})"
                                 if wrong else ": it names none"))
+    if not placement(topology, recovery.to):
+        raise SpecError(("scenario", "recovery", "to"), recovery.to,
+                        "at least one gateway or cloud VM of the topology")
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:

@@ -37,6 +37,11 @@ ZK_MAX_SESSION_TICKS = 600
 # A client pings when it sent nothing for a third of its session timeout (kazoo, and
 # emu.agent.zookeeper as it): the server last heard of a crashed one up to that long before.
 PING_FRACTION = 1 / 3
+# An instance's checkpoints fall this far into each period of the run's grid: at
+# (k + CHECKPOINT_PHASE) * checkpoint seconds, between the closes of windows aligned on the
+# grid, never at one (a snapshot just before a close would restore a window already sent).
+# emu.agent.checkpoint keeps the same (its image carries no pydantic; a test keeps them equal).
+CHECKPOINT_PHASE = 0.5
 # An agent's ZooKeeper session timeout when the scenario does not ask for detection.
 DEFAULT_SESSION_TIMEOUT = 10.0
 
@@ -104,18 +109,24 @@ def place(candidates: Iterable[str], sources: Iterable[str],
     return min(candidates, key=mean_latency)
 
 
-def input_devices(reads: Iterable[str], workload, topology) -> list[str]:
-    """The devices of the streams an operator reads (its `reads`: stream names or topic
-    filters, whose first level names the stream), in the workload's order: whose latency
-    to a candidate `place` weighs."""
+def input_streams(reads: Iterable[str], workload) -> list[str]:
+    """The streams an operator reads (its `reads`: stream names or topic filters, whose first
+    level names the stream), in the workload's order."""
     from workloads.pipeline import topic_filter
-    from workloads.topics import matches
 
-    filters = [topic_filter(read) for read in reads]
+    firsts = {topic_filter(read).split("/", 1)[0] for read in reads}
+    if firsts & {"+", "#"}:
+        return [stream.name for stream in workload.streams]
+    return [stream.name for stream in workload.streams if stream.name in firsts]
+
+
+def input_devices(reads: Iterable[str], workload, topology) -> list[str]:
+    """The devices of the streams an operator reads, in the workload's order: whose latency
+    to a candidate `place` weighs."""
+    streams = set(input_streams(reads, workload))
     devices: dict[str, None] = {}
     for stream in workload.streams:
-        if any(matches(f, f"{stream.name}/x/y") or f.split("/", 1)[0] in ("+", "#")
-               or f.split("/", 1)[0] == stream.name for f in filters):
+        if stream.name in streams:
             for pattern in stream.sources:
                 devices.update(dict.fromkeys(topology.match(pattern)))
     return list(devices)

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from emu.agent.checkpoint import Checkpoints
 from emu.agent.config import AgentConfig, DriverConfig
 from emu.agent.drivers import Driver, Drivers
 from emu.agent.management import Management
@@ -132,6 +133,7 @@ class Agent:
             self.migrations: Migrations = SparkMigrations(self)
         else:
             self.migrations = Migrations(self)
+        self.checkpoints = Checkpoints(self)
         self.description = self._describe()
         self.management = Management(self)
         self.client = new_client(f"foglab-agent-{self.node}", persistent=True)
@@ -188,6 +190,7 @@ class Agent:
         for session in list(self.sessions.values()):
             session.close()
         self.migrations.close()
+        self.checkpoints.close()
         for job in self.spark_jobs.values():
             job.stop()
         return stopped
@@ -263,8 +266,10 @@ class Agent:
             return
         if not all(s.subscribed.is_set() for s in self.sessions.values()):
             return
-        if not self.config.hold:
+        if not self.config.hold and not self.drivers.started:
             self.drivers.start()
+            for operator in self.operators.values():
+                self.checkpoints.arm(operator)
         if self.registration is not None and not self.ready.is_set():
             self.registration.start()
         self.ready.set()
@@ -372,7 +377,8 @@ class Agent:
             self._qos[operator.name] = qos
         if operator.sink and record:
             self.records.received(envelope.id, envelope.stream, envelope.src, self.node,
-                                  envelope.t, now, envelope.hops)
+                                  envelope.t, now, envelope.hops,
+                                  now=operator.config.checkpoint is not None)
         outputs = operator.take(envelope, now)
         window = operator.window
         if window is not None and window.count and not window.armed:
@@ -421,12 +427,16 @@ class Agent:
             if operator.window is not None:
                 operator.window.epoch = epoch
         self.drivers.start()
+        for operator in self.operators.values():
+            self.checkpoints.arm(operator)
 
     def operator(self, name: str) -> Operator:
         return self._operator(name)
 
     def arm(self, operator: Operator) -> None:
-        """Set the window timer of an operator that starts with open windows (restored)."""
+        """Set the window timer of an operator that starts with open windows (restored), and
+        its checkpoints' timer."""
+        self.checkpoints.arm(operator)
         window = operator.window
         if operator.running and window is not None and window.count and not window.armed:
             window.armed = True
@@ -492,6 +502,8 @@ class Agent:
             if running and window.count:
                 window.armed = True
                 self.scheduler.at(window.end, self._window_ends, operator, operator.token)
+        if running:
+            self.checkpoints.arm(operator)
         self._changed()
 
     # What the node tells ------------------------------------------------------------------------

@@ -67,6 +67,9 @@ class OperatorConfig:
     # The client id of the instance's own persistent MQTT session, through which it reads its
     # input (emu.agent.migration: what makes it movable); None: it reads through the node's.
     session: str | None = None
+    # Seconds between the instance's checkpoints in ZooKeeper (emu.agent.checkpoint), from which
+    # another node restores it after a crash (workloads.recovery); None: no checkpoints.
+    checkpoint: float | None = None
 
 
 @dataclass

@@ -52,6 +52,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
+import socket
 import threading
 import time
 from collections import OrderedDict
@@ -85,6 +86,8 @@ DATA, END = b"D", b"E"
 SEEN = 1024
 RESUME_QUIET_S = 1.0
 KEEPALIVE = 30
+# A paused session's client stops before it would connect again (its loop ends in 1 s steps).
+PAUSED_RECONNECT_S = 3600
 PACK_MAGIC = b"foglab-migration 1\n"
 
 
@@ -147,9 +150,26 @@ class InputSession:
         self.client.loop_start()
 
     def pause(self, done: Callable[[], None]) -> None:
-        """Leave the broker without ending the session: it holds the input from now on."""
+        """Leave the broker without ending the session: it holds the input from now on.
+
+        A half-close, not a DISCONNECT packet: the client shuts its socket's sending side and
+        reads on until the broker, seeing the end, closes its own. A message the broker wrote
+        before it saw the end is read and processed here (a QoS 0 message lost on the wire
+        otherwise: it has no acknowledgement to bring it again); everything after the end the
+        broker holds in the session. `done` runs on the scheduler behind the last message read.
+        """
         self.on_disconnected = done
-        self.client.disconnect()
+        # Paho would connect again after its reconnect delay: not before this loop is stopped.
+        self.client.reconnect_delay_set(min_delay=PAUSED_RECONNECT_S,
+                                        max_delay=PAUSED_RECONNECT_S)
+        sock = self.client.socket()
+        try:
+            if sock is None:
+                raise OSError("not connected")
+            sock.shutdown(socket.SHUT_WR)
+        except OSError:  # not connected now: the broker holds everything already
+            self.on_disconnected = None
+            self.agent.scheduler.call(done)
 
     def stop_loop(self) -> None:
         """Stop the client's thread (never from its own callbacks)."""
@@ -257,7 +277,7 @@ class Migrations:
         step = {"migrate.prepare": self._prepare, "migrate.pause": self._pause,
                 "migrate.resume": self._resume, "migrate.rollback": self._rollback,
                 "migrate.release": self._release, "migrate.divert": self._divert,
-                "migrate.sync": self.parallel.sync}[command]
+                "migrate.sync": self.parallel.sync, "migrate.recover": self._recover}[command]
         step(args, answer)
 
     def close(self) -> None:
@@ -491,6 +511,57 @@ class Migrations:
             prepared.waiting = go
         else:
             go()
+
+    def _recover(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
+        """A crashed node's instance started here (workloads.recovery): built from its config,
+        restored from its last checkpoint in ZooKeeper (emu.agent.checkpoint; none yet: it
+        starts empty), then connected to its input session, which the broker held since the
+        crash (taking it over ends the dead connection). Answers as a resume does, once the
+        held input is processed, with the checkpoint's time and size."""
+        from emu.agent.checkpoint import checkpoint_key, restore_from
+
+        agent = self.agent
+        config = args.get("config")
+        if not isinstance(config, dict):
+            raise ValueError("migrate.recover needs 'config', the instance's OperatorConfig")
+        config = operator_config(config)
+        if not config.session:
+            raise ValueError(f"operator {config.name!r} has no input session to take over")
+        if config.name in agent.operators:
+            raise ValueError(f"operator {config.name!r} runs on {agent.node} already")
+        if config.records is not None:
+            config.records = agent.config.records
+        operator = Operator(config, agent.node, agent.epoch)
+        t_read = agent.clock()
+
+        def restore(state: bytes | None, commit: dict | None, error: str | None) -> None:
+            if error is not None:
+                answer(error=error)
+                return
+            seen: list = []
+            if state is not None:
+                try:
+                    seen, snapshot = unpack(state)
+                    operator.restore(snapshot)
+                except (ValueError, KeyError) as failed:
+                    answer(error=f"restoring operator {config.name!r}: {failed}")
+                    return
+            if config.name in agent.operators:
+                answer(error=f"operator {config.name!r} runs on {agent.node} already")
+                return
+            session = InputSession(agent, operator)
+            session.remember(seen)
+            watch_resume(agent, session, answer, {
+                "t_read": t_read, "t_restored": agent.clock(),
+                "state_bytes": len(state) if state is not None else 0,
+                "t_checkpoint": commit["t"] if commit else None,
+                "version": commit["version"] if commit else 0})
+            agent.sessions[config.name] = session
+            agent.install(operator)  # connects the session: the broker hands the input over
+            agent.arm(operator)
+
+        restore_from(agent.config.zookeeper, checkpoint_key(config),
+                     lambda *found: agent.scheduler.call(restore, *found))
 
     # Housekeeping -----------------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping",
             # the steps of an operator's migration (emu.agent.migration)
             "migrate.prepare", "migrate.pause", "migrate.resume", "migrate.rollback",
             "migrate.release", "migrate.divert", "migrate.sync",
+            # a crashed node's instance started again from its checkpoint (workloads.recovery)
+            "migrate.recover",
             # a Spark query's move between cloud VMs (emu.agent.spark)
             "migrate.spark.status", "migrate.spark.standby", "migrate.spark.release",
             "migrate.spark.rollback",

@@ -96,10 +96,14 @@ class Records:
             self._arm()
 
     def received(self, message_id: int, stream: str, source: str, sink: str, t_sent: float,
-                 t_received: float, hops: int) -> None:
+                 t_received: float, hops: int, now: bool = False) -> None:
+        """`now`: written at once, not at the next flush (a checkpointing instance's input:
+        a crash must not take the record of what it had processed along with it)."""
         self._received.rows.append((message_id, stream, source, sink, t_sent, t_received, hops))
         self.received_count += 1
-        if not self._due:
+        if now:
+            self._received.flush()
+        elif not self._due:
             self._arm()
 
     def command(self, request_id: str | None, command: str | None, t_received: float,

@@ -1,0 +1,219 @@
+"""Failure detection and recovery on the emulation (`scenario.recovery`; workloads.recovery
+says what the detector and the re-placement are, for the model too).
+
+The host is the controller: a kazoo children watch on `/iot/gateways`, where every agent keeps
+an ephemeral znode in a session of `session_timeout` (emu.agent.registry). When a znode goes
+(ZooKeeper expired the session of an agent that stopped answering), each operator instance
+that ran on that node is re-placed, one after the other on a worker thread (the watch's
+thread must not block): the live candidate nearest the instance's input
+(workloads.recovery.place, over the topology's path latencies), which gets a
+`migrate.recover` request (emu.agent.migration): it builds the instance from its config,
+restores the last checkpoint from ZooKeeper (emu.agent.checkpoint) and takes the instance's
+input session over; the broker hands it what it held since the crash. Every instance that
+can be re-placed reads through a session of its own (emu.run deploys them `movable`).
+
+A node whose znode comes back (its agent registered again) is a candidate again. The
+controller knows where instances run from the deployment, and from its own re-placements;
+a scheduled migration of the same operator during a crash is not followed (a run that
+migrates and recovers one operator at once is not supported yet).
+
+What the controller measures goes into the `recoveries` table (`rows`): the detection at the
+watch's wake-up, and from the target's answer the first held input processed (`t_first`),
+the checkpoint's time and bytes, and the held inputs. emu.run adds the crash's time (from
+the fault schedule) and what the messages table says was rolled back and lost (`measure`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import queue
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import asdict
+
+from emu.agent.config import AgentConfig, OperatorConfig
+from emu.agent.registry import GATEWAYS
+from topologies.model import Topology
+from topologies.routing import NoRoute, Routes
+from workloads.recovery import (
+    RecoverySpec,
+    candidates,
+    input_devices,
+    input_streams,
+    place,
+)
+
+# How long a target may take to read the checkpoint, restore and take the held input over.
+RECOVER_TIMEOUT_S = 30.0
+AGENT_KINDS = ("gateway", "cloud_vm")
+
+
+class Recovery:
+    """The run's failure detector and re-placer: `start()` once the agents are registered,
+    `finish()` at the run's end, then `rows` (times on the host's clock)."""
+
+    def __init__(self, control, zk_hosts: str, spec: RecoverySpec, topology: Topology,
+                 workload, configs: dict[str, AgentConfig],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.control = control
+        self.zk_hosts = zk_hosts
+        self.spec = spec
+        self.topology = topology
+        self.workload = workload
+        self.clock = clock
+        self.routes = Routes(topology)
+        self.nodes = {node for node, config in configs.items() if config.kind in AGENT_KINDS}
+        # Where each instance that can be re-placed runs now.
+        self.placed: dict[str, list[OperatorConfig]] = {
+            node: [op for op in configs[node].operators if op.session and op.engine == "python"]
+            for node in self.nodes}
+        self.live = set(self.nodes)
+        self.rows: list[dict] = []
+        self.errors: list[str] = []
+        self._lock = threading.Lock()
+        self._work: queue.Queue = queue.Queue()
+        self._client = None
+        self._thread = threading.Thread(target=self._worker, name="foglab-recovery",
+                                        daemon=True)
+
+    def start(self) -> None:
+        from kazoo.client import KazooClient
+        from kazoo.recipe.watchers import ChildrenWatch
+
+        self._client = KazooClient(hosts=self.zk_hosts, timeout=10.0)
+        self._client.start(timeout=15.0)
+        self._client.ensure_path(GATEWAYS)
+        self._thread.start()
+        ChildrenWatch(self._client, GATEWAYS, self._changed)
+
+    def _changed(self, children: list[str]) -> bool:
+        """On kazoo's thread: a node whose znode went is down from now."""
+        now = self.clock()
+        present = set(children)
+        with self._lock:
+            gone = sorted((self.live - present) & self.nodes)
+            self.live = (self.live & present) | (present & self.nodes)
+        for node in gone:
+            self._work.put((node, now))
+        return True
+
+    def _worker(self) -> None:
+        while True:
+            item = self._work.get()
+            if item is None:
+                return
+            node, t_detected = item
+            try:
+                self._recover(node, t_detected)
+            except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+                self.errors.append(f"recovering {node}: {error}")
+
+    def _latency(self, a: str, b: str) -> float:
+        try:
+            return self.routes.latency(a, b)
+        except NoRoute:
+            return math.inf
+
+    def _recover(self, node: str, t_detected: float) -> None:
+        with self._lock:
+            instances = self.placed.pop(node, [])
+        for config in instances:
+            with self._lock:
+                hosting = {n for n, ops in self.placed.items()
+                           if any(op.name == config.name for op in ops)}
+                down = self.nodes - self.live
+            options = [n for n in candidates(self.spec.to, self.topology, down | {node},
+                                             hosting) if n in self.nodes]
+            sources = input_devices(config.reads, self.workload, self.topology)
+            target = place(options, sources, self._latency)
+            row = {"node": node, "operator": config.name, "target": target or "",
+                   "t_detected": t_detected, "t_recovered": math.nan,
+                   "t_checkpoint": math.nan, "state_bytes": 0, "held": 0, "error": None}
+            if target is None:
+                row["error"] = f"no live node of {self.spec.to} to take {config.name!r}"
+                self.rows.append(row)
+                continue
+            result = self.control.send([target], "migrate.recover",
+                                       {"operator": config.name, "config": asdict(config)},
+                                       timeout=RECOVER_TIMEOUT_S)
+            reply = result.replies.get(target)
+            if reply is None or not reply.ok:
+                row["error"] = (f"{target}: {reply.error}" if reply is not None else
+                                f"{target} did not answer within {RECOVER_TIMEOUT_S:g} s")
+                self.rows.append(row)
+                continue
+            answer = reply.result or {}
+            first = answer.get("t_first") or answer.get("t_connected")
+            row.update(t_recovered=first if first is not None else math.nan,
+                       t_checkpoint=(answer["t_checkpoint"]
+                                     if answer.get("t_checkpoint") is not None else math.nan),
+                       state_bytes=int(answer.get("state_bytes", 0)),
+                       held=int(answer.get("held", 0)))
+            with self._lock:
+                self.placed.setdefault(target, []).append(config)
+            self.rows.append(row)
+
+    def finish(self, timeout: float = RECOVER_TIMEOUT_S) -> list[dict]:
+        """Stop watching; wait for a re-placement under way; the rows."""
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                self._client.stop()
+                self._client.close()
+        if self._thread.is_alive():
+            self._work.put(None)
+            self._thread.join(timeout)
+        return self.rows
+
+    def reads(self) -> dict[str, list[str]]:
+        """Operator -> the streams it reads."""
+        return {op.name: input_streams(op.reads, self.workload)
+                for ops in self.placed.values() for op in ops}
+
+    def targets(self) -> dict[str, list[str]]:
+        """Operator -> the nodes it was re-placed on (its input may arrive there)."""
+        moved: dict[str, list[str]] = {}
+        for row in self.rows:
+            if row["target"]:
+                moved.setdefault(row["operator"], []).append(row["target"])
+        return moved
+
+
+def measure(rows: list[dict], crashes: dict[str, list[float]], messages, epoch: float,
+            reads: dict[str, list[str]]) -> dict[str, list]:
+    """The recoveries table's columns (experiments.schema), times in seconds from `epoch`:
+    each row's crash (the last crash of its node before the detection, from `crashes`, node ->
+    seconds from the epoch; NaN when its node went without a fault), and from the messages
+    table (pandas) what the crashed instance had processed after its checkpoint
+    (`rolled_back`: received on the node between the checkpoint and the crash) and its
+    input that reached no node (`lost`: sent since the checkpoint, or since the crash
+    without one). `reads`: operator -> the streams it reads."""
+    columns: dict[str, list] = {name: [] for name in (
+        "node", "operator", "target", "t_crash", "t_detected", "t_recovered", "detect",
+        "recover", "t_checkpoint", "state_bytes", "held", "rolled_back", "lost")}
+    import pandas as pd
+
+    messages = pd.DataFrame(messages)
+    for row in rows:
+        detected = row["t_detected"] - epoch
+        before = [t for t in crashes.get(row["node"], []) if t <= detected]
+        t_crash = before[-1] if before else math.nan
+        recovered = row["t_recovered"] - epoch
+        checkpoint = row["t_checkpoint"] - epoch
+        since = checkpoint if not math.isnan(checkpoint) else t_crash
+        streams = messages["stream"].isin(reads.get(row["operator"], []))
+        rolled = lost = 0
+        if not math.isnan(since):
+            on_node = (messages["sink"] == row["node"]) & streams
+            rolled = int((on_node & (messages["t_received"] > since)
+                          & (messages["t_received"] <= t_crash)).sum())
+            lost = int((streams & messages["lost"] & (messages["t_sent"] >= since)).sum())
+        for name, value in (("node", row["node"]), ("operator", row["operator"]),
+                            ("target", row["target"]), ("t_crash", t_crash),
+                            ("t_detected", detected), ("t_recovered", recovered),
+                            ("detect", detected - t_crash), ("recover", recovered - t_crash),
+                            ("t_checkpoint", checkpoint), ("state_bytes", row["state_bytes"]),
+                            ("held", row["held"]), ("rolled_back", rolled), ("lost", lost)):
+            columns[name].append(value)
+    return columns

@@ -1,0 +1,75 @@
+"""A gateway crashes under a windowed operator: ZooKeeper notices its session gone, the host
+re-places the operator on the live gateway nearest its input, restored from its last
+checkpoint, and the broker hands it the input it held meanwhile (workloads.recovery)."""
+
+from __future__ import annotations
+
+import json
+
+import pyarrow.parquet as pq
+import pytest
+
+from experiments.loader import parse_text
+from experiments.runner import run_experiment
+from experiments.schema import TABLES
+
+pytestmark = [pytest.mark.emu, pytest.mark.slow]
+
+CRASH = """
+name: crash
+topology:
+  name: crash
+  nodes:
+    - {name: sensor, kind: device, replicas: 4}
+    - {name: gw, kind: gateway, replicas: 3}
+    - {name: broker, kind: broker}
+  links:
+    - {from: sensor-*, to: gw-2, latency: 2ms}
+    - {from: gw-1, to: broker, latency: 5ms}
+    - {from: gw-2, to: broker, latency: 2ms}
+    - {from: gw-3, to: broker, latency: 8ms}
+workload:
+  name: w
+  streams: [{name: s, sources: sensor-*, rate: 10/s, arrivals: periodic, size: 100B, qos: 1}]
+pipeline:
+  - {name: count, on: gw-1, reads: s, window: {size: 2s}, checkpoint: 2s}
+scenario:
+  faults: [{crash: gw-1, at: 8s}]
+  recovery: {session_timeout: 2s}
+run: {backend: BACKEND, duration: 18s, seed: 3, drain: 3s}
+"""
+
+
+@pytest.fixture(scope="module")
+def client():
+    from engine import docker_engine
+
+    return docker_engine()
+
+
+def test_a_crashed_gateways_operator_runs_again_elsewhere_from_its_checkpoint(tmp_path,
+                                                                            client) -> None:
+    experiment = parse_text(CRASH.replace("BACKEND", "emu"))
+    (outcome,) = run_experiment(experiment, tmp_path)
+    folder = outcome.folder
+    table = pq.read_table(folder / "recoveries.parquet")
+    assert table.schema.equals(TABLES["recoveries"])
+    facts = json.loads((folder / "manifest.json").read_text())["facts"]
+    (row,) = table.to_pylist()
+    assert (row["node"], row["operator"], row["target"]) == ("gw-1", "count", "gw-2"), facts
+    assert 7.9 < row["t_crash"] < 9.0
+    # the session's 2 s, less up to a third (the last ping), plus up to a 0.2 s tick
+    assert 2 * 2 / 3 - 0.1 < row["detect"] < 2.0 + 0.2 + 0.5, row
+    assert row["detect"] < row["recover"] < 5.0, row
+    # the checkpoint at 7 s (every 2 s, half a period off the windows' grid), the last
+    # before the crash
+    assert 6.9 < row["t_checkpoint"] < row["t_crash"] and row["state_bytes"] > 0
+    assert row["held"] > 0 and row["lost"] == 0, row
+    # what the crashed instance took after the checkpoint: 40 a second for about a second
+    assert 30 <= row["rolled_back"] <= 60, row
+    windows = pq.read_table(folder / "windows.parquet").to_pandas()
+    after = windows[windows["t"] > row["t_recovered"] + 2.5]
+    assert len(after) > 0 and set(after["node"]) == {"gw-2"}
+    assert set(windows[windows["t"] < row["t_crash"]]["node"]) == {"gw-1"}
+    # 40 readings a second, 80 per full window, on the new node as on the old
+    assert after["count"].iloc[:-1].between(78, 82).all(), after
