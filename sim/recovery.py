@@ -10,6 +10,8 @@ emu.recovery), on the model's clock, network and CPUs.
 - Detection: sim.faults tells `Recovery` when a gateway or cloud VM crashes; ZooKeeper
   expires the node's agent session at `workloads.recovery.expiry`, with the agent's ping
   phase (one per node) and the server's tick phase drawn from the model's `recovery` stream.
+  A node that comes back meanwhile (a crash `for` a while) is noticed all the same: on emu its
+  container starts again without its agent, so the session is not renewed.
 - Input: from the crash on, the broker holds the operator's input (the hold of a migration's
   pause, sim.migration; the operator's whole group, as a pause holds it); its QoS 1 messages
   then on their way to the dead instance are held too (unacknowledged, they are sent again
@@ -149,9 +151,10 @@ class Recovery:
         if model.topology.nodes[node].kind not in AGENT_KINDS:
             return
         rows = []
+        recovering = {id(r.old) for r in self.rows if not r.resumed}
         for name, group in model._by_name.items():
             old = group.on_node.get(node)
-            if old is None:
+            if old is None or id(old) in recovering:  # down again before it was re-placed
                 continue
             group.paused = True
             row = Row(node, model._spec_of[name], now, group, old, self.snapshots.get(old),
