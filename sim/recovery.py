@@ -114,29 +114,31 @@ class Recovery:
                     instance.eager = False
         for spec_ in model.specs.values():
             if spec_.checkpoint is not None:
-                self._at(spec_.checkpoint, spec_.name, spec_.checkpoint)
+                self._at(1, spec_.name, spec_.checkpoint)
         if model.faults is not None:
             model.faults.on_crash = self._crashed
 
     # -- checkpoints ----------------------------------------------------------------------
 
-    def _at(self, t: float, operator: str, period: float) -> None:
-        """The checkpoint of `operator` at t, before the instant's other events."""
+    def _at(self, k: int, operator: str, period: float) -> None:
+        """The k-th checkpoint of `operator`, at k periods, before the instant's other events
+        (a crash at that instant included)."""
+        t = k * period
         if t > self.model.settings.duration:
             return
         event = self.env.event()
         event._ok, event._value = True, None
-        event.callbacks = [lambda _: self._checkpoint(t, operator, period)]
+        event.callbacks = [lambda _: self._checkpoint(k, t, operator, period)]
         self.env.at(event, t, URGENT)
 
-    def _checkpoint(self, t: float, operator: str, period: float) -> None:
+    def _checkpoint(self, k: int, t: float, operator: str, period: float) -> None:
         down = self.model.faults.down if self.model.faults is not None else ()
         for group in self._groups_of(operator):
             for instance in group.instances:
                 if instance.node not in down and instance.active:
                     self.snapshots[instance] = Snapshot(t, replace(instance.open),
                                                         instance.processed)
-        self._at(t + period, operator, period)
+        self._at(k + 1, operator, period)
 
     def _groups_of(self, operator: str) -> list:
         model = self.model

@@ -186,4 +186,13 @@ def test_the_shipped_experiment() -> None:
     assert row["lost"] == 0 and row["held"] > 0
     windows = tables["windows"].to_pandas()
     assert set(windows.loc[windows["t"] > row["t_recovered"], "node"]) == {"gw-2"}
+    # The checkpoint at 10 s comes before the crash at that instant: window 4 (8 to 10 s,
+    # closed a timer jitter after 10 s) is restored whole, and closed at once on gw-2; no
+    # window is lost or emitted twice, nothing rolled back.
+    assert row["t_checkpoint"] == 10.0 and row["rolled_back"] == 0
+    assert list(windows["window"]) == list(range(15))
+    (closed,) = windows.loc[windows["window"] == 4, ["node", "count"]].to_records(index=False)
+    # The checkpoint's bytes: state_base (1024) and 64 per event of the window.
+    assert tuple(closed) == ("gw-2", (row["state_bytes"] - 1024) // 64)
+    assert closed[1] >= 79  # 4 sensors at 10/s for 2 s, one a little late
     assert np.isclose(row["recover"], row["t_recovered"] - row["t_crash"])
