@@ -2,9 +2,10 @@
 `checkpoint`): the same detector and re-placement as the emulation's (workloads.recovery,
 emu.recovery), on the model's clock, network and CPUs.
 
-- Checkpoints: every `checkpoint` seconds from the run's start, each instance of such an
-  operator snapshots its open window (its events, count, last serial number) to the state
-  store; a snapshot due at a crash's instant is taken before the crash (before any other event
+- Checkpoints: every `checkpoint` seconds, half a period off the run's grid (at
+  (k + CHECKPOINT_PHASE) * checkpoint, as the agents take them: between window closes, never
+  at one), each instance of such an operator snapshots its open window (its events, count,
+  last serial number) to the state store; a snapshot due at a crash's instant is taken before the crash (before any other event
   of that instant). Windowed instances count each input when its job finishes (not when it
   is admitted, as they otherwise may), so that a snapshot and a crash see only finished work.
 - Detection: sim.faults tells `Recovery` when a gateway or cloud VM crashes; ZooKeeper
@@ -44,6 +45,7 @@ from simpy.core import URGENT
 
 from sim.windowed import OpenWindow, WindowedInstance
 from workloads.recovery import (
+    CHECKPOINT_PHASE,
     ZK_TICK_S,
     RecoverySpec,
     candidates,
@@ -114,16 +116,16 @@ class Recovery:
                     instance.eager = False
         for spec_ in model.specs.values():
             if spec_.checkpoint is not None:
-                self._at(1, spec_.name, spec_.checkpoint)
+                self._at(0, spec_.name, spec_.checkpoint)
         if model.faults is not None:
             model.faults.on_crash = self._crashed
 
     # -- checkpoints ----------------------------------------------------------------------
 
     def _at(self, k: int, operator: str, period: float) -> None:
-        """The k-th checkpoint of `operator`, at k periods, before the instant's other events
-        (a crash at that instant included)."""
-        t = k * period
+        """The k-th checkpoint of `operator` (from 0), at k + CHECKPOINT_PHASE periods, before
+        the instant's other events (a crash at that instant included)."""
+        t = (k + CHECKPOINT_PHASE) * period
         if t > self.model.settings.duration:
             return
         event = self.env.event()

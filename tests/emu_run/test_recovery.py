@@ -34,7 +34,7 @@ workload:
 pipeline:
   - {name: count, on: gw-1, reads: s, window: {size: 2s}, checkpoint: 2s}
 scenario:
-  faults: [{crash: gw-1, at: 8s}]
+  faults: [{crash: gw-1, at: 7.5s}]
   recovery: {session_timeout: 2s}
 run: {backend: BACKEND, duration: 18s, seed: 3, drain: 3s}
 """
@@ -57,7 +57,7 @@ def test_a_crashed_gateways_operator_runs_again_elsewhere_from_its_checkpoint(tm
     facts = json.loads((folder / "manifest.json").read_text())["facts"]
     (row,) = table.to_pylist()
     assert (row["node"], row["operator"], row["target"]) == ("gw-1", "count", "gw-2"), facts
-    assert 7.9 < row["t_crash"] < 9.0
+    assert 7.4 < row["t_crash"] < 8.0
     # the session's 2 s, less up to a third (the last ping), plus up to a 0.2 s tick
     assert 2 * 2 / 3 - 0.1 < row["detect"] < 2.0 + 0.2 + 0.5, row
     assert row["detect"] < row["recover"] < 5.0, row
@@ -65,8 +65,8 @@ def test_a_crashed_gateways_operator_runs_again_elsewhere_from_its_checkpoint(tm
     # before the crash
     assert 6.9 < row["t_checkpoint"] < row["t_crash"] and row["state_bytes"] > 0
     assert row["held"] > 0 and row["lost"] == 0, row
-    # what the crashed instance took after the checkpoint: 40 a second for about a second
-    assert 30 <= row["rolled_back"] <= 60, row
+    # what the crashed instance took after the checkpoint: 40 a second for about half a second
+    assert 15 <= row["rolled_back"] <= 40, row
     windows = pq.read_table(folder / "windows.parquet").to_pandas()
     after = windows[windows["t"] > row["t_recovered"] + 2.5]
     assert len(after) > 0 and set(after["node"]) == {"gw-2"}

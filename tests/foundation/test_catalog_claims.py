@@ -121,7 +121,7 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("a 2 s window count", "window (s)", {2}),
         Claim("(2 s timeout)", "session timeout (s)", {2}),
         Claim("every 2 s", "checkpoint (s)", {2}),
-        Claim("crashes at 10 s", "crash at (s)", {10}),
+        Claim("crashes at 9.5 s", "crash at (s)", {9.5}),
     ],
     "quickstart": [
         Claim("Two hundred city sensors", "devices", {200}),
