@@ -31,6 +31,7 @@ def check(spec: ExperimentSpec) -> Topology:
     if spec.run.backend != "sim":
         check_emulated_faults(faults, topology, spec.run.backend)
     _check_recovery(spec, topology)
+    _check_replication(spec, topology)
     resolve_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
     if spec.scenario.broadcasts and spec.run.backend != "sim":
         raise SpecError(("scenario", "broadcasts"), len(spec.scenario.broadcasts),
@@ -64,17 +65,46 @@ def _check_recovery(spec: ExperimentSpec, topology: Topology) -> None:
     if spec.run.backend == "hybrid":
         raise SpecError(("scenario", "recovery"), "...", "no scenario.recovery on hybrid yet "
                         "(run it on sim or emu)")
-    for index, where in enumerate(recovery.to):
-        nodes = placement(topology, [where])
+    _check_nodes(("scenario", "recovery", "to"), recovery.to, topology)
+
+
+def _check_replication(spec: ExperimentSpec, topology: Topology) -> None:
+    """An slo only where replicas can share the input; replication only with an slo, onto
+    nodes that run operators (workloads.replication)."""
+    for index, operator in enumerate(spec.pipeline):
+        if operator.slo is None:
+            continue
+        path = ("pipeline", index, "slo")
+        if operator.window is not None or operator.engine != "python":
+            raise SpecError(path, operator.slo, "an slo on a stateless python operator: "
+                            f"replicas of {operator.name!r} would share its input, and a "
+                            "window's state (or a Spark query's) does not split")
+        if operator.follow is not None:
+            raise SpecError(path, operator.slo, "no slo for a follow operator: its instances "
+                            "are one per user")
+    replication = spec.scenario.replication
+    if replication is None:
+        return
+    if not any(operator.slo is not None for operator in spec.pipeline):
+        raise SpecError(("scenario", "replication"), "...", "an operator with an `slo`: "
+                        "replication watches only those")
+    if spec.run.backend == "hybrid":
+        raise SpecError(("scenario", "replication"), "...", "no scenario.replication on "
+                        "hybrid yet (run it on sim or emu)")
+    _check_nodes(("scenario", "replication", "to"), replication.to, topology)
+
+
+def _check_nodes(path: tuple, where: list[str], topology: Topology) -> None:
+    """`where` names gateways or cloud VMs only, at least one; a kind word may name none."""
+    for index, item in enumerate(where):
+        nodes = placement(topology, [item])
         wrong = [n for n in nodes if topology.nodes[n].kind not in ("gateway", "cloud_vm")]
-        if wrong or (not nodes and where not in KIND_WORDS):  # a kind the topology lacks: none
-            raise SpecError(("scenario", "recovery", "to", index), where,
-                            "gateways or cloud VMs of the topology" + (
-                                f" (not {wrong[0]}, a {topology.nodes[wrong[0]].kind})"
-                                if wrong else ": it names none"))
-    if not placement(topology, recovery.to):
-        raise SpecError(("scenario", "recovery", "to"), recovery.to,
-                        "at least one gateway or cloud VM of the topology")
+        if wrong or (not nodes and item not in KIND_WORDS):  # a kind the topology lacks: none
+            raise SpecError((*path, index), item, "gateways or cloud VMs of the topology" + (
+                f" (not {wrong[0]}, a {topology.nodes[wrong[0]].kind})"
+                if wrong else ": it names none"))
+    if not placement(topology, where):
+        raise SpecError(path, where, "at least one gateway or cloud VM of the topology")
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:

@@ -71,6 +71,13 @@ TABLES: dict[str, pa.Schema] = {
         ("state_bytes", pa.int64()), ("held", pa.int64()), ("rolled_back", pa.int64()),
         ("lost", pa.int64()),
     ]),
+    # A replica of an operator started or retired by scenario.replication
+    # (workloads.replication): when, the operator, what, on which node, the operator's
+    # instances after it, and the latency (95th percentile, s) and bound that decided it.
+    "replicas": pa.schema([
+        ("t", pa.float64()), ("operator", _name), ("action", _name), ("node", _name),
+        ("instances", pa.int64()), ("latency", pa.float64()), ("slo", pa.float64()),
+    ]),
     # A control message of scenario.broadcasts that reached a worker (workloads.broadcast):
     # the broadcast's index, mode, fanout (0: naive), the worker, its depth in the tree (hops
     # of forwarding from the sender), when the broadcast began, when the worker had it.

@@ -13,6 +13,7 @@ from workloads.faults import FaultSpec
 from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
 from workloads.recovery import RecoverySpec
+from workloads.replication import ReplicationSpec
 from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
@@ -70,6 +71,9 @@ class ScenarioSpec(BaseModel):
     recovery: RecoverySpec | None = Field(
         default=None, description="detect crashed gateways through their ZooKeeper sessions "
         "and re-place their operators, restored from their checkpoints (workloads.recovery)")
+    replication: ReplicationSpec | None = Field(
+        default=None, description="start replicas of operators over their `slo`, retire them "
+        "when the load falls (workloads.replication)")
     broadcasts: list[BroadcastSpec] = Field(
         default_factory=list, description="control messages from a coordinator to workers, "
         "naive or over a tree (workloads.broadcast); sim only for now")

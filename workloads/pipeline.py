@@ -73,6 +73,10 @@ class OperatorSpec(BaseModel):
         default=None, description="write the instance's state to ZooKeeper this often, so "
         "that scenario.recovery can restore it elsewhere when its node crashes "
         "(workloads.recovery); a windowed operator only")
+    slo: PositiveDuration | None = Field(
+        default=None, description="latency bound of an input at the operator (queueing and "
+        "processing, 95th percentile): over it, scenario.replication starts a replica "
+        "(workloads.replication); a stateless operator only")
 
     @field_validator("task")
     @classmethod

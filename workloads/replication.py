@@ -1,0 +1,92 @@
+"""Dynamic task replication (seed 000, the QoS white paper: replicate a streaming task "only
+when achieving QoS demands that we do so, like when monitoring shows that the initial task is
+delayed"): an operator's latency bound (`slo`), the scenario's `replication` settings, and the
+controller's decision, shared by the model (sim.replication) and the emulation
+(emu.replication) so that both decide alike from what they measure.
+
+What is measured, on both backends: an operator's latency in an interval is the 95th
+percentile, over the inputs its instances processed in that interval, of the time from an
+input's arrival at the instance's node to the end of its processing (queueing and service:
+what replication can shorten; the network before it, it cannot). The worst instance's
+figure stands for the operator.
+
+The controller reads every operator with an `slo` each `interval`. After `up` intervals in a
+row over the bound, a replica starts on the candidate nearest the operator's input
+(workloads.recovery.place over `to`, less the nodes that run it already), up to `max`
+instances; the operator's instances share its input (one shared subscription: each message
+reaches one of them). After `down` intervals in a row under `retire_below` times the bound
+(or with no input), the newest replica retires; the operator's first instances never do.
+Every decision starts the counts again, so a replica's effect is seen before the next.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from topologies.fields import PositiveDuration
+
+PERCENTILE = 95
+
+
+class ReplicationSpec(BaseModel):
+    """When the controller starts and retires replicas of operators that have an `slo`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    interval: PositiveDuration = Field(
+        default=1.0, description="how often the controller reads each operator's latency")
+    up: int = Field(default=2, ge=1, description="intervals in a row over the bound before a "
+                                                 "replica starts")
+    down: int = Field(default=5, ge=1, description="intervals in a row under retire_below x "
+                                                   "the bound before the newest replica retires")
+    retire_below: float = Field(default=0.5, gt=0, lt=1)
+    max: int = Field(default=4, ge=2, description="instances of an operator at most, its "
+                                                  "first ones included")
+    to: list[str] = Field(
+        default_factory=lambda: ["gateways", "cloud_vms"], min_length=1,
+        description="where replicas may start (names, patterns or kinds); each on the one "
+                    "nearest the operator's input")
+
+    @field_validator("to", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
+
+
+def percentile(values: list[float], q: float = PERCENTILE) -> float:
+    """The q-th percentile by the nearest rank (no interpolation: the same on every host)."""
+    if not values:
+        raise ValueError("no values")
+    ordered = sorted(values)
+    rank = max(1, -(-len(ordered) * q // 100))  # ceil(n * q / 100)
+    return ordered[int(rank) - 1]
+
+
+@dataclass
+class Scaler:
+    """One operator's replication decisions: `observe` once per interval with its latency
+    (None: no input in the interval) and how many instances it has; answers "start",
+    "retire" or None. `first` is how many instances the deployment gave it (never retired)."""
+
+    spec: ReplicationSpec
+    slo: float
+    first: int = 1
+    over: int = 0
+    under: int = 0
+
+    def observe(self, latency: float | None, instances: int) -> str | None:
+        if latency is not None and latency > self.slo:
+            self.over, self.under = self.over + 1, 0
+        elif latency is None or latency < self.spec.retire_below * self.slo:
+            self.over, self.under = 0, self.under + 1
+        else:
+            self.over = self.under = 0
+        if self.over >= self.spec.up and instances < self.spec.max:
+            self.over = self.under = 0
+            return "start"
+        if self.under >= self.spec.down and instances > self.first:
+            self.over = self.under = 0
+            return "retire"
+        return None
