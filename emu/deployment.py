@@ -180,7 +180,7 @@ def operator_config(spec: OperatorSpec) -> OperatorConfig:
                           reads=[topic_filter(r) for r in spec.reads], writes=spec.writes,
                           window=spec.window.size if spec.window else None, engine=spec.engine,
                           selectivity=spec.selectivity, records=RECORDS_DIR,
-                          checkpoint=spec.checkpoint)
+                          checkpoint=spec.checkpoint, slo=spec.slo)
 
 
 def _check_task(index: int, spec: OperatorSpec, config: OperatorConfig) -> None:
@@ -228,7 +228,7 @@ def _operators(topology: Topology, pipeline: list[OperatorSpec],
                                                node))
             continue
         nodes = placement(topology, spec.on)
-        if len(nodes) > 1:
+        if len(nodes) > 1 or spec.slo is not None:  # with an slo, replicas may join it
             config = shared_reads(config)
         for node in nodes:
             kind = topology.nodes[node].kind

@@ -253,6 +253,9 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     if recovery is not None:
         moving |= {op.name for op in pipeline if op.engine == "python" and not op.follow}
         timeout = recovery.session_timeout
+    replication = getattr(scenario, "replication", None)
+    if replication is not None:  # the replicas of one share its input (emu.replication)
+        moving |= {op.name for op in pipeline if op.slo is not None}
     configs = agent_configs(topology, workload, pipeline, seed, 0.0, moving=moving, hold=True,
                             follow=follow, load=load, session_timeout=timeout)
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
@@ -268,15 +271,20 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     with stop_on_signals():
         try:
             cluster.up()
-            detector = None
+            detector = replicator = None
             if recovery is not None:
                 from emu.recovery import Recovery
 
                 def detector(control, zk_hosts: str) -> Recovery:
                     return Recovery(control, zk_hosts, recovery, topology, workload, configs)
+            if replication is not None:
+                from emu.replication import Replication
+
+                def replicator(control) -> Replication:
+                    return Replication(control, replication, topology, workload, configs)
 
             return _run(cluster, timing, progress, stage, scenario, configs, seed, during,
-                        faults, detector)
+                        faults, detector, replicator)
         finally:
             cluster.down()
 
@@ -299,7 +307,8 @@ def _fault_schedule(scenario, topology: Topology, duration: float, plan) -> list
 
 
 def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
-         seed: int = 0, during=None, faults=(), detector=None) -> Emulation:
+         seed: int = 0, during=None, faults=(), detector=None,
+         replicator=None) -> Emulation:
     from emu.control import Controller
     from emu.faults import ClusterEngine, FaultSchedule
 
@@ -343,6 +352,9 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
             recovery = detector(control, ",".join(f"{status[z].ip}:2181"
                                                   for z in cluster.plan.zookeeper))
             recovery.start()
+        replication = replicator(control) if replicator is not None else None
+        if replication is not None:
+            replication.start(epoch)
         coupled = during(control, epoch, cluster) if during is not None else None
         try:
             tables, fidelity = _measure(cluster, status, run, epoch, progress, health,
@@ -350,6 +362,8 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         finally:
             injector.finish()
             recovered = recovery.finish() if recovery is not None else []
+            if replication is not None:
+                replication.finish()
             if coupled is not None:
                 coupled.finish()
         injector.check()
@@ -380,6 +394,8 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         moves.setdefault(record.operator, []).append(record.target)
     for operator, targets in (recovery.targets() if recovery is not None else {}).items():
         moves.setdefault(operator, []).extend(targets)  # re-placed after a crash
+    for operator, nodes in (replication.nodes() if replication is not None else {}).items():
+        moves.setdefault(operator, []).extend(nodes)  # its replicas'
     # Devices the hybrid backend handed over between gateways enter there too.
     handovers = coupled.handovers() if coupled is not None else None
     messages, counts = run_messages(cluster.records_root, cluster.plan, epoch, run.duration,
@@ -397,6 +413,10 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
                                        recovery.reads())
         facts["recovery"] = {"errors": recovery.errors + [
             row["error"] for row in recovered if row["error"]]}
+    if replication is not None:
+        tables["replicas"] = replication.columns()
+        facts["replication"] = {"errors": replication.errors, "samples": replication.samples,
+                                "unplaced": replication.unplaced}
     if moved:
         _measure_outputs(moved, windows, configs or {}, epoch)
         tables["migrations"] = _migration_columns(moved, epoch)

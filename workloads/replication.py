@@ -6,9 +6,11 @@ controller's decision, shared by the model (sim.replication) and the emulation
 
 What is measured, on both backends: an operator's latency in an interval is the 95th
 percentile, over the inputs its instances processed in that interval, of the time from an
-input's arrival at the instance's node to the end of its processing (queueing and service:
-what replication can shorten; the network before it, it cannot). The worst instance's
-figure stands for the operator.
+input's emission (its t_sent) to the end of its processing: what the operator's consumers
+see. It holds the network, which replication cannot shorten, and every queue on the way:
+the node's, and the broker's, where a QoS 1 input waits once the instance has its maximum
+of unacknowledged messages in flight (so the node's queue alone would hide an overload).
+The worst instance's figure stands for the operator.
 
 The controller reads every operator with an `slo` each `interval`. After `up` intervals in a
 row over the bound, a replica starts on the candidate nearest the operator's input

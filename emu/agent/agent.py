@@ -380,6 +380,8 @@ class Agent:
                                   envelope.t, now, envelope.hops,
                                   now=operator.config.checkpoint is not None)
         outputs = operator.take(envelope, now)
+        if operator.delays is not None:  # its latency bound's measure (OperatorConfig.slo)
+            operator.delays.append(self.clock() - envelope.t)
         window = operator.window
         if window is not None and window.count and not window.armed:
             window.armed = True

@@ -70,6 +70,10 @@ class OperatorConfig:
     # Seconds between the instance's checkpoints in ZooKeeper (emu.agent.checkpoint), from which
     # another node restores it after a crash (workloads.recovery); None: no checkpoints.
     checkpoint: float | None = None
+    # The operator's latency bound (workloads.replication): the instance notes each input's
+    # latency, its emission to the end of its processing, for the host to read
+    # (`operator.delays`); None: it notes none.
+    slo: float | None = None
 
 
 @dataclass

@@ -178,6 +178,15 @@ class Management:
     def _ping(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         return self.agent.status()
 
+    def _operator_delays(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
+        """The latencies (s) of the inputs the instance processed since the last ask (emitted
+        to processed), then none."""
+        operator = self.agent.operator(_operator_name(args))
+        if operator.delays is None:
+            raise ValueError(f"operator {operator.name!r} has no slo: it notes no delays")
+        delays, operator.delays = operator.delays, []
+        return {"delays": [round(d, 5) for d in delays], "processed": operator.processed}
+
 
 def _device_name(args: dict[str, Any]) -> str:
     name = args.get("device")

@@ -76,7 +76,8 @@ from emu.agent.zookeeper import LOST, NODE_DELETED, NoNodeError, ZooKeeper, ZooK
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
 
-COMMANDS = tuple(c for c in ALL_COMMANDS if c.startswith("migrate."))
+# The requests answered when they are over (a drain, a transfer), not at once.
+COMMANDS = tuple(c for c in ALL_COMMANDS if c.startswith("migrate.")) + ("replica.retire",)
 # ZooKeeper refuses a request bigger than its jute.maxbuffer (1 MiB - 1 by default) as a
 # whole: path, framing and the tag byte must fit beside the chunk.
 CHUNK_MAX = 1024 * 1024 - 1024
@@ -169,6 +170,14 @@ class InputSession:
             sock.shutdown(socket.SHUT_WR)
         except OSError:  # not connected now: the broker holds everything already
             self.on_disconnected = None
+            self.agent.scheduler.call(done)
+
+    def leave(self, done: Callable[[], None]) -> None:
+        """Unsubscribe from every filter; `done` on the scheduler behind the last message the
+        broker sent before (the UNSUBACK follows them on the connection)."""
+        self.client.on_unsubscribe = lambda *args: self.agent.scheduler.call(done)
+        result, _ = self.client.unsubscribe(self.filters)
+        if result != 0:  # not connected: nothing comes any more
             self.agent.scheduler.call(done)
 
     def stop_loop(self) -> None:
@@ -277,7 +286,8 @@ class Migrations:
         step = {"migrate.prepare": self._prepare, "migrate.pause": self._pause,
                 "migrate.resume": self._resume, "migrate.rollback": self._rollback,
                 "migrate.release": self._release, "migrate.divert": self._divert,
-                "migrate.sync": self.parallel.sync, "migrate.recover": self._recover}[command]
+                "migrate.sync": self.parallel.sync, "migrate.recover": self._recover,
+                "replica.retire": self._retire}[command]
         step(args, answer)
 
     def close(self) -> None:
@@ -562,6 +572,26 @@ class Migrations:
 
         restore_from(agent.config.zookeeper, checkpoint_key(config),
                      lambda *found: agent.scheduler.call(restore, *found))
+
+    def _retire(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
+        """A replica leaves its operator's shared subscription (workloads.replication): its
+        session unsubscribes (the broker sends it nothing more; what it sent before comes
+        first, on the same connection), it processes what came, then it goes, its session
+        ended. Answers how many inputs it processed in all."""
+        agent = self.agent
+        name = operator_name(args)
+        operator = agent.operator(name)
+        session = agent.sessions.get(name)
+        if session is None:
+            raise ValueError(f"operator {name!r} reads through the node's session on "
+                             f"{agent.node}: only an instance with its own can retire")
+
+        def drained() -> None:
+            processed = operator.processed
+            agent.uninstall(name)
+            answer({"t": agent.clock(), "processed": processed})
+
+        session.leave(drained)
 
     # Housekeeping -----------------------------------------------------------------------------
 

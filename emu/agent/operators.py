@@ -402,6 +402,9 @@ class Operator:
         self.running = True
         self.token = 0  # stopping or removing the operator makes its window timer a stale one
         self.processed = 0
+        # Each input's latency, emitted to processed, since the host last read them
+        # (workloads.replication); None: the operator has no latency bound.
+        self.delays: list[float] | None = [] if config.slo is not None else None
         self.errors = 0
         self.last_error: str | None = None
         self.selectivity = float(selectivity)

@@ -22,6 +22,9 @@ COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping",
             "migrate.release", "migrate.divert", "migrate.sync",
             # a crashed node's instance started again from its checkpoint (workloads.recovery)
             "migrate.recover",
+            # a replica of an operator over its latency bound (workloads.replication): the
+            # delays its inputs took since the last ask; a replica leaving, its input drained
+            "operator.delays", "replica.retire",
             # a Spark query's move between cloud VMs (emu.agent.spark)
             "migrate.spark.status", "migrate.spark.standby", "migrate.spark.release",
             "migrate.spark.rollback",
