@@ -11,7 +11,8 @@ from nbformat.v4 import new_code_cell
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 # Images each notebook shows when it runs (at least one per cell that plots, below).
-IMAGES = {"quickstart": 1, "thesis-migration": 1, "sim-vs-emu": 3, "hybrid-mobility": 3}
+IMAGES = {"quickstart": 1, "thesis-migration": 1, "sim-vs-emu": 3, "hybrid-mobility": 3,
+          "faults": 3}
 # A call that draws: pyplot, seaborn's plotting functions, or an Axes' or frame's plot.
 PLOTTING = re.compile(r"\bplt\.(?!rc)|\bsns\.(?!set_)\w+\(|\.plot\(")
 # Run after the notebook, in its kernel: what its figures say, for what the images cannot show.
@@ -19,7 +20,10 @@ PROBES = {"thesis-migration": ("print(ch5_figure.get_suptitle())",
                                "the model's event rates are scaled down 10x"),
           "hybrid-mobility": ("print('people handed over and moved:', "
                               "bool((table.loc[['handovers', 'migrations']] > 0).all(None)))",
-                              "people handed over and moved: True")}
+                              "people handed over and moved: True"),
+          "faults": ("print('silent with recovery, without (s):', "
+                     "round(silence['with recovery']), round(silence['without recovery']))",
+                     "silent with recovery, without (s): 2 30")}
 
 
 def execute(path: Path, cwd: Path) -> nbformat.NotebookNode:
