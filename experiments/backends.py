@@ -50,7 +50,7 @@ def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
                   migration=scenario.migration, migrations=scenario.migrations,
                   mobility=scenario.mobility, policy=scenario.policy,
                   faults=scenario.faults, broadcasts=scenario.broadcasts,
-                  recovery=scenario.recovery)
+                  recovery=scenario.recovery, replication=scenario.replication)
     values.update(changes)
     return Settings(**values)
 

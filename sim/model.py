@@ -23,6 +23,7 @@ from sim.operators import Driver
 from sim.pubsub import Broker, Group
 from sim.recorder import MessageLog, SeriesLog, migration_columns
 from sim.recovery import Recovery
+from sim.replication import Replication
 from sim.sampler import Sampler
 from sim.windowed import OpenWindow, WindowOutput
 from topologies.model import Topology
@@ -55,6 +56,7 @@ class Settings:
     faults: list = field(default_factory=list)  # scenario.faults (workloads.faults)
     broadcasts: list = field(default_factory=list)  # scenario.broadcasts (workloads.broadcast)
     recovery: object = None  # scenario.recovery (workloads.recovery.RecoverySpec)
+    replication: object = None  # scenario.replication (workloads.replication.ReplicationSpec)
 
 
 @dataclass
@@ -119,7 +121,7 @@ class Model:
         # Migrations move instances while the model runs, which could break the conditions
         # under which a direct hand-over is exact: only static pipelines use it.
         if settings.direct_handover and not (settings.migrations or self.mobility
-                                             or settings.faults):
+                                             or settings.faults or settings.replication):
             self._hand_over_directly()
         for plan, start in migration_starts(settings.migrations, self.window_size, seed):
             self.coordinator.schedule(plan, start)
@@ -131,6 +133,8 @@ class Model:
         self.broadcasts = Broadcasts(self, settings.broadcasts) if settings.broadcasts else None
         self.recovery = (Recovery(self, settings.recovery, workload) if settings.recovery
                          else None)
+        self.replication = (Replication(self, settings.replication, workload)
+                            if settings.replication else None)
 
     # -- composing ------------------------------------------------------------------------
 
@@ -301,7 +305,7 @@ class Model:
         local, remote = [], []
         for group in self._readers(topic):
             self._plans_of.setdefault(group.name, []).append((node, topic))
-            if node in group.on_node:
+            if node in group.on_node and not group.shared:
                 local.append(group)
             else:
                 remote.append(group)
@@ -350,6 +354,8 @@ class Model:
             self.broadcasts.finish(tables, facts)
         if self.recovery is not None:
             self.recovery.finish(tables)
+        if self.replication is not None:
+            self.replication.finish(tables)
         if self.faults is not None:
             self.faults.finish(tables)
         return SimResult(tables=tables, facts=facts)

@@ -14,7 +14,7 @@ class OperatorInstance:
     # Slots: a run may have an instance per moving user, and compact objects cache better.
     __slots__ = ("env", "node", "node_index", "cpu", "cost", "selectivity", "out_topic",
                  "out_size", "_publish", "_log", "_credit", "_at", "_on_processed", "processed",
-                 "pending", "drained", "first_processed")
+                 "pending", "drained", "first_processed", "latencies")
 
     def __init__(self, env, node: str, node_index: int, cpu: Cpu, cost: float,
                  selectivity: float, out_topic: str | None, out_size: int | None, publish, log):
@@ -35,10 +35,14 @@ class OperatorInstance:
         self.pending = 0  # sent to this instance by a broker and not yet processed
         self.drained = None  # a migration's event, fired when nothing is pending any more
         self.first_processed = math.inf  # for a migration's downtime
+        # (finish, finish - emission) of each input, while sim.replication watches the instance
+        self.latencies: list[tuple[float, float]] | None = None
 
     def receive(self, msg: Message) -> None:
         now = self.env._now
         done = self.cpu.admit(now, self.cost) if self.cost else now
+        if self.latencies is not None:
+            self.latencies.append((done, done - msg.t_sent))
         if self.out_topic is None:
             # Nothing follows a sink: its finish is recorded now, with no event for it.
             self._settle(done)

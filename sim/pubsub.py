@@ -15,11 +15,14 @@ class Group:
     (`$share/<operator>/<filter>`), so each message reaches one instance, in turn.
 
     A stateful operator's group stamps serial numbers on its input, and a migration may pause
-    it (the broker holds its messages) or mirror its input to a second instance."""
+    it (the broker holds its messages) or mirror its input to a second instance. A `shared`
+    group (an operator sim.replication may replicate) reads everything through the broker,
+    even what is published where an instance runs, so that its replicas share all of it;
+    replicas `join` it and `leave` it."""
 
     # Slots: a run has a group per moving user, and compact objects keep more of them cached.
     __slots__ = ("name", "filters", "sequenced", "next_sn", "paused", "held", "mirror",
-                 "on_change", "instances", "on_node", "_turns")
+                 "on_change", "shared", "instances", "on_node", "_turns")
 
     def __init__(self, name: str, filters: list[str], instances: list, sequenced: bool = False):
         self.name = name
@@ -30,6 +33,7 @@ class Group:
         self.held: list[Message] = []
         self.mirror = None
         self.on_change = None  # told when the instances change (cached routing plans)
+        self.shared = False  # no local read: every message through the broker (replication)
         self._set(instances)
 
     def _set(self, instances: list) -> None:
@@ -40,6 +44,18 @@ class Group:
     def replace(self, old, new) -> None:
         """A migration's switch-over: `new` takes `old`'s place in the subscription."""
         self._set([new if i is old else i for i in self.instances])
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def join(self, instance) -> None:
+        """A replica joins the shared subscription: from now on it takes its turns."""
+        self._set([*self.instances, instance])
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def leave(self, instance) -> None:
+        """A replica leaves the subscription: nothing new reaches it (what it has, it does)."""
+        self._set([i for i in self.instances if i is not instance])
         if self.on_change is not None:
             self.on_change(self)
 

@@ -68,6 +68,19 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
                                         if hasattr(f, "delay")),
     "slow factor": lambda p: next(f.factor for f in p.spec.scenario.faults if hasattr(f, "slow")),
     "crash at (s)": lambda p: next(f.at for f in p.spec.scenario.faults if hasattr(f, "crash")),
+    "slo (s)": lambda p: only(op.slo for op in p.spec.pipeline if op.slo is not None),
+    "gateway tasks on gw-1": lambda p: ",".join(op.task for op in p.spec.pipeline
+                                                if op.on == ["gw-1"]),
+    "replication down (s)": lambda p: (p.spec.scenario.replication.down
+                                       * p.spec.scenario.replication.interval),
+    "replication up (s)": lambda p: (p.spec.scenario.replication.up
+                                     * p.spec.scenario.replication.interval),
+    # A bursty shape written low first (its `on` phase at the base rate): the burst is its
+    # `off` phase, at `low` times the base rate.
+    "burst start (s)": lambda p: p.spec.workload.streams[0].shape.on,
+    "burst end (s)": lambda p: p.spec.workload.streams[0].shape.on
+    + p.spec.workload.streams[0].shape.off,
+    "burst rate (events/s)": lambda p: total_rate(p) * p.spec.workload.streams[0].shape.low,
     "session timeout (s)": lambda p: p.spec.scenario.recovery.session_timeout,
     # Of the one operator with a window, wherever it is in the pipeline.
     "windowed operator's window (s)": lambda p: only(op.window.size for op in p.spec.pipeline
@@ -163,6 +176,19 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("(2 s timeout)", "session timeout (s)", {2}),
         Claim("every 2 s", "checkpoint (s)", {2}),
         Claim("crashes at 9.5 s", "crash at (s)", {9.5}),
+    ],
+    "replication-burst": [
+        Claim("Ten sensors at one site send 12 readings/s each", "total rate (events/s)",
+              {120}, unit=10),
+        Claim("Ten sensors", "devices", {10}),
+        Claim("a sliding linear regression (RIoTBench's SLR) on gw-1", "gateway tasks on gw-1",
+              {"sliding_linear_regression"}),
+        Claim("a 50 ms bound", "slo (s)", {0.05}, unit=1e-3),
+        Claim("After 2 s over the bound", "replication up (s)", {2}),
+        Claim("After 10 s under half the bound", "replication down (s)", {10}),
+        Claim("From 20 s", "burst start (s)", {20}),
+        Claim("to 32 s", "burst end (s)", {32}),
+        Claim("276 readings/s", "burst rate (events/s)", {276}),
     ],
     "quickstart": [
         Claim("Two hundred city sensors", "devices", {200}),
