@@ -355,7 +355,7 @@ class Model:
         if self.recovery is not None:
             self.recovery.finish(tables)
         if self.replication is not None:
-            self.replication.finish(tables)
+            self.replication.finish(tables, facts)
         if self.faults is not None:
             self.faults.finish(tables)
         return SimResult(tables=tables, facts=facts)

@@ -21,7 +21,10 @@ emulation's (emu.replication) from the same measure.
 - Retire: the newest replica; after one command it leaves the subscription (nothing new
   reaches it; what the broker sent it before, it processes).
 - Recorded: the `replicas` table (experiments.schema), a row per start or retire when it took
-  effect, with the instances after it and the latency (s, NaN: no input) that decided it.
+  effect, with the instances after it and the latency (s, NaN: no input) that decided it;
+  and in the run's facts, as emu.replication writes them, every reading (`samples`: t,
+  operator, instances, latency, inputs) and the starts decided with no candidate left
+  (`unplaced`).
 
 An instance that a migration or a recovery puts in a watched operator's place is watched from
 the next interval on.
@@ -60,6 +63,10 @@ class Replication:
         self.env = model.env
         self.spec = spec
         self.rows: list[tuple] = []
+        # Every reading, as emu.replication's manifest keeps them:
+        # [t, operator, instances, latency (s) or None, inputs].
+        self.samples: list[list] = []
+        self.unplaced = 0  # replicas decided with no candidate left to run them
         self.watched: list[Watched] = []
         for operator in model.specs.values():
             if operator.slo is None:
@@ -83,18 +90,21 @@ class Replication:
             k += 1
 
     def _observe(self, watched: Watched, now: float) -> None:
-        latency = self.latency(watched, now)
+        latency, inputs = self.latency(watched, now)
         instances = len(watched.group.instances) + watched.changing
+        self.samples.append([round(now, 3), watched.name, instances,
+                             None if latency is None else round(latency, 4), inputs])
         action = watched.scaler.observe(latency, instances)
         if action == "start":
             self.env.process(self._start(watched, latency))
         elif action == "retire" and watched.replicas:
             self.env.process(self._retire(watched, latency))
 
-    def latency(self, watched: Watched, now: float) -> float | None:
+    def latency(self, watched: Watched, now: float) -> tuple[float | None, int]:
         """The operator's latency in the interval ending now: the worst instance's 95th
-        percentile over the inputs it finished in it (None: none finished)."""
-        worst = None
+        percentile over the inputs it finished in it (None: none finished); and how many
+        inputs its instances finished."""
+        worst, inputs = None, 0
         for instance in watched.group.instances:
             noted = instance.latencies
             if noted is None:  # put in place by a migration or a recovery
@@ -108,7 +118,8 @@ class Replication:
             if finished:
                 figure = percentile(finished)
                 worst = figure if worst is None else max(worst, figure)
-        return worst
+                inputs += len(finished)
+        return worst, inputs
 
     def _start(self, watched: Watched, latency: float | None):
         model = self.model
@@ -119,6 +130,7 @@ class Replication:
                    if node in model.cpus]
         target = place(options, watched.sources, coordinator._latency)
         if target is None:
+            self.unplaced += 1
             return
         watched.changing += 1
         yield self.env.timeout(coordinator._command(target))  # installed into its agent
@@ -143,8 +155,10 @@ class Replication:
                           len(watched.group.instances),
                           math.nan if latency is None else latency, watched.scaler.slo))
 
-    def finish(self, tables: dict) -> None:
-        """The replicas table."""
+    def finish(self, tables: dict, facts: dict) -> None:
+        """The replicas table, and the controller's readings in the facts (as on emu)."""
+        facts["replication"] = {"errors": [], "samples": self.samples,
+                                "unplaced": self.unplaced}
         columns = list(zip(*self.rows, strict=True)) or [()] * len(COLUMNS)
         floats = ("t", "latency", "slo")
         tables["replicas"] = {

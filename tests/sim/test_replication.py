@@ -61,7 +61,11 @@ def simulate_text(max_instances: int | None = 2) -> dict[str, pd.DataFrame]:
                       settings(run_point))
     assert len(result.tables["messages"]["id"]) == result.facts["emitted"]
     tables = conform(result.tables)  # every table passes the schema's checks
-    return {name: table.to_pandas() for name, table in tables.items()}
+    frames = {name: table.to_pandas() for name, table in tables.items()}
+    frames["samples"] = pd.DataFrame(result.facts.get("replication", {}).get("samples", []),
+                                     columns=["t", "operator", "instances", "latency",
+                                              "inputs"])
+    return frames
 
 
 def p95(messages: pd.DataFrame, k: int, nodes=None) -> float:
@@ -99,6 +103,17 @@ def test_a_replica_starts_on_the_nearest_candidate_after_up_intervals_over(one_r
     assert start["t"] == pytest.approx(2 + command("gw-2"))
     assert start["latency"] == pytest.approx(p95(messages, 2)) and start["slo"] == SLO
     assert start["operator"] == "work"
+
+
+def test_every_reading_is_in_the_facts_as_on_emu(one_replica):
+    samples = one_replica["samples"]
+    messages = one_replica["messages"]
+    assert list(samples["t"]) == [float(k) for k in range(1, 21)]  # each second of the run
+    assert list(samples["instances"]) == [1] * 2 + [2] * 6 + [1] * 12
+    for k in range(1, 9):  # before the retirement: every instance's inputs counted
+        done = messages[(messages["t_received"] > k - 1) & (messages["t_received"] <= k)]
+        assert samples["inputs"][k - 1] == len(done)
+        assert samples["latency"][k - 1] == pytest.approx(p95(messages, k), abs=1e-4)
 
 
 def test_no_replica_beyond_max(one_replica, two_replicas):
