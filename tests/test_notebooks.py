@@ -12,7 +12,7 @@ from nbformat.v4 import new_code_cell
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 # Images each notebook shows when it runs (at least one per cell that plots, below).
 IMAGES = {"quickstart": 1, "thesis-migration": 1, "sim-vs-emu": 3, "hybrid-mobility": 3,
-          "faults": 3}
+          "faults": 4}
 # A call that draws: pyplot, seaborn's plotting functions, or an Axes' or frame's plot.
 PLOTTING = re.compile(r"\bplt\.(?!rc)|\bsns\.(?!set_)\w+\(|\.plot\(")
 # Run after the notebook, in its kernel: what its figures say, for what the images cannot show.
