@@ -131,6 +131,17 @@ def test_no_replica_beyond_max(one_replica, two_replicas):
         p95(two_replicas["messages"], 4, {"gw-1", "gw-2"}))
 
 
+def test_a_start_with_no_candidate_left_has_no_row() -> None:
+    text = STAR.replace("REPLICATION", "replication: {up: 2, down: 3, max: 4, to: gw-2}")
+    run_point = point(text)
+    result = simulate(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                      settings(run_point))
+    # gw-2 at 2 s; at 4 s (still over) a second is decided, and no node is left for it.
+    assert list(result.tables["replicas"]["node"]) == ["gw-2", "gw-2"]
+    assert list(result.tables["replicas"]["action"]) == ["start", "retire"]
+    assert result.facts["replication"]["unplaced"] == 1
+
+
 def test_the_input_is_shared_from_the_replicas_start_to_its_retirement(one_replica):
     start, retire = one_replica["replicas"]["t"]
     messages = one_replica["messages"].sort_values("t_sent")
