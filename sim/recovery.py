@@ -5,9 +5,10 @@ emu.recovery), on the model's clock, network and CPUs.
 - Checkpoints: every `checkpoint` seconds, half a period off the run's grid (at
   (k + CHECKPOINT_PHASE) * checkpoint, as the agents take them: between window closes, never
   at one), each instance of such an operator snapshots its open window (its events, count,
-  last serial number) to the state store; a snapshot due at a crash's instant is taken before the crash (before any other event
-  of that instant). Windowed instances count each input when its job finishes (not when it
-  is admitted, as they otherwise may), so that a snapshot and a crash see only finished work.
+  last serial number) to the state store; a snapshot due at a crash's instant is taken before
+  the crash (before any other event of that instant). Windowed instances count each input
+  when its job finishes (not when it is admitted, as they otherwise may), so that a snapshot
+  and a crash see only finished work.
 - Detection: sim.faults tells `Recovery` when a gateway or cloud VM crashes; ZooKeeper
   expires the node's agent session at `workloads.recovery.expiry`, with the agent's ping
   phase (one per node) and the server's tick phase drawn from the model's `recovery` stream.
@@ -19,6 +20,10 @@ emu.recovery), on the model's clock, network and CPUs.
   to whoever takes the session over), QoS 0 ones are lost, on the way as in the hold (the
   broker writes them into the dead connection); what the instance had admitted on its CPU
   but not processed is lost with it (sim.faults drops it).
+- A snapshot whose window the crashed instance had closed and sent on before the crash (a
+  crash after a window's close, before the next checkpoint) is restored without it: the new
+  instance starts with the window that was open at the crash, empty (the agents mark each
+  window they send in ZooKeeper, emu.agent.checkpoint, and drop the same).
 - Re-placement: the controller takes the crashed node's operators one after the other, in
   the order detected (emu.recovery's worker thread does): each goes to `place` over
   `candidates` (the live nodes of `recovery.to`, less the crashed node and those that run
@@ -88,6 +93,7 @@ class Row:
     resumed: bool = False
     state_bytes: int | None = None
     held: int | None = None
+    open_index: int = -1  # the window the crashed instance had open (sent on those before)
 
 
 class Recovery:
@@ -165,6 +171,7 @@ class Recovery:
                       self._rolled_back(old))
             row.lost = self._take_inflight(row) + self._unprocessed(row)
             if isinstance(old, WindowedInstance):
+                row.open_index = old.open.index
                 old.stop()
             rows.append(row)
         if not rows:
@@ -259,6 +266,10 @@ class Recovery:
         if row.snapshot is not None:
             state = replace(row.snapshot.state)
             row.state_bytes = state.state_bytes(settings.state_per_event, settings.state_base)
+            if state.index < row.open_index:
+                # Its window closed and went on before the crash (the agents mark each
+                # window sent, emu.agent.checkpoint): not again; start at the one open then.
+                state = OpenWindow(row.open_index)
             remaining = row.state_bytes
             while remaining > 0:  # each chunk read from the store
                 size = min(settings.chunk, remaining)

@@ -262,6 +262,20 @@ class Window:
             self.progress.watermark = timestamp
         return self._close(list(self.panes))
 
+    def drop_through(self, k: int) -> int:
+        """Forget the open windows numbered k or less (a restored state whose window was
+        already sent on before the crash it is restored after); how many events they held."""
+        dropped = 0
+        for key in list(self.panes):
+            panes = self.panes[key]
+            for number in [n for n in panes if n <= k]:
+                dropped += panes.pop(number).count
+            if self.hold:
+                self._forget(key, panes)
+            if not panes:
+                del self.panes[key]
+        return dropped
+
     def flush(self) -> list[WindowResult]:
         """End of stream: emit every open window, complete or not."""
         return self._close(list(self.panes), everything=True)

@@ -12,6 +12,12 @@ the previous version's chunks go. A reader takes the commit and then its chunks,
 checkpoint half written is never read. A write still going when the next is due makes the
 next wait for it; a later one replaces a waiting one (the store keeps up with the latest,
 never a backlog).
+
+A checkpoint holds the window open when it was taken; that window may close, and go
+downstream, before the crash. So each window an instance sends on is marked too
+(`<key>/closed`, its number), and the instance restored drops the open windows numbered up to
+the mark: their events went out in a window already (what came after the mark is rolled
+back with the rest).
 """
 
 from __future__ import annotations
@@ -74,8 +80,18 @@ def write(zk: ZooKeeper, operator: str, state: bytes, t: float, chunk: int = CHU
     return commit
 
 
+def mark_closed(zk: ZooKeeper, operator: str, window: int) -> None:
+    """Note the number of the last window `operator` sent on."""
+    path = f"{checkpoint_path(operator)}/closed"
+    try:
+        zk.set(path, str(window).encode())
+    except NoNodeError:
+        zk.create(path, str(window).encode(), makepath=True)
+
+
 def read(zk: ZooKeeper, operator: str) -> tuple[bytes, dict] | None:
-    """The last committed checkpoint of `operator` and its commit; None when it has none."""
+    """The last committed checkpoint of `operator` and its commit, with `closed`, the last
+    window it marked sent (None: none); None when it has no checkpoint."""
     path = checkpoint_path(operator)
     try:
         data = zk.get(path)
@@ -84,6 +100,10 @@ def read(zk: ZooKeeper, operator: str) -> tuple[bytes, dict] | None:
     if not data:
         return None
     commit = json.loads(data)
+    try:
+        commit["closed"] = int(zk.get(f"{path}/closed"))
+    except NoNodeError:
+        commit["closed"] = None
     state = b"".join(zk.get(f"{path}/{commit['version']}-{number}")
                      for number in range(commit["chunks"]))
     if len(state) != commit["bytes"]:
@@ -99,9 +119,11 @@ class Checkpoints:
     def __init__(self, agent: Agent) -> None:
         self.agent = agent
         self._due: dict[str, tuple[bytes, float]] = {}  # operator -> latest state waiting
-        self._armed: dict[str, int] = {}  # operator -> the token its timer runs for
+        self._closed: dict[str, int] = {}  # operator -> the last window sent, to mark
+        # operator -> the instance and token its timer runs for
+        self._armed: dict[str, tuple[Operator, int]] = {}
         self._wake = threading.Condition()
-        self._closed = False
+        self._stopping = False
         self._thread: threading.Thread | None = None
         self.written = 0
         self.errors: list[str] = []
@@ -111,9 +133,13 @@ class Checkpoints:
         period = operator.config.checkpoint
         if not period or self.agent.epoch is None or not self.agent.drivers.started:
             return
-        if self._armed.get(operator.name) == operator.token:
+        armed = self._armed.get(operator.name)
+        if armed is not None and armed[0] is operator and armed[1] == operator.token:
             return  # its timer runs already
-        self._armed[operator.name] = operator.token
+        self._armed[operator.name] = (operator, operator.token)
+        if operator.window is not None:
+            key = checkpoint_key(operator.config)
+            operator.window.on_closed = lambda window: self._mark(key, window)
         now = self.agent.clock()
         epoch = self.agent.epoch
         k = max(0, math.floor((now - epoch) / period - CHECKPOINT_PHASE) + 1)
@@ -135,32 +161,47 @@ class Checkpoints:
         agent.scheduler.at(agent.epoch + (k + 1 + CHECKPOINT_PHASE) * period, self._take,
                            operator, token, k + 1)
 
+    def _mark(self, name: str, window: int) -> None:
+        with self._wake:
+            self._closed[name] = window
+            self._start()
+            self._wake.notify()
+
     def _hand(self, name: str, state: bytes, t: float) -> None:
         with self._wake:
             self._due[name] = (state, t)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._write_all,
-                                                name="foglab-checkpoints", daemon=True)
-                self._thread.start()
+            self._start()
             self._wake.notify()
+
+    def _start(self) -> None:
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._write_all, name="foglab-checkpoints",
+                                            daemon=True)
+            self._thread.start()
 
     def _write_all(self) -> None:
         zk: ZooKeeper | None = None
         try:
             while True:
                 with self._wake:
-                    while not self._due and not self._closed:
+                    while not self._due and not self._closed and not self._stopping:
                         self._wake.wait()
-                    if self._closed:
+                    if self._stopping:
                         return
-                    name, (state, t) = self._due.popitem()
+                    # A window's mark first: it is due at once, a state only by the next.
+                    mark = self._closed.popitem() if self._closed else None
+                    due = self._due.popitem() if mark is None else None
                 try:
                     if zk is None:
                         zk = _connect(self.agent.config.zookeeper)
-                    write(zk, name, state, t)
-                    self.written += 1
+                    if mark is not None:
+                        mark_closed(zk, *mark)
+                    else:
+                        name, (state, t) = due
+                        write(zk, name, state, t)
+                        self.written += 1
                 except (ZooKeeperError, OSError, TimeoutError) as error:
-                    self.errors.append(f"{name}: {error}")
+                    self.errors.append(f"{(mark or due)[0]}: {error}")
                     if zk is not None:
                         with contextlib.suppress(Exception):
                             zk.close()
@@ -172,7 +213,7 @@ class Checkpoints:
 
     def close(self) -> None:
         with self._wake:
-            self._closed = True
+            self._stopping = True
             self._wake.notify()
         if self._thread is not None:
             self._thread.join(2.0)

@@ -549,6 +549,7 @@ class Migrations:
                 answer(error=error)
                 return
             seen: list = []
+            dropped = 0
             if state is not None:
                 try:
                     seen, snapshot = unpack(state)
@@ -556,6 +557,9 @@ class Migrations:
                 except (ValueError, KeyError) as failed:
                     answer(error=f"restoring operator {config.name!r}: {failed}")
                     return
+                if operator.window is not None and commit.get("closed") is not None:
+                    # windows the crashed instance sent on after the checkpoint: not again
+                    dropped = operator.window.window.drop_through(commit["closed"])
             if config.name in agent.operators:
                 answer(error=f"operator {config.name!r} runs on {agent.node} already")
                 return
@@ -565,7 +569,7 @@ class Migrations:
                 "t_read": t_read, "t_restored": agent.clock(),
                 "state_bytes": len(state) if state is not None else 0,
                 "t_checkpoint": commit["t"] if commit else None,
-                "version": commit["version"] if commit else 0})
+                "version": commit["version"] if commit else 0, "dropped_window": dropped})
             agent.sessions[config.name] = session
             agent.install(operator)  # connects the session: the broker hands the input over
             agent.arm(operator)

@@ -252,6 +252,8 @@ class WindowStage:
         # Set during a parallel migration (emu.agent.parallel): each closed window goes to
         # divert(output, row) instead of downstream and windows.csv.
         self.divert: Callable[[Envelope, tuple], None] | None = None
+        # Told the number of each window sent on (emu.agent.checkpoint marks it in ZooKeeper).
+        self.on_closed: Callable[[int], None] | None = None
 
     @property
     def count(self) -> int:
@@ -325,6 +327,8 @@ class WindowStage:
             if self.log is not None:
                 self.log.write(row)
             outputs.append(output)
+            if self.on_closed is not None:
+                self.on_closed(index)
         return outputs
 
     def forwarded(self, output: Envelope, row: tuple, t: float, last_sn: int, count: int,

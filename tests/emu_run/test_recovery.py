@@ -33,8 +33,9 @@ workload:
   streams: [{name: s, sources: sensor-*, rate: 10/s, arrivals: periodic, size: 100B, qos: 1}]
 pipeline:
   - {name: count, on: gw-1, reads: s, window: {size: 2s}, checkpoint: 2s}
+  - {name: late, on: gw-3, reads: s, window: {size: 2s}, checkpoint: 2s}
 scenario:
-  faults: [{crash: gw-1, at: 7.5s}]
+  faults: [{crash: gw-1, at: 7.5s}, {crash: gw-3, at: 10.5s}]
   recovery: {session_timeout: 2s}
 run: {backend: BACKEND, duration: 18s, seed: 3, drain: 3s}
 """
@@ -55,7 +56,7 @@ def test_a_crashed_gateways_operator_runs_again_elsewhere_from_its_checkpoint(tm
     table = pq.read_table(folder / "recoveries.parquet")
     assert table.schema.equals(TABLES["recoveries"])
     facts = json.loads((folder / "manifest.json").read_text())["facts"]
-    (row,) = table.to_pylist()
+    row, late = table.to_pylist()
     assert (row["node"], row["operator"], row["target"]) == ("gw-1", "count", "gw-2"), facts
     assert 7.4 < row["t_crash"] < 8.0
     # the session's 2 s, less up to a third (the last ping), plus up to a 0.2 s tick
@@ -67,9 +68,21 @@ def test_a_crashed_gateways_operator_runs_again_elsewhere_from_its_checkpoint(tm
     assert row["held"] > 0 and row["lost"] == 0, row
     # what the crashed instance took after the checkpoint: 40 a second for about half a second
     assert 15 <= row["rolled_back"] <= 40, row
-    windows = pq.read_table(folder / "windows.parquet").to_pandas()
+    every = pq.read_table(folder / "windows.parquet").to_pandas()
+    windows = every[every["operator"] == "count"]
     after = windows[windows["t"] > row["t_recovered"] + 2.5]
     assert len(after) > 0 and set(after["node"]) == {"gw-2"}
     assert set(windows[windows["t"] < row["t_crash"]]["node"]) == {"gw-1"}
     # 40 readings a second, 80 per full window, on the new node as on the old
     assert after["count"].iloc[:-1].between(78, 82).all(), after
+
+    # `late` crashed at 10.5 s, after window 4 (8 to 10 s) went out and before the next
+    # checkpoint (11 s): restored from the one at 9 s, which holds window 4, it does not send
+    # window 4 again (the agent marked it sent); window 5 died with gw-3 (its held readings
+    # are processed after 12 s, in window 6, on gw-2).
+    assert (late["node"], late["operator"], late["target"]) == ("gw-3", "late", "gw-2")
+    assert 8.9 < late["t_checkpoint"] < 9.5 and late["lost"] == 0, late
+    late_windows = every[every["operator"] == "late"].sort_values("t")
+    assert list(late_windows["window"])[:6] == [0, 1, 2, 3, 4, 6], late_windows
+    (four,) = late_windows[late_windows["window"] == 4].to_dict("records")
+    assert four["node"] == "gw-3" and four["count"] >= 78

@@ -199,3 +199,25 @@ def test_the_shipped_experiment() -> None:
     assert tuple(closed) == ("gw-2", (row["state_bytes"] - 1024) // 64)
     assert 39 <= closed[1] <= 41  # 4 sensors at 10/s for 1 s
     assert np.isclose(row["recover"], row["t_recovered"] - row["t_crash"])
+
+
+def test_a_window_sent_before_the_crash_is_not_sent_again_from_the_checkpoint() -> None:
+    # The crash at 10.5 s: window 4 (8 to 10 s) closed on gw-1 at 10 s, after the checkpoint
+    # at 9 s that holds it; gw-2 starts with window 5, empty, and window 4 appears once.
+    # Window 5 is lost: what gw-1 took of it died there, and the held readings are processed
+    # on gw-2 after 12 s, in window 6.
+    experiment = load("experiments/recovery.yaml", overrides=["scenario.faults.0.at=10.5s"])
+    (run_point,) = experiment.points
+    model = Model(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                  settings(run_point))
+    tables = conform(model.run().tables)
+    windows = tables["windows"].to_pandas()
+    (row,) = tables["recoveries"].to_pylist()
+    assert 12.0 < row["t_recovered"] < 13.0
+    assert list(windows["window"]) == [0, 1, 2, 3, 4, *range(6, 15)]
+    assert row["t_checkpoint"] == 9.0 and row["rolled_back"] == 60  # 9 to 10.5 s at 40/s
+    (four,) = windows.loc[windows["window"] == 4, ["node", "count"]].to_records(index=False)
+    assert four[0] == "gw-1" and four[1] >= 79
+    (six,) = windows.loc[windows["window"] == 6, ["node", "count"]].to_records(index=False)
+    # its own 80 and the 60 held readings sent from the crash to 12 s
+    assert six[0] == "gw-2" and 138 <= six[1] <= 142
