@@ -139,6 +139,10 @@ ON_EMU = {
     "follow": "hybrid only: an instance per moving device (`<name>@<device>`) on the node the "
               "policy starts it on, reading the device's own topics through a session of its "
               "own, moved by the policy's decisions (emu.migration); emu alone moves no users",
+    "checkpoint": "the instance writes its state to ZooKeeper this often "
+                  "(emu.agent.checkpoint), from which scenario.recovery restores it elsewhere",
+    "slo": "the instance notes each input's latency for scenario.replication's controller "
+           "(emu.replication) and reads through a shared subscription replicas may join",
 }
 # Fields the emulation does not run yet: field -> (its default, why it is refused otherwise).
 NOT_ON_EMU = {

@@ -184,6 +184,9 @@ ACTS = {
     "follow": ({"follow": "users"}, lambda a: [
         (op.name, op.reads, op.session is not None) for op in a["gw-2"].operators] == [
         ("filter@s-1", ["city/+/s-1"], True)] and a["gw-1"].operators == []),
+    "checkpoint": ({"window": {"size": 2.0}, "checkpoint": 2.0},
+                   lambda a: a["gw-1"].operators[0].checkpoint == 2.0),
+    "slo": ({"slo": 0.05}, lambda a: a["gw-1"].operators[0].slo == 0.05),
 }
 REFUSED = {
     "out_size": ({"out_size": 64}, "pipeline[0].out_size: not yet on emu: an output's size "
