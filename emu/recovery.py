@@ -36,12 +36,12 @@ from dataclasses import asdict
 from emu.agent.config import AgentConfig, OperatorConfig
 from emu.agent.registry import GATEWAYS
 from topologies.model import Topology
-from topologies.routing import NoRoute, Routes
 from workloads.recovery import (
     RecoverySpec,
     candidates,
     input_devices,
     input_streams,
+    path_latency,
     place,
 )
 
@@ -63,7 +63,7 @@ class Recovery:
         self.topology = topology
         self.workload = workload
         self.clock = clock
-        self.routes = Routes(topology)
+        self.latency = path_latency(topology)
         self.nodes = {node for node, config in configs.items() if config.kind in AGENT_KINDS}
         # Where each instance that can be re-placed runs now.
         self.placed: dict[str, list[OperatorConfig]] = {
@@ -110,12 +110,6 @@ class Recovery:
             except Exception as error:  # noqa: BLE001 - recorded, the run goes on
                 self.errors.append(f"recovering {node}: {error}")
 
-    def _latency(self, a: str, b: str) -> float:
-        try:
-            return self.routes.latency(a, b)
-        except NoRoute:
-            return math.inf
-
     def _recover(self, node: str, t_detected: float) -> None:
         with self._lock:
             instances = self.placed.pop(node, [])
@@ -127,7 +121,7 @@ class Recovery:
             options = [n for n in candidates(self.spec.to, self.topology, down | {node},
                                              hosting) if n in self.nodes]
             sources = input_devices(config.reads, self.workload, self.topology)
-            target = place(options, sources, self._latency)
+            target = place(options, sources, self.latency)
             row = {"node": node, "operator": config.name, "target": target or "",
                    "t_detected": t_detected, "t_recovered": math.nan,
                    "t_checkpoint": math.nan, "state_bytes": 0, "held": 0, "error": None}

@@ -30,8 +30,7 @@ from dataclasses import asdict, replace
 from emu.agent.config import AgentConfig, OperatorConfig
 from emu.deployment import session_name
 from topologies.model import Topology
-from topologies.routing import NoRoute, Routes
-from workloads.recovery import candidates, input_devices, place
+from workloads.recovery import candidates, input_devices, path_latency, place
 from workloads.replication import ReplicationSpec, Scaler, percentile
 
 REQUEST_TIMEOUT_S = 10.0
@@ -48,7 +47,7 @@ class Replication:
         self.topology = topology
         self.workload = workload
         self.clock = clock
-        self.routes = Routes(topology)
+        self.latency = path_latency(topology)
         self.instances: dict[str, list[str]] = {}  # operator -> its nodes, first ones first
         self.configs: dict[str, OperatorConfig] = {}
         for node, config in configs.items():
@@ -100,17 +99,11 @@ class Replication:
         elif decision == "retire":
             self._retire(operator, latency)
 
-    def _latency(self, a: str, b: str) -> float:
-        try:
-            return self.routes.latency(a, b)
-        except NoRoute:
-            return math.inf
-
     def _start(self, operator: str, latency: float | None) -> None:
         config = self.configs[operator]
         options = candidates(self.spec.to, self.topology, (), self.instances[operator])
         node = place(options, input_devices(config.reads, self.workload, self.topology),
-                     self._latency)
+                     self.latency)
         if node is None:  # every candidate runs it already: as at `max`
             self.unplaced += 1
             return

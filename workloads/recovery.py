@@ -25,6 +25,8 @@ from collections.abc import Callable, Iterable
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from topologies.fields import PositiveDuration
+from topologies.routing import NoRoute, Routes
+from workloads.faults import Patterns
 
 # ZooKeeper's tickTime in the emulation (emu.cluster.plan writes it into zoo.cfg): a session
 # expires on the first tick after its deadline. Small so that a 2 s session is noticed in
@@ -54,15 +56,10 @@ class RecoverySpec(BaseModel):
     session_timeout: PositiveDuration = Field(
         default=2.0, description="each agent's ZooKeeper session timeout: a crashed node is "
         "noticed this long after the server last heard from it (on ZooKeeper's next tick)")
-    to: list[str] = Field(
-        default_factory=lambda: ["gateways", "cloud_vms"], min_length=1,
+    to: Patterns = Field(
+        default_factory=lambda: ["gateways", "cloud_vms"],
         description="where a crashed node's operators may go (names, patterns or kinds); "
                     "each goes to the live one nearest its input")
-
-    @field_validator("to", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
 
     @field_validator("session_timeout")
     @classmethod
@@ -89,6 +86,20 @@ def expiry(t_crash: float, session_timeout: float, phase: float,
     last = phase + math.floor((t_crash - phase) / every) * every if t_crash >= phase else t_crash
     deadline = last + session_timeout
     return tick_phase + math.ceil((deadline - tick_phase) / tick - 1e-9) * tick
+
+
+def path_latency(topology) -> Callable[[str, str], float]:
+    """The topology's path latency between two nodes, inf where no path joins them: what
+    `place` weighs on emu (the model weighs its own network's, the same paths)."""
+    routes = Routes(topology)
+
+    def latency(a: str, b: str) -> float:
+        try:
+            return routes.latency(a, b)
+        except NoRoute:
+            return math.inf
+
+    return latency
 
 
 def place(candidates: Iterable[str], sources: Iterable[str],

@@ -25,9 +25,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
 from topologies.fields import PositiveDuration
+from workloads.faults import Patterns
 
 PERCENTILE = 95
 
@@ -46,15 +47,10 @@ class ReplicationSpec(BaseModel):
     retire_below: float = Field(default=0.5, gt=0, lt=1)
     max: int = Field(default=4, ge=2, description="instances of an operator at most, its "
                                                   "first ones included")
-    to: list[str] = Field(
-        default_factory=lambda: ["gateways", "cloud_vms"], min_length=1,
+    to: Patterns = Field(
+        default_factory=lambda: ["gateways", "cloud_vms"],
         description="where replicas may start (names, patterns or kinds); each on the one "
                     "nearest the operator's input")
-
-    @field_validator("to", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
 
 
 def percentile(values: list[float], q: float = PERCENTILE) -> float:

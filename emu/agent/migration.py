@@ -312,17 +312,8 @@ class Migrations:
             return
         if args.get("role") != "target":
             raise ValueError(f"'role' must be 'source' or 'target', not {args.get('role')!r}")
-        config = args.get("config")
-        if not isinstance(config, dict):
-            raise ValueError("a target needs 'config', the instance's OperatorConfig")
-        config = operator_config(config)
-        if not config.session:
-            raise ValueError(f"operator {config.name!r} has no input session to take over")
-        if config.name in agent.operators:
-            raise ValueError(f"operator {config.name!r} runs on {agent.node} already")
-        if config.records is not None:
-            config.records = agent.config.records
-        operator = Operator(config, agent.node, agent.epoch)
+        operator = self._instance(args.get("config"))
+        config = operator.config
         if args.get("parallel") is not None:
             self.parallel.prepare(operator, args["parallel"], answer)
             return
@@ -501,26 +492,45 @@ class Migrations:
             operator = prepared.operator
             t_restore = agent.clock()
             try:
-                seen, snapshot = unpack(state)
-                operator.restore(snapshot)
+                seen = _restore(operator, state)
             except (ValueError, KeyError) as error:
                 answer(error=f"restoring operator {name!r}: {error}")
                 return
             del self.prepared[name]
-            t_restored = agent.clock()
-            session = InputSession(agent, operator)
-            session.remember(seen)
-            watch_resume(agent, session, answer, {
-                "t_restore": t_restore, "t_restored": t_restored, "chunks": prepared.chunks,
+            self._take_over(operator, seen, answer, {
+                "t_restore": t_restore, "t_restored": agent.clock(), "chunks": prepared.chunks,
                 "t_retrieved": prepared.t_retrieved, "state_bytes": len(state)})
-            agent.sessions[name] = session
-            agent.install(operator)  # connects the session: the broker hands the input over
-            agent.arm(operator)
 
         if prepared.transfer and not prepared.done.is_set():
             prepared.waiting = go
         else:
             go()
+
+    def _instance(self, config: Any) -> Operator:
+        """A target's instance, not yet installed, from the OperatorConfig a request gives."""
+        agent = self.agent
+        if not isinstance(config, dict):
+            raise ValueError("a target needs 'config', the instance's OperatorConfig")
+        config = operator_config(config)
+        if not config.session:
+            raise ValueError(f"operator {config.name!r} has no input session to take over")
+        if config.name in agent.operators:
+            raise ValueError(f"operator {config.name!r} runs on {agent.node} already")
+        if config.records is not None:
+            config.records = agent.config.records
+        return Operator(config, agent.node, agent.epoch)
+
+    def _take_over(self, operator: Operator, seen: list, answer: Callable[..., None],
+                   result: dict[str, Any]) -> None:
+        """A restored instance starts and takes its input session over: the broker hands it
+        what it held; `answer(result, ...)` once that is processed (watch_resume)."""
+        agent = self.agent
+        session = InputSession(agent, operator)
+        session.remember(seen)
+        watch_resume(agent, session, answer, result)
+        agent.sessions[operator.name] = session
+        agent.install(operator)  # connects the session: the broker hands the input over
+        agent.arm(operator)
 
     def _recover(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
         """A crashed node's instance started here (workloads.recovery): built from its config,
@@ -531,17 +541,8 @@ class Migrations:
         from emu.agent.checkpoint import checkpoint_key, restore_from
 
         agent = self.agent
-        config = args.get("config")
-        if not isinstance(config, dict):
-            raise ValueError("migrate.recover needs 'config', the instance's OperatorConfig")
-        config = operator_config(config)
-        if not config.session:
-            raise ValueError(f"operator {config.name!r} has no input session to take over")
-        if config.name in agent.operators:
-            raise ValueError(f"operator {config.name!r} runs on {agent.node} already")
-        if config.records is not None:
-            config.records = agent.config.records
-        operator = Operator(config, agent.node, agent.epoch)
+        operator = self._instance(args.get("config"))
+        config = operator.config
         t_read = agent.clock()
 
         def restore(state: bytes | None, commit: dict | None, error: str | None) -> None:
@@ -552,8 +553,7 @@ class Migrations:
             dropped = 0
             if state is not None:
                 try:
-                    seen, snapshot = unpack(state)
-                    operator.restore(snapshot)
+                    seen = _restore(operator, state)
                 except (ValueError, KeyError) as failed:
                     answer(error=f"restoring operator {config.name!r}: {failed}")
                     return
@@ -563,16 +563,11 @@ class Migrations:
             if config.name in agent.operators:
                 answer(error=f"operator {config.name!r} runs on {agent.node} already")
                 return
-            session = InputSession(agent, operator)
-            session.remember(seen)
-            watch_resume(agent, session, answer, {
+            self._take_over(operator, seen, answer, {
                 "t_read": t_read, "t_restored": agent.clock(),
                 "state_bytes": len(state) if state is not None else 0,
                 "t_checkpoint": commit["t"] if commit else None,
                 "version": commit["version"] if commit else 0, "dropped_window": dropped})
-            agent.sessions[config.name] = session
-            agent.install(operator)  # connects the session: the broker hands the input over
-            agent.arm(operator)
 
         restore_from(agent.config.zookeeper, checkpoint_key(config),
                      lambda *found: agent.scheduler.call(restore, *found))
@@ -664,6 +659,13 @@ def watch_resume(agent: Agent, session: InputSession, answer: Callable[..., None
 
     session.on_taken = taken
     agent.scheduler.at(agent.clock() + RESUME_QUIET_S / 4, quiet)
+
+
+def _restore(operator: Operator, state: bytes) -> list:
+    """Restore the operator from a moved or checkpointed state; the keys it had seen."""
+    seen, snapshot = unpack(state)
+    operator.restore(snapshot)
+    return seen
 
 
 def operator_name(args: dict[str, Any]) -> str:

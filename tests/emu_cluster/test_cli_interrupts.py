@@ -1,5 +1,5 @@
-"""A Ctrl-C at any moment of `foglab emu up` or of an emulated `foglab run` removes what was
-made and ends with exit 130, without a traceback."""
+"""A Ctrl-C at any moment of `foglab emu up` or of an emulated `foglab run` (its faults in
+effect) removes what was made and ends with exit 130, without a traceback."""
 
 from __future__ import annotations
 
@@ -111,6 +111,10 @@ workload:
   streams: [{name: s, sources: sensor-*, rate: 5/s, size: 100B}]
 pipeline:
   - {name: sink, task: passthrough, on: gw, reads: s}
+scenario:  # in effect through the run: an interrupt during it leaves nothing behind either
+  faults:
+    - {at: 0s, slow: gw, factor: 2, for: 19s}
+    - {at: 0s, delay: {from: gw, to: broker}, latency: 20ms, for: 19s}
 run: {backend: emu, duration: 20s, seed: 1}
 """
 
