@@ -320,7 +320,8 @@ def test_a_single_server_gets_the_tick_the_failure_detector_assumes() -> None:
     settings = dict(line.split("=", 1) for line in config.splitlines() if "=" in line)
     assert int(settings["tickTime"]) == round(ZK_TICK_S * 1000) == 200
     # 2 s sessions (the recovery benchmark's) and the agents' default 10 s both accepted
-    assert int(settings["minSessionTimeout"]) <= 2000 and int(settings["maxSessionTimeout"]) >= 10000
+    assert int(settings["minSessionTimeout"]) <= 2000
+    assert int(settings["maxSessionTimeout"]) >= 10000
     assert int(settings["initLimit"]) * 200 == 20000
 
 
