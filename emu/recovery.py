@@ -69,6 +69,9 @@ class Recovery:
         self.placed: dict[str, list[OperatorConfig]] = {
             node: [op for op in configs[node].operators if op.session and op.engine == "python"]
             for node in self.nodes}
+        # Operator -> the streams it reads (also for one left with no node to go to).
+        self.streams = {op.name: input_streams(op.reads, workload)
+                        for ops in self.placed.values() for op in ops}
         self.live = set(self.nodes)
         self.rows: list[dict] = []
         self.errors: list[str] = []
@@ -162,8 +165,7 @@ class Recovery:
 
     def reads(self) -> dict[str, list[str]]:
         """Operator -> the streams it reads."""
-        return {op.name: input_streams(op.reads, self.workload)
-                for ops in self.placed.values() for op in ops}
+        return self.streams
 
     def targets(self) -> dict[str, list[str]]:
         """Operator -> the nodes it was re-placed on (its input may arrive there)."""
