@@ -17,6 +17,11 @@ Scaler decide:
   processes what the broker had sent it, then it goes: nothing it was given is dropped.
 
 A `replicas` row per decision, at the time the agent answered (s from the epoch).
+
+A saturated node answers late: its requests wait on its scheduler behind the input it has
+not processed (4.5 s once in a CI run), and the controller's readings of every operator wait
+for it, so the interval stretches while a node is overloaded; the samples in the manifest
+(`facts.replication.samples`) carry the times they were taken.
 """
 
 from __future__ import annotations

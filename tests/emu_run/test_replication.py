@@ -37,7 +37,7 @@ pipeline:
   - {name: work, task: kalman_filter, on: gw-1, reads: s, slo: 200ms}
 scenario:
   replication: {interval: 1s, up: 2, down: 3, max: 2}
-run: {backend: emu, duration: 24s, seed: 3, drain: 3s}
+run: {backend: emu, duration: 28s, seed: 3, drain: 3s}
 """
 
 
@@ -62,9 +62,11 @@ def test_a_replica_starts_over_the_bound_shares_the_input_and_retires(tmp_path,
     # backlog is gone and the readings come at 12/s.
     start, retire = rows
     assert (start["action"], start["node"], start["instances"]) == ("start", "gw-2", 2), facts
-    assert start["latency"] > 0.2 and 2.0 < start["t"] < 10.0
+    # During the burst or its backlog (gw-1 saturated answers the controller's readings
+    # late: its requests wait behind the input on its scheduler, 4.5 s in one CI run).
+    assert start["latency"] > 0.2 and 2.0 < start["t"] < 16.0
     assert (retire["action"], retire["node"], retire["instances"]) == ("retire", "gw-2", 1)
-    assert retire["latency"] < 0.1 and retire["t"] > 10.0
+    assert retire["latency"] < 0.1 and retire["t"] > start["t"] + 3  # `down` intervals
     messages = pq.read_table(folder / "messages.parquet").to_pandas()
     assert not messages["lost"].any()
     shared = messages[(messages["t_received"] > rows[0]["t"])
