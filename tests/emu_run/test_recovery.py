@@ -58,16 +58,18 @@ def test_a_crashed_gateways_operator_runs_again_elsewhere_from_its_checkpoint(tm
     facts = json.loads((folder / "manifest.json").read_text())["facts"]
     row, late = table.to_pylist()
     assert (row["node"], row["operator"], row["target"]) == ("gw-1", "count", "gw-2"), facts
-    assert 7.4 < row["t_crash"] < 8.0
-    # the session's 2 s, less up to a third (the last ping), plus up to a 0.2 s tick
-    assert 2 * 2 / 3 - 0.1 < row["detect"] < 2.0 + 0.2 + 0.5, row
+    # t_crash: when the kill was done (0.2-0.4 s after it is asked on this host, more if busy)
+    assert 7.4 < row["t_crash"] < 8.4
+    # the session's 2 s, less up to a third (the last ping) and the kill's own time, plus up
+    # to a 0.2 s tick
+    assert 1.0 < row["detect"] < 2.0 + 0.2 + 0.5, row
     assert row["detect"] < row["recover"] < 5.0, row
     # the checkpoint at 7 s (every 2 s, half a period off the windows' grid), the last
     # before the crash
     assert 6.9 < row["t_checkpoint"] < row["t_crash"] and row["state_bytes"] > 0
     assert row["held"] > 0 and row["lost"] == 0, row
-    # what the crashed instance took after the checkpoint: 40 a second for about half a second
-    assert 15 <= row["rolled_back"] <= 40, row
+    # what the crashed instance took after the checkpoint: 40 a second until it died
+    assert 10 <= row["rolled_back"] <= 40 * (row["t_crash"] - row["t_checkpoint"]) + 4, row
     every = pq.read_table(folder / "windows.parquet").to_pandas()
     windows = every[every["operator"] == "count"]
     after = windows[windows["t"] > row["t_recovered"] + 2.5]
