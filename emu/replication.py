@@ -91,13 +91,12 @@ class Replication:
         nodes = list(self.instances[operator])
         result = self.control.send(nodes, "operator.delays", {"operator": operator},
                                    timeout=REQUEST_TIMEOUT_S)
-        figures = [percentile(reply.result["delays"]) for reply in result.replies.values()
-                   if reply.ok and reply.result and reply.result.get("delays")]
-        latency = max(figures) if figures else None
+        delays = [reply.result["delays"] for reply in result.replies.values()
+                  if reply.ok and reply.result and reply.result.get("delays")]
+        latency = max(map(percentile, delays)) if delays else None
         self.samples.append([round(self.clock() - self.epoch, 3), operator, len(nodes),
                              None if latency is None else round(latency, 4),
-                             sum(len(r.result["delays"]) for r in result.replies.values()
-                                 if r.ok and r.result)])
+                             sum(map(len, delays))])
         decision = self.scalers[operator].observe(latency, len(nodes))
         if decision == "start":
             self._start(operator, latency)

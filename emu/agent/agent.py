@@ -267,9 +267,7 @@ class Agent:
         if not all(s.subscribed.is_set() for s in self.sessions.values()):
             return
         if not self.config.hold and not self.drivers.started:
-            self.drivers.start()
-            for operator in self.operators.values():
-                self.checkpoints.arm(operator)
+            self._start_drivers()
         if self.registration is not None and not self.ready.is_set():
             self.registration.start()
         self.ready.set()
@@ -428,6 +426,10 @@ class Agent:
         for operator in self.operators.values():
             if operator.window is not None:
                 operator.window.epoch = epoch
+        self._start_drivers()
+
+    def _start_drivers(self) -> None:
+        """The devices start emitting, and the instances' checkpoints on the run's grid."""
         self.drivers.start()
         for operator in self.operators.values():
             self.checkpoints.arm(operator)

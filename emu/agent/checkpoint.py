@@ -27,9 +27,9 @@ import json
 import math
 import threading
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from emu.agent.zookeeper import NoNodeError, ZooKeeper, ZooKeeperError
+from emu.agent.zookeeper import NoNodeError, ZooKeeper, ZooKeeperError, connect
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
@@ -57,15 +57,18 @@ def checkpoint_path(key: str) -> str:
     return f"{CHECKPOINTS}/{key}"
 
 
-def write(zk: ZooKeeper, operator: str, state: bytes, t: float, chunk: int = CHUNK_MAX) -> dict:
-    """One checkpoint of `operator`: its chunks, then the commit, then the old chunks go."""
+def write(zk: ZooKeeper, operator: str, state: bytes, t: float, chunk: int = CHUNK_MAX,
+          previous: dict | None = None) -> dict:
+    """One checkpoint of `operator`: its chunks, then the commit, then the old chunks go.
+    `previous`: the last commit, when the writer knows it (else it is read)."""
     path = checkpoint_path(operator)
-    previous: dict[str, Any] = {}
-    try:
-        data = zk.get(path)
-        previous = json.loads(data) if data else {}
-    except NoNodeError:
-        zk.create(path, b"", makepath=True)
+    if previous is None:
+        try:
+            data = zk.get(path)
+            previous = json.loads(data) if data else {}
+        except NoNodeError:
+            zk.create(path, b"", makepath=True)
+            previous = {}
     version = int(previous.get("version", 0)) + 1
     pieces = [state[i:i + chunk] for i in range(0, len(state), chunk)] or [b""]
     for number, piece in enumerate(pieces):
@@ -120,6 +123,7 @@ class Checkpoints:
         self.agent = agent
         self._due: dict[str, tuple[bytes, float]] = {}  # operator -> latest state waiting
         self._closed: dict[str, int] = {}  # operator -> the last window sent, to mark
+        self._commits: dict[str, dict] = {}  # operator -> its last commit (the writer's)
         # operator -> the instance and token its timer runs for
         self._armed: dict[str, tuple[Operator, int]] = {}
         self._wake = threading.Condition()
@@ -137,8 +141,11 @@ class Checkpoints:
         if armed is not None and armed[0] is operator and armed[1] == operator.token:
             return  # its timer runs already
         self._armed[operator.name] = (operator, operator.token)
+        key = checkpoint_key(operator.config)
+        # Another node may have written its checkpoints since this one last did (a move away
+        # and back): the writer reads the last commit again before its next write.
+        self._commits.pop(key, None)
         if operator.window is not None:
-            key = checkpoint_key(operator.config)
             operator.window.on_closed = lambda window: self._mark(key, window)
         now = self.agent.clock()
         epoch = self.agent.epoch
@@ -193,12 +200,13 @@ class Checkpoints:
                     due = self._due.popitem() if mark is None else None
                 try:
                     if zk is None:
-                        zk = _connect(self.agent.config.zookeeper)
+                        zk = connect(self.agent.config.zookeeper, SESSION_TIMEOUT)
                     if mark is not None:
                         mark_closed(zk, *mark)
                     else:
                         name, (state, t) = due
-                        write(zk, name, state, t)
+                        self._commits[name] = write(zk, name, state, t,
+                                                    previous=self._commits.get(name))
                         self.written += 1
                 except (ZooKeeperError, OSError, TimeoutError) as error:
                     self.errors.append(f"{(mark or due)[0]}: {error}")
@@ -224,7 +232,7 @@ def restore_from(hosts: str, operator: str, done: Callable[..., None]) -> None:
 
     def run() -> None:
         try:
-            zk = _connect(hosts)
+            zk = connect(hosts, SESSION_TIMEOUT)
             try:
                 found = read(zk, operator)
             finally:
@@ -236,13 +244,3 @@ def restore_from(hosts: str, operator: str, done: Callable[..., None]) -> None:
 
     threading.Thread(target=run, name="foglab-restore", daemon=True).start()
 
-
-def _connect(hosts: str) -> ZooKeeper:
-    if not hosts:
-        raise ZooKeeperError(0, "no ZooKeeper configured on this node")
-    zk = ZooKeeper(hosts, SESSION_TIMEOUT)
-    zk.start()
-    if not zk.connected.wait(SESSION_TIMEOUT):
-        zk.close()
-        raise TimeoutError(f"ZooKeeper {hosts} did not answer within {SESSION_TIMEOUT} s")
-    return zk

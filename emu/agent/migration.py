@@ -71,7 +71,14 @@ from emu.agent.mqtt import (
 from emu.agent.operators import Operator, operator_config
 from emu.agent.protocol import COMMANDS as ALL_COMMANDS
 from emu.agent.protocol import Envelope
-from emu.agent.zookeeper import LOST, NODE_DELETED, NoNodeError, ZooKeeper, ZooKeeperError
+from emu.agent.zookeeper import (
+    LOST,
+    NODE_DELETED,
+    NoNodeError,
+    ZooKeeper,
+    ZooKeeperError,
+    connect,
+)
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
@@ -678,13 +685,8 @@ def operator_name(args: dict[str, Any]) -> str:
 @contextlib.contextmanager
 def _session(hosts: str, timeout: float = 10.0):
     """A ZooKeeper session for one transfer, closed after it."""
-    if not hosts:
-        raise ZooKeeperError(0, "no ZooKeeper configured on this node")
-    zk = ZooKeeper(hosts, timeout)
-    zk.start()
+    zk = connect(hosts, timeout)
     try:
-        if not zk.connected.wait(timeout):
-            raise TimeoutError(f"ZooKeeper {hosts} did not answer within {timeout} s")
         yield zk
     finally:
         zk.close()

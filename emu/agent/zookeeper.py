@@ -406,3 +406,16 @@ def _read(sock: socket.socket, size: int) -> bytes:
             raise ConnectionError("ZooKeeper closed the connection")
         data += chunk
     return bytes(data)
+
+
+def connect(hosts: str, timeout: float = 10.0) -> ZooKeeper:
+    """A started session, connected within `timeout` (else TimeoutError, the session closed);
+    for a node's own calls (a state transfer, its checkpoints), not its registration."""
+    if not hosts:
+        raise ZooKeeperError(0, "no ZooKeeper configured on this node")
+    zk = ZooKeeper(hosts, timeout)
+    zk.start()
+    if not zk.connected.wait(timeout):
+        zk.close()
+        raise TimeoutError(f"ZooKeeper {hosts} did not answer within {timeout} s")
+    return zk
