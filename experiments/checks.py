@@ -6,6 +6,7 @@ from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from workloads.broadcast import resolve as resolve_broadcasts
+from workloads.broker_scaling import resolve as resolve_broker_scaling
 from workloads.faults import resolve as resolve_faults
 from workloads.pipeline import KIND_WORDS, placement, topic_filter
 from workloads.topics import matches, valid_filter
@@ -36,6 +37,10 @@ def check(spec: ExperimentSpec) -> Topology:
     if spec.scenario.broadcasts and spec.run.backend != "sim":
         raise SpecError(("scenario", "broadcasts"), len(spec.scenario.broadcasts),
                         f"no broadcasts: not yet on {spec.run.backend} (run them on sim)")
+    resolve_broker_scaling(spec.scenario.broker_scaling, topology)
+    if spec.scenario.broker_scaling and spec.run.backend != "sim":
+        raise SpecError(("scenario", "broker_scaling"), len(spec.scenario.broker_scaling),
+                        f"no broker scaling: not yet on {spec.run.backend} (run it on sim)")
     if spec.run.backend == "emu":
         _check_emulation(spec, topology)
     if spec.run.backend == "hybrid":

@@ -9,6 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
 from workloads.broadcast import BroadcastSpec
+from workloads.broker_scaling import BrokerScalingSpec
 from workloads.faults import FaultSpec
 from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
@@ -77,6 +78,9 @@ class ScenarioSpec(BaseModel):
     broadcasts: list[BroadcastSpec] = Field(
         default_factory=list, description="control messages from a coordinator to workers, "
         "naive or over a tree (workloads.broadcast); sim only for now")
+    broker_scaling: list[BrokerScalingSpec] = Field(
+        default_factory=list, description="spare brokers that join a broker whose delay stays "
+        "over a bound, a share of its publishers moving to them (workloads.broker_scaling)")
 
 
 class ExperimentSpec(BaseModel):
