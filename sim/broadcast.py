@@ -14,13 +14,10 @@ broadcast's completion (the latency of its last worker).
 
 from __future__ import annotations
 
-import numpy as np
-
 from sim.message import Message
-from workloads.broadcast import Planned, resolve
+from workloads.broadcast import Planned, resolve, results
 
 RETRY = 1.0  # s: a QoS 1 control message's resend timeout after a loss
-COLUMNS = ("broadcast", "mode", "fanout", "worker", "depth", "t_sent", "t_received", "latency")
 
 
 class Broadcasts:
@@ -67,25 +64,12 @@ class Broadcasts:
         self._forward(plan, i)
 
     def finish(self, tables: dict, facts: dict) -> None:
-        """Add the `broadcasts` table and each broadcast's completion to the facts; take out
-        control messages still being resent (so no other part records them as lost)."""
+        """Add the `broadcasts` table and each broadcast's completion to the facts
+        (workloads.broadcast.results); take out control messages still being resent (so no
+        other part records them as lost)."""
         env = self.env
         for entries in (env._queue, *env._buckets.values()):
             for entry in entries:
                 if id(entry[3]) in self._in_flight:
                     entry[3].callbacks = []
-        rows = sorted(self.rows, key=lambda r: (r[0], r[6]))
-        columns = list(zip(*rows, strict=True)) if rows else [[] for _ in COLUMNS]
-        tables["broadcasts"] = {
-            name: np.array(values, dtype=object if name in ("mode", "worker") else None)
-            for name, values in zip(COLUMNS, columns, strict=True)}
-        summary = []
-        for plan in self.planned:
-            mine = [r for r in rows if r[0] == plan.index]
-            summary.append({"id": plan.index, "mode": plan.mode, "fanout": plan.fanout,
-                            "from": plan.source, "workers": len(plan.workers),
-                            "reached": len(mine), "at": plan.at,
-                            "completion": max(r[7] for r in mine) if len(mine) == len(
-                                plan.workers) else None,  # not every worker reached
-                            "depth": max((r[4] for r in mine), default=0)})
-        facts["broadcasts"] = summary
+        tables["broadcasts"], facts["broadcasts"] = results(self.planned, self.rows)

@@ -10,7 +10,9 @@ one reference vCPU, scaled by the node's speed) before the message goes on the s
 
 Part of the experiment description, so it imports nothing of the simulator: `resolve` turns
 the broadcasts as written into what the model runs, and both the validation
-(experiments.checks) and the model (sim.broadcast) call it.
+(experiments.checks) and the model (sim.broadcast) call it. `results` builds the `broadcasts`
+table and each broadcast's completion for the run's facts from the rows of the workers
+reached, alike for the model and the emulation (emu.broadcast).
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ from topologies.errors import SpecError
 from topologies.fields import NonNegativeDuration, Size
 from topologies.model import Topology
 
+# The broadcasts table's columns (experiments.schema): a row per worker reached.
+COLUMNS = ("broadcast", "mode", "fanout", "worker", "depth", "t_sent", "t_received", "latency")
 # Node kinds that run code, so they can send and forward (sim.assembly.HOSTS).
 SENDERS = ("gateway", "broker", "cloud_vm", "coordinator")
 
@@ -121,3 +125,25 @@ def _runs_code(topology: Topology, path: tuple, value: str, name: str) -> None:
     if kind not in SENDERS:
         raise SpecError(path, value, f"nodes that run code and can send or forward "
                         f"({', '.join(SENDERS)}), but {name} is a {kind}")
+
+
+def results(planned: list[Planned], rows: list[tuple]) -> tuple[dict, list[dict]]:
+    """The `broadcasts` table's columns and the facts' `broadcasts` (each broadcast's
+    completion: the latency of its last worker, None when not every worker was reached) from
+    the rows of the workers reached, each a tuple of COLUMNS' values."""
+    import numpy as np
+
+    rows = sorted(rows, key=lambda r: (r[0], r[6]))
+    columns = list(zip(*rows, strict=True)) if rows else [[] for _ in COLUMNS]
+    table = {name: np.array(values, dtype=object if name in ("mode", "worker") else None)
+             for name, values in zip(COLUMNS, columns, strict=True)}
+    summary = []
+    for plan in planned:
+        mine = [r for r in rows if r[0] == plan.index]
+        summary.append({"id": plan.index, "mode": plan.mode, "fanout": plan.fanout,
+                        "from": plan.source, "workers": len(plan.workers),
+                        "reached": len(mine), "at": plan.at,
+                        "completion": max(r[7] for r in mine) if len(mine) == len(
+                            plan.workers) else None,  # not every worker reached
+                        "depth": max((r[4] for r in mine), default=0)})
+    return table, summary
