@@ -282,9 +282,15 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
 
                 def replicator(control) -> Replication:
                     return Replication(control, replication, topology, workload, configs)
+            broadcaster = None
+            if getattr(scenario, "broadcasts", None):
+                from emu.broadcast import Broadcaster
+
+                def broadcaster(control) -> Broadcaster:
+                    return Broadcaster(control, scenario.broadcasts, topology, timing.duration)
 
             return _run(cluster, timing, progress, stage, scenario, configs, seed, during,
-                        faults, detector, replicator)
+                        faults, detector, replicator, broadcaster)
         finally:
             cluster.down()
 
@@ -308,7 +314,7 @@ def _fault_schedule(scenario, topology: Topology, duration: float, plan) -> list
 
 def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
          seed: int = 0, during=None, faults=(), detector=None,
-         replicator=None) -> Emulation:
+         replicator=None, broadcaster=None) -> Emulation:
     from emu.control import Controller
     from emu.faults import ClusterEngine, FaultSchedule
 
@@ -355,6 +361,9 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         replication = replicator(control) if replicator is not None else None
         if replication is not None:
             replication.start(epoch)
+        broadcasts = broadcaster(control) if broadcaster is not None else None
+        if broadcasts is not None:  # each sender starts at its `at` (emu.broadcast)
+            broadcasts.start(epoch)
         coupled = during(control, epoch, cluster) if during is not None else None
         try:
             tables, fidelity = _measure(cluster, status, run, epoch, progress, health,
@@ -417,6 +426,8 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         tables["replicas"] = replication.columns()
         facts["replication"] = {"errors": replication.errors, "samples": replication.samples,
                                 "unplaced": replication.unplaced}
+    if broadcasts is not None:
+        broadcasts.finish(cluster.records_dir, tables, facts)
     if moved:
         _measure_outputs(moved, windows, configs or {}, epoch)
         tables["migrations"] = _migration_columns(moved, epoch)

@@ -34,9 +34,13 @@ def check(spec: ExperimentSpec) -> Topology:
     _check_recovery(spec, topology)
     _check_replication(spec, topology)
     resolve_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
-    if spec.scenario.broadcasts and spec.run.backend != "sim":
+    if spec.scenario.broadcasts and spec.run.backend == "hybrid":
         raise SpecError(("scenario", "broadcasts"), len(spec.scenario.broadcasts),
-                        f"no broadcasts: not yet on {spec.run.backend} (run them on sim)")
+                        "no broadcasts: not yet on hybrid (run them on sim or emu)")
+    if spec.scenario.broadcasts and spec.run.backend == "emu":
+        from emu.broadcast import check as check_emulated_broadcasts
+
+        check_emulated_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
     resolve_broker_scaling(spec.scenario.broker_scaling, topology)
     if spec.scenario.broker_scaling and spec.run.backend != "sim":
         raise SpecError(("scenario", "broker_scaling"), len(spec.scenario.broker_scaling),

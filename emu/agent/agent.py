@@ -11,6 +11,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from emu.agent.broadcast import Broadcasts, node_filter
 from emu.agent.checkpoint import Checkpoints
 from emu.agent.config import AgentConfig, DriverConfig
 from emu.agent.drivers import Driver, Drivers
@@ -144,6 +145,7 @@ class Agent:
         self._qos: dict[str, int] = {}  # operator -> the highest QoS of its inputs so far
         self.client.on_message = self._on_message
         self.client.on_subscribe = self._on_subscribe
+        self.broadcasts = Broadcasts(self)  # scenario.broadcasts' messages (emu.agent.broadcast)
         self._requests = request_topic(self.node)
         self._requests_mid = -1
         self._operators_mids: set[int] = set()
@@ -209,7 +211,7 @@ class Agent:
                   file=sys.stderr, flush=True)
         no_delay(client)
         # Also when the session resumed: a broker that lost its database forgot them.
-        wanted = [(self._requests, 1), (ALL_REQUESTS, 1)]
+        wanted = [(self._requests, 1), (ALL_REQUESTS, 1), (node_filter(self.node), 1)]
         if self._load_topic is not None:  # subscribed with the requests: before any epoch
             wanted.append((self._load_topic, 1))
         _, self._requests_mid = client.subscribe(wanted)

@@ -178,6 +178,9 @@ class Management:
     def _ping(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         return self.agent.status()
 
+    def _broadcast_plan(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
+        return self.agent.broadcasts.plan(args)
+
     def _operator_delays(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         """The latencies (s) of the inputs the instance processed since the last ask (emitted
         to processed), then none."""

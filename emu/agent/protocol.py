@@ -29,7 +29,9 @@ COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping",
             "migrate.spark.status", "migrate.spark.standby", "migrate.spark.release",
             "migrate.spark.rollback",
             # a moving device (emu.agent.drivers): its access link, its handover
-            "device.link", "device.leave", "device.join")
+            "device.link", "device.leave", "device.join",
+            # a node's part of the run's control-message broadcasts (emu.agent.broadcast)
+            "broadcast.plan")
 SETTINGS = ("publish.rate", "run.epoch")
 
 _COMPACT = (",", ":")

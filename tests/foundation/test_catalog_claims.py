@@ -96,6 +96,8 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
     "broadcast cost (s)": lambda p: only(b.cost for b in p.spec.scenario.broadcasts),
     "tree fanout": lambda p: only(b.fanout for b in p.spec.scenario.broadcasts
                                   if b.mode == "tree"),
+    "broadcast workers": lambda p: only(len(p.topology.select(b.to))
+                                        for b in p.spec.scenario.broadcasts),
 }
 
 
@@ -155,6 +157,14 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("forwards it to 2 children", "tree fanout", {2}),
         Claim("for 20 to 200 workers", "cloud VMs", {20, 50, 100, 150, 200}),
         Claim("its workers, naive", "broadcast modes", {"naive,tree"}),
+    ],
+    "broadcast-tree-emu": [
+        Claim("one 1 KB control message", "broadcast size (bytes)", {1000}, unit=1000),
+        Claim("1 ms of CPU per send", "broadcast cost (s)", {1e-3}, unit=1e-3),
+        Claim("forwards it to 2 children", "tree fanout", {2}),
+        Claim("for 8 and 16 workers", "broadcast workers", {8, 16}),
+        Claim("its workers, naive", "broadcast modes", {"naive,tree"}),
+        Claim("the coordinator that sends is a cloud VM", "cloud VMs", {9, 17}),
     ],
     "hybrid-mobility": [
         Claim("50 people", "devices", {50}),
