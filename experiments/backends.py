@@ -50,7 +50,8 @@ def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
                   migration=scenario.migration, migrations=scenario.migrations,
                   mobility=scenario.mobility, policy=scenario.policy,
                   faults=scenario.faults, broadcasts=scenario.broadcasts,
-                  recovery=scenario.recovery, replication=scenario.replication)
+                  recovery=scenario.recovery, replication=scenario.replication,
+                  broker_scaling=scenario.broker_scaling)
     values.update(changes)
     return Settings(**values)
 

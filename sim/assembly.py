@@ -114,8 +114,10 @@ def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
                 target, deliver = gateway, model.driver(gateway).receive
             path = model.path(device, target)
             # A private source puts each message on its link ahead of its time: faults
-            # (sim.faults) change links while the model runs, so not with them.
-            private = (per_device[device] == 1 and not model.settings.faults
+            # (sim.faults) change links while the model runs, so not with them; nor for a
+            # device sim.broker_scaling may move to a spare broker (its path changes).
+            moves = gateway is None and bool(model.settings.broker_scaling)
+            private = (per_device[device] == 1 and not model.settings.faults and not moves
                        and (stream.qos == 0 or not path[0].loss if path else False))
             made.append(Source(model.env, stream, index, model.node_index[device],
                                stream.topic(device, gateway), rng, duration, path, deliver,

@@ -12,6 +12,7 @@ import numpy as np
 from sim import assembly
 from sim.assembly import HOSTS, ModelError
 from sim.broadcast import Broadcasts
+from sim.broker_scaling import BrokerScaling
 from sim.clock import Environment, collector_paused
 from sim.costs import Costs
 from sim.faults import FaultSchedule
@@ -28,6 +29,7 @@ from sim.sampler import Sampler
 from sim.windowed import OpenWindow, WindowOutput
 from topologies.model import Topology
 from topologies.routing import nearest
+from workloads.broker_scaling import first_brokers
 from workloads.calibration import Calibration
 from workloads.migration.schedule import migration_starts
 from workloads.mobility import MobilitySpec
@@ -57,6 +59,7 @@ class Settings:
     broadcasts: list = field(default_factory=list)  # scenario.broadcasts (workloads.broadcast)
     recovery: object = None  # scenario.recovery (workloads.recovery.RecoverySpec)
     replication: object = None  # scenario.replication (workloads.replication.ReplicationSpec)
+    broker_scaling: list = field(default_factory=list)  # (workloads.broker_scaling)
 
 
 @dataclass
@@ -103,6 +106,8 @@ class Model:
         self.drivers: dict[str, Driver] = {}
         self._readers_of: dict[str, list[Group]] = {}
         self._nearest_broker: dict[str, str] = {}
+        # Spares are nobody's broker at the start (sim.broker_scaling moves publishers there).
+        self._first_brokers = first_brokers(topology, {e.spare for e in settings.broker_scaling})
         self.new_id = count().__next__  # message ids, 0, 1, 2, ...
         self.mobility = None
         self.policy = None
@@ -119,9 +124,12 @@ class Model:
             self.mobility.start()
             self._follow(pipeline)
         # Migrations move instances while the model runs, which could break the conditions
-        # under which a direct hand-over is exact: only static pipelines use it.
+        # under which a direct hand-over is exact: only static pipelines use it. So do broker
+        # joins: paths to a spare and from it, which the check does not see, may cross a
+        # node it made direct. (In-place finishes stay exact: a join happens at an event.)
         if settings.direct_handover and not (settings.migrations or self.mobility
-                                             or settings.faults or settings.replication):
+                                             or settings.faults or settings.replication
+                                             or settings.broker_scaling):
             self._hand_over_directly()
         for plan, start in migration_starts(settings.migrations, self.window_size, seed):
             self.coordinator.schedule(plan, start)
@@ -135,6 +143,8 @@ class Model:
                          else None)
         self.replication = (Replication(self, settings.replication, workload)
                             if settings.replication else None)
+        self.broker_scaling = (BrokerScaling(self, settings.broker_scaling)
+                               if settings.broker_scaling else None)
 
     # -- composing ------------------------------------------------------------------------
 
@@ -209,14 +219,14 @@ class Model:
         return self.drivers[gateway]
 
     def broker_for(self, node: str) -> str:
-        """The broker a node publishes to: the nearest, by topologies.routing.nearest's rule
-        (publishers of one kind take equally near brokers in turn)."""
+        """The broker a node publishes to: the nearest but spares, by topologies.routing.
+        nearest's rule (publishers of one kind take equally near brokers in turn)."""
         broker = self._nearest_broker.get(node)
         if broker is None:
             if not self.brokers:
                 raise ModelError(f"{node} must publish through a broker, but the topology "
                                  "has no node of kind broker")
-            broker = nearest(self.network.routes, node, list(self.brokers))
+            broker = nearest(self.network.routes, node, self._first_brokers)
             if broker is None:
                 raise ModelError(f"no route from {node} to any broker")
             self._nearest_broker[node] = broker
@@ -356,6 +366,8 @@ class Model:
             self.recovery.finish(tables)
         if self.replication is not None:
             self.replication.finish(tables, facts)
+        if self.broker_scaling is not None:
+            self.broker_scaling.finish(tables, facts)
         if self.faults is not None:
             self.faults.finish(tables)
         return SimResult(tables=tables, facts=facts)

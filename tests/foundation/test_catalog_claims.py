@@ -98,6 +98,18 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
                                   if b.mode == "tree"),
     "broadcast workers": lambda p: only(len(p.topology.select(b.to))
                                         for b in p.spec.scenario.broadcasts),
+    "broker service time (s)": lambda p: only(n.broker.service_time
+                                              for n in p.topology.of_kind("broker")),
+    # A sawtooth longer than the run is a ramp: from `low` times the base rate, rising by
+    # (high - low) / period each second.
+    "ramp start rate (events/s)": lambda p: total_rate(p) * p.spec.workload.streams[0].shape.low,
+    "ramp per second": lambda p: (p.spec.workload.streams[0].shape.high
+                                  - p.spec.workload.streams[0].shape.low)
+    / p.spec.workload.streams[0].shape.period,
+    "broker scaling bound (s)": lambda p: only(e.bound for e in p.spec.scenario.broker_scaling),
+    "broker scaling up (s)": lambda p: only(e.up * e.interval
+                                            for e in p.spec.scenario.broker_scaling),
+    "broker probe (s)": lambda p: only(e.probe for e in p.spec.scenario.broker_scaling),
 }
 
 
@@ -199,6 +211,16 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("From 20 s", "burst start (s)", {20}),
         Claim("to 32 s", "burst end (s)", {32}),
         Claim("276 readings/s", "burst rate (events/s)", {276}),
+    ],
+    "broker-scaling": [
+        Claim("Two gateways", "gateways", {2}),
+        Claim("each sensor sends 50 readings/s", "rate per device (/s)", {50}),
+        Claim("400 readings/s", "ramp start rate (events/s)", {400}),
+        Claim("up by 0.02 each second", "ramp per second", {0.02}),
+        Claim("in 2 ms on its one core", "broker service time (s)", {0.002}, unit=1e-3),
+        Claim("every 100 ms", "broker probe (s)", {0.1}, unit=1e-3),
+        Claim("after 2 s", "broker scaling up (s)", {2}),
+        Claim("over 20 ms", "broker scaling bound (s)", {0.02}, unit=1e-3),
     ],
     "quickstart": [
         Claim("Two hundred city sensors", "devices", {200}),
