@@ -184,3 +184,23 @@ def test_devices_publishing_straight_to_the_broker_move_their_path(qos: int) -> 
         assert source.path[-1].dst == ("broker-2" if device in entry["moved"] else "broker-1")
     assert p95(messages, 9, 12) < 0.020 < p95(messages, 5, 6)
     assert not math.isnan(float(np.nanmax(result.tables["replicas"]["latency"])))
+
+
+def test_with_replication_both_write_one_replicas_table() -> None:
+    # The counter on cloud-1 with a 30 ms bound, replicated onto cloud-2: broker-1's queue is
+    # in its latency too, so both controllers act, one after the other.
+    text = (DIRECT.replace("QOS", "1")
+            .replace("{name: cloud, kind: cloud_vm}", "{name: cloud, kind: cloud_vm, replicas: 2}")
+            .replace("to: cloud, latency", "to: cloud-*, latency")
+            .replace("on: cloud, reads: s, cost: 100us}", "on: cloud-1, reads: s, cost: 100us, "
+                     "slo: 30ms}")
+            .replace("  broker_scaling:", "  replication: {interval: 1s, up: 2, down: 3, max: 2, "
+                     "to: [cloud-2]}\n  broker_scaling:"))
+    _, result, _ = simulate(point(text))
+    rows = pd.DataFrame(result.tables["replicas"])
+    assert list(zip(rows["operator"], rows["action"], rows["node"], rows["instances"],
+                    strict=True)) == [("broker-1", "broker_join", "broker-2", 2),
+                                      ("count", "start", "cloud-2", 2),
+                                      ("count", "retire", "cloud-2", 1)]
+    assert list(rows["t"]) == sorted(rows["t"]) and rows["t"][0] == 6.0
+    assert list(rows["slo"]) == [0.02, 0.03, 0.03]
