@@ -43,6 +43,7 @@ from emu.metrics import NodeSampler
 from emu.tables import run_messages, windows_table
 from topologies.model import Topology
 from topologies.terminal import stop_on_signals
+from workloads.broker_scaling import resolve as resolve_scaling
 from workloads.pipeline import OperatorSpec
 from workloads.recovery import DEFAULT_SESSION_TIMEOUT
 from workloads.spec import WorkloadSpec
@@ -264,7 +265,10 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     def up_progress(step: str, done: int, total: int, detail: str) -> None:
         stage(f"{step} {done}/{total}" if total else step)
 
-    plan = plan_cluster(topology, name, agents=configs)
+    # Spare brokers idle until publishers move to them (emu.broker_scaling).
+    scaling = resolve_scaling(getattr(scenario, "broker_scaling", None) or [], topology)
+    plan = plan_cluster(topology, name, agents=configs,
+                        spares={entry.spare: entry.broker for entry in scaling.entries})
     faults = _fault_schedule(scenario, topology, timing.duration, plan)
     cluster = Cluster(plan, records=records, seed=seed, progress=up_progress)
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
@@ -289,8 +293,18 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
                 def broadcaster(control) -> Broadcaster:
                     return Broadcaster(control, scenario.broadcasts, topology, timing.duration)
 
+            scaler = None
+            if scaling.entries:
+                from emu.broker_scaling import BrokerScaling
+
+                def scaler(control, status: dict) -> BrokerScaling:
+                    return BrokerScaling(
+                        control, list(scaling.entries), topology,
+                        {b: f"{status[b].ip}:1883" for b in [*plan.spares, *plan.spares.values()]},
+                        plan.brokers, [a.node for a in plan.agents() if a.agent.drivers])
+
             return _run(cluster, timing, progress, stage, scenario, configs, seed, during,
-                        faults, detector, replicator, broadcaster)
+                        faults, detector, replicator, broadcaster, scaler)
         finally:
             cluster.down()
 
@@ -314,7 +328,7 @@ def _fault_schedule(scenario, topology: Topology, duration: float, plan) -> list
 
 def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
          seed: int = 0, during=None, faults=(), detector=None,
-         replicator=None, broadcaster=None) -> Emulation:
+         replicator=None, broadcaster=None, scaler=None) -> Emulation:
     from emu.control import Controller
     from emu.faults import ClusterEngine, FaultSchedule
 
@@ -364,6 +378,9 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         broadcasts = broadcaster(control) if broadcaster is not None else None
         if broadcasts is not None:  # each sender starts at its `at` (emu.broadcast)
             broadcasts.start(epoch)
+        scaling = scaler(control, status) if scaler is not None else None
+        if scaling is not None:
+            scaling.start(epoch)
         coupled = during(control, epoch, cluster) if during is not None else None
         try:
             tables, fidelity = _measure(cluster, status, run, epoch, progress, health,
@@ -373,6 +390,8 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
             recovered = recovery.finish() if recovery is not None else []
             if replication is not None:
                 replication.finish()
+            if scaling is not None:
+                scaling.finish()
             if coupled is not None:
                 coupled.finish()
         injector.check()
@@ -426,6 +445,9 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         tables["replicas"] = replication.columns()
         facts["replication"] = {"errors": replication.errors, "samples": replication.samples,
                                 "unplaced": replication.unplaced}
+    if scaling is not None:  # joins are replicas' rows too (emu.broker_scaling)
+        tables["replicas"] = scaling.columns(tables.get("replicas"))
+        facts["broker_scaling"] = scaling.facts()
     if broadcasts is not None:
         broadcasts.finish(cluster.records_dir, tables, facts)
     if moved:

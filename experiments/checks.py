@@ -42,9 +42,10 @@ def check(spec: ExperimentSpec) -> Topology:
 
         check_emulated_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
     resolve_broker_scaling(spec.scenario.broker_scaling, topology)
-    if spec.scenario.broker_scaling and spec.run.backend != "sim":
+    if spec.scenario.broker_scaling and spec.run.backend not in ("sim", "emu"):
         raise SpecError(("scenario", "broker_scaling"), len(spec.scenario.broker_scaling),
-                        f"no broker scaling: not yet on {spec.run.backend} (run it on sim)")
+                        f"no broker scaling: not yet on {spec.run.backend} (run it on sim or "
+                        "emu)")
     if spec.run.backend == "emu":
         _check_emulation(spec, topology)
     if spec.run.backend == "hybrid":

@@ -140,6 +140,9 @@ class Agent:
         self.client = new_client(f"foglab-agent-{self.node}", persistent=True)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
+        # Moved to a spare broker (emu.agent.brokers): the drivers' own session there.
+        self.drivers_client: Any = None
+        self.drivers_brokers: list = []
         self.connections = 0  # CONNACKs: 1 + reconnections
         self._stopping = False
         self._qos: dict[str, int] = {}  # operator -> the highest QoS of its inputs so far
@@ -189,6 +192,8 @@ class Agent:
             self.registration.close(timeout=max(0.1, deadline - time.monotonic() - 0.2))
         self.client.disconnect(properties=end_session())
         self.client.loop_stop()
+        for moved in self.drivers_brokers:
+            moved.close()
         for session in list(self.sessions.values()):
             session.close()
         self.migrations.close()
@@ -324,7 +329,7 @@ class Agent:
         for operator in readers:
             self._take(operator, envelope, config.qos)
         if not readers or config.forward:
-            self._publish(topic, envelope, config.qos)
+            self._publish(topic, envelope, config.qos, self.drivers_client)
 
     def _from_load(self, payload: bytes) -> None:
         """A batch of the simulated devices' readings (protocol.load_batch), each past its
@@ -413,8 +418,8 @@ class Agent:
                 self._take(reader, output, qos)
         self._publish(topic, output, qos)
 
-    def _publish(self, topic: str, envelope: Envelope, qos: int) -> None:
-        info = self.client.publish(topic, envelope.encode(), qos)
+    def _publish(self, topic: str, envelope: Envelope, qos: int, client: Any = None) -> None:
+        info = (client or self.client).publish(topic, envelope.encode(), qos)
         if info.rc != 0 and qos == 0:  # paho keeps a QoS 1 message for the reconnection
             self.unpublished += 1
 

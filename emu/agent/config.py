@@ -91,6 +91,9 @@ class AgentConfig:
     session_timeout: float = 10.0      # ZooKeeper session: how long a dead agent stays registered
     # Drivers wait for a `set run.epoch` request: every node of a run starts at one epoch.
     hold: bool = False
+    # Spare brokers this node's drivers may move to (workloads.broker_scaling): node -> its
+    # address ("host:port"); a `drivers.broker` request names one.
+    spares: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))

@@ -5,8 +5,11 @@ from __future__ import annotations
 import math
 import queue
 import threading
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
+from emu.agent.brokers import move
 from emu.agent.migration import COMMANDS as MIGRATION_COMMANDS
 from emu.agent.operators import Operator, operator_config
 from emu.agent.protocol import SETTINGS, Request, RequestError, response
@@ -68,6 +71,9 @@ class Management:
         if request.command in MIGRATION_COMMANDS:
             self._migration_step(request, t_received)
             return
+        if request.command == "drivers.broker":  # answered once connected (emu.agent.brokers)
+            self._migration_step(request, t_received, partial(move, self.agent))
+            return
         try:
             result = getattr(self, f"_{request.command.replace('.', '_')}")(request.args,
                                                                           prepared)
@@ -78,9 +84,11 @@ class Management:
             result, error = None, f"{request.command}: {type(failure).__name__}: {failure}"
         self._answer(request.id, request.command, request.reply, t_received, error, result)
 
-    def _migration_step(self, request: Request, t_received: float) -> None:
-        """A step of a migration (emu.agent.migration), answered when it is over: at once,
-        or later from the scheduler thread (a drain, a state transfer)."""
+    def _migration_step(self, request: Request, t_received: float,
+                        handle: Callable[..., None] | None = None) -> None:
+        """A step of a migration (emu.agent.migration), or `handle`'s request, answered when
+        it is over: at once, or later from the scheduler thread (a drain, a state transfer,
+        a connection)."""
         answered = []
 
         def answer(result: Any = None, error: str | None = None) -> None:
@@ -91,7 +99,10 @@ class Management:
                          None if error is None else f"{request.command}: {error}", result)
 
         try:
-            self.agent.migrations.handle(request.command, request.args, answer)
+            if handle is not None:
+                handle(request.args, answer)
+            else:
+                self.agent.migrations.handle(request.command, request.args, answer)
         except (ValueError, TypeError, KeyError) as failure:
             answer(error=str(failure))
         except Exception as failure:  # a bug answers as a failed request, never stops the node

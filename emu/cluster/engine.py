@@ -40,7 +40,7 @@ from emu.agent.config import CONFIG_VARIABLE, RECORDS_DIR
 from emu.cluster import inventory
 from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import Links, make_links
-from emu.cluster.plan import ClusterPlan, ContainerPlan
+from emu.cluster.plan import ClusterPlan, ContainerPlan, point_bridge
 from emu.cluster.services import mqtt_answers, zookeeper_answers
 from emu.cluster.zygote import (
     Zygote,
@@ -183,6 +183,7 @@ class Cluster:
                         self.client.api.connect_container_to_network(
                             self._made.ids[service], network, aliases=[service])
             self.addresses = self.links.addresses(ips, self.bridges)
+            self._start_spares()
             if self.zygote is not None:
                 self.progress("zygote", 0, 1, "waiting for the agents' zygote")
                 wait_listening(self.client, self.zygote)
@@ -199,6 +200,17 @@ class Cluster:
             raise
         self.facts = self._facts(time.monotonic() - started)
         return self
+
+    def _start_spares(self) -> None:
+        """Write each spare broker's conf, its bridge pointed at its link to the broker it
+        backs; its Mosquitto, waiting for the conf, starts then (emu.cluster.plan)."""
+        assert self._made is not None
+        for plan in self.plan.services():
+            if plan.bridge is not None:
+                files = point_bridge(plan.files, self.addresses[(plan.node, plan.bridge)])
+                with _interrupts_deferred():
+                    self.client.api.put_archive(self._made.ids[plan.node], "/",
+                                                _archive(files))
 
     def _start_zygote(self) -> None:
         """Start the zygote's container; it imports the agent while the links are made."""
@@ -297,10 +309,15 @@ class Cluster:
             return {}
         config = plan.agent
         links = self.plan.links_of(plan.node)
-        mqtt = [addresses[link.key] for link in links if link.role == "mqtt"]
+        broker = self.plan.brokers.get(plan.node)
+        mqtt = [addresses[link.key] for link in links if link.role == "mqtt"
+                and link.service == broker]
         zookeeper = [addresses[link.key] for link in links if link.role == "zookeeper"]
+        # The spares its drivers may move to (emu.cluster.plan), through their links too.
+        spares = {link.service: addresses[link.key] for link in links
+                  if link.service in config.spares}
         config = replace(config, mqtt=mqtt[0] if mqtt else config.mqtt,
-                         zookeeper=",".join(zookeeper), records=RECORDS_DIR)
+                         zookeeper=",".join(zookeeper), records=RECORDS_DIR, spares=spares)
         return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1"}
 
     def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
@@ -332,7 +349,7 @@ class Cluster:
         container = created["Id"]
         assert self._made is not None
         self._made.ids[plan.node] = container
-        if plan.files:
+        if plan.files and plan.bridge is None:  # a spare's wait for its links (_start_spares)
             api.put_archive(container, "/", _archive(plan.files))
         for network in plan.extra_networks:
             api.connect_container_to_network(container, network, aliases=[plan.node])

@@ -35,13 +35,26 @@ every link a client uses crosses the host, through a relay or a shaped interface
 
 Links. A client (gateway or cloud VM) talks TCP to its broker, the one nearest by routing
 (topologies.routing.nearest, as the model picks it: clients of one kind take equally near
-brokers in turn), and to every ZooKeeper server. Each such pair gets the
-shape of its topology path, hop by hop: latencies add up; jitters, independent per hop, add as
-variances (root sum of squares); the bandwidth is the narrowest hop's (none when no hop has
-one); losses combine as 1 - prod(1 - loss). The shape applies to each direction: a round trip
-costs twice the latency. Pairs whose paths cross one hop with a bandwidth share it (with the
-relay shaper: `LinkPlan.bandwidths` gives each hop's); netem shapes each client's interface on
-its own, so there each pair has the path's narrowest bandwidth to itself.
+brokers in turn) among those that are no spare, and to every ZooKeeper server. Each such
+pair gets the shape of its topology path, hop by hop: latencies add up; jitters, independent
+per hop, add as variances (root sum of squares); the bandwidth is the narrowest hop's (none
+when no hop has one); losses combine as 1 - prod(1 - loss). The shape applies to each
+direction: a round trip costs twice the latency. Pairs whose paths cross one hop with a
+bandwidth share it (with the relay shaper: `LinkPlan.bandwidths` gives each hop's); netem
+shapes each client's interface on its own, so there each pair has the path's narrowest
+bandwidth to itself.
+
+Spare brokers (`scenario.broker_scaling`, workloads.broker_scaling). A spare runs Mosquitto
+from the start, idle, as a warm standby VM would: no agent takes it as its broker; "joining"
+is the moment publishers move to it (emu.broker_scaling). Its mosquitto.conf is the image's
+with a bridge to the broker it stands by (`spare_files`): the data topics of the streams its
+movers may publish, out to the watched broker at QoS 1 at most, with a persistent session
+under a fixed client id; management topics never reach a spare, so nothing loops. The bridge
+is a client like any other: the spare has a link to the watched broker (client: the spare),
+shaped as their path, and each agent that may move (it publishes through the watched broker)
+has a link to the spare and its address in `AgentConfig.spares`. The engine writes the conf
+once the links' addresses are known (the spare's Mosquitto waits for it: `SPARE_COMMAND`).
+Under netem the bridge goes to the broker's own address, unshaped (netem shapes agents only).
 """
 
 from __future__ import annotations
@@ -52,6 +65,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
+from pathlib import Path
 from typing import Literal
 
 from emu.agent.config import AgentConfig
@@ -60,6 +74,7 @@ from emu.links.spec import LinkShape
 from topologies.errors import SpecError
 from topologies.model import Node, Topology
 from topologies.routing import NoRoute, Routes, latency, nearest
+from workloads.broker_scaling import first_brokers
 from workloads.recovery import ZK_MAX_SESSION_TICKS, ZK_MIN_SESSION_TICKS, ZK_TICK_S
 
 MQTT_PORT = 1883
@@ -68,6 +83,15 @@ ZOOKEEPER_PEER_PORTS = (2888, 3888)
 AGENT_COMMAND = ("python3", "-m", "emu.agent")
 IDLE_COMMAND = ("sleep", "infinity")
 DEFAULT_SEGMENT = "default"
+# A spare broker's Mosquitto starts once the engine has written its conf, bridge address and
+# all (emu.cluster.engine): the marker comes after the conf in one archive.
+SPARE_CONFIG = "/etc/foglab/spare.conf"
+SPARE_READY = "/etc/foglab/spare.ready"
+SPARE_COMMAND = ("sh", "-c", f"while [ ! -e {SPARE_READY} ]; do sleep 0.05; done; "
+                 f"exec mosquitto -c {SPARE_CONFIG}")
+BRIDGE_ADDRESS = "address "  # the conf's line the engine points at the link
+# The services image's mosquitto.conf, whose settings a spare's conf keeps.
+MOSQUITTO_DEFAULTS = Path(__file__).resolve().parents[1] / "rootfs/services/mosquitto.conf"
 ZOOKEEPER_NAME = "zookeeper"
 ZOOKEEPER_CONFIG = "/etc/foglab/zoo.cfg"
 ZOOKEEPER_DATA = "/var/lib/zookeeper"
@@ -115,6 +139,7 @@ class ContainerPlan:
     files: tuple[tuple[str, str], ...] = ()  # (path in the container, text) put before start
     profile: str | None = None
     extra_networks: tuple[str, ...] = ()  # joined before start: an ensemble's quorum network
+    bridge: str | None = None          # a spare broker: the broker its bridge goes to
 
     @property
     def address(self) -> str:
@@ -150,6 +175,7 @@ class ClusterPlan:
     brokers: dict[str, str]            # client -> its broker
     zookeeper: list[str]               # the servers' node names, in myid order
     labels: dict[str, str] = field(default_factory=dict)  # what every object carries
+    spares: dict[str, str] = field(default_factory=dict)  # spare broker -> the one it backs
 
     def services(self) -> list[ContainerPlan]:
         return [c for c in self.containers.values() if c.role != "agent"]
@@ -189,27 +215,29 @@ def cluster_labels(cluster: str) -> dict[str, str]:
 
 def plan_cluster(topology: Topology, cluster: str | None = None, *,
                  agents: Mapping[str, AgentConfig] | None = None, zookeeper: int = 1,
-                 host_cpus: int | None = None,
-                 labels: dict[str, str] | None = None) -> ClusterPlan:
+                 host_cpus: int | None = None, labels: dict[str, str] | None = None,
+                 spares: Mapping[str, str] | None = None) -> ClusterPlan:
     """Plan the containers, networks and links of a topology; raise SpecError naming the node
     and field for anything Docker would refuse, before anything is made.
 
     `agents`: each agent's config, as emu.deployment.agent_configs makes it for an
     experiment, one per gateway and cloud VM; the plan fills in the addresses only. Without
     it the agents idle (deployment's configs of the bare topology). `labels` are added to
-    every object.
+    every object. `spares`: spare broker -> the broker it stands by (scenario.broker_scaling,
+    as workloads.broker_scaling.resolve checked it): no agent takes a spare at the start.
     """
     if agents is None:
         from emu.deployment import agent_configs
 
         agents = agent_configs(topology)
     return _Planner(topology, cluster or topology.name, zookeeper, agents,
-                    host_cpus or os.cpu_count() or 1, labels or {}).plan()
+                    host_cpus or os.cpu_count() or 1, labels or {}, dict(spares or {})).plan()
 
 
 class _Planner:
     def __init__(self, topology: Topology, cluster: str, zookeeper: int,
-                 agents: Mapping[str, AgentConfig], host_cpus: int, labels: dict[str, str]):
+                 agents: Mapping[str, AgentConfig], host_cpus: int, labels: dict[str, str],
+                 spares: dict[str, str] | None = None):
         self.topology = topology
         self.cluster = cluster
         self.servers = zookeeper
@@ -217,6 +245,7 @@ class _Planner:
         self.host_cpus = host_cpus
         self.routes = Routes(topology)
         self.labels = {**labels, **cluster_labels(cluster), "foglab.topology": topology.name}
+        self.spares = spares or {}
 
     def error(self, path: tuple, value: object, expected: str) -> SpecError:
         return SpecError(path, value, expected, f"topology {self.topology.name}")
@@ -239,6 +268,10 @@ class _Planner:
             if name not in standing:
                 standing[name] = self._device_group(config)
         brokers = {name: self._broker(name, node) for name, node in standing.items()}
+        # Each spare's movers-to-be: the agents publishing through the broker it backs.
+        movers = {spare: [name for name in standing if brokers[name] == watched
+                          and self.configs[name].drivers]
+                  for spare, watched in self.spares.items()}
         servers, anchors = self._zookeeper(list(standing.values()))
         containers: dict[str, ContainerPlan] = {}
         for node in nodes:
@@ -248,6 +281,12 @@ class _Planner:
                           "zookeeper" if node.name in servers else "idle")
             containers[node.name] = self._container(node.name, node.kind, role, node.site,
                                                     node, servers)
+        for spare, watched in self.spares.items():
+            streams = sorted({d.stream for name in movers[spare]
+                              for d in self.configs[name].drivers})
+            containers[spare] = replace(
+                containers[spare], command=SPARE_COMMAND, bridge=watched,
+                files=spare_files(self.cluster, spare, containers[watched].address, streams))
         for name in servers:
             if name not in containers:  # an added server, beside its anchor
                 anchor = self.topology.nodes.get(anchors[name])
@@ -260,10 +299,18 @@ class _Planner:
             links.append(self._link(name, broker, broker, "mqtt", MQTT_PORT, node.name))
             links += [self._link(name, server, anchors[server], "zookeeper", ZOOKEEPER_PORT,
                                  node.name) for server in servers]
+            spares = {spare: containers[spare].address for spare in self.spares
+                      if name in movers[spare]}
+            links += [self._link(name, spare, spare, "mqtt", MQTT_PORT, node.name)
+                      for spare in spares]
             config = replace(self.configs[name], mqtt=containers[broker].address,
-                             zookeeper=",".join(containers[s].address for s in servers))
+                             zookeeper=",".join(containers[s].address for s in servers),
+                             spares=spares)
             containers[name] = self._container(name, config.kind, "agent", node.site, node,
                                                servers, config, broker)
+        # A spare's bridge to the broker it backs: a client's link like the agents'.
+        links += [self._link(spare, watched, watched, "mqtt", MQTT_PORT, spare)
+                  for spare, watched in self.spares.items()]
         if len(servers) > 1:
             # The quorum talks directly on the first server's network, unshaped.
             quorum = containers[servers[0]].network
@@ -284,7 +331,7 @@ class _Planner:
                     {**self.labels, "foglab.node": plan.segment, "foglab.kind": "network",
                      "foglab.site": plan.segment})
         return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
-                           brokers, servers, dict(self.labels))
+                           brokers, servers, dict(self.labels), dict(self.spares))
 
     def _check_configs(self, agents: list[str]) -> None:
         """One config per agent node, for that node, and device groups' (kind device): the
@@ -337,8 +384,9 @@ class _Planner:
             return None
 
     def _broker(self, name: str, agent: Node) -> str:
-        """The broker the container `name`, standing at node `agent`, talks to."""
-        brokers = [b.name for b in self.topology.of_kind("broker")]
+        """The broker the container `name`, standing at node `agent`, talks to: the nearest
+        of those that are no spare."""
+        brokers = first_brokers(self.topology, set(self.spares))
         if not brokers:
             raise self.error(("nodes", agent.name, "kind"), agent.kind,
                              f"a broker node in the topology for {agent.kind} {agent.name} "
@@ -478,3 +526,38 @@ def zookeeper_files(cluster: str, servers: list[str], server: str) -> tuple[tupl
     ]
     myid = servers.index(server) + 1
     return ((ZOOKEEPER_CONFIG, "\n".join(lines) + "\n"), (f"{ZOOKEEPER_DATA}/myid", f"{myid}\n"))
+
+
+def spare_files(cluster: str, spare: str, watched: str,
+                streams: list[str]) -> tuple[tuple[str, str], ...]:
+    """A spare broker's mosquitto.conf: the image's settings and a bridge to the broker it
+    backs (at `watched`, its direct address; the engine points the `address` line at the
+    spare's link there) carrying the streams' topics out at QoS 1 at most (a QoS 0 message
+    stays QoS 0). A persistent bridge session (cleansession false, a fixed client id): after
+    a dropped connection the spare resends what the broker had not acknowledged. No
+    notifications: the bridge publishes nothing of its own on the watched broker."""
+    defaults = MOSQUITTO_DEFAULTS.read_text()
+    lines = [
+        f"# {spare}: a spare broker of cluster {cluster}, bridged to the broker it backs "
+        "(emu.cluster.plan.spare_files)",
+        # $SYS counters every second: the host reads what the spare received (emu.broker_scaling).
+        "sys_interval 1",
+        f"connection foglab-bridge-{spare}",
+        f"{BRIDGE_ADDRESS}{watched}",
+        f"clientid foglab-bridge-{cluster}-{spare}",
+        "cleansession false",
+        "notifications false",
+        "bridge_protocol_version mqttv311",
+        "try_private true",
+        # No mover publishes any stream: the bridge still needs a topic.
+        *(f"topic {stream}/# out 1" for stream in streams or ["#"]),
+    ]
+    return ((SPARE_CONFIG, defaults + "\n".join(lines) + "\n"), (SPARE_READY, ""))
+
+
+def point_bridge(files: tuple[tuple[str, str], ...],
+                 address: str) -> tuple[tuple[str, str], ...]:
+    """A spare's files with its bridge's `address` line pointed at `address` (its link's)."""
+    return tuple((path, "\n".join(
+        f"{BRIDGE_ADDRESS}{address}" if line.startswith(BRIDGE_ADDRESS) else line
+        for line in text.split("\n"))) for path, text in files)

@@ -1,0 +1,268 @@
+"""Broker scaling at run time on the emulation (`scenario.broker_scaling`; workloads.
+broker_scaling says what is measured and how the controller decides, for the model too).
+
+A spare broker runs from the start, idle, as a warm standby VM would (emu.cluster.plan: no
+agent takes it, its Mosquitto bridges the streams' topics to the broker it backs); it
+"joins" when publishers move to it. The host is the controller, on a thread of its own
+while the run measures, per entry:
+
+- Probe: every `probe` seconds from the epoch it publishes a 64 B QoS 0 message to the
+  watched broker and takes its delay until the broker sends it back on the same client's
+  subscription. The host is the monitor, outside the emulated links: its client talks to the
+  broker container's own address on its Docker network, so the delay is the broker's queue
+  and service (and the bridge network's and the host's own scheduling, sub-millisecond on an
+  idle host), not a topology path.
+- Figure: at each `interval` from the epoch, the 95th percentile
+  (workloads.replication.percentile) of the probes sent in the interval just gone; one still
+  out counts with its age then (the broker is at least that slow); none sent: no figure.
+- Decision: workloads.broker_scaling.Scaler. On a join the publishers (the agents whose
+  broker is the watched one and that run drivers, in the topology's order, less those moved
+  already) `movers` of them get `drivers.broker` (emu.agent.brokers): their drivers publish
+  through the spare from when each answers, connected there. A row of the `replicas` table
+  (t: when the last mover answered, from the epoch; operator: the broker; action
+  `broker_join`; node: the spare; instances: the brokers now serving the broker's publishers;
+  latency: the deciding figure; slo: the bound), and in the facts (`broker_scaling`, per
+  entry as sim.broker_scaling writes them): joined, t_join, moved, probes ([t, figure] per
+  interval), and what went wrong (errors).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from emu.agent.mqtt import connected, new_client, no_delay
+from topologies.model import Topology
+from topologies.routing import Routes
+from workloads.broker_scaling import ACTION, PROBE_SIZE, BrokerScalingSpec, Scaler, movers
+from workloads.replication import percentile
+
+REQUEST_TIMEOUT_S = 10.0
+CONNECT_TIMEOUT_S = 10.0
+PROBE_TOPIC = "foglab/probe"
+# Mosquitto's count of the PUBLISH packets it received since it started (its $SYS tree,
+# retained, published when it changed at each sys_interval: 1 s on a spare,
+# emu.cluster.plan.spare_files).
+RECEIVED_TOPIC = "$SYS/broker/publish/messages/received"
+SYS_TIMEOUT_S = 3.0
+COLUMNS = ("t", "operator", "action", "node", "instances", "latency", "slo")
+
+
+class Probe:
+    """A host's MQTT client on one broker: `send()` a probe, `take(since)` the delays of the
+    probes sent since (at `now`, those still out with their age)."""
+
+    def __init__(self, address: str, name: str, clock: Callable[[], float]) -> None:
+        from emu.agent.agent import broker_address
+
+        self.clock = clock
+        self.topic = f"{PROBE_TOPIC}/{name}"
+        self._lock = threading.Lock()
+        self._sent: dict[int, float] = {}      # sequence -> sent
+        self._back: dict[int, float] = {}      # sequence -> delay
+        self._next = 0
+        self._ready = threading.Event()
+        self.client = new_client(f"foglab-probe-{name}-{time.time_ns() % 10**9}")
+        self.client.on_connect = self._on_connect
+        self.client.on_subscribe = lambda *args: self._ready.set()
+        self.client.on_message = self._on_message
+        host, port = broker_address(address)
+        self.client.connect(host, port, keepalive=30)
+        self.client.loop_start()
+        if not self._ready.wait(CONNECT_TIMEOUT_S):
+            self.close()
+            raise TimeoutError(f"the probe's client got no subscription on {address} within "
+                               f"{CONNECT_TIMEOUT_S:g} s")
+
+    def _on_connect(self, client, userdata, flags, rc, *rest) -> None:
+        if connected(rc):
+            no_delay(client)
+            client.subscribe(self.topic, 0)
+
+    def _on_message(self, client, userdata, message) -> None:
+        now = self.clock()
+        sequence = int(message.payload[:16])
+        with self._lock:
+            sent = self._sent.get(sequence)
+            if sent is not None and sequence not in self._back:
+                self._back[sequence] = now - sent
+
+    def send(self) -> None:
+        with self._lock:
+            sequence, self._next = self._next, self._next + 1
+            self._sent[sequence] = self.clock()
+        self.client.publish(self.topic, f"{sequence:016d}".encode().ljust(PROBE_SIZE, b"."), 0)
+
+    def take(self, since: float, until: float) -> list[float]:
+        """The delays of the probes sent in [since, until), forgotten then; one not back has
+        its age at `until` (a later answer is ignored)."""
+        with self._lock:
+            taken = [s for s, t in self._sent.items() if since <= t < until]
+            delays = [self._back.pop(s) if s in self._back else until - self._sent[s]
+                      for s in taken]
+            for s in taken:
+                del self._sent[s]
+        return delays
+
+    def close(self) -> None:
+        self.client.disconnect()
+        self.client.loop_stop()
+
+
+def received(address: str, timeout: float = SYS_TIMEOUT_S) -> int | None:
+    """The PUBLISH packets the broker at `address` has received since it started, as it last
+    published the count (a sys_interval after the last message at most); None if it said
+    nothing within `timeout`."""
+    from emu.agent.agent import broker_address
+
+    figures: list[int] = []
+    heard = threading.Event()
+
+    def on_message(client, userdata, message) -> None:
+        figures.append(int(message.payload))
+        heard.set()
+
+    client = new_client(f"foglab-sys-{time.time_ns() % 10**9}")
+    client.on_message = on_message
+    client.on_connect = lambda c, *rest: c.subscribe(RECEIVED_TOPIC, 0)
+    host, port = broker_address(address)
+    try:
+        client.connect(host, port, keepalive=30)
+    except OSError:
+        return None
+    client.loop_start()
+    try:
+        return figures[0] if heard.wait(timeout) else None
+    finally:
+        client.disconnect()
+        client.loop_stop()
+
+
+class BrokerScaling:
+    """`start(epoch)` as the run begins, `finish()` at its end, then `columns()` and
+    `facts()`. `addresses`: each watched broker's address as the host reaches it;
+    `brokers`: each agent's broker at the start; `publishers`: the agents running drivers,
+    in the topology's order."""
+
+    def __init__(self, control, entries: list[BrokerScalingSpec], topology: Topology,
+                 addresses: dict[str, str], brokers: dict[str, str], publishers: list[str],
+                 clock: Callable[[], float] = time.time) -> None:
+        self.control = control
+        self.entries = list(entries)
+        self.routes = Routes(topology)
+        self.addresses = addresses
+        self.brokers = dict(brokers)  # agent -> the broker its drivers publish through now
+        self.publishers = list(publishers)
+        self.clock = clock
+        self.scalers = [Scaler(entry) for entry in self.entries]
+        self.figures: list[list[list]] = [[] for _ in self.entries]
+        self.joins: list[tuple[float, list[str]] | None] = [None] * len(self.entries)
+        self.rows: list[dict] = []
+        self.errors: list[list[str]] = [[] for _ in self.entries]
+        self.epoch = 0.0
+        self._stop = threading.Event()
+        self._threads = [threading.Thread(target=self._run, args=(i,), daemon=True,
+                                          name=f"foglab-broker-scaling-{i}")
+                         for i in range(len(self.entries))]
+        self._lock = threading.Lock()  # the agents' brokers, the rows: entries on one broker
+
+    def start(self, epoch: float) -> None:
+        self.epoch = epoch
+        for thread in self._threads:
+            thread.start()
+
+    def _run(self, i: int) -> None:
+        entry = self.entries[i]
+        try:
+            probe = Probe(self.addresses[entry.broker], f"{entry.broker}-{i}", self.clock)
+        except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+            self.errors[i].append(f"probe: {error}")
+            return
+        try:
+            self._watch(i, probe)
+        except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+            self.errors[i].append(f"{type(error).__name__}: {error}")
+        finally:
+            probe.close()
+
+    def _watch(self, i: int, probe: Probe) -> None:
+        """Probe on the `probe` grid from the epoch, decide on the `interval` grid."""
+        entry, scaler = self.entries[i], self.scalers[i]
+        k, n = 1, 0  # the next decision's and probe's numbers
+        while True:
+            decision = self.epoch + k * entry.interval
+            sending = self.epoch + n * entry.probe
+            due = min(decision, sending)
+            if self._stop.wait(max(0.0, due - self.clock())):
+                return
+            if sending <= decision:
+                probe.send()
+                n = max(n + 1, math.floor((self.clock() - self.epoch) / entry.probe) + 1)
+                continue
+            delays = probe.take(decision - entry.interval, decision)
+            figure = percentile(delays) if delays else None
+            self.figures[i].append([round(decision - self.epoch, 3),
+                                    None if figure is None else round(figure, 6)])
+            if scaler.observe(figure):
+                self._join(i, figure)
+            k += 1
+
+    def _join(self, i: int, figure: float | None) -> None:
+        entry = self.entries[i]
+        with self._lock:
+            publishers = [a for a in self.publishers if self.brokers.get(a) == entry.broker]
+        moving = movers(publishers, entry.spare, entry.share, self.routes)
+        result = self.control.send(moving, "drivers.broker", {"broker": entry.spare},
+                                   timeout=REQUEST_TIMEOUT_S)
+        moved = [node for node in moving
+                 if (reply := result.replies.get(node)) is not None and reply.ok]
+        for node in moving:
+            reply = result.replies.get(node)
+            if reply is None or not reply.ok:
+                self.errors[i].append(f"drivers.broker on {node}: " + (
+                    reply.error if reply is not None
+                    else f"no answer in {REQUEST_TIMEOUT_S:g} s"))
+        t = self.clock() - self.epoch
+        with self._lock:
+            for node in moved:
+                self.brokers[node] = entry.spare
+            self.joins[i] = (t, moved)
+            serving = 1 + sum(1 for j, other in enumerate(self.entries)
+                              if other.broker == entry.broker and self.joins[j] is not None)
+            self.rows.append({"t": t, "operator": entry.broker, "action": ACTION,
+                              "node": entry.spare, "instances": serving,
+                              "latency": math.nan if figure is None else figure,
+                              "slo": entry.bound})
+
+    def finish(self, timeout: float = 2 * REQUEST_TIMEOUT_S) -> None:
+        self._stop.set()
+        for thread in self._threads:
+            if thread.is_alive():
+                thread.join(timeout)
+
+    def columns(self, replicas: dict[str, list] | None = None) -> dict[str, list]:
+        """The replicas table's columns: `replicas` (replication's, if it ran) and the joins,
+        in time order."""
+        rows = [dict(zip(COLUMNS, values, strict=True)) for values in zip(
+            *(replicas[name] for name in COLUMNS), strict=True)] if replicas else []
+        rows = sorted(rows + self.rows, key=lambda row: row["t"])
+        return {name: [row[name] for row in rows] for name in COLUMNS}
+
+    def facts(self) -> list[dict]:
+        """Per entry, as sim.broker_scaling's; what went wrong; and `spare_received`, the
+        PUBLISH packets the spare had received when asked (after the run's drain: the moved
+        drivers' messages, which its bridge passed on)."""
+        spares = [entry.spare for entry in self.entries]
+        with ThreadPoolExecutor(len(spares) or 1) as pool:
+            counts = dict(zip(spares, pool.map(lambda name: received(self.addresses[name]),
+                                               spares), strict=True))
+        return [{"broker": entry.broker, "spare": entry.spare,
+                 "joined": self.joins[i] is not None,
+                 "t_join": None if self.joins[i] is None else round(self.joins[i][0], 3),
+                 "moved": [] if self.joins[i] is None else self.joins[i][1],
+                 "probes": self.figures[i], "errors": self.errors[i],
+                 "spare_received": counts[entry.spare]}
+                for i, entry in enumerate(self.entries)]
