@@ -19,7 +19,8 @@ workloads.broker_scaling on the model's clock and brokers, deciding as the emula
 - Join: the broker's publishers, the gateways running drivers and the devices publishing
   straight to it (in the topology's order), whose broker is the watched one at the join;
   `movers` of them (a `share`, the nearest the spare first) publish to the spare from then
-  on: their cached broker, their routing plans and a device's path to its broker change.
+  on: their cached broker, their routing plans and a device's path to its broker change (a
+  node has one broker: operators on a moved gateway publish to the spare too).
   Messages already on their way (on a link, in a driver's or the broker's queue, a QoS 1
   resend) finish where they are. The spare hands the moved messages to every reading group
   as any broker does (its own turns in a shared subscription), so the readers keep their
