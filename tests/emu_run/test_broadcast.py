@@ -84,6 +84,19 @@ def test_emu_refuses_the_shipped_coordinator_and_takes_its_emu_variant() -> None
     assert len(load("experiments/broadcast-tree-emu.yaml").points) == 2
 
 
+def test_each_sending_node_gets_its_children_and_only_the_sender_a_start() -> None:
+    from emu.broadcast import check, parts
+
+    (point,) = parse_text(text(TWO, "emu")).points
+    got = parts(check(point.spec.scenario.broadcasts, point.topology, point.spec.run.duration))
+    assert {node: [(p["index"], p["children"], p["at"]) for p in mine]
+            for node, mine in got.items()} == {
+        "coord": [(0, WORKERS, 1.0), (1, ["worker-1", "worker-2"], 2.0)],
+        "worker-1": [(1, ["worker-3", "worker-4"], None)],
+        "worker-2": [(1, ["worker-5", "worker-6"], None)]}  # leaves get no part
+    assert {(p["size"], p["cost"]) for mine in got.values() for p in mine} == {(1024, COST)}
+
+
 @pytest.mark.emu
 @pytest.mark.slow
 def test_naive_and_tree_reach_every_worker_once_and_compare_with_sim(tmp_path) -> None:
