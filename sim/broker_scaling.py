@@ -9,29 +9,34 @@ workloads.broker_scaling on the model's clock and brokers, deciding as the emula
   behind what the broker has queued, and for a kafka-like broker held by a flush as a message
   is (sim.pubsub.Broker). Its delay is its finish less its admission, known at admission: no
   event for the probe's end. Every `interval` the controller takes the probes sent in the
-  interval just gone; their 95th percentile (workloads.replication.percentile) is the
-  broker's delay. A probe costs the broker what a message does, as a real probe would: the
+  interval just gone, one not back yet with its age then (as emu's controller: the broker is
+  at least that slow); their 95th percentile (workloads.replication.percentile) is the
+  broker's figure. A probe costs the broker what a message does, as a real probe would: the
   probe rate over the broker's capacity, 0.05 % for the default 50 us every 100 ms, too
   little to move its queue; a slow broker feels it (2 ms a message: 2 %). The node's sampled
   utilisation and queue length count the probes.
 - Decision: workloads.broker_scaling.Scaler, one per entry; an entry whose broker's figure
   stays over `bound` for `up` intervals in a row joins its spare, once.
-- Join: the broker's publishers, the gateways running drivers and the devices publishing
-  straight to it (in the topology's order), whose broker is the watched one at the join;
-  `movers` of them (a `share`, the nearest the spare first) publish to the spare from then
-  on: their cached broker, their routing plans and a device's path to its broker change (a
-  node has one broker: operators on a moved gateway publish to the spare too).
-  Messages already on their way (on a link, in a driver's or the broker's queue, a QoS 1
-  resend) finish where they are. The spare hands the moved messages to every reading group
-  as any broker does (its own turns in a shared subscription), so the readers keep their
-  subscriptions. The switch takes effect at the decision (the controller's command to the
-  publishers is not modelled).
-- Recorded: a row of the `replicas` table per join (experiments.schema; appended to
-  sim.replication's rows when both run): t the join, operator the watched broker, action
-  `broker_join`, node the spare, instances the brokers then serving the watched broker's
-  publishers (the broker and its joined spares), latency the deciding interval's delay,
-  slo the bound. In the run's facts, `broker_scaling` per entry: joined, t_join, moved, and
-  `probes`, [t, delay] per interval (delay None: no probe in it) for a plot.
+- Join: the broker's publishers at the decision, in the topology's order: the gateways
+  running drivers and the devices publishing straight to it, whose broker is the watched one
+  (less those moved already). `movers` of them (a `share`, the nearest the spare first) are
+  told, one coordinator command each (sim.migration's Coordinator._command, all at once, as
+  emu's controller asks the agents), and each switches when its command is done: a gateway's
+  driver publishes through the spare from then on (its readings' routing plans, made again
+  through the spare; the gateway's operators keep their broker, as on emu, where only the
+  drivers' session moves), a device's path to its broker leads to the spare. What is already
+  on its way (on a link, in the broker's queue, a QoS 1 resend) finishes where it is; what
+  the driver converts after the switch goes to the spare. The spare hands the moved
+  messages to every reading group as any broker does (its own turns in a shared
+  subscription), so the readers keep their subscriptions.
+- Recorded: a row of the `replicas` table per join (experiments.schema; with sim.
+  replication's rows when both run, in time order): t when the last mover switched,
+  operator the watched broker, action `broker_join`, node the spare, instances the brokers
+  then serving the watched broker's publishers (the broker and its joined spares), latency
+  the deciding figure, slo the bound. In the run's facts, `broker_scaling` per entry, as
+  emu.broker_scaling writes them: joined, t_join, moved, `probes` ([t, figure] per interval,
+  figure None: no probe in it) for a plot, errors (none on sim) and spare_received (what
+  the spare received in the run).
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from topologies.routing import gateway_of
+from sim.pubsub import Broker
 from workloads.broker_scaling import (
     ACTION,
     PROBE_SIZE,
@@ -62,8 +67,8 @@ class Entry:
 
     spec: BrokerScalingSpec
     scaler: Scaler
-    probes: list[float] = field(default_factory=list)  # delays of this interval's probes
-    figures: list[list] = field(default_factory=list)  # [t, delay or None] per interval
+    probes: list[tuple[float, float]] = field(default_factory=list)  # (sent, delay)
+    figures: list[list] = field(default_factory=list)  # [t, figure or None] per interval
     t_join: float | None = None
     moved: list[str] = field(default_factory=list)
     next_probe: int = 0  # the next probe is at next_probe x probe
@@ -85,6 +90,12 @@ class BrokerScaling:
         self.env = model.env
         self.entries = [Entry(spec, Scaler(spec)) for spec in specs]
         self.rows: list[tuple] = []
+        self.broker_of: dict[str, str] = {}  # a moved publisher -> the spare it publishes to
+        self._direct: dict[str, list] = {}  # a device -> its sources publishing to a broker
+        for source in model.sources:
+            if isinstance(getattr(source.deliver, "__self__", None), Broker):
+                device = model.node_names[source.device_index]
+                self._direct.setdefault(device, []).append(source)
         self.end = model.settings.duration
         self._on_tick = [self._tick]
         self._arm()
@@ -114,7 +125,7 @@ class BrokerScaling:
                 self._decide(entry, now)
                 entry.next_decision += 1
             if entry.next_probe * spec.probe <= now + EPSILON and now < self.end:
-                entry.probes.append(self._probe(spec.broker, now))
+                entry.probes.append((now, self._probe(spec.broker, now)))
                 entry.next_probe += 1
         self._arm()
 
@@ -129,42 +140,65 @@ class BrokerScaling:
     # -- deciding and joining -------------------------------------------------------------
 
     def _decide(self, entry: Entry, now: float) -> None:
-        delay = percentile(entry.probes) if entry.probes else None
+        # A probe not back yet counts with its age (a probe sent now is the next interval's).
+        delays = [min(delay, now - sent) for sent, delay in entry.probes]
+        figure = percentile(delays) if delays else None
         entry.probes = []
-        entry.figures.append([round(now, 3), None if delay is None else round(delay, 6)])
-        if entry.scaler.observe(delay):
-            self._join(entry, now, delay)
+        entry.figures.append([round(now, 3), None if figure is None else round(figure, 6)])
+        if entry.scaler.observe(figure):
+            self.env.process(self._join(entry, figure))
 
     def publishers(self, broker: str) -> list[str]:
-        """The nodes that publish devices' readings through `broker` now, in the topology's
+        """The nodes whose devices' readings go through `broker` now, in the topology's
         order: gateways running drivers, devices publishing straight to a broker."""
         model = self.model
-        brokers = list(model.brokers.values())
-        direct = {model.node_names[source.device_index] for source in model.sources
-                  if getattr(source.deliver, "__self__", None) in brokers}
         return [node for node in model.node_names
-                if (node in model.drivers or node in direct)
-                and model.broker_for(node) == broker]
+                if (node in model.drivers or node in self._direct)
+                and (self.broker_of.get(node) or model.broker_for(node)) == broker]
 
-    def _join(self, entry: Entry, now: float, delay: float | None) -> None:
+    def _join(self, entry: Entry, figure: float | None):
+        """Tell the movers, each of them switching when its command is done; the row when
+        the last one has."""
         model, spec = self.model, entry.spec
         moving = movers(self.publishers(spec.broker), spec.spare, spec.share,
                         model.network.routes)
-        spare = model.brokers[spec.spare]
-        for node in moving:
-            model._nearest_broker[node] = spec.spare
-            for key in [key for key in model._plans if key[0] == node]:
-                del model._plans[key]  # made again, through the spare, at its next publish
-        for source in model.sources:
-            device = model.node_names[source.device_index]
-            if device in moving and gateway_of(model.topology, device) is None:
-                source.path = model.path(device, spec.spare)
-                source.deliver = spare.receive
-        entry.t_join, entry.moved = now, moving
+        start = self.env.now
+        done = sorted((start + model.coordinator._command(node), order, node)
+                      for order, node in enumerate(moving))
+        for t, _, node in done:
+            if t > self.env.now:
+                yield self.env.event_at(t)
+            self._switch(node, spec.spare)
+        entry.t_join, entry.moved = self.env.now, moving
         serving = 1 + sum(1 for other in self.entries
                           if other.spec.broker == spec.broker and other.t_join is not None)
-        self.rows.append((now, spec.broker, ACTION, spec.spare, serving,
-                          math.nan if delay is None else delay, spec.bound))
+        self.rows.append((self.env.now, spec.broker, ACTION, spec.spare, serving,
+                          math.nan if figure is None else figure, spec.bound))
+
+    def _switch(self, node: str, spare: str) -> None:
+        """A publisher's readings go to the spare from now on."""
+        model = self.model
+        self.broker_of[node] = spare
+        for source in self._direct.get(node, ()):
+            source.path = model.path(node, spare)
+            source.deliver = model.brokers[spare].receive
+        driver = model.drivers.get(node)
+        if driver is not None:
+            driver._publish = self._through(spare)
+
+    def _through(self, spare: str):
+        """A moved driver's publish: each topic it publishes is routed through the spare
+        (sim.model.Model._plan reads `_redirected`), its plan made again at its first use."""
+        model = self.model
+        redirected, plans, publish = model._redirected, model._plans, model.publish
+
+        def publish_through(node: str, msg, at: float | None = None) -> None:
+            key = (node, msg.topic)
+            if redirected.get(key) != spare:
+                redirected[key] = spare
+                plans.pop(key, None)
+            publish(node, msg, at)
+        return publish_through
 
     # -- the record -----------------------------------------------------------------------
 
@@ -173,8 +207,10 @@ class BrokerScaling:
         each entry's course in the facts."""
         facts["broker_scaling"] = [
             {"broker": entry.spec.broker, "spare": entry.spec.spare,
-             "joined": entry.t_join is not None, "t_join": entry.t_join,
-             "moved": entry.moved, "probes": entry.figures}
+             "joined": entry.t_join is not None,
+             "t_join": None if entry.t_join is None else round(entry.t_join, 3),
+             "moved": entry.moved, "probes": entry.figures, "errors": [],
+             "spare_received": self.model.brokers[entry.spec.spare].received}
             for entry in self.entries]
         floats = ("t", "latency", "slo")
         columns = list(zip(*self.rows, strict=True)) or [()] * len(COLUMNS)

@@ -106,6 +106,7 @@ class Model:
         self.drivers: dict[str, Driver] = {}
         self._readers_of: dict[str, list[Group]] = {}
         self._nearest_broker: dict[str, str] = {}
+        self._redirected: dict[tuple[str, str], str] = {}  # (node, topic) -> a spare broker
         # Spares are nobody's broker at the start (sim.broker_scaling moves publishers there).
         self._first_brokers = first_brokers(topology, {e.spare for e in settings.broker_scaling})
         self.new_id = count().__next__  # message ids, 0, 1, 2, ...
@@ -322,8 +323,8 @@ class Model:
         broker = broker_path = None
         if remote and node in self.brokers:
             broker, broker_path = self.brokers[node], ()
-        elif remote:
-            name = self.broker_for(node)
+        elif remote:  # a moved driver's readings: through its spare (sim.broker_scaling)
+            name = self._redirected.get((node, topic)) or self.broker_for(node)
             broker, broker_path = self.brokers[name], self.path(node, name)
         if broker is not None:
             broker.topics.add(topic)

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from experiments import catalog
 from experiments.backends import sim_settings
 from experiments.loader import load
 from experiments.schema import conform
@@ -19,6 +20,13 @@ from tests.foundation.helpers import assert_tables_equal, point
 from workloads.replication import percentile
 
 EXPERIMENT = "broker-scaling"
+
+
+def command(latency: float) -> float:
+    """The coordinator's command to a mover (broker-1's node: the first broker, with no
+    coordinator in the topology) at `latency` from it: there and back, and
+    MigrationSettings.command's 10 ms."""
+    return 2 * latency + 0.010
 
 
 def simulate(run_point) -> tuple[Model, object, list[tuple[float, int]]]:
@@ -61,18 +69,22 @@ def test_the_spare_joins_up_intervals_after_the_broker_saturates(ramp) -> None:
     assert t_full == pytest.approx(9.0)
     (entry,) = result.facts["broker_scaling"]
     assert entry["joined"] and entry["moved"] == ["gw-2"]  # the nearer to broker-2
-    # Over the bound from the interval after the one the queue starts to grow in (it takes
-    # a while to pass 20 ms), and `up` of them in a row.
-    assert t_full + spec.up * spec.interval <= entry["t_join"]
-    assert entry["t_join"] <= t_full + (spec.up + 1) * spec.interval + 1e-9
-    assert entry["t_join"] == 12.0
     figures = dict(map(tuple, entry["probes"]))
+    # Over the bound from the interval after the one the queue starts to grow in (it takes
+    # a while to pass 20 ms), and `up` of them in a row: decided at 12 s.
+    decided = 12.0
+    assert t_full + spec.up * spec.interval <= decided
+    assert decided <= t_full + (spec.up + 1) * spec.interval + 1e-9
+    # gw-2 switches when the coordinator's command to it (2 ms from broker-1) is done.
+    assert entry["t_join"] == pytest.approx(decided + command(0.002))
+    assert entry["errors"] == [] and entry["spare_received"] == result.facts["brokers"][
+        "broker-2"]
     assert list(figures) == [float(k) for k in range(1, 31)]  # a figure each second
     assert all(figures[t] <= spec.bound for t in range(1, 11))  # under until 10 s
-    assert figures[11.0] > spec.bound and figures[12.0] > spec.bound  # up = 2 over
+    assert figures[11.0] > spec.bound and figures[decided] > spec.bound  # up = 2 over
     assert all(figures[t] < spec.bound for t in range(14, 31))  # relieved
     rows = result.tables["replicas"]
-    assert list(rows["t"]) == [12.0] and list(rows["action"]) == ["broker_join"]
+    assert list(rows["t"]) == [entry["t_join"]] and list(rows["action"]) == ["broker_join"]
     assert list(rows["operator"]) == ["broker-1"] and list(rows["node"]) == ["broker-2"]
     assert list(rows["instances"]) == [2] and list(rows["slo"]) == [spec.bound]
     assert rows["latency"][0] == pytest.approx(figures[12.0], abs=1e-6)
@@ -87,10 +99,11 @@ def test_the_moved_gateway_publishes_to_the_spare_and_nothing_is_lost(ramp) -> N
     assert received["broker-1"] + received["broker-2"] == 16_500  # each through one broker
     # gw-2's sensors (b-*) publish through broker-2 from the join: their readings sent after
     # it, and those a link (2 ms) and the driver's conversion before it.
+    t_join = result.facts["broker_scaling"][0]["t_join"]
     moved = messages[messages["source"].astype(str).str.startswith("b-")]
-    assert (moved["t_sent"] > 12.0).sum() <= received["broker-2"]
-    assert received["broker-2"] <= (moved["t_sent"] > 12.0 - 0.003).sum()
-    assert received["broker-2"] == 5490
+    assert (moved["t_sent"] > t_join).sum() <= received["broker-2"]
+    assert received["broker-2"] <= (moved["t_sent"] > t_join - 0.003).sum()
+    assert received["broker-2"] == 5485
     # Nothing before the join: the spare is nobody's broker at the start.
     assert [n for t, n in counts if t <= 12.0] == [0] * 12
     assert all(n > 0 for t, n in counts if t >= 13.0)
@@ -167,18 +180,19 @@ run: {backend: sim, duration: 12s, seed: 3, drain: 3s}
 def test_devices_publishing_straight_to_the_broker_move_their_path(qos: int) -> None:
     model, result, counts = simulate(point(DIRECT.replace("QOS", str(qos))))
     (entry,) = result.facts["broker_scaling"]
-    # Over from the step at 4 s: the intervals ending at 5 and 6 s.
-    assert entry["t_join"] == 6.0 and entry["moved"] == ["d-2", "d-3"]
+    # Over from the step at 4 s: the intervals ending at 5 and 6 s; d-2 and d-3 (1 ms from
+    # broker-1, the coordinator's node) switch when the command to them is done.
+    t_join = 6.0 + command(0.001)
+    assert entry["t_join"] == pytest.approx(t_join) and entry["moved"] == ["d-2", "d-3"]
     messages = frame(result)
     assert len(messages) == result.facts["emitted"] and not messages["lost"].any()
     moved = messages[messages["source"].isin(["d-2", "d-3"])]
     received = result.facts["brokers"]
-    # Sent after the join (and a link's 1 ms before it, on the way): through broker-2.
-    assert (moved["t_sent"] >= 6.0).sum() <= received["broker-2"]
-    assert received["broker-2"] <= (moved["t_sent"] > 6.0 - 0.001).sum()
+    # Sent from the switch on: through broker-2 (a device's path is taken at its emission).
+    assert received["broker-2"] == (moved["t_sent"] >= t_join).sum() > 0
     assert [n for t, n in counts if t <= 6.0] == [0] * 6
     stayed = messages[messages["source"].isin(["d-1", "d-4"])]
-    assert received["broker-1"] == len(stayed) + (moved["t_sent"] < 6.0 - 0.001).sum()
+    assert received["broker-1"] == len(stayed) + (moved["t_sent"] < t_join).sum()
     for source in model.sources:
         device = model.node_names[source.device_index]
         assert source.path[-1].dst == ("broker-2" if device in entry["moved"] else "broker-1")
@@ -202,5 +216,20 @@ def test_with_replication_both_write_one_replicas_table() -> None:
                     strict=True)) == [("broker-1", "broker_join", "broker-2", 2),
                                       ("count", "start", "cloud-2", 2),
                                       ("count", "retire", "cloud-2", 1)]
-    assert list(rows["t"]) == sorted(rows["t"]) and rows["t"][0] == 6.0
+    assert list(rows["t"]) == sorted(rows["t"]) and rows["t"][0] == pytest.approx(6.012)
     assert list(rows["slo"]) == [0.02, 0.03, 0.03]
+
+
+def test_a_moved_gateways_operators_keep_their_broker() -> None:
+    # Each gateway filters its readings (read where they are published, no broker) and
+    # publishes what passes to broker-1: only the drivers move (as on emu, where the drivers'
+    # session does), and gw-2's driver has nothing for a broker. The spare joins, and
+    # receives nothing.
+    text = catalog.experiment_path(EXPERIMENT).read_text(encoding="utf-8").replace(
+        "  - {name: count, on: cloud, reads: s, cost: 100us}",
+        "  - {name: filter, on: gw-*, reads: s, writes: f, cost: 100us}\n"
+        "  - {name: count, on: cloud, reads: f, cost: 100us}")
+    _, result, _ = simulate(point(text))
+    (entry,) = result.facts["broker_scaling"]
+    assert entry["joined"] and entry["moved"] == ["gw-2"]
+    assert result.facts["brokers"] == {"broker-1": 16_500, "broker-2": 0}
