@@ -47,6 +47,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from sim.pubsub import Broker
+from sim.replication import COLUMNS  # one replicas table: its columns once
 from workloads.broker_scaling import (
     ACTION,
     PROBE_SIZE,
@@ -56,7 +57,6 @@ from workloads.broker_scaling import (
 )
 from workloads.replication import percentile
 
-COLUMNS = ("t", "operator", "action", "node", "instances", "latency", "slo")
 EPSILON = 1e-9  # a probe and a decision due at one instant: the decision comes first
 
 
