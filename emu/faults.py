@@ -8,10 +8,14 @@ end of the fault's `for` it heals, in time order, recording the wall time (s fro
 which each action had been carried out. What each kind does:
 
 - crash NODE: the container is killed (SIGKILL, `docker kill`); healed, it is started again
-  (`docker start`). For good: it stays down. A gateway's agent is forked into its container by
-  the cluster's zygote and does not come back with a container started again: the run counts
-  it failed (`failed_nodes`) from the crash on, its devices silent; a broker or ZooKeeper
-  server comes back whole (its outage is in the manifest's `outages`).
+  (`docker start`). For good: it stays down. A gateway's or cloud VM's agent comes back with
+  it (emu.cluster.engine.Cluster.revive, forked by the zygote again where it was): it goes on
+  at the run's epoch, its devices emitting on the run's schedule from then on, its messages
+  numbered apart from its first incarnation's, its operators started afresh (their state was
+  lost with the node; an instance with a persistent session takes what the broker held for
+  it) except those that left the node meanwhile (re-placed by recovery, migrated). From the
+  kill to its return the run counts it dead (`emu.run.Health`); a broker or ZooKeeper server
+  comes back whole (its outage is in the manifest's `outages`).
 - restart BROKER: the broker is stopped (SIGTERM, as `docker stop`) and started again after
   `for` (its downtime); agents and the controller hold persistent sessions and reconnect
   (emu.agent.mqtt), so QoS 1 messages cross the restart.
@@ -62,10 +66,15 @@ class ClusterEngine:
     """The running cluster as the faults act on it (emu.cluster.engine.Cluster): containers by
     node through the engine's API (emu.cluster.faults), link shapes through its links."""
 
-    def __init__(self, cluster) -> None:
+    def __init__(self, cluster, revival: Callable[[str], dict] | None = None,
+                 revived: Callable[[str], None] = lambda node: None) -> None:
         self.cluster = cluster
         self.api = cluster.client.api
         self.shaper = cluster.links.shaper
+        # node -> what its agent starts again with (emu.agent.config.revived), and told once
+        # it is back; None: agents do not come back.
+        self.revival = revival
+        self.revived = revived
 
     def _container(self, node: str) -> str:
         return self.cluster.plan.containers[node].name
@@ -75,6 +84,10 @@ class ClusterEngine:
         kill(self.api, self._container(node))
 
     def start(self, node: str) -> None:
+        if self.revival is not None and self.cluster.plan.containers[node].role == "agent":
+            self.cluster.revive(node, self.revival(node))
+            self.revived(node)
+            return
         from emu.cluster.faults import start
         start(self.api, self._container(node))
 

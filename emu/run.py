@@ -114,8 +114,9 @@ class Health:
 
     `states()` gives node -> Seen (the agents from one listing of the cluster's containers,
     the services from their inspection, for their start and finish times); it is asked at
-    most every `interval` seconds. An agent whose container is not running is dead for the
-    rest of the run (an agent does not come back: a container restarted would hold no agent).
+    most every `interval` seconds. An agent whose container is not running is dead until
+    the fault schedule starts it again with its agent (`revived`: a crash healed), for the
+    rest of the run otherwise.
     A service (broker, ZooKeeper) away is an outage, from its container's finish to its next
     start, so a restart quicker than a poll shows too; `finish` fails a service still down.
     """
@@ -158,6 +159,12 @@ class Health:
                     seen.started > last_start):
                 # Stopped and started again between two polls.
                 spans.append([self._t(seen.finished or seen.started), self._t(seen.started)])
+
+    def revived(self, node: str) -> None:
+        """An agent's container started again with its agent: alive from now, unless it
+        failed otherwise (a request it did not answer)."""
+        if self.failed.get(node, "").startswith("container"):
+            del self.failed[node]
 
     def _t(self, when: float) -> float:
         return round(when - self.epoch, 2)
@@ -364,10 +371,24 @@ def _run(cluster, run: Timing, progress, stage, scenario=None, configs=None,
         mover = _Migrations(control, scenario, configs or {}, epoch, seed,
                             cluster.records_dir)
         mover.start()
-        injector = FaultSchedule(list(faults), ClusterEngine(cluster) if faults else None,
-                                 epoch)
-        injector.start()
         recovery = None
+        incarnations: dict[str, int] = {}
+
+        def revival(node: str) -> dict:
+            """What a crashed agent starts again with (emu.agent.config.revived)."""
+            incarnations[node] = incarnations.get(node, 0) + 1
+            away: set[str] = set()
+            for record in list(mover.records):  # operators that left the node, in order
+                if record.status == "done" and node in (record.source, record.target):
+                    (away.add if record.source == node else away.discard)(record.operator)
+            if recovery is not None:
+                away |= {row["operator"] for row in list(recovery.rows)
+                         if row["node"] == node and row["target"]}
+            return {"epoch": epoch, "incarnation": incarnations[node], "away": sorted(away)}
+
+        engine = ClusterEngine(cluster, revival, health.revived) if faults else None
+        injector = FaultSchedule(list(faults), engine, epoch)
+        injector.start()
         if detector is not None:
             recovery = detector(control, ",".join(f"{status[z].ip}:2181"
                                                   for z in cluster.plan.zookeeper))
@@ -717,18 +738,12 @@ def _stop_agents(api, containers: dict[str, str], failed: dict[str, str]) -> Non
 
 
 def _trim_cut_lines(root: Path) -> None:
-    """Drop a last line cut short in a node's CSV records (an agent killed amid a write)."""
-    for path in root.glob("*/*.csv"):
-        with path.open("rb+") as records:
-            size = records.seek(0, 2)
-            if size == 0:
-                continue
-            records.seek(max(0, size - 1))
-            if records.read(1) == b"\n":
-                continue
-            records.seek(0)
-            data = records.read()
-            records.truncate(data.rfind(b"\n") + 1)
+    """Drop a last line cut short in every node's CSV records (emu.agent.records)."""
+    from emu.agent.records import trim_cut_lines
+
+    for directory in root.iterdir():
+        if directory.is_dir():
+            trim_cut_lines(directory)
 
 
 def _spark_progress(root: Path) -> dict[str, list]:

@@ -8,7 +8,7 @@ import sys
 import time
 import types
 
-from emu.agent.config import CONFIG_VARIABLE, AgentConfig
+from emu.agent.config import CONFIG_VARIABLE, AgentConfig, revived
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 M_ARENA_MAX = -8  # glibc's mallopt parameter
@@ -68,7 +68,7 @@ def main() -> int:
               file=sys.stderr)
         return BAD_CONFIG
     try:
-        config = AgentConfig.from_json(text)
+        config = revived(AgentConfig.from_json(text))
     except (ValueError, TypeError) as error:
         print(f"foglab agent: {CONFIG_VARIABLE} is not an AgentConfig: {error}", file=sys.stderr)
         return BAD_CONFIG

@@ -29,6 +29,7 @@ from emu.agent.operators import Operator
 from emu.agent.protocol import (
     ALL_REQUESTS,
     Envelope,
+    incarnation_sequence,
     load_topic,
     matches,
     request_topic,
@@ -87,7 +88,8 @@ class Agent:
         self.records = Records(config.records, at, clock)
         self.drivers = Drivers([d for d in config.drivers if not d.load], self.node,
                                config.index, config.seed, self.epoch, at, clock,
-                               self._from_driver, self.records.sent)
+                               self._from_driver, self.records.sent,
+                               incarnation_sequence(config.incarnation))
         # Simulated devices (the host emits them): (stream, device) -> their driver's config.
         self.load: dict[tuple[str, str], DriverConfig] = {
             (d.stream, device): d for d in config.drivers if d.load for device in d.devices}

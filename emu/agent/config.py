@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 # The environment variable that carries an AgentConfig into a container.
@@ -91,6 +91,8 @@ class AgentConfig:
     session_timeout: float = 10.0      # ZooKeeper session: how long a dead agent stays registered
     # Drivers wait for a `set run.epoch` request: every node of a run starts at one epoch.
     hold: bool = False
+    # Starts of this node's agent before this one in the run (0: the first; `revived`).
+    incarnation: int = 0
     # Spare brokers this node's drivers may move to (workloads.broker_scaling): node -> its
     # address ("host:port"); a `drivers.broker` request names one.
     spares: dict[str, str] = field(default_factory=dict)
@@ -104,3 +106,31 @@ class AgentConfig:
         data["drivers"] = [DriverConfig(**d) for d in data.get("drivers", [])]
         data["operators"] = [OperatorConfig(**o) for o in data.get("operators", [])]
         return cls(**data)
+
+
+# Written by the host into a crashed node's records directory before its container starts
+# again (emu.cluster.engine.Cluster.revive): what the agent started again needs to know.
+REVIVAL_FILE = "revival.json"
+
+
+def revived(config: AgentConfig) -> AgentConfig:
+    """The config of an agent started again after its node crashed, from the host's revival
+    file if there is one: the run's epoch (its drivers go on at once on the run's schedule,
+    its windows on the run's grid), its incarnation (its messages' ids number apart from the
+    earlier ones', emu.agent.protocol.incarnation_sequence), and the operators that left the
+    node meanwhile (re-placed by recovery or migrated), which it does not start again."""
+    import os
+
+    path = os.path.join(config.records, REVIVAL_FILE)
+    try:
+        with open(path) as file:
+            revival = json.load(file)
+        away = set(revival.get("away", ()))
+        return replace(config, epoch=float(revival["epoch"]), hold=False,
+                       incarnation=int(revival["incarnation"]),
+                       operators=[o for o in config.operators if o.name not in away])
+    except FileNotFoundError:
+        return config
+    except (ValueError, TypeError, KeyError, AttributeError) as error:
+        raise ValueError(f"{path} is no revival (epoch, incarnation, away): {error!r}"
+                         ) from None

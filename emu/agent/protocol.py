@@ -49,6 +49,18 @@ def request_topic(node: str) -> str:
 # gateway's simulated devices' messages from here in the gateway's own index: ids as its
 # drivers', apart from its emulated devices' (which count from 0).
 LOAD_SEQUENCE = 1 << (SEQUENCE_BITS - 1)
+# An agent started again after its node crashed numbers its drivers' messages from its
+# incarnation's block (2**32 ids each), apart from its earlier incarnations' and the load's.
+INCARNATION_BITS = 32
+
+
+def incarnation_sequence(incarnation: int) -> int:
+    """The first sequence number of an agent's incarnation (0: its first start)."""
+    first = incarnation << INCARNATION_BITS
+    if not 0 <= first < LOAD_SEQUENCE:
+        raise ValueError(f"incarnation {incarnation}: at most "
+                         f"{LOAD_SEQUENCE >> INCARNATION_BITS} starts of an agent in a run")
+    return first
 
 
 def load_topic(node: str) -> str:

@@ -158,3 +158,19 @@ class RowLog:
         if self.fd is not None:
             os.close(self.fd)
             self.fd = None
+
+
+def trim_cut_lines(directory: str | Path) -> None:
+    """Drop a last line cut short in a node's CSV records (an agent killed amid a write):
+    before they are read, and before an agent started again appends to them."""
+    for path in Path(directory).glob("*.csv"):
+        with path.open("rb+") as records:
+            size = records.seek(0, 2)
+            if size == 0:
+                continue
+            records.seek(max(0, size - 1))
+            if records.read(1) == b"\n":
+                continue
+            records.seek(0)
+            data = records.read()
+            records.truncate(data.rfind(b"\n") + 1)

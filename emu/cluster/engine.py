@@ -407,6 +407,28 @@ class Cluster:
         assert self._made is not None
         return self.client.api.inspect_container(self._made.ids[node])["State"]["Pid"]
 
+    def revive(self, node: str, revival: dict) -> None:
+        """Start the container of an agent node that was killed (a crash healed) with its
+        agent: the records' last line the kill cut is dropped, the revival (the run's epoch,
+        the agent's incarnation, the operators that left the node: emu.agent.config.revived)
+        written beside them; a container whose process is the agent starts it again itself,
+        a forked agent's container is given one by the zygote again."""
+        import json
+
+        from emu.agent.config import REVIVAL_FILE
+        from emu.agent.records import trim_cut_lines
+
+        assert self._made is not None
+        plan = self.plan.containers[node]
+        records = self.records_dir(node)
+        trim_cut_lines(records)
+        (records / REVIVAL_FILE).write_text(json.dumps(revival))
+        self.client.api.start(self._made.ids[node])
+        if self._forked(plan):
+            assert self.zygote is not None
+            self.zygote.start_agent(self._pid(node), self._environment(plan, self.addresses),
+                                    node)
+
     def _wait_ready(self) -> None:
         """Wait until every broker and ZooKeeper server answers, or fail naming the first
         that does not."""

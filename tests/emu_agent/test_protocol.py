@@ -11,13 +11,15 @@ from pathlib import Path
 import pytest
 
 from emu.agent import mqtt as agent_mqtt
-from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
+from emu.agent.config import REVIVAL_FILE, AgentConfig, DriverConfig, OperatorConfig, revived
 from emu.agent.protocol import (
     ALL_REQUESTS,
+    LOAD_SEQUENCE,
     SEQUENCE_BITS,
     Envelope,
     Request,
     RequestError,
+    incarnation_sequence,
     matches,
     message_id,
     request_topic,
@@ -110,6 +112,30 @@ def test_the_config_round_trips_with_its_new_fields() -> None:
                          drivers=[DriverConfig("city", ["d-1"], 2.0, forward=True)],
                          operators=[OperatorConfig("f", reads=["city/#"], window=5.0)])
     assert AgentConfig.from_json(config.to_json()) == config
+
+
+def test_an_agent_started_again_takes_the_hosts_revival(tmp_path: Path) -> None:
+    config = AgentConfig(node="gw-1", mqtt="broker:1883", records=str(tmp_path), hold=True,
+                         operators=[OperatorConfig("f", reads=["city/#"]),
+                                    OperatorConfig("g", reads=["city/#"])])
+    assert revived(config) == config  # no revival file: a first start
+    (tmp_path / REVIVAL_FILE).write_text(json.dumps({"epoch": 1234.5, "incarnation": 2,
+                                                     "away": ["g"]}))
+    again = revived(config)
+    assert (again.epoch, again.incarnation, again.hold) == (1234.5, 2, False)
+    assert [o.name for o in again.operators] == ["f"]
+    (tmp_path / REVIVAL_FILE).write_text('{"epoch": 1}')
+    with pytest.raises(ValueError, match="revival.json is no revival.*incarnation"):
+        revived(config)
+
+
+def test_each_incarnation_numbers_its_messages_apart_below_the_load_generators() -> None:
+    assert incarnation_sequence(0) == 0
+    first, second = incarnation_sequence(1), incarnation_sequence(2)
+    assert second - first == 1 << 32 and message_id(3, second) > message_id(3, first)
+    assert incarnation_sequence(127) < LOAD_SEQUENCE
+    with pytest.raises(ValueError, match="at most 128 starts"):
+        incarnation_sequence(128)
 
 
 def test_the_client_is_made_for_paho_1_6_as_for_2(monkeypatch: pytest.MonkeyPatch) -> None:

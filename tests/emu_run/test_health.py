@@ -30,12 +30,24 @@ def test_a_dead_agent_stays_dead_and_says_how_and_when() -> None:
     assert watch.dead() == set()
     report["gw-2"] = Seen("exited", "Exited (137) 1 second ago")
     assert watch.dead() == {"gw-2"}
-    report["gw-2"] = Seen("running")  # a restarted container holds no agent
+    report["gw-2"] = Seen("running")  # a container started again outside the schedule
     assert watch.dead() == {"gw-2"}
     assert watch.failed["gw-2"].startswith("container exited at t=")
     assert "Exited (137)" in watch.failed["gw-2"]
     del report["gw-1"]
     assert watch.dead() == {"gw-1", "gw-2"} and "removed" in watch.failed["gw-1"]
+
+
+def test_an_agent_the_schedule_revives_is_alive_again_unless_it_failed_otherwise() -> None:
+    watch, report = health(**{"gw-1": Seen("running"), "gw-2": Seen("exited"),
+                              "broker-1": Seen("running", started=990.0)})
+    assert watch.dead() == {"gw-2"}
+    report["gw-2"] = Seen("running")
+    watch.revived("gw-2")
+    assert watch.dead() == set()
+    watch.failed["gw-1"] = "no answer to set (publish.rate)"  # as _settle marks it
+    watch.revived("gw-1")
+    assert watch.dead() == {"gw-1"}
 
 
 def test_a_broker_restart_between_polls_is_an_outage_not_a_failure() -> None:
