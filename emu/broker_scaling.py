@@ -19,7 +19,8 @@ while the run measures, per entry:
   broker is the watched one and that run drivers, in the topology's order, less those moved
   already) `movers` of them get `drivers.broker` (emu.agent.brokers): their drivers publish
   through the spare from when each answers, connected there. A row of the `replicas` table
-  (t: when the last mover answered, from the epoch; operator: the broker; action
+  (t: when the last mover answered, by its clock, from the epoch: its answer reaches the host
+  later, through the slow broker, 2 s later once; operator: the broker; action
   `broker_join`; node: the spare; instances: the brokers now serving the broker's publishers;
   latency: the deciding figure; slo: the bound), and in the facts (`broker_scaling`, per
   entry as sim.broker_scaling writes them): joined, t_join, moved, probes ([t, figure] per
@@ -168,6 +169,7 @@ class BrokerScaling:
                                           name=f"foglab-broker-scaling-{i}")
                          for i in range(len(self.entries))]
         self._lock = threading.Lock()  # the agents' brokers, the rows: entries on one broker
+        self._joining: list[threading.Thread] = []
 
     def start(self, epoch: float) -> None:
         self.epoch = epoch
@@ -207,8 +209,19 @@ class BrokerScaling:
             self.figures[i].append([round(decision - self.epoch, 3),
                                     None if figure is None else round(figure, 6)])
             if scaler.observe(figure):
-                self._join(i, figure)
+                # Its own thread: the request goes through the slow broker, and the probes
+                # go on meanwhile.
+                joining = threading.Thread(target=self._join_noting, args=(i, figure),
+                                           daemon=True, name=f"foglab-broker-join-{i}")
+                self._joining.append(joining)
+                joining.start()
             k += 1
+
+    def _join_noting(self, i: int, figure: float | None) -> None:
+        try:
+            self._join(i, figure)
+        except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+            self.errors[i].append(f"join: {type(error).__name__}: {error}")
 
     def _join(self, i: int, figure: float | None) -> None:
         entry = self.entries[i]
@@ -225,7 +238,11 @@ class BrokerScaling:
                 self.errors[i].append(f"drivers.broker on {node}: " + (
                     reply.error if reply is not None
                     else f"no answer in {REQUEST_TIMEOUT_S:g} s"))
-        t = self.clock() - self.epoch
+        # When the last mover switched, by its clock (the host's: containers share it); its
+        # answer comes later through the slow broker.
+        switched = [result.replies[node].result.get("t") for node in moved
+                    if isinstance(result.replies[node].result, dict)]
+        t = (max(switched) if switched and None not in switched else self.clock()) - self.epoch
         with self._lock:
             for node in moved:
                 self.brokers[node] = entry.spare
@@ -242,6 +259,8 @@ class BrokerScaling:
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout)
+        for thread in list(self._joining):  # a join under way at the end is waited for
+            thread.join(timeout)
 
     def columns(self, replicas: dict[str, list] | None = None) -> dict[str, list]:
         """The replicas table's columns: `replicas` (replication's, if it ran) and the joins,

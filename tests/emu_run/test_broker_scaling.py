@@ -68,23 +68,27 @@ def test_the_spare_joins_over_the_bound_and_passes_the_moved_readings_on(tmp_pat
     facts = json.loads((folder / "manifest.json").read_text())["facts"]
     (entry,) = facts["broker_scaling"]
     assert entry["errors"] == [], entry
-    # Two intervals over the bound, then the join: gw-2 moves (2 ms from broker-2, gw-1 5).
+    # Two intervals over the bound in a row, then the join: gw-2 moves (2 ms from broker-2,
+    # gw-1 5). The throttled broker answers a second's probes in time now and then (6 ms once).
     assert entry["joined"] and entry["moved"] == ["gw-2"], entry
-    (first, second, *_) = entry["probes"]
-    assert first[0] == 1.0 and first[1] > 0.02 and second[1] > 0.02
+    figures = entry["probes"]
+    assert [t for t, _ in figures[:3]] == [1.0, 2.0, 3.0]
+    decided = next(i for i in range(1, len(figures))
+                   if figures[i - 1][1] > 0.02 and figures[i][1] > 0.02)
     table = pq.read_table(folder / "replicas.parquet")
     assert table.schema.equals(TABLES["replicas"])
     (row,) = table.to_pylist()
     assert (row["operator"], row["action"], row["node"], row["instances"]) == (
         "broker-1", "broker_join", "broker-2", 2)
-    assert row["latency"] > 0.02 and row["slo"] == 0.02
-    # Decided at 2 s; answered once gw-2's drivers' session is up on the spare (a busy host
-    # has it late, never near the run's end).
-    assert 2.0 <= row["t"] < 8.0 and row["t"] == pytest.approx(entry["t_join"], abs=1e-3)
-    # The spare received gw-2's readings from the join on (5 sensors at RATE, QoS 1: a copy
-    # resent after a lost PUBACK counts twice), and passed them on: the operator has them all.
-    moved = 5 * RATE * (12 - row["t"])
-    assert 0.9 * moved <= entry["spare_received"] <= 1.2 * moved, entry
+    assert row["latency"] == pytest.approx(figures[decided][1], abs=1e-6) and row["slo"] == 0.02
+    # gw-2 switched once its drivers' session was up on the spare; the request went through
+    # broker-1, backlogged (seconds, on a busy host).
+    assert figures[decided][0] <= row["t"] < 12.0
+    assert row["t"] == pytest.approx(entry["t_join"], abs=1e-3)
+    # The spare received gw-2's readings from the join on (5 sensors at RATE; until the drivers
+    # stop, after the run's 12 s once the request gets through broker-1's backlog), and passed
+    # them on: the operator has them all.
+    assert 0.9 * 5 * RATE * (12 - row["t"]) <= entry["spare_received"] <= 5 * RATE * 15, entry
     messages = pq.read_table(folder / "messages.parquet").to_pandas()
     assert len(messages) >= 0.95 * 10 * RATE * 12 and not messages["lost"].any()
     after = messages[(messages["t_sent"] > row["t"] + 0.5)]
