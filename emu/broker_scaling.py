@@ -146,10 +146,12 @@ class BrokerScaling:
     """`start(epoch)` as the run begins, `finish()` at its end, then `columns()` and
     `facts()`. `addresses`: each watched broker's address as the host reaches it;
     `brokers`: each agent's broker at the start; `publishers`: the agents running drivers,
-    in the topology's order."""
+    in the topology's order; `standing`: the topology node an agent stands at where it is
+    not one (a device group's container stands at its first device, emu.cluster.plan)."""
 
     def __init__(self, control, entries: list[BrokerScalingSpec], topology: Topology,
                  addresses: dict[str, str], brokers: dict[str, str], publishers: list[str],
+                 standing: dict[str, str] | None = None,
                  clock: Callable[[], float] = time.time) -> None:
         self.control = control
         self.entries = list(entries)
@@ -157,6 +159,7 @@ class BrokerScaling:
         self.addresses = addresses
         self.brokers = dict(brokers)  # agent -> the broker its drivers publish through now
         self.publishers = list(publishers)
+        self.standing = dict(standing or {})
         self.clock = clock
         self.scalers = [Scaler(entry) for entry in self.entries]
         self.figures: list[list[list]] = [[] for _ in self.entries]
@@ -227,7 +230,8 @@ class BrokerScaling:
         entry = self.entries[i]
         with self._lock:
             publishers = [a for a in self.publishers if self.brokers.get(a) == entry.broker]
-        moving = movers(publishers, entry.spare, entry.share, self.routes)
+        at = {self.standing.get(agent, agent): agent for agent in publishers}
+        moving = [at[node] for node in movers(list(at), entry.spare, entry.share, self.routes)]
         result = self.control.send(moving, "drivers.broker", {"broker": entry.spare},
                                    timeout=REQUEST_TIMEOUT_S)
         moved = [node for node in moving

@@ -308,7 +308,8 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
                     return BrokerScaling(
                         control, list(scaling.entries), topology,
                         {b: f"{status[b].ip}:1883" for b in [*plan.spares, *plan.spares.values()]},
-                        plan.brokers, [a.node for a in plan.agents() if a.agent.drivers])
+                        plan.brokers, [a.node for a in plan.agents() if a.agent.drivers],
+                        {a: plan.link(a, b).path[0] for a, b in plan.brokers.items()})
 
             return _run(cluster, timing, progress, stage, scenario, configs, seed, during,
                         faults, detector, replicator, broadcaster, scaler)
