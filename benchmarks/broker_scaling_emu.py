@@ -17,34 +17,26 @@ received: gw-2's readings after the join), `messages=`, `lost=`, and the reading
 `lat_p50=`/`lat_p95=` (s, emission to the counter) after the split, for gw-1's sensors (a)
 and gw-2's (b).
 
-Measured on the 2-core development host (2026-11-26, load average about 1; defaults:
+Measured on the 2-core development host (2026-11-26, load average under 1; defaults:
 --speed 0.02 --rate 50 --duration 20, --runs 2; probe figures and latencies in s):
 
     mode  seed  t_join  p95_before  p95_after  spare_received  lost  lat_p50_a  lat_p50_b
-    join  1     5.03    0.1109      0.1116     3747            0     6.11       0.198
-    stay  1     -       0.0315      0.0315     0               0     5.87       5.66
-    join  2     2.10    0.0715      0.1711     4493            0     6.51       0.186
-    stay  2     -       0.1269      0.1784     0               0     4.53       4.61
+    join  1     2.41    0.1454      0.0067     4424            0     0.057      0.040
+    stay  1     -       0.0554      0.0555     0               0     5.57       5.64
+    join  2     3.32    0.1044      0.0058     4177            0     0.094      0.045
+    stay  2     -       0.0630      0.0626     0               0     6.25       6.24
 
-Each join was decided at the second figure over 20 ms in a row (at 5 s and 2 s: seed 1's
-figure at 3 s was 13 ms) and gw-2 switched 29 ms and 104 ms later (its answer reaches the
-host later, through broker-1's backlog: 1.4 to 3.6 s in earlier runs). The spare received
-gw-2's readings from the switch until its drivers stopped (5 x 50/s x about (20 - t_join),
-and the seconds the request to stop takes through broker-1) and passed them all on (lost 0,
-QoS 1).
-
-broker-1's probe delay does not fall after the join: the spare's bridge publishes every
-moved reading to broker-1 (its readers' subscriptions are there), so broker-1 routes as many
-messages as before, from one connection fewer; at 2 % of a core under 500 QoS 1 readings/s
-its Mosquitto is throttled in most 100 ms periods (figures of 0.1 or 0.2 s either way), a
-backlog grows and readings wait seconds. What falls is the moved readings' latency (gw-2's,
-b: 5.7 and 4.6 s to 0.2 s), while gw-1's does not (a: 5.9 and 4.5 s to 6.1 and 6.5 s):
-broker-1's throughput is shared otherwise between its connections after the move (where
-gw-1's readings wait, in its client's in-flight window or in broker-1's socket, was not
-looked into). The model
-(sim.broker_scaling) hands the moved readings to the readers from the spare itself, so there
-broker-1's queue falls after the join (experiments/broker-scaling.yaml): the two backends
-differ there.
+Each join came at the second figure over 20 ms in a row. On a join the counter's node
+subscribes on broker-2 too (`readers.broker`), then gw-2 publishes its drivers' readings
+there (`drivers.broker`); broker-2 hands them to the counter itself, so broker-1 carries
+gw-1's 250 readings/s only: its probe figure falls from 0.10-0.15 s to 6-7 ms at the median
+(still 0.09 s in some seconds: at 2 % of a core Mosquitto is throttled now and then), and
+both gateways' readings flow (p50 0.04 to 0.09 s) where the run without a join keeps them
+5.6 to 6.3 s late. Nothing lost (QoS 1). (A first design bridged the spare to broker-1, the
+readers' broker: broker-1 then routed every moved reading still, its delay did not fall and
+gw-1's readings stayed 6 s late; only the moved ones gained.) The model
+(sim.broker_scaling, experiments/broker-scaling.yaml) hands the moved readings to the
+readers from the spare as well.
 """
 
 from __future__ import annotations

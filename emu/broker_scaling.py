@@ -2,9 +2,11 @@
 broker_scaling says what is measured and how the controller decides, for the model too).
 
 A spare broker runs from the start, idle, as a warm standby VM would (emu.cluster.plan: no
-agent takes it, its Mosquitto bridges the streams' topics to the broker it backs); it
-"joins" when publishers move to it. The host is the controller, on a thread of its own
-while the run measures, per entry:
+agent takes it, every agent of the broker it backs has a link to it); it "joins" when the
+broker's readers subscribe there too and publishers move to it, so the spare hands the moved
+readings to the readers itself and the watched broker carries them no more (no bridge: one
+would route them through the watched broker again). The host is the controller, on a
+thread of its own while the run measures, per entry:
 
 - Probe: every `probe` seconds from the epoch it publishes a 64 B QoS 0 message to the
   watched broker and takes its delay until the broker sends it back on the same client's
@@ -15,10 +17,14 @@ while the run measures, per entry:
 - Figure: at each `interval` from the epoch, the 95th percentile
   (workloads.replication.percentile) of the probes sent in the interval just gone; one still
   out counts with its age then (the broker is at least that slow); none sent: no figure.
-- Decision: workloads.broker_scaling.Scaler. On a join the publishers (the agents whose
-  broker is the watched one and that run drivers, in the topology's order, less those moved
-  already) `movers` of them get `drivers.broker` (emu.agent.brokers): their drivers publish
-  through the spare from when each answers, connected there. A row of the `replicas` table
+- Decision: workloads.broker_scaling.Scaler. On a join the readers (the agents of the
+  watched broker that run operators) get `readers.broker` (emu.agent.brokers: their node
+  session's subscriptions on the spare too), and once all have answered, `movers` of the
+  publishers (the agents whose broker is the watched one and that run drivers, in the
+  topology's order, less those moved already) get `drivers.broker`: their drivers publish
+  through the spare from when each answers, connected there. An operator that reads through
+  a session of its own cannot follow yet: `check_readers` refuses such a run before it
+  starts. A row of the `replicas` table
   (t: when the last mover answered, by its clock, from the epoch: its answer reaches the host
   later, through the slow broker, 2 s later once; operator: the broker; action
   `broker_join`; node: the spare; instances: the brokers now serving the broker's publishers;
@@ -152,13 +158,15 @@ class BrokerScaling:
     def __init__(self, control, entries: list[BrokerScalingSpec], topology: Topology,
                  addresses: dict[str, str], brokers: dict[str, str], publishers: list[str],
                  standing: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, readers: list[str] = ()) -> None:
         self.control = control
         self.entries = list(entries)
         self.routes = Routes(topology)
         self.addresses = addresses
+        self.first = dict(brokers)  # agent -> its broker at the start (its readers' too)
         self.brokers = dict(brokers)  # agent -> the broker its drivers publish through now
         self.publishers = list(publishers)
+        self.readers = list(readers)  # the agents running operators
         self.standing = dict(standing or {})
         self.clock = clock
         self.scalers = [Scaler(entry) for entry in self.entries]
@@ -228,6 +236,20 @@ class BrokerScaling:
 
     def _join(self, i: int, figure: float | None) -> None:
         entry = self.entries[i]
+        # The watched broker's readers subscribe on the spare first: nothing moved there may
+        # find nobody to take it. A reader that did not is an error, and nobody moves.
+        readers = [a for a in self.readers if self.first.get(a) == entry.broker]
+        result = self.control.send(readers, "readers.broker", {"broker": entry.spare},
+                                   timeout=REQUEST_TIMEOUT_S)
+        failed = [node for node in readers if (reply := result.replies.get(node)) is None
+                  or not reply.ok]
+        for node in failed:
+            reply = result.replies.get(node)
+            self.errors[i].append(f"readers.broker on {node}: " + (
+                reply.error if reply is not None
+                else f"no answer in {REQUEST_TIMEOUT_S:g} s"))
+        if failed:
+            return
         with self._lock:
             publishers = [a for a in self.publishers if self.brokers.get(a) == entry.broker]
         at = {self.standing.get(agent, agent): agent for agent in publishers}
@@ -289,3 +311,25 @@ class BrokerScaling:
                  "probes": self.figures[i], "errors": self.errors[i],
                  "spare_received": counts[entry.spare]}
                 for i, entry in enumerate(self.entries)]
+
+
+def check_readers(entries, brokers: dict[str, str], configs: dict) -> None:
+    """Refuse, before anything starts, a watched broker whose readers the spare could not
+    reach: an operator reading through a session of its own (a migration's, recovery's or
+    replication's: emu.deployment) or a Spark query, which the readers' session on the spare
+    (emu.agent.brokers) does not carry. A SpecError naming the entry."""
+    from topologies.errors import SpecError
+
+    for i, entry in enumerate(entries):
+        for node, config in configs.items():
+            if brokers.get(node) != entry.broker:
+                continue
+            for operator in config.operators:
+                if operator.session or operator.engine != "python":
+                    raise SpecError(
+                        ("scenario", "broker_scaling", i, "broker"), entry.broker,
+                        f"a broker whose readers take their input through the agent's own "
+                        f"session on emu: operator {operator.name!r} on {node} reads through "
+                        + ("Spark's" if operator.engine != "python" else "a session of its "
+                           "own (it may move, be recovered or replicated)")
+                        + ", which the spare's readers' session does not carry yet")

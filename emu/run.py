@@ -276,6 +276,10 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
     scaling = resolve_scaling(getattr(scenario, "broker_scaling", None) or [], topology)
     plan = plan_cluster(topology, name, agents=configs,
                         spares={entry.spare: entry.broker for entry in scaling.entries})
+    if scaling.entries:
+        from emu.broker_scaling import check_readers
+
+        check_readers(scaling.entries, plan.brokers, configs)
     faults = _fault_schedule(scenario, topology, timing.duration, plan)
     cluster = Cluster(plan, records=records, seed=seed, progress=up_progress)
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
@@ -309,7 +313,8 @@ def emulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorS
                         control, list(scaling.entries), topology,
                         {b: f"{status[b].ip}:1883" for b in [*plan.spares, *plan.spares.values()]},
                         plan.brokers, [a.node for a in plan.agents() if a.agent.drivers],
-                        {a: plan.link(a, b).path[0] for a, b in plan.brokers.items()})
+                        {a: plan.link(a, b).path[0] for a, b in plan.brokers.items()},
+                        readers=[a.node for a in plan.agents() if a.agent.operators])
 
             return _run(cluster, timing, progress, stage, scenario, configs, seed, during,
                         faults, detector, replicator, broadcaster, scaler)

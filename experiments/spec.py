@@ -77,7 +77,7 @@ class ScenarioSpec(BaseModel):
         "when the load falls (workloads.replication)")
     broadcasts: list[BroadcastSpec] = Field(
         default_factory=list, description="control messages from a coordinator to workers, "
-        "naive or over a tree (workloads.broadcast); sim only for now")
+        "naive or over a tree (workloads.broadcast); sim and emu (from a gateway or cloud VM)")
     broker_scaling: list[BrokerScalingSpec] = Field(
         default_factory=list, description="spare brokers that join a broker whose delay stays "
         "over a bound, a share of its publishers moving to them (workloads.broker_scaling)")

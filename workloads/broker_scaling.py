@@ -12,14 +12,17 @@ service time on its node's CPU, behind what it has queued; emu: a message the ho
 to the broker and receives back from it) and takes its time through; an interval's figure is
 the 95th percentile of its probes (workloads.replication.percentile). After `up` intervals in
 a row over `bound`, the spare joins: a `share` of the publishers that publish through the
-broker (the nodes running devices' drivers, `publishers`) send to the spare from then on, the
-ones nearest the spare first (`movers`). The spare passes their messages on to the watched
-broker's readers (sim: brokers hand copies to any subscriber; emu: a Mosquitto bridge from
-the spare to the broker), so the operators keep their subscriptions and lose nothing. An entry
+broker (the nodes running devices' drivers, and on sim devices publishing straight to it) are
+told to move, the ones nearest the spare first (`movers`), and from when each has the command
+its devices' readings go to the spare (only the drivers' readings: operators on a moved
+gateway keep their broker). The spare hands them to the watched broker's readers itself
+(sim: brokers hand copies to any subscriber; emu: the readers subscribe on the spare too
+before anyone moves), so the watched broker carries them no more and nothing is lost. An entry
 acts once (a broker with several entries calls its spares one after the other); spares do not
 leave again (the white paper's controller only adds VMs). Recorded with the replicas: a row
-of the `replicas` table per join (operator: the broker; action: `broker_join`; node: the
-spare; instances: the brokers now serving the broker's publishers).
+of the `replicas` table per join, when the last mover has switched (operator: the broker;
+action: `broker_join`; node: the spare; instances: the brokers now serving the broker's
+publishers; latency: the deciding figure; slo: the bound).
 """
 
 from __future__ import annotations

@@ -142,9 +142,10 @@ class Agent:
         self.client = new_client(f"foglab-agent-{self.node}", persistent=True)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
-        # Moved to a spare broker (emu.agent.brokers): the drivers' own session there.
+        # Moved to a spare broker (emu.agent.brokers): the drivers' session there; every
+        # session on a spare, the readers' too (closed at the stop).
         self.drivers_client: Any = None
-        self.drivers_brokers: list = []
+        self.spare_sessions: list = []
         self.connections = 0  # CONNACKs: 1 + reconnections
         self._stopping = False
         self._qos: dict[str, int] = {}  # operator -> the highest QoS of its inputs so far
@@ -194,7 +195,7 @@ class Agent:
             self.registration.close(timeout=max(0.1, deadline - time.monotonic() - 0.2))
         self.client.disconnect(properties=end_session())
         self.client.loop_stop()
-        for moved in self.drivers_brokers:
+        for moved in self.spare_sessions:
             moved.close()
         for session in list(self.sessions.values()):
             session.close()

@@ -1,12 +1,19 @@
-"""The drivers' move to a spare broker (workloads.broker_scaling): a `drivers.broker` request.
+"""A spare broker joining (workloads.broker_scaling): `readers.broker` and `drivers.broker`.
 
-When a watched broker stays slow, the host (emu.broker_scaling) tells some of the nodes that
-publish through it to publish their drivers' messages through a spare broker, which bridges
-them to the watched one (emu.cluster.plan.spare_files). The node opens a second MQTT session,
-on the spare, for its drivers only, and answers once the spare has accepted it: from then on
-every driver's message that goes to a broker goes there, at its stream's QoS. Everything else
-stays on the node's first session: management, operators' subscriptions and outputs, and the
-node's local operators still take its drivers' messages in-process, as before.
+When a watched broker stays slow, the host (emu.broker_scaling) first tells the nodes that
+read through it to read from a spare broker too (`readers.broker`): the node opens a second
+MQTT session, on the spare, with the subscriptions its operators have on its first session
+(the same filters and subscription identifiers, at QoS 1), and answers once the spare has
+confirmed them; what comes on it is taken as what comes on the first. Then it tells some of
+the nodes that publish through the watched broker to publish their drivers' messages through
+the spare (`drivers.broker`): the node opens a second session there for its drivers only, and
+answers once the spare has accepted it: from then on every driver's message that goes to a
+broker goes there, at its stream's QoS. The spare hands them to the readers directly, so the
+watched broker no longer carries them. Everything else stays on the node's first session:
+management, operators' outputs, and the node's local operators still take its drivers'
+messages in-process, as before. (The readers' session carries what the node's own session
+subscribes to: operators that read through sessions of their own, emu.deployment, are not
+moved; emu.broker_scaling refuses a run that would need them to.)
 
 Nothing is lost in the switch: the first session stays connected, so its QoS 1 messages still
 in flight are acknowledged and resent there as ever; the switch happens on the scheduler's
@@ -74,9 +81,80 @@ class DriversBroker:
         self.client.loop_stop()
 
 
-def move(agent: Agent, args: dict[str, Any], answer: Callable[..., None]) -> None:
-    """`drivers.broker`: args `broker`, a spare of the node's config (AgentConfig.spares), or
-    `address` ("host:port", with `broker` naming it or not)."""
+def readers_client_id(node: str) -> str:
+    return f"foglab-agent-{node}-readers"
+
+
+class ReadersBroker:
+    """A node's operators' second session, on a spare broker: the node session's
+    subscriptions there too; `answer(result)` on the scheduler's thread once the spare has
+    confirmed them all."""
+
+    def __init__(self, agent: Agent, broker: str, address: str,
+                 answer: Callable[..., None]) -> None:
+        from emu.agent.agent import broker_address
+
+        self.agent = agent
+        self.broker = broker
+        self.address = address
+        self._answer: Callable[..., None] | None = answer
+        self._waiting: set[int] = set()
+        self.client = new_client(readers_client_id(agent.node), persistent=True)
+        self.client.on_connect = self._on_connect
+        self.client.on_subscribe = self._on_subscribe
+        self.client.on_message = agent._on_message  # as the first session's messages
+        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
+        host, port = broker_address(address)
+        self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
+        self.client.loop_start()
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, *rest: Any) -> None:
+        if not connected(rc):
+            print(f"foglab agent {self.agent.node}: spare broker {self.broker} refused the "
+                  f"readers' connection: {rc}", file=sys.stderr, flush=True)
+            return
+        no_delay(client)
+        self.agent.scheduler.call(self._subscribe)
+
+    def _subscribe(self) -> None:
+        """On the scheduler's thread: the node session's filters, with their identifiers (the
+        agent tells one subscription's copy from another's by them)."""
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        agent = self.agent
+        mids = set()
+        for topic_filter in sorted(agent._subscribed):
+            properties = Properties(PacketTypes.SUBSCRIBE)
+            properties.SubscriptionIdentifier = agent._subscription_ids[topic_filter]
+            mids.add(self.client.subscribe(topic_filter, 1, properties=properties)[1])
+        self._waiting = mids
+        if not mids:
+            self._answered()
+
+    def _on_subscribe(self, client: Any, userdata: Any, mid: int, *rest: Any) -> None:
+        self.agent.scheduler.call(self._acknowledged, mid)
+
+    def _acknowledged(self, mid: int) -> None:
+        self._waiting.discard(mid)
+        if not self._waiting:
+            self._answered()
+
+    def _answered(self) -> None:
+        if self._answer is None:  # a reconnection
+            return
+        answer, self._answer = self._answer, None
+        answer({"broker": self.broker, "address": self.address,
+                "filters": sorted(self.agent._subscribed), "t": self.agent.clock()})
+
+    def close(self) -> None:
+        self.client.disconnect(properties=end_session())
+        self.client.loop_stop()
+
+
+def _spare(agent: Agent, args: dict[str, Any]) -> tuple[str, str]:
+    """The spare a request names: `broker`, a spare of the node's config (AgentConfig.spares),
+    or `address` ("host:port", with `broker` naming it or not)."""
     broker, address = args.get("broker"), args.get("address")
     if address is None:
         if not isinstance(broker, str) or broker not in agent.config.spares:
@@ -86,6 +164,19 @@ def move(agent: Agent, args: dict[str, Any], answer: Callable[..., None]) -> Non
         address = agent.config.spares[broker]
     if not isinstance(address, str) or not address:
         raise ValueError(f"'address' is a broker's host:port, not {address!r}")
+    return str(broker or address), address
+
+
+def read(agent: Agent, args: dict[str, Any], answer: Callable[..., None]) -> None:
+    """`readers.broker`: the node's operators read from the spare too (args as `move`'s)."""
+    broker, address = _spare(agent, args)
+    agent.spare_sessions.append(ReadersBroker(agent, broker, address, answer))
+
+
+def move(agent: Agent, args: dict[str, Any], answer: Callable[..., None]) -> None:
+    """`drivers.broker`: args `broker`, a spare of the node's config (AgentConfig.spares), or
+    `address` ("host:port", with `broker` naming it or not)."""
+    broker, address = _spare(agent, args)
     # A node moved before keeps its earlier drivers' session open (its QoS 1 messages in
     # flight) until it stops.
-    agent.drivers_brokers.append(DriversBroker(agent, str(broker or address), address, answer))
+    agent.spare_sessions.append(DriversBroker(agent, broker, address, answer))

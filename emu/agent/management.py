@@ -9,7 +9,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
-from emu.agent.brokers import move
+from emu.agent.brokers import move, read
 from emu.agent.migration import COMMANDS as MIGRATION_COMMANDS
 from emu.agent.operators import Operator, operator_config
 from emu.agent.protocol import SETTINGS, Request, RequestError, response
@@ -71,8 +71,10 @@ class Management:
         if request.command in MIGRATION_COMMANDS:
             self._migration_step(request, t_received)
             return
-        if request.command == "drivers.broker":  # answered once connected (emu.agent.brokers)
-            self._migration_step(request, t_received, partial(move, self.agent))
+        if request.command in ("drivers.broker", "readers.broker"):  # answered once the
+            # spare has the session, and the subscriptions (emu.agent.brokers)
+            handle = move if request.command == "drivers.broker" else read
+            self._migration_step(request, t_received, partial(handle, self.agent))
             return
         try:
             result = getattr(self, f"_{request.command.replace('.', '_')}")(request.args,

@@ -30,8 +30,9 @@ COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping",
             "migrate.spark.rollback",
             # a moving device (emu.agent.drivers): its access link, its handover
             "device.link", "device.leave", "device.join",
-            # a spare broker joining (workloads.broker_scaling): the drivers publish there
-            "drivers.broker",
+            # a spare broker joining (workloads.broker_scaling): the operators read there too,
+            # the drivers publish there
+            "readers.broker", "drivers.broker",
             # a node's part of the run's control-message broadcasts (emu.agent.broadcast)
             "broadcast.plan")
 SETTINGS = ("publish.rate", "run.epoch")

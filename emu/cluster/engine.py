@@ -40,7 +40,7 @@ from emu.agent.config import CONFIG_VARIABLE, RECORDS_DIR
 from emu.cluster import inventory
 from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import Links, make_links
-from emu.cluster.plan import ClusterPlan, ContainerPlan, point_bridge
+from emu.cluster.plan import ClusterPlan, ContainerPlan
 from emu.cluster.services import mqtt_answers, zookeeper_answers
 from emu.cluster.zygote import (
     Zygote,
@@ -183,7 +183,6 @@ class Cluster:
                         self.client.api.connect_container_to_network(
                             self._made.ids[service], network, aliases=[service])
             self.addresses = self.links.addresses(ips, self.bridges)
-            self._start_spares()
             if self.zygote is not None:
                 self.progress("zygote", 0, 1, "waiting for the agents' zygote")
                 wait_listening(self.client, self.zygote)
@@ -200,17 +199,6 @@ class Cluster:
             raise
         self.facts = self._facts(time.monotonic() - started)
         return self
-
-    def _start_spares(self) -> None:
-        """Write each spare broker's conf, its bridge pointed at its link to the broker it
-        backs; its Mosquitto, waiting for the conf, starts then (emu.cluster.plan)."""
-        assert self._made is not None
-        for plan in self.plan.services():
-            if plan.bridge is not None:
-                files = point_bridge(plan.files, self.addresses[(plan.node, plan.bridge)])
-                with _interrupts_deferred():
-                    self.client.api.put_archive(self._made.ids[plan.node], "/",
-                                                _archive(files))
 
     def _start_zygote(self) -> None:
         """Start the zygote's container; it imports the agent while the links are made."""
@@ -349,7 +337,7 @@ class Cluster:
         container = created["Id"]
         assert self._made is not None
         self._made.ids[plan.node] = container
-        if plan.files and plan.bridge is None:  # a spare's wait for its links (_start_spares)
+        if plan.files:
             api.put_archive(container, "/", _archive(plan.files))
         for network in plan.extra_networks:
             api.connect_container_to_network(container, network, aliases=[plan.node])

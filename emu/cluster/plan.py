@@ -46,15 +46,13 @@ bandwidth to itself.
 
 Spare brokers (`scenario.broker_scaling`, workloads.broker_scaling). A spare runs Mosquitto
 from the start, idle, as a warm standby VM would: no agent takes it as its broker; "joining"
-is the moment publishers move to it (emu.broker_scaling). Its mosquitto.conf is the image's
-with a bridge to the broker it stands by (`spare_files`): the data topics of the streams its
-movers may publish, out to the watched broker at QoS 1 at most, with a persistent session
-under a fixed client id; management topics never reach a spare, so nothing loops. The bridge
-is a client like any other: the spare has a link to the watched broker (client: the spare),
-shaped as their path, and each agent that may move (it publishes through the watched broker)
-has a link to the spare and its address in `AgentConfig.spares`. The engine writes the conf
-once the links' addresses are known (the spare's Mosquitto waits for it: `SPARE_COMMAND`).
-Under netem the bridge goes to the broker's own address, unshaped (netem shapes agents only).
+is the moment its readers subscribe there and publishers move to it (emu.broker_scaling).
+There is no bridge: a bridge to the watched broker would route every moved message through
+that broker again and relieve it of nothing; the readers take the spare's messages from it
+directly, as IoTCloud's shared channels let a subscriber read from any broker. Each agent of
+the watched broker (a mover-to-be or a reader) has a link to the spare, shaped as their path,
+and its address in `AgentConfig.spares`. The spare's conf (`spare_files`) is the image's
+with $SYS counters every second (the host reads what it received).
 """
 
 from __future__ import annotations
@@ -83,13 +81,8 @@ ZOOKEEPER_PEER_PORTS = (2888, 3888)
 AGENT_COMMAND = ("python3", "-m", "emu.agent")
 IDLE_COMMAND = ("sleep", "infinity")
 DEFAULT_SEGMENT = "default"
-# A spare broker's Mosquitto starts once the engine has written its conf, bridge address and
-# all (emu.cluster.engine): the marker comes after the conf in one archive.
-SPARE_CONFIG = "/etc/foglab/spare.conf"
-SPARE_READY = "/etc/foglab/spare.ready"
-SPARE_COMMAND = ("sh", "-c", f"while [ ! -e {SPARE_READY} ]; do sleep 0.05; done; "
-                 f"exec mosquitto -c {SPARE_CONFIG}")
-BRIDGE_ADDRESS = "address "  # the conf's line the engine points at the link
+SPARE_CONFIG = "/etc/foglab/spare.conf"  # a spare broker's mosquitto.conf (spare_files)
+SPARE_COMMAND = ("mosquitto", "-c", SPARE_CONFIG)
 # The services image's mosquitto.conf, whose settings a spare's conf keeps.
 MOSQUITTO_DEFAULTS = Path(__file__).resolve().parents[1] / "rootfs/services/mosquitto.conf"
 ZOOKEEPER_NAME = "zookeeper"
@@ -139,7 +132,6 @@ class ContainerPlan:
     files: tuple[tuple[str, str], ...] = ()  # (path in the container, text) put before start
     profile: str | None = None
     extra_networks: tuple[str, ...] = ()  # joined before start: an ensemble's quorum network
-    bridge: str | None = None          # a spare broker: the broker its bridge goes to
 
     @property
     def address(self) -> str:
@@ -268,10 +260,9 @@ class _Planner:
             if name not in standing:
                 standing[name] = self._device_group(config)
         brokers = {name: self._broker(name, node) for name, node in standing.items()}
-        # Each spare's movers-to-be: the agents publishing through the broker it backs.
-        movers = {spare: [name for name in standing if brokers[name] == watched
-                          and self.configs[name].drivers]
-                  for spare, watched in self.spares.items()}
+        # Each spare's clients-to-be: the agents of the broker it backs (movers, readers).
+        clients = {spare: [name for name in standing if brokers[name] == watched]
+                   for spare, watched in self.spares.items()}
         servers, anchors = self._zookeeper(list(standing.values()))
         containers: dict[str, ContainerPlan] = {}
         for node in nodes:
@@ -281,12 +272,9 @@ class _Planner:
                           "zookeeper" if node.name in servers else "idle")
             containers[node.name] = self._container(node.name, node.kind, role, node.site,
                                                     node, servers)
-        for spare, watched in self.spares.items():
-            streams = sorted({d.stream for name in movers[spare]
-                              for d in self.configs[name].drivers})
-            containers[spare] = replace(
-                containers[spare], command=SPARE_COMMAND, bridge=watched,
-                files=spare_files(self.cluster, spare, containers[watched].address, streams))
+        for spare in self.spares:
+            containers[spare] = replace(containers[spare], command=SPARE_COMMAND,
+                                        files=spare_files(self.cluster, spare))
         for name in servers:
             if name not in containers:  # an added server, beside its anchor
                 anchor = self.topology.nodes.get(anchors[name])
@@ -300,7 +288,7 @@ class _Planner:
             links += [self._link(name, server, anchors[server], "zookeeper", ZOOKEEPER_PORT,
                                  node.name) for server in servers]
             spares = {spare: containers[spare].address for spare in self.spares
-                      if name in movers[spare]}
+                      if name in clients[spare]}
             links += [self._link(name, spare, spare, "mqtt", MQTT_PORT, node.name)
                       for spare in spares]
             config = replace(self.configs[name], mqtt=containers[broker].address,
@@ -308,9 +296,6 @@ class _Planner:
                              spares=spares)
             containers[name] = self._container(name, config.kind, "agent", node.site, node,
                                                servers, config, broker)
-        # A spare's bridge to the broker it backs: a client's link like the agents'.
-        links += [self._link(spare, watched, watched, "mqtt", MQTT_PORT, spare)
-                  for spare, watched in self.spares.items()]
         if len(servers) > 1:
             # The quorum talks directly on the first server's network, unshaped.
             quorum = containers[servers[0]].network
@@ -528,36 +513,11 @@ def zookeeper_files(cluster: str, servers: list[str], server: str) -> tuple[tupl
     return ((ZOOKEEPER_CONFIG, "\n".join(lines) + "\n"), (f"{ZOOKEEPER_DATA}/myid", f"{myid}\n"))
 
 
-def spare_files(cluster: str, spare: str, watched: str,
-                streams: list[str]) -> tuple[tuple[str, str], ...]:
-    """A spare broker's mosquitto.conf: the image's settings and a bridge to the broker it
-    backs (at `watched`, its direct address; the engine points the `address` line at the
-    spare's link there) carrying the streams' topics out at QoS 1 at most (a QoS 0 message
-    stays QoS 0). A persistent bridge session (cleansession false, a fixed client id): after
-    a dropped connection the spare resends what the broker had not acknowledged. No
-    notifications: the bridge publishes nothing of its own on the watched broker."""
+def spare_files(cluster: str, spare: str) -> tuple[tuple[str, str], ...]:
+    """A spare broker's mosquitto.conf: the image's settings, and its $SYS counters published
+    every second, so the host can read how many messages it received (emu.broker_scaling)."""
     defaults = MOSQUITTO_DEFAULTS.read_text()
-    lines = [
-        f"# {spare}: a spare broker of cluster {cluster}, bridged to the broker it backs "
-        "(emu.cluster.plan.spare_files)",
-        # $SYS counters every second: the host reads what the spare received (emu.broker_scaling).
-        "sys_interval 1",
-        f"connection foglab-bridge-{spare}",
-        f"{BRIDGE_ADDRESS}{watched}",
-        f"clientid foglab-bridge-{cluster}-{spare}",
-        "cleansession false",
-        "notifications false",
-        "bridge_protocol_version mqttv311",
-        "try_private true",
-        # No mover publishes any stream: the bridge still needs a topic.
-        *(f"topic {stream}/# out 1" for stream in streams or ["#"]),
-    ]
-    return ((SPARE_CONFIG, defaults + "\n".join(lines) + "\n"), (SPARE_READY, ""))
+    lines = [f"# {spare}: a spare broker of cluster {cluster} (emu.cluster.plan.spare_files)",
+             "sys_interval 1"]
+    return ((SPARE_CONFIG, defaults + "\n".join(lines) + "\n"),)
 
-
-def point_bridge(files: tuple[tuple[str, str], ...],
-                 address: str) -> tuple[tuple[str, str], ...]:
-    """A spare's files with its bridge's `address` line pointed at `address` (its link's)."""
-    return tuple((path, "\n".join(
-        f"{BRIDGE_ADDRESS}{address}" if line.startswith(BRIDGE_ADDRESS) else line
-        for line in text.split("\n"))) for path, text in files)

@@ -1,6 +1,8 @@
-"""A node's drivers move to a spare broker (`drivers.broker`, emu.agent.brokers): from the
-answer on, its drivers' messages go to the spare, everything else stays on the first broker,
-and no QoS 1 message is lost in the switch (two real Mosquittos on the host)."""
+"""A spare broker joining (emu.agent.brokers), on two real Mosquittos on the host: a node's
+drivers move there (`drivers.broker`): from the answer on, its drivers' messages go to the
+spare, everything else stays on the first broker, and no QoS 1 message is lost in the switch;
+a reader subscribes there too (`readers.broker`) and takes the moved messages from the spare
+itself, each once, with no bridge between the brokers."""
 
 from __future__ import annotations
 
@@ -9,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from emu.agent.config import DriverConfig
+from emu.agent.config import DriverConfig, OperatorConfig
 from tests.emu_agent.conftest import Listener, read_csv, wait_for
 from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
 
@@ -59,3 +61,31 @@ def test_the_drivers_publish_through_the_spare_from_the_answer_on_losing_nothing
     finally:
         first.close()
         moved.close()
+
+
+def test_a_reader_takes_the_moved_readings_from_the_spare_each_once(
+        broker, spare, config, agents, controller) -> None:
+    spares = {"broker-2": f"{spare.host}:{spare.port}"}
+    cloud = agents(config("cloud-1", kind="cloud_vm", index=100, spares=spares,
+                          operators=[OperatorConfig("store", reads=["city/#"])]))
+    source = agents(config("gw-1", index=1, spares=spares, drivers=[DriverConfig(
+        "city", [f"d-{i}" for i in range(DEVICES)], RATE, arrivals="periodic", qos=1)]))
+    time.sleep(1.0)
+    subscribed = controller.send(["cloud-1"], "readers.broker", {"broker": "broker-2"})
+    assert subscribed.ok, subscribed.summary()
+    assert subscribed.replies["cloud-1"].result["filters"] == ["city/#"]
+    moved = controller.send(["gw-1"], "drivers.broker", {"broker": "broker-2"})
+    assert moved.ok, moved.summary()
+    switched = moved.replies["gw-1"].result["t"]
+    time.sleep(1.5)
+    source.scheduler.call(source.drivers.set_rate, 0.0)
+    time.sleep(1.0)
+    for agent in (source, cloud):
+        agent.scheduler.call(agent.records.flush)
+    time.sleep(0.2)
+    sent = {int(r["id"]): float(r["t_sent"])
+            for r in read_csv(source.records.directory / "sent.csv")}
+    received = [int(r["id"]) for r in read_csv(cloud.records.directory / "received.csv")]
+    after = [i for i, t in sent.items() if t > switched]
+    assert len(after) >= RATE * DEVICES * 1.0  # through the spare only, since the switch
+    assert sorted(received) == sorted(sent)  # every reading once: none lost, none twice

@@ -1,6 +1,6 @@
 """A spare broker in a cluster's plan (scenario.broker_scaling), without Docker: nobody takes
-it at the start, its Mosquitto bridges the movers' streams to the broker it backs through a
-link of its own, and the agents that may move know its address through theirs."""
+it at the start, it runs a plain Mosquitto (no bridge), and every agent of the broker it backs,
+the readers as the movers, knows its address through a link of its own."""
 
 from __future__ import annotations
 
@@ -9,9 +9,7 @@ from emu.cluster.plan import (
     MQTT_PORT,
     SPARE_COMMAND,
     SPARE_CONFIG,
-    SPARE_READY,
     plan_cluster,
-    point_bridge,
 )
 from emu.deployment import agent_configs
 from topologies.model import Topology, expand
@@ -48,45 +46,51 @@ def test_without_spares_the_gateways_take_the_nearer_broker() -> None:
     topology = two_brokers()
     plan = plan_cluster(topology, "c1", agents=configs(topology), host_cpus=2)
     assert plan.brokers == {"gw-1": "broker-2", "gw-2": "broker-2", "cloud": "broker-1"}
-    assert plan.spares == {} and all(c.bridge is None for c in plan.services())
+    assert plan.spares == {} and all(not c.agent.spares for c in plan.agents())
 
 
-def test_no_agent_takes_a_spare_and_the_spare_bridges_the_streams_to_its_broker() -> None:
+def test_no_agent_takes_a_spare_and_every_agent_of_its_broker_can_reach_it() -> None:
     topology = two_brokers()
     plan = plan_cluster(topology, "c1", agents=configs(topology), host_cpus=2,
                         spares={"broker-2": "broker-1"})
     assert plan.brokers == {"gw-1": "broker-1", "gw-2": "broker-1", "cloud": "broker-1"}
     spare = plan.containers["broker-2"]
-    assert (spare.role, spare.bridge, spare.command) == ("broker", "broker-1", SPARE_COMMAND)
-    assert spare.port == MQTT_PORT and plan.containers["broker-1"].bridge is None
-    (conf_path, conf), (ready, _) = spare.files
-    assert (conf_path, ready) == (SPARE_CONFIG, SPARE_READY)
+    assert (spare.role, spare.command, spare.port) == ("broker", SPARE_COMMAND, MQTT_PORT)
+    ((conf_path, conf),) = spare.files
+    assert conf_path == SPARE_CONFIG
     assert conf.startswith(MOSQUITTO_DEFAULTS.read_text())  # the image's settings kept
-    bridge = conf[len(MOSQUITTO_DEFAULTS.read_text()):].splitlines()
-    assert "connection foglab-bridge-broker-2" in bridge
-    assert "address foglab-c1-broker-1:1883" in bridge  # direct, until the engine points it
-    assert "cleansession false" in bridge and "clientid foglab-bridge-c1-broker-2" in bridge
-    # Only the movers' streams, out: management topics never cross.
-    assert [line for line in bridge if line.startswith("topic")] == ["topic s/# out 1"]
-    # The bridge's link: the spare is its client, shaped as its path to broker-1 (3 ms).
-    link = plan.link("broker-2", "broker-1")
-    assert (link.role, link.path) == ("mqtt", ("broker-2", "broker-1"))
-    assert link.shape.latency_s == 0.003
-    # The gateways publish through broker-1: each has a link to the spare and its address.
-    for gateway in ("gw-1", "gw-2"):
-        assert plan.link(gateway, "broker-2").shape.latency_s == 0.002
-        assert plan.containers[gateway].agent.spares == {"broker-2": "foglab-c1-broker-2:1883"}
-        assert plan.containers[gateway].agent.mqtt == "foglab-c1-broker-1:1883"
-    # The cloud VM runs no drivers: it never moves, and has no link to the spare.
-    assert plan.containers["cloud"].agent.spares == {}
-    assert [link.service for link in plan.links_of("cloud")] == ["broker-1", "zookeeper"]
+    added = conf[len(MOSQUITTO_DEFAULTS.read_text()):].splitlines()
+    assert "sys_interval 1" in added and not any(
+        line.startswith(("connection", "address", "topic")) for line in added)  # no bridge
+    assert plan.containers["broker-1"].files == ()
+    # The spare is no client of broker-1: nothing routes the moved readings through it.
+    assert "broker-2" not in {link.client for link in plan.links}
+    # Every agent of broker-1 has a link to the spare, shaped as its path, and its address:
+    # the gateways may move their drivers there, the cloud VM reads there too after a join.
+    for agent, latency in (("gw-1", 0.002), ("gw-2", 0.002), ("cloud", 0.007)):
+        assert plan.link(agent, "broker-2").shape.latency_s == latency
+        assert plan.containers[agent].agent.spares == {"broker-2": "foglab-c1-broker-2:1883"}
+        assert plan.containers[agent].agent.mqtt == "foglab-c1-broker-1:1883"
 
 
-def test_the_engine_points_the_bridge_at_the_spares_link() -> None:
+def test_a_reader_with_a_session_of_its_own_is_refused_before_anything_starts() -> None:
+    import pytest
+
+    from emu.broker_scaling import check_readers
+    from topologies.errors import SpecError
+    from workloads.broker_scaling import BrokerScalingSpec
+
     topology = two_brokers()
-    plan = plan_cluster(topology, "c1", agents=configs(topology), host_cpus=2,
+    workload = WorkloadSpec.model_validate({"name": "w", "streams": [
+        {"name": "s", "sources": "a-*", "rate": "5/s", "qos": 1}]})
+    pipeline = [OperatorSpec.model_validate({"name": "count", "on": "cloud", "reads": "s"})]
+    entries = [BrokerScalingSpec(broker="broker-1", spare="broker-2", bound=0.02)]
+    plain = agent_configs(topology, workload, pipeline, 1, 0.0, hold=True)
+    plan = plan_cluster(topology, "c1", agents=plain, host_cpus=2,
                         spares={"broker-2": "broker-1"})
-    (_, conf), marker = point_bridge(plan.containers["broker-2"].files, "172.20.0.1:40123")
-    assert "address 172.20.0.1:40123" in conf.splitlines()
-    assert "foglab-c1-broker-1:1883" not in conf
-    assert marker == (SPARE_READY, "")  # after the conf: Mosquitto starts on a whole file
+    check_readers(entries, plan.brokers, plain)  # the node's own session: it can follow
+    moving = agent_configs(topology, workload, pipeline, 1, 0.0, hold=True, moving=["count"])
+    with pytest.raises(SpecError) as error:
+        check_readers(entries, plan.brokers, moving)
+    message = str(error.value)
+    assert "scenario.broker_scaling[0].broker" in message and "'count' on cloud" in message

@@ -1,6 +1,7 @@
 """A spare broker joins a slow one on containers (scenario.broker_scaling, emu.broker_scaling):
-the host's probes through broker-1 stay over the bound, half its publishers move to broker-2,
-whose bridge passes their readings on to the operator's broker; nothing is lost at QoS 1."""
+the host's probes through broker-1 stay over the bound, the operator's node subscribes on
+broker-2 too and half the publishers move there, so broker-2 hands their readings to the
+operator itself and broker-1 drains; nothing is lost at QoS 1."""
 
 from __future__ import annotations
 
@@ -60,8 +61,8 @@ def client():
     return docker_engine()
 
 
-def test_the_spare_joins_over_the_bound_and_passes_the_moved_readings_on(tmp_path,
-                                                                         client) -> None:
+def test_the_spare_joins_over_the_bound_takes_the_moved_readings_and_relieves_broker_1(
+        tmp_path, client) -> None:
     (outcome,) = run_experiment(parse_text(SCALING), tmp_path)
     assert outcome.error is None, outcome.error
     folder = outcome.folder
@@ -86,11 +87,16 @@ def test_the_spare_joins_over_the_bound_and_passes_the_moved_readings_on(tmp_pat
     assert figures[decided][0] <= row["t"] < 12.0
     assert row["t"] == pytest.approx(entry["t_join"], abs=1e-3)
     # The spare received gw-2's readings from the join on (5 sensors at RATE; until the drivers
-    # stop, after the run's 12 s once the request gets through broker-1's backlog), and passed
-    # them on: the operator has them all.
+    # stop, after the run's 12 s once the request gets through broker-1's backlog), and handed
+    # them to the operator: it has them all.
     assert 0.9 * 5 * RATE * (12 - row["t"]) <= entry["spare_received"] <= 5 * RATE * 15, entry
     messages = pq.read_table(folder / "messages.parquet").to_pandas()
     assert len(messages) >= 0.95 * 10 * RATE * 12 and not messages["lost"].any()
     after = messages[(messages["t_sent"] > row["t"] + 0.5)]
     assert set(after["source"].str[0]) == {"a", "b"}  # both gateways' readings reach it
     assert set(after["sink"]) == {"cloud"}
+    # broker-1, relieved of gw-2's readings (the spare hands them to the counter itself, no
+    # bridge back through broker-1), drains its backlog: gw-1's readings flow again (without
+    # the join they wait 5 to 6 s at the median, benchmarks/broker_scaling_emu.py).
+    settled = after[(after["source"].str[0] == "a") & (after["t_sent"] > row["t"] + 3.0)]
+    assert len(settled) > 0 and settled["latency"].median() < 1.0, settled["latency"].describe()
