@@ -36,13 +36,12 @@ if TYPE_CHECKING:
 KEEPALIVE = 30
 
 
-def drivers_client_id(node: str) -> str:
-    return f"foglab-agent-{node}-drivers"
+class SpareSession:
+    """A node's second persistent MQTT session, on a spare broker, for one `role` (drivers,
+    readers): connected, it calls `_connected` on the scheduler's thread; `answer(result)`
+    once, when the session is ready for the role (a reconnection answers nothing)."""
 
-
-class DriversBroker:
-    """A node's drivers' session on a spare broker: `answer(result)` on the scheduler's
-    thread once it is connected and the drivers publish through it."""
+    role = ""
 
     def __init__(self, agent: Agent, broker: str, address: str,
                  answer: Callable[..., None]) -> None:
@@ -52,28 +51,33 @@ class DriversBroker:
         self.broker = broker
         self.address = address
         self._answer: Callable[..., None] | None = answer
-        self.client = new_client(drivers_client_id(agent.node), persistent=True)
+        self.client = new_client(f"foglab-agent-{agent.node}-{self.role}", persistent=True)
         self.client.on_connect = self._on_connect
+        self._set_up(self.client)
         self.client.reconnect_delay_set(min_delay=1, max_delay=4)
         host, port = broker_address(address)
         self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
         self.client.loop_start()
 
+    def _set_up(self, client: Any) -> None:
+        """The role's callbacks, before the connection."""
+
     def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, *rest: Any) -> None:
         if not connected(rc):
             print(f"foglab agent {self.agent.node}: spare broker {self.broker} refused the "
-                  f"drivers' connection: {rc}", file=sys.stderr, flush=True)
+                  f"{self.role}' connection: {rc}", file=sys.stderr, flush=True)
             return
         no_delay(client)
-        self.agent.scheduler.call(self._switch)
+        self.agent.scheduler.call(self._connected)
 
-    def _switch(self) -> None:
-        """On the scheduler's thread: the drivers publish here from the next message on."""
+    def _connected(self) -> None:
+        raise NotImplementedError
+
+    def _answered(self, **result: Any) -> None:
         if self._answer is None:  # a reconnection
             return
-        self.agent.drivers_client = self.client
         answer, self._answer = self._answer, None
-        answer({"broker": self.broker, "address": self.address,
+        answer({"broker": self.broker, "address": self.address, **result,
                 "t": self.agent.clock()})
 
     def close(self) -> None:
@@ -81,40 +85,32 @@ class DriversBroker:
         self.client.loop_stop()
 
 
-def readers_client_id(node: str) -> str:
-    return f"foglab-agent-{node}-readers"
+class DriversBroker(SpareSession):
+    """A node's drivers' session on a spare broker: answered once it is connected and the
+    drivers publish through it."""
+
+    role = "drivers"
+
+    def _connected(self) -> None:
+        """On the scheduler's thread: the drivers publish here from the next message on."""
+        if self._answer is not None:
+            self.agent.drivers_client = self.client
+        self._answered()
 
 
-class ReadersBroker:
+class ReadersBroker(SpareSession):
     """A node's operators' second session, on a spare broker: the node session's
-    subscriptions there too; `answer(result)` on the scheduler's thread once the spare has
-    confirmed them all."""
+    subscriptions there too; answered once the spare has confirmed them all."""
 
-    def __init__(self, agent: Agent, broker: str, address: str,
-                 answer: Callable[..., None]) -> None:
-        from emu.agent.agent import broker_address
+    role = "readers"
 
-        self.agent = agent
-        self.broker = broker
-        self.address = address
-        self._answer: Callable[..., None] | None = answer
+    def _set_up(self, client: Any) -> None:
         self._waiting: set[int] = set()
-        self.client = new_client(readers_client_id(agent.node), persistent=True)
-        self.client.on_connect = self._on_connect
-        self.client.on_subscribe = self._on_subscribe
-        self.client.on_message = agent._on_message  # as the first session's messages
-        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
-        host, port = broker_address(address)
-        self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
-        self.client.loop_start()
+        client.on_subscribe = self._on_subscribe
+        client.on_message = self.agent._on_message  # as the first session's messages
 
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, *rest: Any) -> None:
-        if not connected(rc):
-            print(f"foglab agent {self.agent.node}: spare broker {self.broker} refused the "
-                  f"readers' connection: {rc}", file=sys.stderr, flush=True)
-            return
-        no_delay(client)
-        self.agent.scheduler.call(self._subscribe)
+    def _connected(self) -> None:
+        self._subscribe()
 
     def _subscribe(self) -> None:
         """On the scheduler's thread: the node session's filters, with their identifiers (the
@@ -130,7 +126,7 @@ class ReadersBroker:
             mids.add(self.client.subscribe(topic_filter, 1, properties=properties)[1])
         self._waiting = mids
         if not mids:
-            self._answered()
+            self._answered(filters=sorted(agent._subscribed))
 
     def _on_subscribe(self, client: Any, userdata: Any, mid: int, *rest: Any) -> None:
         self.agent.scheduler.call(self._acknowledged, mid)
@@ -138,18 +134,7 @@ class ReadersBroker:
     def _acknowledged(self, mid: int) -> None:
         self._waiting.discard(mid)
         if not self._waiting:
-            self._answered()
-
-    def _answered(self) -> None:
-        if self._answer is None:  # a reconnection
-            return
-        answer, self._answer = self._answer, None
-        answer({"broker": self.broker, "address": self.address,
-                "filters": sorted(self.agent._subscribed), "t": self.agent.clock()})
-
-    def close(self) -> None:
-        self.client.disconnect(properties=end_session())
-        self.client.loop_stop()
+            self._answered(filters=sorted(self.agent._subscribed))
 
 
 def _spare(agent: Agent, args: dict[str, Any]) -> tuple[str, str]:
