@@ -8,12 +8,16 @@ readings to the readers itself and the watched broker carries them no more (no b
 would route them through the watched broker again). The host is the controller, on a
 thread of its own while the run measures, per entry:
 
-- Probe: every `probe` seconds from the epoch it publishes a 64 B QoS 0 message to the
-  watched broker and takes its delay until the broker sends it back on the same client's
-  subscription. The host is the monitor, outside the emulated links: its client talks to the
-  broker container's own address on its Docker network, so the delay is the broker's queue
-  and service (and the bridge network's and the host's own scheduling, sub-millisecond on an
-  idle host), not a topology path.
+- Probe: once in every `probe` seconds from the epoch, at a random moment of the slot, it
+  publishes a 64 B QoS 0 message to the watched broker and takes its delay until the broker
+  sends it back on the same client's subscription. Random, not on a grid: a broker at its
+  CPU limit runs in bursts of the kernel's 100 ms CFS period, and probes every 100 ms on a
+  grid met it at one moment of that period each time, all in a burst (9 ms) or all in a
+  stall (100 ms) for seconds on end (a CI run never saw two figures over the bound in a row
+  from a broker throttled all the time, its readings 4 s late). The host is the monitor,
+  outside the emulated links: its client talks to the broker container's own address on its
+  Docker network, so the delay is the broker's queue and service (and the bridge network's
+  and the host's own scheduling, sub-millisecond on an idle host), not a topology path.
 - Figure: at each `interval` from the epoch, the 95th percentile
   (workloads.replication.percentile) of the probes sent in the interval just gone; one still
   out counts with its age then (the broker is at least that slow); none sent: no figure.
@@ -36,6 +40,7 @@ thread of its own while the run measures, per entry:
 from __future__ import annotations
 
 import math
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -202,18 +207,23 @@ class BrokerScaling:
             probe.close()
 
     def _watch(self, i: int, probe: Probe) -> None:
-        """Probe on the `probe` grid from the epoch, decide on the `interval` grid."""
+        """Probe once in each `probe` slot from the epoch, at a random moment of it (one
+        random stream per entry: a run's moments are the same each time), decide on the
+        `interval` grid."""
         entry, scaler = self.entries[i], self.scalers[i]
+        moments = random.Random(f"broker_scaling:{i}")
         k, n = 1, 0  # the next decision's and probe's numbers
+        offset = moments.random() * entry.probe
         while True:
             decision = self.epoch + k * entry.interval
-            sending = self.epoch + n * entry.probe
+            sending = self.epoch + n * entry.probe + offset
             due = min(decision, sending)
             if self._stop.wait(max(0.0, due - self.clock())):
                 return
             if sending <= decision:
                 probe.send()
                 n = max(n + 1, math.floor((self.clock() - self.epoch) / entry.probe) + 1)
+                offset = moments.random() * entry.probe
                 continue
             delays = probe.take(decision - entry.interval, decision)
             figure = percentile(delays) if delays else None
