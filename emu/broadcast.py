@@ -29,11 +29,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from emu.agent.broadcast import RECORDS
+from emu.agent.config import AGENT_KINDS
 from topologies.errors import SpecError
 from topologies.model import Topology
 from workloads.broadcast import BroadcastSpec, Planned, resolve, results
 
-AGENT_KINDS = ("gateway", "cloud_vm")
 PLAN_TIMEOUT_S = 10.0
 
 

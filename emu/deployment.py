@@ -25,7 +25,7 @@ from collections import Counter, defaultdict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import replace
 
-from emu.agent.config import RECORDS_DIR, AgentConfig, DriverConfig, OperatorConfig
+from emu.agent.config import AGENT_KINDS, RECORDS_DIR, AgentConfig, DriverConfig, OperatorConfig
 from emu.agent.operators import WindowConfig, make_stage
 from emu.agent.protocol import stream_topic
 from emu.agent.spark import SparkJob
@@ -38,7 +38,6 @@ from workloads.recovery import DEFAULT_SESSION_TIMEOUT
 from workloads.spec import WorkloadSpec
 from workloads.topics import matches, shared
 
-AGENT_KINDS = ("gateway", "cloud_vm")
 # The kind of a device group's container (device_hosts): an agent with drivers only.
 DEVICE_KIND = "device"
 

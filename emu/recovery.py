@@ -33,7 +33,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict
 
-from emu.agent.config import AgentConfig, OperatorConfig
+from emu.agent.config import AGENT_KINDS, AgentConfig, OperatorConfig
 from emu.agent.registry import GATEWAYS
 from topologies.model import Topology
 from workloads.recovery import (
@@ -47,7 +47,6 @@ from workloads.recovery import (
 
 # How long a target may take to read the checkpoint, restore and take the held input over.
 RECOVER_TIMEOUT_S = 30.0
-AGENT_KINDS = ("gateway", "cloud_vm")
 
 
 class Recovery:

@@ -131,6 +131,7 @@ class Health:
         self.interval = interval
         self.epoch = clock()  # times are said as seconds since this (the run's epoch)
         self.failed: dict[str, str] = {}
+        self._down: set[str] = set()  # agents failed for their container (not a request)
         self.outages: dict[str, list[list[float | None]]] = {}
         self._started: dict[str, float] = {}  # service -> its latest start seen
         self._last_poll = -float("inf")
@@ -141,6 +142,7 @@ class Health:
         for node in self.agents:
             seen = states.get(node, gone)
             if seen.state != "running" and node not in self.failed:
+                self._down.add(node)
                 self.failed[node] = (f"container {seen.state} at t={now - self.epoch:.1f} s"
                                      + (f" ({seen.status})" if seen.status else ""))
         for node in self.services:
@@ -163,7 +165,8 @@ class Health:
     def revived(self, node: str) -> None:
         """An agent's container started again with its agent: alive from now, unless it
         failed otherwise (a request it did not answer)."""
-        if self.failed.get(node, "").startswith("container"):
+        if node in self._down:
+            self._down.discard(node)
             del self.failed[node]
 
     def _t(self, when: float) -> float:

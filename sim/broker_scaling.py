@@ -131,11 +131,7 @@ class BrokerScaling:
 
     def _probe(self, name: str, now: float) -> float:
         """A probe's time through the broker, sent now: queue, service (and a flush)."""
-        broker = self.model.brokers[name]
-        done = broker.cpu.admit(now, broker._service)
-        if broker._flushing:
-            done = broker._after_flush(done, PROBE_SIZE)
-        return done - now
+        return self.model.brokers[name].admit(now, PROBE_SIZE) - now
 
     # -- deciding and joining -------------------------------------------------------------
 

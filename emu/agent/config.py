@@ -10,6 +10,9 @@ from typing import Any
 CONFIG_VARIABLE = "FOGLAB_AGENT"
 # Where a node's records live inside its container (a host directory is mounted there).
 RECORDS_DIR = "/records"
+# The topology's node kinds that run an agent on emu (emu.cluster.plan gives each a container
+# with one; the deployment, recovery and broadcasts act on them).
+AGENT_KINDS = ("gateway", "cloud_vm")
 
 
 @dataclass

@@ -66,7 +66,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Literal
 
-from emu.agent.config import AgentConfig
+from emu.agent.config import AGENT_KINDS, AgentConfig
 from emu.images import CLOUD, GATEWAY, MOSQUITTO_COMMAND, SERVICES, ZOOKEEPER_COMMAND, ImageSpec
 from emu.links.spec import LinkShape
 from topologies.errors import SpecError
@@ -89,7 +89,6 @@ ZOOKEEPER_NAME = "zookeeper"
 ZOOKEEPER_CONFIG = "/etc/foglab/zoo.cfg"
 ZOOKEEPER_DATA = "/var/lib/zookeeper"
 CONTAINER_KINDS = ("gateway", "cloud_vm", "broker", "coordinator")
-AGENT_KINDS = ("gateway", "cloud_vm")
 DEVICE_KIND = "device"  # a device group's container (emu.deployment.device_hosts)
 # Docker's own rule for container and network names; the length keeps names readable.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,39}$")
