@@ -12,7 +12,7 @@ the message's size, the CPU `cost` of one send, the children the node sends to (
 and, for the sender, `at` (seconds after the run's epoch, which the request carries). The
 sender starts on its own scheduler at epoch + at (not on the host's request, whose latency
 would count). A send is one action of the scheduler's thread: `cost` seconds of the thread's
-CPU spent in a loop, then the publish; the next send is the next action, so what else the
+CPU spent hashing (`spend`), then the publish; the next send is the next action, so what else the
 node runs interleaves, as on sim's CPU. The container's CPU limit (its profile's cores times
 its speed: emu.cluster.plan) makes those seconds last what they do on that node, as it does
 for the tasks operators run, whose CPU on emu is what sim's `cost` stands for. A node forwards
