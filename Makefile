@@ -48,8 +48,11 @@ host: setup
 run: setup-run
 	$(VENV)/bin/foglab run quickstart
 
+# The total time and the 15 slowest tests (pyproject's --durations) close the output: where
+# CI's minutes go.
 test: setup host
-	$(PY) -m pytest
+	@start=$$(date +%s); status=0; $(PY) -m pytest || status=$$?; \
+		echo "tests: $$(( $$(date +%s) - start )) s in all"; exit $$status
 
 test-fast: setup
 	$(PY) -m pytest -m "not emu and not slow"
