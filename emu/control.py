@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import secrets
 import threading
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -18,6 +19,7 @@ from emu.agent.registry import GATEWAYS, gateway_path
 from emu.mqtt_loop import SelectorLoop
 
 CONNECT_TIMEOUT = 10.0
+MQTT_PORT = 1883  # emu.cluster.plan's
 # How often a command waiting for replies asks whether the nodes still missing are gone.
 GONE_POLL_S = 0.5
 CHECK_S = 2.0  # how often wait_registered asks its check whether to go on
@@ -85,58 +87,38 @@ class CommandResult:
         return ", ".join(parts) + f" in {self.duration * 1000:.0f} ms"
 
 
-class Controller:
-    """Sends management requests to agents over MQTT and collects their replies.
+class _Session:
+    """The controller's persistent MQTT session on one broker, subscribed to its replies."""
 
-    `with Controller("127.0.0.1:1883") as control: control.install(nodes, operator)`:
-    every request is published first, then the replies are awaited together, so N nodes
-    take about as long as the slowest one, not N times one.
-
-    Its broker session is persistent (emu.agent.mqtt.new_client): the loop reconnects after
-    a lost connection or a broker restart, paho resends the requests not yet acknowledged,
-    and the broker keeps the reply subscription and queues the replies meanwhile; a session
-    the broker lost is subscribed again. `client_id` should be the same for the
-    controller's whole life (the default is random per Controller).
-    """
-
-    def __init__(self, broker: str, client_id: str | None = None) -> None:
-        host, _, port = broker.rpartition(":")
-        self.host, self.port = (host, int(port)) if host else (broker, 1883)
-        self._token = secrets.token_hex(4)
-        self.reply_topic = f"{MANAGEMENT}/controller/{self._token}/res"
-        self._client = new_client(client_id or f"foglab-controller-{self._token}",
-                                  persistent=True)
-        self._client.on_message = self._on_message
-        self._client.on_connect = self._on_connect
-        self._subscribed = threading.Event()
-        self._client.on_subscribe = lambda *args: self._subscribed.set()
+    def __init__(self, address: str, client_id: str, reply_topic: str,
+                 on_message: Callable[..., None]) -> None:
+        host, _, port = address.rpartition(":")
+        self.host, self.port = (host, int(port)) if host else (address, 1883)
+        self.reply_topic = reply_topic
+        self.client = new_client(client_id, persistent=True)
+        self.client.on_message = on_message
+        self.client.on_connect = self._on_connect
+        self.subscribed = threading.Event()
+        self.client.on_subscribe = lambda *args: self.subscribed.set()
         self.connections = 0
-        self._lock = threading.Condition()
-        self._waiting: dict[str, dict[str, Any]] = {}  # request id -> what the reply completes
-        self._count = 0
-        self._loop: SelectorLoop | None = None  # not paho's: see emu.mqtt_loop
-
-    def connect(self, timeout: float = CONNECT_TIMEOUT) -> Controller:
-        self._client.connect(self.host, self.port, keepalive=30, **session_args())
-        no_delay(self._client)
-        self._loop = SelectorLoop(self._client).start()
-        if not self._subscribed.wait(timeout):
-            self.close()
-            raise TimeoutError(f"broker {self.host}:{self.port} did not confirm the reply "
-                               f"subscription within {timeout} s")
-        return self
+        self.loop: SelectorLoop | None = None  # not paho's: see emu.mqtt_loop
 
     @property
-    def reconnects(self) -> int:
-        return max(0, self.connections - 1)
+    def address(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    def connect(self) -> None:
+        self.client.connect(self.host, self.port, keepalive=30, **session_args())
+        no_delay(self.client)
+        self.loop = SelectorLoop(self.client).start()
 
     def close(self) -> None:
-        if self._loop is not None:
-            self._loop.disconnect_with(properties=end_session())
-            self._loop.stop()
-            self._loop = None
+        if self.loop is not None:
+            self.loop.disconnect_with(properties=end_session())
+            self.loop.stop()
+            self.loop = None
         else:
-            self._client.disconnect(properties=end_session())
+            self.client.disconnect(properties=end_session())
 
     def _on_connect(self, client: Any, userdata: Any, flags: Any, reason: Any,
                     *rest: Any) -> None:
@@ -147,6 +129,99 @@ class Controller:
         no_delay(client)
         if not session_present(flags):
             client.subscribe(self.reply_topic, qos=1)
+
+
+class Controller:
+    """Sends management requests to agents over MQTT and collects their replies.
+
+    `with Controller("127.0.0.1:1883") as control: control.install(nodes, operator)`:
+    every request is published first, then the replies are awaited together, so N nodes
+    take about as long as the slowest one, not N times one.
+
+    Brokers are not bridged (emu.cluster.plan): an agent hears only its own broker. Given
+    `{node: broker address}` (`Controller.of_plan` makes it from a cluster's plan), the
+    controller holds a session on every broker named and sends each node's request through
+    the node's broker, a broadcast through every broker; a node the mapping does not name
+    goes through the first broker.
+
+    Each broker session is persistent (emu.agent.mqtt.new_client): the loop reconnects after
+    a lost connection or a broker restart, paho resends the requests not yet acknowledged,
+    and the broker keeps the reply subscription and queues the replies meanwhile; a session
+    the broker lost is subscribed again. `client_id` should be the same for the
+    controller's whole life (the default is random per Controller); with several brokers
+    each session's id is it with the broker's number.
+    """
+
+    def __init__(self, broker: str | Mapping[str, str], client_id: str | None = None) -> None:
+        self._token = secrets.token_hex(4)
+        self.reply_topic = f"{MANAGEMENT}/controller/{self._token}/res"
+        routes = {} if isinstance(broker, str) else dict(broker)
+        addresses = [broker] if isinstance(broker, str) else list(dict.fromkeys(
+            routes[node] for node in sorted(routes)))
+        if not addresses:
+            raise ValueError("a controller needs a broker address, or a node -> broker "
+                             "address mapping naming at least one node")
+        name = client_id or f"foglab-controller-{self._token}"
+        self._sessions = {address: _Session(
+            address, name if len(addresses) == 1 else f"{name}-{number}", self.reply_topic,
+            self._on_message) for number, address in enumerate(addresses, start=1)}
+        self._routes = routes
+        first = self._sessions[addresses[0]]
+        self.host, self.port = first.host, first.port
+        self._client = first.client  # the first broker's, as with one broker
+        self._lock = threading.Condition()
+        self._waiting: dict[str, dict[str, Any]] = {}  # request id -> what the reply completes
+        self._count = 0
+
+    @classmethod
+    def of_plan(cls, plan: Any, status: Mapping[str, Any],
+                client_id: str | None = None) -> Controller:
+        """A controller reaching every agent of a cluster's plan (emu.cluster.plan.ClusterPlan)
+        through the broker routing gave it (`plan.brokers`), at its container's address
+        (`status`: node -> its container's status, with `ip`)."""
+        missing = sorted({b for b in plan.brokers.values() if b not in status})
+        if missing:
+            raise ValueError(f"cluster {plan.cluster}: no container status for broker "
+                             f"{', '.join(missing)}")
+        return cls({agent: f"{status[broker].ip}:{MQTT_PORT}"
+                    for agent, broker in plan.brokers.items()}, client_id)
+
+    @property
+    def brokers(self) -> list[str]:
+        """The addresses of the brokers the controller holds a session on."""
+        return list(self._sessions)
+
+    def broker_of(self, node: str) -> str:
+        """The address through which a node's requests go."""
+        return self._routes.get(node) or next(iter(self._sessions))
+
+    def connect(self, timeout: float = CONNECT_TIMEOUT) -> Controller:
+        deadline = time.monotonic() + timeout
+        try:
+            for session in self._sessions.values():
+                session.connect()
+            for session in self._sessions.values():
+                if not session.subscribed.wait(max(0.0, deadline - time.monotonic())):
+                    raise TimeoutError(f"broker {session.address} did not confirm the reply "
+                                       f"subscription within {timeout} s")
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    @property
+    def connections(self) -> int:
+        return sum(session.connections for session in self._sessions.values())
+
+    @property
+    def reconnects(self) -> int:
+        """Connections after each broker's first, over all brokers."""
+        return sum(max(0, session.connections - 1) for session in self._sessions.values())
+
+    def close(self) -> None:
+        for session in self._sessions.values():
+            with contextlib.suppress(Exception):  # one broker gone must not keep others open
+                session.close()
 
     def __enter__(self) -> Controller:
         return self.connect()
@@ -200,8 +275,12 @@ class Controller:
         for request_id, node in requests:
             payload = Request(request_id, command, self.reply_topic, args or {}).encode()
             t_sent[node] = time.time()
-            self._client.publish(ALL_REQUESTS if node is None else request_topic(node),
-                                 payload, qos=1)
+            if node is None:  # every agent hears its own broker only
+                for session in self._sessions.values():
+                    session.client.publish(ALL_REQUESTS, payload, qos=1)
+            else:
+                self._sessions[self.broker_of(node)].client.publish(
+                    request_topic(node), payload, qos=1)
         deadline = time.monotonic() + timeout
         wanted = set(nodes)
         dead: set[str] = set()
