@@ -5,13 +5,12 @@ from __future__ import annotations
 from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
-from workloads.broadcast import resolve as resolve_broadcasts
-from workloads.broker_scaling import resolve as resolve_broker_scaling
 from workloads.faults import resolve as resolve_faults
-from workloads.pipeline import KIND_WORDS, placement, topic_filter
+from workloads.features import FEATURES
+from workloads.pipeline import HOST_KINDS, check_placement, topic_filter
 from workloads.topics import matches, valid_filter
 
-HOST_KINDS = ("gateway", "broker", "cloud_vm", "coordinator")
+__all__ = ["HOST_KINDS", "check", "check_emulated_faults", "check_emulated_strategies"]
 
 
 def check(spec: ExperimentSpec) -> Topology:
@@ -20,113 +19,56 @@ def check(spec: ExperimentSpec) -> Topology:
         topology = expand(spec.topology)
     except SpecError as error:
         raise SpecError(("topology",) + error.path, error.value, error.expected) from None
+    _check_run(spec)
     _check_streams(spec, topology)
     _check_pipeline(spec, topology)
-    _check_migrations(spec, topology)
-    _check_mobility(spec, topology)
+    backend = spec.run.backend
+    for feature in FEATURES:
+        value = getattr(spec.scenario, feature.key)
+        if backend not in feature.backends and feature.written(value):
+            raise SpecError(("scenario", feature.key), backend,
+                            f"no scenario.{feature.key} on {backend}: not yet on {backend} "
+                            f"(run it on {' or '.join(feature.backends)})")
+        if feature.check is not None:
+            feature.check(spec, topology)
     if spec.scenario.load:  # devices hybrid publishes from the host; sim and emu run them
         from experiments.hybrid.load import simulated_devices
 
         simulated_devices(spec.scenario, topology)
-    faults = resolve_faults(spec.scenario.faults, topology, spec.run.duration)
-    if spec.run.backend != "sim":
-        check_emulated_faults(faults, topology, spec.run.backend)
-    _check_recovery(spec, topology)
-    _check_replication(spec, topology)
-    resolve_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
-    if spec.scenario.broadcasts and spec.run.backend == "hybrid":
-        raise SpecError(("scenario", "broadcasts"), len(spec.scenario.broadcasts),
-                        "no broadcasts: not yet on hybrid (run them on sim or emu)")
-    if spec.scenario.broadcasts and spec.run.backend == "emu":
-        from emu.broadcast import check as check_emulated_broadcasts
-
-        check_emulated_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
-    resolve_broker_scaling(spec.scenario.broker_scaling, topology)
-    if spec.scenario.broker_scaling and spec.run.backend not in ("sim", "emu"):
-        raise SpecError(("scenario", "broker_scaling"), len(spec.scenario.broker_scaling),
-                        f"no broker scaling: not yet on {spec.run.backend} (run it on sim or "
-                        "emu)")
-    if spec.run.backend == "emu":
+    if backend != "sim":
+        faults = resolve_faults(spec.scenario.faults, topology, spec.run.duration)
+        check_emulated_faults(faults, topology, backend)
+    if backend == "emu":
         _check_emulation(spec, topology)
-    if spec.run.backend == "hybrid":
+    if backend == "hybrid":
         from experiments.hybrid.checks import check_hybrid
 
         check_hybrid(spec, topology)
     return topology
 
 
-def _check_recovery(spec: ExperimentSpec, topology: Topology) -> None:
-    """Checkpoints only where there is state to keep; re-placement only onto nodes that run
-    operators (workloads.recovery)."""
-    for index, operator in enumerate(spec.pipeline):
-        if operator.checkpoint is None:
-            continue
-        path = ("pipeline", index, "checkpoint")
-        if operator.engine != "python" or operator.window is None:
-            raise SpecError(path, operator.checkpoint, "a checkpoint keeps a window's state: "
-                            f"operator {operator.name!r} has no `window` (or runs on Spark, "
-                            "whose checkpoints are its own)")
-        if operator.follow is not None:
-            raise SpecError(path, operator.checkpoint, "no checkpoint for a follow operator: "
-                            "its per-user instances move with their users")
-    recovery = spec.scenario.recovery
-    if recovery is None:
-        return
-    if spec.run.backend == "hybrid":
-        raise SpecError(("scenario", "recovery"), "...", "no scenario.recovery on hybrid yet "
-                        "(run it on sim or emu)")
-    _check_nodes(("scenario", "recovery", "to"), recovery.to, topology)
-
-
-def _check_replication(spec: ExperimentSpec, topology: Topology) -> None:
-    """An slo only where replicas can share the input; replication only with an slo, onto
-    nodes that run operators (workloads.replication)."""
-    for index, operator in enumerate(spec.pipeline):
-        if operator.slo is None:
-            continue
-        path = ("pipeline", index, "slo")
-        if operator.window is not None or operator.engine != "python":
-            raise SpecError(path, operator.slo, "an slo on a stateless python operator: "
-                            f"replicas of {operator.name!r} would share its input, and a "
-                            "window's state (or a Spark query's) does not split")
-        if operator.follow is not None:
-            raise SpecError(path, operator.slo, "no slo for a follow operator: its instances "
-                            "are one per user")
-    replication = spec.scenario.replication
-    if replication is None:
-        return
-    if not any(operator.slo is not None for operator in spec.pipeline):
-        raise SpecError(("scenario", "replication"), "...", "an operator with an `slo`: "
-                        "replication watches only those")
-    if spec.run.backend == "hybrid":
-        raise SpecError(("scenario", "replication"), "...", "no scenario.replication on "
-                        "hybrid yet (run it on sim or emu)")
-    _check_nodes(("scenario", "replication", "to"), replication.to, topology)
-
-
-def _check_nodes(path: tuple, where: list[str], topology: Topology) -> None:
-    """`where` names gateways or cloud VMs only, at least one; a kind word may name none."""
-    for index, item in enumerate(where):
-        nodes = placement(topology, [item])
-        wrong = [n for n in nodes if topology.nodes[n].kind not in ("gateway", "cloud_vm")]
-        if wrong or (not nodes and item not in KIND_WORDS):  # a kind the topology lacks: none
-            raise SpecError((*path, index), item, "gateways or cloud VMs of the topology" + (
-                f" (not {wrong[0]}, a {topology.nodes[wrong[0]].kind})"
-                if wrong else ": it names none"))
-    if not placement(topology, where):
-        raise SpecError(path, where, "at least one gateway or cloud VM of the topology")
+def _check_run(spec: ExperimentSpec) -> None:
+    """The run's own periods inside its duration: a sample period longer than the run
+    would leave the nodes and links tables empty."""
+    if spec.run.sample > spec.run.duration:
+        raise SpecError(("run", "sample"), spec.run.sample, f"a sample period no longer than "
+                        f"the run (run.duration: {spec.run.duration:g} s)")
+    for i, op in enumerate(spec.pipeline):
+        if op.window is not None and op.window.size > spec.run.duration:
+            raise SpecError(("pipeline", i, "window", "size"), op.window.size,
+                            f"a window no longer than the run (run.duration: "
+                            f"{spec.run.duration:g} s): none would close")
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
     """What the emulation cannot run yet, and what it cannot deploy (emu.deployment)."""
     from emu.deployment import agent_configs
 
-    scenario = spec.scenario
-    for name in ("mobility", "policy"):
-        if getattr(scenario, name):
-            raise SpecError(("scenario", name), "...", f"no scenario.{name} on emu: the "
-                            "emulation moves no users (run it on sim, or on hybrid)")
     check_emulated_strategies(spec)
+    if spec.scenario.broadcasts:
+        from emu.features.broadcast import check as check_emulated_broadcasts
+
+        check_emulated_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
     agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)
 
 
@@ -201,7 +143,7 @@ def _check_pipeline(spec: ExperimentSpec, topology: Topology) -> None:
             raise SpecError(("pipeline", i, "name"), op.name, "a unique operator name")
         names.add(op.name)
         for j, where in enumerate(op.on):
-            _check_placement(topology, ("pipeline", i, "on", j), where)
+            check_placement(topology, ("pipeline", i, "on", j), where)
         for j, read in enumerate(op.reads):
             path = ("pipeline", i, "reads", j)
             topic_pattern = topic_filter(read)
@@ -221,100 +163,3 @@ def _check_pipeline(spec: ExperimentSpec, topology: Topology) -> None:
     if not any(op.is_sink for op in spec.pipeline):
         raise SpecError(("pipeline",), [op.name for op in spec.pipeline],
                         "at least one sink: an operator without `writes`")
-
-
-def _check_placement(topology: Topology, path: tuple, where: str) -> list[str]:
-    kind = KIND_WORDS.get(where)
-    nodes = ([n.name for n in topology.of_kind(kind)] if kind else topology.match(where))
-    if not nodes:
-        raise SpecError(path, where, "a node name, pattern or kind word ("
-                        + ", ".join(KIND_WORDS) + ") that matches nodes")
-    for name in nodes:
-        if topology.nodes[name].kind not in HOST_KINDS:
-            raise SpecError(path, where, f"nodes that run code ({', '.join(HOST_KINDS)}), but "
-                            f"{name} is a {topology.nodes[name].kind}")
-    return nodes
-
-
-def _check_migrations(spec: ExperimentSpec, topology: Topology) -> None:
-    operators = {op.name: op for op in spec.pipeline}
-    settings = spec.scenario.migration
-    if settings.store is not None and settings.store not in topology.nodes:
-        raise SpecError(("scenario", "migration", "store"), settings.store,
-                        "a node of the topology to hold the state store")
-    if spec.scenario.migrations and not topology.of_kind("broker"):
-        raise SpecError(("scenario", "migrations"), len(spec.scenario.migrations),
-                        "a topology with a broker: migrations divert an operator's input there")
-    for i, plan in enumerate(spec.scenario.migrations):
-        path = ("scenario", "migrations", i)
-        op = operators.get(plan.operator)
-        if op is None:
-            raise SpecError(path + ("operator",), plan.operator,
-                            f"an operator of the pipeline ({', '.join(operators)})")
-        _check_placement(topology, path + ("to",), plan.target)
-        if plan.target not in topology.nodes:
-            raise SpecError(path + ("to",), plan.target, "one node's name")
-        if plan.source is not None:
-            placed = [n for j, w in enumerate(op.on)
-                      for n in _check_placement(topology, ("pipeline", j, "on"), w)]
-            if plan.source not in placed:
-                raise SpecError(path + ("from",), plan.source,
-                                f"a node {op.name} runs on ({', '.join(placed)})")
-        strategy = plan.strategy or settings.strategy
-        if op.engine == "spark":
-            _check_spark_move(topology, path, op.name, plan.target, strategy, settings.spark)
-            continue
-        if strategy == "pause_drain" and op.stateful:
-            raise SpecError(path + ("strategy",), strategy,
-                            f"pause_transfer or parallel: {op.name} keeps window state, which "
-                            "pause_drain would lose")
-        if strategy != "pause_drain" and not op.stateful:
-            raise SpecError(path + ("strategy",), strategy,
-                            f"pause_drain: {op.name} has no window state to transfer or "
-                            "synchronise")
-
-
-def _check_spark_move(topology: Topology, path: tuple, operator: str, target: str,
-                      strategy: str, way: str) -> None:
-    """A Spark query moves with its per-sensor state (emu.spark_migration; on sim, a pause
-    and the target's start-up), from cloud VM to cloud VM."""
-    if strategy != "pause_transfer":
-        raise SpecError(path + ("strategy",), strategy,
-                        f"pause_transfer: {operator} is a Spark query, whose per-sensor state "
-                        f"moves with it (by {way}: scenario.migration.spark)")
-    if topology.nodes[target].kind != "cloud_vm":
-        raise SpecError(path + ("to",), target, f"a cloud VM: {operator} is a Spark query, "
-                        f"and Spark runs on cloud VMs, not on a {topology.nodes[target].kind}")
-
-
-def _check_mobility(spec: ExperimentSpec, topology: Topology) -> None:
-    scenario = spec.scenario
-    follows = [i for i, op in enumerate(spec.pipeline) if op.follow]
-    if scenario.mobility is not None:
-        for j, pattern in enumerate(scenario.mobility.devices or []):
-            found = topology.match(pattern)
-            if not found or any(topology.nodes[n].kind != "device" for n in found):
-                raise SpecError(("scenario", "mobility", "devices", j), pattern,
-                                "device names or patterns that match only devices")
-        if not topology.of_kind("gateway"):
-            raise SpecError(("scenario", "mobility"), "no gateways",
-                            "a topology with gateways for the users to attach to")
-    for i in follows:
-        op = spec.pipeline[i]
-        if scenario.mobility is None:
-            raise SpecError(("pipeline", i, "follow"), op.follow,
-                            "a scenario with mobility: a follow operator follows moving users")
-        for stream in spec.workload.streams:
-            if any(matches(topic_filter(r), f"{stream.name}/x/y") for r in op.reads) and (
-                    stream.channel != "exclusive"):
-                raise SpecError(("pipeline", i, "reads"), stream.name,
-                                "streams on exclusive channels (one topic per device), so a "
-                                "user's instance can read its user's messages")
-    policy = scenario.policy
-    if policy is not None:
-        names = {op.name: op for op in spec.pipeline}
-        if policy.operator not in names or not names[policy.operator].follow:
-            raise SpecError(("scenario", "policy", "operator"), policy.operator,
-                            "a pipeline operator with `follow: users`")
-        for j, where in enumerate(policy.fallback):
-            _check_placement(topology, ("scenario", "policy", "fallback", j), where)

@@ -22,6 +22,7 @@ from experiments.spec import ExperimentSpec
 from topologies.documents import Document, load_text, parse, read
 from topologies.errors import SpecError, format_path
 from topologies.model import Topology
+from workloads.features import FEATURES
 
 REFERENCES = ("topology", "workload")
 REFERENCE_PATHS = [(key,) for key in REFERENCES]
@@ -106,6 +107,7 @@ def load_document(document: Document, overrides: list[str] = (),
             merged[path[0]] = value
             sources.overrides[path] = option
     references = _resolve_references(merged, document, sources)
+    _resolve_files(merged, document)
     for path, value, option in assignments:
         if path not in REFERENCE_PATHS:
             sources.overrides[path] = option
@@ -149,6 +151,42 @@ def _resolve_references(merged: dict, document: Document, sources: _Sources) -> 
             merged[key] = referenced.data
             sources.documents[key] = referenced
     return references
+
+
+def _file_fields(data: dict) -> list[tuple]:
+    """Where the experiment names files: each feature's `files` (workloads.features) under
+    its scenario key, and run.calibration when it is a path rather than a profile's name."""
+    from workloads.calibration import is_path
+
+    fields = [("scenario", feature.key, *inner) for feature in FEATURES
+              for inner in feature.files]
+    calibration = data.get("run", {}).get("calibration") if isinstance(
+        data.get("run"), dict) else None
+    if isinstance(calibration, str) and is_path(calibration):
+        fields.append(("run", "calibration"))
+    return fields
+
+
+def _resolve_files(merged: dict, document: Document) -> None:
+    """Files the experiment file names, relative to its folder (as topology and workload
+    references are), rewritten as resolved; one that is not there is refused with the path
+    as written and as resolved. Paths given on the command line stay relative to where the
+    command runs (the schema and the features check those)."""
+    base = Path(document.file).parent
+    for path in _file_fields(merged):
+        node = merged
+        for part in path[:-1]:
+            node = node.get(part) if isinstance(node, dict) else None
+        if not isinstance(node, dict) or not isinstance(node.get(path[-1]), str):
+            continue
+        written = node[path[-1]]
+        resolved = Path(written).expanduser()
+        resolved = resolved if resolved.is_absolute() else base / resolved
+        if not resolved.is_file():
+            raise document.error(SpecError(path, written, f"an existing file, relative to the "
+                                           f"experiment file's folder: {written!r} resolves "
+                                           f"to {str(resolved)!r}, which is not there"))
+        node[path[-1]] = str(resolved)
 
 
 def _product(plan: dict, sources: _Sources) -> list[dict[str, object]]:

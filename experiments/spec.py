@@ -4,18 +4,12 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
-from workloads.broadcast import BroadcastSpec
-from workloads.broker_scaling import BrokerScalingSpec
-from workloads.faults import FaultSpec
-from workloads.mobility import MobilitySpec
+from workloads.features import FEATURES
 from workloads.pipeline import OperatorSpec
-from workloads.recovery import RecoverySpec
-from workloads.replication import ReplicationSpec
-from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
 from workloads.spec import WorkloadSpec
 
 MAX_DURATION = 30 * 86400.0
@@ -52,35 +46,12 @@ class RunSpec(BaseModel):
         return name
 
 
-class ScenarioSpec(BaseModel):
-    """What happens over time: operator migrations, scheduled or (with mobility) decided,
-    and faults injected on a schedule (workloads.faults)."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    migration: MigrationSettings = Field(default_factory=MigrationSettings)
-    migrations: list[ScheduledMigration] = Field(default_factory=list)
-    mobility: MobilitySpec | None = None
-    policy: PolicySpec | None = None
-    load: list[str] = Field(
-        default_factory=list,
-        description="devices (topology names or patterns, e.g. sensor-*) that hybrid runs as "
-        "simulated load: a generator on the host publishes their readings into their gateways "
-        "on sim's schedule instead of emulating them (experiments.hybrid.load); sim and emu "
-        "run them as ordinary devices")
-    faults: list[FaultSpec] = Field(default_factory=list)
-    recovery: RecoverySpec | None = Field(
-        default=None, description="detect crashed gateways through their ZooKeeper sessions "
-        "and re-place their operators, restored from their checkpoints (workloads.recovery)")
-    replication: ReplicationSpec | None = Field(
-        default=None, description="start replicas of operators over their `slo`, retire them "
-        "when the load falls (workloads.replication)")
-    broadcasts: list[BroadcastSpec] = Field(
-        default_factory=list, description="control messages from a coordinator to workers, "
-        "naive or over a tree (workloads.broadcast); sim and emu (from a gateway or cloud VM)")
-    broker_scaling: list[BrokerScalingSpec] = Field(
-        default_factory=list, description="spare brokers that join a broker whose delay stays "
-        "over a bound, a share of its publishers moving to them (workloads.broker_scaling)")
+ScenarioSpec = create_model(
+    "ScenarioSpec", __config__=ConfigDict(extra="forbid"),
+    __doc__="What happens over time: one field per scenario feature (workloads.features), "
+    "such as operator migrations, scheduled or (with mobility) decided, and faults injected "
+    "on a schedule (workloads.faults).",
+    **{feature.key: (feature.spec, feature.field()) for feature in FEATURES})
 
 
 class ExperimentSpec(BaseModel):
@@ -93,7 +64,7 @@ class ExperimentSpec(BaseModel):
     topology: TopologySpec
     workload: WorkloadSpec
     pipeline: list[OperatorSpec] = Field(min_length=1)
-    scenario: ScenarioSpec = Field(default_factory=ScenarioSpec)
+    scenario: ScenarioSpec = Field(default_factory=ScenarioSpec)  # type: ignore[valid-type]
     run: RunSpec
     sweep: dict[str, list] = Field(
         default_factory=dict,

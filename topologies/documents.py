@@ -11,9 +11,34 @@ import yaml
 from topologies.errors import SpecError
 
 
+class DuplicateKey(yaml.YAMLError):
+    """A key written twice in one mapping (YAML itself keeps the last one silently)."""
+
+    def __init__(self, key: object, first: yaml.Mark, second: yaml.Mark, mapping: yaml.Mark):
+        super().__init__(f"{key!r} written twice: lines {first.line + 1} and {second.line + 1}")
+        self.key, self.first, self.second, self.mapping = key, first, second, mapping
+
+
 class Loader(yaml.SafeLoader):
     """YAML 1.2 booleans: only true and false. Under YAML 1.1, `on: gateways` would read as
-    `True: gateways`, and `no`, `off` or `y` would turn into booleans too."""
+    `True: gateways`, and `no`, `off` or `y` would turn into booleans too. A key written twice
+    in one mapping is refused (DuplicateKey) rather than the last one kept."""
+
+    def construct_mapping(self, node, deep=False):
+        if isinstance(node, yaml.MappingNode):
+            seen: dict[object, yaml.Mark] = {}
+            for key_node, _ in node.value:
+                if key_node.tag == "tag:yaml.org,2002:merge":
+                    continue  # `<<: *base` keys may be overridden: that is what merging is
+                key = self.construct_object(key_node, deep=True)
+                try:
+                    earlier = seen.get(key)
+                except TypeError:
+                    continue  # an unhashable key: the base class says so with its line
+                if earlier is not None:
+                    raise DuplicateKey(key, earlier, key_node.start_mark, node.start_mark)
+                seen[key] = key_node.start_mark
+        return super().construct_mapping(node, deep=deep)
 
 
 Loader.yaml_implicit_resolvers = {
@@ -71,9 +96,16 @@ def _child(node: yaml.Node, part: object) -> yaml.Node | None:
 
 def parse(text: str, file: str) -> Document:
     """Parse YAML text; syntax errors become SpecError with the line."""
+    root = None
     try:
         root = yaml.compose(text, Loader=Loader)
         data = yaml.load(text, Loader=Loader)  # noqa: S506 - Loader is a SafeLoader
+    except DuplicateKey as exc:
+        path = _path_to(root, exc.mapping) if root is not None else ()
+        raise SpecError((*path, exc.key) if isinstance(exc.key, str | int) else path, exc.key,
+                        f"a key written once in a mapping, but {exc.key!r} is on line "
+                        f"{exc.first.line + 1} and again on line {exc.second.line + 1} (YAML "
+                        "would keep the last silently)", file, exc.second.line + 1) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         raise SpecError((), (exc.problem or "").strip() or "invalid YAML", "valid YAML", file,
@@ -87,6 +119,21 @@ def parse(text: str, file: str) -> Document:
         # PyYAML's constructors raise these for bad dates, tagged values or huge integers.
         raise SpecError((), str(exc).splitlines()[0][:120], "valid YAML values", file) from None
     return Document(file, data, root)
+
+
+def _path_to(root: yaml.Node, mark: yaml.Mark) -> tuple:
+    """The field path of the node that starts at `mark` (found by its place in the text)."""
+    stack: list[tuple[yaml.Node, tuple]] = [(root, ())]
+    while stack:
+        node, path = stack.pop()
+        if node.start_mark.index == mark.index and isinstance(node, yaml.MappingNode):
+            return path
+        if isinstance(node, yaml.MappingNode):
+            stack.extend((value, (*path, key.value)) for key, value in node.value
+                         if isinstance(key, yaml.ScalarNode))
+        elif isinstance(node, yaml.SequenceNode):
+            stack.extend((value, (*path, i)) for i, value in enumerate(node.value))
+    return ()
 
 
 def read(path: Path) -> Document:

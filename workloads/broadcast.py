@@ -147,3 +147,8 @@ def results(planned: list[Planned], rows: list[tuple]) -> tuple[dict, list[dict]
                             plan.workers) else None,  # not every worker reached
                         "depth": max((r[4] for r in mine), default=0)})
     return table, summary
+
+
+def check(spec, topology: Topology) -> None:
+    """`scenario.broadcasts` against the topology and the run (`resolve`)."""
+    resolve(spec.scenario.broadcasts, topology, spec.run.duration)

@@ -148,3 +148,18 @@ def movers(publishers: list[str], spare: str, share: float, routes: Routes) -> l
             continue
     count = min(len(reachable), max(1, math.ceil(share * len(publishers))))
     return [name for _, _, name in sorted(reachable)[:count]]
+
+
+def check(spec, topology: Topology) -> None:
+    """`scenario.broker_scaling` against the topology (`resolve`) and the run: a probe period
+    no longer than the interval that decides on its probes (else an interval may hold none,
+    and counts as over the bound), and an interval that ends inside the run."""
+    resolve(spec.scenario.broker_scaling, topology)
+    for i, entry in enumerate(spec.scenario.broker_scaling):
+        if entry.probe > entry.interval:
+            raise SpecError(_path(i, "probe"), entry.probe, f"a probe period no longer than "
+                            f"the interval that decides on it (interval: {entry.interval:g} s)")
+        if entry.interval >= spec.run.duration:
+            raise SpecError(_path(i, "interval"), entry.interval, f"an interval shorter than "
+                            f"the run (run.duration: {spec.run.duration:g} s): no decision "
+                            "would be taken")

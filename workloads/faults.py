@@ -262,3 +262,8 @@ def _overlap(a: Injected, b: Injected) -> bool:
     a_end = math.inf if a.t_end is None else a.t_end
     b_end = math.inf if b.t_end is None else b.t_end
     return a.t_start < b_end and b.t_start < a_end
+
+
+def check(spec, topology: Topology) -> None:
+    """`scenario.faults` against the topology and the run (`resolve`)."""
+    resolve(spec.scenario.faults, topology, spec.run.duration)

@@ -145,3 +145,44 @@ class MobilitySpec(_Strict):
     @classmethod
     def _one_or_many(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
+
+
+def check(spec, topology) -> None:
+    """`scenario.mobility`: moving devices that are devices, gateways to attach to, updates
+    inside the run, and follow operators only with it (reading exclusive channels)."""
+    from topologies.errors import SpecError
+    from workloads.pipeline import topic_filter
+    from workloads.topics import matches
+
+    mobility = spec.scenario.mobility
+    if mobility is not None:
+        for j, pattern in enumerate(mobility.devices or []):
+            found = topology.match(pattern)
+            if not found or any(topology.nodes[n].kind != "device" for n in found):
+                raise SpecError(("scenario", "mobility", "devices", j), pattern,
+                                "device names or patterns that match only devices")
+        if not topology.of_kind("gateway"):
+            raise SpecError(("scenario", "mobility"), "no gateways",
+                            "a topology with gateways for the users to attach to")
+        if isinstance(mobility.model, TraceSpec) and not mobility.model.path.is_file():
+            # Written in the file, it was resolved there (experiments.loader); this one came
+            # from the command line, relative to where the command runs.
+            raise SpecError(("scenario", "mobility", "model", "path"), str(mobility.model.path),
+                            f"an existing trace file (resolved: "
+                            f"{str(mobility.model.path.resolve())!r})")
+        if mobility.update >= spec.run.duration:
+            raise SpecError(("scenario", "mobility", "update"), mobility.update,
+                            f"a period shorter than the run (run.duration: "
+                            f"{spec.run.duration:g} s): nobody would move")
+    for i, op in enumerate(spec.pipeline):
+        if not op.follow:
+            continue
+        if mobility is None:
+            raise SpecError(("pipeline", i, "follow"), op.follow,
+                            "a scenario with mobility: a follow operator follows moving users")
+        for stream in spec.workload.streams:
+            if any(matches(topic_filter(r), f"{stream.name}/x/y") for r in op.reads) and (
+                    stream.channel != "exclusive"):
+                raise SpecError(("pipeline", i, "reads"), stream.name,
+                                "streams on exclusive channels (one topic per device), so a "
+                                "user's instance can read its user's messages")

@@ -119,3 +119,40 @@ def placement(topology: Topology, on: list[str]) -> list[str]:
         names.update(dict.fromkeys([n.name for n in topology.of_kind(kind)] if kind
                                    else topology.match(where)))
     return list(names)
+
+
+# Node kinds that run an operator's code (an `on` may name only these).
+HOST_KINDS = ("gateway", "broker", "cloud_vm", "coordinator")
+
+
+def check_placement(topology: Topology, path: tuple, where: str) -> list[str]:
+    """The nodes one `on`-like entry names; a SpecError at `path` when it names none, or a
+    node that runs no code."""
+    from topologies.errors import SpecError
+
+    kind = KIND_WORDS.get(where)
+    nodes = ([n.name for n in topology.of_kind(kind)] if kind else topology.match(where))
+    if not nodes:
+        raise SpecError(path, where, "a node name, pattern or kind word ("
+                        + ", ".join(KIND_WORDS) + ") that matches nodes")
+    for name in nodes:
+        if topology.nodes[name].kind not in HOST_KINDS:
+            raise SpecError(path, where, f"nodes that run code ({', '.join(HOST_KINDS)}), but "
+                            f"{name} is a {topology.nodes[name].kind}")
+    return nodes
+
+
+def check_hosts(path: tuple, where: list[str], topology: Topology) -> None:
+    """`where` (recovery's or replication's `to`) names gateways or cloud VMs only, at least
+    one; a kind word may name none."""
+    from topologies.errors import SpecError
+
+    for index, item in enumerate(where):
+        nodes = placement(topology, [item])
+        wrong = [n for n in nodes if topology.nodes[n].kind not in ("gateway", "cloud_vm")]
+        if wrong or (not nodes and item not in KIND_WORDS):  # a kind the topology lacks: none
+            raise SpecError((*path, index), item, "gateways or cloud VMs of the topology" + (
+                f" (not {wrong[0]}, a {topology.nodes[wrong[0]].kind})"
+                if wrong else ": it names none"))
+    if not placement(topology, where):
+        raise SpecError(path, where, "at least one gateway or cloud VM of the topology")

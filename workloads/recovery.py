@@ -151,3 +151,29 @@ def candidates(to: Iterable[str], topology, down: Iterable[str],
 
     excluded = set(down) | set(hosting)
     return [node for node in placement(topology, list(to)) if node not in excluded]
+
+
+def check(spec, topology) -> None:
+    """Checkpoints only where there is state to keep, at a period inside the run; recovery
+    re-places only onto nodes that run operators."""
+    from topologies.errors import SpecError
+    from workloads.pipeline import check_hosts
+
+    for index, operator in enumerate(spec.pipeline):
+        if operator.checkpoint is None:
+            continue
+        path = ("pipeline", index, "checkpoint")
+        if operator.engine != "python" or operator.window is None:
+            raise SpecError(path, operator.checkpoint, "a checkpoint keeps a window's state: "
+                            f"operator {operator.name!r} has no `window` (or runs on Spark, "
+                            "whose checkpoints are its own)")
+        if operator.follow is not None:
+            raise SpecError(path, operator.checkpoint, "no checkpoint for a follow operator: "
+                            "its per-user instances move with their users")
+        if operator.checkpoint * CHECKPOINT_PHASE >= spec.run.duration:
+            raise SpecError(path, operator.checkpoint, f"a period whose first checkpoint "
+                            f"(at {CHECKPOINT_PHASE:g} x the period) falls inside the run "
+                            f"(run.duration: {spec.run.duration:g} s)")
+    recovery = spec.scenario.recovery
+    if recovery is not None:
+        check_hosts(("scenario", "recovery", "to"), recovery.to, topology)

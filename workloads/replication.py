@@ -88,3 +88,33 @@ class Scaler:
             self.over = self.under = 0
             return "retire"
         return None
+
+
+def check(spec, topology) -> None:
+    """An slo only where replicas can share the input; replication only with an slo, onto
+    nodes that run operators, deciding at an interval inside the run."""
+    from topologies.errors import SpecError
+    from workloads.pipeline import check_hosts
+
+    for index, operator in enumerate(spec.pipeline):
+        if operator.slo is None:
+            continue
+        path = ("pipeline", index, "slo")
+        if operator.window is not None or operator.engine != "python":
+            raise SpecError(path, operator.slo, "an slo on a stateless python operator: "
+                            f"replicas of {operator.name!r} would share its input, and a "
+                            "window's state (or a Spark query's) does not split")
+        if operator.follow is not None:
+            raise SpecError(path, operator.slo, "no slo for a follow operator: its instances "
+                            "are one per user")
+    replication = spec.scenario.replication
+    if replication is None:
+        return
+    if not any(operator.slo is not None for operator in spec.pipeline):
+        raise SpecError(("scenario", "replication"), "...", "an operator with an `slo`: "
+                        "replication watches only those")
+    if replication.interval >= spec.run.duration:
+        raise SpecError(("scenario", "replication", "interval"), replication.interval,
+                        f"an interval shorter than the run (run.duration: "
+                        f"{spec.run.duration:g} s): no decision would be taken")
+    check_hosts(("scenario", "replication", "to"), replication.to, topology)
