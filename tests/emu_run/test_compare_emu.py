@@ -24,34 +24,23 @@ from typer.testing import CliRunner
 
 from experiments.cli import app
 from experiments.compare import TARGETS, relative_error
+from tests.conftest import experiment_text, two_gateway_topology
 from tests.engine import docker_engine
 
 pytestmark = [pytest.mark.emu]
 
 # What the uncalibrated model is held to against the emulation (issue 17: 10 % and 20 %).
 BOUND_P50, BOUND_P95 = 0.20, 0.50
-EXPERIMENT = """
-name: tiny-compare
-topology:
-  name: tiny-compare
-  sites: [{name: field}, {name: cloud}]
-  nodes:
-    - {name: s, kind: device, replicas: 4}
-    - {name: gw, kind: gateway, profile: rpi4, replicas: 2, site: field}
-    - {name: broker-1, kind: broker, site: cloud}
-    - {name: cloud-1, kind: cloud_vm, profile: vm.small, site: cloud}
-  links:
-    - {from: s-*, to: gw-*, mode: spread, latency: 10ms}
-    - {from: gw-*, to: broker-1, latency: 20ms}
-    - {from: broker-1, to: cloud-1, latency: 5ms}
-workload:
-  name: w
-  streams: [{name: city, sources: s-*, rate: 5/s, arrivals: periodic, size: 100B}]
-pipeline:
-  - {name: relay, on: gateways, reads: city, writes: clean}
-  - {name: sink, on: cloud-1, reads: clean}
-run: {duration: 10s, seed: 3, drain: 2s}
-"""
+EXPERIMENT = {
+    "name": "tiny-compare",
+    "topology": two_gateway_topology("tiny-compare", {"s": (4, {"latency": "10ms"})},
+                                     uplink="20ms", cloud_link="5ms"),
+    "workload": {"name": "w", "streams": [{"name": "city", "sources": "s-*", "rate": "5/s",
+                                           "arrivals": "periodic", "size": "100B"}]},
+    "pipeline": [{"name": "relay", "on": "gateways", "reads": "city", "writes": "clean"},
+                 {"name": "sink", "on": "cloud-1", "reads": "clean"}],
+    "run": {"duration": "10s", "seed": 3, "drain": "2s"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +50,7 @@ def compared(tmp_path_factory: pytest.TempPathFactory):
     docker_engine()
     root = tmp_path_factory.mktemp("compare")
     file = root / "tiny.yaml"
-    file.write_text(EXPERIMENT)
+    file.write_text(experiment_text(EXPERIMENT))
     result = CliRunner().invoke(app, ["compare", str(file), "--out", str(root / "out")],
                                 catch_exceptions=False, env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output

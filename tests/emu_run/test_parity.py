@@ -16,41 +16,28 @@ import os
 import pyarrow.parquet as pq
 import pytest
 
-from experiments.loader import parse_text
 from experiments.results import load_run
 from experiments.runner import run_experiment
 from experiments.schema import TABLES
+from tests.conftest import build_experiment, two_gateway_topology
 
 pytestmark = [pytest.mark.emu, pytest.mark.slow]
 
 CITY_DEVICES, NOISY_DEVICES, RATE, DURATION = 4, 2, 5.0, 15.0
-EXPERIMENT = f"""
-name: parity
-topology:
-  name: parity
-  sites: [{{name: field}}, {{name: cloud}}]
-  nodes:
-    - {{name: s, kind: device, replicas: {CITY_DEVICES}}}
-    - {{name: d, kind: device, replicas: {NOISY_DEVICES}}}
-    - {{name: gw, kind: gateway, profile: rpi4, replicas: 2, site: field}}
-    - {{name: broker-1, kind: broker, site: cloud}}
-    - {{name: cloud-1, kind: cloud_vm, profile: vm.small, site: cloud}}
-  links:
-    - {{from: s-*, to: gw-*, mode: spread, latency: 5ms}}
-    - {{from: d-*, to: gw-*, mode: spread, latency: 5ms, loss: 20%}}
-    - {{from: gw-*, to: broker-1, latency: 20ms}}
-    - {{from: broker-1, to: cloud-1, latency: 1ms}}
-workload:
-  name: w
-  streams:
-    - {{name: city, sources: s-*, rate: {RATE}/s, arrivals: periodic, qos: 1}}
-    - {{name: noisy, sources: d-*, rate: {RATE}/s, arrivals: periodic}}
-pipeline:
-  - {{name: filter, on: gateways, reads: city, writes: clean, selectivity: 0.5}}
-  - {{name: sink, on: cloud-1, reads: clean}}
-  - {{name: log, on: cloud-1, reads: noisy}}
-run: {{backend: sim, duration: {DURATION}s, seed: 3, drain: 2s}}
-"""
+EXPERIMENT = {
+    "name": "parity",
+    "topology": two_gateway_topology("parity", {
+        "s": (CITY_DEVICES, {"latency": "5ms"}),
+        "d": (NOISY_DEVICES, {"latency": "5ms", "loss": "20%"})}, uplink="20ms"),
+    "workload": {"name": "w", "streams": [
+        {"name": "city", "sources": "s-*", "rate": f"{RATE}/s", "arrivals": "periodic", "qos": 1},
+        {"name": "noisy", "sources": "d-*", "rate": f"{RATE}/s", "arrivals": "periodic"}]},
+    "pipeline": [{"name": "filter", "on": "gateways", "reads": "city", "writes": "clean",
+                  "selectivity": 0.5},
+                 {"name": "sink", "on": "cloud-1", "reads": "clean"},
+                 {"name": "log", "on": "cloud-1", "reads": "noisy"}],
+    "run": {"backend": "sim", "duration": f"{DURATION}s", "seed": 3, "drain": "2s"},
+}
 
 
 @pytest.fixture(scope="module")
@@ -61,7 +48,7 @@ def runs(tmp_path_factory: pytest.TempPathFactory):
     root = tmp_path_factory.mktemp("parity")
     folders = {}
     for backend in ("sim", "emu"):
-        experiment = parse_text(EXPERIMENT, overrides=[f"run.backend={backend}"])
+        experiment = build_experiment(EXPERIMENT, [f"run.backend={backend}"])
         (outcome,) = run_experiment(experiment, root / backend, sweep_id=backend)
         assert outcome.error is None, f"{backend}: {outcome.error}"
         folders[backend] = outcome.folder

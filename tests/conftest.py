@@ -1,0 +1,70 @@
+"""Fixtures every test folder shares: one local Spark for the test session, experiment builders."""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[Any]:
+    """The test session's one local SparkSession (a JVM's start costs seconds on two cores, and
+    Spark keeps one session per process anyway); folders that need more of it (a data source)
+    extend it with a `spark` fixture of their own that requests this one."""
+    pytest.importorskip("pyspark")
+    from workloads.spark.session import spark_session
+
+    session = spark_session("local[2]", "foglab-tests")
+    session.sparkContext.setLogLevel("ERROR")
+    yield session
+    session.stop()
+
+
+def two_gateway_topology(name: str, devices: Mapping[str, tuple[int, Mapping[str, str]]],
+                         uplink: str = "20ms", cloud_link: str = "1ms") -> dict:
+    """Devices spread over two Pi 4 gateways in a field site, a broker and a small cloud VM in a
+    cloud site: `devices` maps a group's name to its replicas and its link's properties."""
+    links = [{"from": f"{group}-*", "to": "gw-*", "mode": "spread", **link}
+             for group, (_, link) in devices.items()]
+    return {
+        "name": name,
+        "sites": [{"name": "field"}, {"name": "cloud"}],
+        "nodes": [*({"name": group, "kind": "device", "replicas": replicas}
+                    for group, (replicas, _) in devices.items()),
+                  {"name": "gw", "kind": "gateway", "profile": "rpi4", "replicas": 2,
+                   "site": "field"},
+                  {"name": "broker-1", "kind": "broker", "site": "cloud"},
+                  {"name": "cloud-1", "kind": "cloud_vm", "profile": "vm.small",
+                   "site": "cloud"}],
+        "links": [*links, {"from": "gw-*", "to": "broker-1", "latency": uplink},
+                  {"from": "broker-1", "to": "cloud-1", "latency": cloud_link}],
+    }
+
+
+def experiment_text(description: Mapping[str, Any]) -> str:
+    """An experiment description (the file's blocks as a mapping) as the YAML a file holds."""
+    return yaml.safe_dump(dict(description), sort_keys=False)
+
+
+def catalog_description(name: str) -> dict:
+    """A catalog experiment's file as a mapping, to change a block of before building it."""
+    from experiments import catalog
+
+    return yaml.safe_load(Path(catalog.experiment_path(name)).read_text())
+
+
+def build_experiment(base: str | Mapping[str, Any], sets: Sequence[str] = (),
+                     sweeps: Sequence[str] = ()):
+    """A validated experiment: a catalog name, or a description mapping, with `--set KEY=VALUE`
+    overrides and `--sweep`s, as the command line takes them."""
+    from experiments.loader import load, parse_text
+
+    if isinstance(base, str):
+        return load(base, list(sets), list(sweeps))
+    return parse_text(experiment_text(copy.deepcopy(dict(base))), overrides=list(sets),
+                      sweeps=list(sweeps))
