@@ -215,7 +215,7 @@ run: {backend: emu, duration: DURATIONs, seed: 1, drain: 2s}
 def emu_move(way: str, args: argparse.Namespace, root: Path) -> dict[str, float]:
     """STATS moved by `way` from cloud-1's container to cloud-2's in one emulated run: the
     move's phases, its target's first batch, the sink's lost and duplicated messages."""
-    from emu.run import Timing, emulate
+    from emu.run import Request, Timing, emulate
     from experiments.loader import parse_text
     from workloads.spark.job import HANDOVER, STOPPED
 
@@ -226,9 +226,9 @@ def emu_move(way: str, args: argparse.Namespace, root: Path) -> dict[str, float]
     point = parse_text(text).points[0]
     spec = point.spec
     records = root / way
-    result = emulate(point.topology, spec.workload, spec.pipeline,
-                     Timing(spec.run.duration, spec.run.sample, spec.run.drain), spec.run.seed,
-                     records=records, scenario=spec.scenario)
+    result = emulate(Request(point.topology, spec.workload, spec.pipeline,
+                             Timing(spec.run.duration, spec.run.sample, spec.run.drain),
+                             spec.run.seed, dict(spec.scenario)), records=records)
     (fact,) = result.facts["migrations"]
     if fact["status"] != "done":
         raise RuntimeError(f"the move by {way} failed: {fact['error']}")

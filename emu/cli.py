@@ -13,9 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich import box
@@ -41,6 +42,25 @@ if TYPE_CHECKING:
 
 app = typer.Typer(no_args_is_help=True,
                   help="Prepare the host and images; run topologies as containers.")
+
+# How `--experiment` and `emu migrate` load an experiment file: the experiment layer hands its
+# loader over as it mounts these commands (emu imports nothing of it).
+_experiments: list[Callable[[str, list[str]], tuple[Path, Any]]] = []
+
+
+def use_experiments(load: Callable[[str, list[str]], tuple[Path, Any]]) -> None:
+    """Take `load(experiment, sets)`: the experiment (a file or catalog name) with its --set
+    options, checked as an emu run: its file and the loaded experiment (`.file`, `.points`),
+    or a SpecError."""
+    _experiments[:] = [load]
+
+
+def load_experiment(experiment: str, sets: list[str]) -> tuple[Path, Any]:
+    """The experiment as the loader handed over (use_experiments) loads it."""
+    if not _experiments:
+        raise SpecError((), experiment, "an experiment loaded through `foglab` (these "
+                        "commands were mounted without the experiment layer)")
+    return _experiments[0](experiment, sets)
 
 
 def topology_or_exit(name: str):
@@ -210,13 +230,9 @@ def deployed_or_exit(topology: str | None, experiment: str | None, sets: list[st
               "operators: leave it out, or bring up the topology alone")
         raise typer.Exit(2)
     from emu.deployment import agent_configs
-    from experiments.catalog import experiment_path
-    from experiments.loader import load
 
     try:
-        path = experiment_path(experiment).resolve()
-        # Checked as an emu run is, whatever backend the file names.
-        loaded = load(path, overrides=[*sets, "run.backend=emu"])
+        path, loaded = load_experiment(experiment, sets)
     except SpecError as failure:
         error(failure)
         raise typer.Exit(2) from None
@@ -557,7 +573,7 @@ def emu_migrate(
               f"runs it ({', '.join(movable) or 'none in this cluster'})")
         raise typer.Exit(1)
     try:
-        settings = experiment_settings(client, name)
+        settings = experiment_settings(client, name, load_experiment)
     except ExperimentGone as gone:
         warning(f"{gone}: the migration takes the default settings")
         settings = None

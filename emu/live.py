@@ -77,21 +77,20 @@ def agents_and_brokers(client, cluster: str) -> tuple[dict[str, Agent], dict[str
     return agents, brokers, kinds
 
 
-def experiment_settings(client, cluster: str):
+def experiment_settings(client, cluster: str,
+                        load: Callable[[str, list[str]], tuple[Any, Any]]):
     """The scenario's migration settings of the experiment the cluster was brought up with
     (`foglab emu up --experiment`), None for a bare topology; ExperimentGone when its file
-    no longer loads."""
+    no longer loads. `load(file, sets)`: its file and the experiment, checked as an emu run
+    (emu.cli.load_experiment)."""
     from emu.cluster import inventory
 
     labels = next((s.get("Labels") or {} for s in inventory.containers(client, cluster)
                    if (s.get("Labels") or {}).get(EXPERIMENT_LABEL)), {})
     if not labels:
         return None
-    from experiments.loader import load
-
     try:
-        loaded = load(labels[EXPERIMENT_LABEL],
-                      overrides=[*json.loads(labels.get(SETS_LABEL, "[]")), "run.backend=emu"])
+        _, loaded = load(labels[EXPERIMENT_LABEL], json.loads(labels.get(SETS_LABEL, "[]")))
     except (SpecError, OSError, ValueError) as failure:
         raise ExperimentGone(f"the cluster's experiment {labels[EXPERIMENT_LABEL]} no longer "
                              f"loads ({failure})") from None

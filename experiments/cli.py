@@ -15,8 +15,8 @@ from rich import box
 from rich.table import Table
 
 from emu.calibrate_cli import calibrate
-from emu.cli import app as emu_app
 from emu.cli import topology_or_exit
+from experiments.emu_commands import app as emu_app
 from experiments.loader import Experiment, load
 from experiments.runner import Reporter, run_experiment
 from topologies.errors import SpecError

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from emu.features.base import Feature
 from experiments.backends import RunOutput, RunPlan
 from experiments.hybrid.actions import Actions
 from experiments.hybrid.handover import Handovers
@@ -153,35 +154,57 @@ class _Coupled:
                 "handovers": len(self.parts["handovers"].moves) if self.parts else 0}
 
 
+class _Coupling(Feature):
+    """The couplings as one more feature of the emulated run (emu.features.base): the model
+    and the load generator start at its epoch, stop with it; its policy's migrations and its
+    handovers go into the run's tables."""
+
+    key = "hybrid"
+
+    def __init__(self, plan: RunPlan, begin, load: bool) -> None:
+        super().__init__(None)
+        self.plan, self.begin, self.load = plan, begin, load
+        self.coupled: _Coupled | None = None
+        self._running = False
+
+    def start(self, run, epoch: float) -> None:
+        self.coupled = _Coupled(self.plan, self.begin, run.control, epoch, run.cluster,
+                                self.load)
+        self._running = True
+
+    def poll(self) -> None:
+        if self._running:  # what stopped the model stops the run, while it runs
+            self.coupled.check()
+
+    def stop(self) -> None:
+        if self.coupled is not None and self._running:
+            self._running = False
+            self.coupled.finish()
+
+    def migrations(self) -> list:
+        return self.coupled.migrations() if self.coupled is not None else []
+
+    def handovers(self) -> dict[str, list[str]]:
+        return self.coupled.handovers() if self.coupled is not None else {}
+
+
 class HybridBackend:
     """The emulation, with a real-time model moving its users (see the module docstring)."""
 
     name = "hybrid"
 
     def run(self, plan: RunPlan, progress) -> RunOutput:
-        from emu.run import Timing, emulate
+        from emu.run import emulate
+        from experiments.backends import EmuBackend
 
         spec = plan.spec
-        run = spec.run
         begin = start(plan.topology, spec.scenario, spec.pipeline, plan.seed)
         topology = emulated_topology(spec.topology, begin)
         load = simulated_devices(spec.scenario, plan.topology)
-        coupled: list[_Coupled] = []
-
-        def during(control, epoch: float, cluster) -> _Coupled:
-            coupled.append(_Coupled(plan, begin, control, epoch, cluster, bool(load)))
-            return coupled[0]
-
-        def watched(seconds: float) -> None:
-            if coupled:
-                coupled[0].check()
-            progress(seconds)
-
-        watched.stage = getattr(progress, "stage", lambda text: None)
-        result = emulate(topology, spec.workload, spec.pipeline,
-                         Timing(run.duration, run.sample, run.drain), plan.seed, watched,
-                         scenario=spec.scenario, during=during, follow=begin.follow,
-                         load=load)
+        coupling = _Coupling(plan, begin, bool(load))
+        result = emulate(EmuBackend.request(plan, topology, follow=begin.follow, load=load),
+                         progress, features=[coupling])
+        coupled = [coupling.coupled] if coupling.coupled is not None else []
         if not coupled:
             raise RuntimeError("the emulation ended before its run began")
         hybrid = coupled[0]

@@ -233,7 +233,7 @@ def test_the_moved_state_is_the_snapshot_and_the_last_keys() -> None:
 
 def test_a_run_moves_the_scenario_s_migrations_at_their_time(
         broker, config, agents, controller: Controller, publisher: Publisher) -> None:
-    from emu.run import _migration_columns, _Migrations
+    from emu.features.migrations import MigrationSchedule, migration_columns
     from experiments.schema import TABLES
     from workloads.scenario import ScheduledMigration
 
@@ -244,10 +244,11 @@ def test_a_run_moves_the_scenario_s_migrations_at_their_time(
     scenario = type("Scenario", (), {"migration": None, "migrations": [
         ScheduledMigration(at=0.4, operator="relay", to="gw-dst", strategy="pause_drain")]})()
     epoch = time.time()
-    mover = _Migrations(controller, scenario, {"gw-src": source_config}, epoch)
+    mover = MigrationSchedule(controller, scenario.migrations, scenario.migration,
+                              {"gw-src": source_config}, epoch)
     mover.start()
     publisher.publish(300, 300.0)
-    table = _migration_columns(mover.finish(), epoch)
+    table = migration_columns(mover.finish(), epoch)
     assert set(table) == set(TABLES["migrations"].names)
     assert table["source"] == ["gw-src"] and table["target"] == ["gw-dst"]
     assert 0.4 <= table["start"][0] < 1.5 and table["downtime"][0] > 0

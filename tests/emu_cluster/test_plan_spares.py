@@ -76,7 +76,7 @@ def test_no_agent_takes_a_spare_and_every_agent_of_its_broker_can_reach_it() -> 
 def test_a_reader_with_a_session_of_its_own_is_refused_before_anything_starts() -> None:
     import pytest
 
-    from emu.broker_scaling import check_readers
+    from emu.features.broker_scaling import check_readers
     from topologies.errors import SpecError
     from workloads.broker_scaling import BrokerScalingSpec
 

@@ -85,7 +85,7 @@ def test_emu_refuses_the_shipped_coordinator_and_takes_its_emu_variant() -> None
 
 
 def test_each_sending_node_gets_its_children_and_only_the_sender_a_start() -> None:
-    from emu.broadcast import check, parts
+    from emu.features.broadcast import check, parts
 
     (point,) = parse_text(text(TWO, "emu")).points
     got = parts(check(point.spec.scenario.broadcasts, point.topology, point.spec.run.duration))

@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from emu.faults import HOLD_STEP_S, FaultError, FaultSchedule, check, crossing
+from emu.features.faults import HOLD_STEP_S, FaultError, FaultSchedule, check, crossing
 from emu.links.spec import LinkShape
 from topologies.model import expand
 from workloads.faults import resolve

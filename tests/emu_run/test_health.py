@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 
 from emu.control import CommandResult, Reply
-from emu.run import EmuError, Health, Seen, _settle, _stop_agents, _trim_cut_lines, engine_time
+from emu.health import Health, Seen, engine_time
+from emu.run import EmuError, _settle, _stop_agents, _trim_cut_lines
 
 EPOCH = 1000.0
 

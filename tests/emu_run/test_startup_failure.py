@@ -61,7 +61,7 @@ def test_an_agent_that_exits_at_start_fails_the_run_with_its_reason(monkeypatch)
     began = time.monotonic()
     with pytest.raises(emu.run.EmuError, match=r"the agent of gw-2 exited while the cluster "
                                                 r"started: .*format must be one of"):
-        emu.run.emulate(point.topology, point.spec.workload, point.spec.pipeline,
-                        emu.run.Timing(10.0), 1)
+        emu.run.emulate(emu.run.Request(point.topology, point.spec.workload,
+                                        point.spec.pipeline, emu.run.Timing(10.0), 1))
     assert time.monotonic() - began < emu.live.REGISTER_TIMEOUT_S / 2
     assert client.containers.list(all=True, filters={"label": f"foglab.cluster={made[0]}"}) == []

@@ -277,13 +277,14 @@ def test_an_emulated_run_writes_sim_s_windows_table(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the emulation needs root")
     pytest.importorskip("docker")
-    from emu.run import Timing, emulate
+    from emu.run import Request, Timing, emulate
     from tests.foundation.helpers import point
 
     run_point = point(WINDOWED)
     records = tmp_path / "records"
-    result = emulate(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
-                     Timing(DURATION, 1.0, 2.0), seed=3, records=records)
+    result = emulate(Request(run_point.topology, run_point.spec.workload,
+                             run_point.spec.pipeline, Timing(DURATION, 1.0, 2.0), seed=3),
+                     records=records)
     assert result.failed == {}
     columns = windows_table(records, result.facts["epoch"], DURATION)
     table = conform({"windows": columns})["windows"].to_pandas()

@@ -26,3 +26,26 @@ def test_the_experiment_schema_imports_no_backend():
 @pytest.mark.parametrize(("backend", "other"), [("sim.model", "emu"), ("emu.run", "sim")])
 def test_a_backend_does_not_import_the_other(backend, other):
     assert other not in _imported(backend)
+
+
+def _imports_of(path) -> set[str]:
+    """Every package a module imports, at its top or inside a function."""
+    import ast
+
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found |= {alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+            found.add(node.module.split(".")[0])
+    return found
+
+
+@pytest.mark.parametrize("backend", ["sim", "emu"])
+def test_a_backend_imports_nothing_of_the_experiment_layer(backend):
+    from pathlib import Path
+
+    root = Path(__file__).parents[2] / backend
+    upward = sorted(str(path.relative_to(root.parent)) for path in root.rglob("*.py")
+                    if "experiments" in _imports_of(path))
+    assert upward == [], f"{backend} imports experiments (the layer above it) in {upward}"

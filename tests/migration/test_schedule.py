@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from emu.deployment import agent_configs
-from emu.run import _Migrations
+from emu.features.migrations import MigrationSchedule
 from experiments.loader import load
 from tests.foundation.helpers import simulate_point
 from workloads.migration.schedule import migration_starts
@@ -40,7 +40,7 @@ def test_sim_and_emu_plan_the_same_start_for_one_file_and_seed():
     sim_starts = list(result.tables["migrations"]["start"])
     configs = agent_configs(point.topology, spec.workload, spec.pipeline, spec.run.seed, 0.0,
                             moving=["count"])
-    emu_starts = [t for t, _ in _Migrations(None, spec.scenario, configs, 0.0,
-                                            spec.run.seed).plans]
+    emu_starts = [t for t, _ in MigrationSchedule(None, spec.scenario.migrations, None,
+                                                  configs, 0.0, spec.run.seed).plans]
     assert sim_starts == pytest.approx(emu_starts)
     assert 20 < sim_starts[0] < 22  # drawn within the 2 s window after `at`

@@ -34,6 +34,7 @@ from dataclasses import asdict, replace
 
 from emu.agent.config import AgentConfig, OperatorConfig
 from emu.deployment import session_name
+from emu.features.base import Feature
 from topologies.model import Topology
 from workloads.recovery import candidates, input_devices, path_latency, place
 from workloads.replication import ReplicationSpec, Scaler, percentile
@@ -153,3 +154,36 @@ class Replication:
             if row["action"] == "start":
                 started.setdefault(row["operator"], []).append(row["node"])
         return started
+
+
+class ReplicationFeature(Feature):
+    """`scenario.replication` on a run: the instances of an operator with an slo share one
+    input subscription through sessions of their own; the controller decides from the epoch;
+    the `replicas` table and facts."""
+
+    key = "replication"
+
+    def __init__(self, spec: ReplicationSpec) -> None:
+        super().__init__(spec)
+        self.replication: Replication | None = None
+
+    def prepare(self, setup) -> None:
+        setup.moving |= {op.name for op in setup.pipeline if op.slo is not None}
+
+    def start(self, run, epoch: float) -> None:
+        self.replication = Replication(run.control, self.spec, run.topology, run.workload,
+                                       run.configs)
+        self.replication.start(epoch)
+
+    def stop(self) -> None:
+        if self.replication is not None:
+            self.replication.finish()
+
+    def moves(self) -> dict[str, list[str]]:
+        return self.replication.nodes() if self.replication is not None else {}
+
+    def results(self, run, tables: dict, facts: dict) -> None:
+        tables["replicas"] = self.replication.columns()
+        facts["replication"] = {"errors": self.replication.errors,
+                                "samples": self.replication.samples,
+                                "unplaced": self.replication.unplaced}

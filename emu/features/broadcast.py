@@ -30,6 +30,7 @@ from pathlib import Path
 
 from emu.agent.broadcast import RECORDS
 from emu.agent.config import AGENT_KINDS
+from emu.features.base import Feature
 from topologies.errors import SpecError
 from topologies.model import Topology
 from workloads.broadcast import BroadcastSpec, Planned, resolve, results
@@ -139,3 +140,27 @@ class Broadcaster:
                      for plan in self.planned]
         facts["broadcast"] = {"start_lag": start_lag, "duplicates": duplicates,
                               "errors": self.errors}
+
+
+class Broadcasts(Feature):
+    """`scenario.broadcasts` on a run: refused before the cluster starts if a sender or worker
+    runs no agent, planned on the senders at the epoch, the `broadcasts` table and facts from
+    the nodes' records."""
+
+    key = "broadcasts"
+
+    def __init__(self, spec: list[BroadcastSpec]) -> None:
+        super().__init__(spec)
+        self.broadcaster: Broadcaster | None = None
+
+    def prepare(self, setup) -> None:
+        check(self.spec, setup.topology, setup.timing.duration)
+
+    def start(self, run, epoch: float) -> None:
+        # Each sender starts at its `at`, on its own scheduler.
+        self.broadcaster = Broadcaster(run.control, self.spec, run.topology,
+                                       run.timing.duration)
+        self.broadcaster.start(epoch)
+
+    def results(self, run, tables: dict, facts: dict) -> None:
+        self.broadcaster.finish(run.cluster.records_dir, tables, facts)

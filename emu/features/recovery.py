@@ -10,7 +10,7 @@ thread must not block): the live candidate nearest the instance's input
 `migrate.recover` request (emu.agent.migration): it builds the instance from its config,
 restores the last checkpoint from ZooKeeper (emu.agent.checkpoint) and takes the instance's
 input session over; the broker hands it what it held since the crash. Every instance that
-can be re-placed reads through a session of its own (emu.run deploys them `movable`).
+can be re-placed reads through a session of its own (RecoveryFeature deploys them `movable`).
 
 A node whose znode comes back (its agent registered again) is a candidate again. The
 controller knows where instances run from the deployment, and from its own re-placements;
@@ -19,7 +19,7 @@ migrates and recovers one operator at once is not supported yet).
 
 What the controller measures goes into the `recoveries` table (`rows`): the detection at the
 watch's wake-up, and from the target's answer the first held input processed (`t_first`),
-the checkpoint's time and bytes, and the held inputs. emu.run adds the crash's time (from
+the checkpoint's time and bytes, and the held inputs. RecoveryFeature adds the crash's time (from
 the fault schedule) and what the messages table says was rolled back and lost (`measure`).
 """
 
@@ -35,6 +35,7 @@ from dataclasses import asdict
 
 from emu.agent.config import AGENT_KINDS, AgentConfig, OperatorConfig
 from emu.agent.registry import GATEWAYS
+from emu.features.base import Feature
 from topologies.model import Topology
 from workloads.recovery import (
     RecoverySpec,
@@ -212,3 +213,47 @@ def measure(rows: list[dict], crashes: dict[str, list[float]], messages, epoch: 
                             ("held", row["held"]), ("rolled_back", rolled), ("lost", lost)):
             columns[name].append(value)
     return columns
+
+
+class RecoveryFeature(Feature):
+    """`scenario.recovery` on a run: every Python operator that can be re-placed reads through
+    a session of its own, expiring after the spec's session timeout; the detector watches from
+    the epoch; the `recoveries` table from its rows, the fault schedule's crashes and the
+    messages table."""
+
+    key = "recovery"
+
+    def __init__(self, spec: RecoverySpec) -> None:
+        super().__init__(spec)
+        self.recovery: Recovery | None = None
+        self.rows: list[dict] = []
+
+    def prepare(self, setup) -> None:
+        setup.moving |= {op.name for op in setup.pipeline
+                         if op.engine == "python" and not op.follow}
+        setup.session_timeout = self.spec.session_timeout
+
+    def start(self, run, epoch: float) -> None:
+        zk_hosts = ",".join(f"{run.status[z].ip}:2181" for z in run.plan.zookeeper)
+        self.recovery = Recovery(run.control, zk_hosts, self.spec, run.topology, run.workload,
+                                 run.configs)
+        self.recovery.start()
+
+    def stop(self) -> None:
+        if self.recovery is not None:
+            self.rows = self.recovery.finish()
+
+    def left(self, node: str) -> set[str]:
+        rows = list(self.recovery.rows) if self.recovery is not None else []
+        return {row["operator"] for row in rows if row["node"] == node and row["target"]}
+
+    def moves(self) -> dict[str, list[str]]:
+        return self.recovery.targets() if self.recovery is not None else {}
+
+    def results(self, run, tables: dict, facts: dict) -> None:
+        faults = run.features.get("faults")
+        crashes = faults.crashes() if faults is not None else {}
+        tables["recoveries"] = measure(self.rows, crashes, run.messages, run.epoch,
+                                       self.recovery.reads())
+        facts["recovery"] = {"errors": self.recovery.errors + [
+            row["error"] for row in self.rows if row["error"]]}

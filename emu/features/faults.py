@@ -14,7 +14,7 @@ which each action had been carried out. What each kind does:
   numbered apart from its first incarnation's, its operators started afresh (their state was
   lost with the node; an instance with a persistent session takes what the broker held for
   it) except those that left the node meanwhile (re-placed by recovery, migrated). From the
-  kill to its return the run counts it dead (`emu.run.Health`); a broker or ZooKeeper server
+  kill to its return the run counts it dead (`emu.health.Health`); a broker or ZooKeeper server
   comes back whole (its outage is in the manifest's `outages`).
 - restart BROKER: the broker is stopped (SIGTERM, as `docker stop`) and started again after
   `for` (its downtime); agents and the controller hold persistent sessions and reconnect
@@ -45,6 +45,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from emu.features.base import Feature
 from emu.links.spec import LinkShape
 from workloads.faults import Injected
 
@@ -347,3 +348,66 @@ class FaultSchedule:
                 "healed": sum(r.t_end is not None for r in injected),
                 "late_max_s": round(max(late), 3) if late else None,
                 "error": str(self.error) if self.error else None}
+
+
+# -- the feature -------------------------------------------------------------------------------
+
+class Faults(Feature):
+    """`scenario.faults` on a run: resolved and checked against the plan before the cluster
+    starts, injected from the epoch, the `faults` table and facts (empty ones without a
+    schedule). A crashed agent comes back without the operators that left its node meanwhile
+    (every feature's `left`)."""
+
+    key = "faults"
+    always = True
+
+    def __init__(self, spec) -> None:
+        super().__init__(spec or [])
+        self.faults: list[Injected] = []
+        self.schedule: FaultSchedule | None = None
+        self._incarnations: dict[str, int] = {}
+
+    def prepare(self, setup) -> None:
+        if not self.spec:
+            return
+        from workloads.faults import resolve
+
+        self.faults = resolve(self.spec, setup.topology, setup.timing.duration)
+        setup.checks.append(self._check)
+
+    def _check(self, plan, configs: dict) -> None:
+        from emu.errors import EmuError
+
+        try:
+            check(self.faults, set(plan.containers), {link.key: link.path for link in plan.links})
+        except FaultError as error:
+            raise EmuError(str(error)) from None
+
+    def start(self, run, epoch: float) -> None:
+        engine = (ClusterEngine(run.cluster, lambda node: self._revival(run, node),
+                                run.health.revived) if self.faults else None)
+        self.schedule = FaultSchedule(list(self.faults), engine, epoch)
+        self.schedule.start()
+
+    def _revival(self, run, node: str) -> dict:
+        """What a crashed agent starts again with (emu.agent.config.revived)."""
+        self._incarnations[node] = self._incarnations.get(node, 0) + 1
+        away = set().union(*(feature.left(node) for feature in run.features.values()))
+        return {"epoch": run.epoch, "incarnation": self._incarnations[node],
+                "away": sorted(away)}
+
+    def poll(self) -> None:
+        if self.schedule is not None:
+            self.schedule.check()
+
+    def stop(self) -> None:
+        if self.schedule is not None:
+            self.schedule.finish()
+
+    def crashes(self) -> dict[str, list[float]]:
+        """Node -> the seconds from the epoch at which it was crashed (FaultSchedule.crashes)."""
+        return self.schedule.crashes() if self.schedule is not None else {}
+
+    def results(self, run, tables: dict, facts: dict) -> None:
+        tables["faults"] = self.schedule.columns()
+        facts["faults"] = self.schedule.facts()

@@ -47,6 +47,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from emu.agent.mqtt import connected, new_client, no_delay
+from emu.features.base import Feature
 from topologies.model import Topology
 from topologies.routing import Routes
 from workloads.broker_scaling import ACTION, PROBE_SIZE, BrokerScalingSpec, Scaler, movers
@@ -343,3 +344,43 @@ def check_readers(entries, brokers: dict[str, str], configs: dict) -> None:
                         + ("Spark's" if operator.engine != "python" else "a session of its "
                            "own (it may move, be recovered or replicated)")
                         + ", which the spare's readers' session does not carry yet")
+
+
+class BrokerScalingFeature(Feature):
+    """`scenario.broker_scaling` on a run: its spares planned idle beside the cluster, a
+    watched broker's readers checked against the plan, the controller from the epoch; the
+    joins as rows of the `replicas` table (after replication's), and the facts."""
+
+    key = "broker_scaling"
+
+    def __init__(self, spec) -> None:
+        super().__init__(spec)
+        self.entries: list[BrokerScalingSpec] = []
+        self.scaling: BrokerScaling | None = None
+
+    def prepare(self, setup) -> None:
+        from workloads.broker_scaling import resolve
+
+        self.entries = list(resolve(self.spec, setup.topology).entries)
+        setup.spares.update({entry.spare: entry.broker for entry in self.entries})
+        setup.checks.append(
+            lambda plan, configs: check_readers(self.entries, plan.brokers, configs))
+
+    def start(self, run, epoch: float) -> None:
+        plan, status = run.plan, run.status
+        self.scaling = BrokerScaling(
+            run.control, self.entries, run.topology,
+            {b: f"{status[b].ip}:1883" for b in [*plan.spares, *plan.spares.values()]},
+            plan.brokers, [a.node for a in plan.agents() if a.agent.drivers],
+            {a: plan.link(a, b).path[0] for a, b in plan.brokers.items()},
+            readers=[a.node for a in plan.agents() if a.agent.operators])
+        self.scaling.start(epoch)
+
+    def stop(self) -> None:
+        if self.scaling is not None:
+            self.scaling.finish()
+
+    def results(self, run, tables: dict, facts: dict) -> None:
+        # Joins are replicas' rows too.
+        tables["replicas"] = self.scaling.columns(tables.get("replicas"))
+        facts["broker_scaling"] = self.scaling.facts()

@@ -1,0 +1,195 @@
+"""The scenario's scheduled migrations on an emulated run (`scenario.migrations`, with the
+settings of `scenario.migration`): each at its time after the epoch, on a thread of its own
+while the run measures (emu.migration; a Spark query's by emu.spark_migration, its target's
+standby warmed before the epoch); the `migrations` table and facts from every feature's
+migrations (a hybrid run's policy moves operators too), with each windowed operator's output
+gap and its lost, duplicated and reordered events."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from emu.agent.config import AgentConfig
+from emu.errors import EmuError
+from emu.features.base import Feature
+
+
+def _window_period(configs: dict[str, AgentConfig], operator: str) -> float:
+    """The seconds of an operator's time window (0 without one, or with a count window)."""
+    from emu.agent.operators import WindowConfig
+
+    for config in configs.values():
+        for op in config.operators:
+            if op.name == operator and op.window is not None:
+                window = WindowConfig.of(op.window)
+                return float(window.size) if window.basis == "time" else 0.0
+    return 0.0
+
+
+def _measure_outputs(records: list, windows: dict[str, list], configs: dict[str, AgentConfig],
+                     epoch: float) -> None:
+    """A windowed operator's output gap, and its lost, duplicated and reordered events, from
+    its window outputs as the model measures them (workloads.migration.measures)."""
+    from workloads.migration.measures import coverage, output_gap
+
+    for record in records:
+        period = _window_period(configs, record.operator)
+        if not period or record.status != "done":
+            continue
+        rows = sorted((t, sn, n) for t, op, sn, n in zip(
+            windows["t"], windows["operator"], windows["last_sn"], windows["count"],
+            strict=True) if op == record.operator)
+        start, end = record.start - epoch, record.end - epoch
+        record.output_gap = output_gap([t for t, _, _ in rows], start, end, period)
+        record.lost, record.duplicates, record.reordered = coverage(
+            (sn, n) for t, sn, n in rows if start - 2 * period <= t <= end + 2 * period)
+
+
+def migration_columns(records: list, epoch: float) -> dict[str, list]:
+    columns: dict[str, list] = {}
+    for record in records:
+        for name, value in record.row(epoch).items():
+            columns.setdefault(name, []).append(value)
+    return columns
+
+
+class MigrationSchedule:
+    """The scenario's migrations, each at its time after the epoch, on a thread of its own
+    while the run measures; `finish` waits for one under way and gives the table's columns."""
+
+    def __init__(self, control, migrations: list, settings, configs: dict[str, AgentConfig],
+                 epoch: float, seed: int = 0,
+                 records_dir: Callable[[str], Path] | None = None) -> None:
+        from workloads.migration.schedule import migration_starts
+
+        self.control = control
+        # `within_window` adds a phase in [0, window) to `at`, drawn as the model draws it.
+        starts = migration_starts(list(migrations),
+                                  lambda operator: _window_period(configs, operator), seed)
+        self.plans = sorted(((start, plan) for plan, start in starts),
+                            key=lambda timed: timed[0])
+        self.settings = settings
+        self.configs = configs
+        # A Spark query moves by emu.spark_migration, copying between nodes' records folders.
+        self.spark = {op.name for config in configs.values() for op in config.operators
+                      if op.engine == "spark"}
+        self.records_dir = records_dir
+        self.epoch = epoch
+        self.records: list = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="foglab-migrations",
+                                        daemon=True)
+
+    def start(self) -> None:
+        if self.plans:
+            self._thread.start()
+
+    def _source(self, operator: str) -> str:
+        nodes = [node for node, config in self.configs.items()
+                 if any(op.name == operator for op in config.operators)]
+        if len(nodes) != 1:
+            raise EmuError(f"migration of {operator!r}: it runs on {len(nodes)} nodes "
+                           f"({', '.join(nodes) or 'none'}); say which with 'from'")
+        return nodes[0]
+
+    def _run(self) -> None:
+        from emu.migration import MigrationRecord, migrate
+
+        where: dict[str, str] = {}  # operator -> its node now
+        for number, (at, plan) in enumerate(self.plans):
+            # One due already (the one before ran late: a Spark query's move takes minutes on
+            # a busy host) runs even once the run's time is up; a later one does not.
+            due = self.epoch + at
+            if time.time() < due and self._stop.wait(due - time.time()):
+                return
+            strategy = plan.strategy or getattr(self.settings, "strategy", "pause_transfer")
+            try:
+                source = plan.source or where.get(plan.operator) or self._source(plan.operator)
+                record = migrate(self.control, plan.operator, source, plan.target, strategy,
+                                 self.settings, record_id=number, records=self.records_dir,
+                                 engine="spark" if plan.operator in self.spark else "python")
+            except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+                record = MigrationRecord(number, plan.operator, strategy, plan.source or "",
+                                         plan.target, time.time(), time.time(),
+                                         status="failed", error=str(error))
+            if record.status == "done":
+                where[plan.operator] = plan.target
+            self.records.append(record)
+
+    def finish(self) -> list:
+        """Wait for a migration under way; the records of all (emu.migration)."""
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join()
+        return self.records
+
+
+def spark_standbys(control, plans: list, configs: dict[str, AgentConfig],
+                    records_dir: Callable[[str], Path]) -> list[Path]:
+    """Ask the targets of the Spark queries' scheduled moves for their standbys (a minute or
+    more to warm: from before the epoch, a move finds its standby warm); the files that say
+    each is warm (emu.spark_migration.standbys_ahead)."""
+    spark = {op.name for config in configs.values() for op in config.operators
+             if op.engine == "spark"}
+    if not any(plan.operator in spark for plan in plans):
+        return []
+    from emu.spark_migration import standbys_ahead
+
+    return standbys_ahead(control, plans, configs, records_dir)
+
+
+class Migrations(Feature):
+    """The feature: its operators read through sessions of their own (which targets take)."""
+
+    key = "migrations"
+    always = True  # a hybrid run's policy migrates without a schedule: its table is written
+
+    def __init__(self, spec) -> None:
+        super().__init__(list(spec or []))
+        self.settings = None
+        self.seed = 0
+        self.schedule: MigrationSchedule | None = None
+        self.records: list = []
+
+    def prepare(self, setup) -> None:
+        setup.moving |= {plan.operator for plan in self.spec}
+        self.settings = setup.scenario.get("migration")
+        self.seed = setup.seed
+
+    def warm(self, run) -> list[Path]:
+        # The targets of the Spark queries' scheduled moves warm their standbys meanwhile.
+        return spark_standbys(run.control, self.spec, run.configs, run.cluster.records_dir)
+
+    def start(self, run, epoch: float) -> None:
+        self.schedule = MigrationSchedule(run.control, self.spec, self.settings, run.configs,
+                                          epoch, run.seed, run.cluster.records_dir)
+        self.schedule.start()
+
+    def stop(self) -> None:
+        if self.schedule is not None:
+            self.records = self.schedule.finish()
+
+    def left(self, node: str) -> set[str]:
+        away: set[str] = set()
+        records = list(self.schedule.records) if self.schedule is not None else []
+        for record in records:  # operators that left the node, in order
+            if record.status == "done" and node in (record.source, record.target):
+                (away.add if record.source == node else away.discard)(record.operator)
+        return away
+
+    def migrations(self) -> list:
+        return self.records
+
+    def results(self, run, tables: dict, facts: dict) -> None:
+        moved = run.moved  # every feature's, this one's first
+        if not moved:
+            return
+        _measure_outputs(moved, run.windows, run.configs, run.epoch)
+        tables["migrations"] = migration_columns(moved, run.epoch)
+        facts["migrations"] = [{"id": r.id, "status": r.status, "error": r.error,
+                                "phases": {k: round(v - run.epoch, 3)
+                                           for k, v in r.phases.items()}}
+                               for r in moved]

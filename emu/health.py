@@ -1,0 +1,134 @@
+"""Which nodes of a running cluster are dead, and when its services were away (the engine's
+view of the containers, polled while a run measures)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+# The engine is asked for the containers' states at most this often.
+HEALTH_POLL_S = 0.5
+
+
+@dataclass(frozen=True)
+class Seen:
+    """A container as the engine reports it: its state, status text, and (services only)
+    when it last started and finished (time.time(); None if never or not asked)."""
+
+    state: str
+    status: str = ""
+    started: float | None = None
+    finished: float | None = None
+
+
+class Health:
+    """Which nodes of a running cluster are dead, and when its services were away.
+
+    `states()` gives node -> Seen (the agents from one listing of the cluster's containers,
+    the services from their inspection, for their start and finish times); it is asked at
+    most every `interval` seconds. An agent whose container is not running is dead until
+    the fault schedule starts it again with its agent (`revived`: a crash healed), for the
+    rest of the run otherwise.
+    A service (broker, ZooKeeper) away is an outage, from its container's finish to its next
+    start, so a restart quicker than a poll shows too; `finish` fails a service still down.
+    """
+
+    def __init__(self, states: Callable[[], dict[str, Seen]], agents: list[str],
+                 services: list[str], clock: Callable[[], float] = time.time,
+                 interval: float = HEALTH_POLL_S) -> None:
+        self._states = states
+        self.agents = list(agents)
+        self.services = list(services)
+        self.clock = clock
+        self.interval = interval
+        self.epoch = clock()  # times are said as seconds since this (the run's epoch)
+        self.failed: dict[str, str] = {}
+        self._down: set[str] = set()  # agents failed for their container (not a request)
+        self.outages: dict[str, list[list[float | None]]] = {}
+        self._started: dict[str, float] = {}  # service -> its latest start seen
+        self._last_poll = -float("inf")
+
+    def observe(self, states: dict[str, Seen], now: float) -> None:
+        """Take one report of the containers (a node missing from it was removed)."""
+        gone = Seen("removed")
+        for node in self.agents:
+            seen = states.get(node, gone)
+            if seen.state != "running" and node not in self.failed:
+                self._down.add(node)
+                self.failed[node] = (f"container {seen.state} at t={now - self.epoch:.1f} s"
+                                     + (f" ({seen.status})" if seen.status else ""))
+        for node in self.services:
+            seen = states.get(node, gone)
+            spans = self.outages.setdefault(node, [])
+            open_span = bool(spans) and spans[-1][1] is None
+            last_start = self._started.get(node)
+            if seen.started is not None:
+                self._started[node] = seen.started
+            if seen.state != "running":
+                if not open_span:
+                    spans.append([self._t(seen.finished or now), None])
+            elif open_span:
+                spans[-1][1] = self._t(seen.started or now)
+            elif last_start is not None and seen.started is not None and (
+                    seen.started > last_start):
+                # Stopped and started again between two polls.
+                spans.append([self._t(seen.finished or seen.started), self._t(seen.started)])
+
+    def revived(self, node: str) -> None:
+        """An agent's container started again with its agent: alive from now, unless it
+        failed otherwise (a request it did not answer)."""
+        if node in self._down:
+            self._down.discard(node)
+            del self.failed[node]
+
+    def _t(self, when: float) -> float:
+        return round(when - self.epoch, 2)
+
+    def poll(self) -> None:
+        now = self.clock()
+        if now - self._last_poll >= self.interval:
+            self._last_poll = now
+            self.observe(self._states(), now)
+
+    def dead(self) -> set[str]:
+        """The agents known dead, after asking the engine if the last answer is old."""
+        self.poll()
+        return set(self.failed)
+
+    def finish(self) -> None:
+        """Fail the services down now; called once the run's measurements are over."""
+        self._last_poll = -float("inf")
+        self.poll()
+        for node, spans in self.outages.items():
+            if spans and spans[-1][1] is None:
+                self.failed[node] = f"down since t={spans[-1][0]:.1f} s, not back by the end"
+
+    def facts(self) -> dict[str, list]:
+        """Each service's outages, [down, up] in seconds since the epoch (up None: not back)."""
+        return {node: spans for node, spans in self.outages.items() if spans}
+
+
+def engine_time(text: str | None) -> float | None:
+    """time.time() of an engine timestamp (RFC 3339, nanoseconds); None for its zero time."""
+    if not text or text.startswith("0001-"):
+        return None
+    from datetime import datetime
+
+    head, _, fraction = text.rstrip("Z").partition(".")
+    stamp = datetime.fromisoformat(f"{head}.{(fraction + '000000')[:6]}+00:00")
+    return stamp.timestamp()
+
+
+def cluster_states(cluster, services: list[str]) -> dict[str, Seen]:
+    """Every node's Seen: one listing for all, an inspection per service for its times."""
+    states = {s.node: Seen(s.state, s.status) for s in cluster.status()}
+    api = cluster.client.api
+    for node in services:
+        try:
+            state = api.inspect_container(cluster.plan.containers[node].name)["State"]
+        except Exception:  # noqa: BLE001 - removed, or the engine busy: the listing stands
+            continue
+        states[node] = Seen(state.get("Status", ""), "", engine_time(state.get("StartedAt")),
+                            engine_time(state.get("FinishedAt")))
+    return states

@@ -1,0 +1,97 @@
+"""The Spark operators' jobs during an emulated run: waiting until each query runs, until
+each has read what reached its node after the run, and their micro-batches' progress."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+from emu.errors import EmuError
+
+# A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.
+SPARK_START_TIMEOUT_S = 300.0
+SPARK_DRAIN_TIMEOUT_S = 300.0
+
+
+def wait_spark_jobs(cluster, standbys: list[Path] = ()) -> None:
+    """Wait until each Spark operator's query runs (its job touches `started`), and until the
+    `standbys` are warm: one that is not by the deadline is left to its move (which waits for
+    it, or fails and rolls back)."""
+    jobs = [cluster.records_dir(node) / operator / "started"
+            for node, operator in spark_jobs(cluster)]
+    deadline = time.monotonic() + SPARK_START_TIMEOUT_S
+    while not all(path.exists() for path in [*jobs, *standbys]):
+        if time.monotonic() > deadline:
+            late = [p for p in jobs if not p.exists()]
+            if not late:
+                return
+            log = late[0].parent / "job.log"
+            tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
+            raise EmuError("Spark operators " + ", ".join(
+                f"{p.parent.parent.name}/{p.parent.name}" for p in late) + " did not start "
+                f"within {SPARK_START_TIMEOUT_S:.0f} s; the first one's log ends:\n"
+                + "\n".join(tail))
+        time.sleep(0.5)
+
+
+def spark_jobs(cluster) -> list[tuple[str, str]]:
+    """(node, operator) of every Spark operator of the cluster's agents."""
+    return [(c.node, op.name) for c in cluster.plan.agents() for op in c.agent.operators
+            if op.engine == "spark"]
+
+
+def drain_spark_jobs(cluster, end: float, dead: set[str],
+                      moved: list = ()) -> dict[str, float | None]:
+    """Wait until each Spark operator's source has handed Spark every message that reached
+    its node (its micro-batches' `read` offset); per operator, the seconds after the run's
+    end that took, or None if it did not catch up within SPARK_DRAIN_TIMEOUT_S or its node
+    is dead. The messages table measures delivery to the node; this measures Spark's lag
+    behind it. A query `moved` (emu.spark_migration) is followed: its last job's offset
+    counts the messages of every node it read on (its journal went with it)."""
+    from emu.spark_migration import places
+
+    where = places(list(moved))
+    chains = {(n, o): where.get(o, [(n, o)]) for n, o in spark_jobs(cluster)}
+    pending = {job: chain for job, chain in chains.items() if chain[-1][0] not in dead}
+    caught_up: dict[str, float | None] = {f"{n}/{o}": None for n, o in chains}
+    deadline = time.monotonic() + SPARK_DRAIN_TIMEOUT_S
+    while pending and time.monotonic() < deadline:
+        for (node, operator), chain in list(pending.items()):
+            last, work = chain[-1]
+            if _last_read(cluster.records_dir(last) / work / "progress.jsonl") >= _distinct_ids(
+                    *{cluster.records_dir(n) / "received.csv" for n, _ in chain}):
+                caught_up[f"{node}/{operator}"] = round(time.time() - end, 2)
+                del pending[node, operator]
+        time.sleep(0.5)
+    return caught_up
+
+
+def _last_read(path: Path) -> int:
+    lines = path.read_text().splitlines() if path.exists() else []
+    reads = [json.loads(line).get("read") for line in lines if line.strip()]
+    return max((r for r in reads if r is not None), default=0)
+
+
+def _distinct_ids(*paths: Path) -> int:
+    """Distinct message ids (the first column) of CSVs with a header (the agent flushes them
+    every second). Distinct: QoS 1 is at least once, and the node's session and the Spark
+    source's each get their own copies again after a reconnection (the source's journal
+    drops most of its own), so rows would count copies Spark never reads."""
+    ids: set[bytes] = set()
+    for path in paths:
+        if path.exists():
+            with path.open("rb") as rows:
+                next(rows, None)
+                ids.update(row.split(b",", 1)[0] for row in rows if row.strip())
+    return len(ids)
+
+
+def spark_progress(root: Path) -> dict[str, list]:
+    """Each Spark operator's micro-batch progress, by node and operator."""
+    found = {}
+    for path in sorted(root.glob("*/*/progress.jsonl")):
+        lines = path.read_text().splitlines()
+        found[f"{path.parent.parent.name}/{path.parent.name}"] = [
+            json.loads(line) for line in lines if line.strip()]
+    return found

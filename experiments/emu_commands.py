@@ -1,0 +1,21 @@
+"""`foglab emu`'s commands with experiments: how they load an experiment file (as an emu run,
+whatever backend it names), handed to emu.cli as the commands are mounted."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from emu.cli import app, use_experiments
+from experiments.catalog import experiment_path
+from experiments.loader import Experiment, load
+
+
+def load_for_emu(experiment: str, sets: list[str]) -> tuple[Path, Experiment]:
+    """The experiment (a file or catalog name) with its --set options, checked as an emu run."""
+    path = experiment_path(experiment).resolve()
+    return path, load(path, overrides=[*sets, "run.backend=emu"])
+
+
+use_experiments(load_for_emu)
+
+__all__ = ["app", "load_for_emu"]
