@@ -30,8 +30,9 @@ fidelity (`host_pressure=`: the mean share of the run some task waited for a hos
 worst timer lateness), so that a reader can tell the host from the model. Last:
 `worst_uncalibrated=` and `worst=`, the largest |p50 error| over the configurations, without
 and with the calibration.
-A configuration whose run fails is said (`config=NAME failed=...`), the others go on, and
-the script exits 1; without root or a Docker Engine it says what `foglab emu doctor --fix`
+A configuration whose run fails is said (`config=NAME failed=...`), one whose run is not
+`ok` (degraded, interrupted) is refused with its run and why (`config=NAME refused=...`: no
+errors over a broken run), the others go on, and the script exits 1; without root or a Docker Engine it says what `foglab emu doctor --fix`
 does and runs nothing.
 
 Targets (issue 17): p50 within 10 %, p95 within 20 %, throughput within 5 %, lost equal.
@@ -251,6 +252,9 @@ def main() -> int:
                                                 args.drain)
                 except RuntimeError as failure:  # a run that failed: said, the others go on
                     print(f"config={config} failed={str(failure).splitlines()[0]!r}")
+                    continue
+                except comparing.BrokenRun as broken:  # degraded, interrupted: no figures
+                    print(f"config={config} refused={str(broken).splitlines()[0]!r}")
                     continue
                 for label, value in report(config, runs, comparison).items():
                     worst[label].append(abs(value) if value is not None else math.nan)

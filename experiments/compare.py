@@ -261,12 +261,33 @@ def compare(data: dict[str, RunData], experiment: str = "",
 # ---------------------------------------------------------------------------- reading runs
 
 
+class BrokenRun(ValueError):
+    """A run that is not `ok` (degraded, failed, interrupted): its figures are of part of the
+    workload, and errors against them would be the missing part's, not the model's."""
+
+
+def sound(folder: Path | str, manifest: dict, summary: dict | None = None) -> None:
+    """Raise BrokenRun naming the run, its backend and why, unless its status is `ok`."""
+    from experiments.summary import lost_workload
+
+    status = manifest.get("status")
+    if status == "ok":
+        return
+    why = lost_workload(manifest, summary) if status else None
+    raise BrokenRun(f"the {manifest.get('backend', '?')} run {folder} is "
+                    f"{status or 'of unknown status'}, not ok"
+                    + (f": {why.split(':', 1)[1].strip()}" if why and ":" in why else "")
+                    + "; no figures are compared over a broken run")
+
+
 def read_run(folder: Path | str) -> RunData:
     """A run folder as a comparison reads it; an emulated run's fidelity from its manifest
-    (or, for a run written before it was recorded there, from its nodes table)."""
+    (or, for a run written before it was recorded there, from its nodes table). BrokenRun
+    for a run that is not `ok`."""
     from experiments.results import load_run
 
     run = load_run(folder)
+    sound(folder, run.manifest, run.summary)
     if not run.summary:
         raise ValueError(f"{folder}: the run has no summary.json (status "
                          f"{run.manifest.get('status')!r}): nothing to compare")

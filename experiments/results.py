@@ -82,8 +82,18 @@ class RunWriter:
                                                   encoding="utf-8")
 
     def finish(self, status: str, error: str | None = None, facts: dict | None = None) -> None:
+        """The run's end in the manifest; a run that is not `ok` but wrote a summary gets, as
+        its summary's first line, what part of the workload it lost (summary.lost_workload):
+        its figures are of a part of the run."""
+        from experiments.summary import lost_workload
+
         self.manifest.update(status=status, end=now_utc(), error=error, facts=facts or {})
         self._write_manifest()
+        path = self.folder / "summary.json"
+        if status != "ok" and path.exists():
+            summary = json.loads(path.read_text(encoding="utf-8"))
+            summary.pop("lost_workload", None)
+            self.summary({"lost_workload": lost_workload(self.manifest, summary), **summary})
 
 
 @dataclass

@@ -75,3 +75,37 @@ def _migrations(migrations: pa.Table | None) -> list[dict]:
         row["operator"], row["strategy"] = str(row["operator"]), str(row["strategy"])
         row["source"], row["target"] = str(row["source"]), str(row["target"])
     return rows
+
+
+def lost_workload(manifest: dict, summary: dict | None = None) -> str | None:
+    """What part of the workload a run that is not `ok` lost, in one line: its status, the
+    nodes that failed, the devices that emitted nothing (by the manifest's per-device counts,
+    facts.emitted_by_device) and the share of the readings missing (theirs, at the mean count
+    of the devices that did emit); None for an `ok` run."""
+    status = manifest.get("status", "?")
+    if status == "ok":
+        return None
+    facts = manifest.get("facts") or {}
+    failed = manifest.get("failed_nodes") or {}
+    parts = [f"{status}:"]
+    if manifest.get("error"):
+        parts.append(str(manifest["error"]).splitlines()[0] + ";")
+    if failed:
+        parts.append(f"{len(failed)} node{'s' if len(failed) != 1 else ''} failed "
+                     f"({', '.join(sorted(failed))});")
+    by_device = facts.get("emitted_by_device") or {}
+    if by_device:
+        silent = sorted(device for device, count in by_device.items() if not count)
+        heard = [count for count in by_device.values() if count]
+        mean = sum(heard) / len(heard) if heard else 0.0
+        expected = sum(heard) + mean * len(silent)
+        share = mean * len(silent) / expected if expected else 1.0
+        parts.append(f"{len(silent)} of {len(by_device)} devices emitted nothing"
+                     + (f" ({', '.join(silent[:5])}{', ...' if len(silent) > 5 else ''})"
+                        if silent else "")
+                     + f"; about {share:.0%} of the readings missing")
+    elif summary is not None and summary.get("delivered") is not None:
+        parts.append(f"{summary['delivered']:,} readings delivered; what the failed nodes "
+                     "would have carried is unknown (no per-device counts)")
+    return " ".join(parts).rstrip(";")
+
