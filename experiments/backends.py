@@ -75,13 +75,21 @@ class EmuBackend:
     name = "emu"
 
     def run(self, plan: RunPlan, progress) -> RunOutput:
-        from emu.run import Timing, emulate
+        from emu.run import emulate
 
-        run = plan.spec.run
-        result = emulate(plan.topology, plan.spec.workload, plan.spec.pipeline,
-                         Timing(run.duration, run.sample, run.drain), plan.seed, progress,
-                         scenario=plan.spec.scenario)
+        result = emulate(self.request(plan), progress)
         return RunOutput(result.tables, result.facts, result.failed)
+
+    @staticmethod
+    def request(plan: RunPlan, topology=None, **extra):
+        """What emu runs for a run plan (emu.run.Request): its scenario as key -> spec, the
+        keys it sets; `topology` instead of the plan's, `extra`: the request's other fields."""
+        from emu.run import Request, Timing
+
+        spec, run = plan.spec, plan.spec.run
+        return Request(topology or plan.topology, spec.workload, spec.pipeline,
+                       Timing(run.duration, run.sample, run.drain), plan.seed,
+                       dict(spec.scenario), **extra)
 
 
 def backend(name: str) -> Backend:
