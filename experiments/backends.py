@@ -40,18 +40,19 @@ class Backend(Protocol):
 
 def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
     """The simulator's settings for a spec (its own seed unless another is given)."""
+    from sim.features import FEATURES
     from sim.model import Settings
     from workloads.calibration import load
 
     run, scenario = spec.run, spec.scenario
+    # The model's features present in the scenario (an empty list, None: absent).
+    present = {key: value for key in FEATURES
+               if (value := getattr(scenario, key, None))}
     values = dict(duration=run.duration, seed=run.seed if seed is None else seed,
                   sample=run.sample, drain=run.drain, driver_cost=run.driver_cost,
                   calibration=load(run.calibration).calibration if run.calibration else None,
                   migration=scenario.migration, migrations=scenario.migrations,
-                  mobility=scenario.mobility, policy=scenario.policy,
-                  faults=scenario.faults, broadcasts=scenario.broadcasts,
-                  recovery=scenario.recovery, replication=scenario.replication,
-                  broker_scaling=scenario.broker_scaling)
+                  mobility=scenario.mobility, policy=scenario.policy, scenario=present)
     values.update(changes)
     return Settings(**values)
 

@@ -113,11 +113,11 @@ def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
             else:
                 target, deliver = gateway, model.driver(gateway).receive
             path = model.path(device, target)
-            # A private source puts each message on its link ahead of its time: faults
-            # (sim.faults) change links while the model runs, so not with them; nor for a
-            # device sim.broker_scaling may move to a spare broker (its path changes).
-            moves = gateway is None and bool(model.settings.broker_scaling)
-            private = (per_device[device] == 1 and not model.settings.faults and not moves
+            # A private source puts each message on its link ahead of its time: not when a
+            # feature changes links while the model runs (sim.features.faults), nor for a
+            # device that may move to a spare broker (its path changes).
+            moves = gateway is None and bool(model.spares)
+            private = (per_device[device] == 1 and not model.links_change and not moves
                        and (stream.qos == 0 or not path[0].loss if path else False))
             made.append(Source(model.env, stream, index, model.node_index[device],
                                stream.topic(device, gateway), rng, duration, path, deliver,

@@ -42,11 +42,12 @@ class Environment(simpy.Environment):
     def schedule(self, event: Event, priority: int = NORMAL, delay: float = 0) -> None:
         self.at(event, self._now + delay, priority)
 
-    def event_at(self, time: float):
-        """A triggered event that fires at the absolute `time` (now, if `time` is past)."""
+    def event_at(self, time: float, priority: int = NORMAL):
+        """A triggered event that fires at the absolute `time` (now, if `time` is past);
+        `priority` URGENT: before the other events of that instant that are NORMAL."""
         event = self.event()
         event._ok, event._value = True, None
-        self.at(event, max(time, self._now))
+        self.at(event, max(time, self._now), priority)
         return event
 
     def at(self, event, time: float, priority: int = NORMAL) -> None:
@@ -91,6 +92,24 @@ class Environment(simpy.Environment):
             return False
         self._now = time
         return True
+
+    def withdraw(self, match) -> list:
+        """The queued events for which `match(event)` holds, taken out of the run (each fires
+        doing nothing), in queue order: a scenario feature's way to take back work a crash
+        ended, or messages it will account for itself."""
+        taken = []
+        for entries in (self._queue, *self._buckets.values()):
+            for entry in entries:
+                event = entry[3]
+                if event.callbacks is not None and match(event):
+                    event.callbacks = []
+                    taken.append(event)
+        return taken
+
+    def count(self, match) -> int:
+        """How many queued events `match(event)` holds for (nothing taken out)."""
+        return sum(1 for entries in (self._queue, *self._buckets.values())
+                   for entry in entries if match(entry[3]))
 
     def peek(self) -> float:
         if self._queue:

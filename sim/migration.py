@@ -84,7 +84,7 @@ class Coordinator:
         if checking is None:
             self._forward(output, output.last_sn, output.count, False)
             return
-        delay = self._latency(instance.node, self._broker_of(instance))
+        delay = self.latency(instance.node, self._broker_of(instance))
         self.env.process(self._to_checker(instance, output, delay))
 
     def _to_checker(self, instance, output: WindowOutput, delay: float):
@@ -147,9 +147,9 @@ class Coordinator:
         settings = self.settings
         # Role assignment to both agents, then launch-retrieve to the target, whose start-up
         # overlaps the source's pause, drain and state transfer.
-        yield self.env.timeout(max(self._command(source.node), self._command(target)))
-        ready = self.env.now + self._command(target) + settings.launch
-        yield self.env.timeout(self._command(source.node))  # pause-transfer
+        yield self.env.timeout(max(self.command(source.node), self.command(target)))
+        ready = self.env.now + self.command(target) + settings.launch
+        yield self.env.timeout(self.command(source.node))  # pause-transfer
         group.paused = True
         record.paused = self.env.now
         if source.pending > 0:  # drain: what the broker already sent must be processed
@@ -174,7 +174,7 @@ class Coordinator:
         broker = self.model.broker_serving(group)
         for msg in held:
             broker.send(msg, instance)
-        yield self.env.timeout(self._command(target) + settings.housekeeping)
+        yield self.env.timeout(self.command(target) + settings.housekeeping)
 
     def _transfer(self, source: str, target: str, record: MigrationRecord, ready: float):
         """Alg. 5.1/5.2: one chunk at a time through the store; the source writes the next only
@@ -184,54 +184,54 @@ class Coordinator:
         remaining = record.state_bytes
         while remaining > 0:
             size = min(settings.chunk, remaining)
-            yield from self._carry(source, self.store, size)
+            yield from self.carry(source, self.store, size)
             yield self.env.timeout(settings.chunk_overhead)
             yield self.env.timeout(max(0.0, ready - self.env.now))
-            yield from self._carry(self.store, target, size)
-            yield self.env.timeout(self._latency(target, self.store))  # delete: store empty
+            yield from self.carry(self.store, target, size)
+            yield self.env.timeout(self.latency(target, self.store))  # delete: store empty
             remaining -= size
             record.chunks += 1
-        yield from self._carry(source, self.store, 1)  # the 'end' flag
-        yield from self._carry(self.store, target, 1)
+        yield from self.carry(source, self.store, 1)  # the 'end' flag
+        yield from self.carry(self.store, target, 1)
 
     def _parallel(self, group, source, target: str, record: MigrationRecord):
         settings = self.settings
-        yield self.env.timeout(max(self._command(source.node), self._command(target)))
-        yield self.env.timeout(self._command(source.node))  # divert the source
+        yield self.env.timeout(max(self.command(source.node), self.command(target)))
+        yield self.env.timeout(self.command(source.node))  # divert the source
         checking = self._checkers[record.operator] = _Checking(
             Synchroniser(settings.sync), source, self.env.event())
-        yield self.env.timeout(self._command(target) + settings.launch)  # launch-divert
+        yield self.env.timeout(self.command(target) + settings.launch)  # launch-divert
         instance = self.model.instance_on(group, target, None)
         if isinstance(instance, WindowedInstance):
             instance.recording = False  # the source's consumption is the one on record
         group.mirror = instance
         yield checking.consistent
         record.synchronised = checking.checker.mode.value if checking.checker.mode else ""
-        yield self.env.timeout(self._command(source.node))  # terminate the source
+        yield self.env.timeout(self.command(source.node))  # terminate the source
         source.stop()
         instance.recording = source.recording
         group.mirror = None
         group.replace(source, instance)
         record.downtime = 0.0
         del self._checkers[record.operator]
-        yield self.env.timeout(self._command(target) + settings.housekeeping)  # remove-divert
+        yield self.env.timeout(self.command(target) + settings.housekeeping)  # remove-divert
 
     # -- costs ------------------------------------------------------------------------------
 
-    def _latency(self, a: str, b: str) -> float:
+    def latency(self, a: str, b: str) -> float:
         key = (a, b)
         if key not in self._latencies:
             self._latencies[key] = self.model.network.routes.latency(a, b) if a != b else 0.0
         return self._latencies[key]
 
-    def _command(self, agent: str) -> float:
+    def command(self, agent: str) -> float:
         """A request-response between the coordinator and an agent (through the broker)."""
-        return 2 * self._latency(self.node, agent) + self.settings.command
+        return 2 * self.latency(self.node, agent) + self.settings.command
 
     def _broker_of(self, instance) -> str:
         return self.model.broker_serving(self.model.group(instance.operator)).name
 
-    def _carry(self, a: str, b: str, size: int):
+    def carry(self, a: str, b: str, size: int):
         """Bytes across the network, queueing behind the data on each link. The hops are
         computed at once (store and forward) rather than with an event each: a state chunk
         may then take its place on a later link a little before data that reaches that link

@@ -11,11 +11,9 @@ import numpy as np
 
 from sim import assembly
 from sim.assembly import HOSTS, ModelError
-from sim.broadcast import Broadcasts
-from sim.broker_scaling import BrokerScaling
 from sim.clock import Environment, collector_paused
 from sim.costs import Costs
-from sim.faults import FaultSchedule
+from sim.features import FEATURES
 from sim.message import Message
 from sim.migration import Coordinator
 from sim.mobile import Mobility
@@ -23,8 +21,6 @@ from sim.network import Network
 from sim.operators import Driver
 from sim.pubsub import Broker, Group
 from sim.recorder import MessageLog, SeriesLog, migration_columns
-from sim.recovery import Recovery
-from sim.replication import Replication
 from sim.sampler import Sampler
 from sim.windowed import OpenWindow, WindowOutput
 from topologies.model import Topology
@@ -55,11 +51,10 @@ class Settings:
     migrations: list[ScheduledMigration] = field(default_factory=list)
     mobility: MobilitySpec | None = None
     policy: PolicySpec | None = None
-    faults: list = field(default_factory=list)  # scenario.faults (workloads.faults)
-    broadcasts: list = field(default_factory=list)  # scenario.broadcasts (workloads.broadcast)
-    recovery: object = None  # scenario.recovery (workloads.recovery.RecoverySpec)
-    replication: object = None  # scenario.replication (workloads.replication.ReplicationSpec)
-    broker_scaling: list = field(default_factory=list)  # (workloads.broker_scaling)
+    # The scenario's features present in the run (sim.features.FEATURES): key -> its spec
+    # (faults, broadcasts, recovery, replication, broker_scaling). Migrations, mobility and
+    # the policy are the model's own parts (above): the message model composes them.
+    scenario: dict[str, object] = field(default_factory=dict)
 
 
 @dataclass
@@ -91,6 +86,18 @@ class Model:
                         for node in topology.of_kind("broker")}
         for broker in self.brokers.values():
             broker.in_place = settings.in_place
+        self.workload = workload
+        unknown = sorted(set(settings.scenario) - set(FEATURES))
+        if unknown:
+            raise ModelError(f"scenario: the model has no feature {', '.join(unknown)} "
+                             f"(it has {', '.join(FEATURES)})")
+        present = [(key, cls) for key, cls in FEATURES.items() if key in settings.scenario]
+        # What the present features will change while the run goes on (sim.features.base).
+        self.links_change = any(cls.changes_links for _, cls in present)
+        self.spares: set[str] = set().union(
+            *(cls.spares(settings.scenario[key]) for key, cls in present))
+        self.down: set[str] = set()  # nodes crashed now (sim.features.faults keeps it)
+        self._on_crash: list = []
         self.specs = {spec.name: spec for spec in pipeline}
         self._plans: dict[tuple[str, str], tuple] = {}
         self._plans_of: dict[str, list[tuple[str, str]]] = {}  # group -> plans it is part of
@@ -107,8 +114,9 @@ class Model:
         self._readers_of: dict[str, list[Group]] = {}
         self._nearest_broker: dict[str, str] = {}
         self._redirected: dict[tuple[str, str], str] = {}  # (node, topic) -> a spare broker
-        # Spares are nobody's broker at the start (sim.broker_scaling moves publishers there).
-        self._first_brokers = first_brokers(topology, {e.spare for e in settings.broker_scaling})
+        # Spares are nobody's broker at the start (sim.features.broker_scaling moves
+        # publishers there).
+        self._first_brokers = first_brokers(topology, self.spares)
         self.new_id = count().__next__  # message ids, 0, 1, 2, ...
         self.mobility = None
         self.policy = None
@@ -125,12 +133,13 @@ class Model:
             self.mobility.start()
             self._follow(pipeline)
         # Migrations move instances while the model runs, which could break the conditions
-        # under which a direct hand-over is exact: only static pipelines use it. So do broker
-        # joins: paths to a spare and from it, which the check does not see, may cross a
-        # node it made direct. (In-place finishes stay exact: a join happens at an event.)
-        if settings.direct_handover and not (settings.migrations or self.mobility
-                                             or settings.faults or settings.replication
-                                             or settings.broker_scaling):
+        # under which a direct hand-over is exact: only static pipelines use it. So do the
+        # features that move instances or paths (a broker join: paths to a spare and from
+        # it, which the check does not see, may cross a node it made direct). (In-place
+        # finishes stay exact: such a change happens at an event.)
+        self.dynamic = bool(settings.migrations or self.mobility
+                            or any(cls.dynamic for _, cls in present))
+        if settings.direct_handover and not self.dynamic:
             self._hand_over_directly()
         for plan, start in migration_starts(settings.migrations, self.window_size, seed):
             self.coordinator.schedule(plan, start)
@@ -138,14 +147,7 @@ class Model:
         self.sampler = Sampler(self.env, topology, list(self.cpus.values()),
                                list(self.network.channels.values()), settings.sample,
                                settings.duration, mean_size)
-        self.faults = FaultSchedule(self, settings.faults) if settings.faults else None
-        self.broadcasts = Broadcasts(self, settings.broadcasts) if settings.broadcasts else None
-        self.recovery = (Recovery(self, settings.recovery, workload) if settings.recovery
-                         else None)
-        self.replication = (Replication(self, settings.replication, workload)
-                            if settings.replication else None)
-        self.broker_scaling = (BrokerScaling(self, settings.broker_scaling)
-                               if settings.broker_scaling else None)
+        self.features = {key: cls(self, settings.scenario[key]) for key, cls in present}
 
     # -- composing ------------------------------------------------------------------------
 
@@ -188,17 +190,64 @@ class Model:
             source.deliver(msg)
         return deliver
 
+    # -- the public API: what migrations and scenario features (sim.features) use ---------
+
     def group(self, name: str) -> Group:
         return self._by_name[name]
 
+    def every_group(self) -> list[Group]:
+        """Every operator group: the static ones, then the follow operators' (a user each)."""
+        return list(self._by_name.values())
+
+    def groups_of(self, operator: str) -> list[Group]:
+        """The groups of one pipeline operator (one; a follow operator's: one per user)."""
+        return [g for name, g in self._by_name.items() if self._spec_of[name] == operator]
+
+    def operator_of(self, group: str) -> OperatorSpec:
+        """The pipeline operator a group (by its name) is of."""
+        return self.specs[self._spec_of[group]]
+
     def window_size(self, group: str) -> float:
-        window = self.specs[self._spec_of[group]].window
+        window = self.operator_of(group).window
         return window.size if window is not None else 0.0
 
     def instance_on(self, group: Group, node: str, state: OpenWindow | None):
         """A new instance of a group's operator on `node`, for a migration's target."""
-        spec = self.specs[self._spec_of[group.name]]
-        return assembly.instance(self, spec, node, state, group.name)
+        return assembly.instance(self, self.operator_of(group.name), node, state, group.name)
+
+    def on_crash(self, listener) -> None:
+        """Have `listener(node, now)` told as a node crashes, before it drops its work."""
+        self._on_crash.append(listener)
+
+    def crashed(self, node: str, now: float) -> None:
+        """A node crashes now (sim.features.faults): it is down, and the listeners know."""
+        self.down.add(node)
+        for listener in self._on_crash:
+            listener(node, now)
+
+    def move_publisher(self, node: str, broker: str) -> None:
+        """A publisher's readings go through `broker` from now on: a gateway's driver
+        publishes there (each topic's routing plan made again at its first use after; the
+        gateway's operators keep their broker, as on emu, where only the driver's session
+        moves), a device publishing straight to a broker sends there. What is already on
+        its way finishes where it is."""
+        target = self.brokers[broker]
+        for source in self.sources:
+            if source.device_index == self.node_index[node] and isinstance(
+                    getattr(source.deliver, "__self__", None), Broker):
+                source.path = self.path(node, broker)
+                source.deliver = target.receive
+        driver = self.drivers.get(node)
+        if driver is not None:
+            redirected, plans, publish = self._redirected, self._plans, self.publish
+
+            def publish_through(node: str, msg: Message, at: float | None = None) -> None:
+                key = (node, msg.topic)
+                if redirected.get(key) != broker:
+                    redirected[key] = broker
+                    plans.pop(key, None)
+                publish(node, msg, at)
+            driver.publish = publish_through
 
     def broker_serving(self, group: Group) -> Broker:
         """The broker that dispatches a group's input (the one its first instance is nearest)."""
@@ -323,7 +372,7 @@ class Model:
         broker = broker_path = None
         if remote and node in self.brokers:
             broker, broker_path = self.brokers[node], ()
-        elif remote:  # a moved driver's readings: through its spare (sim.broker_scaling)
+        elif remote:  # a moved driver's readings: through its broker (move_publisher)
             name = self._redirected.get((node, topic)) or self.broker_for(node)
             broker, broker_path = self.brokers[name], self.path(node, name)
         if broker is not None:
@@ -361,16 +410,10 @@ class Model:
                  "handovers": self.mobility.handovers if self.mobility else 0,
                  "end": self.env.now, "brokers": {b.name: b.received
                                                   for b in self.brokers.values()}}
-        if self.broadcasts is not None:  # before the faults take out QoS 1 resends
-            self.broadcasts.finish(tables, facts)
-        if self.recovery is not None:
-            self.recovery.finish(tables)
-        if self.replication is not None:
-            self.replication.finish(tables, facts)
-        if self.broker_scaling is not None:
-            self.broker_scaling.finish(tables, facts)
-        if self.faults is not None:
-            self.faults.finish(tables)
+        # The reverse of the order they attached in (sim.features: broadcasts take their
+        # messages back before faults record what is still being sent again as lost).
+        for feature in reversed(self.features.values()):
+            feature.finish(tables, facts)
         return SimResult(tables=tables, facts=facts)
 
 

@@ -32,6 +32,36 @@ class Network:
         self._on_arrival = [self.arrived]
         self._on_retry = [self._retry]
 
+    def check_arrivals(self, check):
+        """Put `check(msg)` in place of every arrival at a link's end, messages already on a
+        link included (SimPy reads an event's callbacks when it fires); returns the arrival
+        it replaces, which `check` calls to let a message go on (or it calls `lose`). Only
+        a run that asks for it (sim.features.faults) pays for the check."""
+        arrived = self.arrived
+        self.arrived = check
+        self._on_arrival[0] = check
+        return arrived
+
+    def take_back(self, which) -> list:
+        """The messages on their way (on a link, or waiting to be sent again after a loss)
+        for which `which(msg)` holds, taken out of the run and returned, each counted from
+        its leg's start again (its sender sends it again from there)."""
+        crossing, resending = self._on_arrival, self._on_retry
+
+        def match(msg) -> bool:
+            callbacks = msg.callbacks
+            if (callbacks is crossing or callbacks is resending) and which(msg):
+                if callbacks is crossing:  # on a link: its leg's hops so far do not count
+                    msg.hops -= msg.leg
+                return True
+            return False
+        return self.env.withdraw(match)
+
+    def take_resending(self) -> list:
+        """The QoS 1 messages waiting to be sent again after a loss, taken out and returned."""
+        resending = self._on_retry
+        return self.env.withdraw(lambda msg: msg.callbacks is resending)
+
     def path(self, source: str, target: str) -> tuple[Channel, ...]:
         key = (source, target)
         found = self._paths.get(key)

@@ -35,8 +35,20 @@ class OperatorInstance:
         self.pending = 0  # sent to this instance by a broker and not yet processed
         self.drained = None  # a migration's event, fired when nothing is pending any more
         self.first_processed = math.inf  # for a migration's downtime
-        # (finish, finish - emission) of each input, while sim.replication watches the instance
+        # (finish, finish - emission) of each input, while sim.features.replication watches
+        # the instance
         self.latencies: list[tuple[float, float]] | None = None
+
+    @property
+    def completions(self) -> list:
+        """The callback list of this instance's job finishes: a queued event that has it is
+        an input in progress here (sim.features.faults takes them back at a crash)."""
+        return self._on_processed
+
+    @property
+    def log(self):
+        """Where the instance records the inputs it consumed (None: it records none)."""
+        return self._log
 
     def receive(self, msg: Message) -> None:
         now = self.env._now
@@ -89,31 +101,38 @@ class Driver:
     """A gateway's device driver: converts each reading (a CPU cost) and publishes it."""
 
     def __init__(self, env, node: str, cpu: Cpu, cost: float, publish):
+        """`publish(node, msg, at=None)`: where converted readings go (sim.model.Model
+        sets another when the driver's session moves to another broker)."""
         self.env = env
         self.node = node
         self.cpu = cpu
         self.cost = cost
-        self._publish = publish
+        self.publish = publish
         self._at = env.at
         self._on_converted = [self._converted]
         self.direct = False  # publish at the finish time, without an event
         self.in_place = False  # publish at once when nothing else happens before the finish
 
+    @property
+    def completions(self) -> list:
+        """The callback list of this driver's conversions (see OperatorInstance's)."""
+        return self._on_converted
+
     def receive(self, msg: Message) -> None:
         now = self.env._now
         done = self.cpu.admit(now, self.cost) if self.cost else now
         if self.direct:
-            self._publish(self.node, msg, done)
+            self.publish(self.node, msg, done)
         elif done > now:
             if self.in_place and self.env.skip_to(done):
                 # The conversion's event would be the next one, and a message's arrival does
                 # nothing after handing it over: finishing here changes no order.
-                self._publish(self.node, msg)
+                self.publish(self.node, msg)
             else:
                 msg.callbacks = self._on_converted
                 self._at(msg, done)
         else:
-            self._publish(self.node, msg)
+            self.publish(self.node, msg)
 
     def _converted(self, msg: Message) -> None:
-        self._publish(self.node, msg)
+        self.publish(self.node, msg)

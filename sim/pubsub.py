@@ -16,7 +16,7 @@ class Group:
 
     A stateful operator's group stamps serial numbers on its input, and a migration may pause
     it (the broker holds its messages) or mirror its input to a second instance. A `shared`
-    group (an operator sim.replication may replicate) reads everything through the broker,
+    group (an operator sim.features.replication may replicate) reads everything through the broker,
     even what is published where an instance runs, so that its replicas share all of it;
     replicas `join` it and `leave` it."""
 
@@ -56,6 +56,12 @@ class Group:
     def leave(self, instance) -> None:
         """A replica leaves the subscription: nothing new reaches it (what it has, it does)."""
         self._set([i for i in self.instances if i is not instance])
+        if self.on_change is not None:
+            self.on_change(self)
+
+    def share(self) -> None:
+        """Read everything through the broker from now on (sim.features.replication)."""
+        self.shared = True
         if self.on_change is not None:
             self.on_change(self)
 
@@ -113,6 +119,12 @@ class Broker:
         self.received = 0
         self.topics: set[str] = set()  # every topic published to this broker
         self._paths: dict[str, tuple] = {}  # to each subscriber's node
+
+    @property
+    def completions(self) -> list:
+        """The callback list of this broker's services: a queued event that has it is a
+        message the broker holds (sim.features.faults takes them back at a restart)."""
+        return self._on_served
 
     def receive(self, msg: Message) -> None:
         now = self.env._now

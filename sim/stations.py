@@ -47,6 +47,13 @@ class Cpu:
             return self.free - t if self.free > t else 0.0
         return sum(f - t for f in self._heap if f > t)
 
+    def drop(self, now: float) -> None:
+        """The node crashed: what it had admitted and not done is gone, its cores idle now."""
+        self.work -= self.backlog(now)
+        self.free = now
+        self._heap = [now] * self.cores
+        self.starts.clear()
+
     def queue_length(self, t: float) -> int:
         """Jobs waiting or in service at time t (FIFO start times never decrease)."""
         starts = self.starts

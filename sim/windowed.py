@@ -79,7 +79,7 @@ class WindowedInstance(OperatorInstance):
         self.open = state or OpenWindow(int(env.now // size))
         self.boundary = self._end_of(self.open.index)
         self._alarm = Alarm(self._ring)
-        # Off: each input counted when its job finishes (sim.recovery's checkpoints and
+        # Off: each input counted when its job finishes (sim.features.recovery's checkpoints and
         # crashes must see only finished work).
         self.eager = True
         if self.open.count:  # a restored window may have ended already: closed at once

@@ -14,17 +14,18 @@ broadcast's completion (the latency of its last worker).
 
 from __future__ import annotations
 
+from sim.features.base import Feature
 from sim.message import Message
 from workloads.broadcast import Planned, resolve, results
 
 RETRY = 1.0  # s: a QoS 1 control message's resend timeout after a loss
 
 
-class Broadcasts:
+class Broadcasts(Feature):
     """Runs a model's (sim.model.Model) broadcasts and records what reached whom, when."""
 
     def __init__(self, model, broadcasts: list):
-        self.model = model
+        super().__init__(model, broadcasts)
         self.env = model.env
         self.planned: list[Planned] = resolve(broadcasts, model.topology,
                                               model.settings.duration)
@@ -67,9 +68,6 @@ class Broadcasts:
         """Add the `broadcasts` table and each broadcast's completion to the facts
         (workloads.broadcast.results); take out control messages still being resent (so no
         other part records them as lost)."""
-        env = self.env
-        for entries in (env._queue, *env._buckets.values()):
-            for entry in entries:
-                if id(entry[3]) in self._in_flight:
-                    entry[3].callbacks = []
+        in_flight = self._in_flight
+        self.env.withdraw(lambda event: id(event) in in_flight)
         tables["broadcasts"], facts["broadcasts"] = results(self.planned, self.rows)

@@ -3,7 +3,8 @@ workloads.broker_scaling on the model's clock and brokers, deciding as the emula
 (emu.broker_scaling) from the same measure.
 
 - Spares: no node takes a spare as its broker at the start (sim.model.Model.broker_for picks
-  among workloads.broker_scaling.first_brokers, for publishers and readers alike).
+  among workloads.broker_scaling.first_brokers less `BrokerScaling.spares`, for publishers
+  and readers alike).
 - Measure: every `probe` seconds from the run's start, a probe (a 64 B QoS 0 message) goes
   through the watched broker: a job of the broker's service time admitted to its node's CPU,
   behind what the broker has queued, and for a kafka-like broker held by a flush as a message
@@ -20,17 +21,18 @@ workloads.broker_scaling on the model's clock and brokers, deciding as the emula
 - Join: the broker's publishers at the decision, in the topology's order: the gateways
   running drivers and the devices publishing straight to it, whose broker is the watched one
   (less those moved already). `movers` of them (a `share`, the nearest the spare first) are
-  told, one coordinator command each (sim.migration's Coordinator._command, all at once, as
-  emu's controller asks the agents), and each switches when its command is done: a gateway's
-  driver publishes through the spare from then on (its readings' routing plans, made again
-  through the spare; the gateway's operators keep their broker, as on emu, where only the
-  drivers' session moves), a device's path to its broker leads to the spare. What is already
+  told, one coordinator command each (sim.migration's Coordinator.command, all at once, as
+  emu's controller asks the agents), and each switches when its command is done
+  (sim.model.Model.move_publisher): a gateway's driver publishes through the spare from
+  then on (its readings' routing plans, made again through the spare; the gateway's
+  operators keep their broker, as on emu, where only the drivers' session moves), a
+  device's path to its broker leads to the spare. What is already
   on its way (on a link, in the broker's queue, a QoS 1 resend) finishes where it is; what
   the driver converts after the switch goes to the spare. The spare hands the moved
   messages to every reading group as any broker does (its own turns in a shared
   subscription), so the readers keep their subscriptions.
 - Recorded: a row of the `replicas` table per join (experiments.schema; with sim.
-  replication's rows when both run, in time order): t when the last mover switched,
+  features.replication's rows when both run, in time order): t when the last mover switched,
   operator the watched broker, action `broker_join`, node the spare, instances the brokers
   then serving the watched broker's publishers (the broker and its joined spares), latency
   the deciding figure, slo the bound. In the run's facts, `broker_scaling` per entry, as
@@ -46,8 +48,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.features.base import Feature
+from sim.features.replication import COLUMNS  # one replicas table: its columns once
 from sim.pubsub import Broker
-from sim.replication import COLUMNS  # one replicas table: its columns once
 from workloads.broker_scaling import (
     ACTION,
     PROBE_SIZE,
@@ -75,18 +78,24 @@ class Entry:
     next_decision: int = 1  # the next decision is at next_decision x interval
 
 
-class BrokerScaling:
+class BrokerScaling(Feature):
     """Probes watched brokers and joins their spares (sim.model.Model).
 
     It is its own event, as a sim.sources.Source is: one event object scheduled again at each
     probe or decision, the earliest of all entries', rather than a process and an event each.
     """
 
+    dynamic = True  # publishers move to a spare: new paths
+
+    @staticmethod
+    def spares(spec: list[BrokerScalingSpec]) -> set[str]:
+        return {entry.spare for entry in spec}
+
     def __init__(self, model, specs: list[BrokerScalingSpec]):
+        super().__init__(model, specs)
         self.callbacks = None
         self._ok = True
         self._value = None
-        self.model = model
         self.env = model.env
         self.entries = [Entry(spec, Scaler(spec)) for spec in specs]
         self.rows: list[tuple] = []
@@ -159,7 +168,7 @@ class BrokerScaling:
         moving = movers(self.publishers(spec.broker), spec.spare, spec.share,
                         model.network.routes)
         start = self.env.now
-        done = sorted((start + model.coordinator._command(node), order, node)
+        done = sorted((start + model.coordinator.command(node), order, node)
                       for order, node in enumerate(moving))
         for t, _, node in done:
             if t > self.env.now:
@@ -173,28 +182,8 @@ class BrokerScaling:
 
     def _switch(self, node: str, spare: str) -> None:
         """A publisher's readings go to the spare from now on."""
-        model = self.model
         self.broker_of[node] = spare
-        for source in self._direct.get(node, ()):
-            source.path = model.path(node, spare)
-            source.deliver = model.brokers[spare].receive
-        driver = model.drivers.get(node)
-        if driver is not None:
-            driver._publish = self._through(spare)
-
-    def _through(self, spare: str):
-        """A moved driver's publish: each topic it publishes is routed through the spare
-        (sim.model.Model._plan reads `_redirected`), its plan made again at its first use."""
-        model = self.model
-        redirected, plans, publish = model._redirected, model._plans, model.publish
-
-        def publish_through(node: str, msg, at: float | None = None) -> None:
-            key = (node, msg.topic)
-            if redirected.get(key) != spare:
-                redirected[key] = spare
-                plans.pop(key, None)
-            publish(node, msg, at)
-        return publish_through
+        self.model.move_publisher(node, spare)
 
     # -- the record -----------------------------------------------------------------------
 

@@ -13,8 +13,9 @@ Each fault acts through the parts the model already has, changing their state fo
   (persistent sessions) are kept and served when it is back; what publishers send it
   meanwhile is lost at QoS 0 and sent again at QoS 1.
 A QoS 1 message still being sent again when the run ends (to a node crashed for good) is
-recorded lost then. The arrival check is installed only for a run with faults, so other runs
-pay nothing for it.
+recorded lost then. The arrival check is installed only for a run with faults
+(sim.network.Network.check_arrivals), so other runs pay nothing for it. Other features hear
+of a crash through sim.model.Model.on_crash, and see the nodes down in `model.down`.
 """
 
 from __future__ import annotations
@@ -23,32 +24,30 @@ import math
 
 import numpy as np
 
+from sim.features.base import Feature
 from sim.windowed import OpenWindow, WindowedInstance
 from workloads.faults import Injected, columns, resolve
 
 
-class FaultSchedule:
+class FaultSchedule(Feature):
     """Injects a run's faults into a model (sim.model.Model) and records the `faults` table."""
 
+    dynamic = True  # a crash drops work and loses what crosses the node
+    changes_links = True  # delay and loss faults
+
     def __init__(self, model, faults: list):
-        self.model = model
+        super().__init__(model, faults)
         self.env = model.env
         self.injected: list[Injected] = resolve(faults, model.topology,
                                                 model.settings.duration)
         self.recorded: list[Injected] = []
-        self.down: set[str] = set()  # crashed nodes
+        self.down: set[str] = model.down  # crashed nodes
         self.restarting: set[str] = set()  # brokers whose process is down
         self.cuts: list[tuple[frozenset, frozenset]] = []  # partitions in force
         self.held: dict[str, list] = {}  # a restarting broker's QoS 1 messages
         self.crashes: dict[str, list[list[float]]] = {}  # node -> [start, end] spans
-        self.on_crash = None  # told (node, now) as a node crashes, before it drops its work
         self._kinds = {name: node.kind for name, node in model.topology.nodes.items()}
-        network = model.network
-        self._arrived = network.arrived
-        # Every message crossing a link comes back through this list (SimPy reads an event's
-        # callbacks when it fires, so messages already on a link take the check too).
-        network.arrived = self._check
-        network._on_arrival[0] = self._check
+        self._arrived = model.network.check_arrivals(self._check)
         for fault in self.injected:
             self.env.process(self._run(fault))
 
@@ -65,10 +64,10 @@ class FaultSchedule:
     def _crash(self, fault: Injected):
         now = self.env.now
         for node in fault.nodes:
-            self.down.add(node)
             self.crashes.setdefault(node, []).append([now, math.inf])
-            if self.on_crash is not None:  # sim.recovery: what its operators had, first
-                self.on_crash(node, now)
+            # Down, and the listeners told (sim.features.recovery: what its operators had,
+            # first).
+            self.model.crashed(node, now)
             self._drop_held_work(node, now)
 
         def heal():
@@ -121,7 +120,8 @@ class FaultSchedule:
             broker = self.model.brokers[name]
             self.restarting.add(name)
             kept = self.held.setdefault(name, [])
-            for msg in self._cancel({id(broker._on_served)}):
+            for msg in self.env.withdraw(
+                    lambda event, serving=broker.completions: event.callbacks is serving):
                 if msg.qos:
                     kept.append(msg)
                 else:
@@ -144,15 +144,15 @@ class FaultSchedule:
     def _drop_held_work(self, node: str, now: float) -> None:
         """The node's jobs in progress are lost, its CPU is idle, its open windows empty."""
         model = self.model
-        instances = [i for g in model._by_name.values()
+        instances = [i for g in model.every_group()
                      for i in (*g.instances, *((g.mirror,) if g.mirror else ())) if i.node == node]
-        owners = {id(i._on_processed): i for i in instances}
+        owners = {id(i.completions) for i in instances}
         driver = model.drivers.get(node)
         if driver is not None:
-            owners[id(driver._on_converted)] = driver
+            owners.add(id(driver.completions))
         if node in model.brokers:
-            owners[id(model.brokers[node]._on_served)] = model.brokers[node]
-        for msg in self._cancel(set(owners)):
+            owners.add(id(model.brokers[node].completions))
+        for msg in self.env.withdraw(lambda event: id(event.callbacks) in owners):
             model.log.lost(msg, now)
         for instance in instances:
             instance.pending = 0
@@ -164,25 +164,7 @@ class FaultSchedule:
         self._unfinish(model.node_index[node], now)
         cpu = model.cpus.get(node)
         if cpu is not None:
-            cpu.work -= cpu.backlog(now)
-            cpu.free = now
-            cpu._heap = [now] * cpu.cores
-            cpu.starts.clear()
-
-    def _cancel(self, owners: set[int], which=None) -> list:
-        """The messages whose next event is a completion on one of these callback lists
-        (and, given `which(message)`, for which it is true): they are taken out of the model
-        (their event will do nothing) and returned."""
-        env = self.env
-        taken = []
-        for entries in (env._queue, *env._buckets.values()):
-            for entry in entries:
-                event = entry[3]
-                if event.callbacks is not None and id(event.callbacks) in owners and (
-                        which is None or which(event)):
-                    event.callbacks = []
-                    taken.append(event)
-        return taken
+            cpu.drop(now)
 
     def _unfinish(self, sink: int, now: float) -> None:
         """A sink's messages logged with a finish after the crash (a sink records its finish
@@ -204,32 +186,31 @@ class FaultSchedule:
         dst = channel.dst
         if dst in self.down:
             if self._kinds[path[0].src] == "device" and self._kinds[dst] == "gateway":
-                self.model.log.lost(msg, self.env._now)  # the gateway emulates its devices
+                self.model.log.lost(msg, self.env.now)  # the gateway emulates its devices
             else:
-                self.model.network.lose(msg, channel, self.env._now)
+                self.model.network.lose(msg, channel, self.env.now)
             return
         if dst in self.restarting and msg.leg == len(path) - 1 and (
                 msg.deliver == self.model.brokers[dst].receive):
-            self.model.network.lose(msg, channel, self.env._now)
+            self.model.network.lose(msg, channel, self.env.now)
             return
         if self.cuts:
             origin = path[0].src
             for a, b in self.cuts:
                 if (origin in a and dst in b) or (origin in b and dst in a):
-                    self.model.network.lose(msg, channel, self.env._now)
+                    self.model.network.lose(msg, channel, self.env.now)
                     return
         self._arrived(msg)
 
     # -- the tables -----------------------------------------------------------------------
 
-    def finish(self, tables: dict) -> None:
+    def finish(self, tables: dict, facts: dict) -> None:
         """Add the `faults` table; record as lost the QoS 1 messages still being sent again
         when the run ended (to a node crashed for good, say); mark crashed nodes down in the
         `nodes` table's samples that fall wholly inside a crash."""
         tables["faults"] = columns(self.recorded)
         model = self.model
-        resending = id(model.network._on_retry)
-        unsent = self._cancel({resending})
+        unsent = model.network.take_resending()
         if unsent:
             for msg in unsent:
                 model.log.lost(msg, self.env.now)

@@ -9,9 +9,10 @@ emu.recovery), on the model's clock, network and CPUs.
   the crash (before any other event of that instant). Windowed instances count each input
   when its job finishes (not when it is admitted, as they otherwise may), so that a snapshot
   and a crash see only finished work.
-- Detection: sim.faults tells `Recovery` when a gateway or cloud VM crashes; ZooKeeper
-  expires the node's agent session at `workloads.recovery.expiry`, with the agent's ping
-  phase (one per node) and the server's tick phase drawn from the model's `recovery` stream.
+- Detection: sim.features.faults tells `Recovery` (sim.model.Model.on_crash) when a
+  gateway or cloud VM crashes; ZooKeeper expires the node's agent session at
+  `workloads.recovery.expiry`, with the agent's ping phase (one per node) and the server's
+  tick phase drawn from the model's `recovery` stream.
   A node that comes back meanwhile (a crash `for` a while) is noticed all the same: on emu its
   container starts again without its agent, so the session is not renewed.
 - Input: from the crash on, the broker holds the operator's input (the hold of a migration's
@@ -19,7 +20,7 @@ emu.recovery), on the model's clock, network and CPUs.
   then on their way to the dead instance are held too (unacknowledged, they are sent again
   to whoever takes the session over), QoS 0 ones are lost, on the way as in the hold (the
   broker writes them into the dead connection); what the instance had admitted on its CPU
-  but not processed is lost with it (sim.faults drops it).
+  but not processed is lost with it (sim.features.faults drops it).
 - A snapshot whose window the crashed instance had closed and sent on before the crash (a
   crash after a window's close, before the next checkpoint) is restored without it: the new
   instance starts with the window that was open at the crash, empty (the agents mark each
@@ -48,6 +49,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 from simpy.core import URGENT
 
+from sim.features.base import Feature
 from sim.windowed import OpenWindow, WindowedInstance
 from workloads.recovery import (
     CHECKPOINT_PHASE,
@@ -96,13 +98,15 @@ class Row:
     open_index: int = -1  # the window the crashed instance had open (sent on those before)
 
 
-class Recovery:
+class Recovery(Feature):
     """Checkpoints, detects crashed agents and re-places their operators (sim.model.Model)."""
 
-    def __init__(self, model, spec: RecoverySpec, workload):
-        self.model = model
+    dynamic = True  # it puts new instances in crashed ones' places
+
+    def __init__(self, model, spec: RecoverySpec):
+        super().__init__(model, spec)
         self.env = model.env
-        self.spec = spec
+        workload = model.workload
         self.settings = model.coordinator.settings  # the migration costs a restore pays
         self.rows: list[Row] = []
         self.snapshots: dict[object, Snapshot] = {}  # instance -> its last checkpoint
@@ -116,15 +120,14 @@ class Recovery:
                       if node.kind in AGENT_KINDS}
         self.sources = {spec_.name: input_devices(spec_.reads, workload, topology)
                         for spec_ in model.specs.values()}
-        for group in model._by_name.values():
+        for group in model.every_group():
             for instance in group.instances:
                 if isinstance(instance, WindowedInstance):
                     instance.eager = False
         for spec_ in model.specs.values():
             if spec_.checkpoint is not None:
                 self._at(0, spec_.name, spec_.checkpoint)
-        if model.faults is not None:
-            model.faults.on_crash = self._crashed
+        model.on_crash(self._crashed)
 
     # -- checkpoints ----------------------------------------------------------------------
 
@@ -134,41 +137,35 @@ class Recovery:
         t = (k + CHECKPOINT_PHASE) * period
         if t > self.model.settings.duration:
             return
-        event = self.env.event()
-        event._ok, event._value = True, None
-        event.callbacks = [lambda _: self._checkpoint(k, t, operator, period)]
-        self.env.at(event, t, URGENT)
+        self.env.event_at(t, URGENT).callbacks.append(
+            lambda _: self._checkpoint(k, t, operator, period))
 
     def _checkpoint(self, k: int, t: float, operator: str, period: float) -> None:
-        down = self.model.faults.down if self.model.faults is not None else ()
-        for group in self._groups_of(operator):
+        down = self.model.down
+        for group in self.model.groups_of(operator):
             for instance in group.instances:
                 if instance.node not in down and instance.active:
                     self.snapshots[instance] = Snapshot(t, replace(instance.open),
                                                         instance.processed)
         self._at(k + 1, operator, period)
 
-    def _groups_of(self, operator: str) -> list:
-        model = self.model
-        return [g for name, g in model._by_name.items() if model._spec_of[name] == operator]
-
     # -- the crash ------------------------------------------------------------------------
 
     def _crashed(self, node: str, now: float) -> None:
-        """Before sim.faults drops the node's work: hold each of its operators' input, take
+        """Before sim.features.faults drops the node's work: hold each of its operators' input, take
         what was on its way to them, count what dies with them, and await the detection."""
         model = self.model
         if model.topology.nodes[node].kind not in AGENT_KINDS:
             return
         rows = []
         recovering = {id(r.old) for r in self.rows if not r.resumed}
-        for name, group in model._by_name.items():
+        for group in model.every_group():
             old = group.on_node.get(node)
             if old is None or id(old) in recovering:  # down again before it was re-placed
                 continue
             group.paused = True
-            row = Row(node, model._spec_of[name], now, group, old, self.snapshots.get(old),
-                      self._rolled_back(old))
+            row = Row(node, model.operator_of(group.name).name, now, group, old,
+                      self.snapshots.get(old), self._rolled_back(old))
             row.lost = self._take_inflight(row) + self._unprocessed(row)
             if isinstance(old, WindowedInstance):
                 row.open_index = old.open.index
@@ -188,24 +185,15 @@ class Recovery:
         snapshot = self.snapshots.get(old)
         if snapshot is not None:
             return old.processed - snapshot.processed
-        spec = self.model.specs[self.model._spec_of[old.operator]]
+        spec = self.model.operator_of(old.operator)
         return old.processed if spec.checkpoint is not None else old.open.count
 
     def _take_inflight(self, row: Row) -> int:
         """The messages on their way to the dead instance: QoS 1 ones to be handed to the new
         one, in order; QoS 0 ones lost. Returns how many were lost."""
-        network, faults = self.model.network, self.model.faults
         receive = row.old.receive
-        crossing = network._on_arrival
-
-        def bound_for_old(msg) -> bool:
-            if msg.deliver != receive:
-                return False
-            if msg.callbacks is crossing:  # the broker sends it again from the leg's start
-                msg.hops -= msg.leg
-            return True
-
-        taken = faults._cancel({id(crossing), id(network._on_retry)}, bound_for_old)
+        # The broker sends each again from its leg's start.
+        taken = self.model.network.take_back(lambda msg: msg.deliver == receive)
         taken.sort(key=lambda msg: (msg.sn, msg.id))
         row.inflight = [msg.copy() for msg in taken if msg.qos]
         lost = [msg for msg in taken if not msg.qos]
@@ -214,14 +202,13 @@ class Recovery:
         return len(lost)
 
     def _unprocessed(self, row: Row) -> int:
-        """The inputs the dead instance had admitted on its CPU but not processed (sim.faults
-        drops them next): jobs waiting for their finish, and a sink's inputs recorded with
-        their finish after now."""
+        """The inputs the dead instance had admitted on its CPU but not processed
+        (sim.features.faults drops them next): jobs waiting for their finish, and a sink's
+        inputs recorded with their finish after now."""
         old, env = row.old, self.env
-        owner = old._on_processed
-        waiting = sum(1 for entries in (env._queue, *env._buckets.values())
-                      for entry in entries if entry[3].callbacks is owner)
-        if old._log is None or isinstance(old, WindowedInstance):
+        owner = old.completions
+        waiting = env.count(lambda event: event.callbacks is owner)
+        if old.log is None or isinstance(old, WindowedInstance):
             return waiting
         log = self.model.log
         sinks = np.frombuffer(log.sink, dtype=np.int32)
@@ -252,15 +239,15 @@ class Recovery:
         model, settings = self.model, self.settings
         coordinator = model.coordinator
         group = row.group
-        down = model.faults.down if model.faults is not None else set()
+        down = model.down
         hosting = [i.node for i in group.instances if i is not row.old]
         options = [n for n in candidates(self.spec.to, model.topology, down | {row.node},
                                          hosting) if n in model.cpus]
-        target = place(options, self.sources[row.operator], coordinator._latency)
+        target = place(options, self.sources[row.operator], coordinator.latency)
         if target is None:
             return
         row.target = target
-        yield self.env.timeout(coordinator._command(target))  # recover: to the target
+        yield self.env.timeout(coordinator.command(target))  # recover: to the target
         state = None
         row.state_bytes = 0
         if row.snapshot is not None:
@@ -273,7 +260,7 @@ class Recovery:
             remaining = row.state_bytes
             while remaining > 0:  # each chunk read from the store
                 size = min(settings.chunk, remaining)
-                yield from coordinator._carry(coordinator.store, target, size)
+                yield from coordinator.carry(coordinator.store, target, size)
                 yield self.env.timeout(settings.chunk_overhead)
                 remaining -= size
         instance = model.instance_on(group, target, state)
@@ -282,7 +269,7 @@ class Recovery:
         if row.state_bytes:
             load = row.state_bytes * 8 / settings.restore_bandwidth
             yield self.env.timeout(instance.cpu.admit(self.env.now, load) - self.env.now)
-        yield self.env.timeout(coordinator._command(target))  # resume: it takes the session
+        yield self.env.timeout(coordinator.command(target))  # resume: it takes the session
         group.replace(row.old, instance)
         row.instance = instance
         row.resumed = True
@@ -303,7 +290,7 @@ class Recovery:
 
     # -- the table ------------------------------------------------------------------------
 
-    def finish(self, tables: dict) -> None:
+    def finish(self, tables: dict, facts: dict) -> None:
         """The recoveries table; the input still held for an operator that never came back
         is lost (recorded in the messages table)."""
         model = self.model

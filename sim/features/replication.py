@@ -16,7 +16,7 @@ emulation's (emu.replication) from the same measure.
 - Start: on `place` over `candidates` (the nodes of `replication.to`, less those down and
   those running the operator), weighed by the path latency from the operator's input devices.
   The instance is installed into the node's running agent: one coordinator command (sim.
-  migration's Coordinator._command), then it joins the subscription and takes its turns. No
+  migration's Coordinator.command), then it joins the subscription and takes its turns. No
   candidate left: nothing starts, no row.
 - Retire: the newest replica; after one command it leaves the subscription (nothing new
   reaches it; what the broker sent it before, it processes).
@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from sim.features.base import Feature
 from workloads.recovery import candidates, input_devices, place
 from workloads.replication import ReplicationSpec, Scaler, percentile
 
@@ -55,13 +56,15 @@ class Watched:
     changing: int = 0  # instances started (+1) or retired (-1) but not yet in effect
 
 
-class Replication:
+class Replication(Feature):
     """Watches operators with an `slo`, starts and retires their replicas (sim.model.Model)."""
 
-    def __init__(self, model, spec: ReplicationSpec, workload):
-        self.model = model
+    dynamic = True  # replicas join and leave the operators' subscriptions
+
+    def __init__(self, model, spec: ReplicationSpec):
+        super().__init__(model, spec)
         self.env = model.env
-        self.spec = spec
+        workload = model.workload
         self.rows: list[tuple] = []
         # Every reading, as emu.replication's manifest keeps them:
         # [t, operator, instances, latency (s) or None, inputs].
@@ -72,8 +75,7 @@ class Replication:
             if operator.slo is None:
                 continue
             group = model.group(operator.name)
-            group.shared = True
-            model._forget_plans(group)
+            group.share()
             for instance in group.instances:
                 instance.latencies = []
             self.watched.append(Watched(
@@ -124,16 +126,16 @@ class Replication:
     def _start(self, watched: Watched, latency: float | None):
         model = self.model
         coordinator = model.coordinator
-        down = model.faults.down if model.faults is not None else ()
+        down = model.down
         hosting = [instance.node for instance in watched.group.instances]
         options = [node for node in candidates(self.spec.to, model.topology, down, hosting)
                    if node in model.cpus]
-        target = place(options, watched.sources, coordinator._latency)
+        target = place(options, watched.sources, coordinator.latency)
         if target is None:
             self.unplaced += 1
             return
         watched.changing += 1
-        yield self.env.timeout(coordinator._command(target))  # installed into its agent
+        yield self.env.timeout(coordinator.command(target))  # installed into its agent
         instance = model.instance_on(watched.group, target, None)
         instance.latencies = []
         watched.group.join(instance)
@@ -144,7 +146,7 @@ class Replication:
     def _retire(self, watched: Watched, latency: float | None):
         instance = watched.replicas.pop()
         watched.changing -= 1
-        yield self.env.timeout(self.model.coordinator._command(instance.node))
+        yield self.env.timeout(self.model.coordinator.command(instance.node))
         watched.group.leave(instance)
         instance.latencies = None
         watched.changing += 1

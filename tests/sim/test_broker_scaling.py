@@ -57,7 +57,7 @@ def ramp():
 
 def test_the_spare_joins_up_intervals_after_the_broker_saturates(ramp) -> None:
     model, result, _ = ramp
-    spec = model.settings.broker_scaling[0]
+    spec = model.settings.scenario["broker_scaling"][0]
     stream = load(EXPERIMENT).points[0].spec.workload.streams[0]
     # broker-1's utilisation under the ramp: every reading once and every probe, each at the
     # service time on one core of speed 1; it passes 1 at 9 s (at 10 s without the probes).

@@ -82,7 +82,8 @@ def qos1():
 def test_detection_is_zookeepers_expiry_for_the_drawn_phases(qos1) -> None:
     model, tables = qos1
     row = only_row(tables)
-    phase, tick_phase = model.recovery.phase["gw-1"], model.recovery.tick_phase
+    recovery = model.features["recovery"]
+    phase, tick_phase = recovery.phase["gw-1"], recovery.tick_phase
     assert 0 <= phase < SESSION_S / 3 and 0 <= tick_phase < ZK_TICK_S
     assert row["t_crash"] == CRASH_S
     assert row["t_detected"] == expiry(CRASH_S, SESSION_S, phase, ZK_TICK_S, tick_phase)

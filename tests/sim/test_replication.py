@@ -194,7 +194,9 @@ def test_the_shipped_experiment() -> None:
     experiment = load("replication-burst")
     (run_point,) = experiment.points
     tables = {}
-    for name, changes in (("with", {}), ("without", {"replication": None})):
+    scenario = settings(run_point).scenario
+    without = {key: spec for key, spec in scenario.items() if key != "replication"}
+    for name, changes in (("with", {}), ("without", {"scenario": without})):
         result = simulate(run_point.topology, run_point.spec.workload,
                           run_point.spec.pipeline, settings(run_point, **changes))
         tables[name] = {k: v.to_pandas() for k, v in conform(result.tables).items()}
