@@ -9,10 +9,10 @@ import pytest
 
 ROOT = Path(__file__).parents[2]
 SEED = re.compile(r"\bseeds? ?0\d\d\b", re.IGNORECASE)
-# The files whose text users read: the README, notebooks, shipped descriptions and the CLIs'
-# help (code comments and internal docstrings may keep the team's shorthand).
-USER_FACING = ["README.md", "notebooks/*.ipynb", "experiments/*.yaml", "workloads/*.yaml",
-               "topologies/*.yaml", "experiments/cli.py", "emu/cli.py"]
+# The files whose text users read: the README and docs/, notebooks, shipped descriptions and
+# the CLIs' help (code comments and internal docstrings may keep the team's shorthand).
+USER_FACING = ["README.md", "docs/**/*.md", "notebooks/*.ipynb", "experiments/*.yaml",
+               "workloads/*.yaml", "topologies/*.yaml", "experiments/cli.py", "emu/cli.py"]
 
 
 @pytest.mark.parametrize("path", sorted({p.relative_to(ROOT) for pattern in USER_FACING
