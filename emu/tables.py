@@ -143,12 +143,16 @@ class Paths:
 
     def __init__(self, starts: dict[tuple[str, str], list[tuple[str, str]]],
                  readers: list[Reader], uplinks: dict[str, tuple[str, int]],
-                 nodes: dict[int, str] | None = None):
+                 nodes: dict[int, str] | None = None,
+                 elsewhere: dict[tuple[str, str], int] | None = None):
         """`starts`: (stream, device) -> where its messages enter, (gateway, topic), one for
         each gateway the device sent from (a moving device hands over: hybrid);
         `uplinks`: node -> (its broker, links from the node to it); `nodes`: an agent's index
-        (the high bits of the message ids it makes) -> its node."""
+        (the high bits of the message ids it makes) -> its node; `elsewhere`: (node, another
+        broker) -> links from the broker to the node, for a node whose operators read on the
+        run's other brokers too (emu.cluster.plan)."""
         self.starts = starts
+        self.elsewhere = elsewhere or {}
         self.nodes = nodes or {}
         self.readers = readers
         self.uplinks = uplinks
@@ -167,6 +171,7 @@ class Paths:
         readers: list[Reader] = []
         uplinks: dict[str, tuple[str, int]] = {}
         nodes: dict[int, str] = {}
+        elsewhere: dict[tuple[str, str], int] = {}
         for container in plan.agents():
             node, agent = container.node, container.agent
             nodes[agent.index] = node
@@ -175,6 +180,8 @@ class Paths:
             # A device group's container (emu.deployment.device_hosts) stands at a device:
             # its path begins with the device's link, which PAST_DEVICE_LINK counts already.
             uplinks[node] = (broker, links - 1 if container.kind == "device" else links)
+            for other in agent.other_brokers:
+                elsewhere[node, other] = len(plan.link(node, other).path) - 1
             for driver in agent.drivers:
                 for device in driver.devices:
                     starts[driver.stream, device] = [
@@ -186,17 +193,21 @@ class Paths:
                 readers.append(Reader(node, tuple(op.reads), writes, own))
                 readers += [Reader(target, tuple(op.reads), writes, True)
                             for target in (moves or {}).get(op.name, [])]
-        return cls(starts, readers, uplinks, nodes)
+        return cls(starts, readers, uplinks, nodes, elsewhere)
 
     def _leg(self, publisher: str, reader: Reader) -> int | None:
         """Links from a node to a reader through the publisher's broker (none when the reader
-        is on the node and reads there); None when the reader talks to another broker (the
-        emulation does not bridge brokers)."""
+        is on the node and reads there); None when the reader does not read on that broker
+        (the emulation does not bridge brokers: a node's operators read on another broker
+        only through its node session, AgentConfig.other_brokers)."""
         if publisher == reader.node and not reader.own_session:
             return 0
         broker, up = self.uplinks[publisher]
         theirs, down = self.uplinks[reader.node]
-        return up + down if broker == theirs else None
+        if broker == theirs:
+            return up + down
+        there = None if reader.own_session else self.elsewhere.get((reader.node, broker))
+        return None if there is None else up + there
 
     def _reach(self, start: tuple[str, str]) -> dict[tuple[str, int], int]:
         """(sink node, operators passed) -> fewest links, for a message entering at start."""
@@ -338,5 +349,31 @@ def run_messages(root: Path, plan, epoch: float, duration: float,
     operator -> target nodes) and the devices' handovers (device -> gateways) for the links
     messages crossed."""
     sent, received = read_records(root)
-    return messages_table(sent, received, epoch, duration, filtered=read_filtered(root),
-                          paths=Paths.of_plan(plan, moves, handovers))
+    columns, facts = messages_table(sent, received, epoch, duration,
+                                    filtered=read_filtered(root),
+                                    paths=Paths.of_plan(plan, moves, handovers))
+    facts.update(emitted(sent, epoch, duration, plan_devices(plan)))
+    return columns, facts
+
+
+def plan_devices(plan) -> list[str]:
+    """Every device an agent of the plan emulates (its drivers'), in the plan's order."""
+    return list(dict.fromkeys(device for container in plan.agents()
+                              for driver in container.agent.drivers
+                              for device in driver.devices))
+
+
+def emitted(sent: pd.DataFrame, epoch: float, duration: float,
+            devices: list[str] = ()) -> dict:
+    """What the drivers emitted within the run's duration, as sim's sources count it (every
+    reading a device made, a device link's loss included): `emitted` and
+    `emitted_by_device` (device -> count; 0 for a device of `devices` that emitted nothing:
+    its node never started). Every emitted reading is delivered, filtered, dropped on the
+    device link, lost past it or unread (no reader): the records cannot tell a reading in
+    flight at the end from one lost, so `in_flight` is 0 on emu."""
+    sent = sent[(sent["t_sent"] - epoch) < duration]
+    by_device = dict.fromkeys(devices, 0)
+    by_device.update({str(device): int(count) for device, count in
+                      sent.drop_duplicates("id")["source"].value_counts().sort_index().items()})
+    return {"emitted": int(sent["id"].nunique()), "emitted_by_device": by_device,
+            "in_flight": 0}

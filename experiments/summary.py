@@ -79,9 +79,10 @@ def _migrations(migrations: pa.Table | None) -> list[dict]:
 
 def lost_workload(manifest: dict, summary: dict | None = None) -> str | None:
     """What part of the workload a run that is not `ok` lost, in one line: its status, the
-    nodes that failed, the devices that emitted nothing (by the manifest's per-device counts,
-    facts.emitted_by_device) and the share of the readings missing (theirs, at the mean count
-    of the devices that did emit); None for an `ok` run."""
+    nodes that failed, the devices that emitted nothing (by the manifest's per-device counts:
+    facts.emitted_by_device, or facts.messages.emitted_by_device as emu.tables writes them)
+    and the share of the readings missing (theirs, at the mean count of the devices that did
+    emit); None for an `ok` run."""
     status = manifest.get("status", "?")
     if status == "ok":
         return None
@@ -93,7 +94,8 @@ def lost_workload(manifest: dict, summary: dict | None = None) -> str | None:
     if failed:
         parts.append(f"{len(failed)} node{'s' if len(failed) != 1 else ''} failed "
                      f"({', '.join(sorted(failed))});")
-    by_device = facts.get("emitted_by_device") or {}
+    by_device = (facts.get("emitted_by_device")
+                 or (facts.get("messages") or {}).get("emitted_by_device") or {})
     if by_device:
         silent = sorted(device for device, count in by_device.items() if not count)
         heard = [count for count in by_device.values() if count]

@@ -146,6 +146,8 @@ class Agent:
         # session on a spare, the readers' too (closed at the stop).
         self.drivers_client: Any = None
         self.spare_sessions: list = []
+        # Its operators' sessions on the run's other brokers (emu.agent.brokers.OtherBroker).
+        self.other_brokers: list = []
         self.connections = 0  # CONNACKs: 1 + reconnections
         self._stopping = False
         self._qos: dict[str, int] = {}  # operator -> the highest QoS of its inputs so far
@@ -183,6 +185,11 @@ class Agent:
         self.client.loop_start()
         for session in self.sessions.values():
             session.connect()
+        if self.config.other_brokers and self.session_filters():
+            from emu.agent.brokers import OtherBroker
+
+            self.other_brokers = [OtherBroker(self, broker, address) for broker, address
+                                  in sorted(self.config.other_brokers.items())]
 
     def stop(self, timeout: float = 2.0) -> bool:
         """Stop emitting, flush the records, leave ZooKeeper and the broker, within timeout
@@ -195,7 +202,7 @@ class Agent:
             self.registration.close(timeout=max(0.1, deadline - time.monotonic() - 0.2))
         self.client.disconnect(properties=end_session())
         self.client.loop_stop()
-        for moved in self.spare_sessions:
+        for moved in [*self.spare_sessions, *self.other_brokers]:
             moved.close()
         for session in list(self.sessions.values()):
             session.close()
@@ -276,6 +283,8 @@ class Agent:
             return
         if not all(s.subscribed.is_set() for s in self.sessions.values()):
             return
+        if not all(other.ready for other in self.other_brokers):
+            return
         if not self.config.hold and not self.drivers.started:
             self._start_drivers()
         if self.registration is not None and not self.ready.is_set():
@@ -288,23 +297,32 @@ class Agent:
         from paho.mqtt.packettypes import PacketTypes
         from paho.mqtt.properties import Properties
 
-        wanted = {f for op in self.operators.values()
-                  if op.running and op.name not in self.sessions for f in op.filters}
+        wanted = self.session_filters()
         if not self.client.is_connected():
             return set()
         new, gone = wanted - self._subscribed, self._subscribed - wanted
         mids = set()
         for topic_filter in sorted(new):
-            number = self._subscription_ids.setdefault(topic_filter,
-                                                       len(self._subscription_ids) + 1)
             properties = Properties(PacketTypes.SUBSCRIBE)
-            properties.SubscriptionIdentifier = number
+            properties.SubscriptionIdentifier = self.subscription_id(topic_filter)
             mids.add(self.client.subscribe(topic_filter, 1, properties=properties)[1])
         if gone:
             self.client.unsubscribe(sorted(gone))
+        for other in self.other_brokers:
+            other.follow(new, gone)
         self._subscribed = wanted
         self._taken_copy.clear()
         return mids
+
+    def session_filters(self) -> set[str]:
+        """The filters the running operators read through the node's session (not those of
+        instances reading through sessions of their own)."""
+        return {f for op in self.operators.values()
+                if op.running and op.name not in self.sessions for f in op.filters}
+
+    def subscription_id(self, topic_filter: str) -> int:
+        """A filter's subscription identifier, the same on every session of the node."""
+        return self._subscription_ids.setdefault(topic_filter, len(self._subscription_ids) + 1)
 
     def _another_copy(self, topic: str, copy_of: list[int]) -> bool:
         """Whether this message is the copy of a subscription other than the one taken."""

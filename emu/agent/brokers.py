@@ -137,6 +137,56 @@ class ReadersBroker(SpareSession):
             self._answered(filters=sorted(self.agent._subscribed))
 
 
+class OtherBroker(ReadersBroker):
+    """A node's operators' session on another broker of the run (AgentConfig.other_brokers:
+    brokers are not bridged, and a sim broker hands its messages to every reader): opened at
+    the agent's start with the filters the node's operators read through the node session
+    (and their identifiers), and kept in step with them (`follow`); the node starts its
+    drivers and registers once every such session has confirmed them (Agent.session_ready),
+    so no publisher's first message finds a reader not yet listening."""
+
+    role = "readers"
+
+    def __init__(self, agent: Agent, broker: str, address: str) -> None:
+        self.ready = False
+        super().__init__(agent, broker, address, self._confirmed)
+
+    def _confirmed(self, result: dict[str, Any]) -> None:
+        self.ready = True
+        self.agent.session_ready()
+
+    def _subscribe(self) -> None:
+        """On the scheduler's thread: the filters the node reads through its session now,
+        whether or not that session has subscribed them yet."""
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        agent = self.agent
+        mids = set()
+        for topic_filter in sorted(agent.session_filters()):
+            properties = Properties(PacketTypes.SUBSCRIBE)
+            properties.SubscriptionIdentifier = agent.subscription_id(topic_filter)
+            mids.add(self.client.subscribe(topic_filter, 1, properties=properties)[1])
+        self._waiting = mids
+        if not mids:
+            self._answered(filters=[])
+
+    def follow(self, new: set[str], gone: set[str]) -> None:
+        """On the scheduler's thread: the node session's subscriptions changed (an operator
+        installed, started, stopped or removed); so do this session's."""
+        from paho.mqtt.packettypes import PacketTypes
+        from paho.mqtt.properties import Properties
+
+        if not self.client.is_connected():
+            return  # its next connection subscribes what the node reads then
+        for topic_filter in sorted(new):
+            properties = Properties(PacketTypes.SUBSCRIBE)
+            properties.SubscriptionIdentifier = self.agent.subscription_id(topic_filter)
+            self.client.subscribe(topic_filter, 1, properties=properties)
+        if gone:
+            self.client.unsubscribe(sorted(gone))
+
+
 def _spare(agent: Agent, args: dict[str, Any]) -> tuple[str, str]:
     """The spare a request names: `broker`, a spare of the node's config (AgentConfig.spares),
     or `address` ("host:port", with `broker` naming it or not)."""

@@ -99,6 +99,10 @@ class AgentConfig:
     # Spare brokers this node's drivers may move to (workloads.broker_scaling): node -> its
     # address ("host:port"); a `drivers.broker` request names one.
     spares: dict[str, str] = field(default_factory=dict)
+    # The other brokers of the run (brokers are not bridged): broker -> address. The node's
+    # operators read there too, as a sim broker hands its messages to every reader
+    # (emu.agent.brokers.OtherBrokers); the node answers requests and publishes on its own.
+    other_brokers: dict[str, str] = field(default_factory=dict)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))

@@ -304,8 +304,12 @@ class Cluster:
         # The spares its drivers may move to (emu.cluster.plan), through their links too.
         spares = {link.service: addresses[link.key] for link in links
                   if link.service in config.spares}
+        # The other brokers its operators read on (emu.cluster.plan), likewise.
+        others = {link.service: addresses[link.key] for link in links
+                  if link.service in config.other_brokers}
         config = replace(config, mqtt=mqtt[0] if mqtt else config.mqtt,
-                         zookeeper=",".join(zookeeper), records=RECORDS_DIR, spares=spares)
+                         zookeeper=",".join(zookeeper), records=RECORDS_DIR, spares=spares,
+                         other_brokers=others)
         return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1"}
 
     def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:

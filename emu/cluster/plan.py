@@ -44,6 +44,14 @@ bandwidth share it (with the relay shaper: `LinkPlan.bandwidths` gives each hop'
 shapes each client's interface on its own, so there each pair has the path's narrowest
 bandwidth to itself.
 
+Several brokers. Brokers are not bridged: a client publishes to its own broker and hears
+requests there. As a sim broker hands each message to every operator that reads its topic
+wherever the operator is, an agent whose operators read through its node session also
+subscribes on every other broker of the run (`AgentConfig.other_brokers`, each over a link
+shaped as its path to that broker), so its operators get every publisher's messages once,
+from the publisher's broker; the host's controller holds a session on every broker
+(emu.control.Controller.of_plan).
+
 Spare brokers (`scenario.broker_scaling`, workloads.broker_scaling). A spare runs Mosquitto
 from the start, idle, as a warm standby VM would: no agent takes it as its broker; "joining"
 is the moment its readers subscribe there and publishers move to it (emu.broker_scaling).
@@ -200,6 +208,12 @@ def path_shape(topology: Topology, path: Iterable[str]) -> LinkShape:
                      min(1.0, max(0.0, 1 - delivered)))
 
 
+def _reads_through_broker(config: AgentConfig) -> bool:
+    """Whether an agent's operators read through its node session, which then reads on the
+    other brokers too (AgentConfig.other_brokers)."""
+    return any(op.engine != "spark" and not op.session for op in config.operators)
+
+
 def cluster_labels(cluster: str) -> dict[str, str]:
     return {"foglab": "1", "foglab.cluster": cluster}
 
@@ -290,9 +304,13 @@ class _Planner:
                       if name in clients[spare]}
             links += [self._link(name, spare, spare, "mqtt", MQTT_PORT, node.name)
                       for spare in spares]
+            others = {other: containers[other].address for other in sorted(set(
+                brokers.values()) - {broker}) if _reads_through_broker(self.configs[name])}
+            links += [self._link(name, other, other, "mqtt", MQTT_PORT, node.name)
+                      for other in others]
             config = replace(self.configs[name], mqtt=containers[broker].address,
                              zookeeper=",".join(containers[s].address for s in servers),
-                             spares=spares)
+                             spares=spares, other_brokers=others)
             containers[name] = self._container(name, config.kind, "agent", node.site, node,
                                                servers, config, broker)
         if len(servers) > 1:

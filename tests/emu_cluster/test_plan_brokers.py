@@ -1,0 +1,70 @@
+"""Several brokers in a cluster's plan: brokers are not bridged, so an agent whose operators
+read through its node session reads on every other broker too, over a link shaped as its
+path there; and the messages table counts those paths' links."""
+
+from __future__ import annotations
+
+from emu.cluster.plan import plan_cluster
+from emu.deployment import agent_configs
+from emu.tables import Paths
+from topologies.model import Topology, expand
+from topologies.spec import TopologySpec
+from workloads.pipeline import OperatorSpec
+from workloads.spec import WorkloadSpec
+
+
+def two_brokers() -> Topology:
+    """gw-1 and the cloud VM near b-1, gw-2 near b-2; b-1 and b-2 meet at a switch."""
+    return expand(TopologySpec.model_validate({"name": "t", "nodes": [
+        {"name": "s", "kind": "device", "replicas": 2},
+        {"name": "gw", "kind": "gateway", "profile": "vm.small", "replicas": 2},
+        {"name": "b", "kind": "broker", "replicas": 2},
+        {"name": "lan", "kind": "switch"},
+        {"name": "vm", "kind": "cloud_vm", "profile": "vm.small"}], "links": [
+        {"from": "s-1", "to": "gw-1", "latency": "1ms"},
+        {"from": "s-2", "to": "gw-2", "latency": "1ms"},
+        {"from": "gw-1", "to": "b-1", "latency": "5ms"},
+        {"from": "gw-2", "to": "b-2", "latency": "5ms"},
+        {"from": "vm", "to": "b-1", "latency": "2ms"},
+        {"from": ["b-1", "b-2"], "to": "lan", "latency": "3ms"}]}))
+
+
+def plan(pipeline: list[OperatorSpec]):
+    topology = two_brokers()
+    workload = WorkloadSpec.model_validate(
+        {"name": "w", "streams": [{"name": "city", "sources": "s-*", "rate": "2/s"}]})
+    return plan_cluster(topology, "c", agents=agent_configs(topology, workload, pipeline),
+                        host_cpus=2)
+
+
+def test_a_reader_reads_on_every_other_broker_over_its_path_there() -> None:
+    cluster = plan([OperatorSpec.model_validate({"name": "sink", "on": "vm",
+                                                 "reads": "city"})])
+    assert cluster.brokers == {"gw-1": "b-1", "gw-2": "b-2", "vm": "b-1"}
+    vm = cluster.containers["vm"].agent
+    assert vm.other_brokers == {"b-2": cluster.containers["b-2"].address}
+    link = cluster.link("vm", "b-2")
+    assert link.role == "mqtt" and link.path == ("vm", "b-1", "lan", "b-2")
+    assert link.shape.latency_s == 0.002 + 0.003 + 0.003
+    # Gateways with no operator read nothing, anywhere.
+    assert cluster.containers["gw-2"].agent.other_brokers == {}
+    assert [link.service for link in cluster.links_of("gw-2") if link.role == "mqtt"] == ["b-2"]
+
+
+def test_the_messages_table_counts_the_links_through_the_publisher_s_broker() -> None:
+    paths = Paths.of_plan(plan([OperatorSpec.model_validate({"name": "sink", "on": "vm",
+                                                             "reads": "city"})]))
+    assert paths.hops("city", "s-1", "vm", 0) == 1 + 1 + 1  # device, gw-1 to b-1, b-1 to vm
+    # gw-2 publishes to b-2, which hands the reading to vm over vm's link there.
+    assert paths.hops("city", "s-2", "vm", 0) == 1 + 1 + 3
+
+
+def test_an_instance_with_a_session_of_its_own_does_not_read_elsewhere() -> None:
+    topology = two_brokers()
+    workload = WorkloadSpec.model_validate(
+        {"name": "w", "streams": [{"name": "city", "sources": "s-*", "rate": "2/s"}]})
+    configs = agent_configs(topology, workload, [OperatorSpec.model_validate(
+        {"name": "sink", "on": "vm", "reads": "city"})], moving={"sink"})
+    cluster = plan_cluster(topology, "c", agents=configs, host_cpus=2)
+    assert cluster.containers["vm"].agent.other_brokers == {}
+    assert not Paths.of_plan(cluster).read("city", "s-2")
