@@ -51,8 +51,8 @@ def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
     values = dict(duration=run.duration, seed=run.seed if seed is None else seed,
                   sample=run.sample, drain=run.drain, driver_cost=run.driver_cost,
                   calibration=load(run.calibration).calibration if run.calibration else None,
-                  migration=scenario.migration, migrations=scenario.migrations,
-                  mobility=scenario.mobility, policy=scenario.policy, scenario=present)
+                  migration=scenario.migration, mobility=scenario.mobility,
+                  policy=scenario.policy, scenario=present)
     values.update(changes)
     return Settings(**values)
 

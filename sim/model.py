@@ -27,10 +27,9 @@ from topologies.model import Topology
 from topologies.routing import nearest
 from workloads.broker_scaling import first_brokers
 from workloads.calibration import Calibration
-from workloads.migration.schedule import migration_starts
 from workloads.mobility import MobilitySpec
 from workloads.pipeline import OperatorSpec
-from workloads.scenario import MigrationSettings, PolicySpec, ScheduledMigration
+from workloads.scenario import MigrationSettings, PolicySpec
 from workloads.spec import WorkloadSpec
 
 __all__ = ["HOSTS", "Model", "ModelError", "Settings", "SimResult", "simulate"]
@@ -47,13 +46,14 @@ class Settings:
     direct_handover: bool = True  # off only to check that it changes nothing
     bucketed_queue: bool = True  # sim.clock's queue; off only to check that it changes nothing
     in_place: bool = True  # jobs done before any other event finish in place; ditto
+    # The model's own parts: the coordinator's costs (every migration's, a policy's too),
+    # the moving users and the policy that places their follow operators; the message
+    # model composes them (sim.assembly builds groups and sources from them).
     migration: MigrationSettings = field(default_factory=MigrationSettings)
-    migrations: list[ScheduledMigration] = field(default_factory=list)
     mobility: MobilitySpec | None = None
     policy: PolicySpec | None = None
     # The scenario's features present in the run (sim.features.FEATURES): key -> its spec
-    # (faults, broadcasts, recovery, replication, broker_scaling). Migrations, mobility and
-    # the policy are the model's own parts (above): the message model composes them.
+    # (migrations, faults, broadcasts, recovery, broker_scaling, replication).
     scenario: dict[str, object] = field(default_factory=dict)
 
 
@@ -134,15 +134,12 @@ class Model:
             self._follow(pipeline)
         # Migrations move instances while the model runs, which could break the conditions
         # under which a direct hand-over is exact: only static pipelines use it. So do the
-        # features that move instances or paths (a broker join: paths to a spare and from
-        # it, which the check does not see, may cross a node it made direct). (In-place
+        # other features that move instances or paths (a broker join: paths to a spare and
+        # from it, which the check does not see, may cross a node it made direct). (In-place
         # finishes stay exact: such a change happens at an event.)
-        self.dynamic = bool(settings.migrations or self.mobility
-                            or any(cls.dynamic for _, cls in present))
+        self.dynamic = bool(self.mobility or any(cls.dynamic for _, cls in present))
         if settings.direct_handover and not self.dynamic:
             self._hand_over_directly()
-        for plan, start in migration_starts(settings.migrations, self.window_size, seed):
-            self.coordinator.schedule(plan, start)
         mean_size = float(np.mean([stream.size for stream in workload.streams]))
         self.sampler = Sampler(self.env, topology, list(self.cpus.values()),
                                list(self.network.channels.values()), settings.sample,

@@ -13,10 +13,12 @@ from sim.features.base import Feature
 from sim.features.broadcasts import Broadcasts
 from sim.features.broker_scaling import BrokerScaling
 from sim.features.faults import FaultSchedule
+from sim.features.migrations import ScheduledMigrations
 from sim.features.recovery import Recovery
 from sim.features.replication import Replication
 
 FEATURES: dict[str, type[Feature]] = {
+    "migrations": ScheduledMigrations,
     "faults": FaultSchedule,
     "broadcasts": Broadcasts,
     "recovery": Recovery,
