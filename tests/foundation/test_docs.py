@@ -2,9 +2,11 @@
 `foglab` command the README and docs/ show for the model runs as shown.
 
 Commands are collected from the fenced code blocks (`sh`, `bash`, `shell`, `console`) of
-README.md and docs/*.md: a line that starts with `foglab ` (in a `console` block, `$ foglab `;
+README.md and docs/**/*.md: a line that starts with `foglab ` (in a `console` block, `$ foglab `;
 the lines after it up to the next `$` are its shown output). A new command in the docs is
-tested without editing this file.
+tested without editing this file. Commands in the prose (inline code) name a command or give
+its syntax (placeholders in capitals, options in brackets) and are not run: what a reader is
+meant to type stands in a code block.
 
 Which are skipped: a block is skipped whole when one of its commands needs the emulation
 (Docker, root, the images): `foglab emu ...`, `foglab calibrate`, `foglab compare` (it runs
