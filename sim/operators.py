@@ -66,6 +66,14 @@ class OperatorInstance:
         else:
             self._processed(msg)
 
+    def crash(self) -> None:
+        """Its node crashed: what it was sent is gone (sim.features.faults takes the jobs
+        back), and a migration waiting for it to drain goes on."""
+        self.pending = 0
+        if self.drained is not None:
+            self.drained.succeed()
+            self.drained = None
+
     def _settle(self, t: float) -> None:
         """A message processed at t: one less pending (a migration may wait for none)."""
         self.processed += 1

@@ -139,6 +139,11 @@ class WindowedInstance(OperatorInstance):
         self.open = OpenWindow(window.index + 1)
         self.boundary = self._end_of(self.open.index)
 
+    def crash(self) -> None:
+        """As an operator's crash, and its open window is empty (its events are lost)."""
+        super().crash()
+        self.open = OpenWindow(self.open.index)
+
     def stop(self) -> OpenWindow:
         """Stop consuming and closing windows; returns the open window (the state)."""
         self.active = False

@@ -25,7 +25,6 @@ import math
 import numpy as np
 
 from sim.features.base import Feature
-from sim.windowed import OpenWindow, WindowedInstance
 from workloads.faults import Injected, columns, resolve
 
 
@@ -155,12 +154,7 @@ class FaultSchedule(Feature):
         for msg in self.env.withdraw(lambda event: id(event.callbacks) in owners):
             model.log.lost(msg, now)
         for instance in instances:
-            instance.pending = 0
-            if instance.drained is not None:  # a migration waiting for it to drain
-                instance.drained.succeed()
-                instance.drained = None
-            if isinstance(instance, WindowedInstance):
-                instance.open = OpenWindow(instance.open.index)
+            instance.crash()
         self._unfinish(model.node_index[node], now)
         cpu = model.cpus.get(node)
         if cpu is not None:
