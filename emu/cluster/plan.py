@@ -273,6 +273,7 @@ class _Planner:
             if name not in standing:
                 standing[name] = self._device_group(config)
         brokers = {name: self._broker(name, node) for name, node in standing.items()}
+        self._check_own_sessions(brokers)
         # Each spare's clients-to-be: the agents of the broker it backs (movers, readers).
         clients = {spare: [name for name in standing if brokers[name] == watched]
                    for spare, watched in self.spares.items()}
@@ -334,6 +335,35 @@ class _Planner:
                      "foglab.site": plan.segment})
         return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
                            brokers, servers, dict(self.labels), dict(self.spares))
+
+    def _check_own_sessions(self, brokers: dict[str, str]) -> None:
+        """Refuse, before anything starts, an operator instance reading through a session of
+        its own (one that may move: migrations, recovery, replication; or a Spark query)
+        that would read topics another broker carries: such a session reads its node's
+        broker only, and the readings published elsewhere would be silently missing."""
+        from emu.agent.protocol import output_topic, stream_topic
+        from workloads.topics import matches, shared
+
+        published = {name: {stream_topic(d.stream, name, device, d.channel)
+                            for d in config.drivers for device in d.devices}
+                     | {output_topic(op.writes, name) for op in config.operators if op.writes}
+                     for name, config in self.configs.items()}
+        for reader, config in self.configs.items():
+            for op in config.operators:
+                if not (op.session or op.engine == "spark"):
+                    continue
+                for publisher, topics in published.items():
+                    if brokers[publisher] == brokers[reader]:
+                        continue
+                    topic = next((t for t in sorted(topics) for f in op.reads
+                                  if matches(shared(f)[1], t)), None)
+                    if topic is not None:
+                        raise self.error(("pipeline", op.name, "on"), reader, (
+                            f"on emu, {op.name} on {reader} reads through a session of its "
+                            f"own ({'a Spark query' if op.engine == 'spark' else 'it may move'}"
+                            f"), on its broker {brokers[reader]} only, and {publisher} "
+                            f"publishes {topic} to {brokers[publisher]}: link them to one "
+                            "broker, or run it on sim"))
 
     def _check_configs(self, agents: list[str]) -> None:
         """One config per agent node, for that node, and device groups' (kind device): the

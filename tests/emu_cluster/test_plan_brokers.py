@@ -4,9 +4,12 @@ path there; and the messages table counts those paths' links."""
 
 from __future__ import annotations
 
+import pytest
+
 from emu.cluster.plan import plan_cluster
 from emu.deployment import agent_configs
 from emu.tables import Paths
+from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from topologies.spec import TopologySpec
 from workloads.pipeline import OperatorSpec
@@ -59,12 +62,25 @@ def test_the_messages_table_counts_the_links_through_the_publisher_s_broker() ->
     assert paths.hops("city", "s-2", "vm", 0) == 1 + 1 + 3
 
 
-def test_an_instance_with_a_session_of_its_own_does_not_read_elsewhere() -> None:
+def test_an_instance_with_a_session_of_its_own_reading_another_broker_is_refused() -> None:
+    """It reads on its node's broker only: gw-2's readings would be silently missing."""
     topology = two_brokers()
     workload = WorkloadSpec.model_validate(
         {"name": "w", "streams": [{"name": "city", "sources": "s-*", "rate": "2/s"}]})
     configs = agent_configs(topology, workload, [OperatorSpec.model_validate(
         {"name": "sink", "on": "vm", "reads": "city"})], moving={"sink"})
+    with pytest.raises(SpecError, match=r"sink on vm reads through a session of its own "
+                       r"\(it may move\), on its broker b-1 only, and gw-2 publishes "
+                       r"city/gw-2 to b-2"):
+        plan_cluster(topology, "c", agents=configs, host_cpus=2)
+
+
+def test_an_instance_with_a_session_of_its_own_reading_its_broker_only_is_planned() -> None:
+    topology = two_brokers()
+    workload = WorkloadSpec.model_validate(
+        {"name": "w", "streams": [{"name": "city", "sources": "s-1", "rate": "2/s"}]})
+    configs = agent_configs(topology, workload, [OperatorSpec.model_validate(
+        {"name": "sink", "on": "vm", "reads": "city"})], moving={"sink"})
     cluster = plan_cluster(topology, "c", agents=configs, host_cpus=2)
     assert cluster.containers["vm"].agent.other_brokers == {}
-    assert not Paths.of_plan(cluster).read("city", "s-2")
+    assert Paths.of_plan(cluster).hops("city", "s-1", "vm", 0) == 3
