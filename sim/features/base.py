@@ -15,7 +15,7 @@ class Feature:
     """
 
     # It moves operator instances or the paths messages take while the run goes on: no
-    # direct hand-over (sim.model.Model._hand_over_directly), whose check sees only the start.
+    # direct hand-over (sim.model.Model's), whose check sees only the start.
     dynamic = False
     # It changes links' latency, jitter or loss while the run goes on: no source puts its
     # messages on its first link ahead of their time (sim.sources.Source's private link).
