@@ -1,10 +1,15 @@
 """The model's scenario features: one class per scenario key, one registration line each.
 
 sim.model.Model attaches the features present in a run's `Settings.scenario` in this order
-and finishes them in the reverse one, as a stack unwinds: a feature registered later may rely
-on an earlier one's state while it finishes (broadcasts take their control messages back
-before faults record what is still being sent again as lost; replication's rows are in the
-replicas table before broker scaling adds its joins to it).
+and finishes them in the reverse one, as a stack unwinds, so one registered earlier has the
+last word: faults record as lost what is still being sent again once broadcasts have taken
+their control messages back; broker scaling adds its joins to the replicas table after
+replication has written its rows. The order also decides which feature's events come first
+at one instant (SimPy's order): a new feature goes at the end.
+
+A new feature: its class (sim.features.base.Feature) in a module here and its line below;
+its spec and checks are workloads' (workloads.features), and experiments.backends.sim_settings
+passes every key registered here that the scenario writes.
 """
 
 from __future__ import annotations
