@@ -48,9 +48,9 @@ def check(spec: ExperimentSpec) -> Topology:
 
 
 def _check_run(spec: ExperimentSpec) -> None:
-    """The run's own periods inside its duration: a sample period longer than the run
-    would leave the nodes and links tables empty."""
-    if spec.run.sample > spec.run.duration:
+    """The run's own periods inside its duration: a sample period written longer than the
+    run would leave the nodes and links tables empty (the default's is no one's mistake)."""
+    if "sample" in spec.run.model_fields_set and spec.run.sample > spec.run.duration:
         raise SpecError(("run", "sample"), spec.run.sample, f"a sample period no longer than "
                         f"the run (run.duration: {spec.run.duration:g} s)")
     for i, op in enumerate(spec.pipeline):

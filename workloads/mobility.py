@@ -170,7 +170,7 @@ def check(spec, topology) -> None:
             raise SpecError(("scenario", "mobility", "model", "path"), str(mobility.model.path),
                             f"an existing trace file (resolved: "
                             f"{str(mobility.model.path.resolve())!r})")
-        if mobility.update >= spec.run.duration:
+        if "update" in mobility.model_fields_set and mobility.update >= spec.run.duration:
             raise SpecError(("scenario", "mobility", "update"), mobility.update,
                             f"a period shorter than the run (run.duration: "
                             f"{spec.run.duration:g} s): nobody would move")

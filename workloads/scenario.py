@@ -168,8 +168,8 @@ def _check_moves(spec, topology) -> None:
                             f"({', '.join(placed)})")
         if plan.target in placed:
             raise SpecError(path + ("to",), plan.target,
-                            f"a node {op.name} does not run on at {plan.at:g} s (it runs on "
-                            f"{', '.join(placed)}): a move to where it is moves nothing")
+                            f"a node other than where {op.name} runs at {plan.at:g} s "
+                            f"({', '.join(placed)}): a move to where it is moves nothing")
         earlier = last.get((op.name, source))
         if earlier is not None and plan.at < earlier[1]:
             raise SpecError(path + ("at",), plan.at, f"a time at least {earlier[1]:g} s: "
