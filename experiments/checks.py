@@ -35,6 +35,8 @@ def check(spec: ExperimentSpec) -> Topology:
         from experiments.hybrid.load import simulated_devices
 
         simulated_devices(spec.scenario, topology)
+    if backend in ("sim", "hybrid"):
+        _check_trace(spec, topology)
     if backend != "sim":
         faults = resolve_faults(spec.scenario.faults, topology, spec.run.duration)
         check_emulated_faults(faults, topology, backend)
@@ -45,6 +47,28 @@ def check(spec: ExperimentSpec) -> Topology:
 
         check_hybrid(spec, topology)
     return topology
+
+
+def _check_trace(spec: ExperimentSpec, topology: Topology) -> None:
+    """A mobility trace the model can replay: readable by its reader (sim.mobility), one
+    track per moving device. Here, not in workloads.mobility, because the reader is sim's."""
+    from workloads.mobility import TraceSpec
+
+    mobility = spec.scenario.mobility
+    if mobility is None or not isinstance(mobility.model, TraceSpec):
+        return
+    from sim.mobility import load_trace
+
+    path = ("scenario", "mobility", "model", "path")
+    try:
+        tracks = load_trace(mobility.model.path)
+    except (OSError, ValueError) as error:
+        raise SpecError(path, str(mobility.model.path), f"a readable trace ({error})") from None
+    users = topology.select(mobility.devices or [n.name for n in topology.of_kind("device")])
+    if len(tracks) != len(users):
+        raise SpecError(path, str(mobility.model.path), f"a trace with one track per moving "
+                        f"device: it has {len(tracks)} for {len(users)} (scenario.mobility."
+                        "devices)")
 
 
 def _check_run(spec: ExperimentSpec) -> None:

@@ -13,9 +13,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from experiments.loader import parse_text
+from tests.foundation.helpers import simulate_point
 from topologies.documents import read
 from topologies.errors import SpecError
-from tests.foundation.helpers import simulate_point
 
 FOLDER = Path(__file__).parents[2] / "experiments"
 # Left out for time alone (a run of their first sweep point takes 17 s and 2 min on sim);

@@ -11,6 +11,7 @@ import pytest
 
 from experiments.loader import load, parse_text
 from experiments.spec import ExperimentSpec, ScenarioSpec
+from tests.foundation.helpers import simulate_point
 from topologies.errors import SpecError
 from workloads.features import FEATURES
 
@@ -160,7 +161,17 @@ def test_a_mobility_update_as_long_as_the_run_is_refused():
     load("hybrid-mobility", overrides=["run.backend=sim", "scenario.mobility.update=2m"])
 
 
-TRACE = "time,user,x,y\n0,u1,0,0\n10,u1,100,0\n"
+def trace(users: int) -> str:
+    """A CSV trace of `users` users walking east."""
+    return "time,user,x,y\n" + "".join(f"{t},u{u},{100 * t + u},0\n"
+                                       for u in range(users) for t in (0, 10))
+
+
+def moving_devices() -> int:
+    point = load("hybrid-mobility", overrides=["run.backend=sim"]).points[0]
+    devices = point.spec.scenario.mobility.devices
+    return len(point.topology.select(devices or [
+        n.name for n in point.topology.of_kind("device")]))
 
 
 def trace_experiment(folder: Path, trace: str) -> Path:
@@ -178,11 +189,12 @@ def trace_experiment(folder: Path, trace: str) -> Path:
 
 def test_a_trace_resolves_relative_to_the_experiment_file(tmp_path, monkeypatch):
     (tmp_path / "traces").mkdir()
-    (tmp_path / "traces" / "walk.csv").write_text(TRACE)
+    (tmp_path / "traces" / "walk.csv").write_text(trace(moving_devices()))
     file = trace_experiment(tmp_path, "traces/walk.csv")
     monkeypatch.chdir(CATALOG)  # somewhere else: the file's folder decides, not this one
-    spec = load(str(file)).spec
-    assert spec.scenario.mobility.model.path == tmp_path / "traces" / "walk.csv"
+    point = load(str(file), overrides=["run.duration=12s"]).points[0]
+    assert point.spec.scenario.mobility.model.path == tmp_path / "traces" / "walk.csv"
+    assert len(simulate_point(point).tables["messages"]["latency"]) > 0  # replayed from there
 
 
 def test_a_missing_trace_is_refused_with_the_path_as_written_and_as_resolved(tmp_path):
@@ -194,6 +206,14 @@ def test_a_missing_trace_is_refused_with_the_path_as_written_and_as_resolved(tmp
     assert error.file == str(file) and error.line is not None
     assert "'traces/nosuch.csv'" in str(error)
     assert repr(str(tmp_path / "traces" / "nosuch.csv")) in str(error)
+
+
+def test_a_trace_with_a_track_count_other_than_the_moving_devices_is_refused(tmp_path):
+    (tmp_path / "walk.csv").write_text(trace(moving_devices() + 1))
+    with pytest.raises(SpecError) as caught:
+        load(str(trace_experiment(tmp_path, "walk.csv")))
+    assert caught.value.path == ("scenario", "mobility", "model", "path")
+    assert f"it has {moving_devices() + 1} for {moving_devices()}" in str(caught.value)
 
 
 def test_a_calibration_file_resolves_relative_to_the_experiment_file(tmp_path):
