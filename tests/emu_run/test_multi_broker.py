@@ -1,7 +1,8 @@
 """Several brokers on emu: agents start behind each broker routing gives them, every node
 starts, every device's readings reach a sink that talks to another broker, and the drivers'
 counts balance the messages table (delivered + filtered + lost + unread + in flight =
-emitted) as the model's do."""
+emitted) as the model's do; generated topologies start every node and place and emit alike
+on both backends (benchmarks/parity.py's generator, a few examples here)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import inspect
 import os
 
 import pytest
+from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import strategies as st
 
 from experiments.loader import parse_text
 from experiments.results import load_run
@@ -94,3 +97,37 @@ def test_every_node_starts_and_every_device_is_heard_whatever_its_broker(
     # The same workload on both: each periodic device emits rate x duration readings, give
     # or take the one at the end an emulated scheduler may let slip past it.
     assert abs(counts["emitted"] - emitted) <= len(devices)
+
+
+def _parity():
+    """benchmarks/parity.py, whose generator and checks this test shares."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[2] / "benchmarks" / "parity.py"
+    spec = importlib.util.spec_from_file_location("benchmarks_parity", path)
+    module = sys.modules[spec.name] = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # its dataclasses look their module up by name
+    return module
+
+
+parity = _parity()
+
+
+@seed(31)
+@settings(max_examples=3, deadline=None, derandomize=True, database=None,
+          suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
+@given(rng=st.randoms(use_true_random=False))
+def test_generated_topologies_start_every_node_alike_on_both_backends(
+        rng, tmp_path_factory, plan_controller) -> None:
+    """One to three brokers, one to three gateway groups of mixed profiles, devices spread or
+    pinned, links with latency and jitter, one or two operators (benchmarks/parity.py draws
+    them): every node starts on emu, and every device is on the same gateway and broker and
+    emits the same readings on sim and emu."""
+    if os.geteuid() != 0:
+        pytest.skip("the emulation needs root")
+    pytest.importorskip("docker")
+    document = parity.experiment(rng)
+    checked = parity.check(document, tmp_path_factory.mktemp("parity"))
+    assert checked.ok, checked.line()
