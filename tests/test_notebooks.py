@@ -49,10 +49,13 @@ def stdout(cell: nbformat.NotebookNode) -> str:
 
 @pytest.fixture
 def private_temp(tmp_path, monkeypatch) -> Path:
-    """A temporary folder of the kernel's own (its tempfile follows TMPDIR), empty at start."""
+    """A temporary folder of the kernel's own (its tempfile follows TMPDIR), empty at start;
+    the kernel runs the notebooks' test mode (their quick mode, with the fewest runs that
+    still draw every figure and hold every assertion)."""
     temp = tmp_path / "tmp"
     temp.mkdir()
     monkeypatch.setenv("TMPDIR", str(temp))
+    monkeypatch.setenv("FOGLAB_QUICK", "test")
     return temp
 
 
