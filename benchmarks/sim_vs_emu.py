@@ -32,8 +32,8 @@ worst timer lateness), so that a reader can tell the host from the model. Last:
 and with the calibration.
 A configuration whose run fails is said (`config=NAME failed=...`), one whose run is not
 `ok` (degraded, interrupted) is refused with its run and why (`config=NAME refused=...`: no
-errors over a broken run), the others go on, and the script exits 1; without root or a Docker Engine it says what `foglab emu doctor --fix`
-does and runs nothing.
+errors over a broken run), the others go on, and the script exits 1; without root or a
+Docker Engine it says what `foglab emu doctor --fix` does and runs nothing.
 
 Targets (issue 17): p50 within 10 %, p95 within 20 %, throughput within 5 %, lost equal.
 
