@@ -1,9 +1,9 @@
-"""A local Spark session for the app tests, and SenML files read back by Spark's file source."""
+"""SenML files read back by Spark's file source for the app tests (on the tests' one Spark)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,21 +16,12 @@ from workloads.riot.datasets import city_readings, write_sample_csv
 from workloads.riot.models import train_models
 from workloads.riot.senml import Reading, encode_senml
 from workloads.spark.apps import SENSOR, STATE_VAR, stats
-from workloads.spark.session import spark_session
 from workloads.spark.state import read_state
 
 # 14 CITY sensors reporting every minute for 40 minutes, with more outliers and gaps than the
 # default 1 % so that every filter and the interpolation have work.
 READINGS = city_readings(rows=14 * 40, seed=3, outlier_rate=0.05, missing_rate=0.05)
 FILES = 2  # one micro-batch per file
-
-
-@pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]", "foglab-spark-apps")
-    session.sparkContext.setLogLevel("ERROR")
-    yield session
-    session.stop()
 
 
 def write_senml(directory: Path, readings: Sequence[Reading], files: int = FILES,

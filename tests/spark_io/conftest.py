@@ -1,4 +1,4 @@
-"""Fixtures for the Spark MQTT tests: a real Mosquitto per test, one local Spark for the session."""
+"""Fixtures for the Spark MQTT tests: a real Mosquitto per test, the MQTT source on one Spark."""
 
 from __future__ import annotations
 
@@ -34,7 +34,6 @@ import paho.mqtt.client as mqtt  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
 from workloads.spark.mqtt_source import MqttDataSource  # noqa: E402
-from workloads.spark.session import spark_session  # noqa: E402
 
 
 @pytest.fixture
@@ -44,12 +43,10 @@ def broker() -> Iterator[LocalMosquitto]:
 
 
 @pytest.fixture(scope="session")
-def spark() -> Iterator[SparkSession]:
-    session = spark_session("local[2]", "foglab-spark-io-tests")
-    session.sparkContext.setLogLevel("ERROR")
-    session.dataSource.register(MqttDataSource)
-    yield session
-    session.stop()
+def spark(spark: SparkSession) -> SparkSession:
+    """The tests' one Spark (tests/conftest.py), with the MQTT source registered."""
+    spark.dataSource.register(MqttDataSource)
+    return spark
 
 
 def _wait_until(condition: Callable[[], bool], timeout: float, what: str) -> float:
