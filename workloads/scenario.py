@@ -170,6 +170,7 @@ def _check_moves(spec, topology) -> None:
             raise SpecError(path + ("to",), plan.target,
                             f"a node other than where {op.name} runs at {plan.at:g} s "
                             f"({', '.join(placed)}): a move to where it is moves nothing")
+        _check_source_alive(spec, topology, path, plan, source)
         earlier = last.get((op.name, source))
         if earlier is not None and plan.at < earlier[1]:
             raise SpecError(path + ("at",), plan.at, f"a time at least {earlier[1]:g} s: "
@@ -179,6 +180,28 @@ def _check_moves(spec, topology) -> None:
         window = op.window.size if plan.within_window and op.window is not None else 0.0
         placed[placed.index(source)] = plan.target
         last[(op.name, plan.target)] = (i, plan.at + window + least)
+
+
+def _check_source_alive(spec, topology, path: tuple, plan: ScheduledMigration,
+                        source: str) -> None:
+    """A move starts from a live instance: not from a node a fault has crashed at its time,
+    nor (with scenario.recovery, which re-places what ran there) from one crashed before."""
+    from workloads.faults import resolve
+
+    recovery = spec.scenario.recovery
+    for fault in resolve(spec.scenario.faults, topology, spec.run.duration):
+        if fault.kind != "crash" or source not in fault.nodes or fault.t_start > plan.at:
+            continue
+        down = fault.t_end is None or fault.t_end > plan.at
+        # Recovery notices a crash one session timeout after it at the earliest: a shorter
+        # one may pass unnoticed, a longer one has its operators re-placed elsewhere.
+        replaced = recovery is not None and (
+            fault.t_end is None or fault.t_end - fault.t_start >= recovery.session_timeout)
+        if down or replaced:
+            why = "it is down" if down else "scenario.recovery has re-placed what ran there"
+            raise SpecError(path + ("at",), plan.at, f"a time when {plan.operator} still runs "
+                            f"on {source}: scenario.faults[{fault.index}] is a "
+                            f"{fault.describe()}, and {why}")
 
 
 def _check_spark_move(topology, path: tuple, operator: str, target: str,

@@ -81,7 +81,7 @@ def _at(node: object, path: tuple) -> object:
 def mutations(draw) -> tuple[str, dict, list]:
     """A shipped experiment, its scenario changed one to three times: a value replaced, an
     entry or key dropped, a list entry written twice, another experiment's feature grafted
-    on, or the run shortened."""
+    on, a crash or a move added, or the run shortened."""
     name = draw(st.sampled_from(sorted(SHIPPED)))
     data = copy.deepcopy(SHIPPED[name])
     done = []
@@ -89,7 +89,22 @@ def mutations(draw) -> tuple[str, dict, list]:
         scenario = data["scenario"]
         paths = [p for p in _leaves(scenario) if p]
         how = draw(st.sampled_from(["replace", "replace", "drop", "duplicate", "duration",
-                                    "graft"]))
+                                    "graft", "crash", "move"]))
+        if how in ("crash", "move"):  # one more action, on what the experiment has
+            at = draw(st.floats(0, float(_seconds(data["run"]["duration"]))))
+            names = NAMES_OF[name]
+            entry = ({"at": f"{at:.2f}s", "crash": draw(st.sampled_from(names))}
+                     if how == "crash" else
+                     {"at": f"{at:.2f}s", "operator": draw(st.sampled_from(names)),
+                      "to": draw(st.sampled_from(names))})
+            if how == "crash" and draw(st.booleans()):
+                entry["for"] = draw(st.sampled_from(["0.2s", "1s", "5s"]))
+            key = "faults" if how == "crash" else "migrations"
+            if not isinstance(scenario.get(key), list):
+                scenario[key] = []
+            scenario[key].append(entry)
+            done.append((how, entry))
+            continue
         if how == "graft":  # another experiment's feature: features meeting on one run
             donor = SHIPPED[draw(st.sampled_from(sorted(SHIPPED)))]["scenario"]
             key = draw(st.sampled_from(sorted(donor)))
@@ -132,7 +147,7 @@ def test_each_shipped_scenario_runs_as_the_mutations_start_from(name):
     assert point.spec.run.backend == "sim"
 
 
-@settings(derandomize=True, max_examples=60, deadline=None,
+@settings(derandomize=True, max_examples=400, deadline=None,
           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(mutations())
 def test_a_mutated_scenario_is_refused_at_validation_or_runs_on_sim(case):
@@ -146,3 +161,25 @@ def test_a_mutated_scenario_is_refused_at_validation_or_runs_on_sim(case):
         return
     for point in experiment.points:
         simulate_point(point)  # any exception here is a mistake validation let through
+
+
+@pytest.mark.parametrize(("old", "new"), [
+    ("at: 20s, operator: count", "at: 45s, operator: count"),  # past the run
+    ("to: gw-2}", "to: gw-1}"),  # where it runs
+    ("at: 20s, operator: count", "at: 20s, at: 30s, operator: count"),  # a key twice
+    ("migrations: [", "migrations: [{at: 21s, operator: count, to: gw-2}, "),  # overlapping
+])
+def test_the_command_line_refuses_a_mutated_scenario_with_exit_2_and_no_traceback(
+        tmp_path, old, new):
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    text = (FOLDER / "migrate-pause-transfer.yaml").read_text()
+    assert old in text
+    (tmp_path / "mutated.yaml").write_text(text.replace(old, new, 1))
+    result = CliRunner().invoke(app, ["validate", str(tmp_path / "mutated.yaml")],
+                                env={"COLUMNS": "250"})
+    assert result.exit_code == 2, result.output
+    assert "Traceback" not in result.output and "scenario.migrations" in result.output
+    assert str(tmp_path / "mutated.yaml") in result.output

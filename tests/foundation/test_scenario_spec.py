@@ -270,3 +270,21 @@ def test_a_merge_key_may_still_be_overridden():
     with pytest.raises(SpecError) as caught:  # `base` is no field; the merge itself is fine
         parse_text(text, "merge.yaml")
     assert caught.value.path == ("base",)
+
+
+def test_a_move_from_a_node_crashed_at_its_time_is_refused():
+    # recovery.yaml: count on gw-1, which crashes at 9.5 s for good (re-placed by recovery).
+    error = refused(RECOVERY, ["scenario.migrations=[{at: 12s, operator: count, to: gw-2}]"])
+    assert error.path == ("scenario", "migrations", 0, "at") and error.value == 12.0
+    assert "scenario.faults[0]" in str(error) and "crash of gw-1" in str(error)
+    point = load(RECOVERY, overrides=["scenario.migrations=[{at: 9s, operator: count, "
+                                      "to: gw-2}]"]).points[0]
+    simulate_point(point)  # moved before the crash: it runs
+
+
+def test_a_move_after_a_crash_recovery_did_not_notice_is_accepted():
+    load(RECOVERY, overrides=["scenario.faults=[{at: 9.5s, crash: gw-1, for: 0.2s}]",
+                              "scenario.migrations=[{at: 10s, operator: count, to: gw-2}]"])
+    error = refused(RECOVERY, ["scenario.faults=[{at: 9.5s, crash: gw-1, for: 2s}]",
+                               "scenario.migrations=[{at: 12s, operator: count, to: gw-2}]"])
+    assert "re-placed" in str(error)
