@@ -27,8 +27,8 @@ def check(spec: ExperimentSpec) -> Topology:
         value = getattr(spec.scenario, feature.key)
         if backend not in feature.backends and feature.written(value):
             raise SpecError(("scenario", feature.key), backend,
-                            f"no scenario.{feature.key} on {backend}: not yet on {backend} "
-                            f"(run it on {' or '.join(feature.backends)})")
+                            f"a backend that runs scenario.{feature.key} "
+                            f"({' or '.join(feature.backends)}): it is not yet on {backend}")
         if feature.check is not None:
             feature.check(spec, topology)
     if spec.scenario.load:  # devices hybrid publishes from the host; sim and emu run them
