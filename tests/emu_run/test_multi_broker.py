@@ -8,9 +8,10 @@ from __future__ import annotations
 
 import inspect
 import os
+import random
 
 import pytest
-from hypothesis import HealthCheck, given, seed, settings
+from hypothesis import HealthCheck, example, given, seed, settings
 from hypothesis import strategies as st
 
 from experiments.loader import parse_text
@@ -116,7 +117,10 @@ parity = _parity()
 
 
 @seed(31)
-@settings(max_examples=3, deadline=None, derandomize=True, database=None,
+# Besides the drawn ones, always: three brokers, Pis under QEMU behind the sink's broker and
+# VMs behind another, a filter on every gateway before the sink.
+@example(rng=random.Random(17))
+@settings(max_examples=2, deadline=None, derandomize=True, database=None,
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
 def test_generated_topologies_start_every_node_alike_on_both_backends(
@@ -129,5 +133,6 @@ def test_generated_topologies_start_every_node_alike_on_both_backends(
         pytest.skip("the emulation needs root")
     pytest.importorskip("docker")
     document = parity.experiment(rng)
+    print(parity.shape(document))
     checked = parity.check(document, tmp_path_factory.mktemp("parity"))
     assert checked.ok, checked.line()
