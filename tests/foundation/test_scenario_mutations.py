@@ -120,9 +120,14 @@ def mutations(draw) -> tuple[str, dict, list]:
         path = draw(st.sampled_from(paths))
         parent, last = _at(scenario, path[:-1]), path[-1]
         if how == "replace":
-            value = draw(st.one_of(VALUES, st.sampled_from(NAMES_OF[name]),
-                                   st.floats(0, float(_seconds(data["run"]["duration"])))
-                                   .map(lambda x: f"{x:.3f}s")))
+            in_run = st.floats(0, float(_seconds(data["run"]["duration"]))).map(
+                lambda x: f"{x:.3f}s")
+            # Mostly a value of the kind written there (a time for a time, a name for a
+            # name), so that many mutations pass the schema and reach the cross-field checks.
+            alike = (st.one_of(in_run, TIMES) if _is_time(parent[last]) else
+                     st.sampled_from(NAMES_OF[name]) if isinstance(parent[last], str) else
+                     VALUES)
+            value = draw(st.one_of(alike, alike, alike, VALUES))
             parent[last] = copy.deepcopy(value)  # never one shared list or dict
         elif how == "drop":
             del parent[last]
@@ -133,6 +138,14 @@ def mutations(draw) -> tuple[str, dict, list]:
     if not isinstance(duration, int | float) or duration > LONGEST:
         data["run"]["duration"] = min(float(_seconds(duration)), LONGEST)
     return name, data, done
+
+
+def _is_time(value: object) -> bool:
+    try:
+        _seconds(value)
+    except (TypeError, ValueError):
+        return False
+    return not isinstance(value, bool)
 
 
 def _seconds(value: object) -> float:
