@@ -19,7 +19,7 @@ from pydantic import ValidationError
 from experiments import catalog
 from experiments.checks import check
 from experiments.spec import ExperimentSpec
-from topologies.documents import Document, load_text, parse, read
+from topologies.documents import Document, DuplicateKey, load_text, parse, read
 from topologies.errors import SpecError, format_path
 from topologies.model import Topology
 from workloads.features import FEATURES
@@ -277,6 +277,9 @@ def _assignment(option: str, flag: str) -> tuple[tuple, object]:
         raise SpecError((), option, f"{flag} KEY=VALUE, for example run.seed=3", f"{flag} {option}")
     try:
         value = load_text(text) if text.strip() else ""
+    except DuplicateKey as exc:
+        raise SpecError(_dotted(key.strip()), text, f"a value with each key written once "
+                        f"({exc.key!r} is written twice)", f"{flag} {option}") from None
     except yaml.YAMLError:
         value = text
     return _dotted(key.strip()), value

@@ -288,3 +288,9 @@ def test_a_move_after_a_crash_recovery_did_not_notice_is_accepted():
     error = refused(RECOVERY, ["scenario.faults=[{at: 9.5s, crash: gw-1, for: 2s}]",
                                "scenario.migrations=[{at: 12s, operator: count, to: gw-2}]"])
     assert "re-placed" in str(error)
+
+
+def test_a_key_written_twice_in_a_set_value_is_refused_by_its_option():
+    option = "scenario.migrations=[{at: 20s, at: 30s, operator: count, to: gw-2}]"
+    error = refused(MOVE, [option])
+    assert error.file == f"--set {option}" and "'at' is written twice" in str(error)
