@@ -171,6 +171,7 @@ def _check_moves(spec, topology) -> None:
                             f"a node other than where {op.name} runs at {plan.at:g} s "
                             f"({', '.join(placed)}): a move to where it is moves nothing")
         _check_source_alive(spec, topology, path, plan, source)
+        _check_target_up(spec, topology, path, plan)
         earlier = last.get((op.name, source))
         if earlier is not None and plan.at < earlier[1]:
             raise SpecError(path + ("at",), plan.at, f"a time at least {earlier[1]:g} s: "
@@ -202,6 +203,18 @@ def _check_source_alive(spec, topology, path: tuple, plan: ScheduledMigration,
             raise SpecError(path + ("at",), plan.at, f"a time when {plan.operator} still runs "
                             f"on {source}: scenario.faults[{fault.index}] is a "
                             f"{fault.describe()}, and {why}")
+
+
+def _check_target_up(spec, topology, path: tuple, plan: ScheduledMigration) -> None:
+    """A move goes to a node that is up when it starts (a crash there at that time would
+    leave the operator on no live node)."""
+    from workloads.faults import resolve
+
+    for fault in resolve(spec.scenario.faults, topology, spec.run.duration):
+        if fault.kind == "crash" and plan.target in fault.nodes and fault.t_start <= plan.at and (
+                fault.t_end is None or fault.t_end > plan.at):
+            raise SpecError(path + ("to",), plan.target, f"a node that is up at {plan.at:g} s: "
+                            f"scenario.faults[{fault.index}] is a {fault.describe()}")
 
 
 def _check_spark_move(topology, path: tuple, operator: str, target: str,

@@ -294,3 +294,10 @@ def test_a_key_written_twice_in_a_set_value_is_refused_by_its_option():
     option = "scenario.migrations=[{at: 20s, at: 30s, operator: count, to: gw-2}]"
     error = refused(MOVE, [option])
     assert error.file == f"--set {option}" and "'at' is written twice" in str(error)
+
+
+def test_a_move_to_a_node_crashed_at_its_time_is_refused():
+    error = refused(MOVE, ["scenario.faults=[{at: 19s, crash: gw-2, for: 10s}]"])
+    assert error.path == ("scenario", "migrations", 0, "to") and error.value == "gw-2"
+    assert "crash of gw-2 from 19 s to 29 s" in str(error)
+    load(MOVE, overrides=["scenario.faults=[{at: 19s, crash: gw-2, for: 1s}]"])
