@@ -46,11 +46,12 @@ class RunSpec(BaseModel):
         return name
 
 
+# One field per scenario feature (workloads.features), in the registry's order.
 ScenarioSpec = create_model(
     "ScenarioSpec", __config__=ConfigDict(extra="forbid"),
-    __doc__="What happens over time: one field per scenario feature (workloads.features), "
-    "such as operator migrations, scheduled or (with mobility) decided, and faults injected "
-    "on a schedule (workloads.faults).",
+    # The docstring as before the registry, so the JSON schema stays the same.
+    __doc__="What happens over time: operator migrations, scheduled or (with mobility) "
+    "decided,\n    and faults injected on a schedule (workloads.faults).",
     **{feature.key: (feature.spec, feature.field()) for feature in FEATURES})
 
 
