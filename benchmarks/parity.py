@@ -20,12 +20,17 @@ did not cross to a broker they should have, say).
 
 Usage: `.venv/bin/python benchmarks/parity.py [--topologies 20] [--seed 1] [--duration 4]`
 (root and a Docker Engine: it runs containers). One line per topology with its shape and
-the checks, then `topologies=N failed_nodes=F emitted_equal=E placement_equal=P`; exit 1
-unless every topology passed every check.
+the checks, then `topologies=N failed_nodes=F emitted_equal=E placement_equal=P
+unheard_gateways=U`; exit 1 unless every topology passed every check.
 
-Measured on the 2-core development host (2026-11-27, 20 topologies, seed 1, 4 s runs):
-see the report line at the end of a run (README: parity); each topology takes 15-40 s,
-most of it the cluster's start.
+Measured on the 2-core development host (2026-11-27, `--topologies 20 --seed 1`, 4 s runs,
+five other sessions sharing it): 20 topologies (12 with two or three brokers, 9 with Pis under
+QEMU), 4 minutes, `topologies=20 failed_nodes=0 emitted_equal=20 placement_equal=20
+unheard_gateways=0`. The checks catch what issue 31 found: with the run's controller on the
+first broker alone, seed 13 ends degraded (g2-1 never answers `set run.epoch`, its devices
+emit 0 against sim's 8) and seed 20 with four nodes failed; with readers reading their own
+broker only, seeds 13 and 20 run `ok` but a sink hears none of the gateways behind the other
+brokers (unheard_gateways g2-1; g2-1, g2-2, g3-1).
 """
 
 from __future__ import annotations
