@@ -103,3 +103,25 @@ def test_a_failure_found_after_the_stop_stops_the_run_and_migrations_come_in_ord
     features[1].fail_poll = False
     emu.run._during(run, lambda seconds: None)
     assert run.moved == ["moved by a", "moved by b"]
+
+
+class Left(Feature):
+    def __init__(self, key: str, operators: dict[str, set[str]]) -> None:
+        super().__init__(None)
+        self.key, self.operators = key, operators
+
+    def left(self, node: str) -> set[str]:
+        return self.operators.get(node, set())
+
+
+def test_a_revived_agent_leaves_out_what_every_feature_moved_away():
+    from emu.features.faults import Faults
+
+    faults = Faults([])
+    run = run_of([faults, Left("migrations", {"gw-1": {"count"}}),
+                  Left("recovery", {"gw-1": {"avg"}, "gw-2": {"max"}})])
+    run.epoch = 100.0
+    assert faults._revival(run, "gw-1") == {"epoch": 100.0, "incarnation": 1,
+                                             "away": ["avg", "count"]}
+    assert faults._revival(run, "gw-1")["incarnation"] == 2
+    assert faults._revival(run, "gw-3") == {"epoch": 100.0, "incarnation": 1, "away": []}
