@@ -134,7 +134,9 @@ def unmoved(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> pd
 @pytest.fixture(scope="module")
 def moved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
     """STATS from MQTT in a job process, moved by export into a standby, then by checkpoint
-    into another, each time while readings arrive; the output directories and the moves."""
+    into another, each time while readings arrive; the output directories and the moves.
+    Meanwhile a job that never gets input is asked to stop: its exit code and stop record
+    (its JVM starts with the others', not in a test of its own)."""
     if find_mosquitto() is None:
         pytest.skip("mosquitto is not installed (Debian package 'mosquitto')")
     root = tmp_path_factory.mktemp("moved")
@@ -156,10 +158,19 @@ def moved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             third = JobProcess(root / "third", [*common, *standby, "--client-id", SESSION,
                                                 "--output", str(root / "second" / "output")])
             jobs.append(third)
+            # Reads a topic nobody publishes on: no input before its stop request.
+            idle = JobProcess(root / "idle", ["--app", "stats", "--mqtt",
+                                              f"{broker.host}:{broker.port}", "--reads",
+                                              "idle/#", "--trigger", "0.5"])
+            jobs.append(idle)
             publisher.publish(READINGS[:THIRD])
             caught_up(first, THIRD, START_WAIT)
             second.wait_for(STANDBY, START_WAIT)
             third.wait_for(STANDBY, START_WAIT)
+            idle.wait_for("started", START_WAIT)
+            request_stop(idle.work, "checkpoint")
+            idle.wait_for("stopped.json", 60)
+            idle_exit = idle.process.wait(60)
             by_export = move_while_publishing(publisher, READINGS[THIRD:2 * THIRD], first,
                                               second, "export")
             caught_up(second, 2 * THIRD)
@@ -169,7 +180,8 @@ def moved(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict]:
             closed(third, len(READINGS))
             yield {"outputs": [root / "first" / "output", root / "second" / "output"],
                    "moves": [by_export, by_checkpoint], "sent": list(publisher.sent),
-                   "jobs": jobs}
+                   "jobs": jobs, "idle": (idle_exit, json.loads(
+                       (idle.work / "stopped.json").read_text()))}
         finally:
             publisher.close()
             for job in jobs:
@@ -228,19 +240,8 @@ def test_windows_carry_on_by_checkpoint_and_restart_by_export(
     assert by_checkpoint.committed > by_export.committed
 
 
-def test_a_stop_request_before_any_input_stops_the_job_at_once(tmp_path: Path) -> None:
-    if find_mosquitto() is None:
-        pytest.skip("mosquitto is not installed (Debian package 'mosquitto')")
-    with LocalMosquitto() as broker:
-        job = JobProcess(tmp_path, ["--app", "stats", "--mqtt", f"{broker.host}:{broker.port}",
-                                    "--reads", "clean/#", "--trigger", "0.5"])
-        try:
-            job.wait_for("started", START_WAIT)
-            request_stop(tmp_path, "checkpoint")
-            job.wait_for("stopped.json", 60)
-            assert job.process.wait(60) == 0
-        finally:
-            job.stop()
-    record = json.loads((tmp_path / "stopped.json").read_text())
+def test_a_stop_request_before_any_input_stops_the_job_at_once(moved: dict) -> None:
+    exit_code, record = moved["idle"]
+    assert exit_code == 0
     assert record["committed"] == record["journal_end"] == 0
     assert record["way"] == "checkpoint"
