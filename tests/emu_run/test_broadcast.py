@@ -1,4 +1,5 @@
-"""scenario.broadcasts on containers (emu.broadcast): a naive and a tree broadcast from a cloud
+"""scenario.broadcasts on containers (emu.features.broadcast): a naive and a tree broadcast
+from a cloud
 VM to 6 cloud-VM workers reach every worker once, at the right depths, children after their
 parents, the naive one after its N sends; compared with sim on the same file. And emu's
 refusal of a sender or worker that runs no agent, before any container starts."""

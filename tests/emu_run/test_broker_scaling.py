@@ -1,4 +1,5 @@
-"""A spare broker joins a slow one on containers (scenario.broker_scaling, emu.broker_scaling):
+"""A spare broker joins a slow one on containers (scenario.broker_scaling,
+emu.features.broker_scaling):
 the host's probes through broker-1 stay over the bound, the operator's node subscribes on
 broker-2 too and half the publishers move there, so broker-2 hands their readings to the
 operator itself and broker-1 drains; nothing is lost at QoS 1."""

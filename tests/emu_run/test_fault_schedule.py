@@ -1,4 +1,5 @@
-"""scenario.faults on emu (emu.faults): the schedule's order, composition and errors against a
+"""scenario.faults on emu (emu.features.faults): the schedule's order, composition and errors
+against a
 fake engine (no containers), then one emulated run through several faults in sequence."""
 
 from __future__ import annotations
