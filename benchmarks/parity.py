@@ -217,19 +217,6 @@ def check(document: dict, out: Path) -> Checked:
     return checked
 
 
-def use_plan_controller() -> None:
-    """The run's controller reaching every agent through its own broker (emu.control.
-    Controller.of_plan), until emu.run builds it so itself."""
-    import inspect
-
-    import emu.run
-    from emu.control import Controller
-
-    if "of_plan" not in inspect.getsource(emu.run.controller):
-        emu.run.controller = lambda cluster, status: Controller.of_plan(
-            cluster.plan, status, client_id=f"foglab-controller-{cluster.name}").connect()
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--topologies", type=int, default=20, help="how many to generate")
@@ -244,7 +231,6 @@ def main() -> int:
     if why := emu_unavailable():
         print(f"parity: cannot run the emulation: {why}", file=sys.stderr)
         return 1
-    use_plan_controller()
     results = []
     with tempfile.TemporaryDirectory(prefix="foglab-parity-") as scratch:
         for number in range(args.topologies):

@@ -156,13 +156,13 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
 
 
 def controller(cluster, status: dict):
-    """The run's controller (emu.control), connected through the first broker."""
+    """The run's controller (emu.control): a session on every broker, each agent's requests
+    through the broker the plan gives it (brokers are not bridged)."""
     from emu.control import Controller
 
-    brokers = sorted(set(cluster.plan.brokers.values()))
-    # One id for the run: a reconnection resumes the session, with its queued replies.
-    return Controller(f"{status[brokers[0]].ip}:1883",
-                      client_id=f"foglab-controller-{cluster.name}").connect()
+    # One id for the run: a reconnection resumes the sessions, with their queued replies.
+    return Controller.of_plan(cluster.plan, status,
+                              client_id=f"foglab-controller-{cluster.name}").connect()
 
 
 def _register(cluster, status: dict, agents: list[str], stage) -> None:
@@ -258,7 +258,8 @@ def _after(run: Run, agents: list[str], stage) -> dict:
     run.messages, counts = run_messages(cluster.records_root, cluster.plan, run.epoch,
                                         timing.duration, _moves(run), _handovers(run))
     run.windows = windows_table(cluster.records_root, run.epoch, timing.duration)
-    return {**cluster.facts, "messages": counts, "epoch": run.epoch,
+    return {**cluster.facts, "messages": counts, "emitted": counts["emitted"],
+            "emitted_by_device": counts["emitted_by_device"], "epoch": run.epoch,
             "spark": spark_progress(cluster.records_root), "spark_caught_up": caught_up,
             "outages": run.health.facts()}
 

@@ -208,8 +208,13 @@ def compare(
             error(f"the {name} run failed: {outcomes[name].error} (its folder: "
                   f"{outcomes[name].folder}); nothing to compare")
             raise typer.Exit(1)
-    result = comparing.compare({n: comparing.read_run(o.folder) for n, o in outcomes.items()},
-                               first.name, reference="emu" if "emu" in names else names[-1])
+    try:
+        runs = {n: comparing.read_run(o.folder) for n, o in outcomes.items()}
+    except comparing.BrokenRun as failure:  # no figures over a run that lost part of its work
+        error(failure)
+        raise typer.Exit(1) from None
+    result = comparing.compare(runs, first.name,
+                               reference="emu" if "emu" in names else names[-1])
     paths = comparing.write(result, out / first.name / f"{stamp}-compare")
     console.print(comparing.table(result))
     for line in comparing.explanations(result):

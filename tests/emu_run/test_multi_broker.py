@@ -6,7 +6,6 @@ on both backends (benchmarks/parity.py's generator, a few examples here)."""
 
 from __future__ import annotations
 
-import inspect
 import os
 import random
 
@@ -52,21 +51,9 @@ run: {{backend: sim, duration: {DURATION}s, seed: 5, drain: 2s}}
 """
 
 
-@pytest.fixture
-def plan_controller(monkeypatch):
-    """The run's controller reaches every agent through its own broker (emu.control.
-    Controller.of_plan); until emu.run builds it so, this test does."""
-    import emu.run
-    from emu.control import Controller
-
-    if "of_plan" not in inspect.getsource(emu.run.controller):
-        monkeypatch.setattr(emu.run, "controller", lambda cluster, status: Controller.of_plan(
-            cluster.plan, status, client_id=f"foglab-controller-{cluster.name}").connect())
-
-
 @pytest.mark.parametrize("brokers", [2, 3])
 def test_every_node_starts_and_every_device_is_heard_whatever_its_broker(
-        brokers, tmp_path, plan_controller) -> None:
+        brokers, tmp_path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the emulation needs root")
     pytest.importorskip("docker")
@@ -124,7 +111,7 @@ parity = _parity()
           suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(rng=st.randoms(use_true_random=False))
 def test_generated_topologies_start_every_node_alike_on_both_backends(
-        rng, tmp_path_factory, plan_controller) -> None:
+        rng, tmp_path_factory) -> None:
     """One to three brokers, one to three gateway groups of mixed profiles, devices spread or
     pinned, links with latency and jitter, one or two operators (benchmarks/parity.py draws
     them): every node starts on emu, and every device is on the same gateway and broker and
