@@ -7,9 +7,10 @@ the same run whose spare never joins.
 Two gateways each run the drivers of five sensors sending `--rate` 64 B QoS 1 readings/s
 (periodic) to a counter on a cloud VM through broker-1; broker-1 and the spare broker-2 get
 `--speed` of a core (their profile's CPU quota). The host probes broker-1 every 100 ms and
-decides each second (emu.broker_scaling). `join`: the bound is 20 ms, so broker-2 joins after
-two seconds over it and gw-2 (the nearer to broker-2) publishes through it; `stay`: the same
-run with a bound of 100 s, so the spare never joins, for the probes' course without a move.
+decides each second (emu.features.broker_scaling). `join`: the bound is 20 ms, so broker-2
+joins after two seconds over it and gw-2 (the nearer to broker-2) publishes through it;
+`stay`: the same run with a bound of 100 s, so the spare never joins, for the probes' course
+without a move.
 Per run it prints key=value figures: `t_join=`, `p95_before=` and `p95_after=` (medians of
 the per-second probe figures, before the join and from a second after it; `stay` splits at
 the same time as the `join` run before it), `spare_received=` (PUBLISH packets broker-2
@@ -36,10 +37,10 @@ Mosquitto still meets its CPU limit in most 100 ms periods, and a probe that arr
 is throttled waits for the next period whatever the queue, so on a throttled container the
 figure says "throttled", not how long the queue is. (Probes on a 100 ms grid, as first
 written, met the throttling period at one moment each time and gave 6-7 ms after the join
-and 9 or 100 ms before it, second by second: emu.broker_scaling now probes at a random
+and 9 or 100 ms before it, second by second: emu.features.broker_scaling now probes at a random
 moment of each slot.) (A first design bridged the spare to broker-1, the readers' broker:
 broker-1 then routed every moved reading still and gw-1's readings stayed 6 s late; only
-the moved ones gained.) The model (sim.broker_scaling, experiments/broker-scaling.yaml)
+the moved ones gained.) The model (sim.features.broker_scaling, experiments/broker-scaling.yaml)
 hands the moved readings to the readers from the spare as well.
 """
 

@@ -141,7 +141,7 @@ ON_EMU = {
     "checkpoint": "the instance writes its state to ZooKeeper this often "
                   "(emu.agent.checkpoint), from which scenario.recovery restores it elsewhere",
     "slo": "the instance notes each input's latency for scenario.replication's controller "
-           "(emu.replication) and reads through a shared subscription replicas may join",
+           "(emu.features.replication) and reads through a shared subscription replicas may join",
 }
 # Fields the emulation does not run yet: field -> (its default, why it is refused otherwise).
 NOT_ON_EMU = {

@@ -97,7 +97,7 @@ def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
 
 
 def check_emulated_faults(faults: list, topology: Topology, backend: str) -> None:
-    """What emu (and hybrid, through it) cannot inject yet (emu.faults): a switch has no
+    """What emu (and hybrid, through it) cannot inject yet (emu.features.faults): a switch has no
     container to crash, and a device's own link runs inside its gateway's agent, which no
     fault reshapes yet. Refused by name, as the field path of the fault."""
     for fault in faults:

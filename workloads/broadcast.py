@@ -10,9 +10,9 @@ one reference vCPU, scaled by the node's speed) before the message goes on the s
 
 Part of the experiment description, so it imports nothing of the simulator: `resolve` turns
 the broadcasts as written into what the model runs, and both the validation
-(experiments.checks) and the model (sim.broadcast) call it. `results` builds the `broadcasts`
-table and each broadcast's completion for the run's facts from the rows of the workers
-reached, alike for the model and the emulation (emu.broadcast).
+(experiments.checks) and the model (sim.features.broadcasts) call it. `results` builds the
+`broadcasts` table and each broadcast's completion for the run's facts from the rows of the
+workers reached, alike for the model and the emulation (emu.features.broadcast).
 """
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ Part of the experiment description, so it imports nothing of the simulator or th
 one touches, from when to when), and refuses a schedule that names what the topology lacks,
 applies a fault to a node of the wrong kind, overlaps two faults on one node or link, or
 runs past the run's end. Both the validation (experiments.checks) and the model
-(sim.faults) call it, so the two cannot read a schedule differently.
+(sim.features.faults) call it, so the two cannot read a schedule differently.
 """
 
 from __future__ import annotations

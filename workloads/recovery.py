@@ -4,9 +4,10 @@ the detector's timing and the re-placement rule, shared by the model and the emu
 The detector is ZooKeeper's: each gateway's agent holds a session with an ephemeral znode
 (`/iot/gateways/<node>`, emu.agent.registry); a crashed agent stops pinging, the server
 expires its session `session_timeout` after the last thing it heard, on its next tick, and
-the znode goes. A controller watching the znodes (emu.recovery; sim.recovery models it)
-re-places the operators that ran on the node, each on the live candidate nearest its input
-(`place`), and restores each from its last checkpoint: the operator's state written to
+the znode goes. A controller watching the znodes (emu.features.recovery;
+sim.features.recovery models it) re-places the operators that ran on the node, each on the
+live candidate nearest its input (`place`), and restores each from its last checkpoint: the
+operator's state written to
 ZooKeeper every `checkpoint` seconds by the instance (in chunks of at most 1 MB, as migration
 moves state). The operator's input session (its own persistent MQTT session, QoS 1) held
 what came meanwhile; the new instance takes it over. What the crashed instance processed

@@ -1,8 +1,8 @@
 """Dynamic task replication (seed 000, the QoS white paper: replicate a streaming task "only
 when achieving QoS demands that we do so, like when monitoring shows that the initial task is
 delayed"): an operator's latency bound (`slo`), the scenario's `replication` settings, and the
-controller's decision, shared by the model (sim.replication) and the emulation
-(emu.replication) so that both decide alike from what they measure.
+controller's decision, shared by the model (sim.features.replication) and the emulation
+(emu.features.replication) so that both decide alike from what they measure.
 
 What is measured, on both backends: an operator's latency in an interval is the 95th
 percentile, over the inputs its instances processed in that interval, of the time from an

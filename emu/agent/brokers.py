@@ -1,6 +1,6 @@
 """A spare broker joining (workloads.broker_scaling): `readers.broker` and `drivers.broker`.
 
-When a watched broker stays slow, the host (emu.broker_scaling) first tells the nodes that
+When a watched broker stays slow, the host (emu.features.broker_scaling) first tells the nodes that
 read through it to read from a spare broker too (`readers.broker`): the node opens a second
 MQTT session, on the spare, with the subscriptions its operators have on its first session
 (the same filters and subscription identifiers, at QoS 1), and answers once the spare has
@@ -13,7 +13,7 @@ watched broker no longer carries them. Everything else stays on the node's first
 management, operators' outputs, and the node's local operators still take its drivers'
 messages in-process, as before. (The readers' session carries what the node's own session
 subscribes to: operators that read through sessions of their own, emu.deployment, are not
-moved; emu.broker_scaling refuses a run that would need them to.)
+moved; emu.features.broker_scaling refuses a run that would need them to.)
 
 Nothing is lost in the switch: the first session stays connected, so its QoS 1 messages still
 in flight are acknowledged and resent there as ever; the switch happens on the scheduler's

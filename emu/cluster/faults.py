@@ -1,7 +1,8 @@
 """Inject a fault into a running emulated run's node: kill its container, or restart it.
 
 The engine calls each fault makes (`kill`, `start`, `stop`, `restart`, `set_cpus`) are here,
-once: this module's `Fault` thread and the scenario's fault schedule (emu.faults) both use them.
+once: this module's `Fault` thread and the scenario's fault
+schedule (emu.features.faults) both use them.
 
 For tests and benchmarks of how a run goes through a dead gateway or a broker restart. The
 fault runs on a thread of its own, beside a run that `experiments.runner` drives on the main

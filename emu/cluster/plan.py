@@ -54,7 +54,7 @@ from the publisher's broker; the host's controller holds a session on every brok
 
 Spare brokers (`scenario.broker_scaling`, workloads.broker_scaling). A spare runs Mosquitto
 from the start, idle, as a warm standby VM would: no agent takes it as its broker; "joining"
-is the moment its readers subscribe there and publishers move to it (emu.broker_scaling).
+is the moment its readers subscribe there and publishers move to it (emu.features.broker_scaling).
 There is no bridge: a bridge to the watched broker would route every moved message through
 that broker again and relieve it of nothing; the readers take the spare's messages from it
 directly, as IoTCloud's shared channels let a subscriber read from any broker. Each agent of
@@ -562,7 +562,8 @@ def zookeeper_files(cluster: str, servers: list[str], server: str) -> tuple[tupl
 
 def spare_files(cluster: str, spare: str) -> tuple[tuple[str, str], ...]:
     """A spare broker's mosquitto.conf: the image's settings, and its $SYS counters published
-    every second, so the host can read how many messages it received (emu.broker_scaling)."""
+    every second, so the host can read how many messages it received
+    (emu.features.broker_scaling)."""
     defaults = MOSQUITTO_DEFAULTS.read_text()
     lines = [f"# {spare}: a spare broker of cluster {cluster} (emu.cluster.plan.spare_files)",
              "sys_interval 1"]

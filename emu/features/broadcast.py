@@ -1,5 +1,5 @@
 """Control-message broadcasts on the emulation (`scenario.broadcasts`; workloads.broadcast
-says what they are, sim.broadcast how the model runs them).
+says what they are, sim.features.broadcasts how the model runs them).
 
 The messages are real MQTT messages from agent to agent through their broker
 (emu.agent.broadcast): on emu only gateways and cloud VMs run an agent, so only they can send,

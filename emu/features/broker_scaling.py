@@ -33,7 +33,7 @@ thread of its own while the run measures, per entry:
   later, through the slow broker, 2 s later once; operator: the broker; action
   `broker_join`; node: the spare; instances: the brokers now serving the broker's publishers;
   latency: the deciding figure; slo: the bound), and in the facts (`broker_scaling`, per
-  entry as sim.broker_scaling writes them): joined, t_join, moved, probes ([t, figure] per
+  entry as sim.features.broker_scaling writes them): joined, t_join, moved, probes ([t, figure] per
   interval), and what went wrong (errors).
 """
 
@@ -308,7 +308,7 @@ class BrokerScaling:
         return {name: [row[name] for row in rows] for name in COLUMNS}
 
     def facts(self) -> list[dict]:
-        """Per entry, as sim.broker_scaling's; what went wrong; and `spare_received`, the
+        """Per entry, as sim.features.broker_scaling's; what went wrong; and `spare_received`, the
         PUBLISH packets the spare had received when asked (after the run's drain: the moved
         drivers' messages, which its bridge passed on)."""
         spares = [entry.spare for entry in self.entries]

@@ -1,6 +1,6 @@
 """Broker scaling at run time in the model (`scenario.broker_scaling`): the controller of
 workloads.broker_scaling on the model's clock and brokers, deciding as the emulation's
-(emu.broker_scaling) from the same measure.
+(emu.features.broker_scaling) from the same measure.
 
 - Spares: no node takes a spare as its broker at the start (sim.model.Model.broker_for picks
   among workloads.broker_scaling.first_brokers less `BrokerScaling.spares`, for publishers
@@ -36,8 +36,8 @@ workloads.broker_scaling on the model's clock and brokers, deciding as the emula
   operator the watched broker, action `broker_join`, node the spare, instances the brokers
   then serving the watched broker's publishers (the broker and its joined spares), latency
   the deciding figure, slo the bound. In the run's facts, `broker_scaling` per entry, as
-  emu.broker_scaling writes them: joined, t_join, moved, `probes` ([t, figure] per interval,
-  figure None: no probe in it) for a plot, errors (none on sim) and spare_received (what
+  emu.features.broker_scaling writes them: joined, t_join, moved, `probes` ([t, figure] per
+  interval, figure None: no probe in it) for a plot, errors (none on sim) and spare_received (what
   the spare received in the run).
 """
 

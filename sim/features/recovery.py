@@ -1,6 +1,6 @@
 """Failure detection and recovery in the model (`scenario.recovery`, an operator's
 `checkpoint`): the same detector and re-placement as the emulation's (workloads.recovery,
-emu.recovery), on the model's clock, network and CPUs.
+emu.features.recovery), on the model's clock, network and CPUs.
 
 - Checkpoints: every `checkpoint` seconds, half a period off the run's grid (at
   (k + CHECKPOINT_PHASE) * checkpoint, as the agents take them: between window closes, never
@@ -26,7 +26,7 @@ emu.recovery), on the model's clock, network and CPUs.
   instance starts with the window that was open at the crash, empty (the agents mark each
   window they send in ZooKeeper, emu.agent.checkpoint, and drop the same).
 - Re-placement: the controller takes the crashed node's operators one after the other, in
-  the order detected (emu.recovery's worker thread does): each goes to `place` over
+  the order detected (emu.features.recovery's worker thread does): each goes to `place` over
   `candidates` (the live nodes of `recovery.to`, less the crashed node and those that run
   the operator already), weighed by the path latency from its input devices. The restore
   costs what a pause_transfer migration charges for the same steps (sim.migration's

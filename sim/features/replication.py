@@ -1,6 +1,6 @@
 """Dynamic task replication in the model (`scenario.replication`, an operator's `slo`): the
 controller of workloads.replication on the model's clock, CPUs and broker, deciding as the
-emulation's (emu.replication) from the same measure.
+emulation's (emu.features.replication) from the same measure.
 
 - Input: each watched operator (one with an `slo`) reads everything through the broker, as
   one shared subscription (sim.pubsub's `shared` group: no local read, even of what is
@@ -22,7 +22,7 @@ emulation's (emu.replication) from the same measure.
   reaches it; what the broker sent it before, it processes).
 - Recorded: the `replicas` table (experiments.schema), a row per start or retire when it took
   effect, with the instances after it and the latency (s, NaN: no input) that decided it;
-  and in the run's facts, as emu.replication writes them, every reading (`samples`: t,
+  and in the run's facts, as emu.features.replication writes them, every reading (`samples`: t,
   operator, instances, latency, inputs) and the starts decided with no candidate left
   (`unplaced`).
 
@@ -66,7 +66,7 @@ class Replication(Feature):
         self.env = model.env
         workload = model.workload
         self.rows: list[tuple] = []
-        # Every reading, as emu.replication's manifest keeps them:
+        # Every reading, as emu.features.replication's manifest keeps them:
         # [t, operator, instances, latency (s) or None, inputs].
         self.samples: list[list] = []
         self.unplaced = 0  # replicas decided with no candidate left to run them

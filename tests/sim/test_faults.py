@@ -262,7 +262,7 @@ def test_faults_on_different_links_or_times_are_accepted() -> None:
 @pytest.mark.parametrize("backend", ["emu", "hybrid"])
 def test_emu_and_hybrid_refuse_what_they_cannot_inject_before_anything_starts(
         backend: str) -> None:
-    # emu.faults injects the other kinds; a device's link runs inside its gateway's agent.
+    # emu.features.faults injects the other kinds; a device's link runs inside its gateway's agent.
     with pytest.raises(SpecError, match="no delay of a device's link on " + backend):
         point(text("[{at: 1s, delay: {from: dev, to: gw}, latency: 5ms, for: 1s}]"),
               [f"run.backend={backend}"])
