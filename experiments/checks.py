@@ -90,7 +90,7 @@ def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
 
     check_emulated_strategies(spec)
     if spec.scenario.broadcasts:
-        from emu.features.broadcast import check as check_emulated_broadcasts
+        from emu.features.broadcasts import check as check_emulated_broadcasts
 
         check_emulated_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
     agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)

@@ -12,7 +12,7 @@ Part of the experiment description, so it imports nothing of the simulator: `res
 the broadcasts as written into what the model runs, and both the validation
 (experiments.checks) and the model (sim.features.broadcasts) call it. `results` builds the
 `broadcasts` table and each broadcast's completion for the run's facts from the rows of the
-workers reached, alike for the model and the emulation (emu.features.broadcast).
+workers reached, alike for the model and the emulation (emu.features.broadcasts).
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """Control-message broadcasts in the agent (`scenario.broadcasts`: workloads.broadcast says
-what they are, emu.features.broadcast how the host sets them up and reads them back).
+what they are, emu.features.broadcasts how the host sets them up and reads them back).
 
 The messages are MQTT messages between agents through their broker, as IoTCloud sends its
 control messages: QoS 1, the broadcast's `size` bytes, each on its receiver's own topic

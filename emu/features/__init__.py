@@ -5,7 +5,7 @@ and one line here."""
 from __future__ import annotations
 
 from emu.features.base import Feature
-from emu.features.broadcast import Broadcasts
+from emu.features.broadcasts import Broadcasts
 from emu.features.broker_scaling import BrokerScalingFeature
 from emu.features.faults import Faults
 from emu.features.migrations import Migrations

@@ -1,4 +1,4 @@
-"""scenario.broadcasts on containers (emu.features.broadcast): a naive and a tree broadcast
+"""scenario.broadcasts on containers (emu.features.broadcasts): a naive and a tree broadcast
 from a cloud
 VM to 6 cloud-VM workers reach every worker once, at the right depths, children after their
 parents, the naive one after its N sends; compared with sim on the same file. And emu's
@@ -86,7 +86,7 @@ def test_emu_refuses_the_shipped_coordinator_and_takes_its_emu_variant() -> None
 
 
 def test_each_sending_node_gets_its_children_and_only_the_sender_a_start() -> None:
-    from emu.features.broadcast import check, parts
+    from emu.features.broadcasts import check, parts
 
     (point,) = parse_text(text(TWO, "emu")).points
     got = parts(check(point.spec.scenario.broadcasts, point.topology, point.spec.run.duration))
