@@ -53,6 +53,7 @@ from workloads.spec import WorkloadSpec
 COMMAND_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 20
 
+
 def _links_rows(counters_then: dict, counters_now: dict, plan, t: float,
                 interval: float, rows: dict) -> None:
     for key, now in counters_now.items():
