@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 import copy
+import signal
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Ctrl-C raises KeyboardInterrupt in the test process however it was started: a
+    non-interactive shell starts its `&` jobs with SIGINT ignored, and Python then installs no
+    handler, so the tests that interrupt a run (tests/emu_cluster/test_interrupts.py) would
+    interrupt nothing."""
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(scope="session")
