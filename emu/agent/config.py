@@ -77,6 +77,12 @@ class OperatorConfig:
     # latency, its emission to the end of its processing, for the host to read
     # (`operator.delays`); None: it notes none.
     slo: float | None = None
+    # The broker (its node's name) holding the instance's input session: the broker its input
+    # is published to, where the instance started. An instance that moves, is re-placed or
+    # replicated to a node behind another broker reads there still, over that node's link
+    # to it (AgentConfig.other_brokers), or the input the broker holds would be lost.
+    # None: the node's own broker.
+    broker: str | None = None
 
 
 @dataclass
@@ -100,9 +106,15 @@ class AgentConfig:
     # address ("host:port"); a `drivers.broker` request names one.
     spares: dict[str, str] = field(default_factory=dict)
     # The other brokers of the run (brokers are not bridged): broker -> address. The node's
-    # operators read there too, as a sim broker hands its messages to every reader
-    # (emu.agent.brokers.OtherBrokers); the node answers requests and publishes on its own.
+    # operators reading through its session read there too, as a sim broker hands its
+    # messages to every reader (emu.agent.brokers.OtherBroker); the node answers requests
+    # and publishes on its own.
+    # Also the brokers holding the input sessions of instances that may move to this node
+    # (OperatorConfig.broker), which a node reading nothing through its own session only
+    # connects to when it takes such an instance over.
     other_brokers: dict[str, str] = field(default_factory=dict)
+    # The name of the broker node `mqtt` reaches ("": not known, a config made by hand).
+    broker: str = ""
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))

@@ -82,6 +82,7 @@ from emu.agent.zookeeper import (
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
+    from emu.agent.config import AgentConfig, OperatorConfig
 
 # The requests answered when they are over (a drain, a transfer), not at once.
 COMMANDS = tuple(c for c in ALL_COMMANDS if c.startswith("migrate.")) + ("replica.retire",)
@@ -117,6 +118,22 @@ def unpack(data: bytes) -> tuple[list, bytes]:
     return header["seen"], snapshot
 
 
+def session_address(node: AgentConfig, operator: OperatorConfig) -> str:
+    """The address, from this node, of the broker holding an instance's input session
+    (OperatorConfig.broker): the node's own broker, or another it has a link to
+    (AgentConfig.other_brokers); a ValueError naming both when the node reaches it not."""
+    broker = operator.broker
+    if broker is None or broker == node.broker:
+        return node.mqtt
+    if broker in node.other_brokers:
+        return node.other_brokers[broker]
+    reached = ", ".join(sorted({node.broker or "its own", *node.other_brokers}))
+    raise ValueError(f"operator {operator.name!r} reads through its input session "
+                     f"{operator.session} on broker {broker}, and node {node.node} has no link "
+                     f"to {broker} (it reaches {reached}): the cluster's plan gives a node "
+                     "links to the brokers of the instances that may move to it")
+
+
 def _key(topic: str, envelope: Envelope) -> tuple:
     return (topic, envelope.id, envelope.sn)
 
@@ -128,6 +145,9 @@ class InputSession:
         self.agent = agent
         self.name = operator.name
         self.client_id = operator.config.session
+        # The broker holding the session, which may be another than the node's (a target
+        # behind another broker takes it over there).
+        self.address = session_address(agent.config, operator.config)
         self.filters = list(operator.filters)
         self.client = new_client(self.client_id, persistent=True)
         self.client.on_connect = self._on_connect
@@ -152,7 +172,7 @@ class InputSession:
         if self.started:
             return
         self.started = True
-        host, port = broker_address(self.agent.config.mqtt)
+        host, port = broker_address(self.address)
         self.client.reconnect_delay_set(min_delay=1, max_delay=4)
         self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
         self.client.loop_start()
@@ -525,6 +545,7 @@ class Migrations:
             raise ValueError(f"operator {config.name!r} runs on {agent.node} already")
         if config.records is not None:
             config.records = agent.config.records
+        session_address(agent.config, config)  # refused now, before the source pauses
         return Operator(config, agent.node, agent.epoch)
 
     def _take_over(self, operator: Operator, seen: list, answer: Callable[..., None],
@@ -720,4 +741,4 @@ def _wait_deleted(zk: ZooKeeper, path: str, timeout: float, what: str) -> None:
 
 
 __all__ = ["COMMANDS", "InputSession", "Migrations", "NoNodeError", "operator_name", "pack",
-           "unpack", "watch_resume"]
+           "session_address", "unpack", "watch_resume"]

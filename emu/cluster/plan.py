@@ -52,6 +52,16 @@ shaped as its path to that broker), so its operators get every publisher's messa
 from the publisher's broker; the host's controller holds a session on every broker
 (emu.control.Controller.of_plan).
 
+An instance reading through a session of its own (one that may move) reads on the broker of
+the node it starts on, where every publisher of its input is (`_check_own_sessions` refuses
+it otherwise); its config names that broker (`OperatorConfig.broker`, the agents' own in
+`AgentConfig.broker`). A scheduled migration, a recovery re-placement or a replica may take
+the instance to a node behind another broker: the session it takes over, with the input the
+broker held meanwhile, is on the first broker still, so every node that may take it
+(`targets`: by default every gateway and cloud VM) gets a link there, shaped as its path,
+in `AgentConfig.other_brokers`. A node that reads nothing through its own session connects
+there only when it takes such an instance over.
+
 Spare brokers (`scenario.broker_scaling`, workloads.broker_scaling). A spare runs Mosquitto
 from the start, idle, as a warm standby VM would: no agent takes it as its broker; "joining"
 is the moment its readers subscribe there and publishers move to it (emu.features.broker_scaling).
@@ -68,7 +78,7 @@ from __future__ import annotations
 import math
 import os
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from itertools import pairwise
 from pathlib import Path
@@ -182,6 +192,11 @@ class ClusterPlan:
     def agents(self) -> list[ContainerPlan]:
         return [c for c in self.containers.values() if c.role == "agent"]
 
+    def agent_configs(self) -> dict[str, AgentConfig]:
+        """Each agent's config as planned: brokers named and direct addresses (the engine
+        points them at links)."""
+        return {c.node: c.agent for c in self.agents() if c.agent is not None}
+
     def links_of(self, client: str) -> list[LinkPlan]:
         return [link for link in self.links if link.client == client]
 
@@ -221,7 +236,8 @@ def cluster_labels(cluster: str) -> dict[str, str]:
 def plan_cluster(topology: Topology, cluster: str | None = None, *,
                  agents: Mapping[str, AgentConfig] | None = None, zookeeper: int = 1,
                  host_cpus: int | None = None, labels: dict[str, str] | None = None,
-                 spares: Mapping[str, str] | None = None) -> ClusterPlan:
+                 spares: Mapping[str, str] | None = None,
+                 targets: Mapping[str, Collection[str]] | None = None) -> ClusterPlan:
     """Plan the containers, networks and links of a topology; raise SpecError naming the node
     and field for anything Docker would refuse, before anything is made.
 
@@ -230,19 +246,24 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     it the agents idle (deployment's configs of the bare topology). `labels` are added to
     every object. `spares`: spare broker -> the broker it stands by (scenario.broker_scaling,
     as workloads.broker_scaling.resolve checked it): no agent takes a spare at the start.
+    `targets`: operator -> the nodes an instance of it reading through a session of its own
+    may move to (migrations, recovery, replication), each given a link to the broker that
+    holds the session; None: every gateway and cloud VM may take any.
     """
     if agents is None:
         from emu.deployment import agent_configs
 
         agents = agent_configs(topology)
     return _Planner(topology, cluster or topology.name, zookeeper, agents,
-                    host_cpus or os.cpu_count() or 1, labels or {}, dict(spares or {})).plan()
+                    host_cpus or os.cpu_count() or 1, labels or {}, dict(spares or {}),
+                    targets).plan()
 
 
 class _Planner:
     def __init__(self, topology: Topology, cluster: str, zookeeper: int,
                  agents: Mapping[str, AgentConfig], host_cpus: int, labels: dict[str, str],
-                 spares: dict[str, str] | None = None):
+                 spares: dict[str, str] | None = None,
+                 targets: Mapping[str, Collection[str]] | None = None):
         self.topology = topology
         self.cluster = cluster
         self.servers = zookeeper
@@ -251,6 +272,7 @@ class _Planner:
         self.routes = Routes(topology)
         self.labels = {**labels, **cluster_labels(cluster), "foglab.topology": topology.name}
         self.spares = spares or {}
+        self.targets = targets
 
     def error(self, path: tuple, value: object, expected: str) -> SpecError:
         return SpecError(path, value, expected, f"topology {self.topology.name}")
@@ -274,6 +296,7 @@ class _Planner:
                 standing[name] = self._device_group(config)
         brokers = {name: self._broker(name, node) for name, node in standing.items()}
         self._check_own_sessions(brokers)
+        sessions = self._session_brokers(standing, brokers)
         # Each spare's clients-to-be: the agents of the broker it backs (movers, readers).
         clients = {spare: [name for name in standing if brokers[name] == watched]
                    for spare, watched in self.spares.items()}
@@ -305,13 +328,18 @@ class _Planner:
                       if name in clients[spare]}
             links += [self._link(name, spare, spare, "mqtt", MQTT_PORT, node.name)
                       for spare in spares]
-            others = {other: containers[other].address for other in sorted(set(
-                brokers.values()) - {broker}) if _reads_through_broker(self.configs[name])}
+            reads = (set(brokers.values()) if _reads_through_broker(self.configs[name])
+                     else set())
+            others = {other: containers[other].address
+                      for other in sorted((reads | sessions.get(name, set())) - {broker})}
             links += [self._link(name, other, other, "mqtt", MQTT_PORT, node.name)
                       for other in others]
-            config = replace(self.configs[name], mqtt=containers[broker].address,
+            config = self.configs[name]
+            config = replace(config, mqtt=containers[broker].address,
                              zookeeper=",".join(containers[s].address for s in servers),
-                             spares=spares, other_brokers=others)
+                             spares=spares, other_brokers=others, broker=broker,
+                             operators=[replace(op, broker=op.broker or broker)
+                                        if op.session else op for op in config.operators])
             containers[name] = self._container(name, config.kind, "agent", node.site, node,
                                                servers, config, broker)
         if len(servers) > 1:
@@ -364,6 +392,35 @@ class _Planner:
                             f"), on its broker {brokers[reader]} only, and {publisher} "
                             f"publishes {topic} to {brokers[publisher]}: link them to one "
                             "broker, or run it on sim"))
+
+    def _session_brokers(self, standing: Mapping[str, Node],
+                         brokers: dict[str, str]) -> dict[str, set[str]]:
+        """Node -> the brokers of the input sessions it may take over, other than its own:
+        an instance that may move (a Python one with a session of its own) keeps its session
+        on the broker of the node it starts on, and every node it may move to (`targets`, by
+        default every gateway and cloud VM) reaches that broker. A Spark query's session
+        moves with emu.spark_migration, which the migrations feature keeps to one broker."""
+        nodes = self.topology.nodes
+        movers = [n for n in standing if n in nodes and nodes[n].kind in AGENT_KINDS]
+        reach: dict[str, set[str]] = {}
+        for start, config in self.configs.items():
+            for op in config.operators:
+                if not op.session or op.engine == "spark":
+                    continue
+                home = op.broker or brokers[start]
+                if self.targets is None:
+                    targets = movers
+                else:
+                    targets = self.targets.get(op.name, ())
+                    unknown = sorted(set(targets) - set(movers))
+                    if unknown:
+                        raise self.error(("pipeline", op.name), unknown[0], (
+                            f"a gateway or cloud VM of topology {self.topology.name} to move "
+                            f"{op.name} to ({', '.join(movers)})"))
+                for target in targets:
+                    if brokers[target] != home:
+                        reach.setdefault(target, set()).add(home)
+        return reach
 
     def _check_configs(self, agents: list[str]) -> None:
         """One config per agent node, for that node, and device groups' (kind device): the

@@ -141,6 +141,41 @@ def spark_standbys(control, plans: list, configs: dict[str, AgentConfig],
     return standbys_ahead(control, plans, configs, records_dir)
 
 
+def check_targets(plans: list, settings, cluster, configs: dict[str, AgentConfig]) -> None:
+    """Refuse, before anything starts, a scheduled migration whose target sits behind another
+    broker than the one holding the operator's input session (emu.cluster.plan) when the
+    move cannot reach it there: a parallel migration (its mirror and the source's diverted
+    outputs go through each node's own broker, emu.agent.parallel), a Spark query's move
+    (emu.spark_migration starts the target's query on the target's broker), or a target the
+    plan gave no link to that broker. A SpecError naming the migration's field."""
+    from topologies.errors import SpecError
+
+    planned = {name: container.agent for name, container in cluster.containers.items()
+               if container.agent is not None}
+    for i, plan in enumerate(plans):
+        there = cluster.brokers.get(plan.target)
+        homes = {op.broker or cluster.brokers[node] for node, config in planned.items()
+                 for op in config.operators
+                 if op.name == plan.operator and (plan.source in (None, node))}
+        if there is None or not homes or homes == {there}:
+            continue  # an unknown target or operator is the schedule's error, said later
+        home = sorted(homes - {there})[0]
+        strategy = plan.strategy or getattr(settings, "strategy", "pause_transfer")
+        spark = any(op.name == plan.operator and op.engine == "spark"
+                    for config in configs.values() for op in config.operators)
+        why = ("a Spark query's move starts the target's query on the target's broker"
+               if spark else
+               "a parallel migration's mirror and the source's diverted outputs go through "
+               "each node's own broker (use pause_transfer or pause_drain)"
+               if strategy == "parallel" else
+               None if home in planned[plan.target].other_brokers else
+               "the cluster's plan gives it no link there")
+        if why is not None:
+            raise SpecError(("scenario", "migrations", i, "to"), plan.target, (
+                f"a target {plan.operator!r} can move to on emu: its input session is on "
+                f"broker {home}, {plan.target} is behind {there}, and {why}"))
+
+
 class Migrations(Feature):
     """The feature: its operators read through sessions of their own (which targets take)."""
 
@@ -158,6 +193,8 @@ class Migrations(Feature):
         setup.moving |= {plan.operator for plan in self.spec}
         self.settings = setup.scenario.get("migration")
         self.seed = setup.seed
+        setup.checks.append(lambda cluster, configs: check_targets(
+            self.spec, self.settings, cluster, configs))
 
     def warm(self, run) -> list[Path]:
         # The targets of the Spark queries' scheduled moves warm their standbys meanwhile.

@@ -10,7 +10,9 @@ thread must not block): the live candidate nearest the instance's input
 `migrate.recover` request (emu.agent.migration): it builds the instance from its config,
 restores the last checkpoint from ZooKeeper (emu.agent.checkpoint) and takes the instance's
 input session over; the broker hands it what it held since the crash. Every instance that
-can be re-placed reads through a session of its own (RecoveryFeature deploys them `movable`).
+can be re-placed reads through a session of its own (RecoveryFeature deploys them `movable`),
+on the broker of the node it started on: a target behind another broker takes it over there,
+over the link the cluster's plan gives it (emu.cluster.plan).
 
 A node whose znode comes back (its agent registered again) is a candidate again. The
 controller knows where instances run from the deployment, and from its own re-placements;
@@ -235,8 +237,10 @@ class RecoveryFeature(Feature):
 
     def start(self, run, epoch: float) -> None:
         zk_hosts = ",".join(f"{run.status[z].ip}:2181" for z in run.plan.zookeeper)
+        # The planned configs: each instance's names the broker holding its input session,
+        # which a node behind another broker takes it over on (emu.cluster.plan).
         self.recovery = Recovery(run.control, zk_hosts, self.spec, run.topology, run.workload,
-                                 run.configs)
+                                 run.plan.agent_configs())
         self.recovery.start()
 
     def stop(self) -> None:

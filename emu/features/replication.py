@@ -12,7 +12,8 @@ Scaler decide:
   the candidate nearest its input (workloads.recovery.place; `install`). The operator's
   instances read one shared subscription (emu.deployment deploys an operator with an slo
   that way, through sessions of their own), so from its SUBACK on the broker shares the
-  input with the new one.
+  input with the new one. The replica's session is on the broker holding the operator's
+  input (OperatorConfig.broker), over its node's link there when that is another broker.
 - retire: the newest replica leaves (`replica.retire`): its session unsubscribes, it
   processes what the broker had sent it, then it goes: nothing it was given is dropped.
 
@@ -171,8 +172,10 @@ class ReplicationFeature(Feature):
         setup.moving |= {op.name for op in setup.pipeline if op.slo is not None}
 
     def start(self, run, epoch: float) -> None:
+        # The planned configs: a replica joins the shared subscription on the broker that
+        # holds the operator's input, whatever broker its node has (emu.cluster.plan).
         self.replication = Replication(run.control, self.spec, run.topology, run.workload,
-                                       run.configs)
+                                       run.plan.agent_configs())
         self.replication.start(epoch)
 
     def stop(self) -> None:

@@ -4,6 +4,7 @@ ZooKeeper, link shapes, and clear errors before anything is made."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
@@ -226,7 +227,7 @@ def test_agent_configs_name_the_services_directly_until_the_engine_points_them_a
     cluster = plan()
     config = cluster.containers["gw-s"].agent
     assert config == AgentConfig(node="gw-s", kind="gateway", index=2,
-                                 mqtt="foglab-c1-broker:1883",
+                                 mqtt="foglab-c1-broker:1883", broker="broker",
                                  zookeeper="foglab-c1-zookeeper:2181")
     assert cluster.containers["broker"].agent is None
 
@@ -249,8 +250,10 @@ def test_a_planned_agent_is_deployments_config_with_the_addresses_filled_in() ->
     for node, config in configs.items():
         planned = cluster.containers[node].agent
         assert (planned.index, planned.seed, planned.hold) == (config.index, 9, True)
-        assert planned.drivers == config.drivers and planned.operators == config.operators
-        assert planned.mqtt == "foglab-c1-broker:1883"
+        # An instance with a session of its own is told the broker holding it.
+        assert planned.drivers == config.drivers and planned.operators == [
+            replace(op, broker="broker") if op.session else op for op in config.operators]
+        assert (planned.mqtt, planned.broker) == ("foglab-c1-broker:1883", "broker")
     assert [c.agent.index for c in cluster.agents()] == [1, 2, 3]
     assert cluster.containers["gw-n"].agent.drivers[0].devices == [f"sensor-{i}"
                                                                    for i in range(1, 5)]

@@ -84,3 +84,72 @@ def test_an_instance_with_a_session_of_its_own_reading_its_broker_only_is_planne
     cluster = plan_cluster(topology, "c", agents=configs, host_cpus=2)
     assert cluster.containers["vm"].agent.other_brokers == {}
     assert Paths.of_plan(cluster).hops("city", "s-1", "vm", 0) == 3
+
+
+def moving_plan(targets=None):
+    """An instance of `count` on gw-1 that may move, reading s-1's readings on b-1."""
+    topology = two_brokers()
+    workload = WorkloadSpec.model_validate(
+        {"name": "w", "streams": [{"name": "city", "sources": "s-1", "rate": "2/s"}]})
+    configs = agent_configs(topology, workload, [OperatorSpec.model_validate(
+        {"name": "count", "on": "gw-1", "reads": "city"})], moving={"count"})
+    return plan_cluster(topology, "c", agents=configs, host_cpus=2, targets=targets)
+
+
+def test_a_node_behind_another_broker_reaches_the_broker_of_a_session_it_may_take() -> None:
+    """The session a target takes over holds the input on b-1: gw-2, behind b-2, gets a link
+    there, shaped as its path; vm, behind b-1 already, needs none."""
+    cluster = moving_plan()
+    (count,) = cluster.containers["gw-1"].agent.operators
+    assert (count.session, count.broker) == ("foglab-op-count-gw-1", "b-1")
+    assert cluster.containers["gw-1"].agent.broker == "b-1"
+    gw2 = cluster.containers["gw-2"].agent
+    assert (gw2.broker, gw2.other_brokers) == ("b-2", {"b-1": cluster.containers["b-1"].address})
+    link = cluster.link("gw-2", "b-1")
+    assert link.role == "mqtt" and link.path == ("gw-2", "b-2", "lan", "b-1")
+    assert link.shape.latency_s == pytest.approx(0.005 + 0.003 + 0.003)
+    assert cluster.containers["vm"].agent.other_brokers == {}
+    assert cluster.containers["gw-1"].agent.other_brokers == {}
+
+
+def test_only_the_given_targets_get_links_to_the_session_s_broker() -> None:
+    assert moving_plan({"count": ["vm"]}).containers["gw-2"].agent.other_brokers == {}
+    assert set(moving_plan({"count": ["gw-2"]}).containers["gw-2"].agent.other_brokers) == {
+        "b-1"}
+    with pytest.raises(SpecError, match=r"to move count to \(gw-1, gw-2, vm\) \(got 'b-1'\)"):
+        moving_plan({"count": ["b-1"]})
+
+
+def test_a_target_finds_the_session_s_broker_through_its_link_or_is_refused() -> None:
+    from emu.agent.migration import session_address
+
+    cluster = moving_plan()
+    (count,) = cluster.containers["gw-1"].agent.operators
+    assert session_address(cluster.containers["gw-2"].agent, count) == (
+        cluster.containers["b-1"].address)
+    assert session_address(cluster.containers["vm"].agent, count) == (
+        cluster.containers["vm"].agent.mqtt)
+    unlinked = moving_plan({"count": ["vm"]}).containers["gw-2"].agent
+    with pytest.raises(ValueError, match=r"operator 'count' reads through its input session "
+                       r"foglab-op-count-gw-1 on broker b-1, and node gw-2 has no link to b-1"):
+        session_address(unlinked, count)
+
+
+def test_a_migration_across_brokers_that_cannot_reach_the_session_is_refused() -> None:
+    """pause_transfer takes the session over on b-1; a parallel migration's mirror goes
+    through each node's own broker, so it is refused before the run, naming the field."""
+    from emu.features.migrations import check_targets
+    from workloads.scenario import MigrationSettings, ScheduledMigration
+
+    cluster = moving_plan()
+    configs = cluster.agent_configs()
+    move = ScheduledMigration.model_validate({"at": 5, "operator": "count", "to": "gw-2"})
+    check_targets([move], MigrationSettings(), cluster, configs)
+    check_targets([move.model_copy(update={"target": "vm"})],
+                  MigrationSettings(strategy="parallel"), cluster, configs)
+    with pytest.raises(SpecError, match=r"scenario\.migrations\[0\]\.to: .*input session is "
+                       r"on broker b-1, gw-2 is behind b-2, and a parallel migration"):
+        check_targets([move], MigrationSettings(strategy="parallel"), cluster, configs)
+    unlinked = moving_plan({"count": ["vm"]})
+    with pytest.raises(SpecError, match=r"the cluster's plan gives it no link there"):
+        check_targets([move], MigrationSettings(), unlinked, unlinked.agent_configs())
