@@ -199,14 +199,16 @@ class Paths:
         """Links from a node to a reader through the publisher's broker (none when the reader
         is on the node and reads there); None when the reader does not read on that broker
         (the emulation does not bridge brokers: a node's operators read on another broker
-        only through its node session, AgentConfig.other_brokers)."""
+        only over its links there, AgentConfig.other_brokers)."""
         if publisher == reader.node and not reader.own_session:
             return 0
         broker, up = self.uplinks[publisher]
         theirs, down = self.uplinks[reader.node]
         if broker == theirs:
             return up + down
-        there = None if reader.own_session else self.elsewhere.get((reader.node, broker))
+        # A node reads another broker over its link there: through its session, or through
+        # an instance's own that it took over (the session stays on the broker it began on).
+        there = self.elsewhere.get((reader.node, broker))
         return None if there is None else up + there
 
     def _reach(self, start: tuple[str, str]) -> dict[tuple[str, int], int]:

@@ -153,3 +153,10 @@ def test_a_migration_across_brokers_that_cannot_reach_the_session_is_refused() -
     unlinked = moving_plan({"count": ["vm"]})
     with pytest.raises(SpecError, match=r"the cluster's plan gives it no link there"):
         check_targets([move], MigrationSettings(), unlinked, unlinked.agent_configs())
+
+
+def test_the_messages_table_counts_a_moved_instance_s_links_to_its_session_s_broker() -> None:
+    """count moved to gw-2 reads on b-1 still, over gw-2's link there."""
+    paths = Paths.of_plan(moving_plan(), moves={"count": ["gw-2"]})
+    assert paths.hops("city", "s-1", "gw-1", 0) == 1 + 1 + 1  # device, up to b-1, back
+    assert paths.hops("city", "s-1", "gw-2", 0) == 1 + 1 + 3  # ... b-1, lan, b-2, gw-2
