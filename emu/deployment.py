@@ -278,7 +278,8 @@ def _forwarding(driver: DriverConfig, node: str,
 
 def session_name(operator: str, node: str) -> str:
     """The client id of an operator instance's own input session (emu.agent.migration): the
-    broker holds its input while it moves, and the target takes the session over."""
+    broker holds its input while it moves, and the target takes the session over, on that
+    broker whatever broker the target has (emu.cluster.plan names it, OperatorConfig.broker)."""
     return f"foglab-op-{operator}-{node}"
 
 

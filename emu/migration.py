@@ -5,7 +5,9 @@ over the management protocol (emu.control.Controller) and the agents carry it ou
 (emu.agent.migration, which says how the input is held and how exactly-once holds):
 role assignment to both (`migrate.prepare`; the target starts retrieving at once), the pause
 and state transfer to the source (`migrate.pause`), the resume to the target
-(`migrate.resume`), and housekeeping (`migrate.release`). A step that fails or times out rolls
+(`migrate.resume`), and housekeeping (`migrate.release`). The target takes the instance's
+input session over on the broker that holds it (OperatorConfig.broker), which may be another
+than its own: the cluster's plan links it there. A step that fails or times out rolls
 back: the source starts again from where it stopped, on the session that held its input
 meanwhile (`migrate.rollback`), the target drops what it prepared, and the record says
 `failed` with the error. Nothing is lost either way.

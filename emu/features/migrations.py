@@ -3,7 +3,10 @@ settings of `scenario.migration`): each at its time after the epoch, on a thread
 while the run measures (emu.migration; a Spark query's by emu.spark_migration, its target's
 standby warmed before the epoch); the `migrations` table and facts from every feature's
 migrations (a hybrid run's policy moves operators too), with each windowed operator's output
-gap and its lost, duplicated and reordered events."""
+gap and its lost, duplicated and reordered events. A target behind another broker than the
+operator's input session takes the session over on that broker, over the link the cluster's
+plan gives it; a move that cannot (a parallel migration, a Spark query's) is refused before
+the run (`check_targets`)."""
 
 from __future__ import annotations
 
