@@ -251,9 +251,11 @@ def follow_instance(config: OperatorConfig, streams: Sequence[str],
                     device: str) -> OperatorConfig:
     """A follow operator's instance for one moving device, as sim names and feeds it
     (sim.assembly.follow_groups): it reads the device's own topics of `streams`
-    (`<stream>/<gateway>/<device>`, exclusive channels)."""
+    (`<stream>/<gateway>/<device>`, exclusive channels), on the broker of whichever node
+    runs it (OperatorConfig.broker ""): the device's readings enter at the gateway it is
+    attached to, not at one broker."""
     return replace(config, name=f"{config.name}@{device}",
-                   reads=[f"{stream}/+/{device}" for stream in streams])
+                   reads=[f"{stream}/+/{device}" for stream in streams], broker="")
 
 
 def _forwarding(driver: DriverConfig, node: str,

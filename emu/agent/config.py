@@ -81,7 +81,9 @@ class OperatorConfig:
     # is published to, where the instance started. An instance that moves, is re-placed or
     # replicated to a node behind another broker reads there still, over that node's link
     # to it (AgentConfig.other_brokers), or the input the broker holds would be lost.
-    # None: the node's own broker.
+    # None: the node's own broker (the cluster's plan names the broker of the node it starts
+    # on); "": the broker of whichever node runs it (a hybrid run's follow instance, whose
+    # input is a moving device's, published through whatever gateway it is attached to).
     broker: str | None = None
 
 

@@ -123,7 +123,7 @@ def session_address(node: AgentConfig, operator: OperatorConfig) -> str:
     (OperatorConfig.broker): the node's own broker, or another it has a link to
     (AgentConfig.other_brokers); a ValueError naming both when the node reaches it not."""
     broker = operator.broker
-    if broker is None or broker == node.broker:
+    if not broker or broker == node.broker:  # None or "": the node's own
         return node.mqtt
     if broker in node.other_brokers:
         return node.other_brokers[broker]

@@ -338,8 +338,9 @@ class _Planner:
             config = replace(config, mqtt=containers[broker].address,
                              zookeeper=",".join(containers[s].address for s in servers),
                              spares=spares, other_brokers=others, broker=broker,
-                             operators=[replace(op, broker=op.broker or broker)
-                                        if op.session else op for op in config.operators])
+                             operators=[replace(op, broker=broker)
+                                        if op.session and op.broker is None else op
+                                        for op in config.operators])
             containers[name] = self._container(name, config.kind, "agent", node.site, node,
                                                servers, config, broker)
         if len(servers) > 1:
@@ -405,8 +406,8 @@ class _Planner:
         reach: dict[str, set[str]] = {}
         for start, config in self.configs.items():
             for op in config.operators:
-                if not op.session or op.engine == "spark":
-                    continue
+                if not op.session or op.engine == "spark" or op.broker == "":
+                    continue  # a follow instance reads on its node's broker, wherever it is
                 home = op.broker or brokers[start]
                 if self.targets is None:
                     targets = movers

@@ -160,3 +160,26 @@ def test_the_messages_table_counts_a_moved_instance_s_links_to_its_session_s_bro
     paths = Paths.of_plan(moving_plan(), moves={"count": ["gw-2"]})
     assert paths.hops("city", "s-1", "gw-1", 0) == 1 + 1 + 1  # device, up to b-1, back
     assert paths.hops("city", "s-1", "gw-2", 0) == 1 + 1 + 3  # ... b-1, lan, b-2, gw-2
+
+
+def test_a_follow_instance_reads_on_the_broker_of_whichever_node_runs_it() -> None:
+    """A hybrid run's follow instance (broker ""): its device's readings enter at the gateway
+    the device is attached to, so it is pinned to no broker and needs no links."""
+    from dataclasses import replace
+
+    from emu.agent.migration import session_address
+    from emu.deployment import follow_instance
+
+    topology = two_brokers()
+    workload = WorkloadSpec.model_validate(
+        {"name": "w", "streams": [{"name": "city", "sources": "s-1", "rate": "2/s"}]})
+    configs = agent_configs(topology, workload, [OperatorSpec.model_validate(
+        {"name": "count", "on": "gw-1", "reads": "city"})], moving={"count"})
+    (count,) = configs["gw-1"].operators
+    follow = follow_instance(count, ["city"], "s-1")
+    assert follow.broker == ""
+    configs["gw-1"] = replace(configs["gw-1"], operators=[follow])
+    cluster = plan_cluster(topology, "c", agents=configs, host_cpus=2)
+    assert cluster.containers["gw-1"].agent.operators[0].broker == ""
+    gw2 = cluster.containers["gw-2"].agent
+    assert gw2.other_brokers == {} and session_address(gw2, follow) == gw2.mqtt
