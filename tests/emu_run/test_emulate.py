@@ -60,9 +60,12 @@ def test_every_message_arrives_once_with_the_paths_latency(emulated) -> None:
     counts = json.loads((folder / "manifest.json").read_text())["facts"]["messages"]
     expected = DEVICES * RATE * DURATION
     assert counts["sent"] == pytest.approx(expected, rel=0.05)
+    by_device = counts.pop("emitted_by_device")  # what each device's driver emitted
+    assert sorted(by_device) == [f"s-{i}" for i in range(1, DEVICES + 1)]
+    assert sum(by_device.values()) == counts["sent"]
     assert counts == {"sent": counts["sent"], "received": counts["sent"], "dropped": 0,
                       "lost": 0, "filtered": 0, "filtered_by": {}, "duplicated": 0,
-                      "unread": 0}
+                      "unread": 0, "emitted": counts["sent"], "in_flight": 0}
     assert len(messages) == counts["sent"] and not messages["lost"].any()
     # Links crossed, as sim counts them: device -> gateway -> broker -> cloud.
     assert set(messages["sink"]) == {"cloud-1"} and set(messages["hops"]) == {3}
