@@ -403,7 +403,11 @@ class Model:
                   "windows": self.coordinator.forwarded.columns(),
                   "positions": (self.mobility.positions if self.mobility
                                 else SeriesLog("t", "device", "x", "y", "gateway")).columns()}
-        facts = {"emitted": sum(s.emitted for s in self.sources),
+        by_device: dict[str, int] = {}  # as emu.tables counts its drivers' records
+        for source in self.sources:
+            device = self.node_names[source.device_index]
+            by_device[device] = by_device.get(device, 0) + source.emitted
+        facts = {"emitted": sum(by_device.values()), "emitted_by_device": by_device,
                  "handovers": self.mobility.handovers if self.mobility else 0,
                  "end": self.env.now, "brokers": {b.name: b.received
                                                   for b in self.brokers.values()}}

@@ -85,6 +85,9 @@ def test_every_node_starts_and_every_device_is_heard_whatever_its_broker(
     # The same workload on both: each periodic device emits rate x duration readings, give
     # or take the one at the end an emulated scheduler may let slip past it.
     assert abs(counts["emitted"] - emitted) <= len(devices)
+    by_device = sim.manifest["facts"]["emitted_by_device"]
+    assert sum(by_device.values()) == emitted and set(by_device) == devices
+    assert all(abs(by_device[d] - counts["emitted_by_device"][d]) <= 1 for d in devices)
 
 
 def _parity():
