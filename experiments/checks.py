@@ -5,12 +5,11 @@ from __future__ import annotations
 from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
-from workloads.faults import resolve as resolve_faults
 from workloads.features import FEATURES
 from workloads.pipeline import HOST_KINDS, check_placement, topic_filter
 from workloads.topics import matches, valid_filter
 
-__all__ = ["HOST_KINDS", "check", "check_emulated_faults", "check_emulated_strategies"]
+__all__ = ["HOST_KINDS", "check"]
 
 
 def check(spec: ExperimentSpec) -> Topology:
@@ -37,9 +36,11 @@ def check(spec: ExperimentSpec) -> Topology:
         simulated_devices(spec.scenario, topology)
     if backend in ("sim", "hybrid"):
         _check_trace(spec, topology)
-    if backend != "sim":
-        faults = resolve_faults(spec.scenario.faults, topology, spec.run.duration)
-        check_emulated_faults(faults, topology, backend)
+    if backend != "sim":  # what each feature cannot do on the containers (emu.features)
+        from emu.features import FEATURES as ON_CONTAINERS
+
+        for emulated in ON_CONTAINERS.values():
+            emulated.validate(spec, topology, backend)
     if backend == "emu":
         _check_emulation(spec, topology)
     if backend == "hybrid":
@@ -85,56 +86,10 @@ def _check_run(spec: ExperimentSpec) -> None:
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
-    """What the emulation cannot run yet, and what it cannot deploy (emu.deployment)."""
+    """What the emulation cannot deploy (emu.deployment)."""
     from emu.deployment import agent_configs
 
-    check_emulated_strategies(spec)
-    if spec.scenario.broadcasts:
-        from emu.features.broadcasts import check as check_emulated_broadcasts
-
-        check_emulated_broadcasts(spec.scenario.broadcasts, topology, spec.run.duration)
     agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)
-
-
-def check_emulated_faults(faults: list, topology: Topology, backend: str) -> None:
-    """What emu (and hybrid, through it) cannot inject yet (emu.features.faults): a switch has no
-    container to crash, and a device's own link runs inside its gateway's agent, which no
-    fault reshapes yet. Refused by name, as the field path of the fault."""
-    for fault in faults:
-        path = ("scenario", "faults", fault.index, fault.kind)
-        switches = [n for n in fault.nodes if topology.nodes[n].kind == "switch"]
-        if switches:
-            raise SpecError(path, fault.target, f"no {fault.kind} of a switch on {backend}: "
-                            f"{switches[0]} is no container in the emulation (crash the nodes "
-                            "behind it, or partition them, or run it on sim)")
-        ends = [n for link in fault.links for n in link] + [
-            n for group in fault.groups for n in group]
-        devices = [n for n in ends if topology.nodes[n].kind == "device"]
-        if devices:
-            raise SpecError(path, fault.target, f"no {fault.kind} of a device's link on "
-                            f"{backend}: {devices[0]}'s link is emulated inside its gateway's "
-                            "agent, which faults do not reshape yet (fault the gateway's links "
-                            "to brokers, or run it on sim)")
-
-
-def check_emulated_strategies(spec: ExperimentSpec) -> None:
-    """Every migration the file asks for (planned, or its policy's) by a strategy the
-    emulation runs (emu.migration.STRATEGIES); emu and hybrid check alike."""
-    from emu.migration import STRATEGIES
-
-    scenario = spec.scenario
-    default = scenario.migration.strategy if scenario.migration else "pause_transfer"
-    asked = [(("scenario", "migrations", i, "strategy") if plan.strategy
-              else ("scenario", "migration", "strategy"), plan.strategy or default)
-             for i, plan in enumerate(scenario.migrations)]
-    if scenario.policy is not None:
-        asked.append((("scenario", "policy", "strategy") if scenario.policy.strategy
-                      else ("scenario", "migration", "strategy"),
-                      scenario.policy.strategy or default))
-    for path, strategy in asked:
-        if strategy not in STRATEGIES:
-            raise SpecError(path, strategy, f"a strategy the emulation runs ("
-                            f"{', '.join(STRATEGIES)})")
 
 
 def _check_streams(spec: ExperimentSpec, topology: Topology) -> None:

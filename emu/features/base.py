@@ -74,6 +74,12 @@ class Feature:
     def __init__(self, spec) -> None:
         self.spec = spec
 
+    @classmethod
+    def validate(cls, experiment, topology, backend: str) -> None:
+        """When the file is loaded, for a run on the containers (emu, or hybrid through it):
+        refuse what this feature cannot do there with a topologies.errors.SpecError naming the
+        field (`experiment` is the whole validated experiment, `backend` the one it names)."""
+
     def prepare(self, setup: Setup) -> None:
         """Before the cluster is planned."""
 

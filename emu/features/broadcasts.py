@@ -149,6 +149,13 @@ class Broadcasts(Feature):
 
     key = "broadcasts"
 
+    @classmethod
+    def validate(cls, experiment, topology, backend: str) -> None:
+        """Senders and workers that run an agent; not yet on hybrid (the registry's backends
+        refuse it there first)."""
+        if experiment.scenario.broadcasts:
+            check(experiment.scenario.broadcasts, topology, experiment.run.duration)
+
     def __init__(self, spec: list[BroadcastSpec]) -> None:
         super().__init__(spec)
         self.broadcaster: Broadcaster | None = None

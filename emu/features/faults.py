@@ -361,6 +361,30 @@ class Faults(Feature):
     key = "faults"
     always = True
 
+    @classmethod
+    def validate(cls, experiment, topology, backend: str) -> None:
+        """What the containers cannot inject yet: a switch has no container to crash, and a
+        device's own link runs inside its gateway's agent, which no fault reshapes yet.
+        Refused by name, as the field path of the fault."""
+        from topologies.errors import SpecError
+        from workloads.faults import resolve
+
+        for fault in resolve(experiment.scenario.faults, topology, experiment.run.duration):
+            path = ("scenario", "faults", fault.index, fault.kind)
+            switches = [n for n in fault.nodes if topology.nodes[n].kind == "switch"]
+            if switches:
+                raise SpecError(path, fault.target, f"no {fault.kind} of a switch on {backend}: "
+                                f"{switches[0]} is no container in the emulation (crash the "
+                                "nodes behind it, or partition them, or run it on sim)")
+            ends = [n for link in fault.links for n in link] + [
+                n for group in fault.groups for n in group]
+            devices = [n for n in ends if topology.nodes[n].kind == "device"]
+            if devices:
+                raise SpecError(path, fault.target, f"no {fault.kind} of a device's link on "
+                                f"{backend}: {devices[0]}'s link is emulated inside its "
+                                "gateway's agent, which faults do not reshape yet (fault the "
+                                "gateway's links to brokers, or run it on sim)")
+
     def __init__(self, spec) -> None:
         super().__init__(spec or [])
         self.faults: list[Injected] = []

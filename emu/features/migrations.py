@@ -185,6 +185,27 @@ class Migrations(Feature):
     key = "migrations"
     always = True  # a hybrid run's policy migrates without a schedule: its table is written
 
+    @classmethod
+    def validate(cls, experiment, topology, backend: str) -> None:
+        """Every migration the file asks for (planned, or a hybrid policy's) by a strategy the
+        containers run (emu.migration.STRATEGIES)."""
+        from emu.migration import STRATEGIES
+        from topologies.errors import SpecError
+
+        scenario = experiment.scenario
+        default = scenario.migration.strategy if scenario.migration else "pause_transfer"
+        asked = [(("scenario", "migrations", i, "strategy") if plan.strategy
+                  else ("scenario", "migration", "strategy"), plan.strategy or default)
+                 for i, plan in enumerate(scenario.migrations)]
+        if scenario.policy is not None:
+            asked.append((("scenario", "policy", "strategy") if scenario.policy.strategy
+                          else ("scenario", "migration", "strategy"),
+                          scenario.policy.strategy or default))
+        for path, strategy in asked:
+            if strategy not in STRATEGIES:
+                raise SpecError(path, strategy, f"a strategy the emulation runs ("
+                                f"{', '.join(STRATEGIES)})")
+
     def __init__(self, spec) -> None:
         super().__init__(list(spec or []))
         self.settings = None

@@ -1,7 +1,8 @@
 """What a hybrid run needs, checked when the file is loaded, before anything starts: users
-that move, strategies the emulation runs, simulated load on devices that stay and link to a
-gateway (experiments.hybrid.load), and a start the emulation can deploy (each moving device on
-its gateway, each follow instance where the policy places it)."""
+that move, simulated load on devices that stay and link to a gateway (experiments.hybrid.load),
+and a start the emulation can deploy (each moving device on its gateway, each follow instance
+where the policy places it). What the containers cannot do (strategies, faults) each emu
+feature refuses (emu.features, through experiments.checks)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ from topologies.errors import SpecError
 
 def check_hybrid(spec, topology) -> None:
     from emu.deployment import agent_configs
-    from experiments.checks import check_emulated_strategies
     from experiments.hybrid.load import simulated_devices
     from experiments.hybrid.plan import emulated_topology, start
 
@@ -19,7 +19,6 @@ def check_hybrid(spec, topology) -> None:
         raise SpecError(("run", "backend"), "hybrid", "a backend for this file: hybrid's "
                         "model moves users over the emulation, and the file has no "
                         "scenario.mobility (run it on emu, or give it one)")
-    check_emulated_strategies(spec)
     load = simulated_devices(scenario, topology)  # before the start: none of them moves
     begin = start(topology, scenario, spec.pipeline, spec.run.seed)
     agent_configs(emulated_topology(spec.topology, begin), spec.workload, spec.pipeline,
