@@ -75,6 +75,11 @@ def test_a_reader_takes_every_broker_s_readings_once(brokers, agents, tmp_path) 
         node="cloud-1", kind="cloud_vm", mqtt=first, index=100, records=str(tmp_path / "c"),
         other_brokers={"b-2": second, "b-3": third},
         operators=[OperatorConfig("store", reads=["city/#"])]))
+    # `agents` waits for the node's own session; the other brokers confirm on their own
+    # threads (the node registers and starts drivers only once they have: Agent.session_ready).
+    deadline = time.monotonic() + 10
+    while not all(o.ready for o in cloud.other_brokers) and time.monotonic() < deadline:
+        time.sleep(0.02)
     assert len(cloud.other_brokers) == 2 and all(o.ready for o in cloud.other_brokers)
     sources = [agents(AgentConfig(
         node=f"gw-{n}", mqtt=broker, index=n, records=str(tmp_path / f"gw-{n}"),
