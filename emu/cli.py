@@ -31,6 +31,9 @@ from topologies.terminal import (
     error,
     escape,
     exit_code,
+    folder_to_write,
+    positive,
+    refuse,
     say,
     stop_on_signals,
     warning,
@@ -284,6 +287,11 @@ def emu_up(
     """Bring a topology up as containers with idle agents (no drivers, no operators), or an
     experiment's with its devices and operators running from one epoch (--experiment); print
     their status, and hold it until Ctrl-C (or with --detach, until `foglab emu down`)."""
+    if records is not None:
+        folder_to_write("--records", records)
+    for item in label or []:
+        if not item.partition("=")[0].strip() or "=" not in item:
+            refuse(f"--label {item}: expected KEY=VALUE")
     deployed = deployed_or_exit(topology, experiment, set_ or [], agent_command)
     labels = dict(item.partition("=")[::2] for item in label or [])
     # From here on a Ctrl-C or SIGTERM at any moment removes what was made and exits 130/143.
@@ -558,6 +566,7 @@ def emu_migrate(
     from emu.live import where_operators_run as where_running
     from emu.migration import STRATEGIES, MigrationError, migrate
 
+    positive("--timeout", timeout)
     if strategy is not None and strategy not in STRATEGIES:
         error(f"unknown strategy {strategy!r}; strategies on emu: {', '.join(STRATEGIES)}")
         raise typer.Exit(2)

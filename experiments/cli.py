@@ -26,7 +26,13 @@ from topologies.terminal import (
     error,
     escape,
     exit_code,
+    file_to_write,
     fit_output,
+    folder_to_read,
+    folder_to_write,
+    one_of,
+    positive,
+    refuse,
     say,
     stop_on_signals,
 )
@@ -143,6 +149,7 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
 def _execute(loaded: Experiment, out: Path, sweep_id: str | None = None) -> list:
     """Run an experiment with progress bars; a Ctrl-C or SIGTERM (e.g. `timeout`) stops it,
     says which run folder is marked interrupted, and exits 130 (143)."""
+    folder_to_write("--out", out)
     with stop_on_signals():
         reporter = None
         try:
@@ -199,6 +206,7 @@ def compare(
     if "emu" in names and (why := comparing.emu_unavailable()):
         error(why)
         raise typer.Exit(1)
+    folder_to_write("--out", out)
     stamp = _fresh_sweep_id(out / first.name)
     outcomes = {}
     for name in names:
@@ -249,6 +257,8 @@ def schema(kind: Annotated[str, typer.Option(help="experiment, topology or workl
     if kind not in models:
         error(f"--kind: expected one of {', '.join(models)}, got {kind!r}")
         raise typer.Exit(2)
+    if out:
+        file_to_write("--out", out)
     text = json.dumps(models[kind].model_json_schema(), indent=2)
     if out:
         out.write_text(text + "\n", encoding="utf-8")
@@ -257,10 +267,47 @@ def schema(kind: Annotated[str, typer.Option(help="experiment, topology or workl
         print(text)
 
 
+TopologySource = Annotated[str, typer.Argument(
+    help="a topology (file or catalog name), or an experiment (file or catalog name), "
+         "whose topology is shown: inline or named, with its --set options")]
+
+
+def _topology(source: str, sets: list[str] | None = None):
+    """The expanded topology of a topology or of an experiment (its first sweep point's, so
+    with the experiment's own changes and --set options); else the error, and exit 2.
+
+    A file is an experiment when it says what runs on the topology (a workload or pipeline):
+    then its errors name the experiment's fields, not a topology's."""
+    from experiments.catalog import find, names
+    from topologies import catalog as topologies
+    from topologies.documents import read
+
+    path = topologies.find(source)  # a catalog topology, or any file
+    if path is None:
+        path = find("experiment", source)
+        if path is None:
+            refuse(f"{source}: neither a topology ({', '.join(topologies.names())}) nor an "
+                   f"experiment ({', '.join(names('experiment'))}), by catalog name or file")
+    elif path.parent != topologies.FOLDER:
+        try:
+            data = read(path).data
+        except SpecError as failure:
+            refuse(failure)
+        if not (isinstance(data, dict) and {"workload", "pipeline"} & set(data)):
+            path = None
+    else:
+        path = None
+    if path is None:  # a topology
+        if sets:
+            refuse(f"--set changes an experiment, and {source} is a topology")
+        return topology_or_exit(source)
+    return _load(str(path), sets, []).points[0].topology
+
+
 @topo_app.command("show")
-def topo_show(topology: str) -> None:
+def topo_show(topology: TopologySource, set_: Sets = None) -> None:
     """Print a topology's nodes by group and its links."""
-    topo = topology_or_exit(topology)
+    topo = _topology(topology, set_)
     groups = Table(title=f"{escape(topo.name)}: nodes")
     for column in ("group", "kind", "count", "profile", "cores", "speed", "site"):
         groups.add_column(column)
@@ -291,12 +338,20 @@ def topo_show(topology: str) -> None:
 
 
 @topo_app.command("draw")
-def topo_draw(topology: str, out: Annotated[Path | None, typer.Option()] = None) -> None:
+def topo_draw(topology: TopologySource, set_: Sets = None,
+              out: Annotated[Path | None, typer.Option(
+                  help="the picture (default: TOPOLOGY.png); its suffix is its type")]
+              = None) -> None:
     """Draw a topology to a PNG file."""
+    from matplotlib.backend_bases import FigureCanvasBase
+
     from topologies.draw import draw
 
-    topo = topology_or_exit(topology)
-    path = draw(topo, out or Path(f"{topo.name}.png"))
+    kinds = FigureCanvasBase.get_supported_filetypes()
+    if out is not None and out.suffix and out.suffix[1:].lower() not in kinds:
+        refuse(f"--out {out}: a picture's type is its suffix, one of {', '.join(kinds)}")
+    topo = _topology(topology, set_)
+    path = draw(topo, file_to_write("--out", out or Path(f"{topo.name}.png")))
     say(f"wrote {path}")
 
 
@@ -306,6 +361,7 @@ def results_list(root: Annotated[Path, typer.Option()] = Path("results"),
     """List runs with their status and headline figures."""
     from experiments.results import runs
 
+    folder_to_read("--root", root)
     table = Table(title=f"runs under {escape(str(root))}")
     for column in ("experiment", "run", "backend", "status", "delivered", "p50 ms"):
         table.add_column(column)
@@ -397,8 +453,12 @@ def bench_riot(
     Processing Platforms for IoT Applications"); writes a table and a plot.
     The CPU per message is what `python -m workloads.riot.costs` turns into simulator costs."""
     from workloads.riot.bench import bench_tasks, write_report
+    from workloads.riot.datasets import DATASETS
     from workloads.riot.tasks.base import TASKS
 
+    positive("--seconds", seconds)
+    one_of("--dataset", dataset, list(DATASETS))
+    folder_to_write("--out", out)
     names = tasks or sorted(TASKS)
     unknown = [n for n in names if n not in TASKS]
     if unknown:

@@ -9,10 +9,13 @@ sent to a file is as wide as it needs to be instead of cut at 80 columns.
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
+from typing import NoReturn
 
 from rich.console import Console
 from rich.markup import escape
@@ -69,6 +72,65 @@ def bars(counted: bool = True, every: float = LOG_EVERY_S) -> Progress:
     if console.is_terminal:
         return Progress(*columns, console=console, transient=True)
     return LogProgress(*columns, console=console, every=every)
+
+
+def refuse(message: object) -> NoReturn:
+    """A bad option or argument: its one-line error, and exit 2 before anything is made."""
+    import typer
+
+    error(message)
+    raise typer.Exit(2)
+
+
+def file_to_write(option: str, path: Path) -> Path:
+    """`path`, checked as a file a command will write (`--out x.json`): in a folder that
+    exists and can be written, and not a folder itself; else refused (exit 2)."""
+    parent = path.parent if str(path.parent) else Path(".")
+    if path.is_dir():
+        refuse(f"{option} {path}: is a folder; give a file's path")
+    if not parent.exists():
+        refuse(f"{option} {path}: folder {parent} does not exist")
+    if not parent.is_dir():
+        refuse(f"{option} {path}: {parent} is a file, not a folder")
+    if not os.access(parent, os.W_OK):
+        refuse(f"{option} {path}: folder {parent} cannot be written (permission denied)")
+    return path
+
+
+def folder_to_write(option: str, path: Path) -> Path:
+    """`path`, checked as a folder a command writes into, made if need be (`--out results`):
+    a folder, or nothing yet under a folder that can be written; else refused (exit 2)."""
+    if path.exists() and not path.is_dir():
+        refuse(f"{option} {path}: is a file; give a folder")
+    existing = next(p for p in (path, *path.parents) if p.exists() or p == Path("."))
+    if existing != path and not existing.is_dir():
+        refuse(f"{option} {path}: {existing} is a file, not a folder")
+    if not os.access(existing, os.W_OK):
+        refuse(f"{option} {path}: folder {existing} cannot be written (permission denied)")
+    return path
+
+
+def folder_to_read(option: str, path: Path) -> Path:
+    """`path`, checked as a folder that exists (`--root results`); else refused (exit 2)."""
+    if not path.exists():
+        refuse(f"{option} {path}: the folder does not exist")
+    if not path.is_dir():
+        refuse(f"{option} {path}: is a file; give a folder")
+    return path
+
+
+def positive(option: str, value: float) -> float:
+    """A quantity that must be above zero (`--seconds`, `--timeout`); else refused (exit 2)."""
+    if not value > 0:  # NaN too
+        refuse(f"{option} {value:g}: must be above 0")
+    return value
+
+
+def one_of(option: str, value: str, known) -> str:
+    """A value from a known set (`--dataset city`); else refused naming them (exit 2)."""
+    if value not in known:
+        refuse(f"{option} {value!r}: expected one of {', '.join(known)}")
+    return value
 
 
 class LogProgress(Progress):
@@ -171,4 +233,5 @@ def _number(value: float) -> str:
 
 
 __all__ = ["LOG_EVERY_S", "LogProgress", "Stop", "bars", "console", "error", "escape",
-           "exit_code", "fit_output", "say", "stop_on_signals", "warning"]
+           "exit_code", "file_to_write", "fit_output", "folder_to_read", "folder_to_write",
+           "one_of", "positive", "refuse", "say", "stop_on_signals", "warning"]
