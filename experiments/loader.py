@@ -21,6 +21,7 @@ from experiments.checks import check
 from experiments.spec import ExperimentSpec
 from topologies.documents import Document, DuplicateKey, load_text, parse, read
 from topologies.errors import SpecError, format_path
+from topologies.fields import WRITTEN
 from topologies.model import Topology
 from workloads.features import FEATURES
 
@@ -211,7 +212,7 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
         except SpecError as error:
             raise sources.place(SpecError(("sweep", key), value, error.expected)) from None
     try:
-        spec = ExperimentSpec.model_validate(data)
+        spec = ExperimentSpec.model_validate(data, context=WRITTEN)
     except ValidationError as exc:
         raise _first_error(exc, data, sources, values) from None
     try:

@@ -4,33 +4,53 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import BeforeValidator, Field, WithJsonSchema
+from pydantic import BeforeValidator, Field, ValidationInfo, WithJsonSchema
 
 from topologies import units
 
+# The validation context of a description written by hand (a file, --set, --sweep): every
+# quantity in it needs its unit. Without it (specs built in code, numbers in base units) a
+# bare number is taken in seconds, bytes, bits per second, hertz or events per second.
+WRITTEN = {"units": "required"}
 
-def _quantity(parse, example: str, description: str):
+
+def _parser(parse, what: str):
+    """`parse`, refusing a bare number first where the text was written by hand."""
+    def parse_written(value: object, info: ValidationInfo) -> object:
+        if info.context is not None and info.context.get("units") == "required":
+            value = units.require_unit(value, what)
+        return parse(value)
+
+    return parse_written
+
+
+# A written quantity is a string with its unit; 0 alone is the same in every unit.
+_WRITTEN_SCHEMA = [{"type": "string"}, {"const": 0}]
+
+
+def _quantity(parse, what: str, example: str, description: str, kind: type = float):
     return Annotated[
-        float,
-        BeforeValidator(parse),
-        WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}],
-                        "examples": [example], "description": description}),
+        kind,
+        BeforeValidator(_parser(parse, what)),
+        WithJsonSchema({"anyOf": _WRITTEN_SCHEMA, "examples": [example],
+                        "description": description}),
     ]
 
 
-Duration = _quantity(units.duration, "20ms", "a duration: 20ms, 600s, 10m, 1h")
+Duration = _quantity(units.duration, "a duration", "20ms", "a duration: 20ms, 600s, 10m, 1h")
 NonNegativeDuration = Annotated[Duration, Field(ge=0)]
 PositiveDuration = Annotated[Duration, Field(gt=0)]
-Bandwidth = Annotated[_quantity(units.bandwidth, "100Mbit",
+Bandwidth = Annotated[_quantity(units.bandwidth, "a bandwidth", "100Mbit",
                                 "bits per second: 250kbit, 100Mbit, 1Gbit, 10MB/s"), Field(gt=0)]
-Ratio = _quantity(units.ratio, "0.1%", "a fraction: 0.1% or 0.001")
-Frequency = Annotated[_quantity(units.frequency, "1.5GHz", "a clock: 1.5GHz"), Field(gt=0)]
-Rate = Annotated[_quantity(units.rate, "5/s", "events per second: 5/s, 300/min"), Field(ge=0)]
-Size = Annotated[
-    int,
-    BeforeValidator(units.size),
-    WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "integer"}],
-                    "examples": ["200B"], "description": "bytes: 200B, 4KB, 1MiB"}),
-    Field(ge=0),
-]
+# A ratio has no unit: 0.001 and 0.1% are both written as meant.
+Ratio = Annotated[float, BeforeValidator(units.ratio),
+                  WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}],
+                                  "examples": ["0.1%"],
+                                  "description": "a fraction: 0.1% or 0.001"})]
+Frequency = Annotated[_quantity(units.frequency, "a clock frequency", "1.5GHz",
+                                "a clock: 1.5GHz"), Field(gt=0)]
+Rate = Annotated[_quantity(units.rate, "a rate", "5/s", "events per second: 5/s, 300/min"),
+                 Field(ge=0)]
+Size = Annotated[_quantity(units.size, "a size", "200B", "bytes: 200B, 4KB, 1MiB", int),
+                 Field(ge=0)]
 Name = Annotated[str, Field(pattern=r"^[a-z][a-z0-9_.-]*$", max_length=64)]

@@ -7,6 +7,8 @@ import re
 
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/%]*)\s*$")
+# A number and the unit after it, whatever the unit (a rate's `/min` or `/10s` included).
+_QUANTITY_TEXT = re.compile(rf"^\s*{_NUMBER}\s*(\S.*?)\s*$")
 
 _DURATION = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
              "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
@@ -29,6 +31,40 @@ def _split(text: object, what: str, example: str) -> tuple[float, str]:
     if not math.isfinite(value):
         raise ValueError(f"expected a finite {what.removeprefix('a ')}, got {text!r}")
     return value, unit
+
+
+# Two units each quantity takes, for an error that shows how to write the number given.
+_SUGGESTED = {"a duration": ("ms", "s"), "a rate": ("/s", "/min"), "a size": ("B", "KB"),
+              "a bandwidth": ("Mbit", "MB/s"), "a clock frequency": ("MHz", "GHz")}
+
+
+def require_unit(text: object, what: str) -> object:
+    """`text` as given, unless it is a number written without a unit (`10`, `"10"`), which
+    is refused: a bare number is ambiguous (10 s or 10 ms?). Zero passes, being zero in every
+    unit. `what` is a key of _SUGGESTED: "a duration", "a rate", "a size", ..."""
+    if isinstance(text, bool) or not isinstance(text, int | float | str):
+        return text  # the parser says what it expected
+    if isinstance(text, str):
+        match = _QUANTITY.match(text)
+        if not match or match.group(2):
+            return text
+        number = match.group(1)
+    else:
+        number = f"{text:g}" if isinstance(text, float) else str(text)
+    if float(number) == 0:
+        return text
+    first, second = _SUGGESTED[what]
+    raise ValueError(f"{number} has no unit; write {number}{first} or {number}{second}")
+
+
+def written_like(written: object, parsed: float, limit: float) -> str | None:
+    """`limit` (in the base unit, as `parsed`, which is `written` parsed) in the unit of
+    `written`: a limit of 2592000 s for `40d` reads `30d`. None where `written` has no unit."""
+    match = _QUANTITY_TEXT.match(written) if isinstance(written, str) else None
+    if not match or not parsed or float(match.group(1)) == 0:
+        return None
+    value = limit / (parsed / float(match.group(1)))
+    return f"{round(value, 6):g}{match.group(2)}"
 
 
 def _scaled(text: object, table: dict, what: str, example: str, lower: bool = True) -> float:
