@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import time
 import traceback
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -27,12 +29,44 @@ def repetition_seed(seed: int, repetition: int) -> int:
 class Reporter:
     """What a runner tells its user; the CLI shows it with rich, tests stay silent."""
 
-    def start(self, total_runs: int) -> None: ...
+    def start(self, total_runs: int, total_seconds: float = 0.0) -> None: ...
     def run_started(self, label: str, folder: Path, duration: float) -> None: ...
     def progress(self, seconds: float) -> None: ...
     def stage(self, text: str) -> None: ...
     def run_finished(self, label: str, folder: Path, summary: dict | None,
                      error: str | None) -> None: ...
+    def note(self, text: str) -> None: ...
+
+
+class Estimate:
+    """How long a sweep has left: the wall time per second of the runs' duration so far,
+    times the seconds still to run (an emulation's set-up counts in the rate once a run has
+    had it); None until some of the work is done."""
+
+    def __init__(self, total_seconds: float, clock=time.monotonic):
+        self.total = total_seconds
+        self.clock = clock
+        self.started = clock()
+        self.finished = 0.0  # the durations of the runs that ended
+
+    def run_ended(self, duration: float) -> None:
+        self.finished += duration
+
+    def left(self, current: float = 0.0) -> float | None:
+        done = self.finished + current
+        if done <= 0 or self.total <= 0:
+            return None
+        return max(0.0, (self.clock() - self.started) * (self.total - done) / done)
+
+
+def shown_duration(seconds: float) -> str:
+    """A time left as a person reads it: 45s, 3m 05s, 2h 10m."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
 
 
 class RunProgress:
@@ -69,14 +103,48 @@ def run_experiment(experiment: Experiment, out: Path | str = "results",
     reporter = reporter or Reporter()
     sweep_id = sweep_id or _fresh_sweep_id(Path(out) / experiment.name)
     points = experiment.points
-    reporter.start(sum(p.spec.run.repetitions for p in points))
+    reporter.start(sum(p.spec.run.repetitions for p in points),
+                   sum(p.spec.run.repetitions * p.spec.run.duration for p in points))
     common = {"revision": git_revision(), "packages": package_versions(), "host": host_facts()}
     outcomes = []
     for point in points:
         for repetition in range(point.spec.run.repetitions):
             outcomes.append(_run_one(experiment, point, repetition, Path(out), sweep_id, common,
                                      reporter))
+    if len(outcomes) > 1:
+        _write_sweep(experiment, outcomes, sweep_folder(out, experiment.name, sweep_id), reporter)
     return outcomes
+
+
+def sweep_folder(out: Path | str, experiment: str, sweep_id: str) -> Path:
+    """Where a sweep's own files go (points.parquet, the plots across it): beside its runs."""
+    return Path(out) / experiment / f"{sweep_id}-sweep"
+
+
+def _write_sweep(experiment: Experiment, outcomes: list[Outcome], folder: Path,
+                 reporter: Reporter) -> None:
+    """The points table of a sweep (or of repetitions), and its plots if the file asks."""
+    from experiments import points
+
+    reporter.note(f"writing the sweep's points table: {folder / points.POINTS_FILE}")
+    path = points.write([o.folder for o in outcomes], folder)
+    if "sweep" in experiment.spec.plots:
+        from experiments.plots import sweep_plots
+
+        reporter.note(f"drawing the plots across the sweep into {folder}")
+        sweep_plots(path, folder)
+
+
+def run_name(sweep_id: str, point: RunPoint, repetition: int) -> str:
+    """A run's folder name: the sweep, the point's index (unique), the swept values (keys by
+    their last part unless two share it), the repetition; only characters safe in a path."""
+    keys = list(point.values)
+    short = {k: k.rsplit(".", 1)[-1] for k in keys}
+    if len(set(short.values())) < len(keys):
+        short = {k: k.replace(".", "_") for k in keys}
+    values = "-".join(f"{short[k]}={point.values[k]}" for k in keys)
+    values = re.sub(r"[^A-Za-z0-9._=+-]", "_", values)[:80]
+    return f"{sweep_id}-p{point.index}" + (f"-{values}" if values else "") + f"-r{repetition}"
 
 
 def _fresh_sweep_id(folder: Path) -> str:
@@ -94,7 +162,7 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
              common: dict, reporter: Reporter) -> Outcome:
     spec = point.spec
     seed = repetition_seed(spec.run.seed, repetition)
-    run_id = f"{sweep_id}-p{point.index}-r{repetition}"
+    run_id = run_name(sweep_id, point, repetition)
     label = f"p{point.index} r{repetition}" + (f" {point.values}" if point.values else "")
     writer = RunWriter(out / experiment.name / run_id, {
         "experiment": experiment.name, "file": experiment.file, "run": run_id,
@@ -111,14 +179,17 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
     reporter.run_started(label, writer.folder, spec.run.duration)
     try:
         runner = backend(spec.run.backend)
-        output = runner.run(RunPlan(spec, point.topology, seed, repetition),
-                            RunProgress(reporter))
+        progress = RunProgress(reporter)
+        output = runner.run(RunPlan(spec, point.topology, seed, repetition), progress)
+        progress.stage("checking and writing the tables")
         tables = conform(output.tables)
         writer.tables(tables)
+        progress.stage("summarising")
         summary = summarise(tables, spec.run.duration, spec.run.sample)
         writer.summary(summary)
         if "latency" in spec.plots:
             from experiments.plots import latency_plot
+            progress.stage("drawing the latency plot")
             latency_plot(writer.folder)
         if output.failed:
             writer.manifest["failed_nodes"] = output.failed

@@ -204,8 +204,10 @@ def sweep_root(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_runs_lists_run_folders_and_filters_by_sweep(sweep_root: Path) -> None:
-    assert [r.id for r in runs(sweep_root)] == ["lat-p0-r0", "lat-p1-r0", "other-p0-r0"]
-    assert [r.id for r in runs(sweep_root, sweep="lat")] == ["lat-p0-r0", "lat-p1-r0"]
+    # A sweep's runs are named by their swept values (experiments.runner.run_name).
+    swept = ["lat-p0-latency=10ms-r0", "lat-p1-latency=40ms-r0"]
+    assert [r.id for r in runs(sweep_root)] == [*swept, "other-p0-r0"]
+    assert [r.id for r in runs(sweep_root, sweep="lat")] == swept
     assert runs(sweep_root, experiment="nothing") == []
 
 
@@ -236,7 +238,7 @@ def test_a_failed_run_loads_with_empty_tables(sweep_root: Path) -> None:
 
 
 def test_load_run_and_its_tables(sweep_root: Path) -> None:
-    run = load_run(sweep_root / "quickstart" / "lat-p1-r0")
+    run = load_run(sweep_root / "quickstart" / "lat-p1-latency=40ms-r0")
     assert run.manifest["point"] == {"topology.links.1.latency": "40ms"}
     assert len(run.nodes) and len(run.links)
     with pytest.raises(KeyError, match="no table"):

@@ -1,0 +1,162 @@
+"""A sweep's points: per point, each measure's mean and 95 % confidence interval over the
+repetitions (Student t), from the runs' folders; written as `points.parquet` in the sweep's
+folder and shown as rows by `foglab run`.
+
+A swept value is typed as the experiment's schema reads it, from the run's resolved config:
+`1000/s` is the number 1000.0 (per second), `10ms` is 0.01 (seconds), `50KB` is 50000 (bytes);
+a column is headed by the key as swept. A point with one usable repetition has NaN bounds: one
+sample has no spread. Runs that are not `ok` (failed, degraded, interrupted) are left out of the
+figures, as their figures are of part of the workload, and counted in the `broken` column.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from experiments.results import Run, load_run
+
+# The measures of a point, each from a run's summary; downtime only where runs migrated.
+MEASURES = ("delivered", "lost", "throughput", "latency_p50", "latency_p95", "downtime")
+UNITS = {"delivered": "messages", "lost": "messages", "throughput": "msg/s",
+         "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
+POINTS_FILE = "points.parquet"
+# Student's t at 97.5 % (a two-sided 95 % interval) for 1..30 degrees of freedom.
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
+         2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
+         2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def t975(df: int) -> float:
+    """Student's t quantile at 0.975 for `df` degrees of freedom (the table to 30, then the
+    Cornish-Fisher expansion around the normal quantile, within 1e-4 there)."""
+    if df < 1:
+        return math.nan
+    if df <= len(_T975):
+        return _T975[df - 1]
+    z = 1.959964
+    return (z + (z**3 + z) / (4 * df) + (5 * z**5 + 16 * z**3 + 3 * z) / (96 * df**2)
+            + (3 * z**7 + 19 * z**5 + 17 * z**3 - 15 * z) / (384 * df**3))
+
+
+def interval(values: Iterable[float]) -> tuple[float, float, float]:
+    """Mean and the 95 % confidence interval's bounds of the mean (Student t); NaN bounds for
+    one value, all NaN for none. Missing values (None, NaN) are left out."""
+    data = np.array([v for v in values if v is not None and not math.isnan(v)], dtype=float)
+    if data.size == 0:
+        return math.nan, math.nan, math.nan
+    mean = float(data.mean())
+    if data.size == 1:
+        return mean, math.nan, math.nan
+    half = t975(data.size - 1) * float(data.std(ddof=1)) / math.sqrt(data.size)
+    return mean, mean - half, mean + half
+
+
+def measures(summary: dict) -> dict[str, float]:
+    """A run's measures from its summary (NaN where it has none: no latency without delivered
+    messages, no downtime without migrations; downtime is the mean of the run's migrations)."""
+    latency = summary.get("latency_s") or {}
+    downtimes = [m.get("downtime") for m in summary.get("migrations") or []
+                 if m.get("downtime") is not None]
+    return {"delivered": _number(summary.get("delivered")), "lost": _number(summary.get("lost")),
+            "throughput": _number(summary.get("throughput_per_s")),
+            "latency_p50": _number(latency.get("p50")),
+            "latency_p95": _number(latency.get("p95")),
+            "downtime": float(np.mean(downtimes)) if downtimes else math.nan}
+
+
+def _number(value) -> float:
+    return math.nan if value is None else float(value)
+
+
+def typed_value(config: dict, key: str, written):
+    """The swept `key`'s value as the schema read it (from the run's resolved config): a
+    number for a rate, duration or size; the value as written where the key cannot be found
+    there (a list element named by the operator, say) or is not a plain value."""
+    node = config
+    for part in key.replace("[", ".").replace("]", "").split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, list):
+            named = [item for item in node if isinstance(item, dict) and item.get("name") == part]
+            if len(named) != 1:
+                return written
+            node = named[0]
+        else:
+            return written
+    if isinstance(node, dict | list):
+        return json.dumps(node, sort_keys=True)
+    return node
+
+
+def frame(runs: list[Run]) -> pd.DataFrame:
+    """One row per point of the runs' sweep, in point order: the swept keys (typed), `runs`
+    (the repetitions in the figures), `broken` (those left out), and per measure its mean,
+    `<measure>_low` and `<measure>_high` (NaN bounds for a single repetition). Downtime's
+    columns only where a run migrated."""
+    groups: dict[int, list[Run]] = {}
+    for run in runs:
+        groups.setdefault(int(run.manifest.get("point_index") or 0), []).append(run)
+    rows = []
+    for index in sorted(groups):
+        members = groups[index]
+        first = members[0].manifest
+        row: dict = {"point": index}
+        for key, written in (first.get("point") or {}).items():
+            row[key] = typed_value(first.get("config") or {}, key, written)
+        usable = [r for r in members if r.manifest.get("status") == "ok" and r.summary]
+        row["runs"], row["broken"] = len(usable), len(members) - len(usable)
+        figures = [measures(r.summary) for r in usable]
+        for measure in MEASURES:
+            mean, low, high = interval(f[measure] for f in figures)
+            row.update({measure: mean, f"{measure}_low": low, f"{measure}_high": high})
+        rows.append(row)
+    table = pd.DataFrame(rows)
+    if not table.empty and table["downtime"].isna().all():
+        table = table.drop(columns=["downtime", "downtime_low", "downtime_high"])
+    return table
+
+
+def swept_keys(columns: Iterable[str]) -> list[str]:
+    """The swept keys among a points table's columns (or a row's keys)."""
+    fixed = {"point", "runs", "broken"} | {f"{m}{s}" for m in MEASURES
+                                          for s in ("", "_low", "_high")}
+    return [c for c in columns if c not in fixed]
+
+
+def write(folders: list[Path], sweep_folder: Path) -> Path:
+    """The points of the runs in `folders` as `points.parquet` in `sweep_folder` (made if need
+    be); its path."""
+    sweep_folder.mkdir(parents=True, exist_ok=True)
+    path = sweep_folder / POINTS_FILE
+    frame([load_run(f) for f in folders]).to_parquet(path, index=False, compression="zstd")
+    return path
+
+
+def shown(row: dict, measure: str) -> str:
+    """A measure of a row as a person reads it: `12.3 ± 0.4` (latency in ms), the mean alone
+    with `(1 run)` when it has no interval, `-` when there is no figure."""
+    mean = row.get(measure, math.nan)
+    if mean is None or math.isnan(mean):
+        return "-"
+    scale = 1000.0 if UNITS[measure] == "s" else 1.0
+    digits = 1 if UNITS[measure] in ("s", "msg/s") else 0
+    text = f"{mean * scale:,.{digits}f}"
+    low, high = row.get(f"{measure}_low", math.nan), row.get(f"{measure}_high", math.nan)
+    if low is None or math.isnan(low):
+        return text + (" (1 run)" if row.get("runs") == 1 else "")
+    return text + f" ± {(high - low) / 2 * scale:,.{digits}f}"
+
+
+def rows(folders: list[Path]) -> list[dict]:
+    """The points of the runs in `folders` (a sweep's outcomes' folders) as dicts, in point
+    order: what `foglab run` prints per point (use `shown(row, measure)` for each cell and
+    `swept_keys` for the headers)."""
+    return frame([load_run(f) for f in folders]).to_dict("records")
