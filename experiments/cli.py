@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-from rich import box
 from rich.table import Table
 
 from emu.calibrate_cli import calibrate
@@ -108,40 +107,11 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
         set_: Sets = None, sweep: Sweeps = None,
         out: Annotated[Path, typer.Option(help="results folder")] = Path("results")) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
+    from experiments import report
+
     loaded = _load(experiment, set_, sweep)
     outcomes = _execute(loaded, out)
-    keys = list(outcomes[0].point) if outcomes else []
-    table = Table(title=f"{escape(loaded.name)} ({loaded.spec.run.backend})")
-    for column in ["rep", *keys, "delivered", "lost", "msg/s", "p50 ms", "p95 ms", "p99 ms",
-                   "jitter"]:
-        table.add_column(escape(column.rsplit(".", 1)[-1]), justify="right")
-    for outcome in outcomes:
-        cells = [str(outcome.repetition), *(escape(str(outcome.point[k])) for k in keys)]
-        s = outcome.summary
-        if s is None:
-            table.add_row(*cells, "[red]failed[/red]", "", "", "", "", "", "")
-            continue
-        lat = s["latency_s"]
-        jitter = s["jitter"]["mean_abs"]
-        # An emulated run's figures taken on an overloaded host are marked (emu.fidelity).
-        mark = "*" if _fidelity_lines(_manifest(outcome.folder)) else ""
-        table.add_row(*cells, f"{s['delivered']:,}", f"{s['lost']:,}",
-                      f"{s['throughput_per_s']:.1f}", *(ms(lat[q]) + mark
-                                                        for q in ("p50", "p95", "p99")),
-                      f"{jitter:.3f}" if jitter is not None else "-")
-    console.print(table)
-    for outcome in outcomes:
-        say(f"results: {outcome.folder}")
-        if outcome.status == "degraded":
-            say(f"  degraded: {outcome.failed_summary()}", style="yellow")
-        for reason in _fidelity_lines(_manifest(outcome.folder)):
-            say(f"  * figures taken while the testbed was overloaded: {reason}",
-                style="yellow")
-        if outcome.error:
-            say(f"  failed: {outcome.error}", style="red")
-        plot = outcome.folder / "latency.png"
-        if plot.exists():
-            say(f"plot:    {plot}")
+    report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
     if any(o.error for o in outcomes):
         raise typer.Exit(1)
 
@@ -164,15 +134,16 @@ def _execute(loaded: Experiment, out: Path, sweep_id: str | None = None) -> list
 
 
 def _fidelity_lines(manifest: dict) -> list[str]:
-    """An emulated run's fidelity (emu.fidelity), as lines to print: why its figures are
-    doubtful; nothing for a run that kept up, or a model's."""
-    fidelity = (manifest.get("facts") or {}).get("fidelity") or {}
-    return list(fidelity.get("reasons") or []) if fidelity.get("marked") else []
+    """An emulated run's fidelity lines (experiments.report.fidelity_lines)."""
+    from experiments.report import fidelity_lines
+
+    return fidelity_lines(manifest)
 
 
 def _manifest(folder: Path) -> dict:
-    path = folder / "manifest.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    from experiments.report import manifest_of
+
+    return manifest_of(folder)
 
 
 @app.command()
@@ -377,7 +348,9 @@ def results_list(root: Annotated[Path, typer.Option()] = Path("results"),
 
 @results_app.command("show")
 def results_show(run_folder: Path) -> None:
-    """Show one run: its manifest's facts, its headline figures, and its migrations."""
+    """Show one run: its manifest's facts, its headline figures, its nodes, and each
+    feature's own figures (migrations, recoveries, replicas, faults, broadcasts, ...)."""
+    from experiments.report import show_run
     from experiments.results import load_run
 
     try:
@@ -385,60 +358,7 @@ def results_show(run_folder: Path) -> None:
     except FileNotFoundError as failure:
         error(failure)
         raise typer.Exit(2) from None
-    manifest, summary = found.manifest, found.summary or {}
-    facts = Table(title=f"run {escape(str(manifest.get('run', run_folder)))}",
-                  title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
-    facts.add_column("field", style="bold")
-    facts.add_column("value")
-    for key in ("experiment", "backend", "seed", "status", "error", "failed_nodes", "start",
-                "end", "config_hash", "revision", "point"):
-        value = manifest.get(key)
-        if value not in (None, {}, []) or key in ("status",):
-            facts.add_row(key, escape(str(value)))
-    console.print(facts)
-    fidelity = (manifest.get("facts") or {}).get("fidelity")
-    if fidelity and fidelity.get("samples"):
-        pressure, lag = fidelity.get("host_pressure"), fidelity.get("relay_lag_s")
-        say("fidelity: host CPU pressure "
-            + (f"mean {pressure['mean']:.0%}, max {pressure['max']:.0%}" if pressure else "-")
-            + f" ({fidelity.get('pressure_source', '?')}); relay timers late by "
-            + (f"up to {lag['max'] * 1000:.1f} ms" if lag else "- (no relay)")
-            + f"; saturated for {fidelity['saturated_share']:.0%} of the run")
-    for reason in _fidelity_lines(manifest):
-        say(f"figures taken while the testbed was overloaded: {reason}", style="yellow")
-    if not summary:
-        say("no summary: the run wrote no tables", style="yellow")
-        return
-    figures = Table(title="figures", title_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("delivered", "lost", "loss", "msg/s", "mean ms", "p50 ms", "p95 ms",
-                   "p99 ms", "max ms", "jitter"):
-        figures.add_column(column, justify="right")
-    latency, jitter = summary["latency_s"], summary["jitter"]["mean_abs"]
-    figures.add_row(f"{summary['delivered']:,}", f"{summary['lost']:,}",
-                    f"{summary['loss_rate']:.2%}", f"{summary['throughput_per_s']:.1f}",
-                    *(ms(latency[k]) for k in ("mean", "p50", "p95", "p99", "max")),
-                    f"{jitter:.3f}" if jitter is not None else "-")
-    console.print(figures)
-    if summary.get("nodes"):
-        nodes = Table(title="nodes", title_justify="left", box=box.SIMPLE_HEAD)
-        for column in ("node", "cpu mean", "cpu max", "memory MB", "queue max"):
-            nodes.add_column(column, justify="left" if column == "node" else "right")
-        for node, row in summary["nodes"].items():
-            nodes.add_row(escape(node), f"{row['cpu_mean']:.1%}", f"{row['cpu_max']:.1%}",
-                          f"{row['memory_mean'] / 1e6:.1f}", str(row["queue_max"]))
-        console.print(nodes)
-    if summary.get("migrations"):
-        moved = Table(title="migrations", title_justify="left", box=box.SIMPLE_HEAD)
-        for column in ("operator", "strategy", "source", "target", "start s", "downtime ms",
-                       "execution ms", "state bytes", "lost", "duplicates"):
-            moved.add_column(column, justify="left" if column in (
-                "operator", "strategy", "source", "target") else "right")
-        for row in summary["migrations"]:
-            moved.add_row(*(escape(str(row[k])) for k in (
-                "operator", "strategy", "source", "target")), f"{row['start']:.2f}",
-                ms(row["downtime"]), ms(row["execution"]), f"{row['state_bytes']:,}",
-                str(row["lost"]), str(row["duplicates"]))
-        console.print(moved)
+    show_run(found.manifest, found.summary or {}, run_folder)
 
 
 @bench_app.command("riot")

@@ -1,0 +1,178 @@
+"""What a person reads of runs: the run summary `foglab run` prints and `foglab results show`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from rich import box
+from rich.table import Table
+
+from topologies.terminal import console, escape, say
+
+
+def ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def count(value) -> str:
+    """A count, or '-' for a summary written before it was counted."""
+    return "-" if value is None else f"{value:,}"
+
+
+def manifest_of(folder: Path) -> dict:
+    path = folder / "manifest.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+
+
+def fidelity_lines(manifest: dict) -> list[str]:
+    """An emulated run's fidelity (emu.fidelity), as lines to print: why its figures are
+    doubtful; nothing for a run that kept up, or a model's."""
+    fidelity = (manifest.get("facts") or {}).get("fidelity") or {}
+    return list(fidelity.get("reasons") or []) if fidelity.get("marked") else []
+
+
+def saturation_lines(manifest: dict) -> list[str]:
+    """A model's nodes whose queue only grew (sim's fact `saturated`): what it delivered is
+    what they had the time for, the rest was still queued."""
+    saturated = (manifest.get("facts") or {}).get("saturated") or {}
+    return [f"{node}: queue grew to {row['queue_end']:,} jobs by the end (median "
+            f"{row['queue_median']:,}); the node could not keep up"
+            for node, row in saturated.items()]
+
+
+def run_summary(name: str, backend: str, outcomes: list) -> None:
+    """The table of a run's repetitions and sweep points, then each run's folder, warnings
+    and its features' own figures."""
+    keys = list(outcomes[0].point) if outcomes else []
+    table = Table(title=f"{escape(name)} ({backend})")
+    for column in ["rep", *keys, "emitted", "delivered", "filtered", "lost", "in flight",
+                   "msg/s", "p50 ms", "p95 ms", "p99 ms", "jitter"]:
+        table.add_column(escape(column.rsplit(".", 1)[-1]), justify="right")
+    for outcome in outcomes:
+        cells = [str(outcome.repetition), *(escape(str(outcome.point[k])) for k in keys)]
+        s = outcome.summary
+        if s is None:
+            table.add_row(*cells, "[red]failed[/red]", *[""] * 9)
+            continue
+        lat = s["latency_s"]
+        jitter = s["jitter"]["mean_abs"]
+        # An emulated run's figures taken on an overloaded host are marked (emu.fidelity).
+        mark = "*" if fidelity_lines(manifest_of(outcome.folder)) else ""
+        table.add_row(*cells, count(s.get("emitted")), count(s["delivered"]),
+                      count(s.get("filtered")), count(s["lost"]), count(s.get("in_flight")),
+                      f"{s['throughput_per_s']:.1f}", *(ms(lat[q]) + mark
+                                                        for q in ("p50", "p95", "p99")),
+                      f"{jitter:.3f}" if jitter is not None else "-")
+    console.print(table)
+    for outcome in outcomes:
+        say(f"results: {outcome.folder}")
+        manifest = manifest_of(outcome.folder)
+        if outcome.status == "degraded":
+            say(f"  degraded: {outcome.failed_summary()}", style="yellow")
+        for reason in fidelity_lines(manifest):
+            say(f"  * figures taken while the testbed was overloaded: {reason}",
+                style="yellow")
+        for line in saturation_lines(manifest):
+            say(f"  saturated: {line}", style="yellow")
+        if outcome.summary and outcome.summary.get("in_flight"):
+            s = outcome.summary
+            say(f"  {s['in_flight']:,} of {count(s.get('emitted'))} readings were still "
+                "queued or on a link when the run ended (in flight, not lost)", style="yellow")
+        if outcome.error:
+            say(f"  failed: {outcome.error}", style="red")
+        plot = outcome.folder / "latency.png"
+        if plot.exists():
+            say(f"plot:    {plot}")
+    if len(outcomes) == 1 and outcomes[0].summary:
+        feature_tables(outcomes[0].summary)
+
+
+def feature_tables(summary: dict) -> None:
+    """One short table per feature that ran, with the figures it declared
+    (workloads.features: each feature's `summary`)."""
+    if summary.get("migrations"):
+        migration_table(summary["migrations"])
+    for key, figures in (summary.get("features") or {}).items():
+        if key == "migrations" or not figures:
+            continue
+        shown = Table(title=key.replace("_", " "), title_justify="left", box=box.SIMPLE_HEAD)
+        for label in figures:
+            shown.add_column(escape(label), justify="right")
+        shown.add_row(*(_value(value) for value in figures.values()))
+        console.print(shown)
+
+
+def _value(value) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, float):
+        return f"{value:,.3f}"
+    if isinstance(value, int):
+        return f"{value:,}"
+    return escape(str(value))
+
+
+def migration_table(rows: list[dict]) -> None:
+    moved = Table(title="migrations", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("operator", "strategy", "source", "target", "start s", "downtime ms",
+                   "execution ms", "state bytes", "lost", "duplicates"):
+        moved.add_column(column, justify="left" if column in (
+            "operator", "strategy", "source", "target") else "right")
+    for row in rows:
+        moved.add_row(*(escape(str(row[k])) for k in (
+            "operator", "strategy", "source", "target")), f"{row['start']:.2f}",
+            ms(row["downtime"]), ms(row["execution"]), f"{row['state_bytes']:,}",
+            str(row["lost"]), str(row["duplicates"]))
+    console.print(moved)
+
+
+def show_run(manifest: dict, summary: dict, folder: Path) -> None:
+    """`foglab results show`: the manifest's facts, the headline figures, the nodes, and each
+    feature's own figures."""
+    facts = Table(title=f"run {escape(str(manifest.get('run', folder)))}",
+                  title_justify="left", box=box.SIMPLE_HEAD, show_header=False)
+    facts.add_column("field", style="bold")
+    facts.add_column("value")
+    for key in ("experiment", "backend", "seed", "status", "error", "failed_nodes", "start",
+                "end", "config_hash", "revision", "point"):
+        value = manifest.get(key)
+        if value not in (None, {}, []) or key in ("status",):
+            facts.add_row(key, escape(str(value)))
+    console.print(facts)
+    fidelity = (manifest.get("facts") or {}).get("fidelity")
+    if fidelity and fidelity.get("samples"):
+        pressure, lag = fidelity.get("host_pressure"), fidelity.get("relay_lag_s")
+        say("fidelity: host CPU pressure "
+            + (f"mean {pressure['mean']:.0%}, max {pressure['max']:.0%}" if pressure else "-")
+            + f" ({fidelity.get('pressure_source', '?')}); relay timers late by "
+            + (f"up to {lag['max'] * 1000:.1f} ms" if lag else "- (no relay)")
+            + f"; saturated for {fidelity['saturated_share']:.0%} of the run")
+    for reason in fidelity_lines(manifest):
+        say(f"figures taken while the testbed was overloaded: {reason}", style="yellow")
+    for line in saturation_lines(manifest):
+        say(f"saturated: {line}", style="yellow")
+    if not summary:
+        say("no summary: the run wrote no tables", style="yellow")
+        return
+    figures = Table(title="figures", title_justify="left", box=box.SIMPLE_HEAD)
+    for column in ("emitted", "delivered", "filtered", "lost", "in flight", "loss", "msg/s",
+                   "mean ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "jitter"):
+        figures.add_column(column, justify="right")
+    latency, jitter = summary["latency_s"], summary["jitter"]["mean_abs"]
+    figures.add_row(count(summary.get("emitted")), count(summary["delivered"]),
+                    count(summary.get("filtered")), count(summary["lost"]),
+                    count(summary.get("in_flight")),
+                    f"{summary['loss_rate']:.2%}", f"{summary['throughput_per_s']:.1f}",
+                    *(ms(latency[k]) for k in ("mean", "p50", "p95", "p99", "max")),
+                    f"{jitter:.3f}" if jitter is not None else "-")
+    console.print(figures)
+    if summary.get("nodes"):
+        nodes = Table(title="nodes", title_justify="left", box=box.SIMPLE_HEAD)
+        for column in ("node", "cpu mean", "cpu max", "memory MB", "queue max"):
+            nodes.add_column(column, justify="left" if column == "node" else "right")
+        for node, row in summary["nodes"].items():
+            nodes.add_row(escape(node), f"{row['cpu_mean']:.1%}", f"{row['cpu_max']:.1%}",
+                          f"{row['memory_mean'] / 1e6:.1f}", str(row["queue_max"]))
+        console.print(nodes)
+    feature_tables(summary)
