@@ -4,6 +4,7 @@ and the small API that loads runs and sweeps into pandas for notebooks."""
 from __future__ import annotations
 
 import contextlib
+import glob
 import json
 import os
 import platform
@@ -152,6 +153,31 @@ def load_run(folder: Path | str) -> Run:
     if not (folder / "manifest.json").exists():
         raise FileNotFoundError(f"{folder} is not a run folder (no manifest.json)")
     return Run(folder)
+
+
+def find_run(run: Path | str, root: Path | str = "results") -> Run:
+    """A run by its folder, or by the id `foglab results list` prints (`<run>`, or
+    `<experiment>/<run>` where two experiments have a run of that id) under `root`.
+
+    FileNotFoundError (or LookupError for an id that is ambiguous) says which."""
+    folder, root = Path(run), Path(root)
+    if (folder / "manifest.json").exists():
+        return Run(folder)
+    if folder.exists() or folder.is_absolute() or len(folder.parts) > 2:
+        return load_run(folder)  # a folder, which says what it lacks
+    if len(folder.parts) == 1:
+        matches = sorted(path.parent for path in
+                         root.glob(f"*/{glob.escape(folder.name)}/manifest.json"))
+    else:
+        matches = [root / folder] if (root / folder / "manifest.json").exists() else []
+    if len(matches) > 1:
+        raise LookupError(f"{run}: {len(matches)} runs have that id under {root} ("
+                          + ", ".join(str(m.relative_to(root)) for m in matches)
+                          + "): give EXPERIMENT/RUN")
+    if not matches:
+        raise FileNotFoundError(f"{run} is not a run folder (no manifest.json), nor a run id "
+                                f"under {root} (`foglab results list` shows them)")
+    return Run(matches[0])
 
 
 def load_table(runs_: list[Run], name: str = "messages") -> pd.DataFrame:
