@@ -17,7 +17,7 @@ from emu.calibrate_cli import calibrate
 from emu.cli import topology_or_exit
 from experiments.emu_commands import app as emu_app
 from experiments.loader import Experiment, load
-from experiments.runner import Reporter, run_experiment
+from experiments.runner import Estimate, Reporter, run_experiment, shown_duration
 from topologies.errors import SpecError
 from topologies.terminal import (
     bars,
@@ -72,24 +72,41 @@ def _load(experiment: str, sets: list[str] | None, sweeps: list[str] | None) -> 
 
 
 class RichReporter(Reporter):
-    """Progress over (simulated) time and over runs, and a line per finished run."""
+    """Progress over (simulated) time and over runs with the time left (`runs (ETA 3m 05s)`),
+    a line per failed run and per step after the runs, and the runs that finished."""
 
     def __init__(self, progress):
         self.bars = progress
         self.runs = None
         self.current = None
         self.folder: Path | None = None  # the run under way, for an interrupt to name
+        self.total = 0
+        self.finished: list[tuple[str, Path, str | None]] = []  # label, folder, error
+        self.estimate: Estimate | None = None
+        self.duration = 0.0
 
-    def start(self, total_runs: int) -> None:
+    def start(self, total_runs: int, total_seconds: float = 0.0) -> None:
+        self.total = total_runs
+        self.estimate = Estimate(total_seconds)
         self.runs = self.bars.add_task("runs", total=total_runs)
 
     def run_started(self, label: str, folder: Path, duration: float) -> None:
         self.folder = folder
         self.label = f"run {label}"
+        self.duration = duration
         self.current = self.bars.add_task(self.label, total=duration)
 
     def progress(self, seconds: float) -> None:
         self.bars.update(self.current, completed=seconds)
+        self._tell_left(min(seconds, self.duration))
+
+    def _tell_left(self, current: float) -> None:
+        left = self.estimate.left(current) if self.estimate else None
+        if left is not None:
+            self.bars.update(self.runs, description=f"runs (ETA {shown_duration(left)})")
+
+    def note(self, text: str) -> None:
+        say(text)
 
     def stage(self, text: str) -> None:
         self.bars.update(self.current, description=f"{self.label} ({text})")
@@ -98,6 +115,10 @@ class RichReporter(Reporter):
         self.bars.update(self.current, visible=False)
         self.bars.advance(self.runs)
         self.folder = None
+        self.finished.append((label, folder, error_text))
+        if self.estimate:
+            self.estimate.run_ended(self.duration)
+            self._tell_left(0.0)
         if error_text:
             say(f"run {label} failed: {error_text}", style="red")
 
@@ -118,7 +139,8 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
 
 def _execute(loaded: Experiment, out: Path, sweep_id: str | None = None) -> list:
     """Run an experiment with progress bars; a Ctrl-C or SIGTERM (e.g. `timeout`) stops it,
-    says which run folder is marked interrupted, and exits 130 (143)."""
+    says which run folder is marked interrupted and which runs had finished (and where), and
+    exits 130 (143)."""
     folder_to_write("--out", out)
     with stop_on_signals():
         reporter = None
@@ -130,6 +152,11 @@ def _execute(loaded: Experiment, out: Path, sweep_id: str | None = None) -> list
             where = reporter.folder if reporter is not None else None
             say("interrupted" + (f": run {where} is marked interrupted; what it had written "
                                  f"is there" if where else ""), style="yellow")
+            if reporter is not None and reporter.total > 1:
+                say(f"{len(reporter.finished)} of {reporter.total} runs had finished"
+                    + (":" if reporter.finished else ""), style="yellow")
+                for label, folder, failure in reporter.finished:
+                    say(f"  run {label}: {folder}" + (f" (failed: {failure})" if failure else ""))
             raise typer.Exit(exit_code(stop)) from None
 
 

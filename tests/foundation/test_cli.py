@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -242,7 +243,9 @@ def test_sigterm_marks_the_run_interrupted_and_piped_output_shows_progress(
                      tmp_path)
     try:
         first = process.stdout.readline()  # the first progress line, about 5 s in
-        assert "runs: 0/1 (0%) | run p0 r0: " in first and "/36,000 (" in first, first
+        # the runs' bar says the time left: `runs (ETA 4m 23s): 0/1 (0%)`
+        assert re.search(r"runs \(ETA [0-9hms ]+\): 0/1 \(0%\) \| run p0 r0: ", first), first
+        assert "/36,000 (" in first, first
         process.send_signal(signal.SIGTERM)
         output = first + process.stdout.read()
         assert process.wait(timeout=60) == 143, output
