@@ -10,6 +10,7 @@ import copy
 import hashlib
 import itertools
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -19,6 +20,7 @@ from pydantic import ValidationError
 from experiments import catalog
 from experiments.checks import check
 from experiments.spec import ExperimentSpec
+from topologies import units
 from topologies.documents import Document, DuplicateKey, load_text, parse, read
 from topologies.errors import SpecError, format_path
 from topologies.fields import WRITTEN
@@ -95,6 +97,36 @@ def load(source: str | Path, overrides: list[str] = (), sweeps: list[str] = ()) 
 def load_document(document: Document, overrides: list[str] = (),
                   sweeps: list[str] = ()) -> Experiment:
     """Validate a parsed experiment file with its references, overrides and sweeps."""
+    try:
+        return _load(document, overrides, sweeps)
+    except SpecError as error:
+        raise _blamed(error, document, overrides, sweeps) from None
+
+
+def _blamed(error: SpecError, document: Document, overrides: list[str],
+            sweeps: list[str]) -> SpecError:
+    """An error placed in a file that the file alone does not have is the options' doing (a
+    --set run.duration shorter than a migration's time): it names the first option that
+    brings it on its own, else all of them, rather than a line the user did not change."""
+    options = [f"--set {o}" for o in overrides] + [f"--sweep {s}" for s in sweeps]
+    if not options or error.file in options or (error.file or "").startswith("--"):
+        return error
+
+    def same(overrides: list[str], sweeps: list[str]) -> bool:
+        try:
+            _load(document, overrides, sweeps)
+        except SpecError as other:
+            return other.path == error.path and other.expected == error.expected
+        return False
+
+    if same([], []):
+        return error  # the file's own mistake
+    cause = next((f"--set {o}" for o in overrides if same([o], [])), None) or next(
+        (f"--sweep {s}" for s in sweeps if same([], [s])), None) or ", ".join(options)
+    return SpecError(error.path, error.value, error.expected, cause)
+
+
+def _load(document: Document, overrides: list[str], sweeps: list[str]) -> Experiment:
     data = document.data
     if not isinstance(data, dict):
         raise SpecError((), data, "a mapping with name, topology, workload, pipeline and run",
@@ -109,6 +141,8 @@ def load_document(document: Document, overrides: list[str] = (),
             sources.overrides[path] = option
     references = _resolve_references(merged, document, sources)
     _resolve_files(merged, document)
+    assignments = [(path if path in REFERENCE_PATHS else _by_name(merged, path, option),
+                    value, option) for path, value, option in assignments]
     for path, value, option in assignments:
         if path not in REFERENCE_PATHS:
             sources.overrides[path] = option
@@ -120,10 +154,11 @@ def load_document(document: Document, overrides: list[str] = (),
     # A --set of a key the file sweeps sets it for every run: that key's sweep goes (else the
     # sweep's values would silently win over the option).
     set_paths = {path for path, _, _ in assignments}
-    for key in [k for k in plan if _dotted(str(k)) in set_paths]:
+    for key in [k for k in plan if _swept_path(merged, k) in set_paths]:
         del plan[key]
     for option in sweeps:
         path, values = _assignment(option, "--sweep")
+        path = _by_name(merged, path, f"--sweep {option}")
         if not isinstance(values, list) or not values:
             raise SpecError((), option, "--sweep KEY=[v1, v2, ...] with at least one value",
                             f"--sweep {option}")
@@ -206,8 +241,8 @@ def _product(plan: dict, sources: _Sources) -> list[dict[str, object]]:
 def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoint:
     data = copy.deepcopy(merged)
     for key, value in values.items():
-        path = _dotted(key)
         try:
+            path = _by_name(data, _dotted(key), f"sweep.{key}")
             _assign(data, path, value, f"sweep.{key}")
         except SpecError as error:
             raise sources.place(SpecError(("sweep", key), value, error.expected)) from None
@@ -223,9 +258,29 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
     return RunPoint(index, values, spec, topology, hashlib.sha256(canonical.encode()).hexdigest())
 
 
+# Pydantic's bounds, as an error says them: `at most 30d`.
+_BOUNDS = {"less_than_equal": ("le", "at most"), "less_than": ("lt", "less than"),
+           "greater_than_equal": ("ge", "at least"), "greater_than": ("gt", "more than")}
+
+
+def _bound(item: dict, written: object) -> str | None:
+    """A bound the value broke, in the unit the value was written in (`at most 30d` for
+    `40d`, not 2592000): pydantic checks the parsed number against the bound in base units."""
+    key, words = _BOUNDS.get(item["type"], (None, None))
+    limit = (item.get("ctx") or {}).get(key)
+    if key is None or isinstance(limit, bool) or not isinstance(limit, int | float):
+        return None
+    parsed = item.get("input")
+    shown = (units.written_like(written, parsed, limit)
+             if isinstance(parsed, int | float) and not isinstance(parsed, bool) else None)
+    return f"{words} {shown if shown is not None else f'{limit:,g}'}"
+
+
 def _first_error(exc: ValidationError, data: dict, sources: _Sources, values: dict) -> SpecError:
     errors = []
-    for item in exc.errors(include_url=False):
+    # A misspelt or misplaced field first: the fields it leaves missing follow from it.
+    items = sorted(exc.errors(include_url=False), key=lambda i: i["type"] != "extra_forbidden")
+    for item in items:
         path = _data_path(data, item["loc"])
         message = item["msg"].removeprefix("Value error, ")
         if item["type"] == "missing":
@@ -233,6 +288,8 @@ def _first_error(exc: ValidationError, data: dict, sources: _Sources, values: di
             value = None
         else:
             value = item.get("input")
+        if (bound := _bound(item, _written(data, path))) is not None:
+            message, value = bound, _written(data, path)
         if item["type"] == "extra_forbidden":
             message = "no such field here; check its spelling and indentation"
         error = sources.place(SpecError(path, value, message))
@@ -266,6 +323,15 @@ def _data_path(data: object, loc: tuple) -> tuple:
     return tuple(path)
 
 
+def _written(data: object, path: tuple) -> object:
+    """The value at `path` as written (`40d`), before the schema parsed it; None if none."""
+    for part in path:
+        if not _has(data, part):
+            return None
+        data = data[part]
+    return data
+
+
 def _has(node: object, part: object) -> bool:
     """Whether a parsed YAML mapping or list has `part` (a key, or an index in range)."""
     return (isinstance(node, dict) and part in node) or (
@@ -286,8 +352,44 @@ def _assignment(option: str, flag: str) -> tuple[tuple, object]:
     return _dotted(key.strip()), value
 
 
+# A part of a key: `name`, or `[0]` / `[name]` in brackets, as errors write a field's path
+# (`pipeline[0].cost`); a bracket keeps a name with dots whole (`profiles[vm.small]`).
+_PART = re.compile(r"\[([^\]]*)\]|([^.\[\]]+)")
+
+
 def _dotted(key: str) -> tuple:
-    return tuple(int(part) if part.isdigit() else part for part in key.split("."))
+    """`pipeline.0.cost` and `pipeline[0].cost` -> ('pipeline', 0, 'cost')."""
+    parts = [bracketed or plain for bracketed, plain in _PART.findall(key)]
+    return tuple(int(part) if part.isdigit() else part for part in parts)
+
+
+def _swept_path(data: dict, key: object) -> tuple:
+    """The path a sweep key of the file names, its names as indices where they resolve."""
+    try:
+        return _by_name(data, _dotted(str(key)), f"sweep.{key}")
+    except SpecError:
+        return _dotted(str(key))  # refused where the sweep is expanded
+
+
+def _by_name(data: dict, path: tuple, option: str) -> tuple:
+    """`path` with names of list entries as their indices: `pipeline.filter.cost` is
+    `pipeline.0.cost` where the pipeline's first operator is named filter (operators, nodes,
+    sites: any list whose entries have a `name`)."""
+    node: object = data
+    resolved: list = []
+    for i, part in enumerate(path):
+        if isinstance(node, list) and isinstance(part, str):
+            names = [item.get("name") if isinstance(item, dict) else None for item in node]
+            if part not in names:
+                known = ", ".join(str(n) for n in names if n is not None)
+                raise SpecError(path[:i + 1], part, f"an index (0 to {len(node) - 1}) or the "
+                                f"name of an entry of {format_path(tuple(resolved))}"
+                                + (f" ({known})" if known else ": its entries have no names"),
+                                option)
+            part = names.index(part)
+        resolved.append(part)
+        node = node[part] if _has(node, part) else None
+    return tuple(resolved)
 
 
 def _assign(data: dict, path: tuple, value: object, option: str) -> None:

@@ -767,7 +767,7 @@ def test_sawtooth_stream_ramps_up_within_each_period() -> None:
 
 def test_a_stream_starts_when_told() -> None:
     text = SHAPED.format(rate="5/s", shape="constant", duration="10s", arrivals="poisson")
-    text = text.replace("shape: constant}", "shape: constant, start: 4}")
+    text = text.replace("shape: constant}", "shape: constant, start: 4s}")
     sent = messages(text)["t_sent"]
     assert sent.min() >= 4.0
     assert len(sent) == pytest.approx(10 * 5 * 6, rel=0.15)
