@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 import experiments
@@ -19,6 +21,42 @@ FOLDERS = {
 def names(kind: str) -> list[str]:
     """The catalog entries of one kind, by name."""
     return topology_catalog.names(FOLDERS[kind])
+
+
+@dataclass(frozen=True)
+class Entry:
+    """A catalog entry as `foglab list` shows it: its name, its description's first sentence, and
+    for an experiment its topology (a name, or `inline` when the file describes it)."""
+
+    kind: str
+    name: str
+    description: str
+    topology: str | None = None
+
+
+def entries(kind: str) -> list[Entry]:
+    """The catalog entries of one kind, with what their files say of themselves."""
+    from topologies.documents import read
+
+    found = []
+    for name in names(kind):
+        try:
+            data = read(FOLDERS[kind] / f"{name}.yaml").data
+        except SpecError as failure:  # shown, not hidden: a broken entry is worth knowing of
+            found.append(Entry(kind, name, f"(unreadable: {failure})"))
+            continue
+        data = data if isinstance(data, dict) else {}
+        topology = data.get("topology") if kind == "experiment" else None
+        found.append(Entry(kind, name, first_sentence(str(data.get("description") or "")),
+                           None if topology is None else
+                           topology if isinstance(topology, str) else "inline"))
+    return found
+
+
+def first_sentence(text: str) -> str:
+    """A description's first sentence on one line (a full stop before a capital ends it, so
+    that "Fig. 5" does not)."""
+    return re.split(r"(?<=\.)\s+(?=[A-Z])", " ".join(text.split()), maxsplit=1)[0]
 
 
 def find(kind: str, name: str, base: Path | None = None) -> Path | None:

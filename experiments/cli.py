@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
+from rich import box
 from rich.table import Table
 
 from emu.calibrate_cli import calibrate
@@ -54,9 +55,53 @@ Sweeps = Annotated[list[str] | None, typer.Option(
     "--sweep", help=escape("KEY=[v1,v2]: one run per value, e.g. run.seed=[1,2,3]"))]
 
 
+def _version(shown: bool) -> None:
+    if shown:
+        from importlib import metadata
+
+        from experiments.results import git_revision
+
+        try:
+            version = metadata.version("foglab")
+        except metadata.PackageNotFoundError:  # run from a checkout that was not installed
+            version = "(not installed)"
+        revision = git_revision()
+        say(f"foglab {version}" + (f" (git {revision})" if revision else ""))
+        raise typer.Exit()
+
+
 @app.callback()
-def _main() -> None:
+def _main(version: Annotated[bool, typer.Option(
+        "--version", is_eager=True, callback=_version,
+        help="the package's version and the git revision it runs from")] = False) -> None:
     fit_output()
+
+
+@app.command("list")
+def list_catalog(kind: Annotated[str | None, typer.Argument(
+        help="experiments, topologies or workloads (default: all three)")] = None) -> None:
+    """The catalog: each shipped experiment, topology and workload with its description (a
+    name runs or shows as it is: `foglab run NAME`, `foglab topo show NAME`)."""
+    from experiments.catalog import entries
+
+    kinds = {"experiments": "experiment", "topologies": "topology", "workloads": "workload"}
+    if kind is not None:
+        one_of("KIND", kind, list(kinds))
+    for plural, singular in kinds.items():
+        if kind not in (None, plural):
+            continue
+        table = Table(title=plural, title_justify="left", box=box.SIMPLE_HEAD)
+        found = entries(singular)
+        table.add_column("name", no_wrap=True, min_width=max(len(e.name) for e in found))
+        if singular == "experiment":
+            table.add_column("topology", no_wrap=True, min_width=max(
+                len(e.topology or "") for e in found))
+        # One line each on a terminal too: the rest of a description is in its file.
+        table.add_column("description", no_wrap=True, overflow="ellipsis")
+        for entry in found:
+            topology = [escape(entry.topology or "")] if singular == "experiment" else []
+            table.add_row(escape(entry.name), *topology, escape(entry.description))
+        console.print(table)
 
 
 def ms(seconds: float | None) -> str:
@@ -378,11 +423,11 @@ def results_show(run_folder: Path) -> None:
     """Show one run: its manifest's facts, its headline figures, its nodes, and each
     feature's own figures (migrations, recoveries, replicas, faults, broadcasts, ...)."""
     from experiments.report import show_run
-    from experiments.results import load_run
+    from experiments.results import find_run
 
     try:
-        found = load_run(run_folder)
-    except FileNotFoundError as failure:
+        found = find_run(run_folder)  # a folder, or an id that `results list` prints
+    except (FileNotFoundError, LookupError) as failure:
         error(failure)
         raise typer.Exit(2) from None
     show_run(found.manifest, found.summary or {}, run_folder)
