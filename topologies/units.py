@@ -8,7 +8,7 @@ import re
 _NUMBER = r"([0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?)"
 _QUANTITY = re.compile(rf"^\s*{_NUMBER}\s*([A-Za-zµ/%]*)\s*$")
 # A number and the unit after it, whatever the unit (a rate's `/min` or `/10s` included).
-_QUANTITY_TEXT = re.compile(rf"^\s*{_NUMBER}\s*(\S.*?)\s*$")
+_QUANTITY_TEXT = re.compile(rf"^\s*{_NUMBER}\s*([^\s\d.eE].*?)\s*$")
 
 _DURATION = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
              "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
