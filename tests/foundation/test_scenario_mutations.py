@@ -46,8 +46,9 @@ def _names(name: str) -> list[str]:
 
 NAMES_OF = {name: _names(name) for name in SHIPPED}
 
-# What a mutated value may become: times (numbers and strings with units, in and out of a
-# run), names (nodes, operators, nothing), and values of the wrong type.
+# What a mutated value may become: times (strings with units, in and out of a run, and bare
+# numbers, which only 0 passes), names (nodes, operators, nothing), and values of the wrong
+# type.
 TIMES = st.one_of(st.floats(-5, 200, allow_nan=False).map(lambda x: round(x, 2)),
                   st.integers(0, 200).map(lambda x: f"{x}s"), st.sampled_from(["0", "1ms"]))
 NAMES = st.sampled_from(["gw-1", "gw-2", "gw-3", "broker-1", "broker-2", "cloud-1", "cloud-2",
@@ -112,7 +113,8 @@ def mutations(draw) -> tuple[str, dict, list]:
             done.append(("graft", key))
             continue
         if how == "duration":
-            data["run"]["duration"] = draw(st.sampled_from([0.5, 1, 2, 5, 10, 25, 40]))
+            data["run"]["duration"] = draw(st.sampled_from(["0.5s", "1s", "2s", "5s", "10s",
+                                                             "25s", "40s"]))
             done.append(("run.duration", data["run"]["duration"]))
             continue
         if not paths:
@@ -134,9 +136,8 @@ def mutations(draw) -> tuple[str, dict, list]:
         elif isinstance(parent, list):
             parent.insert(last, copy.deepcopy(parent[last]))
         done.append((how, path, parent[last] if how == "replace" else None))
-    duration = data["run"].get("duration")
-    if not isinstance(duration, int | float) or duration > LONGEST:
-        data["run"]["duration"] = min(float(_seconds(duration)), LONGEST)
+    if _seconds(data["run"].get("duration")) > LONGEST:
+        data["run"]["duration"] = f"{LONGEST:g}s"
     return name, data, done
 
 
