@@ -1,5 +1,6 @@
 """Does the model predict the emulation? One configuration's runs on several backends, compared
-figure by figure against the emulation (`foglab compare`).
+figure by figure against the emulation (`foglab compare`); and any two runs or configurations
+(two run folders, two seeds, calibrated against not), the second against the first.
 
 `compare` is pure: from each backend's run (`RunData`: its summary and tables, as
 `experiments.summary` computed them) to a `Comparison`: delivered, lost, throughput, latency
@@ -151,7 +152,8 @@ def _met(value: float | None, reference: float | None, error: float | None,
 
 
 def _delivered(messages: pd.DataFrame) -> pd.DataFrame:
-    return messages[~messages["lost"].astype(bool)]
+    # With a latency: a filtered, lost or in-flight message has none (messages.state).
+    return messages[messages["latency"].notna()]
 
 
 def _latency_rows(data: dict[str, RunData]) -> list[Figure]:
@@ -219,9 +221,11 @@ def _unsaturated(run: RunData) -> dict | None:
 
 
 def compare(data: dict[str, RunData], experiment: str = "",
-            reference: str = REFERENCE) -> Comparison:
-    """Each backend's figures beside the reference's, with relative errors, targets and the
-    reference's doubts."""
+            reference: str = REFERENCE, targets: dict[str, float] | None = None) -> Comparison:
+    """Each run's figures (by its label: a backend, or which configuration) beside the
+    reference's, with relative errors, targets (issue 17's model-against-emulation ones unless
+    `targets` says others; {} for none) and the reference's doubts."""
+    targets = TARGETS if targets is None else targets
     if reference not in data:
         raise ValueError(f"no {reference} run to compare against: runs are {', '.join(data)}")
     backends = list(data)
@@ -235,7 +239,7 @@ def compare(data: dict[str, RunData], experiment: str = "",
     ]
     host, per_node = _doubts(ref.fidelity)
     for figure in figures:
-        figure.target = TARGETS.get(figure.key)
+        figure.target = targets.get(figure.key)
         base = figure.values.get(reference)
         for backend in backends:
             if backend == reference:
@@ -256,6 +260,38 @@ def compare(data: dict[str, RunData], experiment: str = "",
     return Comparison(experiment, reference, backends,
                       {b: str(r.folder) for b, r in data.items()}, figures, ref.fidelity,
                       _unsaturated(ref), notes)
+
+
+def flat(config: dict, prefix: str = "") -> dict[str, object]:
+    """A nested config as dotted keys (lists by index), the way --set names fields."""
+    found: dict[str, object] = {}
+    items = config.items() if isinstance(config, dict) else enumerate(config)
+    for key, value in items:
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict | list) and value:
+            found.update(flat(value, dotted + "."))
+        else:
+            found[dotted] = value
+    return found
+
+
+def differences(first: dict, second: dict, limit: int = 12) -> list[str]:
+    """What sets two runs apart, from their manifests: backend, seed and each field of the
+    resolved config that differs (`run.seed: 7 -> 8`); at most `limit` lines, then a count."""
+    lines = [f"{key}: {first.get(key)} -> {second.get(key)}" for key in ("experiment", "backend",
+             "seed") if first.get(key) != second.get(key)]
+    a, b = flat(first.get("config") or {}), flat(second.get("config") or {})
+    for key in sorted(set(a) | set(b), key=lambda k: (k.split(".")[0], k)):
+        if key != "run.seed" and a.get(key, "(none)") != b.get(key, "(none)"):
+            lines.append(f"{key}: {a.get(key, '(none)')} -> {b.get(key, '(none)')}")
+    if len(lines) > limit:
+        lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
+    return lines
+
+
+def labels(first: str, second: str) -> tuple[str, str]:
+    """Column labels for two runs: their names, numbered when they are the same."""
+    return (first, second) if first != second else (f"1: {first}", f"2: {second}")
 
 
 # ---------------------------------------------------------------------------- reading runs
@@ -324,22 +360,28 @@ def shown_error(error: float | None) -> str:
 
 def table(comparison: Comparison):
     """The comparison as a rich Table: a column per backend (the reference's values marked
-    * where its fidelity doubts them), a relative error per other backend, and the target."""
+    * where its fidelity doubts them), a relative error per other backend, and the target;
+    without targets (two runs or configurations), a relative change and no target column."""
     from rich import box
     from rich.markup import escape
     from rich.table import Table
 
     ref = comparison.reference
     others = [b for b in comparison.backends if b != ref]
-    view = Table(title=f"{escape(comparison.experiment)}: {' vs '.join(comparison.backends)} "
-                 f"(errors against {ref})", title_justify="left", box=box.SIMPLE_HEAD)
+    targeted = any(figure.target is not None for figure in comparison.figures)
+    view = Table(title=f"{escape(comparison.experiment)}: "
+                 f"{escape(' vs '.join(comparison.backends))} "
+                 f"({'errors against' if targeted else 'changes against'} {escape(ref)})",
+                 title_justify="left", box=box.SIMPLE_HEAD)
     view.add_column("figure")
     view.add_column("unit")
     for backend in comparison.backends:
-        view.add_column(backend, justify="right")
+        view.add_column(escape(backend), justify="right")
     for backend in others:
-        view.add_column(f"{backend} error", justify="right")
-    view.add_column("target", justify="right")
+        view.add_column(escape(f"{backend} error" if targeted else "change" if len(others) == 1
+                               else f"{backend} change"), justify="right")
+    if targeted:
+        view.add_column("target", justify="right")
     for figure in comparison.figures:
         cells = []
         for backend in comparison.backends:
@@ -353,7 +395,8 @@ def table(comparison: Comparison):
             errors.append(f"[{colour}]{text}[/{colour}]" if colour else text)
         target = ("" if figure.target is None else "equal" if figure.target == 0
                   else f"±{figure.target:.0%}")
-        view.add_row(escape(figure.label), figure.unit, *cells, *errors, target)
+        view.add_row(escape(figure.label), figure.unit, *cells, *errors,
+                     *([target] if targeted else []))
     return view
 
 
