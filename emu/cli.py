@@ -287,6 +287,8 @@ def emu_up(
     """Bring a topology up as containers with idle agents (no drivers, no operators), or an
     experiment's with its devices and operators running from one epoch (--experiment); print
     their status, and hold it until Ctrl-C (or with --detach, until `foglab emu down`)."""
+    if zookeeper not in (1, 3):
+        refuse(f"--zookeeper {zookeeper}: 1 server, or 3 for an ensemble")
     if records is not None:
         folder_to_write("--records", records)
     for item in label or []:
@@ -568,8 +570,8 @@ def emu_migrate(
 
     positive("--timeout", timeout)
     if strategy is not None and strategy not in STRATEGIES:
-        error(f"unknown strategy {strategy!r}; strategies on emu: {', '.join(STRATEGIES)}")
-        raise typer.Exit(2)
+        refuse(f"--strategy {strategy}: unknown strategy {strategy!r}; strategies on emu: "
+               f"{', '.join(STRATEGIES)}")
     client = _docker()
     name = _which_cluster(client, cluster)
     agents, brokers, kinds = agents_and_brokers(client, name)
