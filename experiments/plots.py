@@ -40,7 +40,7 @@ def latency_plot(folder: Path | str, out: Path | str | None = None) -> LatencyPl
                                events(run.table("faults"), run.table("migrations")))
     path = Path(out) if out else Path(folder) / "latency.png"
     fig.savefig(path, dpi=110)
-    return LatencyPlot(path, int((~run.messages["lost"]).sum()), note)
+    return LatencyPlot(path, int(run.messages["latency"].notna().sum()), note)
 
 
 class Event(NamedTuple):
@@ -71,9 +71,13 @@ def latency_figure(messages: pd.DataFrame, title: str,
     """Two panels: the latency ECDF per stream, and the per-second median and p95 over time
     with the faults and migrations marked as vertical lines; without delivered messages, the
     reason written across the figure (and returned)."""
-    delivered = messages[~messages["lost"]].copy()
+    # Delivered: with a latency (a filtered, lost or in-flight message has none).
+    delivered = messages[messages["latency"].notna()].copy()
     delivered["latency_ms"] = delivered["latency"] * 1000
     note = empty_reason(len(messages), int(messages["lost"].sum()))
+    if note is None and delivered.empty:
+        note = (f"no delivered messages: none of {len(messages):,} reached a sink before "
+                "the end (filtered, or still in flight)")
     # A Figure of its own, not pyplot's: choosing a backend here (Agg) would turn off the
     # inline figures of a notebook that runs experiments; the style is only this figure's.
     with matplotlib.rc_context(sns.axes_style("whitegrid")):

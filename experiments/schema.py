@@ -7,12 +7,16 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 _name = pa.dictionary(pa.int32(), pa.string())
+STATES = ("delivered", "filtered", "lost", "in_flight")  # a message's end (messages.state)
 
 TABLES: dict[str, pa.Schema] = {
     "messages": pa.schema([
         ("id", pa.int64()), ("stream", _name), ("source", _name), ("sink", _name),
         ("t_sent", pa.float64()), ("t_received", pa.float64()), ("latency", pa.float64()),
         ("hops", pa.int32()), ("lost", pa.bool_()),
+        # How the message ended: delivered, filtered (an operator dropped it, or nothing reads
+        # its topic), lost, or in_flight (still queued or on a link when the run ended).
+        ("state", _name),
     ]),
     "nodes": pa.schema([
         ("t", pa.float64()), ("node", _name), ("cpu", pa.float64()), ("memory", pa.float64()),
@@ -92,6 +96,7 @@ TABLES: dict[str, pa.Schema] = {
 # Columns a backend may leave out: what only some backends measure. Left out, they are null.
 MEASURED_BY_SOME: dict[str, tuple[str, ...]] = {
     "nodes": ("host_pressure", "relay_lag", "throttled"),
+    "messages": ("state",),  # null: written before states (delivered unless lost)
 }
 
 
@@ -180,10 +185,15 @@ def check(name: str, table: pa.Table) -> None:
 def _messages(name: str, table: pa.Table) -> None:
     _required(name, table, ["id", "stream", "source", "t_sent", "hops", "lost"])
     lost = table.column("lost")
+    state = pc.cast(table.column("state"), pa.string())
+    _fail(name, table, "state is delivered, filtered, lost or in_flight",
+          pc.and_(pc.is_valid(state), pc.invert(pc.is_in(state, pa.array(list(STATES))))))
+    _fail(name, table, "lost is true exactly where the state is lost",
+          pc.not_equal(pc.equal(state, "lost"), lost))
+    delivered = pc.if_else(pc.is_null(state), pc.invert(lost), pc.equal(state, "delivered"))
     for column in ("sink", "t_received", "latency"):
-        _fail(name, table, f"{column} is null exactly where the message is lost",
-              pc.not_equal(_null(table, column), lost))
-    delivered = pc.invert(lost)
+        _fail(name, table, f"{column} is null exactly where the message is not delivered",
+              pc.equal(_null(table, column), delivered))
     latency = table.column("latency")
     _fail(name, table, "latency is t_received - t_sent for a delivered message",
           pc.and_(delivered, pc.greater(pc.abs(pc.subtract(

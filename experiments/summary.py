@@ -8,22 +8,77 @@ import numpy as np
 import pyarrow as pa
 
 
-def summarise(tables: dict[str, pa.Table], duration: float, sample: float) -> dict:
+def summarise(tables: dict[str, pa.Table], duration: float, sample: float,
+              facts: dict | None = None) -> dict:
+    """The headline figures. Each reading counts once, in the state its best copy ended in
+    (delivered, else in flight, else filtered, else lost): delivered + filtered + lost +
+    in_flight = emitted. `deliveries` counts every copy a sink took (a reading two sinks read
+    counts twice there), and throughput and latency are over those. `facts`: the run's, for
+    the features' figures that need them (workloads.features: each feature's `summary`)."""
     messages = tables["messages"]
-    lost = messages.column("lost").to_numpy(zero_copy_only=False)
-    latency = messages.column("latency").to_numpy(zero_copy_only=False)[~lost]
-    received = messages.column("t_received").to_numpy(zero_copy_only=False)[~lost]
-    delivered = int(latency.size)
+    state = message_states(messages)
+    delivered_rows = state == "delivered"
+    latency = messages.column("latency").to_numpy(zero_copy_only=False)[delivered_rows]
+    received = messages.column("t_received").to_numpy(zero_copy_only=False)[delivered_rows]
+    counts = reading_counts(messages.column("id").to_numpy(zero_copy_only=False), state)
+    emitted = sum(counts.values())
     return {
-        "delivered": delivered,
-        "lost": int(lost.sum()),
-        "loss_rate": float(lost.mean()) if lost.size else 0.0,
-        "throughput_per_s": delivered / duration if duration else 0.0,
+        "emitted": emitted,
+        **counts,
+        "deliveries": int(delivered_rows.sum()),
+        "loss_rate": counts["lost"] / emitted if emitted else 0.0,
+        "throughput_per_s": int(delivered_rows.sum()) / duration if duration else 0.0,
         "latency_s": _percentiles(latency),
         "jitter": _jitter(received, duration, sample),
         "nodes": _nodes(tables["nodes"]),
         "migrations": _migrations(tables.get("migrations")),
+        "features": feature_figures(tables, facts or {}),
     }
+
+
+# A reading's state is its best copy's: the first of these its copies reached.
+_ORDER = ("delivered", "in_flight", "filtered", "lost")
+
+
+def message_states(messages: pa.Table) -> np.ndarray:
+    """Each row's state; a table written before states were (no `state` column, or null):
+    delivered unless lost."""
+    lost = messages.column("lost").to_numpy(zero_copy_only=False).astype(bool)
+    legacy = np.where(lost, "lost", "delivered").astype(object)
+    if "state" not in messages.column_names:
+        return legacy
+    state = messages.column("state").cast(pa.string()).to_numpy(zero_copy_only=False)
+    missing = np.array([value is None for value in state], dtype=bool)
+    return np.where(missing, legacy, state).astype(object) if missing.any() else state
+
+
+def reading_counts(ids: np.ndarray, state: np.ndarray) -> dict[str, int]:
+    """How many distinct messages (by id) ended in each state, each by its best copy."""
+    rank = np.full(state.shape, len(_ORDER), dtype=np.int8)
+    for i, name in enumerate(_ORDER):
+        rank[state == name] = i
+    if ids.size:
+        order = np.lexsort((rank, ids))
+        ids, rank = ids[order], rank[order]
+        first = np.ones(ids.shape, dtype=bool)
+        first[1:] = ids[1:] != ids[:-1]
+        rank = rank[first]
+    found = np.bincount(rank, minlength=len(_ORDER) + 1)
+    return {name: int(found[i]) for i, name in enumerate(_ORDER)}
+
+
+def feature_figures(tables: dict[str, pa.Table], facts: dict) -> dict[str, dict]:
+    """Each scenario feature's own figures (workloads.features' `summary`), for the features
+    whose tables say they ran."""
+    from workloads.features import FEATURES
+
+    found = {}
+    for feature in FEATURES:
+        if feature.summary is not None:
+            figures = feature.summary(tables, facts)
+            if figures:
+                found[feature.key] = figures
+    return found
 
 
 def _percentiles(latency: np.ndarray) -> dict:

@@ -22,6 +22,7 @@ from sim.operators import Driver
 from sim.pubsub import Broker, Group
 from sim.recorder import MessageLog, SeriesLog, migration_columns
 from sim.sampler import Sampler
+from sim.saturation import saturation
 from sim.windowed import OpenWindow, WindowOutput
 from topologies.model import Topology
 from topologies.routing import nearest
@@ -352,6 +353,8 @@ class Model:
         if broker is not None:
             msg.readers = remote
             self.network.send(msg, broker_path, broker.receive, at)
+        elif not local and msg.stream >= 0:  # a reading no operator reads
+            self.log.filtered(msg, self.env._now)
 
     def _forget_plans(self, group: Group) -> None:
         """A group's instances moved: the plans that deliver to it must be made again."""
@@ -396,7 +399,8 @@ class Model:
                 progress(t)
         self.env.run(until=settings.duration + settings.drain)
         self.coordinator.finish(self.window_size)
-        tables = {"messages": self.log.columns(self.stream_names, self.node_names),
+        tables = {"messages": self.log.columns(self.stream_names, self.node_names,
+                                               self.env.now),
                   "nodes": self.sampler.nodes_log.columns(),
                   "links": self.sampler.links_log.columns(),
                   "migrations": migration_columns(self.coordinator.records),
@@ -415,7 +419,24 @@ class Model:
         # messages back before faults record what is still being sent again as lost).
         for feature in reversed(self.features.values()):
             feature.finish(tables, facts)
+        if self._record_in_flight():
+            tables["messages"] = self.log.columns(self.stream_names, self.node_names,
+                                                  self.env.now)
+        saturated = saturation(tables["nodes"])
+        if saturated:
+            facts["saturated"] = saturated
         return SimResult(tables=tables, facts=facts)
+
+    def _record_in_flight(self) -> int:
+        """Record the readings still on their way when the run ends: an event queued for
+        them (on a link, in a CPU's queue, waiting to be sent again) or held by a paused
+        operator. How many."""
+        queued = self.env.withdraw(lambda event: type(event) is Message and bool(event.callbacks))
+        held = [msg for group in self._by_name.values() for msg in group.held]
+        for msg in (*queued, *held):
+            if msg.stream >= 0:
+                self.log.in_flight(msg)
+        return len(queued) + len(held)
 
 
 def simulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],

@@ -60,6 +60,8 @@ class OperatorInstance:
             self._settle(done)
             if self._passes():
                 self._log.delivered(msg, self.node_index, done)
+            else:
+                self._log.filtered(msg, done)
         elif done > now:
             msg.callbacks = self._on_processed
             self._at(msg, done)
@@ -97,6 +99,9 @@ class OperatorInstance:
     def _processed(self, msg: Message) -> None:
         self._settle(self.env._now)
         outputs = self._passes()
+        if not outputs:
+            self._log.filtered(msg, self.env._now)
+            return
         for k in range(outputs):
             out = msg if k == outputs - 1 else msg.copy()
             out.topic = self.out_topic

@@ -9,15 +9,21 @@ import numpy as np
 from sim.message import Message
 from workloads.migration.record import COLUMNS
 
+# Every reading ends in one state; a row's sink index says which (>= 0: the sink's node).
+LOST, FILTERED, IN_FLIGHT = -1, -2, -3
+STATES = ("delivered", "filtered", "lost", "in_flight")
+
 
 class MessageLog:
-    """One row per delivered or lost message, appended to typed arrays on the hot path."""
+    """One row per message delivered, filtered (an operator's selectivity dropped it, or no
+    operator reads its topic), lost, or in flight at the end (queued on a CPU, held by a
+    paused operator, or on a link), appended to typed arrays on the hot path."""
 
     def __init__(self):
         self.id = array("q")
         self.stream = array("i")
         self.source = array("i")
-        self.sink = array("i")  # -1 for a lost message
+        self.sink = array("i")  # a node's index, or LOST, FILTERED, IN_FLIGHT
         self.t_sent = array("d")
         self.t_received = array("d")  # NaN for a lost message
         self.hops = array("i")
@@ -32,23 +38,38 @@ class MessageLog:
         self.hops.append(msg.hops)
 
     def lost(self, msg: Message, now: float) -> None:
-        self.delivered(msg, -1, float("nan"))
+        self.delivered(msg, LOST, float("nan"))
 
-    def columns(self, streams: list[str], nodes: list[str]) -> dict[str, np.ndarray]:
-        sink = np.frombuffer(self.sink, dtype=np.int32)
+    def filtered(self, msg: Message, now: float) -> None:
+        self.delivered(msg, FILTERED, float("nan"))
+
+    def in_flight(self, msg: Message) -> None:
+        self.delivered(msg, IN_FLIGHT, float("nan"))
+
+    def columns(self, streams: list[str], nodes: list[str],
+                end: float = float("inf")) -> dict[str, np.ndarray]:
+        """The messages table; a sink's job that finishes after `end` (the run's end) was
+        still queued then: in flight, not delivered."""
+        sink = np.frombuffer(self.sink, dtype=np.int32).copy()
         t_sent = np.frombuffer(self.t_sent, dtype=np.float64)
-        t_received = np.frombuffer(self.t_received, dtype=np.float64)
+        t_received = np.frombuffer(self.t_received, dtype=np.float64).copy()
+        late = t_received > end
+        if late.any():
+            sink[late], t_received[late] = IN_FLIGHT, np.nan
+        state = np.array(["delivered", "in_flight", "filtered", "lost"],
+                         dtype=object)[np.minimum(sink, 0)]  # 0, -3, -2, -1
         node_names = np.array(nodes + [None], dtype=object)  # index -1 picks None
         return {
             "id": np.frombuffer(self.id, dtype=np.int64).copy(),
             "stream": np.array(streams, dtype=object)[np.frombuffer(self.stream, dtype=np.int32)],
             "source": node_names[np.frombuffer(self.source, dtype=np.int32)],
-            "sink": node_names[sink],
+            "sink": node_names[np.maximum(sink, -1)],
             "t_sent": t_sent.copy(),
             "t_received": t_received.copy(),
             "latency": t_received - t_sent,
             "hops": np.frombuffer(self.hops, dtype=np.int32).copy(),
-            "lost": sink < 0,
+            "lost": sink == LOST,
+            "state": state,
         }
 
 

@@ -13,7 +13,16 @@ from dataclasses import dataclass, field
 
 from pydantic import Field
 
-from workloads import broadcast, broker_scaling, faults, mobility, recovery, replication, scenario
+from workloads import (
+    broadcast,
+    broker_scaling,
+    faults,
+    figures,
+    mobility,
+    recovery,
+    replication,
+    scenario,
+)
 
 BACKENDS = ("sim", "emu", "hybrid")
 _NONE = object()  # no default given: the field's default is its factory's
@@ -36,6 +45,10 @@ class Feature:
     backends: tuple[str, ...] = BACKENDS
     check: Callable[[object, object], None] | None = None
     files: tuple[tuple[str, ...], ...] = field(default=())
+    # The feature's own figures for the run's summary (workloads.figures), from the tables
+    # and facts every backend writes alike: `summary(tables, facts) -> dict` (empty: the
+    # feature did not run).
+    summary: Callable[[dict, dict], dict] | None = None
 
     def field(self):
         """The pydantic field of `ScenarioSpec` for this key."""
@@ -56,7 +69,7 @@ FEATURES: tuple[Feature, ...] = (
     Feature("migration", scenario.MigrationSettings,
             default_factory=scenario.MigrationSettings, check=scenario.check_settings),
     Feature("migrations", list[scenario.ScheduledMigration], default_factory=list,
-            check=scenario.check_migrations),
+            check=scenario.check_migrations, summary=figures.migrations),
     Feature("mobility", mobility.MobilitySpec | None, backends=("sim", "hybrid"),
             check=mobility.check, files=(("model", "path"),)),
     Feature("policy", scenario.PolicySpec | None, backends=("sim", "hybrid"),
@@ -66,23 +79,25 @@ FEATURES: tuple[Feature, ...] = (
         "simulated load: a generator on the host publishes their readings into their gateways "
         "on sim's schedule instead of emulating them (experiments.hybrid.load); sim and emu "
         "run them as ordinary devices")),
-    Feature("faults", list[faults.FaultSpec], default_factory=list, check=faults.check),
+    Feature("faults", list[faults.FaultSpec], default_factory=list, check=faults.check,
+            summary=figures.faults),
     Feature("recovery", recovery.RecoverySpec | None, description=(
         "detect crashed gateways through their ZooKeeper sessions "
         "and re-place their operators, restored from their checkpoints (workloads.recovery)"),
-        backends=("sim", "emu"), check=recovery.check),
+        backends=("sim", "emu"), check=recovery.check, summary=figures.recovery),
     Feature("replication", replication.ReplicationSpec | None, description=(
         "start replicas of operators over their `slo`, retire them "
         "when the load falls (workloads.replication)"),
-        backends=("sim", "emu"), check=replication.check),
+        backends=("sim", "emu"), check=replication.check, summary=figures.replication),
     Feature("broadcasts", list[broadcast.BroadcastSpec], default_factory=list, description=(
         "control messages from a coordinator to workers, "
         "naive or over a tree (workloads.broadcast); sim and emu (from a gateway or cloud VM)"),
-        backends=("sim", "emu"), check=broadcast.check),
+        backends=("sim", "emu"), check=broadcast.check, summary=figures.broadcasts),
     Feature("broker_scaling", list[broker_scaling.BrokerScalingSpec], default_factory=list,
             description="spare brokers that join a broker whose delay stays "
             "over a bound, a share of its publishers moving to them (workloads.broker_scaling)",
-            backends=("sim", "emu"), check=broker_scaling.check),
+            backends=("sim", "emu"), check=broker_scaling.check,
+            summary=figures.broker_scaling),
 )
 
 BY_KEY = {feature.key: feature for feature in FEATURES}
