@@ -26,6 +26,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+import numpy as np
+
 from sim.recorder import WindowLog
 from sim.windowed import WindowedInstance, WindowOutput
 from workloads.migration import Side, Synchroniser
@@ -209,6 +211,10 @@ class Coordinator:
         record.synchronised = checking.checker.mode.value if checking.checker.mode else ""
         yield self.env.timeout(self.command(source.node))  # terminate the source
         source.stop()
+        if isinstance(instance, WindowedInstance):
+            # Copies mirrored before now may still be on their way to the target: the source
+            # counted those on record already, and a reading is consumed once.
+            instance.recorded_to = source.counted_to()
         instance.recording = source.recording
         group.mirror = None
         group.replace(source, instance)
@@ -246,6 +252,21 @@ class Coordinator:
         yield self.env.timeout(t - self.env.now)
 
     # -- metrics ----------------------------------------------------------------------------
+
+    def consumed_twice(self, messages: dict) -> None:
+        """Add to each migration's `duplicates` the readings its operator's source and target
+        both consumed on record (the messages table's delivered rows at the two nodes, from
+        the migration's start to its end): what the sink counts twice, as emu counts the
+        messages both processed."""
+        if not self.records:
+            return
+        sink, ids, t = messages["sink"], messages["id"], messages["t_received"]
+        for record in self.records:
+            end = record.end if not math.isnan(record.end) else math.inf
+            mine = ((sink == record.source) | (sink == record.target)) & (
+                t >= record.start) & (t <= end + self.model.window_size(record.operator))
+            _, counts = np.unique(ids[mine], return_counts=True)
+            record.duplicates += int((counts - 1).sum())
 
     def finish(self, window_size) -> None:
         """Downtime and consistency of each migration from what the instances processed and

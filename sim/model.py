@@ -399,8 +399,9 @@ class Model:
                 progress(t)
         self.env.run(until=settings.duration + settings.drain)
         self.coordinator.finish(self.window_size)
-        tables = {"messages": self.log.columns(self.stream_names, self.node_names,
-                                               self.env.now),
+        messages = self.log.columns(self.stream_names, self.node_names, self.env.now)
+        self.coordinator.consumed_twice(messages)
+        tables = {"messages": messages,
                   "nodes": self.sampler.nodes_log.columns(),
                   "links": self.sampler.links_log.columns(),
                   "migrations": migration_columns(self.coordinator.records),

@@ -62,7 +62,7 @@ class WindowedInstance(OperatorInstance):
     `on_output(instance, output)` instead of passing messages on."""
 
     __slots__ = ("operator", "size", "jitter", "rng", "on_output", "active", "recording", "open",
-                 "boundary", "_alarm", "eager")
+                 "boundary", "_alarm", "eager", "recorded_to", "closed_sn")
 
     def __init__(self, env, node: str, node_index: int, cpu, cost: float, operator: str,
                  size: float, jitter: float, rng, on_output, log,
@@ -76,6 +76,10 @@ class WindowedInstance(OperatorInstance):
         self.on_output = on_output
         self.active = True
         self.recording = log is not None  # off while a parallel migration's target mirrors
+        # The serial number up to which another instance recorded the consumption (a parallel
+        # migration's source): a mirrored copy of one of those is not recorded again here.
+        self.recorded_to = -1
+        self.closed_sn = -1  # the last serial number in a window this instance closed
         self.open = state or OpenWindow(int(env.now // size))
         self.boundary = self._end_of(self.open.index)
         self._alarm = Alarm(self._ring)
@@ -116,7 +120,7 @@ class WindowedInstance(OperatorInstance):
                 self._alarm.set(self._at, self.boundary)
         window.count += 1
         window.last_sn = msg.sn
-        if self.recording:
+        if self.recording and msg.sn > self.recorded_to:
             self._log.delivered(msg, self.node_index, t)
 
     def _ring(self, _alarm) -> None:
@@ -134,6 +138,7 @@ class WindowedInstance(OperatorInstance):
     def _close(self, now: float) -> None:
         window = self.open
         if window.count:
+            self.closed_sn = window.last_sn
             self.on_output(self, WindowOutput(self.operator, self.node, window.index,
                                               window.last_sn, window.count, window.t_first, now))
         self.open = OpenWindow(window.index + 1)
@@ -148,3 +153,7 @@ class WindowedInstance(OperatorInstance):
         """Stop consuming and closing windows; returns the open window (the state)."""
         self.active = False
         return self.open
+
+    def counted_to(self) -> int:
+        """The serial number of the last input this instance counted (in its input's order)."""
+        return self.open.last_sn if self.open.count else self.closed_sn
