@@ -511,8 +511,10 @@ def topo_draw(topology: TopologySource, set_: Sets = None,
 
 
 @results_app.command("list")
-def results_list(root: Annotated[Path, typer.Option()] = Path("results"),
-                 experiment: str | None = None) -> None:
+def results_list(root: Annotated[Path, typer.Option(help="the results folder")]
+                 = Path("results"),
+                 experiment: Annotated[str | None, typer.Option(
+                     help="only this experiment's runs")] = None) -> None:
     """List runs with their status and headline figures."""
     from experiments.results import runs
 
@@ -520,7 +522,13 @@ def results_list(root: Annotated[Path, typer.Option()] = Path("results"),
     table = Table(title=f"runs under {escape(str(root))}")
     for column in ("experiment", "run", "backend", "status", "delivered", "p50 ms"):
         table.add_column(column)
-    for found in runs(root, experiment):
+    found_runs = runs(root, experiment)
+    if not found_runs:
+        have = sorted({run.folder.parent.name for run in runs(root)})
+        say(f"no runs under {root}" + (f" of {experiment}" if experiment else "")
+            + (f"; experiments with runs: {', '.join(have)}" if have else ""))
+        return
+    for found in found_runs:
         manifest, summary = found.manifest, found.summary
         p50 = (summary.get("latency_s") or {}).get("p50") if summary else None
         table.add_row(escape(str(manifest.get("experiment", "?"))), escape(found.id),

@@ -142,3 +142,28 @@ def test_list_shows_each_catalog_entry_on_one_line() -> None:
     assert entries("experiment")[0].description  # every shipped file describes itself
     only = foglab("list", "topologies").output
     assert "smart-city" in only and "quickstart" not in only
+
+
+def test_results_list_says_when_it_finds_no_runs(two_runs: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(two_runs)
+    result = foglab("results", "list", "--experiment", "nosuch")
+    assert result.exit_code == 0
+    assert result.output.strip() == ("no runs under results of nosuch; experiments with "
+                                     "runs: quickstart")
+
+
+@pytest.mark.parametrize(("text", "said"), [
+    ("name: t\nnodes: [{name: gw, kind: gateway, speeed: 3}]\nlinks: []\n",
+     ":2: nodes[0].speeed: no such field here"),
+    ("name: t\nnodes: 3\nlinks: []\n", ":2: nodes: "),
+    ("- a\n- b\n", ":1: (top level): a topology: a mapping with name, nodes and links"),
+])
+def test_a_bad_topology_file_names_its_line_and_field(text: str, said: str,
+                                                      tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(text, encoding="utf-8")
+    result = foglab("topo", "show", str(path))
+    assert result.exit_code == 2
+    assert result.output.startswith(f"error: {path}{said}"), result.output
+    assert len(result.output.strip().splitlines()) == 1
