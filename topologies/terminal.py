@@ -3,7 +3,9 @@ is live bars on a terminal and a plain line every few seconds in a log or a pipe
 
 Every command line (`experiments.cli`, `emu.cli`) prints through this module, so a user's text
 (a file path, `KEY=[v1,v2]`, an error from a library) is never read as rich markup, and output
-sent to a file is as wide as it needs to be instead of cut at 80 columns.
+sent to a file is as wide as it needs to be instead of cut at 80 columns. A bad path or value
+given to a command is refused here too (file_to_write, folder_to_write, positive, ...): one
+line naming the option and the value, exit 2, before the command makes anything.
 """
 
 from __future__ import annotations
