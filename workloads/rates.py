@@ -105,7 +105,8 @@ def shape_shorthand(value: object) -> object:
     if isinstance(value, str):
         value = {"kind": value}
     if isinstance(value, dict) and value.get("kind") == "bimodal":
-        value = {**value, "kind": "diurnal", "peaks": value.get("peaks", [8 * 3600.0, 18 * 3600.0])}
+        # Written as a file would write them: a file's peaks need their units.
+        value = {**value, "kind": "diurnal", "peaks": value.get("peaks", ["8h", "18h"])}
     return value
 
 

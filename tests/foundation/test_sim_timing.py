@@ -107,7 +107,7 @@ def _with_filter_on_gateway(out_size: str) -> str:
 
 
 def test_an_operators_output_size_sets_what_crosses_the_following_links() -> None:
-    table = messages(_with_filter_on_gateway("625"))
+    table = messages(_with_filter_on_gateway("625B"))
     expected = (1250 * 8 / 1e6 + 0.005 + 90e-6 / 0.45
                 + 625 * 8 / 10e6 + 0.020 + 300e-6 + 625 * 8 / 100e6 + 0.001 + 2e-3)
     assert table["latency"][0] == pytest.approx(expected, abs=1e-12)
