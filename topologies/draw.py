@@ -206,8 +206,8 @@ def _legend(ax, graph: nx.Graph, kinds: list[str], hidden: int = 0) -> list:
     if any(data["count"] > 1 for _, data in graph.nodes(data=True)):
         notes.append("N x group @node: N nodes of the group (linked to node), drawn as one")
     if hidden:
-        notes.append(f"the latency of {hidden} crowded links is left out "
-                     "(foglab topo show lists every link)")
+        links = "1 crowded link is" if hidden == 1 else f"{hidden} crowded links are"
+        notes.append(f"the latency of {links} left out (foglab topo show lists every link)")
     if not notes:
         return [legend]
     return [legend, ax.annotate("\n".join(notes), (0.5, 0.0), xycoords="axes fraction",

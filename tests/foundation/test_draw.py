@@ -89,3 +89,16 @@ def test_a_crowded_layer_without_shared_neighbours_is_one_node_per_group() -> No
     graph = summary_graph(topology)
     assert dict(graph.nodes(data="count")) == {"40 x gw": 40}
     assert labels(figure(topology))
+
+
+def test_a_latency_with_no_free_place_is_left_out_and_the_legend_says_so() -> None:
+    mesh = expand(TopologySpec.model_validate({
+        "name": "mesh", "nodes": [{"name": "gw", "kind": "gateway", "replicas": 6},
+                                  {"name": "vm", "kind": "cloud_vm", "replicas": 6}],
+        "links": [{"from": f"gw-{i}", "to": f"vm-{j}", "latency": f"{i * 10 + j}ms"}
+                  for i in range(1, 7) for j in range(1, 7)]}))
+    text = [t for t, _ in labels(figure(mesh))]
+    shown = [t for t in text if t.endswith(" ms")]
+    notes = [t for t in text if "left out" in t]
+    assert len(notes) == 1 and len(shown) < 36
+    assert f"latency of {36 - len(shown)} crowded link" in notes[0]
