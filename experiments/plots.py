@@ -94,6 +94,10 @@ def latency_figure(messages: pd.DataFrame, title: str,
                 right.axvline(mark.t, linewidth=1, alpha=0.8, **MARK_STYLE[mark.kind],
                               label=None if mark.kind in labelled else mark.kind)
                 labelled.add(mark.kind)
+                if len(marks) <= 8:  # more would overlap: the legend says which kind
+                    right.annotate(mark.label[:24], (mark.t, 1), xycoords=("data", "axes fraction"),
+                                   xytext=(2, -4), textcoords="offset points", rotation=90,
+                                   va="top", fontsize=7, color=MARK_STYLE[mark.kind]["color"])
             right.legend()
         else:
             fig.text(0.5, 0.5, note, ha="center", va="center", fontsize=12, color="firebrick",
