@@ -21,10 +21,13 @@ import pandas as pd
 
 from experiments.results import Run, load_run
 
-# The measures of a point, each from a run's summary; downtime only where runs migrated.
-MEASURES = ("delivered", "lost", "throughput", "latency_p50", "latency_p95", "downtime")
-UNITS = {"delivered": "messages", "lost": "messages", "throughput": "msg/s",
-         "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
+# The measures of a point, each from a run's summary; the optional ones only where a run has
+# them (downtime where runs migrated; in flight at the end where the summary counts it).
+MEASURES = ("delivered", "lost", "in_flight", "throughput", "latency_p50", "latency_p95",
+            "downtime")
+OPTIONAL = ("in_flight", "downtime")
+UNITS = {"delivered": "messages", "lost": "messages", "in_flight": "messages",
+         "throughput": "msg/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
 POINTS_FILE = "points.parquet"
 # Student's t at 97.5 % (a two-sided 95 % interval) for 1..30 degrees of freedom.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -64,6 +67,7 @@ def measures(summary: dict) -> dict[str, float]:
     downtimes = [m.get("downtime") for m in summary.get("migrations") or []
                  if m.get("downtime") is not None]
     return {"delivered": _number(summary.get("delivered")), "lost": _number(summary.get("lost")),
+            "in_flight": _number(summary.get("in_flight")),
             "throughput": _number(summary.get("throughput_per_s")),
             "latency_p50": _number(latency.get("p50")),
             "latency_p95": _number(latency.get("p95")),
@@ -100,7 +104,7 @@ def frame(runs: list[Run]) -> pd.DataFrame:
     """One row per point of the runs' sweep, in point order: the swept keys (typed), `runs`
     (the repetitions in the figures), `broken` (those left out), and per measure its mean,
     `<measure>_low` and `<measure>_high` (NaN bounds for a single repetition). Downtime's
-    columns only where a run migrated."""
+    columns only where a run migrated, in flight's where the summaries count it."""
     groups: dict[int, list[Run]] = {}
     for run in runs:
         groups.setdefault(int(run.manifest.get("point_index") or 0), []).append(run)
@@ -119,8 +123,9 @@ def frame(runs: list[Run]) -> pd.DataFrame:
             row.update({measure: mean, f"{measure}_low": low, f"{measure}_high": high})
         rows.append(row)
     table = pd.DataFrame(rows)
-    if not table.empty and table["downtime"].isna().all():
-        table = table.drop(columns=["downtime", "downtime_low", "downtime_high"])
+    for measure in OPTIONAL:
+        if not table.empty and table[measure].isna().all():
+            table = table.drop(columns=[measure, f"{measure}_low", f"{measure}_high"])
     return table
 
 
