@@ -141,10 +141,11 @@ def _load(document: Document, overrides: list[str], sweeps: list[str]) -> Experi
             sources.overrides[path] = option
     references = _resolve_references(merged, document, sources)
     _resolve_files(merged, document)
-    assignments = [(path if path in REFERENCE_PATHS else _by_name(merged, path, option),
-                    value, option) for path, value, option in assignments]
-    for path, value, option in assignments:
+    for i, (path, value, option) in enumerate(assignments):
         if path not in REFERENCE_PATHS:
+            # Names resolve against what the file and the options before this one made.
+            path = _by_name(merged, path, option)
+            assignments[i] = (path, value, option)
             sources.overrides[path] = option
             _assign(merged, path, value, option)
     plan = merged.get("sweep", {})

@@ -110,3 +110,9 @@ def test_a_bound_is_said_in_the_unit_written(option, said):
 def test_a_bound_broken_in_a_sweep_is_said_in_its_unit():
     error = refused("quickstart", sweeps=["run.duration=[10s, 40d]"])
     assert error.file == "--sweep run.duration=[10s, 40d]" and "at most 30d" in str(error)
+
+
+def test_a_name_resolves_against_what_an_earlier_option_wrote():
+    spec = load("quickstart", overrides=["pipeline=[{name: only, on: gateways, reads: city}]",
+                                         "pipeline.only.cost=3ms"]).spec
+    assert [(op.name, op.cost) for op in spec.pipeline] == [("only", pytest.approx(3e-3))]
