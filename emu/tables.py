@@ -276,7 +276,10 @@ def messages_table(sent: pd.DataFrame, received: pd.DataFrame, epoch: float,
                    duration: float, *, filtered: pd.DataFrame | None = None,
                    paths: Paths | None = None) -> tuple[dict, dict]:
     """The `messages` columns, and facts: sent, received (distinct messages delivered),
-    dropped, lost, filtered (and by why), duplicated, unread.
+    dropped, lost, filtered (and by why), duplicated, unread. Each row has sim's `state`:
+    delivered, lost (dropped on the device link, or lost past it) or filtered (an operator
+    dropped it, or no operator reads it: unread); never in_flight, which the records cannot
+    tell from lost.
 
     `filtered`: the operators' filtered rows (read_filtered); `paths`: the run's Paths.
     Without `paths`, hops stay as the agents counted them (operators passed, not links) and
@@ -308,7 +311,13 @@ def messages_table(sent: pd.DataFrame, received: pd.DataFrame, epoch: float,
     else:
         lost, unread = unheard, unheard.iloc[:0]
         hops = list(first["hops"])
-    gone = pd.concat([dropped, lost])
+    delivered = set(first["id"])
+    only_filtered = filtered[~filtered["id"].isin(delivered)].drop_duplicates("id")
+    # A reading an operator dropped, or that no operator reads, is filtered: a row of its own
+    # (sim's states), at the links the records cannot tell (0).
+    kept_back = pd.concat([sent[sent["id"].isin(only_filtered["id"])],
+                           unread]).drop_duplicates("id")
+    gone = pd.concat([dropped, lost, kept_back])
     nan = [math.nan] * len(gone)
     columns = {
         "id": [*first["id"], *gone["id"]],
@@ -318,11 +327,14 @@ def messages_table(sent: pd.DataFrame, received: pd.DataFrame, epoch: float,
         "t_sent": [*(first["t_sent"] - epoch), *(gone["t_sent"] - epoch)],
         "t_received": [*(first["t_received"] - epoch), *nan],
         "latency": [*(first["t_received"] - first["t_sent"]), *nan],
-        "hops": [*hops, *[0] * len(dropped), *[PAST_DEVICE_LINK] * len(lost)],
-        "lost": [False] * len(first) + [True] * len(gone),
+        "hops": [*hops, *[0] * len(dropped), *[PAST_DEVICE_LINK] * len(lost),
+                 *[0] * len(kept_back)],
+        "lost": [False] * len(first) + [True] * (len(dropped) + len(lost))
+        + [False] * len(kept_back),
+        # The records cannot tell a reading in flight at the end from one lost: no in_flight.
+        "state": ["delivered"] * len(first) + ["lost"] * (len(dropped) + len(lost))
+        + ["filtered"] * len(kept_back),
     }
-    delivered = set(first["id"])
-    only_filtered = filtered[~filtered["id"].isin(delivered)].drop_duplicates("id")
     facts = {"sent": len(sent), "received": len(delivered), "dropped": len(dropped),
              "lost": len(lost), "filtered": len(only_filtered),
              "filtered_by": {str(k): int(v) for k, v in
