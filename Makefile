@@ -7,8 +7,12 @@ PY := $(VENV)/bin/python
 # What `make run` needs (the model, no Spark or Docker SDK), and everything the tests need.
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
+NOTEBOOK_STAMP := $(VENV)/.installed-notebooks
+# Test files run on this many processes (tests/conftest.py groups them: a file's tests on one, so
+# its fixtures are made once): most emulation tests wait on real time, not on the CPU.
+TEST_WORKERS ?= 3
 
-.PHONY: setup setup-run host run test test-fast lint bench clean
+.PHONY: setup setup-run host run test test-fast notebook lint bench clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -24,6 +28,10 @@ $(RUN_STAMP): pyproject.toml | $(PY)
 
 $(DEV_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
+	@touch $@
+
+$(NOTEBOOK_STAMP): pyproject.toml $(DEV_STAMP)
+	$(PY) -m pip install --quiet -e '.[dev,notebooks]'
 	@touch $@
 
 setup-run: $(RUN_STAMP)
@@ -51,11 +59,17 @@ run: setup-run
 # The total time and the 15 slowest tests (pyproject's --durations) close the output: where
 # CI's minutes go.
 test: setup host
-	@start=$$(date +%s); status=0; $(PY) -m pytest || status=$$?; \
+	@start=$$(date +%s); status=0; \
+		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup || status=$$?; \
 		echo "tests: $$(( $$(date +%s) - start )) s in all"; exit $$status
 
 test-fast: setup
-	$(PY) -m pytest -m "not emu and not slow"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not emu and not slow"
+
+# JupyterLab on the notebooks (the results they write go to a temporary folder unless
+# FOGLAB_RESULTS names one).
+notebook: $(NOTEBOOK_STAMP)
+	$(VENV)/bin/jupyter lab notebooks/
 
 lint: setup
 	$(VENV)/bin/ruff check .

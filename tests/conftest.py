@@ -11,6 +11,22 @@ from typing import Any
 import pytest
 import yaml
 
+# Test files that each start several JVMs (Spark on cloud VMs' containers or in job processes)
+# or measure the host: `make test` runs them one after another on one worker (pytest-xdist's
+# loadgroup), so two of them never compete for the two cores; every other file is a group of
+# its own, its tests on one worker, so a module's fixture (a cluster, a Spark job) is made once.
+SERIAL = "cpu-heavy"
+CPU_HEAVY = {"tests/emu_run/test_spark_migration.py", "tests/spark_apps/test_migration.py",
+             "tests/emu_run/test_emulate.py", "tests/emu_host/test_calibrate.py"}
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Each test's xdist group (see CPU_HEAVY), before pytest-xdist reads them."""
+    for item in items:
+        module = item.nodeid.split("::", 1)[0]
+        item.add_marker(pytest.mark.xdist_group(SERIAL if module in CPU_HEAVY else module))
+
 
 def pytest_configure(config: pytest.Config) -> None:
     """Ctrl-C raises KeyboardInterrupt in the test process however it was started: a
