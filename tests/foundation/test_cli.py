@@ -170,10 +170,13 @@ def test_results_list_and_show(results_root) -> None:
     assert any(line.split() == ["seed", "7"] for line in lines), shown.output
     assert '"delivered"' not in shown.output  # a table, not raw JSON
     summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
-    header = next(i for i, line in enumerate(lines) if line.split()[:2] == ["delivered", "lost"])
-    figures = lines[header + 2].split()
-    assert figures[:2] == [f"{summary['delivered']:,}", f"{summary['lost']:,}"]
-    assert figures[5] == f"{summary['latency_s']['p50'] * 1000:.1f}"  # p50 ms
+    # the figures table by its column names (columns are two spaces or more apart)
+    header = next(i for i, line in enumerate(lines) if "delivered" in line.split())
+    figures = dict(zip(re.split(r"\s{2,}", lines[header].strip()),
+                       lines[header + 2].split(), strict=True))
+    assert figures["delivered"] == f"{summary['delivered']:,}"
+    assert figures["lost"] == f"{summary['lost']:,}"
+    assert figures["p50 ms"] == f"{summary['latency_s']['p50'] * 1000:.1f}"
     assert "migrations" not in shown.output  # the quickstart moves nothing
 
 
