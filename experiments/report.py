@@ -33,12 +33,15 @@ def fidelity_lines(manifest: dict) -> list[str]:
 
 
 def saturation_lines(manifest: dict) -> list[str]:
-    """A model's nodes whose queue only grew (sim's fact `saturated`): what it delivered is
-    what they had the time for, the rest was still queued."""
+    """A model's nodes whose queue only grew (sim's fact `saturated`), in one line: what it
+    delivered is what they had the time for, the rest was still queued."""
     saturated = (manifest.get("facts") or {}).get("saturated") or {}
-    return [f"{node}: queue grew to {row['queue_end']:,} jobs by the end (median "
-            f"{row['queue_median']:,}); the node could not keep up"
-            for node, row in saturated.items()]
+    if not saturated:
+        return []
+    nodes = ", ".join(f"{node} ({row['queue_end']:,} jobs, median {row['queue_median']:,})"
+                      for node, row in saturated.items())
+    return [f"{len(saturated)} node{'s' if len(saturated) != 1 else ''} could not keep up, "
+            f"the queue growing to the end: {nodes}"]
 
 
 def run_summary(name: str, backend: str, outcomes: list) -> None:
@@ -86,6 +89,26 @@ def run_summary(name: str, backend: str, outcomes: list) -> None:
             say(f"plot:    {plot}")
     if len(outcomes) == 1 and outcomes[0].summary:
         feature_tables(outcomes[0].summary)
+    elif len(outcomes) > 1:
+        sweep_feature_tables(outcomes, keys)
+
+
+def sweep_feature_tables(outcomes: list, keys: list[str]) -> None:
+    """Each feature's figures across a sweep: a table per feature, a row per run."""
+    features = dict.fromkeys(key for o in outcomes if o.summary
+                             for key in (o.summary.get("features") or {}))
+    for feature in features:
+        labels = list(dict.fromkeys(label for o in outcomes if o.summary
+                                    for label in (o.summary["features"].get(feature) or {})))
+        shown = Table(title=feature.replace("_", " "), title_justify="left",
+                      box=box.SIMPLE_HEAD)
+        for column in ["rep", *keys, *labels]:
+            shown.add_column(escape(column.rsplit(".", 1)[-1]), justify="right")
+        for o in outcomes:
+            figures = ((o.summary or {}).get("features") or {}).get(feature) or {}
+            shown.add_row(str(o.repetition), *(escape(str(o.point[k])) for k in keys),
+                          *(_value(figures.get(label)) for label in labels))
+        console.print(shown)
 
 
 def feature_tables(summary: dict) -> None:
