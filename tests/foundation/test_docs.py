@@ -9,8 +9,9 @@ its syntax (placeholders in capitals, options in brackets) and are not run: what
 meant to type stands in a code block.
 
 Which are skipped: a block is skipped whole when one of its commands needs the emulation
-(Docker, root, the images): `foglab emu ...`, `foglab calibrate`, `foglab compare` (it runs
-two or more backends, and only `sim` runs without containers), and `foglab run` or
+(Docker, root, the images): `foglab emu ...`, `foglab calibrate`, `foglab compare` of
+backends (only `sim` runs without containers) or of runs made before (`compare EXPERIMENT
+--against k=v` runs, on the experiment's backend), and `foglab run` or
 `foglab validate` of an experiment whose backend (`--set run.backend=...`, else the file's
 `run.backend`) is `emu` or `hybrid`. The block's other commands are skipped with it, since a
 block is a sequence (a run with the profile `foglab calibrate` wrote needs that profile).
@@ -117,8 +118,13 @@ def needs_emulation(command: Command) -> str | None:
     argv = command.argv
     if argv[0] in ("emu", "calibrate"):
         return f"`foglab {argv[0]}` needs Docker"
+    if argv[0] == "compare" and "--against" in argv and "--backends" not in argv:
+        # The experiment twice on its own backend.
+        backend = _backend(argv)
+        return f"its backend is {backend}" if backend in NEEDS_EMULATION else None
     if argv[0] == "compare":
-        return "`foglab compare` runs two or more backends, only sim without containers"
+        return ("`foglab compare` runs two or more backends (only sim without containers), or "
+                "reads runs made before")
     if argv[0] in ("run", "validate") and (backend := _backend(argv)) in NEEDS_EMULATION:
         return f"its backend is {backend}"
     return None
@@ -170,6 +176,7 @@ def test_commands_are_collected_and_the_skip_rule_sorts_them():
     assert needs_emulation(Command(["run", "hybrid-mobility"]))
     assert not needs_emulation(Command(["run", "hybrid-mobility", "--set", "run.backend=sim"]))
     assert needs_emulation(Command(["compare", "quickstart"]))
+    assert not needs_emulation(Command(["compare", "quickstart", "--against", "run.seed=8"]))
     assert not needs_emulation(Command(["run", "quickstart"]))
     runnable = [b for b in _collected() if not any(needs_emulation(c) for c in b.commands)]
     assert len(runnable) >= 10, [b.where for b in runnable]
