@@ -3,10 +3,15 @@ takes a second or two) ends it as quietly as a Ctrl-C later does: no traceback, 
 
 Also in a process started with SIGINT ignored (a non-interactive shell's `&` job): Python then
 installs no handler of its own, and a Ctrl-C before topologies.terminal.stop_on_signals takes
-over was lost (`foglab emu up` went on to hold its cluster until killed)."""
+over was lost (`foglab emu up` went on to hold its cluster until killed).
+
+The commands check the paths they are given before they start (exit 2); what the system
+refuses later (a disk full, a folder the system does not let be written, such as /proc) is one
+line too, exit 1: a traceback there says nothing more to a user. FOGLAB_TRACEBACK=1 shows it."""
 
 from __future__ import annotations
 
+import os
 import signal
 import sys
 
@@ -18,4 +23,13 @@ def main() -> None:
     except KeyboardInterrupt:
         sys.stderr.write("interrupted\n")
         raise SystemExit(130) from None
-    app()
+    try:
+        app()
+    except OSError as failure:
+        if os.environ.get("FOGLAB_TRACEBACK"):
+            raise
+        from topologies.terminal import error
+
+        error(f"{failure.strerror or failure}: {failure.filename}" if failure.filename
+              else failure)
+        raise SystemExit(1) from None

@@ -160,3 +160,26 @@ def test_a_bad_value_is_one_line_and_exit_2(args: list[str], named: list[str],
 def test_calibrate_refuses_an_out_in_a_missing_folder_before_measuring(workdir: Path) -> None:
     refused(["calibrate", "--out", "/nonexistent/x.yaml"], ["--out", "/nonexistent/x.yaml"],
             workdir)
+
+
+def test_what_the_system_refuses_later_is_one_line_too(tmp_path: Path) -> None:
+    """/proc passes the checks (a folder root may write in) and refuses the file itself: the
+    installed command says so in a line, exit 1; FOGLAB_TRACEBACK=1 shows the traceback."""
+    import os
+    import subprocess
+    import sys
+
+    if not os.access("/proc", os.W_OK):
+        pytest.skip("/proc is refused by the checks already for this user (exit 2)")
+    foglab = [str(Path(sys.executable).parent / "foglab"), "schema", "--out",
+              "/proc/foglab-no-such.json"]
+    env = {k: v for k, v in os.environ.items() if k != "FOGLAB_TRACEBACK"}
+    done = subprocess.run(foglab, capture_output=True, text=True, timeout=120, env=env,
+                          cwd=tmp_path, check=False)
+    output = done.stdout + done.stderr
+    assert done.returncode == 1, output
+    assert output.strip().splitlines() == [
+        "error: No such file or directory: /proc/foglab-no-such.json"], output
+    shown = subprocess.run(foglab, capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                           env={**env, "FOGLAB_TRACEBACK": "1"}, check=False)
+    assert "Traceback" in shown.stdout + shown.stderr
