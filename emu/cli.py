@@ -287,6 +287,11 @@ def emu_up(
     """Bring a topology up as containers with idle agents (no drivers, no operators), or an
     experiment's with its devices and operators running from one epoch (--experiment); print
     their status, and hold it until Ctrl-C (or with --detach, until `foglab emu down`)."""
+    from emu.cluster.plan import CLUSTER_NAME
+
+    if cluster is not None and not CLUSTER_NAME.match(cluster):
+        refuse(f"--cluster {cluster!r}: a cluster name Docker accepts: letters, digits, _ . or "
+               "-, starting with a letter or digit, at most 40 characters")
     if zookeeper not in (1, 3):
         refuse(f"--zookeeper {zookeeper}: 1 server, or 3 for an ensemble")
     if records is not None:

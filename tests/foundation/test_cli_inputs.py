@@ -67,6 +67,8 @@ BAD: list[tuple[list[str], list[str]]] = [
     (["emu", "up", "atlantis"], ["atlantis"]),
     (["emu", "up", "smart-city", "--label", "no-value"], ["--label", "no-value"]),
     (["emu", "up", "smart-city", "--zookeeper", "2"], ["--zookeeper", "2"]),
+    (["emu", "up", "smart-city", "--cluster", ""], ["--cluster", "''"]),
+    (["emu", "up", "smart-city", "--cluster", "a b"], ["--cluster", "'a b'"]),
     (["emu", "migrate", "count", "--to", "gw-1", "--strategy", "nonsense"],
      ["--strategy", "nonsense"]),
 ]
