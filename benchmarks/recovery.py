@@ -65,7 +65,7 @@ def _run(backend: str, seed: int, timeout: float, folder: Path, extra: list[str]
     import pyarrow.parquet as pq
 
     overrides = [f"run.backend={backend}", f"run.seed={seed}",
-                 f"scenario.recovery.session_timeout={timeout}", *extra]
+                 f"scenario.recovery.session_timeout={timeout}s", *extra]
     experiment = load(EXPERIMENT, overrides=overrides)
     (outcome,) = run_experiment(experiment, folder / f"{backend}-{seed}-{len(extra)}")
     if outcome.error is not None:

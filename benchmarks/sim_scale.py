@@ -26,7 +26,7 @@ workload:
     - {{name: readings, sources: sensor-*, rate: 1/s, arrivals: poisson, size: 120B}}
 pipeline:
   - {{name: store, on: vm-*, reads: readings, cost: 10us}}
-run: {{duration: {duration}, seed: 3, drain: 5s}}
+run: {{duration: {duration}s, seed: 3, drain: 5s}}
 """
 
 

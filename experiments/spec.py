@@ -70,7 +70,10 @@ class ExperimentSpec(BaseModel):
     sweep: dict[str, list] = Field(
         default_factory=dict,
         description="dotted keys with a list of values: one run per value (the product of all)")
-    plots: list[Literal["latency"]] = Field(default_factory=list)
+    plots: list[Literal["latency", "sweep"]] = Field(
+        default_factory=list,
+        description="latency: each run's latency over time; sweep: a figure per swept key and "
+                    "measure across the points, with 95 % intervals")
 
 
 class ExperimentFile(ExperimentSpec):

@@ -37,7 +37,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from topologies.documents import parse
 from topologies.errors import SpecError
-from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Rate, Size
+from topologies.fields import WRITTEN, Name, NonNegativeDuration, PositiveDuration, Rate, Size
 from workloads.pipeline import known_tasks
 
 SHIPPED = Path(__file__).with_name("calibrations")
@@ -218,7 +218,7 @@ def load(name: str) -> Loaded:
             raise SpecError((), document.data, "a calibration profile: a mapping with "
                             + ", ".join(Calibration.model_fields), str(path), 1)
         try:
-            calibration = Calibration.model_validate(document.data)
+            calibration = Calibration.model_validate(document.data, context=WRITTEN)
         except ValidationError as exc:
             raise document.error(first_error(exc, document.data)) from None
         _loaded[key] = Loaded(name=name, file=str(path), sha256=key[2],

@@ -122,11 +122,9 @@ def test_run_folders_are_named_by_the_swept_values_safely_and_uniquely() -> None
 
 
 def test_a_sweep_writes_its_points_beside_its_runs(tmp_path: Path) -> None:
-    experiment = load("quickstart", overrides=["run.duration=3s", "run.repetitions=2"],
+    experiment = load("quickstart", overrides=["run.duration=3s", "run.repetitions=2",
+                                               "plots=[sweep]"],
                       sweeps=["workload.streams.0.rate=[1/s, 2/s]"])
-    # `plots: [sweep]` as the file would ask for it (the schema's plots list names it)
-    first = experiment.points[0]
-    first.spec = first.spec.model_copy(update={"plots": ["sweep"]})
     outcomes = run_experiment(experiment, tmp_path, sweep_id="s")
     assert [o.folder.name for o in outcomes] == [
         "s-p0-rate=1_s-r0", "s-p0-rate=1_s-r1", "s-p1-rate=2_s-r0", "s-p1-rate=2_s-r1"]
