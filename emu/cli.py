@@ -117,8 +117,19 @@ def emu_build(images: Annotated[list[str] | None, typer.Argument(
 
 # -- emulated clusters -----------------------------------------------------------------------
 
+def _cluster_name(name: str | None) -> str | None:
+    """A --cluster that no cluster can have is refused before Docker is asked (exit 2)."""
+    from emu.cluster.plan import CLUSTER_NAME
+
+    if name is not None and not CLUSTER_NAME.match(name):
+        refuse(f"--cluster {name!r}: a cluster name Docker accepts: letters, digits, _ . or -, "
+               "starting with a letter or digit, at most 40 characters")
+    return name
+
+
 ClusterOption = Annotated[str | None, typer.Option(
-    "--cluster", help="the cluster's name (default: the only cluster there is)")]
+    "--cluster", callback=_cluster_name,
+    help="the cluster's name (default: the only cluster there is)")]
 
 
 def _docker():
@@ -287,11 +298,7 @@ def emu_up(
     """Bring a topology up as containers with idle agents (no drivers, no operators), or an
     experiment's with its devices and operators running from one epoch (--experiment); print
     their status, and hold it until Ctrl-C (or with --detach, until `foglab emu down`)."""
-    from emu.cluster.plan import CLUSTER_NAME
-
-    if cluster is not None and not CLUSTER_NAME.match(cluster):
-        refuse(f"--cluster {cluster!r}: a cluster name Docker accepts: letters, digits, _ . or "
-               "-, starting with a letter or digit, at most 40 characters")
+    _cluster_name(cluster)
     if zookeeper not in (1, 3):
         refuse(f"--zookeeper {zookeeper}: 1 server, or 3 for an ensemble")
     if records is not None:
@@ -469,7 +476,8 @@ def emu_down(cluster: ClusterOption = None,
 
 @app.command("status")
 def emu_status(cluster: Annotated[str | None, typer.Option(
-        "--cluster", help="one cluster (default: all)")] = None) -> None:
+        "--cluster", callback=_cluster_name, help="one cluster (default: all)")] = None
+               ) -> None:
     """Each container of a cluster (or of all): node, kind, state, IP, image, container id."""
     from emu.cluster import inventory
 

@@ -69,6 +69,11 @@ BAD: list[tuple[list[str], list[str]]] = [
     (["emu", "up", "smart-city", "--zookeeper", "2"], ["--zookeeper", "2"]),
     (["emu", "up", "smart-city", "--cluster", ""], ["--cluster", "''"]),
     (["emu", "up", "smart-city", "--cluster", "a b"], ["--cluster", "'a b'"]),
+    (["emu", "status", "--cluster", ""], ["--cluster", "''"]),
+    (["emu", "down", "--cluster", "a/b"], ["--cluster", "'a/b'"]),
+    (["emu", "logs", "gw-1", "--cluster", "-x"], ["--cluster", "'-x'"]),
+    (["emu", "exec", "gw-1", "--cluster", "a b", "--", "true"], ["--cluster", "'a b'"]),
+    (["emu", "migrate", "count", "--to", "gw-1", "--cluster", "a b"], ["--cluster", "'a b'"]),
     (["emu", "migrate", "count", "--to", "gw-1", "--strategy", "nonsense"],
      ["--strategy", "nonsense"]),
 ]
