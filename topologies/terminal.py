@@ -87,7 +87,7 @@ def refuse(message: object) -> NoReturn:
 def file_to_write(option: str, path: Path) -> Path:
     """`path`, checked as a file a command will write (`--out x.json`): in a folder that
     exists and can be written, and not a folder itself; else refused (exit 2)."""
-    parent = path.parent if str(path.parent) else Path(".")
+    parent = path.parent  # "." for a bare name
     if path.is_dir():
         refuse(f"{option} {path}: is a folder; give a file's path")
     if not parent.exists():
