@@ -665,9 +665,15 @@ run: {{duration: 10s, seed: 4}}
 
 
 def _selective(pipeline: str):
+    """The delivered rows; the others are the filtered ones, a row each."""
     result = run(SELECTIVE.format(pipeline=pipeline))
     assert result.facts["emitted"] == 100
-    return result.tables["messages"]
+    messages = result.tables["messages"]
+    delivered = messages["state"] == "delivered"
+    passed = set(messages["id"][delivered])
+    assert sorted(messages["id"][~delivered]) == [i for i in range(100) if i not in passed]
+    assert set(messages["state"][~delivered]) <= {"filtered"}
+    return {name: values[delivered] for name, values in messages.items()}
 
 
 def test_a_filter_with_selectivity_a_quarter_passes_every_fourth_message() -> None:
