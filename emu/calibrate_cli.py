@@ -12,7 +12,16 @@ import typer
 from rich import box
 from rich.table import Table
 
-from topologies.terminal import bars, console, error, escape, exit_code, say, stop_on_signals
+from topologies.terminal import (
+    bars,
+    console,
+    error,
+    escape,
+    exit_code,
+    file_to_write,
+    say,
+    stop_on_signals,
+)
 from workloads.calibration import DEFAULT_NAME
 
 
@@ -28,13 +37,15 @@ def calibrate(
     from emu.calibrate import CalibrationFailed
     from emu.calibrate import calibrate as measure
     from emu.cli import _docker
-    from workloads.calibration import target, write
+    from workloads.calibration import is_path, target, write
 
     try:
         path = target(out)
     except ValueError as failure:
         error(f"--out: {failure}")
         raise typer.Exit(2) from None
+    if is_path(out):  # a name goes to the user's folder of profiles, made when written
+        file_to_write("--out", path)
     client = _docker()
     with stop_on_signals():
         try:

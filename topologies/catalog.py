@@ -41,6 +41,7 @@ def load(name: str):
     """The expanded topology of a catalog name or a file; a SpecError names the file, line
     and field of what is wrong."""
     from topologies.documents import read
+    from topologies.fields import WRITTEN
     from topologies.model import expand
     from topologies.spec import TopologySpec
 
@@ -53,7 +54,7 @@ def load(name: str):
         raise SpecError((), document.data, "a topology: a mapping with name, nodes and links",
                         str(path), 1)
     try:
-        return expand(TopologySpec.model_validate(document.data))
+        return expand(TopologySpec.model_validate(document.data, context=WRITTEN))
     except SpecError as error:
         raise document.error(error) from None
     except ValidationError as exc:

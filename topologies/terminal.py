@@ -186,9 +186,11 @@ class Stop(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised in the main thread as Ctrl-C is, so that whatever cleans up
     after a Ctrl-C cleans up after them too; `signal` says which."""
 
-    def __init__(self, number: int = signal.SIGINT):
-        super().__init__(signal.Signals(number).name)
-        self.signal = signal.Signals(number)
+    def __init__(self, number: int | str = signal.SIGINT):
+        # A name too: SimPy rebuilds an exception raised inside a process from its args.
+        which = signal.Signals[number] if isinstance(number, str) else signal.Signals(number)
+        super().__init__(which.name)
+        self.signal = which
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)

@@ -162,8 +162,6 @@ def test_a_bad_value_is_one_line_and_exit_2(args: list[str], named: list[str],
     refused(args, named, workdir)
 
 
-@pytest.mark.xfail(strict=True, reason="emu/calibrate_cli.py checks --out only after the "
-                                        "measuring (minutes), then fails writing it")
 def test_calibrate_refuses_an_out_in_a_missing_folder_before_measuring(workdir: Path) -> None:
     refused(["calibrate", "--out", "/nonexistent/x.yaml"], ["--out", "/nonexistent/x.yaml"],
             workdir)

@@ -41,3 +41,22 @@ def test_a_second_signal_during_the_clean_up_is_ignored(first, second, raised):
                           capture_output=True, text=True, timeout=30)
     assert done.stdout.strip().splitlines()[-1] == f"{raised} ['cleaned up']", done.stderr
     assert "again: still cleaning up" in done.stdout + done.stderr
+
+
+def test_a_stop_raised_inside_a_simpy_process_keeps_its_signal() -> None:
+    # SimPy hands a process's exception on as type(e)(*e.args): Stop is rebuilt from its name.
+    import signal
+
+    import simpy
+
+    from topologies.terminal import Stop
+
+    def stopped(env):
+        yield env.timeout(1)
+        raise Stop(signal.SIGTERM)
+
+    env = simpy.Environment()
+    env.process(stopped(env))
+    with pytest.raises(Stop) as raised:
+        env.run()
+    assert raised.value.signal == signal.SIGTERM
