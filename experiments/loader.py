@@ -394,6 +394,9 @@ def _by_name(data: dict, path: tuple, option: str) -> tuple:
 
 
 def _assign(data: dict, path: tuple, value: object, option: str) -> None:
+    if not path:
+        raise SpecError(path, value, "a key: a dotted path into the description "
+                        "(run.duration, pipeline.0.cost)", option)
     node = data
     for i, part in enumerate(path[:-1]):
         nxt = path[i + 1]
