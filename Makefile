@@ -8,8 +8,8 @@ PY := $(VENV)/bin/python
 RUN_STAMP := $(VENV)/.installed-run
 DEV_STAMP := $(VENV)/.installed-dev
 NOTEBOOK_STAMP := $(VENV)/.installed-notebooks
-# Test files run on this many processes (tests/conftest.py groups them: a file's tests on one, so
-# its fixtures are made once): most emulation tests wait on real time, not on the CPU.
+# Test files run on this many processes, a file's tests on one (so its fixtures are made once;
+# see tests/conftest.py): most emulation tests wait on real time, not on the CPU.
 TEST_WORKERS ?= 3
 
 .PHONY: setup setup-run host run test test-fast notebook lint bench clean
@@ -60,11 +60,11 @@ run: setup-run
 # CI's minutes go.
 test: setup host
 	@start=$$(date +%s); status=0; \
-		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup || status=$$?; \
+		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile || status=$$?; \
 		echo "tests: $$(( $$(date +%s) - start )) s in all"; exit $$status
 
 test-fast: setup
-	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadgroup -m "not emu and not slow"
+	$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not emu and not slow"
 
 # JupyterLab on the notebooks (the results they write go to a temporary folder unless
 # FOGLAB_RESULTS names one).

@@ -12,20 +12,28 @@ import pytest
 import yaml
 
 # Test files that each start several JVMs (Spark on cloud VMs' containers or in job processes)
-# or measure the host: `make test` runs them one after another on one worker (pytest-xdist's
-# loadgroup), so two of them never compete for the two cores; every other file is a group of
-# its own, its tests on one worker, so a module's fixture (a cluster, a Spark job) is made once.
-SERIAL = "cpu-heavy"
+# or measure the host. `make test` runs the files on several workers (pytest-xdist, --dist
+# loadfile: a file's tests on one worker, so a module's fixture, a cluster or a Spark job, is
+# made once); these files take a lock first, so two of them never compete for the two cores.
+# (pytest-xdist's own grouping, loadgroup, does not work with pytest 9: it renames items
+# through an attribute pytest 9 no longer reads.)
 CPU_HEAVY = {"tests/emu_run/test_spark_migration.py", "tests/spark_apps/test_migration.py",
              "tests/emu_run/test_emulate.py", "tests/emu_host/test_calibrate.py"}
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Each test's xdist group (see CPU_HEAVY), before pytest-xdist reads them."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        item.add_marker(pytest.mark.xdist_group(SERIAL if module in CPU_HEAVY else module))
+@pytest.fixture(scope="module", autouse=True)
+def one_cpu_heavy_file_at_a_time(request: pytest.FixtureRequest,
+                                 tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+    """For a file of CPU_HEAVY: hold the lock every worker of this test session shares (in the
+    session's temporary folder, above each worker's own) while its tests run."""
+    if request.node.nodeid not in CPU_HEAVY:
+        yield
+        return
+    import fcntl
+
+    with open(tmp_path_factory.getbasetemp().parent / "cpu-heavy.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        yield
 
 
 def pytest_configure(config: pytest.Config) -> None:
