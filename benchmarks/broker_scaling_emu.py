@@ -109,7 +109,7 @@ def run(mode: str, speed: float, rate: float, duration: float, seed: int,
     figures = [(t, p) for t, p in entry["probes"] if p is not None]
     before = [p for t, p in figures if t <= split]
     after = [p for t, p in figures if t > split + 1]
-    late = messages[(messages["t_sent"] > split + 1) & ~messages["lost"]]
+    late = messages[(messages["t_sent"] > split + 1) & (messages["state"] == "delivered")]
     line = [f"mode={mode}", f"seed={seed}", f"t_join={t_join}", f"split={split:.2f}",
             f"p95_before={_median(before)}", f"p95_after={_median(after)}",
             f"spare_received={entry['spare_received']}", f"messages={len(messages)}",

@@ -153,8 +153,8 @@ def sim_facts(loaded) -> tuple[dict[str, tuple[str, str]], dict[str, int], set[s
     spec = point.spec
     model = Model(point.topology, spec.workload, spec.pipeline, sim_settings(spec))
     messages = model.run().tables["messages"]
-    heard = {str(d) for d, lost in zip(messages["source"], messages["lost"], strict=True)
-             if not lost}
+    heard = {str(d) for d, state in zip(messages["source"], messages["state"], strict=True)
+             if state == "delivered"}
     names = {index: name for name, index in model.node_index.items()}
     placement, emitted = {}, {}
     for source in model.sources:
@@ -205,7 +205,7 @@ def check(document: dict, out: Path) -> Checked:
     messages = run.messages
     # By gateway: a filter's running credit may pass one device's readings on sim and its
     # neighbour's on emu, where they arrive in another order.
-    heard_there = {placed[d][0] for d in set(messages[~messages["lost"]]["source"])
+    heard_there = {placed[d][0] for d in set(messages[messages["state"] == "delivered"]["source"])
                    if d in placed}
     checked.unheard = sorted({placed[d][0] for d in heard} - heard_there)
     for device in sorted(set(placed) | set(emu_placed)):

@@ -352,7 +352,7 @@ def test_a_run_goes_through_its_fault_schedule_on_the_containers(tmp_path) -> No
     assert outside and set(outside) == {base}, cpus
 
     messages = run.table("messages")
-    received = messages[~messages["lost"]]
+    received = messages[messages["state"] == "delivered"]
     group = received["source"].str[0]
     # crash: gw-2's devices (b-*) are heard until the kill, not while it is down, and again
     # once its agent is back (forked again into the container started again): on the run's
