@@ -539,14 +539,19 @@ def results_list(root: Annotated[Path, typer.Option(help="the results folder")]
 
 
 @results_app.command("show")
-def results_show(run_folder: Path) -> None:
+def results_show(run_folder: Annotated[Path, typer.Argument(
+                     help="a run's folder, or the id `results list` prints")],
+                 root: Annotated[Path, typer.Option(help="the results folder an id is in")]
+                 = Path("results")) -> None:
     """Show one run: its manifest's facts, its headline figures, its nodes, and each
     feature's own figures (migrations, recoveries, replicas, faults, broadcasts, ...)."""
     from experiments.report import show_run
     from experiments.results import find_run
 
+    if not run_folder.is_dir() and root != Path("results"):  # an id, under a --root given
+        folder_to_read("--root", root)
     try:
-        found = find_run(run_folder)  # a folder, or an id that `results list` prints
+        found = find_run(run_folder, root)  # a folder, or an id that `results list` prints
     except (FileNotFoundError, LookupError) as failure:
         error(failure)
         raise typer.Exit(2) from None

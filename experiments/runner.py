@@ -185,7 +185,7 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         tables = conform(output.tables)
         writer.tables(tables)
         progress.stage("summarising")
-        summary = summarise(tables, spec.run.duration, spec.run.sample)
+        summary = summarise(tables, spec.run.duration, spec.run.sample, output.facts)
         writer.summary(summary)
         if "latency" in spec.plots:
             from experiments.plots import latency_plot
