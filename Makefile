@@ -56,11 +56,13 @@ host: setup
 run: setup-run
 	$(VENV)/bin/foglab run quickstart
 
-# The total time and the 15 slowest tests (pyproject's --durations) close the output: where
-# CI's minutes go.
+# The test files on TEST_WORKERS processes, then the few that need the host to themselves
+# (marked `alone`); each run ends with its 15 slowest tests (pyproject's --durations), and the
+# total time closes the output: where CI's minutes go.
 test: setup host
 	@start=$$(date +%s); status=0; \
-		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile || status=$$?; \
+		$(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile -m "not alone" || status=$$?; \
+		$(PY) -m pytest -m alone || status=$$?; \
 		echo "tests: $$(( $$(date +%s) - start )) s in all"; exit $$status
 
 test-fast: setup
