@@ -16,17 +16,15 @@ from rich.table import Table
 
 from emu.calibrate_cli import calibrate
 from emu.cli import topology_or_exit
-from experiments.compare import DEFAULT_BACKENDS
+from experiments.compare_cli import compare
 from experiments.emu_commands import app as emu_app
-from experiments.loader import Experiment, load
-from experiments.runner import Estimate, Reporter, run_experiment, shown_duration
+from experiments.running import Sets, Sweeps, execute, load_or_exit
 from topologies.errors import SpecError
 from topologies.terminal import (
     bars,
     console,
     error,
     escape,
-    exit_code,
     file_to_write,
     fit_output,
     folder_to_read,
@@ -35,7 +33,6 @@ from topologies.terminal import (
     positive,
     refuse,
     say,
-    stop_on_signals,
 )
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
@@ -48,12 +45,7 @@ app.add_typer(results_app, name="results")
 app.add_typer(bench_app, name="bench")
 app.add_typer(emu_app, name="emu")
 app.command("calibrate")(calibrate)
-
-Sets = Annotated[list[str] | None,
-                 typer.Option("--set", help="KEY=VALUE override, e.g. run.seed=3")]
-Sweeps = Annotated[list[str] | None, typer.Option(
-    # typer reads help texts as rich markup: brackets are escaped to be shown.
-    "--sweep", help=escape("KEY=[v1,v2]: one run per value, e.g. run.seed=[1,2,3]"))]
+app.command()(compare)
 
 
 def _version(shown: bool) -> None:
@@ -105,70 +97,6 @@ def list_catalog(kind: Annotated[str | None, typer.Argument(
         console.print(table)
 
 
-def ms(seconds: float | None) -> str:
-    return f"{seconds * 1000:.1f}" if seconds is not None else "-"
-
-
-def _load(experiment: str, sets: list[str] | None, sweeps: list[str] | None) -> Experiment:
-    try:
-        return load(experiment, sets or [], sweeps or [])
-    except SpecError as failure:
-        error(failure)
-        raise typer.Exit(2) from None
-
-
-class RichReporter(Reporter):
-    """Progress over (simulated) time and over runs with the time left (`runs (ETA 3m 05s)`),
-    a line per failed run and per step after the runs, and the runs that finished."""
-
-    def __init__(self, progress):
-        self.bars = progress
-        self.runs = None
-        self.current = None
-        self.folder: Path | None = None  # the run under way, for an interrupt to name
-        self.total = 0
-        self.finished: list[tuple[str, Path, str | None]] = []  # label, folder, error
-        self.estimate: Estimate | None = None
-        self.duration = 0.0
-
-    def start(self, total_runs: int, total_seconds: float = 0.0) -> None:
-        self.total = total_runs
-        self.estimate = Estimate(total_seconds)
-        self.runs = self.bars.add_task("runs", total=total_runs)
-
-    def run_started(self, label: str, folder: Path, duration: float) -> None:
-        self.folder = folder
-        self.label = f"run {label}"
-        self.duration = duration
-        self.current = self.bars.add_task(self.label, total=duration)
-
-    def progress(self, seconds: float) -> None:
-        self.bars.update(self.current, completed=seconds)
-        self._tell_left(min(seconds, self.duration))
-
-    def _tell_left(self, current: float) -> None:
-        left = self.estimate.left(current) if self.estimate else None
-        if left is not None:
-            self.bars.update(self.runs, description=f"runs (ETA {shown_duration(left)})")
-
-    def note(self, text: str) -> None:
-        say(text)
-
-    def stage(self, text: str) -> None:
-        self.bars.update(self.current, description=f"{self.label} ({text})")
-
-    def run_finished(self, label, folder, summary, error_text) -> None:
-        self.bars.update(self.current, visible=False)
-        self.bars.advance(self.runs)
-        self.folder = None
-        self.finished.append((label, folder, error_text))
-        if self.estimate:
-            self.estimate.run_ended(self.duration)
-            self._tell_left(0.0)
-        if error_text:
-            say(f"run {label} failed: {error_text}", style="red")
-
-
 @app.command()
 def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name")],
         set_: Sets = None, sweep: Sweeps = None,
@@ -176,222 +104,17 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
 
-    loaded = _load(experiment, set_, sweep)
-    outcomes = _execute(loaded, out)
+    loaded = load_or_exit(experiment, set_, sweep)
+    outcomes = execute(loaded, out)
     report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
     if any(o.error for o in outcomes):
         raise typer.Exit(1)
 
 
-def _execute(loaded: Experiment, out: Path, sweep_id: str | None = None) -> list:
-    """Run an experiment with progress bars; a Ctrl-C or SIGTERM (e.g. `timeout`) stops it,
-    says which run folder is marked interrupted and which runs had finished (and where), and
-    exits 130 (143)."""
-    folder_to_write("--out", out)
-    with stop_on_signals():
-        reporter = None
-        try:
-            with bars() as shown:
-                reporter = RichReporter(shown)
-                return run_experiment(loaded, out, reporter, sweep_id=sweep_id)
-        except KeyboardInterrupt as stop:
-            where = reporter.folder if reporter is not None else None
-            say("interrupted" + (f": run {where} is marked interrupted; what it had written "
-                                 f"is there" if where else ""), style="yellow")
-            if reporter is not None and reporter.total > 1:
-                say(f"{len(reporter.finished)} of {reporter.total} runs had finished"
-                    + (":" if reporter.finished else ""), style="yellow")
-                for label, folder, failure in reporter.finished:
-                    say(f"  run {label}: {folder}" + (f" (failed: {failure})" if failure else ""))
-            raise typer.Exit(exit_code(stop)) from None
-
-
-def _fidelity_lines(manifest: dict) -> list[str]:
-    """An emulated run's fidelity lines (experiments.report.fidelity_lines)."""
-    from experiments.report import fidelity_lines
-
-    return fidelity_lines(manifest)
-
-
-def _manifest(folder: Path) -> dict:
-    from experiments.report import manifest_of
-
-    return manifest_of(folder)
-
-
-@app.command()
-def compare(
-    what: Annotated[list[str], typer.Argument(
-        help="an experiment (a file or a catalog name), or two runs (folders, or the ids "
-        "`foglab results list` prints)", metavar="EXPERIMENT | RUN RUN", show_default=False)],
-    backends: Annotated[str | None, typer.Option(
-        help="the backends to run, comma-separated; errors are against emu "
-        f"[default: {DEFAULT_BACKENDS}]", show_default=False)] = None,
-    against: Annotated[list[str] | None, typer.Option(
-        "--against", help="KEY=VALUE: run the experiment twice on its backend, the second time "
-        "with these set (e.g. run.seed=8, run.calibration=NAME); errors are against the first",
-        show_default=False)] = None,
-    set_: Sets = None,
-    out: Annotated[Path, typer.Option(help="results folder (and where run ids are looked up)")]
-    = Path("results")) -> None:
-    """Compare two runs figure by figure: delivered, lost, throughput, latency percentiles,
-    CPU per node, downtime. One experiment runs on each backend (the model against the
-    emulation, by default), or twice with `--against` changes; two runs already made are read
-    from their folders."""
-    if len(what) > 2:
-        error(f"compare takes one experiment or two runs, got {len(what)}: {' '.join(what)}")
-        raise typer.Exit(2)
-    folder_to_write("--out", out)  # before a run is made
-    if len(what) == 2:
-        given = [name for name, value in (("--backends", backends), ("--against", against),
-                                          ("--set", set_)) if value]
-        if given:
-            error(f"{given[0]}: two runs already made are compared as they are; "
-                  f"{given[0]} is for comparing an experiment's runs")
-            raise typer.Exit(2)
-        _compare_runs(what, out)
-    elif against:
-        if backends is not None:
-            error("--backends: with --against both runs are on the experiment's backend; "
-                  "choose it with --set run.backend=NAME")
-            raise typer.Exit(2)
-        _compare_configurations(what[0], set_ or [], against, out)
-    else:
-        _compare_backends(what[0], backends or DEFAULT_BACKENDS, set_ or [], out)
-
-
-def _one_configuration(loaded: Experiment) -> None:
-    """Refuse a file that sweeps: compare runs one configuration."""
-    if len(loaded.points) > 1:
-        swept = ", ".join(loaded.points[1].values)
-        error(f"{loaded.file}: compare runs one configuration, and the file sweeps {swept} "
-              f"({len(loaded.points)} points): choose a value with --set KEY=VALUE")
-        raise typer.Exit(2)
-
-
-def _run_each(loaded: dict[str, Experiment], out: Path, stamp: str, ids: dict[str, str]) -> dict:
-    """Run each configuration once (a sweep id per label); exit 1 naming a failed run."""
-    outcomes = {}
-    for name, experiment in loaded.items():
-        say(f"{name}: running {experiment.name}")
-        (outcomes[name],) = _execute(experiment, out, f"{stamp}-{ids[name]}")
-        if outcomes[name].error:
-            error(f"the {name} run failed: {outcomes[name].error} (its folder: "
-                  f"{outcomes[name].folder}); nothing to compare")
-            raise typer.Exit(1)
-    return outcomes
-
-
-def _show_comparison(folders: dict[str, Path], experiment: str, reference: str, out: Path,
-                     stamp: str, targets: dict | None = None,
-                     notes: list[str] = ()) -> None:
-    """Read the runs (exit 1 on a broken one), compare, write and print."""
-    from experiments import compare as comparing
-
-    try:
-        runs = {n: comparing.read_run(f) for n, f in folders.items()}
-    except comparing.BrokenRun as failure:  # no figures over a run that lost part of its work
-        error(failure)
-        raise typer.Exit(1) from None
-    result = comparing.compare(runs, experiment, reference=reference, targets=targets)
-    result.notes[:0] = notes
-    paths = comparing.write(result, out / experiment / f"{stamp}-compare")
-    console.print(comparing.table(result))
-    for line in comparing.explanations(result):
-        say(line, style="yellow" if line.startswith("*") else None)
-    width = max(len(name) for name in folders) + 1
-    for name, folder in folders.items():
-        say(f"{name + ':':{width}} {folder}")
-    for kind, path in paths.items():
-        say(f"{kind + ':':11} {path}")
-
-
-def _compare_backends(experiment: str, backends: str, sets: list[str], out: Path) -> None:
-    """One configuration and seed on each backend, against the emulation."""
-    from experiments import compare as comparing
-    from experiments.runner import _fresh_sweep_id
-
-    try:
-        names = comparing.parse_backends(backends)
-    except ValueError as failure:
-        error(failure)
-        raise typer.Exit(2) from None
-    if any(option.split("=", 1)[0].strip() == "run.backend" for option in sets):
-        error("--set run.backend: compare runs each backend of --backends; name them there")
-        raise typer.Exit(2)
-    loaded = {name: _load(experiment, [*sets, f"run.backend={name}", "run.repetitions=1"], [])
-              for name in names}
-    first = loaded[names[0]]
-    _one_configuration(first)
-    if "emu" in names and (why := comparing.emu_unavailable()):
-        error(why)
-        raise typer.Exit(1)
-    stamp = _fresh_sweep_id(out / first.name)
-    outcomes = _run_each(loaded, out, stamp, {name: name for name in names})
-    _show_comparison({n: o.folder for n, o in outcomes.items()}, first.name,
-                     "emu" if "emu" in names else names[-1], out, stamp)
-
-
-def _compare_configurations(experiment: str, sets: list[str], against: list[str],
-                            out: Path) -> None:
-    """The experiment as written (with --set) against it with the --against changes too."""
-    from experiments import compare as comparing
-    from experiments.runner import _fresh_sweep_id
-
-    base = _load(experiment, [*sets, "run.repetitions=1"], [])
-    other = _load(experiment, [*sets, *against, "run.repetitions=1"], [])
-    _one_configuration(base)
-    _one_configuration(other)
-    keys = [option.split("=", 1)[0].strip() for option in against]
-    written = comparing.flat(base.spec.model_dump(mode="json"))
-    first, second = comparing.labels(
-        ", ".join(f"{key}={written.get(key, '(none)')}" for key in keys), ", ".join(against))
-    if "emu" in (base.spec.run.backend, other.spec.run.backend) and (
-            why := comparing.emu_unavailable()):
-        error(why)
-        raise typer.Exit(1)
-    stamp = _fresh_sweep_id(out / base.name)
-    outcomes = _run_each({first: base, second: other}, out, stamp,
-                         {first: "first", second: "second"})
-    _show_comparison({n: o.folder for n, o in outcomes.items()}, base.name, first, out, stamp,
-                     targets={}, notes=_differing(outcomes[first].folder,
-                                                  outcomes[second].folder))
-
-
-def _compare_runs(given: list[str], root: Path) -> None:
-    """Two runs already made, by folder or id under `root`; the second against the first."""
-    from experiments import compare as comparing
-    from experiments.results import find_run
-    from experiments.runner import _fresh_sweep_id
-
-    try:
-        found = [find_run(run, root) for run in given]
-    except (FileNotFoundError, LookupError) as failure:
-        error(f"{failure}; compare takes one experiment or two runs")
-        raise typer.Exit(2) from None
-    if found[0].folder.resolve() == found[1].folder.resolve():
-        error(f"{given[0]} and {given[1]} are the same run: name two runs to compare")
-        raise typer.Exit(2)
-    first, second = comparing.labels(found[0].id, found[1].id)
-    experiment = str(found[0].manifest.get("experiment") or "runs")
-    stamp = _fresh_sweep_id(root / experiment)
-    _show_comparison({first: found[0].folder, second: found[1].folder}, experiment, first, root,
-                     stamp, targets={}, notes=_differing(found[0].folder, found[1].folder))
-
-
-def _differing(first: Path, second: Path) -> list[str]:
-    """A note of what sets two runs apart (or that nothing does but the run itself)."""
-    from experiments import compare as comparing
-
-    changes = comparing.differences(_manifest(first), _manifest(second))
-    return [("the second run differs from the first in: " + "; ".join(changes)) if changes
-            else "the two runs have the same configuration, seed and backend"]
-
-
 @app.command()
 def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None) -> None:
     """Check an experiment file without running it."""
-    loaded = _load(experiment, set_, sweep)
+    loaded = load_or_exit(experiment, set_, sweep)
     spec = loaded.spec
     counts = ", ".join(f"{n} {k}" for k, n in sorted(loaded.points[0].topology.counts().items()))
     console.print(f"[green]valid[/green]: {escape(str(loaded.file))}: {len(loaded.points)} "
@@ -456,7 +179,7 @@ def _topology(source: str, sets: list[str] | None = None):
         if sets:
             refuse(f"--set changes an experiment, and {source} is a topology")
         return topology_or_exit(source)
-    return _load(str(path), sets, []).points[0].topology
+    return load_or_exit(str(path), sets, []).points[0].topology
 
 
 @topo_app.command("show")

@@ -103,7 +103,7 @@ def test_sim_vs_emu_refuses_a_degraded_emulation(tmp_path, monkeypatch, capsys) 
 def test_the_compare_command_exits_non_zero_on_a_degraded_run(tmp_path, monkeypatch) -> None:
     from typer.testing import CliRunner
 
-    from experiments import cli
+    from experiments import cli, compare_cli
     from experiments.runner import Outcome
 
     folders = {"sim": write_run(tmp_path / "sim", "sim", "ok"),
@@ -114,7 +114,7 @@ def test_the_compare_command_exits_non_zero_on_a_degraded_run(tmp_path, monkeypa
         return [Outcome(folders[backend], {}, 0, {}, None,
                         "degraded" if backend == "emu" else "ok")]
 
-    monkeypatch.setattr(cli, "_execute", execute)
+    monkeypatch.setattr(compare_cli, "execute", execute)
     monkeypatch.setattr(comparing, "emu_unavailable", lambda: None)
     result = CliRunner().invoke(cli.app, ["compare", "quickstart", "--out", str(tmp_path)])
     assert result.exit_code != 0

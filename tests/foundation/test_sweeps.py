@@ -178,7 +178,7 @@ def test_the_time_left_is_the_wall_time_per_second_so_far_times_what_is_left() -
 
 
 def test_the_runs_progress_says_the_time_left() -> None:
-    from experiments.cli import RichReporter
+    from experiments.running import RichReporter
 
     shown = Progress(disable=True)
     reporter = RichReporter(shown)
