@@ -78,6 +78,10 @@ def _check_run(spec: ExperimentSpec) -> None:
     if "sample" in spec.run.model_fields_set and spec.run.sample > spec.run.duration:
         raise SpecError(("run", "sample"), spec.run.sample, f"a sample period no longer than "
                         f"the run (run.duration: {spec.run.duration:g} s)")
+    if "latency" in spec.plots and spec.record.messages == "none":
+        raise SpecError(("plots",), spec.plots, "no latency plot with record.messages: none "
+                        "(it is drawn from the messages table): record all or a fraction "
+                        "such as 10%, or drop latency from plots")
     for i, op in enumerate(spec.pipeline):
         if op.window is not None and op.window.size > spec.run.duration:
             raise SpecError(("pipeline", i, "window", "size"), op.window.size,

@@ -91,6 +91,7 @@ class RunData:
     summary: dict
     messages: pd.DataFrame
     fidelity: dict | None = None
+    sample: str | None = None  # what part of the readings its messages are (record.messages)
 
 
 @dataclass
@@ -250,7 +251,9 @@ def compare(data: dict[str, RunData], experiment: str = "",
         node = figure.key.removeprefix("cpu:") if figure.key.startswith("cpu:") else None
         figure.doubts = host + ([per_node[node]] if node in per_node else
                                 [] if node else list(per_node.values()))
-    notes = []
+    # Latency percentiles of a sampled table are the sample's; counts are of every message.
+    notes = [f"{b}: the per-hop latency, the CDF and the figures outside saturated spans are "
+             f"of {r.sample}; the others of every message" for b, r in data.items() if r.sample]
     if ref.fidelity is not None and not ref.fidelity.get("samples"):
         notes.append(f"{reference}: its fidelity was not measured: "
                      + "; ".join(ref.fidelity.get("reasons") or ["no samples"]))
@@ -320,10 +323,14 @@ def read_run(folder: Path | str) -> RunData:
     """A run folder as a comparison reads it; an emulated run's fidelity from its manifest
     (or, for a run written before it was recorded there, from its nodes table). BrokenRun
     for a run that is not `ok`."""
-    from experiments.results import load_run
+    from experiments.results import NotRecorded, load_run, sample_note
 
     run = load_run(folder)
     sound(folder, run.manifest, run.summary)
+    try:
+        messages = run.messages
+    except NotRecorded as missing:  # latency by path needs the messages: said in one line
+        raise BrokenRun(str(missing)) from None
     if not run.summary:
         raise ValueError(f"{folder}: the run has no summary.json (status "
                          f"{run.manifest.get('status')!r}): nothing to compare")
@@ -336,7 +343,8 @@ def read_run(folder: Path | str) -> RunData:
 
             sample = run.manifest.get("config", {}).get("run", {}).get("sample", 1.0)
             fidelity = assess(run.nodes.to_dict("list"), sample)
-    return RunData(backend, Path(folder), run.summary, run.messages, fidelity)
+    return RunData(backend, Path(folder), run.summary, messages, fidelity,
+                   sample_note(run.manifest))
 
 
 # ---------------------------------------------------------------------------- outputs

@@ -13,7 +13,7 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from experiments.results import load_run
+from experiments.results import load_run, sample_note
 
 
 class LatencyPlot(NamedTuple):
@@ -36,11 +36,14 @@ def empty_reason(total: int, lost: int) -> str | None:
 def latency_plot(folder: Path | str, out: Path | str | None = None) -> LatencyPlot:
     """Write the run's latency figure (latency.png in its folder unless `out` says where)."""
     run = load_run(folder)
-    fig, note = latency_figure(run.messages, f"{run.manifest['experiment']}: latency",
+    messages = run.messages  # results.NotRecorded (one line) for a run that wrote none
+    sample = sample_note(run.manifest)
+    fig, note = latency_figure(messages, f"{run.manifest['experiment']}: latency"
+                               + (f"\n{sample}" if sample else ""),
                                events(run.table("faults"), run.table("migrations")))
     path = Path(out) if out else Path(folder) / "latency.png"
     fig.savefig(path, dpi=110)
-    return LatencyPlot(path, int(run.messages["latency"].notna().sum()), note)
+    return LatencyPlot(path, int(messages["latency"].notna().sum()), note)
 
 
 class Event(NamedTuple):

@@ -15,6 +15,7 @@ from functools import cached_property
 from importlib import metadata
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -72,7 +73,18 @@ class RunWriter:
         text = json.dumps(self.manifest, indent=2, sort_keys=False, default=str)
         (self.folder / "manifest.json").write_text(text + "\n", encoding="utf-8")
 
-    def tables(self, tables: dict[str, pa.Table]) -> None:
+    def tables(self, tables: dict[str, pa.Table], record: str | float = "all") -> None:
+        """The tables as Parquet; of messages, what `record` (spec.RecordSpec) keeps, and
+        in the manifest what was written against all."""
+        tables = dict(tables)
+        if "messages" in tables:
+            total = tables["messages"].num_rows
+            if record == "none":
+                del tables["messages"]
+            else:
+                tables["messages"] = sampled(tables["messages"], record)
+            written = tables["messages"].num_rows if "messages" in tables else 0
+            self.manifest["record"] = {"messages": record, "rows": written, "of": total}
         for name, table in tables.items():
             # No pandas metadata and fixed settings: the same run gives the same bytes.
             pq.write_table(table, self.folder / f"{name}.parquet", compression="zstd",
@@ -95,6 +107,38 @@ class RunWriter:
             summary = json.loads(path.read_text(encoding="utf-8"))
             summary.pop("lost_workload", None)
             self.summary({"lost_workload": lost_workload(self.manifest, summary), **summary})
+
+
+def kept(ids: np.ndarray, fraction: float) -> np.ndarray:
+    """Which readings a sample keeps: a stable hash of each message id (splitmix64's
+    finaliser) below the fraction, so copies of a reading go together and a run with the
+    same seed keeps the same rows."""
+    with np.errstate(over="ignore"):
+        z = ids.astype(np.uint64) + np.uint64(0x9E3779B97F4A7C15)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)) < np.uint64(round(fraction * 2**53))
+
+
+def sampled(messages: pa.Table, record: str | float) -> pa.Table:
+    """The rows of the messages table that `record` keeps (all, or a fraction's sample)."""
+    if record == "all":
+        return messages
+    ids = messages.column("id").to_numpy(zero_copy_only=False)
+    return messages.filter(pa.array(kept(ids, float(record))))
+
+
+class NotRecorded(LookupError):
+    """A run whose messages table was not written (its experiment's `record.messages: none`)."""
+
+
+def sample_note(manifest: dict) -> str | None:
+    """"a 10 % sample" when the run's messages table is sampled; None when it is whole."""
+    record = (manifest.get("record") or {}).get("messages", "all")
+    if isinstance(record, int | float) and record < 1:
+        return f"a {record * 100:g} % sample of the readings (record.messages)"
+    return None
 
 
 @dataclass
@@ -120,6 +164,11 @@ class Run:
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables are {', '.join(TABLES)}")
         path = self.folder / f"{name}.parquet"
+        if (name == "messages" and not path.exists()
+                and (self.manifest.get("record") or {}).get("messages") == "none"):
+            raise NotRecorded(f"{self.folder}: the run wrote no messages table (its "
+                              "experiment's record.messages is none); run it again with "
+                              "--set record.messages=all, or a fraction such as 10%")
         if not path.exists():
             return TABLES[name].empty_table().to_pandas()
         return pq.read_table(path).to_pandas()
@@ -184,7 +233,7 @@ def load_table(runs_: list[Run], name: str = "messages") -> pd.DataFrame:
     """One table of many runs, with the run id, repetition, seed and sweep values as columns."""
     frames = []
     for run in runs_:
-        frame = run.table(name)
+        frame = run.table(name)  # NotRecorded for a run that wrote no messages table
         frame.insert(0, "run", run.id)
         frame.insert(1, "repetition", run.manifest.get("repetition"))
         frame.insert(2, "seed", run.manifest.get("seed"))

@@ -183,9 +183,10 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         output = runner.run(RunPlan(spec, point.topology, seed, repetition), progress)
         progress.stage("checking and writing the tables")
         tables = conform(output.tables)
-        writer.tables(tables)
         progress.stage("summarising")
+        # Of every message, whatever record.messages writes of them.
         summary = summarise(tables, spec.run.duration, spec.run.sample, output.facts)
+        writer.tables(tables, spec.record.messages)
         writer.summary(summary)
         if "latency" in spec.plots:
             from experiments.plots import latency_plot

@@ -46,6 +46,37 @@ class RunSpec(BaseModel):
         return name
 
 
+class RecordSpec(BaseModel):
+    """What each run writes of its per-message table: every row, none, or a sample of the
+    readings (a fraction, 0.1 or "10%"); the summary is always of every message."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    messages: Literal["all", "none"] | float = Field(
+        default="all", description="all, none, or a fraction of the readings in (0, 1) "
+        "(0.01 or \"1%\"), chosen by a stable hash of the message id: every copy of a "
+        "reading is kept or dropped together, and the same seed keeps the same rows")
+
+    @field_validator("messages", mode="before")
+    @classmethod
+    def _fraction(cls, value: object) -> object:
+        if isinstance(value, str) and value.strip().endswith("%"):
+            try:
+                value = float(value.strip()[:-1]) / 100
+            except ValueError:
+                raise ValueError(f"all, none or a fraction such as 10%, got {value!r}") from None
+        if isinstance(value, bool):
+            raise ValueError(f"all, none or a fraction such as 0.1, got {value!r}")
+        if isinstance(value, int | float):
+            if not 0 < value <= 1:
+                raise ValueError(f"a fraction above 0 and at most 1 (100%), got {value!r}; "
+                                 "none writes no table")
+            return "all" if value == 1 else float(value)
+        if isinstance(value, str) and value not in ("all", "none"):
+            raise ValueError(f"all, none or a fraction such as 0.1 or 10%, got {value!r}")
+        return value
+
+
 # One field per scenario feature (workloads.features), in the registry's order.
 ScenarioSpec = create_model(
     "ScenarioSpec", __config__=ConfigDict(extra="forbid"),
@@ -74,6 +105,9 @@ class ExperimentSpec(BaseModel):
         default_factory=list,
         description="latency: each run's latency over time; sweep: a figure per swept key and "
                     "measure across the points, with 95 % intervals")
+    record: RecordSpec = Field(
+        default_factory=RecordSpec,
+        description="what is written of the per-message table (messages.parquet)")
 
 
 class ExperimentFile(ExperimentSpec):
