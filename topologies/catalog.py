@@ -10,7 +10,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from topologies.errors import SpecError
+from topologies.errors import SpecError, first_error
 
 FOLDER = Path(__file__).parent
 
@@ -58,29 +58,7 @@ def load(name: str):
     except SpecError as error:
         raise document.error(error) from None
     except ValidationError as exc:
-        raise document.error(_first_error(exc, document.data)) from None
+        raise document.error(first_error(exc, document.data)) from None
     except ValueError as exc:
         raise SpecError((), name, f"a valid topology: {exc}".splitlines()[0],
                         str(path)) from None
-
-
-def _first_error(exc, data: dict) -> SpecError:
-    """Pydantic's first error as a SpecError naming the field (a misspelt field first: the
-    fields it leaves missing follow from it), without the tags pydantic adds for unions."""
-    item = sorted(exc.errors(include_url=False), key=lambda i: i["type"] != "extra_forbidden")[0]
-    path: list = []
-    node = data
-    for part in item["loc"]:
-        if isinstance(node, dict | list) and (part in node if isinstance(node, dict) else
-                                              isinstance(part, int) and part < len(node)):
-            path.append(part)
-            node = node[part]
-        elif not (isinstance(part, str) and ("[" in part or part[:1].isupper())):
-            path.append(part)  # a missing field still belongs in the path
-            node = None
-    if item["type"] == "missing":
-        return SpecError(tuple(path), None, "a value: this field is required")
-    if item["type"] == "extra_forbidden":
-        return SpecError(tuple(path), item.get("input"),
-                         "no such field here; check its spelling and indentation")
-    return SpecError(tuple(path), item.get("input"), item["msg"].removeprefix("Value error, "))

@@ -35,3 +35,27 @@ class SpecError(ValueError):
         if len(shown) > 80:
             shown = shown[:77] + "..."
         return f"{where}: {field}: {self.expected} (got {shown})"
+
+
+def first_error(exc, data: object) -> SpecError:
+    """A pydantic ValidationError's first error as a SpecError naming the field's path in
+    `data` and the value written (a misspelt field first: the fields it leaves missing follow
+    from it), without the tags pydantic adds (a union's member, a dict's `[key]`). A file's
+    reader adds its file and line (topologies.documents)."""
+    item = sorted(exc.errors(include_url=False), key=lambda i: i["type"] != "extra_forbidden")[0]
+    path: list = []
+    node = data
+    for part in item["loc"]:
+        if isinstance(node, dict | list) and (part in node if isinstance(node, dict) else
+                                              isinstance(part, int) and part < len(node)):
+            path.append(part)
+            node = node[part]
+        elif not (isinstance(part, str) and ("[" in part or part[:1].isupper())):
+            path.append(part)  # a missing field still belongs in the path
+            node = None
+    if item["type"] == "missing":
+        return SpecError(tuple(path), None, "a value: this field is required")
+    if item["type"] == "extra_forbidden":
+        return SpecError(tuple(path), item.get("input"),
+                         "no such field here; check its spelling and indentation")
+    return SpecError(tuple(path), item.get("input"), item["msg"].removeprefix("Value error, "))

@@ -36,7 +36,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from topologies.documents import parse
-from topologies.errors import SpecError
+from topologies.errors import SpecError, first_error
 from topologies.fields import WRITTEN, Name, NonNegativeDuration, PositiveDuration, Rate, Size
 from workloads.pipeline import known_tasks
 
@@ -238,24 +238,6 @@ def problem(name: str) -> str | None:
         return f"a valid calibration profile, but {error}"
     return None
 
-
-def first_error(exc: ValidationError, data: object) -> SpecError:
-    """Pydantic's first error as a SpecError: the field's path in the data (without the tags
-    pydantic adds, such as `[key]`), the value written, and what was expected."""
-    item = exc.errors(include_url=False)[0]
-    path: list = []
-    node = data
-    for part in item["loc"]:
-        if isinstance(part, str) and part.startswith("[") and part.endswith("]"):
-            continue  # pydantic's `[key]` for a dict's key
-        path.append(part)
-        node = node.get(part) if isinstance(node, dict) else None
-    if item["type"] == "missing":
-        return SpecError(tuple(path), None, "a value: this field is required")
-    if item["type"] == "extra_forbidden":
-        return SpecError(tuple(path), item.get("input"),
-                         "no such field here; check its spelling and indentation")
-    return SpecError(tuple(path), item.get("input"), item["msg"].removeprefix("Value error, "))
 
 
 def write(calibration: Calibration, path: Path) -> Path:
