@@ -90,7 +90,27 @@ def run_summary(name: str, backend: str, outcomes: list) -> None:
     if len(outcomes) == 1 and outcomes[0].summary:
         feature_tables(outcomes[0].summary)
     elif len(outcomes) > 1:
+        points_table([o.folder for o in outcomes if o.summary])
         sweep_feature_tables(outcomes, keys)
+
+
+def points_table(folders: list[Path]) -> None:
+    """Per sweep point, each measure's mean and 95 % interval over its repetitions
+    (experiments.points, as the sweep's points.parquet holds them)."""
+    from experiments import points
+
+    rows = points.rows(folders) if folders else []
+    if not rows:
+        return
+    measures = [m for m in points.MEASURES if m in rows[0]]
+    shown = Table(title="points (mean ± 95 % interval over repetitions; latency in ms)",
+                  title_justify="left", box=box.SIMPLE_HEAD)
+    for column in [*points.swept_keys(rows[0]), "runs", *measures]:
+        shown.add_column(escape(column.rsplit(".", 1)[-1]), justify="right")
+    for row in rows:
+        shown.add_row(*(escape(str(row[k])) for k in points.swept_keys(rows[0])),
+                      str(row["runs"]), *(points.shown(row, m) for m in measures))
+    console.print(shown)
 
 
 def sweep_feature_tables(outcomes: list, keys: list[str]) -> None:

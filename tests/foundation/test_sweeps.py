@@ -211,3 +211,19 @@ def test_a_ctrl_c_in_a_sweep_says_which_runs_had_finished(
     for seed, index in ((1, 0), (2, 1)):
         assert f"{tmp_path}/quickstart/" in output and f"-p{index}-seed={seed}-r0" in output
     assert "-p2-seed=3-r0 is marked interrupted" in output
+
+
+def test_foglab_run_prints_a_row_per_point_with_its_interval(tmp_path: Path) -> None:
+    from experiments.cli import app
+
+    result = CliRunner().invoke(app, [
+        "run", "quickstart", "--set", "run.duration=3s", "--set", "run.repetitions=2",
+        "--sweep", "workload.streams.0.rate=[1/s, 2/s]", "--out", str(tmp_path)],
+        env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("points (mean ± 95 %"))
+    rule = next(i for i in range(start, len(lines)) if lines[i].strip().startswith("─"))
+    rows = [line.split() for line in lines[rule + 1:rule + 3]]
+    assert [row[:2] for row in rows] == [["1.0", "2"], ["2.0", "2"]]  # rate, runs
+    assert all("±" in row for row in rows)
