@@ -61,6 +61,9 @@ def client():
     return docker_engine()
 
 
+# `alone`: the real-time model must keep up with the wall clock (its lag's p99 under 50 ms), which
+# a host shared with other test files does not give it; `make test` runs it after the others.
+@pytest.mark.alone
 def test_a_walking_users_radio_and_handover_act_on_the_containers(tmp_path, trace, client):
     experiment = parse_text(WALK.format(trace=trace))
     (outcome,) = run_experiment(experiment, tmp_path / "out")
