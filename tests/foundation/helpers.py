@@ -8,6 +8,24 @@ from experiments.backends import sim_settings
 from experiments.loader import RunPoint, parse_text
 from sim.model import Model, Settings, SimResult, simulate
 
+# An experiment in block style, so that each field has a line of its own.
+BLOCK = """\
+name: block
+topology: smart-city
+workload: city-sensors
+pipeline:
+  - name: filter
+    on: gateways
+    reads: city
+    writes: clean
+  - name: stats
+    on: cloud-1
+    reads: clean
+run:
+  duration: 60s
+  seed: 4
+"""
+
 
 def point(text: str, overrides: list[str] = ()) -> RunPoint:
     """The single sweep point of an experiment written as YAML text."""

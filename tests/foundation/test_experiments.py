@@ -9,28 +9,12 @@ import pytest
 from experiments import catalog
 from experiments.loader import load, parse_text
 from experiments.runner import repetition_seed
+from tests.foundation.helpers import BLOCK
 from topologies.documents import load_text
 from topologies.errors import SpecError
 
 QUICKSTART = catalog.find("experiment", "quickstart").read_text(encoding="utf-8")
 
-# An experiment in block style, so that each field has a line of its own.
-BLOCK = """\
-name: block
-topology: smart-city
-workload: city-sensors
-pipeline:
-  - name: filter
-    on: gateways
-    reads: city
-    writes: clean
-  - name: stats
-    on: cloud-1
-    reads: clean
-run:
-  duration: 60s
-  seed: 4
-"""
 DURATION_LINE = 13
 
 

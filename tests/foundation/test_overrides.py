@@ -7,25 +7,8 @@ from __future__ import annotations
 import pytest
 
 from experiments.loader import load, parse_text
+from tests.foundation.helpers import BLOCK
 from topologies.errors import SpecError
-
-# An experiment in block style, so that each field has a line of its own.
-BLOCK = """\
-name: block
-topology: smart-city
-workload: city-sensors
-pipeline:
-  - name: filter
-    on: gateways
-    reads: city
-    writes: clean
-  - name: stats
-    on: cloud-1
-    reads: clean
-run:
-  duration: 60s
-  seed: 4
-"""
 
 
 def refused(experiment: str, sets: list[str] = (), sweeps: list[str] = ()) -> SpecError:
