@@ -399,12 +399,8 @@ class Model:
                 progress(t)
         self.env.run(until=settings.duration + settings.drain)
         self.coordinator.finish(self.window_size)
-        messages = self.log.columns(self.stream_names, self.node_names, self.env.now)
-        self.coordinator.consumed_twice(messages)
-        tables = {"messages": messages,
-                  "nodes": self.sampler.nodes_log.columns(),
+        tables = {"nodes": self.sampler.nodes_log.columns(),
                   "links": self.sampler.links_log.columns(),
-                  "migrations": migration_columns(self.coordinator.records),
                   "windows": self.coordinator.forwarded.columns(),
                   "positions": (self.mobility.positions if self.mobility
                                 else SeriesLog("t", "device", "x", "y", "gateway")).columns()}
@@ -420,24 +416,27 @@ class Model:
         # messages back before faults record what is still being sent again as lost).
         for feature in reversed(self.features.values()):
             feature.finish(tables, facts)
-        if self._record_in_flight():
-            tables["messages"] = self.log.columns(self.stream_names, self.node_names,
-                                                  self.env.now)
+        # Once every message has its end in the log (features record theirs there as they
+        # finish), the messages table is built, once.
+        self._record_in_flight()
+        messages = self.log.columns(self.stream_names, self.node_names, self.env.now)
+        self.coordinator.consumed_twice(messages)
+        tables["messages"] = messages
+        tables["migrations"] = migration_columns(self.coordinator.records)
         saturated = saturation(tables["nodes"])
         if saturated:
             facts["saturated"] = saturated
         return SimResult(tables=tables, facts=facts)
 
-    def _record_in_flight(self) -> int:
+    def _record_in_flight(self) -> None:
         """Record the readings still on their way when the run ends: an event queued for
         them (on a link, in a CPU's queue, waiting to be sent again) or held by a paused
-        operator. How many."""
+        operator."""
         queued = self.env.withdraw(lambda event: type(event) is Message and bool(event.callbacks))
         held = [msg for group in self._by_name.values() for msg in group.held]
         for msg in (*queued, *held):
             if msg.stream >= 0:
                 self.log.in_flight(msg)
-        return len(queued) + len(held)
 
 
 def simulate(topology: Topology, workload: WorkloadSpec, pipeline: list[OperatorSpec],

@@ -31,4 +31,6 @@ class Feature:
         self.spec = spec
 
     def finish(self, tables: dict, facts: dict) -> None:
-        """Add this feature's tables and facts (the model's are in already)."""
+        """Add this feature's tables and facts (the model's samples are in already). A
+        message's end goes to the model's log (`model.log.lost(msg, now)`): the messages and
+        migrations tables are built from it after every feature has finished."""

@@ -205,10 +205,8 @@ class FaultSchedule(Feature):
         tables["faults"] = columns(self.recorded)
         model = self.model
         unsent = model.network.take_resending()
-        if unsent:
-            for msg in unsent:
-                model.log.lost(msg, self.env.now)
-            tables["messages"] = model.log.columns(model.stream_names, model.node_names)
+        for msg in unsent:
+            model.log.lost(msg, self.env.now)
         nodes = tables["nodes"]
         if not self.crashes or not len(nodes["t"]):
             return

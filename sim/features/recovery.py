@@ -294,17 +294,13 @@ class Recovery(Feature):
         """The recoveries table; the input still held for an operator that never came back
         is lost (recorded in the messages table)."""
         model = self.model
-        relost = False
         for row in self.rows:
             if row.resumed:
                 continue
             for msg in row.inflight + row.group.held:
                 model.log.lost(msg, self.env.now)
                 row.lost += 1
-                relost = True
             row.inflight, row.group.held = [], []
-        if relost:
-            tables["messages"] = model.log.columns(model.stream_names, model.node_names)
         columns: dict[str, list] = {name: [] for name in COLUMNS}
         for row in self.rows:
             first = row.instance.first_processed if row.instance is not None else math.inf
