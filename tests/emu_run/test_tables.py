@@ -277,8 +277,11 @@ run: {{backend: emu, duration: {DURATION}s, seed: 3, drain: 2s}}
 """
 
 
+# `alone`: each window's count is held to its readings within one, which a reading delayed
+# across a window's edge by a host shared with other test files breaks (a dry run saw 12 and 18).
 @pytest.mark.emu
 @pytest.mark.slow
+@pytest.mark.alone
 def test_an_emulated_run_writes_sim_s_windows_table(tmp_path: Path) -> None:
     import os
 
