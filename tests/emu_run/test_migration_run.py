@@ -53,6 +53,9 @@ def _run(tmp_path, backend: str, strategy: str, text: str = MOVE):
     return outcome.folder
 
 
+# its windows are counted to the reading (80 in each full 2 s window): beside CPU-heavy files
+# a loaded gateway closed one window on 83 and the next on 62, so it runs with the host to itself
+@pytest.mark.alone
 def test_a_window_operator_moves_between_two_gateways_as_on_the_model(tmp_path,
                                                                       client) -> None:
     strategy = "pause_transfer"
