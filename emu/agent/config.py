@@ -6,6 +6,8 @@ import json
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from emu.agent.timebase import TimeBase
+
 # The environment variable that carries an AgentConfig into a container.
 CONFIG_VARIABLE = "FOGLAB_AGENT"
 # Where a node's records live inside its container (a host directory is mounted there).
@@ -97,7 +99,7 @@ class AgentConfig:
     operators: list[OperatorConfig] = field(default_factory=list)
     records: str = RECORDS_DIR
     seed: int = 0
-    epoch: float = 0.0                 # host clock (time.time()) at the run's t = 0
+    epoch: float = 0.0                 # the agent's clock (timebase().now()) at the run's t = 0
     index: int = 0                     # this node's number in the run: message ids start here
     session_timeout: float = 10.0      # ZooKeeper session: how long a dead agent stays registered
     # Drivers wait for a `set run.epoch` request: every node of a run starts at one epoch.
@@ -117,6 +119,13 @@ class AgentConfig:
     other_brokers: dict[str, str] = field(default_factory=dict)
     # The name of the broker node `mqtt` reaches ("": not known, a config made by hand).
     broker: str = ""
+    # The run's time dilation (emu.agent.timebase): K and the host time both clocks agree at.
+    # The agent's clock, and so its epoch and records, are emulated time.
+    dilation: float = 1.0
+    time_anchor: float = 0.0
+
+    def timebase(self) -> TimeBase:
+        return TimeBase(self.dilation, self.time_anchor)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True, separators=(",", ":"))

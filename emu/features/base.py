@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from emu.agent.timebase import UNDILATED, TimeBase
 from workloads.recovery import DEFAULT_SESSION_TIMEOUT
 
 
@@ -35,6 +36,8 @@ class Setup:
     session_timeout: float = DEFAULT_SESSION_TIMEOUT
     spares: dict[str, str] = field(default_factory=dict)  # spare broker -> the broker it helps
     checks: list[Callable[[Any, dict], None]] = field(default_factory=list)
+    # The run's time dilation: its times and timings above are emulated seconds.
+    clock: TimeBase = UNDILATED
 
 
 @dataclass
@@ -58,6 +61,9 @@ class Run:
     messages: dict | None = None
     windows: dict | None = None
     moved: list = field(default_factory=list)
+    # The run's time base (emu.agent.timebase): `epoch` and every time a feature reads or sets
+    # are emulated (`clock.now()`, `clock.wait(event, seconds)`, `clock.sleep(seconds)`).
+    clock: TimeBase = UNDILATED
 
     @property
     def plan(self):
