@@ -131,6 +131,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.hostcpu import HostCpu, idle_rates, lines  # noqa: E402
 from experiments import compare as comparing  # noqa: E402
 from experiments.loader import load  # noqa: E402
 from experiments.runner import run_experiment  # noqa: E402
@@ -176,6 +177,18 @@ def compared(config: str, out: Path, duration: float, drain: float, emu: bool = 
     if emu:
         runs["emu"] = run(config, "emu", "emu", None, out, sets)
     return runs, comparing.compare(runs, config, reference="emu" if emu else "sim")
+
+
+def idle(config: str, out: Path, duration: float, hook: HostCpu) -> dict[str, float] | None:
+    """Each container's CPU per second with every driver at rate 0 (the agents' idle loops,
+    Spark's and Mosquitto's idle cost): an emulated run of `duration` s; None if it failed."""
+    sets = overrides(config, duration, 1.0, ["workload.streams.0.rate=0/s"])
+    before = len(hook.facts)
+    try:
+        run_experiment(load(CONFIGS[config][0], [*sets, "run.backend=emu"], []), out / "idle")
+    except Exception as failure:  # noqa: BLE001 - the breakdown goes on without the split
+        print(f"config={config} idle_failed={str(failure).splitlines()[0]!r}")
+    return idle_rates(hook.facts[-1]) if len(hook.facts) > before else None
 
 
 def error(comparison, key: str, label: str) -> str:
@@ -229,6 +242,9 @@ def main() -> int:
     parser.add_argument("--configs", default=",".join(CONFIGS),
                         help=f"comma-separated, of {', '.join(CONFIGS)}")
     parser.add_argument("--keep", type=Path, help="keep the runs in this folder")
+    parser.add_argument("--idle", type=float, default=30.0,
+                        help="seconds of an idle run per configuration (drivers at rate 0) to "
+                             "split the agents' idle loops out of the CPU breakdown; 0: none")
     args = parser.parse_args()
     chosen = [c.strip() for c in args.configs.split(",")]
     unknown = [c for c in chosen if c not in CONFIGS]
@@ -245,11 +261,12 @@ def main() -> int:
     worst: dict[str, list[float]] = {label: [] for label in MODELS}
     try:
         # A SIGTERM interrupts as a Ctrl-C does: the run under way removes its containers.
-        with stop_on_signals():
+        with stop_on_signals(), HostCpu().watching() as hook:
             for config in chosen:
                 try:
                     runs, comparison = compared(config, out / config, args.duration,
                                                 args.drain)
+                    fact = hook.facts[-1] if hook.facts else None
                 except RuntimeError as failure:  # a run that failed: said, the others go on
                     print(f"config={config} failed={str(failure).splitlines()[0]!r}")
                     continue
@@ -258,6 +275,10 @@ def main() -> int:
                     continue
                 for label, value in report(config, runs, comparison).items():
                     worst[label].append(abs(value) if value is not None else math.nan)
+                if fact is not None:
+                    rates = idle(config, out / config, args.idle, hook) if args.idle else None
+                    for line in lines(f"config={config}", fact, rates):
+                        print(line)
     finally:
         if args.keep is None:
             shutil.rmtree(out, ignore_errors=True)

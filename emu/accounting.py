@@ -1,0 +1,249 @@
+"""Where the host's CPU went during a run: each container, each host-side part of foglab, and
+the rest of the host, adding up to the host's busy time.
+
+An emulated run shares one host between the system it emulates and the testbed that emulates
+it, so a slow figure may be the testbed's. This module takes two snapshots (the run's start
+and end) and splits the CPU seconds between them:
+
+- the run's containers, from their cgroups (emu.metrics.ContainerCgroup): each topology node
+  (kind `emulated`: the agent, Mosquitto, the JVM; a Pi gateway's QEMU runs inside its
+  container's cgroup, so the emulation of the Pi's CPU is counted with the gateway), and the
+  containers the testbed adds (kind `machinery`: the ZooKeeper servers no topology node
+  stands for, the agents' zygote);
+- this process's threads (kind `machinery`): the link relays' event loop (emu.cluster.relays,
+  thread `link-relays`), the host controller's MQTT loop (emu.control via emu.mqtt_loop,
+  thread `mqtt-selector`), the run loop itself (the main thread: samplers, health polls,
+  features' polls; `samplers_s`, timed around the samplers, splits them out), and the rest
+  (threads that ended, the Docker SDK's);
+- the container engine (kind `machinery`): dockerd, containerd and the containerd-shims,
+  found by name in /proc (their work for foglab: the health polls' listings, execs, logs);
+- the host's other containers (other runs, other people's tests: kind `other`), from the
+  engine's parent cgroup, which keeps the CPU of containers removed meanwhile;
+- the rest of the host (kind `other`): /proc/stat's busy time minus all of the above (the
+  kernel's own threads, other processes). /proc/stat counts in clock ticks (10 ms) and cgroups
+  in nanoseconds, so over a short span the rest may be a little negative: kept as measured.
+
+Taken only at a run's start and end (a few file reads and one engine listing each): nothing is
+sampled on the run's hot path.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from emu.metrics import CGROUP_ROOT, ContainerCgroup
+
+MACHINERY, EMULATED, OTHER = "machinery", "emulated", "other"
+PROC = Path("/proc")
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+# The container engine's host processes (comm, 15 characters at most).
+ENGINE = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "docker-proxy",
+          "runc")
+# This process's threads by name -> the part they are.
+THREADS = {"link-relays": "link relays (emu.cluster.relays)",
+           "mqtt-selector": "host controller (emu.control)"}
+RUN_LOOP = "run loop (emu.run, main thread)"
+SAMPLERS = "samplers (emu.metrics, emu.fidelity)"
+OTHER_THREADS = "run process, other threads"
+ENGINE_PART = "container engine (dockerd, containerd, shims)"
+OTHER_CONTAINERS = "other containers on the host"
+REST = "rest of the host (kernel, other processes)"
+
+
+@dataclass(frozen=True)
+class Container:
+    """A container of the run: its node (or `zygote`), id and kind (EMULATED, MACHINERY)."""
+
+    node: str
+    container: str
+    kind: str
+    what: str = ""  # e.g. "ZooKeeper (testbed)"
+
+
+@dataclass
+class Snapshot:
+    """Cumulative CPU seconds at one moment (see the module)."""
+
+    t: float
+    host_busy: float
+    containers: dict[str, float] = field(default_factory=dict)
+    docker_total: float = 0.0
+    engine: dict[int, float] = field(default_factory=dict)
+    process: float = 0.0
+    threads: dict[str, float] = field(default_factory=dict)  # part -> seconds (live threads)
+
+
+def host_busy_s(path: Path = PROC / "stat") -> float:
+    """The host's busy CPU seconds since boot, all cores: /proc/stat's first line less idle and
+    iowait (guest time is inside user already)."""
+    fields = path.read_text().splitlines()[0].split()[1:]
+    ticks = [int(v) for v in fields[:8]]  # user nice system idle iowait irq softirq steal
+    return (sum(ticks) - ticks[3] - ticks[4]) * TICK_S
+
+
+def _stat_cpu_s(path: Path) -> tuple[str, float] | None:
+    """(comm, utime + stime in s) of a /proc/<pid>[/task/<tid>]/stat; None if gone."""
+    try:
+        text = path.read_text()
+    except OSError:
+        return None
+    comm = text[text.index("(") + 1:text.rindex(")")]
+    fields = text[text.rindex(")") + 2:].split()
+    return comm, (int(fields[11]) + int(fields[12])) * TICK_S
+
+
+def engine_cpu(proc: Path = PROC, names: Iterable[str] = ENGINE) -> dict[int, float]:
+    """pid -> CPU seconds of the container engine's processes."""
+    wanted = set(names)
+    found = {}
+    for entry in proc.iterdir():
+        if entry.name.isdigit():
+            stat = _stat_cpu_s(entry / "stat")
+            if stat is not None and stat[0] in wanted:
+                found[int(entry.name)] = stat[1]
+    return found
+
+
+def thread_cpu(samplers_s: float = 0.0, proc: Path = PROC) -> tuple[float, dict[str, float]]:
+    """This process's CPU seconds, and its live threads' by part (THREADS, RUN_LOOP)."""
+    pid = os.getpid()
+    total = _stat_cpu_s(proc / str(pid) / "stat")
+    parts: dict[str, float] = {}
+    main = threading.main_thread().native_id
+    for thread in threading.enumerate():
+        stat = _stat_cpu_s(proc / str(pid) / "task" / str(thread.native_id) / "stat")
+        if stat is None:
+            continue
+        part = RUN_LOOP if thread.native_id == main else THREADS.get(thread.name)
+        if part is not None:
+            parts[part] = parts.get(part, 0.0) + stat[1]
+    if samplers_s:
+        parts[SAMPLERS] = samplers_s
+    return (total[1] if total else 0.0), parts
+
+
+def _docker_total(root: Path) -> float:
+    for path in (root / "cpuacct" / "docker" / "cpuacct.usage",
+                 root / "system.slice" / "cpu.stat", root / "docker" / "cpu.stat"):
+        if path.exists():
+            text = path.read_text()
+            return int(text.split()[1]) / 1e6 if path.name == "cpu.stat" else int(text) / 1e9
+    return 0.0
+
+
+def cluster_containers(cluster) -> list[Container]:
+    """A cluster's containers (emu.cluster.engine.Cluster), each with its kind."""
+    found = []
+    for status in cluster.status():
+        if status.kind == "zookeeper":
+            found.append(Container(status.node, status.container, MACHINERY,
+                                   "ZooKeeper (testbed)"))
+        else:
+            found.append(Container(status.node, status.container, EMULATED, status.kind))
+    zygote = getattr(cluster, "zygote", None)
+    if zygote is not None:
+        found.append(Container("zygote", zygote.container, MACHINERY, "agents' zygote"))
+    return found
+
+
+def snapshot(containers: Iterable[Container], samplers_s: float = 0.0,
+             root: Path = CGROUP_ROOT, proc: Path = PROC) -> Snapshot:
+    """Every counter now. `samplers_s`: the main thread's CPU spent sampling so far, if timed
+    (time.thread_time around the samplers), to split it from the run loop."""
+    cpu = {}
+    for container in containers:
+        try:
+            cpu[container.node] = ContainerCgroup(container.container, root).usage().cpu_s
+        except (FileNotFoundError, ValueError):
+            continue  # not made yet or gone: counted from 0, or with the other containers
+    process, threads = thread_cpu(samplers_s, proc)
+    return Snapshot(time.monotonic(), host_busy_s(proc / "stat"), cpu, _docker_total(root),
+                    engine_cpu(proc), process, threads)
+
+
+@dataclass(frozen=True)
+class Part:
+    part: str
+    kind: str
+    cpu_s: float
+    share: float = 0.0  # of the host's busy time
+
+
+def parts(containers: Iterable[Container], since: Snapshot, until: Snapshot) -> list[Part]:
+    """The CPU seconds of each part between two snapshots; the last is the rest of the host."""
+    rows: list[tuple[str, str, float]] = []
+    ours = 0.0
+    for container in containers:
+        if container.node not in until.containers:
+            continue
+        used = until.containers[container.node] - since.containers.get(container.node, 0.0)
+        if used < 0:  # restarted between the snapshots: its counter began again
+            used = until.containers[container.node]
+        ours += used
+        name = container.node + (f" [{container.what}]" if container.what else "")
+        rows.append((name, container.kind, used))
+    rows.append((OTHER_CONTAINERS, OTHER, max(0.0, until.docker_total - since.docker_total
+                                               - ours)))
+    engine = sum(cpu - since.engine.get(pid, 0.0) for pid, cpu in until.engine.items())
+    rows.append((ENGINE_PART, MACHINERY, engine))
+    named = 0.0
+    for part in (*THREADS.values(), RUN_LOOP, SAMPLERS):
+        if part in until.threads:
+            used = until.threads[part] - since.threads.get(part, 0.0)
+            if part == RUN_LOOP:  # the samplers run on the main thread
+                used -= until.threads.get(SAMPLERS, 0.0) - since.threads.get(SAMPLERS, 0.0)
+            named += used
+            rows.append((part, MACHINERY, used))
+    rows.append((OTHER_THREADS, MACHINERY,
+                 max(0.0, until.process - since.process - named)))
+    busy = until.host_busy - since.host_busy
+    rows.append((REST, OTHER, busy - sum(cpu for _, _, cpu in rows)))
+    return [Part(name, kind, cpu, cpu / busy if busy > 0 else 0.0) for name, kind, cpu in rows]
+
+
+def summary(found: list[Part], since: Snapshot, until: Snapshot,
+            cores: int | None = None) -> dict:
+    """The fact a run keeps (`host_cpu`): the span, the host's busy share (its load), the
+    parts, and the machinery's share of the host's busy time and of the run's own CPU
+    (machinery + emulated: the figure other people's load does not change)."""
+    span = until.t - since.t
+    cores = cores or os.cpu_count() or 1
+    busy = until.host_busy - since.host_busy
+    by_kind = {kind: sum(p.cpu_s for p in found if p.kind == kind)
+               for kind in (MACHINERY, EMULATED, OTHER)}
+    ours = by_kind[MACHINERY] + by_kind[EMULATED]
+    return {"span_s": span, "cores": cores, "host_busy_s": busy,
+            "host_load": busy / (span * cores) if span > 0 else None,
+            "machinery_s": by_kind[MACHINERY], "emulated_s": by_kind[EMULATED],
+            "other_s": by_kind[OTHER],
+            "machinery_share": by_kind[MACHINERY] / busy if busy > 0 else None,
+            "machinery_share_of_run": by_kind[MACHINERY] / ours if ours > 0 else None,
+            "parts": [{"part": p.part, "kind": p.kind, "cpu_s": round(p.cpu_s, 3),
+                       "share": round(p.share, 4)} for p in found]}
+
+
+def account(cluster, since: Snapshot, samplers_s: float = 0.0,
+            containers: list[Container] | None = None) -> dict:
+    """The run's `host_cpu` fact from `since` (snapshot(cluster_containers(cluster)) at the
+    epoch) to now. Call it before the agents are stopped (their cgroups go with them)."""
+    containers = containers if containers is not None else cluster_containers(cluster)
+    until = snapshot(containers, samplers_s)
+    return summary(parts(containers, since, until), since, until)
+
+
+def table(fact: Mapping) -> list[str]:
+    """The fact as aligned lines: part, kind, CPU seconds, share of the host's busy time."""
+    lines = [f"{'part':48} {'kind':10} {'cpu_s':>8} {'share':>7}"]
+    for row in sorted(fact["parts"], key=lambda r: -r["cpu_s"]):
+        lines.append(f"{row['part'][:48]:48} {row['kind']:10} {row['cpu_s']:8.2f} "
+                     f"{row['share']:7.1%}")
+    load = fact.get("host_load")
+    lines.append(f"host busy {fact['host_busy_s']:.1f} s over {fact['span_s']:.1f} s on "
+                 f"{fact['cores']} cores (load {load if load is None else f'{load:.2f}'}); "
+                 f"machinery {fact['machinery_s']:.1f} s")
+    return lines
