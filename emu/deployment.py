@@ -29,6 +29,7 @@ from emu.agent.config import AGENT_KINDS, RECORDS_DIR, AgentConfig, DriverConfig
 from emu.agent.operators import WindowConfig, make_stage
 from emu.agent.protocol import stream_topic
 from emu.agent.spark import SparkJob
+from emu.agent.timebase import UNDILATED, TimeBase
 from topologies.errors import SpecError
 from topologies.model import Topology
 from topologies.routing import Routes, gateway_of, nearest
@@ -297,7 +298,8 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                   moving: Collection[str] = (), hold: bool = False,
                   follow: Mapping[str, Mapping[str, str]] | None = None,
                   load: Collection[str] = (),
-                  session_timeout: float = DEFAULT_SESSION_TIMEOUT) -> dict[str, AgentConfig]:
+                  session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+                  clock: TimeBase = UNDILATED) -> dict[str, AgentConfig]:
     """An AgentConfig per gateway and cloud VM, and per device group that links to no gateway
     (`device_hosts`, kind device), without broker and ZooKeeper addresses (the cluster's plan
     fills them in: they depend on how links are shaped).
@@ -310,6 +312,7 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
     `load`: devices the host's load generator emits (the hybrid backend's simulated load):
     their gateways' agents take their readings from it (DriverConfig.load).
     `session_timeout`: the agents' ZooKeeper sessions (scenario.recovery's detector).
+    `clock`: the run's time base (emu.agent.timebase), every agent's clock.
     """
     drivers = _drivers(topology, workload, load) if workload is not None else {}
     operators = _operators(topology, list(pipeline), follow)
@@ -324,5 +327,6 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                 drivers=[_forwarding(driver, name, placed) for driver in drivers.get(name, [])],
                 operators=placed[name],
                 seed=seed, epoch=epoch, index=index, hold=hold,
-                session_timeout=session_timeout)
+                session_timeout=session_timeout, dilation=clock.dilation,
+                time_anchor=clock.anchor)
             for index, (name, kind) in enumerate(hosts, start=1)}

@@ -19,11 +19,11 @@ agents are asked through their brokers (emu.control).
 from __future__ import annotations
 
 import json
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
+from emu.agent.timebase import UNDILATED, TimeBase
 from topologies.errors import SpecError
 
 # Labels of `foglab emu up --experiment`'s containers: the experiment and its --set options.
@@ -138,9 +138,10 @@ def wait_agents_registered(cluster, status: dict[str, Any], agents: Iterable[str
     wait_registered(zookeeper, list(agents), timeout=timeout, check=check)
 
 
-def next_epoch() -> float:
-    """The drivers' common epoch for a start request sent now."""
-    return time.time() + EPOCH_LEAD_S
+def next_epoch(clock: TimeBase = UNDILATED) -> float:
+    """The drivers' common epoch for a start request sent now, on the run's clock (its
+    emulated time: the agents' clock; EPOCH_LEAD_S of the host's time ahead)."""
+    return clock.now() + clock.emulated_seconds(EPOCH_LEAD_S)
 
 
 def start_drivers(running) -> float:

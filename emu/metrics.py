@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from emu.agent.timebase import UNDILATED, TimeBase
+
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -79,10 +81,14 @@ class NodeSampler:
     """
 
     def __init__(self, containers: dict[str, str], cores: dict[str, float], epoch: float,
-                 root: Path = CGROUP_ROOT):
+                 root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED):
         self.cgroups = {node: ContainerCgroup(cid, root) for node, cid in containers.items()}
         self.cores = cores
+        # Rows are stamped in the run's time (`epoch` is on its clock: emulated at dilation
+        # K); CPU is a share of the node's cores over host seconds, the same at every K (an
+        # emulated node of c cores gets K * c host CPU seconds per emulated second).
         self.epoch = epoch
+        self.clock = clock
         self.last: dict[str, tuple[float, float]] = {}
         self.down: dict[str, str] = {}
         self.rows: dict[str, list] = {"t": [], "node": [], "cpu": [], "memory": [], "queue": [],
@@ -102,7 +108,7 @@ class NodeSampler:
 
     @classmethod
     def of_cluster(cls, plan, status: dict, epoch: float,
-                   root: Path = CGROUP_ROOT) -> NodeSampler:
+                   root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED) -> NodeSampler:
         """A sampler of a cluster's topology nodes (`plan`: its ClusterPlan; `status`: node ->
         its container's status, with `.container`), each on its container's CPU limit.
 
@@ -112,11 +118,13 @@ class NodeSampler:
         of the topology that runs ZooKeeper is a topology node and is sampled."""
         nodes = [node for node in status if plan.containers[node].kind != "zookeeper"]
         return cls({node: status[node].container for node in nodes},
-                   {node: plan.containers[node].nano_cpus / 1e9 for node in nodes}, epoch, root)
+                   {node: plan.containers[node].nano_cpus / 1e9 for node in nodes}, epoch, root,
+                   clock)
 
     def sample(self, now: float | None = None) -> None:
+        """One row per node at host time `now` (default: this moment)."""
         now = time.time() if now is None else now
-        t = now - self.epoch
+        t = (self.clock.emulated(now) if self.clock.dilated else now) - self.epoch
         rows = self.rows
         fidelity = self.fidelity
         host = fidelity.host(now) if fidelity is not None else None

@@ -35,6 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emu.agent.timebase import UNDILATED, TimeBase
 from emu.deployment import agent_configs
 from emu.errors import EmuError
 from emu.features import FEATURES
@@ -74,11 +75,14 @@ def _links_rows(counters_then: dict, counters_now: dict, plan, t: float,
 
 @dataclass
 class Timing:
-    """How long a run lasts (s), how often it samples, how long it waits for stragglers."""
+    """How long a run lasts (s), how often it samples, how long it waits for stragglers, all
+    in emulated seconds, and its time dilation K (emu.agent.timebase): each of those seconds
+    lasts K seconds of the host's clock."""
 
     duration: float
     sample: float = 1.0
     drain: float = 1.0
+    dilation: float = 1.0
 
 
 @dataclass
@@ -97,7 +101,8 @@ class Request:
     scenario (key -> spec, the keys it sets: emu.features runs them). `follow`: where follow
     operators' instances start; `load`: devices whose readings the caller publishes from the
     host, which their gateways' agents take from their load topics (both as
-    emu.deployment.agent_configs takes them)."""
+    emu.deployment.agent_configs takes them); `facts`: the caller's, added to the run's (how
+    the dilation was chosen)."""
 
     topology: Topology
     workload: WorkloadSpec
@@ -107,6 +112,7 @@ class Request:
     scenario: Mapping[str, object] = field(default_factory=dict)
     follow: dict | None = None
     load: Sequence = ()
+    facts: dict = field(default_factory=dict)  # the caller's, for the run's facts
 
 
 def scenario_features(scenario: Mapping[str, object]) -> list[Feature]:
@@ -130,20 +136,24 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
     from emu.cluster.plan import plan_cluster
 
     active = [*scenario_features(request.scenario), *features]
+    clock = TimeBase.starting_now(request.timing.dilation)
     setup = Setup(request.topology, request.workload, request.pipeline, request.timing,
-                  request.seed, dict(request.scenario))
+                  request.seed, dict(request.scenario), clock=clock)
     for feature in active:
         feature.prepare(setup)
     configs = agent_configs(request.topology, request.workload, request.pipeline, request.seed,
                             0.0, moving=setup.moving, hold=True, follow=request.follow,
-                            load=request.load, session_timeout=setup.session_timeout)
+                            load=request.load, session_timeout=setup.session_timeout,
+                            clock=clock)
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
     stage = getattr(progress, "stage", lambda text: None)
 
     def up_progress(step: str, done: int, total: int, detail: str) -> None:
         stage(f"{step} {done}/{total}" if total else step)
 
-    plan = plan_cluster(request.topology, name, agents=configs, spares=setup.spares)
+    dilated = {"dilation": clock.dilation} if clock.dilated else {}  # TODO(lead): always
+    plan = plan_cluster(request.topology, name, agents=configs, spares=setup.spares,
+                        **dilated)
     for check in setup.checks:
         check(plan, configs)
     cluster = Cluster(plan, records=records, seed=request.seed, progress=up_progress)
@@ -151,7 +161,7 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
     with stop_on_signals():
         try:
             cluster.up()
-            return _run(cluster, request, configs, active, progress)
+            return _run(cluster, request, configs, active, progress, clock)
         finally:
             cluster.down()
 
@@ -177,7 +187,7 @@ def _register(cluster, status: dict, agents: list[str], stage) -> None:
 
 
 def _run(cluster, request: Request, configs: dict, active: list[Feature],
-         progress) -> Emulation:
+         progress, clock: TimeBase) -> Emulation:
     stage = getattr(progress, "stage", lambda text: None)
     status = {s.node: s for s in cluster.status()}
     agents = [a.node for a in cluster.plan.agents()]
@@ -186,7 +196,7 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
     _register(cluster, status, agents, stage)
     control = controller(cluster, status)
     run = Run(cluster, control, status, request.topology, request.workload, configs, health,
-              request.timing, request.seed, {f.key: f for f in active})
+              request.timing, request.seed, {f.key: f for f in active}, clock=clock)
     try:
         _begin(run, agents, stage)
         tables, fidelity = _during(run, progress)
@@ -200,7 +210,7 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
     finally:
         control.close()
     facts = _after(run, agents, stage)
-    facts.update(controller_reconnects=reconnects,
+    facts.update(request.facts, controller_reconnects=reconnects, dilation=clock.dilation,
                  fidelity=assess(tables["nodes"], request.timing.sample, fidelity))
     for feature in run.features.values():
         feature.results(run, tables, facts)
@@ -215,7 +225,7 @@ def _begin(run: Run, agents: list[str], stage) -> None:
     if spark_jobs(run.cluster) or standbys:
         stage("Spark queries starting")
     wait_spark_jobs(run.cluster, standbys)
-    run.epoch = run.health.epoch = next_epoch()
+    run.epoch = run.health.epoch = next_epoch(run.clock)
     started = run.control.send(agents, "set", {"key": "run.epoch", "value": run.epoch},
                                timeout=COMMAND_TIMEOUT_S, broadcast=True, gone=run.health.dead)
     _settle(started, "starting the drivers (set run.epoch)", run.health.failed)
@@ -237,7 +247,7 @@ def _during(run: Run, progress) -> tuple[dict[str, dict], dict]:
 
     try:
         measured = _measure(run.cluster, run.status, run.timing, run.epoch, progress,
-                            run.health, poll)
+                            run.health, poll, run.clock)
     finally:
         for feature in features:
             feature.stop()
@@ -251,8 +261,9 @@ def _after(run: Run, agents: list[str], stage) -> dict:
     every run has."""
     cluster, timing, failed = run.cluster, run.timing, run.health.failed
     stage(f"draining for {timing.drain:g} s")
-    time.sleep(timing.drain)
-    caught_up = drain_spark_jobs(cluster, run.epoch + timing.duration, set(failed), run.moved)
+    run.clock.sleep(timing.drain)
+    caught_up = drain_spark_jobs(cluster, run.epoch + timing.duration, set(failed), run.moved,
+                                 now=run.clock.now)
     _stop_agents(cluster.client.api, {a: run.status[a].container for a in agents}, failed)
     stage("reading the records")
     _trim_cut_lines(cluster.records_root)
@@ -312,19 +323,22 @@ def _settle(result, step: str, failed: dict[str, str]) -> None:
 
 
 def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
-             health: Health, check=lambda: None) -> tuple[dict[str, dict], dict]:
+             health: Health, check=lambda: None,
+             clock: TimeBase = UNDILATED) -> tuple[dict[str, dict], dict]:
     """Sample nodes and links until the run's end: the `nodes` and `links` columns, and the
-    fidelity sampler's facts (what it could measure on this host: emu.fidelity)."""
-    sampler = NodeSampler.of_cluster(cluster.plan, status, epoch)
+    fidelity sampler's facts (what it could measure on this host: emu.fidelity). Every time
+    here is the run's clock's (`epoch` too); a sample waits K times its span on the host."""
+    sampler = NodeSampler.of_cluster(cluster.plan, status, epoch, clock=clock)
     relays = getattr(cluster.links, "relays", None)  # a RelaySet; netem runs no relay
     fidelity = sampler.watch(lag=relays.lag if relays is not None else None)
     links = {k: [] for k in ("t", "link", "src", "dst", "bytes", "utilisation", "latency")}
     counters = cluster.links.counters()
     end = epoch + run.duration
-    while (now := time.time()) < end:
-        time.sleep(min(run.sample, end - now))
-        now = time.time()
-        sampler.sample(now)
+    while (now := clock.now()) < end:
+        clock.sleep(min(run.sample, end - now))
+        host_now = time.time()
+        now = clock.emulated(host_now)
+        sampler.sample(host_now)
         fresh = cluster.links.counters()
         _links_rows(counters, fresh, cluster.plan, now - epoch, run.sample, links)
         counters = fresh

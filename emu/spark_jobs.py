@@ -41,14 +41,15 @@ def spark_jobs(cluster) -> list[tuple[str, str]]:
             if op.engine == "spark"]
 
 
-def drain_spark_jobs(cluster, end: float, dead: set[str],
-                      moved: list = ()) -> dict[str, float | None]:
+def drain_spark_jobs(cluster, end: float, dead: set[str], moved: list = (),
+                     now=time.time) -> dict[str, float | None]:
     """Wait until each Spark operator's source has handed Spark every message that reached
     its node (its micro-batches' `read` offset); per operator, the seconds after the run's
     end that took, or None if it did not catch up within SPARK_DRAIN_TIMEOUT_S or its node
     is dead. The messages table measures delivery to the node; this measures Spark's lag
     behind it. A query `moved` (emu.spark_migration) is followed: its last job's offset
-    counts the messages of every node it read on (its journal went with it)."""
+    counts the messages of every node it read on (its journal went with it). `end` and `now`
+    (a clock) are the run's time (emulated at a dilation)."""
     from emu.spark_migration import places
 
     where = places(list(moved))
@@ -61,7 +62,7 @@ def drain_spark_jobs(cluster, end: float, dead: set[str],
             last, work = chain[-1]
             if _last_read(cluster.records_dir(last) / work / "progress.jsonl") >= _distinct_ids(
                     *{cluster.records_dir(n) / "received.csv" for n, _ in chain}):
-                caught_up[f"{node}/{operator}"] = round(time.time() - end, 2)
+                caught_up[f"{node}/{operator}"] = round(now() - end, 2)
                 del pending[node, operator]
         time.sleep(0.5)
     return caught_up

@@ -86,11 +86,15 @@ class EmuBackend:
         """What emu runs for a run plan (emu.run.Request): its scenario as key -> spec, the
         keys it sets; `topology` instead of the plan's, `extra`: the request's other fields."""
         from emu.run import Request, Timing
+        from experiments.dilation import choose
 
         spec, run = plan.spec, plan.spec.run
+        # run.dilation `auto` and `real-speed` from the model of the run's own topology.
+        dilation = choose(spec, plan.topology)
         return Request(topology or plan.topology, spec.workload, spec.pipeline,
-                       Timing(run.duration, run.sample, run.drain), plan.seed,
-                       dict(spec.scenario), **extra)
+                       Timing(run.duration, run.sample, run.drain, dilation.dilation),
+                       plan.seed, dict(spec.scenario),
+                       facts={"dilation_choice": dilation.facts()}, **extra)
 
 
 def backend(name: str) -> Backend:

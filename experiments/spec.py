@@ -13,6 +13,7 @@ from workloads.pipeline import OperatorSpec
 from workloads.spec import WorkloadSpec
 
 MAX_DURATION = 30 * 86400.0
+MAX_DILATION = 1000.0
 
 
 class RunSpec(BaseModel):
@@ -35,6 +36,26 @@ class RunSpec(BaseModel):
         default=None, description="a calibration profile (`foglab calibrate`) by name or file: "
         "the model takes arm64 gateways' task and driver costs, the brokers' service time and the "
         "link layer's delay per leg from what it measured on the emulation (sim.costs)")
+
+    dilation: float | Literal["auto", "real-speed"] = Field(
+        default=1.0, description="time dilation of a run on the containers (emu, hybrid): "
+        "emulated time runs K times slower than the host's clock, so each node gets K times "
+        "the host's CPU per emulated second; `auto` picks K from the model's predicted CPU "
+        "demand so the host stays at most half busy, `real-speed` so every emulated node runs "
+        "at its hardware profile's speed (experiments.dilation). On sim with a calibration "
+        "the model stands for the emulation at that K; without one it changes nothing")
+
+    @field_validator("dilation", mode="before")
+    @classmethod
+    def _dilation(cls, value: object) -> object:
+        if isinstance(value, bool) or (isinstance(value, str) and value not in (
+                "auto", "real-speed")):
+            raise ValueError(f"a number K from 1 to {MAX_DILATION:g}, auto or real-speed, "
+                             f"got {value!r}")
+        if isinstance(value, int | float) and not 1 <= value <= MAX_DILATION:
+            raise ValueError(f"a number K from 1 to {MAX_DILATION:g} (1: real time), "
+                             f"got {value!r}")
+        return value
 
     @field_validator("calibration")
     @classmethod

@@ -75,15 +75,18 @@ class Agent:
     past the operators.
     """
 
-    def __init__(self, config: AgentConfig, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, config: AgentConfig, clock: Callable[[], float] | None = None) -> None:
         self.config = config
         self.node = config.node
-        self.clock = clock
+        # The run's emulated clock (emu.agent.timebase; the host's at dilation 1): the drivers'
+        # schedules, windows and records run on it, the scheduler waits K host seconds for one.
+        self.timebase = config.timebase()
+        self.clock = clock = clock or self.timebase.now
         self.started = clock()
         # No epoch given: the run starts when the agent does.
         self.epoch = config.epoch or self.started
         self.arch = os.uname().machine  # platform.machine(), without importing platform
-        self.scheduler = Scheduler(clock)
+        self.scheduler = Scheduler(clock, self.timebase.dilation)
         at = self.scheduler.at
         self.records = Records(config.records, at, clock)
         self.drivers = Drivers([d for d in config.drivers if not d.load], self.node,
@@ -167,8 +170,21 @@ class Agent:
                        for driver in self.drivers.all
                        for device in driver.devices]
             self.registration = Registration(config.zookeeper, self.node,
-                                             config.session_timeout,
+                                             self.host_seconds(config.session_timeout),
                                              lambda: self.description, sensors)
+
+    # Time ------------------------------------------------------------------------------------
+
+    def host_seconds(self, emulated_s: float) -> float:
+        """An emulated span on the host's clock: what a timeout the agent sets on a real
+        service (paho, ZooKeeper) or waits for on a thread is given."""
+        return self.timebase.host_seconds(emulated_s)
+
+    @property
+    def keepalive(self) -> int:
+        """Every MQTT session's keepalive (s), KEEPALIVE emulated seconds: at dilation K the
+        broker hears a ping every K * KEEPALIVE host seconds (MQTT allows at most 65535)."""
+        return min(65535, round(self.host_seconds(KEEPALIVE)))
 
     # Life -------------------------------------------------------------------------------------
 
@@ -180,8 +196,9 @@ class Agent:
         for job in self.spark_jobs.values():
             job.start()
         host, port = broker_address(self.config.mqtt)
-        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
-        self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
+        self.client.reconnect_delay_set(min_delay=self.host_seconds(1),
+                                        max_delay=self.host_seconds(4))
+        self.client.connect_async(host, port, keepalive=self.keepalive, **session_args())
         self.client.loop_start()
         for session in self.sessions.values():
             session.connect()

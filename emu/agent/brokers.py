@@ -54,9 +54,10 @@ class SpareSession:
         self.client = new_client(f"foglab-agent-{agent.node}-{self.role}", persistent=True)
         self.client.on_connect = self._on_connect
         self._set_up(self.client)
-        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
+        self.client.reconnect_delay_set(min_delay=self.agent.host_seconds(1),
+                                         max_delay=self.agent.host_seconds(4))
         host, port = broker_address(address)
-        self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
+        self.client.connect_async(host, port, keepalive=self.agent.keepalive, **session_args())
         self.client.loop_start()
 
     def _set_up(self, client: Any) -> None:

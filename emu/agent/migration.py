@@ -173,8 +173,9 @@ class InputSession:
             return
         self.started = True
         host, port = broker_address(self.address)
-        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
-        self.client.connect_async(host, port, keepalive=KEEPALIVE, **session_args())
+        self.client.reconnect_delay_set(min_delay=self.agent.host_seconds(1),
+                                         max_delay=self.agent.host_seconds(4))
+        self.client.connect_async(host, port, keepalive=self.agent.keepalive, **session_args())
         self.client.loop_start()
 
     def pause(self, done: Callable[[], None]) -> None:
@@ -350,7 +351,7 @@ class Migrations:
             if not agent.config.zookeeper:
                 raise ValueError(f"{agent.node} has no ZooKeeper to retrieve the state from")
             threading.Thread(target=self._retrieve, name="foglab-retrieve", daemon=True,
-                             args=(prepared, path, float(args.get("timeout", 30.0)))).start()
+                             args=(prepared, path, _host_timeout(agent, args))).start()
         answer({"t": agent.clock()})
 
     def _divert(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
@@ -368,7 +369,7 @@ class Migrations:
             raise ValueError(f"operator {operator.name!r} is paused already")
         path = args.get("path")
         chunk = min(int(args.get("chunk", CHUNK_MAX)), CHUNK_MAX)
-        timeout = float(args.get("timeout", 30.0))
+        timeout = _host_timeout(agent, args)
         done: dict[str, Any] = {"t_pause": agent.clock()}
         self.paused[operator.name] = done
 
@@ -718,6 +719,12 @@ def zk_make_parents(zk: ZooKeeper, path: str) -> None:
     if parent and zk.exists(parent) is None:
         with contextlib.suppress(ZooKeeperError):
             zk.create(parent, b"", makepath=True)
+
+
+def _host_timeout(agent: Agent, args: dict[str, Any]) -> float:
+    """A request's `timeout` (emulated seconds, 30 by default) as the threads that wait on
+    ZooKeeper count it: host seconds (K times longer at dilation K)."""
+    return agent.host_seconds(float(args.get("timeout", 30.0)))
 
 
 def _wait_deleted(zk: ZooKeeper, path: str, timeout: float, what: str) -> None:

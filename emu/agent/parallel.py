@@ -50,7 +50,7 @@ import threading
 from collections.abc import Callable, Container
 from typing import TYPE_CHECKING, Any
 
-from emu.agent.migration import KEEPALIVE, InputSession, operator_name, watch_resume
+from emu.agent.migration import InputSession, operator_name, watch_resume
 from emu.agent.mqtt import (
     connected,
     end_session,
@@ -106,10 +106,12 @@ class _Link:
             return
         self.started = True
         arguments = session_args()
-        arguments["properties"].SessionExpiryInterval = LINK_EXPIRY_S
+        expiry = self.agent.host_seconds(LINK_EXPIRY_S)
+        arguments["properties"].SessionExpiryInterval = round(expiry)
         host, port = broker_address(self.agent.config.mqtt)
-        self.client.reconnect_delay_set(min_delay=1, max_delay=4)
-        self.client.connect_async(host, port, keepalive=KEEPALIVE, **arguments)
+        self.client.reconnect_delay_set(min_delay=self.agent.host_seconds(1),
+                                         max_delay=self.agent.host_seconds(4))
+        self.client.connect_async(host, port, keepalive=self.agent.keepalive, **arguments)
         self.client.loop_start()
 
     def publish(self, topic: str, payload: bytes) -> None:

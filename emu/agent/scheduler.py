@@ -20,11 +20,13 @@ class Scheduler:
     locks: device emissions, held messages and window ends wait in a heap of times (host
     clock); messages from the broker and requests arrive through `call` from any thread.
 
-    An idle agent with nothing timed sleeps on its inbox without waking up.
+    An idle agent with nothing timed sleeps on its inbox without waking up. `clock` may be a
+    run's emulated clock (emu.agent.timebase), `dilation` its K: a wait of w on it lasts K * w.
     """
 
-    def __init__(self, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, clock: Callable[[], float] = time.time, dilation: float = 1.0) -> None:
         self.clock = clock
+        self.dilation = dilation
         self._heap: list[tuple[float, int, Callable[..., Any], tuple]] = []
         self._order = itertools.count()  # ties run in the order they were set
         self._inbox: queue.SimpleQueue = queue.SimpleQueue()
@@ -32,7 +34,7 @@ class Scheduler:
         self.failures = 0
 
     def at(self, t: float, action: Callable[..., Any], *args: Any) -> None:
-        """Run action(*args) at host time t; only from the scheduler's own thread."""
+        """Run action(*args) at time t of the clock; only from the scheduler's own thread."""
         heapq.heappush(self._heap, (t, next(self._order), action, args))
 
     def call(self, action: Callable[..., Any], *args: Any) -> None:
@@ -56,7 +58,7 @@ class Scheduler:
         return threading.current_thread() is self._thread
 
     def _run(self) -> None:
-        heap, inbox, clock = self._heap, self._inbox, self.clock
+        heap, inbox, clock, dilation = self._heap, self._inbox, self.clock, self.dilation
         while True:
             now = clock()
             while heap and heap[0][0] <= now:
@@ -75,6 +77,7 @@ class Scheduler:
                 wait = heap[0][0] - clock()
                 if wait <= 0:
                     continue
+                wait *= dilation
             try:
                 item = inbox.get(timeout=wait)
             except queue.Empty:

@@ -1,0 +1,105 @@
+"""How much an emulated run is dilated: `run.dilation` as a number K, `auto` or `real-speed`.
+
+- A number: that K (1: real time).
+- `auto`: the model predicts each container's CPU demand at K = 1, in host cores (the
+  calibrated model stands for the emulation: sim.costs), and K is the smallest multiple of
+  1/2 that keeps the predicted demand at most TARGET_PRESSURE of the host's cores. The
+  prediction runs the model for the run's first AUTO_MODEL_S seconds.
+- `real-speed`: each emulated node runs at its hardware profile's speed. An arm64 gateway under
+  QEMU runs at the calibration's `gateway.speed` per host core (0.068 of the reference vCPU on
+  the host it was measured on) where its profile says, say, 0.45 (`rpi4`): K = 0.45 / 0.068
+  makes one of its emulated seconds get the CPU a Pi 4 core gives in one second. K is the
+  largest such ratio among the topology's QEMU gateways (at least 1).
+
+Both need a calibration (the run's `calibration`, else the shipped `reference` profile);
+`choose` says which it used, for the manifest.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from dataclasses import dataclass, field
+
+from workloads.calibration import Calibration, load
+
+TARGET_PRESSURE = 0.5
+AUTO_MODEL_S = 60.0
+FALLBACK_CALIBRATION = "reference"
+
+
+@dataclass(frozen=True)
+class Choice:
+    """K and how it was chosen (the manifest's `dilation_choice`)."""
+
+    dilation: float
+    asked: float | str
+    why: dict = field(default_factory=dict)
+
+    def facts(self) -> dict:
+        return {"dilation": self.dilation, "asked": self.asked, **self.why}
+
+
+def host_cores() -> int:
+    return len(os.sched_getaffinity(0))
+
+
+def choose(spec, topology, cores: int | None = None) -> Choice:
+    """K for an experiment (an ExperimentSpec, at one sweep point) on its topology."""
+    asked = spec.run.dilation
+    if not isinstance(asked, str):
+        return Choice(float(asked), asked)
+    name = spec.run.calibration or FALLBACK_CALIBRATION
+    calibration = load(name).calibration
+    if asked == "real-speed":
+        return _real_speed(topology, calibration, name)
+    return _auto(spec, topology, calibration, name, cores or host_cores())
+
+
+def _real_speed(topology, calibration: Calibration, name: str) -> Choice:
+    ratios = {node.name: node.profile.speed / calibration.gateway.speed
+              for node in topology.nodes.values()
+              if node.kind == "gateway" and node.profile.arch == "arm64"}
+    k = max(1.0, *ratios.values()) if ratios else 1.0
+    return Choice(round(k, 3), "real-speed", {
+        "calibration": name, "emulated_gateway_speed": calibration.gateway.speed,
+        "profile_speeds": sorted({topology.nodes[n].profile.speed for n in ratios})})
+
+
+def predicted_demand(spec, topology, calibration: Calibration) -> dict[str, float]:
+    """Each container's host cores at K = 1, as the calibrated model predicts: its mean
+    utilisation times its cores, in host cores (a QEMU gateway's model speed is per host core;
+    another node's is the reference vCPU's, which the calibration's native speed converts)."""
+    from experiments.backends import sim_settings
+    from sim.costs import CONTAINERS, Costs
+    from sim.model import simulate
+
+    settings = sim_settings(spec, duration=min(spec.run.duration, AUTO_MODEL_S),
+                            calibration=calibration, drain=min(spec.run.drain, 5.0))
+    result = simulate(topology, spec.workload, spec.pipeline, settings)
+    nodes = result.tables["nodes"]
+    costs = Costs(topology, spec.run.driver_cost, calibration)
+    demand: dict[str, float] = {}
+    for name, node in topology.nodes.items():
+        if node.kind not in CONTAINERS:
+            continue
+        cpu = costs.cpu(node)
+        mask = nodes["node"] == name
+        if not mask.any():
+            continue
+        utilisation = float(nodes["cpu"][mask].mean())
+        per_host_core = (calibration.gateway.speed if costs._qemu(name)
+                         else calibration.native.speed)
+        demand[name] = utilisation * cpu.cores * cpu.speed / per_host_core
+    return demand
+
+
+def _auto(spec, topology, calibration: Calibration, name: str, cores: int) -> Choice:
+    demand = predicted_demand(spec, topology, calibration)
+    total = sum(demand.values())
+    k = max(1.0, math.ceil(2 * total / (TARGET_PRESSURE * cores)) / 2)
+    busiest = max(demand, key=demand.get) if demand else None
+    return Choice(k, "auto", {
+        "calibration": name, "host_cores": cores, "target_pressure": TARGET_PRESSURE,
+        "predicted_host_cores": round(total, 3), "busiest": busiest,
+        "busiest_host_cores": round(demand[busiest], 3) if busiest else 0.0})
