@@ -1,0 +1,169 @@
+"""emu.accounting: the parts of the host's CPU add up to its busy time, each where it belongs.
+
+Unit tests on a fake /proc and cgroup tree (the counters are files), and one on this process's
+real threads: a thread named as the relays' burns CPU and is counted as the relays.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from emu import accounting
+from emu.accounting import EMULATED, MACHINERY, OTHER, Container
+
+TICK = accounting.TICK_S
+
+
+def _stat_line(busy_ticks: int, idle_ticks: int) -> str:
+    # user nice system idle iowait irq softirq steal guest guest_nice
+    return (f"cpu  {busy_ticks - 10} 0 10 {idle_ticks} 0 0 0 0 0 0\n"
+            "cpu0 0 0 0 0 0 0 0 0 0 0\nprocs_running 1\n")
+
+
+def _proc_stat(pid: int, comm: str, utime: int, stime: int) -> str:
+    # pid (comm) state ppid ... fields 14 and 15 (utime, stime) counted from 1
+    rest = ["S", "1"] + ["0"] * 9 + [str(utime), str(stime)] + ["0"] * 30
+    return f"{pid} ({comm}) " + " ".join(rest)
+
+
+class FakeHost:
+    """/proc/stat, engine processes and docker cgroups (v1 cpuacct) under a folder."""
+
+    def __init__(self, root: Path) -> None:
+        self.proc = root / "proc"
+        self.cgroup = root / "cgroup"
+        self.proc.mkdir()
+        (self.cgroup / "cpuacct" / "docker").mkdir(parents=True)
+
+    def host(self, busy_s: float, idle_s: float = 100.0) -> None:
+        (self.proc / "stat").write_text(_stat_line(round(busy_s / TICK), round(idle_s / TICK)))
+
+    def process(self, pid: int, comm: str, cpu_s: float) -> None:
+        (self.proc / str(pid)).mkdir(exist_ok=True)
+        (self.proc / str(pid) / "stat").write_text(_proc_stat(pid, comm, round(cpu_s / TICK),
+                                                              0))
+
+    def container(self, cid: str, cpu_s: float) -> None:
+        folder = self.cgroup / "cpuacct" / "docker" / cid
+        folder.mkdir(exist_ok=True)
+        (folder / "cpuacct.usage").write_text(str(int(cpu_s * 1e9)))
+        memory = self.cgroup / "memory" / "docker" / cid
+        memory.mkdir(parents=True, exist_ok=True)
+        (memory / "memory.usage_in_bytes").write_text("1000")
+
+    def docker_total(self, cpu_s: float) -> None:
+        (self.cgroup / "cpuacct" / "docker" / "cpuacct.usage").write_text(str(int(cpu_s * 1e9)))
+
+    def snapshot(self, containers) -> accounting.Snapshot:
+        return accounting.snapshot(containers, root=self.cgroup, proc=self.proc)
+
+
+@pytest.fixture
+def host(tmp_path: Path) -> FakeHost:
+    return FakeHost(tmp_path)
+
+
+CONTAINERS = [Container("gw-1", "a" * 64, EMULATED, "gateway"),
+              Container("broker-1", "b" * 64, EMULATED, "broker"),
+              Container("zk-1", "c" * 64, MACHINERY, "ZooKeeper (testbed)")]
+
+
+def _state(host: FakeHost, busy: float, gw: float, broker: float, zk: float, others: float,
+           dockerd: float) -> None:
+    host.host(busy)
+    host.container("a" * 64, gw)
+    host.container("b" * 64, broker)
+    host.container("c" * 64, zk)
+    host.docker_total(gw + broker + zk + others)
+    host.process(500, "dockerd", dockerd)
+    host.process(501, "bash", 99.0)  # not the engine: in the rest of the host
+
+
+def test_parts_add_up_to_the_host_busy_time_and_each_is_where_it_belongs(host):
+    _state(host, busy=1000.0, gw=10.0, broker=5.0, zk=2.0, others=50.0, dockerd=7.0)
+    since = host.snapshot(CONTAINERS)
+    _state(host, busy=1100.0, gw=40.0, broker=15.0, zk=3.0, others=80.0, dockerd=9.0)
+    until = host.snapshot(CONTAINERS)
+    found = {p.part: p for p in accounting.parts(CONTAINERS, since, until)}
+    assert found["gw-1 [gateway]"].cpu_s == pytest.approx(30.0)
+    assert found["gw-1 [gateway]"].kind == EMULATED
+    assert found["broker-1 [broker]"].cpu_s == pytest.approx(10.0)
+    assert found["zk-1 [ZooKeeper (testbed)]"].kind == MACHINERY
+    assert found["zk-1 [ZooKeeper (testbed)]"].cpu_s == pytest.approx(1.0)
+    assert found[accounting.OTHER_CONTAINERS].cpu_s == pytest.approx(30.0)
+    assert found[accounting.ENGINE_PART].cpu_s == pytest.approx(2.0)
+    total = sum(p.cpu_s for p in found.values())
+    assert total == pytest.approx(100.0)  # the host's busy time, the rest included
+    assert sum(p.share for p in found.values()) == pytest.approx(1.0)
+    assert found[accounting.REST].kind == OTHER
+
+
+def test_summary_gives_the_machinery_share_of_the_host_and_of_the_run(host):
+    _state(host, busy=0.0, gw=0.0, broker=0.0, zk=0.0, others=0.0, dockerd=0.0)
+    since = host.snapshot(CONTAINERS)
+    _state(host, busy=100.0, gw=60.0, broker=10.0, zk=5.0, others=0.0, dockerd=5.0)
+    until = host.snapshot(CONTAINERS)
+    fact = accounting.summary(accounting.parts(CONTAINERS, since, until), since, until, cores=2)
+    own = fact["machinery_s"] - sum(p["cpu_s"] for p in fact["parts"]
+                                    if p["part"] in (accounting.RUN_LOOP,
+                                                     accounting.OTHER_THREADS))
+    assert own == pytest.approx(10.0)  # the ZooKeeper and the engine (this process apart)
+    assert fact["emulated_s"] == pytest.approx(70.0)
+    assert fact["machinery_share"] == pytest.approx(fact["machinery_s"] / 100.0)
+    assert fact["machinery_share_of_run"] == pytest.approx(
+        fact["machinery_s"] / (fact["machinery_s"] + 70.0))
+    assert any(line.startswith("gw-1") for line in accounting.table(fact))
+
+
+def test_a_container_restarted_or_made_during_the_span_counts_from_zero(host):
+    _state(host, busy=10.0, gw=50.0, broker=0.0, zk=0.0, others=0.0, dockerd=0.0)
+    since = host.snapshot(CONTAINERS[:1])
+    _state(host, busy=30.0, gw=4.0, broker=0.0, zk=0.0, others=0.0, dockerd=0.0)
+    spare = Container("gw-2", "d" * 64, EMULATED)
+    host.container("d" * 64, 3.0)
+    until = host.snapshot([*CONTAINERS[:1], spare])
+    found = {p.part: p.cpu_s for p in accounting.parts([*CONTAINERS[:1], spare], since, until)}
+    assert found["gw-1 [gateway]"] == pytest.approx(4.0)
+    assert found["gw-2"] == pytest.approx(3.0)
+
+
+def test_the_relay_thread_of_this_process_is_counted_as_the_relays():
+    since = accounting.snapshot([])
+    burnt, done = threading.Event(), threading.Event()
+
+    def burn() -> None:
+        end = time.thread_time() + 0.3
+        while time.thread_time() < end:
+            pass
+        burnt.set()
+        done.wait(5)  # alive at the second snapshot: an ended thread is in "other threads"
+
+    thread = threading.Thread(target=burn, name="link-relays")
+    thread.start()
+    assert burnt.wait(10)
+    until = accounting.snapshot([])
+    done.set()
+    thread.join()
+    found = {p.part: p.cpu_s for p in accounting.parts([], since, until)}
+    assert 0.25 <= found["link relays (emu.cluster.relays)"] <= 0.4
+
+
+def test_samplers_timed_on_the_main_thread_are_split_from_the_run_loop():
+    since = accounting.snapshot([], samplers_s=1.0)
+    end = time.thread_time() + 0.2
+    while time.thread_time() < end:
+        pass
+    until = accounting.snapshot([], samplers_s=1.15)
+    found = {p.part: p.cpu_s for p in accounting.parts([], since, until)}
+    assert found[accounting.SAMPLERS] == pytest.approx(0.15)
+    assert found[accounting.RUN_LOOP] == pytest.approx(0.05, abs=0.03)
+
+
+def test_host_busy_leaves_out_idle_and_iowait(tmp_path: Path):
+    stat = tmp_path / "stat"
+    stat.write_text("cpu  100 20 30 1000 50 5 5 0 0 0\n")
+    assert accounting.host_busy_s(stat) == pytest.approx(160 * TICK)
