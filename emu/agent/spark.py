@@ -78,13 +78,17 @@ class SparkJob:
     """The job of one operator in `<records>/<work>` (default: the operator's name); `stop`
     ends it with SIGTERM (the job stops its query).
 
+    `dilation`: the run's K (AgentConfig.dilation): the job's trigger and Spark's timers are
+    scaled by it (`--dilation`, workloads.spark.session.dilated_conf); the waits for it to
+    stop or exit (STOP_WAIT_S, EXIT_WAIT_S) too, as a batch boundary comes K times later.
+
     `standby`: started warm, waiting for a handover (`--standby`); `active`: the operator's
     query runs (or ran) in this job. A job that took over a query is made active by release.
     """
 
     def __init__(self, config: OperatorConfig, node: str, mqtt: str, records: str,
                  cores: int = 2, standby: bool = False, client_id: str | None = None,
-                 work: str | None = None) -> None:
+                 work: str | None = None, dilation: float = 1.0) -> None:
         if config.task not in APPS:
             raise ValueError(f"operator {config.name!r}: engine spark runs the apps "
                              f"{', '.join(APPS)}, not {config.task!r}")
@@ -97,12 +101,15 @@ class SparkJob:
         self.client_id = client_id or session_of(config.name, node)
         self.standby = standby
         self.active = not standby
+        self.dilation = dilation
         self._command = [sys.executable, "-m", "workloads.spark.job", "--app", config.task,
                          "--mqtt", mqtt, "--reads", config.reads[0], "--work", str(self.work),
                          "--master", f"local[{cores}]", "--params", json.dumps(config.params),
                          "--client-id", self.client_id]
         if config.writes:
             self._command += ["--writes", f"{config.writes}/{node}"]
+        if dilation != 1:
+            self._command += ["--dilation", repr(float(dilation))]
         self.process: subprocess.Popen | None = None
 
     @property
@@ -124,12 +131,12 @@ class SparkJob:
         return self.process is not None and self.process.poll() is None
 
     def stop(self, timeout: float = STOP_WAIT_S) -> int | None:
-        """SIGTERM, then SIGKILL after `timeout`; the job's exit code."""
+        """SIGTERM, then SIGKILL after `timeout` (emulated s); the job's exit code."""
         if self.process is None or self.process.poll() is not None:
             return None if self.process is None else self.process.returncode
         self.process.terminate()
         try:
-            return self.process.wait(timeout)
+            return self.process.wait(timeout * self.dilation)
         except subprocess.TimeoutExpired:
             self.process.kill()
             return self.process.wait()
@@ -206,7 +213,7 @@ class SparkMigrations(Migrations):
         work = f"{config.name}.{number}"
         job = SparkJob(config, agent.node, agent.config.mqtt, agent.config.records,
                        len(os.sched_getaffinity(0)), standby=True, client_id=client_id,
-                       work=work)
+                       work=work, dilation=agent.config.dilation)
         agent.spark_jobs[work] = job
         job.start()
         answer({"work": work, "t": agent.clock(), "started": True})
@@ -246,7 +253,7 @@ class SparkMigrations(Migrations):
             try:
                 if job.process is not None:
                     try:
-                        job.process.wait(EXIT_WAIT_S)
+                        job.process.wait(EXIT_WAIT_S * job.dilation)
                     except subprocess.TimeoutExpired:
                         job.process.kill()
                         job.process.wait()

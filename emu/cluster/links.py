@@ -14,6 +14,13 @@ shape goes on its eth0 (toward the services) and on the host side of its veth pa
 them), so a round trip pays the latency twice, as through a relay. One interface carries all
 of a client's links: it takes the shape of the client's broker link, and its ZooKeeper traffic
 shares it.
+
+Time dilation (`ClusterPlan.dilation`, K). `shapes` and the plan's links stay emulated (what the
+topology says, what reshape is given: the run's tables read them); what a shaper installs is
+`installed(shape)`, the shape dilated by K (emu.links.spec.LinkShape.dilated), relay and netem
+alike, and shared hops' buckets carry B/K. The relay also stalls a lost chunk K times the RTO.
+netem drops real packets instead, so a loss there costs the kernel's RTO, which is not dilated:
+1/K of it in emulated time. That is one reason the relay is the shaper for dilated runs.
 """
 
 from __future__ import annotations
@@ -41,6 +48,10 @@ class Links(ABC):
     def __init__(self, plan: ClusterPlan) -> None:
         self.plan = plan
         self.shapes: dict[Key, LinkShape] = {link.key: link.shape for link in plan.links}
+
+    def installed(self, shape: LinkShape) -> LinkShape:
+        """What the shaper runs on the host for an emulated shape: dilated by the plan's K."""
+        return shape.dilated(self.plan.dilation)
 
     def service_networks(self) -> dict[str, set[str]]:
         """Networks each service must join, besides its own, for its clients to reach it."""
@@ -73,7 +84,7 @@ class RelayLinks(Links):
 
     def __init__(self, plan: ClusterPlan, seed: int | None = None) -> None:
         super().__init__(plan)
-        self.relays = RelaySet(f"relays-{plan.cluster}")
+        self.relays = RelaySet(f"relays-{plan.cluster}", plan.dilation)
         self.seed = secrets.randbits(32) if seed is None else seed
         self.listening: dict[Key, str] = {}
 
@@ -87,7 +98,8 @@ class RelayLinks(Links):
             hops = [(shared[a, b], shared[b, a]) for a, b in pairwise(link.path)
                     if (a, b) in shared]
             relays[link.key] = LinkRelay(services[link.service], link.port, link.shape,
-                                         listen_host=host, seed=self.seed + index, hops=hops)
+                                         listen_host=host, seed=self.seed + index, hops=hops,
+                                         dilation=self.plan.dilation)
         if not self.relays.running:
             self.relays.start()
         ports = self.relays.add(relays)
@@ -103,10 +115,12 @@ class RelayLinks(Links):
                 if bandwidth is not None:
                     crossing.setdefault(frozenset((a, b)), []).append(bandwidth)
         buckets: dict[tuple[str, str], TokenBucket] = {}
+        k = self.plan.dilation
         for hop, bandwidths in crossing.items():
             if len(bandwidths) > 1:
                 a, b = sorted(hop)
-                buckets[a, b], buckets[b, a] = hop_bucket(bandwidths[0]), hop_bucket(bandwidths[0])
+                buckets[a, b] = hop_bucket(bandwidths[0], k)
+                buckets[b, a] = hop_bucket(bandwidths[0], k)
         return buckets
 
     def reshape(self, client: str, service: str, shape: LinkShape) -> None:
@@ -170,7 +184,7 @@ class NetemLinks(Links):
             self.interfaces[client] = interfaces
             for ifname, netns in interfaces:
                 with NetemShaper(ifname, netns) as shaper:
-                    shaper.apply(self.client_shape(client))
+                    shaper.apply(self.installed(self.client_shape(client)))
 
         with ThreadPoolExecutor(self.WORKERS) as pool:
             list(pool.map(shape, clients))
@@ -180,9 +194,10 @@ class NetemLinks(Links):
         self._check(client, service)
         for link in self.plan.links_of(client):
             self.shapes[link.key] = shape
+        installed = self.installed(shape)
         for ifname, netns in self.interfaces.get(client, []):
             with NetemShaper(ifname, netns) as shaper:
-                shaper.apply(shape)
+                shaper.apply(installed)
 
 
 def make_links(shaper: str, plan: ClusterPlan, seed: int | None = None) -> Links:

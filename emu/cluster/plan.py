@@ -71,6 +71,18 @@ directly, as IoTCloud's shared channels let a subscriber read from any broker. E
 the watched broker (a mover-to-be or a reader) has a link to the spare, shaped as their path,
 and its address in `AgentConfig.spares`. The spare's conf (`spare_files`) is the image's
 with $SYS counters every second (the host reads what it received).
+
+Time dilation (`dilation`, K: emulated time runs K times slower than the host's clock,
+emu.agent.timebase). The plan keeps every link's emulated shape (`LinkPlan.shape`, what the
+topology says: the run's tables read it); the shapers install it dilated (emu.cluster.links).
+The services' own timers are scaled by K in their configs, so that they keep their emulated
+values: ZooKeeper's tickTime (its session bounds and an ensemble's initLimit and syncLimit count
+ticks, so they follow; an ensemble's connection timeout and election notification intervals
+too), and Mosquitto's (autosave_interval, sys_interval) in a conf of their own
+(`mosquitto_files`). At K = 1 nothing is written beyond what an undilated plan has. What no
+config reaches: the kernel's TCP timers (a minimum RTO of 200 host ms is 200/K emulated ms),
+the JVM's pauses (garbage collection, JIT) and Mosquitto's and ZooKeeper's handling time,
+which are host work, so they shrink K times in emulated time.
 """
 
 from __future__ import annotations
@@ -86,7 +98,7 @@ from typing import Literal
 
 from emu.agent.config import AGENT_KINDS, AgentConfig
 from emu.images import CLOUD, GATEWAY, MOSQUITTO_COMMAND, SERVICES, ZOOKEEPER_COMMAND, ImageSpec
-from emu.links.spec import LinkShape
+from emu.links.spec import LinkShape, check_dilation
 from topologies.errors import SpecError
 from topologies.model import Node, Topology
 from topologies.routing import NoRoute, Routes, latency, nearest
@@ -101,6 +113,18 @@ IDLE_COMMAND = ("sleep", "infinity")
 DEFAULT_SEGMENT = "default"
 SPARE_CONFIG = "/etc/foglab/spare.conf"  # a spare broker's mosquitto.conf (spare_files)
 SPARE_COMMAND = ("mosquitto", "-c", SPARE_CONFIG)
+# A broker's mosquitto.conf at a dilation (mosquitto_files): the image's with its timers scaled.
+DILATED_CONFIG = "/etc/foglab/dilated.conf"
+DILATED_COMMAND = ("mosquitto", "-c", DILATED_CONFIG)
+# Mosquitto's timers foglab's conf leaves at their defaults (s): the persistence database's
+# autosave and the $SYS topics' period (a spare's is SPARE_SYS_INTERVAL_S).
+MOSQUITTO_AUTOSAVE_S = 1800
+MOSQUITTO_SYS_INTERVAL_S = 10
+SPARE_SYS_INTERVAL_S = 1
+# ZooKeeper's timers beside the tick, for an ensemble's quorum (ms): the connection timeout
+# between servers and the leader election's notification intervals (their defaults).
+ZK_CNX_TIMEOUT_MS = 5000
+ZK_ELECTION_NOTIFICATION_MS = (200, 60000)
 # The services image's mosquitto.conf, whose settings a spare's conf keeps.
 MOSQUITTO_DEFAULTS = Path(__file__).resolve().parents[1] / "rootfs/services/mosquitto.conf"
 ZOOKEEPER_NAME = "zookeeper"
@@ -185,6 +209,7 @@ class ClusterPlan:
     zookeeper: list[str]               # the servers' node names, in myid order
     labels: dict[str, str] = field(default_factory=dict)  # what every object carries
     spares: dict[str, str] = field(default_factory=dict)  # spare broker -> the one it backs
+    dilation: float = 1.0              # K: the shapers install links and services' timers at K
 
     def services(self) -> list[ContainerPlan]:
         return [c for c in self.containers.values() if c.role != "agent"]
@@ -237,7 +262,8 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
                  agents: Mapping[str, AgentConfig] | None = None, zookeeper: int = 1,
                  host_cpus: int | None = None, labels: dict[str, str] | None = None,
                  spares: Mapping[str, str] | None = None,
-                 targets: Mapping[str, Collection[str]] | None = None) -> ClusterPlan:
+                 targets: Mapping[str, Collection[str]] | None = None,
+                 dilation: float = 1.0) -> ClusterPlan:
     """Plan the containers, networks and links of a topology; raise SpecError naming the node
     and field for anything Docker would refuse, before anything is made.
 
@@ -248,22 +274,25 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     as workloads.broker_scaling.resolve checked it): no agent takes a spare at the start.
     `targets`: operator -> the nodes an instance of it reading through a session of its own
     may move to (migrations, recovery, replication), each given a link to the broker that
-    holds the session; None: every gateway and cloud VM may take any.
+    holds the session; None: every gateway and cloud VM may take any. `dilation`: the run's
+    K (at least 1): the services' timers are scaled by it and the links installed dilated
+    (see the module docstring); the links' shapes in the plan stay emulated.
     """
+    dilation = check_dilation(dilation, "plan_cluster's dilation")
     if agents is None:
         from emu.deployment import agent_configs
 
         agents = agent_configs(topology)
     return _Planner(topology, cluster or topology.name, zookeeper, agents,
                     host_cpus or os.cpu_count() or 1, labels or {}, dict(spares or {}),
-                    targets).plan()
+                    targets, dilation).plan()
 
 
 class _Planner:
     def __init__(self, topology: Topology, cluster: str, zookeeper: int,
                  agents: Mapping[str, AgentConfig], host_cpus: int, labels: dict[str, str],
                  spares: dict[str, str] | None = None,
-                 targets: Mapping[str, Collection[str]] | None = None):
+                 targets: Mapping[str, Collection[str]] | None = None, dilation: float = 1.0):
         self.topology = topology
         self.cluster = cluster
         self.servers = zookeeper
@@ -273,6 +302,7 @@ class _Planner:
         self.labels = {**labels, **cluster_labels(cluster), "foglab.topology": topology.name}
         self.spares = spares or {}
         self.targets = targets
+        self.dilation = dilation
 
     def error(self, path: tuple, value: object, expected: str) -> SpecError:
         return SpecError(path, value, expected, f"topology {self.topology.name}")
@@ -311,7 +341,7 @@ class _Planner:
                                                     node, servers)
         for spare in self.spares:
             containers[spare] = replace(containers[spare], command=SPARE_COMMAND,
-                                        files=spare_files(self.cluster, spare))
+                                        files=spare_files(self.cluster, spare, self.dilation))
         for name in servers:
             if name not in containers:  # an added server, beside its anchor
                 anchor = self.topology.nodes.get(anchors[name])
@@ -363,7 +393,7 @@ class _Planner:
                     {**self.labels, "foglab.node": plan.segment, "foglab.kind": "network",
                      "foglab.site": plan.segment})
         return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
-                           brokers, servers, dict(self.labels), dict(self.spares))
+                           brokers, servers, dict(self.labels), dict(self.spares), self.dilation)
 
     def _check_own_sessions(self, brokers: dict[str, str]) -> None:
         """Refuse, before anything starts, an operator instance reading through a session of
@@ -544,9 +574,12 @@ class _Planner:
             command = AGENT_COMMAND
         elif role == "broker":
             command, port = MOSQUITTO_COMMAND, MQTT_PORT
+            if self.dilation != 1:
+                command, files = DILATED_COMMAND, mosquitto_files(self.cluster, name,
+                                                                  self.dilation)
         elif role == "zookeeper":
             command, port = ZOOKEEPER_COMMAND, ZOOKEEPER_PORT
-            files = zookeeper_files(self.cluster, servers, name)
+            files = zookeeper_files(self.cluster, servers, name, self.dilation)
         else:
             command = IDLE_COMMAND
         if profile is None:  # an added ZooKeeper server: what its JVM needs
@@ -588,13 +621,18 @@ def network_name(cluster: str, segment: str) -> str:
     return f"foglab-{cluster}-{segment}"
 
 
-def zookeeper_files(cluster: str, servers: list[str], server: str) -> tuple[tuple[str, str], ...]:
+def zookeeper_files(cluster: str, servers: list[str], server: str,
+                    dilation: float = 1.0) -> tuple[tuple[str, str], ...]:
     """A server's zoo.cfg and, in an ensemble, every server.N (by container name) and its myid.
 
     The tick and the sessions it accepts come from workloads.recovery, which the model's
-    failure detector reads too: a session expires on the first tick after its timeout."""
+    failure detector reads too: a session expires on the first tick after its timeout. At a
+    dilation K the tick lasts K times as long on the host, so every bound counted in ticks
+    (sessions, initLimit, syncLimit) keeps its emulated value; an ensemble's quorum timers
+    (cnxTimeout, the election's notification intervals: ZooKeeper reads unknown keys as
+    `zookeeper.<key>` system properties) are scaled with it."""
     peer, election = ZOOKEEPER_PEER_PORTS
-    tick_ms = round(ZK_TICK_S * 1000)
+    tick_ms = round(ZK_TICK_S * 1000 * dilation)
     lines = [
         "# foglab's ZooKeeper server, written by emu.cluster.plan",
         f"tickTime={tick_ms}", f"minSessionTimeout={ZK_MIN_SESSION_TICKS * tick_ms}",
@@ -611,6 +649,7 @@ def zookeeper_files(cluster: str, servers: list[str], server: str) -> tuple[tupl
         # Bind the quorum ports on every interface: a container's own name may resolve to an
         # address of another of its networks.
         "quorumListenOnAllIPs=true",
+        *_quorum_timers(dilation),
         *(f"server.{i}={container_name(cluster, name)}:{peer}:{election}"
           for i, name in enumerate(servers, start=1)),
     ]
@@ -618,12 +657,48 @@ def zookeeper_files(cluster: str, servers: list[str], server: str) -> tuple[tupl
     return ((ZOOKEEPER_CONFIG, "\n".join(lines) + "\n"), (f"{ZOOKEEPER_DATA}/myid", f"{myid}\n"))
 
 
-def spare_files(cluster: str, spare: str) -> tuple[tuple[str, str], ...]:
+def _quorum_timers(dilation: float) -> list[str]:
+    if dilation == 1:
+        return []
+    low, high = ZK_ELECTION_NOTIFICATION_MS
+    return [f"# Quorum timers at dilation {dilation:g}: their defaults x {dilation:g}",
+            f"cnxTimeout={round(ZK_CNX_TIMEOUT_MS * dilation)}",
+            f"fastleader.minNotificationInterval={round(low * dilation)}",
+            f"fastleader.maxNotificationInterval={round(high * dilation)}"]
+
+
+def _scaled_seconds(seconds: float, dilation: float) -> int:
+    # Mosquitto reads whole seconds: at a K that is not a whole number, the nearest one.
+    return max(1, round(seconds * dilation))
+
+
+def mosquitto_timers(dilation: float, sys_interval_s: float = MOSQUITTO_SYS_INTERVAL_S) -> str:
+    """The conf lines of Mosquitto's own timers at a dilation K: each K times its emulated
+    value (the defaults; `sys_interval_s` a spare's). Clients' keepalives are the clients':
+    Mosquitto enforces 1.5 times what each CONNECT asks for, so a client that scales its
+    keepalive (the agents do, emu.agent) is held to the scaled one."""
+    return "\n".join([
+        f"# Mosquitto's timers at dilation {dilation:g}: emulated value x {dilation:g}",
+        f"autosave_interval {_scaled_seconds(MOSQUITTO_AUTOSAVE_S, dilation)}",
+        f"sys_interval {_scaled_seconds(sys_interval_s, dilation)}"]) + "\n"
+
+
+def mosquitto_files(cluster: str, broker: str, dilation: float) -> tuple[tuple[str, str], ...]:
+    """A broker's mosquitto.conf at a dilation (DILATED_CONFIG): the image's settings and its
+    timers scaled (`mosquitto_timers`)."""
+    header = f"# {broker}: a broker of cluster {cluster} (emu.cluster.plan.mosquitto_files)\n"
+    return ((DILATED_CONFIG,
+             MOSQUITTO_DEFAULTS.read_text() + header + mosquitto_timers(dilation)),)
+
+
+def spare_files(cluster: str, spare: str,
+                dilation: float = 1.0) -> tuple[tuple[str, str], ...]:
     """A spare broker's mosquitto.conf: the image's settings, and its $SYS counters published
-    every second, so the host can read how many messages it received
-    (emu.features.broker_scaling)."""
+    every (emulated) second, so the host can read how many messages it received
+    (emu.features.broker_scaling); at a dilation, its timers scaled (`mosquitto_timers`)."""
     defaults = MOSQUITTO_DEFAULTS.read_text()
-    lines = [f"# {spare}: a spare broker of cluster {cluster} (emu.cluster.plan.spare_files)",
-             "sys_interval 1"]
-    return ((SPARE_CONFIG, defaults + "\n".join(lines) + "\n"),)
+    header = f"# {spare}: a spare broker of cluster {cluster} (emu.cluster.plan.spare_files)\n"
+    timers = (f"sys_interval {SPARE_SYS_INTERVAL_S}\n" if dilation == 1 else
+              mosquitto_timers(dilation, SPARE_SYS_INTERVAL_S))
+    return ((SPARE_CONFIG, defaults + header + timers),)
 

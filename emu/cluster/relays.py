@@ -6,7 +6,9 @@ they are idle most of the time, and one thread keeps the host's two cores for th
 Every relayed chunk reaches its receiver by a timer on that loop (emu.links.relay: a chunk's
 delivery sleeps until its arrival time), so the loop's lateness is the links' error beyond
 their shape. A probe on the loop measures it: a timer every LAG_PROBE_S, and how late it fired
-(`lag`); the run records it with the nodes (emu.fidelity).
+(`lag`); the run records it with the nodes (emu.fidelity). At a time dilation K the probe still
+ticks on the host's clock (its cost is the host's), and `lag` is given in emulated seconds,
+the host's lateness divided by K: what a link's delay was off by in the run's own time.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from concurrent.futures import Future
 from typing import Self, TypeVar
 
 from emu.links.relay import LinkRelay, RelayCounters
-from emu.links.spec import LinkShape
+from emu.links.spec import LinkShape, check_dilation
 
 T = TypeVar("T")
 
@@ -58,8 +60,10 @@ class LagProbe:
 class RelaySet:
     """Relays by key, all on one event loop thread; add, reshape, count and close them."""
 
-    def __init__(self, name: str = "link-relays") -> None:
+    def __init__(self, name: str = "link-relays", dilation: float = 1.0) -> None:
+        """`dilation`: the run's K, which `lag` converts by; the relays get their own."""
         self._name = name
+        self._dilation = check_dilation(dilation)
         self._relays: dict[Hashable, LinkRelay] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
@@ -141,12 +145,15 @@ class RelaySet:
         return read() if self._loop is None else self._on_loop(read)
 
     def lag(self) -> float | None:
-        """How late the loop's timers fired since the last call, at worst (s); None before the
-        first probe has fired or when the set is not running."""
+        """How late the loop's timers fired since the last call, at worst, in emulated seconds
+        (the host's lateness / K); None before the first probe has fired or when the set is not
+        running."""
         if self._loop is None:
             return None
         probes, _, worst = self._on_loop(self._probe.take)
-        return worst if probes else None
+        if not probes:
+            return None
+        return worst if self._dilation == 1 else worst / self._dilation
 
     def stop(self) -> None:
         """Close every relay and end the loop thread; a no-op when not started."""

@@ -24,6 +24,14 @@ behind it, which is TCP's head-of-line blocking. Every loss costs a full RTO: re
 small messages (a lost tail segment), pessimistic for bulk transfers, where fast retransmit
 recovers in about one round trip. Retransmitted bytes do not use up bandwidth.
 
+Time dilation. A relay given ``dilation`` K stands for its shape in emulated time, where a
+host second is 1/K of a second: it installs ``shape.dilated(K)`` (K times the delay and jitter,
+1/K of the bandwidth, the same loss; emu.links.spec) and holds a lost chunk back K times its
+retransmission timeout, so a loss costs Linux's minimum RTO in emulated time, as TCP's would.
+``shape`` stays the emulated one (what reshape is given); ``installed`` is what the host runs.
+The endpoints' own kernel TCP timers are not dilated: a retransmission the kernel itself makes
+(none on loopback or a bridge, which lose nothing) would take 1/K of its time in emulated time.
+
 Limits.
 - Delays are as precise as the event loop's timers: epoll waits whole milliseconds, rounded up,
   so a chunk arrives 0 to 1 ms late (0.5 ms on average), later on a busy host; never early.
@@ -46,7 +54,7 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Self, TypeVar
 
-from emu.links.spec import LinkShape
+from emu.links.spec import LinkShape, check_dilation, host_rate
 
 RETRANSMISSION_STALL_S = 0.2
 MSS = 1460
@@ -128,9 +136,12 @@ class _Direction:
         return departure
 
 
-def hop_bucket(bandwidth_bps: float) -> TokenBucket:
-    """A bucket for one direction of a hop that several relays cross (see ``LinkRelay(hops=)``)."""
-    return TokenBucket(bandwidth_bps / 8, 0.0)
+def hop_bucket(bandwidth_bps: float, dilation: float = 1.0) -> TokenBucket:
+    """A bucket for one direction of a hop that several relays cross (see ``LinkRelay(hops=)``):
+    ``bandwidth_bps`` emulated, carried at its host rate at ``dilation`` (emu.links.spec)."""
+    rate = host_rate(bandwidth_bps, check_dilation(dilation))
+    assert rate is not None
+    return TokenBucket(rate / 8, 0.0)
 
 
 def _bytes_per_second(shape: LinkShape) -> float | None:
@@ -156,24 +167,40 @@ class LinkRelay:
         seed: int | None = None,
         stall_s: float = RETRANSMISSION_STALL_S,
         hops: Sequence[tuple[TokenBucket, TokenBucket]] = (),
+        dilation: float = 1.0,
     ) -> None:
         """``hops``: (toward upstream, toward the client) buckets of shared hops on the path,
-        made with ``hop_bucket``; the relay's own shape still applies on top of them."""
+        made with ``hop_bucket`` (at the dilation's host rate); the relay's own shape still
+        applies on top of them. ``shape`` and ``stall_s`` are emulated; at ``dilation`` K the
+        relay installs ``shape.dilated(K)`` and stalls K * ``stall_s`` host seconds."""
         self._upstream = (upstream_host, upstream_port)
         self._listen = (listen_host, listen_port)
+        self._dilation = check_dilation(dilation)
         self._shape = shape
+        self._installed = shape.dilated(self._dilation)
         self._rng = random.Random(seed)
-        self._stall_s = stall_s
+        self._stall_s = stall_s * self._dilation
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections = 0
-        self._up = _Direction(_bytes_per_second(shape), [up for up, _ in hops])
-        self._down = _Direction(_bytes_per_second(shape), [down for _, down in hops])
+        rate = _bytes_per_second(self._installed)
+        self._up = _Direction(rate, [up for up, _ in hops])
+        self._down = _Direction(rate, [down for _, down in hops])
 
     @property
     def shape(self) -> LinkShape:
+        """The emulated shape (what the topology says, or the last reshape)."""
         return self._shape
+
+    @property
+    def installed(self) -> LinkShape:
+        """The shape the relay runs on the host's clock: ``shape.dilated(dilation)``."""
+        return self._installed
+
+    @property
+    def dilation(self) -> float:
+        return self._dilation
 
     @property
     def port(self) -> int:
@@ -189,11 +216,13 @@ class LinkRelay:
         return self.port
 
     def reshape(self, shape: LinkShape) -> None:
-        """Shape chunks read from now on; chunks already on the link keep their timing."""
+        """Shape chunks read from now on; chunks already on the link keep their timing.
+        ``shape`` is emulated, like the one the relay was made with."""
         self._shape = shape
+        self._installed = shape.dilated(self._dilation)
         now = self._loop.time() if self._loop is not None else 0.0
         for direction in (self._up, self._down):
-            direction.bucket.set_rate(_bytes_per_second(shape), now)
+            direction.bucket.set_rate(_bytes_per_second(self._installed), now)
 
     def counters(self) -> RelayCounters:
         up, down = self._up, self._down
@@ -262,7 +291,7 @@ class LinkRelay:
             # of one grain, so the receiver sees a steady stream rather than bursts.
             offset = 0
             while offset < len(data):
-                shape = self._shape
+                shape = self._installed
                 chunk = data[offset : offset + _chunk_size(shape)]
                 offset += len(chunk)
                 now = loop.time()
@@ -275,7 +304,7 @@ class LinkRelay:
                 direction.chunks += 1
                 await queue.put((chunk, previous_arrival))
         # The FIN crosses the link too, behind the data.
-        fin_arrival = max(previous_arrival, loop.time() + self._shape.latency_s)
+        fin_arrival = max(previous_arrival, loop.time() + self._installed.latency_s)
         await queue.put((b"", fin_arrival))
 
     @staticmethod

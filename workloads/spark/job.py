@@ -13,6 +13,10 @@ which the emulation reads back; `--work`/started appears once the query has run 
 emulation waits for it before devices speak). SIGTERM stops the query cleanly; a query that
 fails otherwise, once it has committed a batch, starts again on its checkpoint (RESTARTS).
 
+`--dilation K` (a run's time dilation, emu.agent.timebase): the trigger interval lasts K times
+`--trigger` on the host, so batches come every `--trigger` emulated seconds, and Spark's own
+timers are scaled likewise (workloads.spark.session.dilated_conf, which says what cannot be).
+
 Moving the query to another job (`workloads.spark.migration`): writing `--work`/stop (its text
 "export" or "checkpoint") stops the query at its next batch boundary, the source paused (see
 `mqtt_source`); the job then writes `--work`/stopped.json (the source's offsets and client id)
@@ -48,7 +52,7 @@ from workloads.riot.datasets import CITY, city_readings
 from workloads.riot.senml import encode_senml
 from workloads.spark.apps import RECEIVED, TOPIC, etl, pred, stats
 from workloads.spark.mqtt_source import MqttDataSource, default_client_id, open_session
-from workloads.spark.session import spark_session
+from workloads.spark.session import dilated_conf, spark_session
 from workloads.spark.state import read_state
 
 APPS: dict[str, Callable[..., DataFrame]] = {"etl": etl, "stats": stats, "pred": pred}
@@ -91,7 +95,10 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--work", type=Path, required=True,
                         help="a directory for the journal, checkpoint and progress")
     parser.add_argument("--master", default="local[2]")
-    parser.add_argument("--trigger", type=float, default=1.0, help="seconds between batches")
+    parser.add_argument("--trigger", type=float, default=1.0,
+                        help="seconds between batches (emulated: x --dilation on the host)")
+    parser.add_argument("--dilation", type=float, default=1.0,
+                        help="the run's time dilation K: Spark's timers and the trigger x K")
     parser.add_argument("--max-records-per-trigger", type=int,
                         help="the most messages one batch reads (default: all there are)")
     parser.add_argument("--params", type=json.loads, default={},
@@ -111,7 +118,16 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.warmup_messages < 1 or args.warmup_batches < 1:
         parser.error("--warmup-messages and --warmup-batches must be at least 1")
+    if not args.dilation >= 1:
+        parser.error(f"--dilation must be at least 1, not {args.dilation}")
+    if not args.trigger > 0:
+        parser.error(f"--trigger must be a number of seconds > 0, not {args.trigger}")
     return args
+
+
+def trigger_seconds(args: argparse.Namespace) -> float:
+    """The trigger interval on the host's clock: --trigger emulated seconds x --dilation."""
+    return args.trigger * getattr(args, "dilation", 1.0)
 
 
 def _paths(args: argparse.Namespace) -> dict[str, Path]:
@@ -167,7 +183,8 @@ def prepare(spark: SparkSession, args: argparse.Namespace,
     output = APPS[args.app](unwrapped(stream), **params)
     rows = output.select(F.to_json(F.struct(*output.columns)).alias("payload"))
     writer = (rows.writeStream.option("checkpointLocation", str(paths["checkpoint"]))
-              .trigger(processingTime=f"{args.trigger} seconds").outputMode("append"))
+              .trigger(processingTime=f"{trigger_seconds(args):g} seconds")
+              .outputMode("append"))
     if args.writes:
         writer = (writer.format("mqtt").option("host", host).option("port", port)
                   .option("topic", args.writes))
@@ -410,7 +427,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.standby:
         # Before Spark's slow start: from here on the broker queues the operator's input for it.
         open_session(*args.mqtt, args.reads, client_id(args))
-    spark = spark_session(args.master, f"foglab-{args.app}")
+    spark = spark_session(args.master, f"foglab-{args.app}", dilated_conf(args.dilation))
     spark.sparkContext.setLogLevel("ERROR")
     try:
         moved: dict = {}

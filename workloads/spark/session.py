@@ -1,4 +1,18 @@
-"""A SparkSession with foglab's defaults: quiet, RocksDB state, Arrow; local or on a cluster."""
+"""A SparkSession with foglab's defaults: quiet, RocksDB state, Arrow; local or on a cluster;
+and Spark's timers at a time dilation (`dilated_conf`).
+
+Time dilation K (emu.agent.timebase): emulated time runs K times slower than the host's clock,
+and Spark runs on the host's. Its timers that stand for the emulated system's behaviour are
+scaled by K so they keep their emulated values: the trigger interval (workloads.spark.job), the
+network timeout (which askTimeout and the block managers' timeouts default to), the executors'
+heartbeat, the state store's maintenance, and the no-data progress interval. Event-time windows
+and watermarks are not: the agents stamp messages in emulated time already.
+
+What cannot be scaled: the JVM's pauses (garbage collection, JIT compilation) and Spark's own
+work per micro-batch (planning, scheduling, Python workers), which are host work and so take
+1/K of their time in emulated time; the Python worker's hard-coded 10 s to connect back and
+other fixed waits inside Spark; the kernel's TCP timers.
+"""
 
 from __future__ import annotations
 
@@ -34,6 +48,25 @@ DEFAULTS = {
     # Event times are epoch seconds: UTC keeps windows and pandas timestamps free of local shifts.
     "spark.sql.session.timeZone": "UTC",
 }
+
+
+# Spark's timers that dilation scales, and their defaults (ms).
+DILATED_TIMERS_MS = {
+    "spark.network.timeout": 120_000,
+    "spark.executor.heartbeatInterval": 10_000,
+    "spark.sql.streaming.stateStore.maintenanceInterval": 60_000,
+    "spark.sql.streaming.noDataProgressEventInterval": 10_000,
+}
+
+
+def dilated_conf(dilation: float) -> dict[str, str]:
+    """Spark's settings at a dilation K: each of DILATED_TIMERS_MS times K; none at K = 1.
+    The heartbeat stays below the network timeout, as Spark requires, since both scale."""
+    if not dilation >= 1:
+        raise ValueError(f"a dilation is a number >= 1, not {dilation!r}")
+    if dilation == 1:
+        return {}
+    return {key: f"{round(ms * dilation)}ms" for key, ms in DILATED_TIMERS_MS.items()}
 
 
 def spark_session(master: str = "local[*]", app_name: str = "foglab",
