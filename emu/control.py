@@ -16,6 +16,7 @@ from emu.agent.config import OperatorConfig
 from emu.agent.mqtt import end_session, new_client, no_delay, session_args, session_present
 from emu.agent.protocol import ALL_REQUESTS, MANAGEMENT, Request, request_topic
 from emu.agent.registry import GATEWAYS, gateway_path
+from emu.agent.timebase import UNDILATED, TimeBase
 from emu.mqtt_loop import SelectorLoop
 
 CONNECT_TIMEOUT = 10.0
@@ -30,8 +31,9 @@ logging.getLogger("kazoo").addHandler(logging.NullHandler())
 
 @dataclass(frozen=True)
 class Reply:
-    """One node's answer: when the host sent the request and got the reply (host clock),
-    when the node finished (its clock, which is the host's in the emulation), and how."""
+    """One node's answer: when the host sent the request and got the reply, when the node
+    finished, and how. All three on the run's clock (the controller's `clock`: emulated time
+    at a dilation, the agents' own), so `latency` is in emulated seconds."""
 
     node: str
     ok: bool
@@ -144,6 +146,11 @@ class Controller:
     the node's broker, a broadcast through every broker; a node the mapping does not name
     goes through the first broker.
 
+    `clock` is the run's time base (emu.agent.timebase): a command's `timeout` is emulated
+    seconds (the agents answer in their own time: at dilation K the host waits K times
+    longer) and the replies' times are emulated. The sessions' keepalive stays the host's:
+    the controller and the brokers both run on the host's clock.
+
     Each broker session is persistent (emu.agent.mqtt.new_client): the loop reconnects after
     a lost connection or a broker restart, paho resends the requests not yet acknowledged,
     and the broker keeps the reply subscription and queues the replies meanwhile; a session
@@ -152,7 +159,9 @@ class Controller:
     each session's id is it with the broker's number.
     """
 
-    def __init__(self, broker: str | Mapping[str, str], client_id: str | None = None) -> None:
+    def __init__(self, broker: str | Mapping[str, str], client_id: str | None = None,
+                 clock: TimeBase = UNDILATED) -> None:
+        self.clock = clock
         self._token = secrets.token_hex(4)
         self.reply_topic = f"{MANAGEMENT}/controller/{self._token}/res"
         routes = {} if isinstance(broker, str) else dict(broker)
@@ -174,8 +183,8 @@ class Controller:
         self._count = 0
 
     @classmethod
-    def of_plan(cls, plan: Any, status: Mapping[str, Any],
-                client_id: str | None = None) -> Controller:
+    def of_plan(cls, plan: Any, status: Mapping[str, Any], client_id: str | None = None,
+                clock: TimeBase = UNDILATED) -> Controller:
         """A controller reaching every agent of a cluster's plan (emu.cluster.plan.ClusterPlan)
         through the broker routing gave it (`plan.brokers`), at its container's address
         (`status`: node -> its container's status, with `ip`)."""
@@ -184,7 +193,7 @@ class Controller:
             raise ValueError(f"cluster {plan.cluster}: no container status for broker "
                              f"{', '.join(missing)}")
         return cls({agent: f"{status[broker].ip}:{MQTT_PORT}"
-                    for agent, broker in plan.brokers.items()}, client_id)
+                    for agent, broker in plan.brokers.items()}, client_id, clock)
 
     @property
     def brokers(self) -> list[str]:
@@ -230,7 +239,7 @@ class Controller:
         self.close()
 
     def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
-        t_replied = time.time()
+        t_replied = self.clock.now()
         try:
             data = json.loads(message.payload)
             request_id, node = data["id"], data["node"]
@@ -251,7 +260,7 @@ class Controller:
     def send(self, nodes: Iterable[str], command: str, args: dict[str, Any] | None = None,
              timeout: float = 10.0, broadcast: bool = False,
              gone: Callable[[], Iterable[str]] | None = None) -> CommandResult:
-        """Send one command to every node and wait up to timeout for all replies.
+        """Send one command to every node and wait up to timeout (emulated s) for all replies.
 
         Each node gets its own request on its own topic, or with `broadcast` one request goes
         to all agents at once (foglab/mgmt/all/req) and the replies of `nodes` are awaited.
@@ -271,17 +280,18 @@ class Controller:
             for request_id, node in requests:
                 self._waiting[request_id] = {"node": node, "replies": collected,
                                              "t_sent": t_sent}
-        result.t_sent = time.time()
+        now = self.clock.now
+        result.t_sent = now()
         for request_id, node in requests:
             payload = Request(request_id, command, self.reply_topic, args or {}).encode()
-            t_sent[node] = time.time()
+            t_sent[node] = now()
             if node is None:  # every agent hears its own broker only
                 for session in self._sessions.values():
                     session.client.publish(ALL_REQUESTS, payload, qos=1)
             else:
                 self._sessions[self.broker_of(node)].client.publish(
                     request_topic(node), payload, qos=1)
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + self.clock.host_seconds(timeout)
         wanted = set(nodes)
         dead: set[str] = set()
         with self._lock:
@@ -302,7 +312,7 @@ class Controller:
             for request_id, _ in requests:
                 del self._waiting[request_id]
             result.replies = dict(collected)
-        result.t_finished = time.time()
+        result.t_finished = now()
         result.missing = [node for node in nodes if node not in result.replies]
         result.gone = [node for node in result.missing if node in dead]
         return result

@@ -3,11 +3,13 @@ view of the containers, polled while a run measures)."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-# The engine is asked for the containers' states at most this often.
+from emu.agent.timebase import UNDILATED, TimeBase
+
+# The engine is asked for the containers' states at most this often (host seconds: the
+# engine's answer costs the host the same at any dilation).
 HEALTH_POLL_S = 0.5
 
 
@@ -32,16 +34,22 @@ class Health:
     rest of the run otherwise.
     A service (broker, ZooKeeper) away is an outage, from its container's finish to its next
     start, so a restart quicker than a poll shows too; `finish` fails a service still down.
+
+    `timebase`: the run's (emu.agent.timebase). Its times (`epoch`, the failures' and outages'
+    seconds) are emulated: the engine's start and finish times, on the host's clock, are
+    converted; `clock` defaults to its emulated clock. `interval` stays host seconds.
     """
 
     def __init__(self, states: Callable[[], dict[str, Seen]], agents: list[str],
-                 services: list[str], clock: Callable[[], float] = time.time,
-                 interval: float = HEALTH_POLL_S) -> None:
+                 services: list[str], clock: Callable[[], float] | None = None,
+                 interval: float = HEALTH_POLL_S, timebase: TimeBase = UNDILATED) -> None:
         self._states = states
         self.agents = list(agents)
         self.services = list(services)
+        self.timebase = timebase
+        clock = clock or timebase.now
         self.clock = clock
-        self.interval = interval
+        self.interval = timebase.emulated_seconds(interval)
         self.epoch = clock()  # times are said as seconds since this (the run's epoch)
         self.failed: dict[str, str] = {}
         self._down: set[str] = set()  # agents failed for their container (not a request)
@@ -60,6 +68,9 @@ class Health:
                                      + (f" ({seen.status})" if seen.status else ""))
         for node in self.services:
             seen = states.get(node, gone)
+            if self.timebase.dilated:
+                seen = Seen(seen.state, seen.status, self._engine(seen.started),
+                            self._engine(seen.finished))
             spans = self.outages.setdefault(node, [])
             open_span = bool(spans) and spans[-1][1] is None
             last_start = self._started.get(node)
@@ -84,6 +95,12 @@ class Health:
 
     def _t(self, when: float) -> float:
         return round(when - self.epoch, 2)
+
+    def _engine(self, when: float | None) -> float | None:
+        """An engine time (the host's clock) on the run's clock."""
+        if when is None or not self.timebase.dilated:
+            return when
+        return self.timebase.emulated(when)
 
     def poll(self) -> None:
         now = self.clock()

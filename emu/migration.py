@@ -34,8 +34,10 @@ and `reordered` messages the target took before one of their publisher's the sou
 already processed, from the keys the agents report; `lost` counts serial numbers skipped
 between the source's last input and the target's first, when the inputs carry them (0
 otherwise: the agents cannot see a loss without them). `output_gap` needs the window outputs:
-the run fills it in (emu.run). Times are the host's clock (time.time()); a run turns them
-into seconds since its epoch.
+the run fills it in (emu.run). Times are the run's clock (emu.agent.timebase: the
+controller's `clock`, emulated at a dilation, as the agents' answers are); a run turns them
+into seconds since its epoch. Every timeout here is emulated seconds: the controller waits K
+times longer on the host for an answer, and the agents scale what they are handed.
 
 For `parallel`, `downtime` is 0 as the model defines it (the target processes every event
 before the source stops), `synchronised` is the checker's mode (strong, old_ahead,
@@ -50,10 +52,10 @@ backlog) on a saturated one.
 from __future__ import annotations
 
 import secrets
-import time
 from collections.abc import Callable
 from typing import Any
 
+from emu.agent.timebase import UNDILATED, TimeBase
 from workloads.migration.record import MigrationRecord
 
 STRATEGIES = ("pause_drain", "pause_transfer", "parallel")
@@ -71,7 +73,8 @@ def migrate(control, operator: str, source: str, target: str,
             strategy: str = "pause_transfer", settings: Any = None, *, record_id: int = 0,
             timeout: float = 30.0, sync_timeout: float | None = None,
             progress: Callable[[str], None] = lambda phase: None, engine: str = "python",
-            records: Callable[[str], Any] | None = None) -> MigrationRecord:
+            records: Callable[[str], Any] | None = None,
+            clock: TimeBase | None = None) -> MigrationRecord:
     """Move `operator`'s instance from agent `source` to agent `target`.
 
     `control`: a connected emu.control.Controller, or a broker's "host:port" (a controller
@@ -83,13 +86,16 @@ def migrate(control, operator: str, source: str, target: str,
     a MigrationError only for a migration refused before anything happened. `engine`
     "spark": the operator is a Spark query, moved between cloud VMs by
     emu.spark_migration.migrate_query (`records(node)`: the node's records folder on the host).
+    The record's times are on `clock`, the run's time base (emu.agent.timebase; by default
+    the controller's `clock`).
     """
+    clock = clock or clock_of(control)
     if engine == "spark":
         from emu.spark_migration import migrate_query
 
         return migrate_query(control, operator, source, target, strategy, settings,
                              records=records, record_id=record_id, timeout=timeout,
-                             progress=progress)
+                             progress=progress, clock=clock)
     if strategy not in STRATEGIES:
         raise MigrationError(f"unknown strategy {strategy!r}; on emu: {', '.join(STRATEGIES)}")
     if source == target:
@@ -97,36 +103,44 @@ def migrate(control, operator: str, source: str, target: str,
     if isinstance(control, str):
         from emu.control import Controller
 
-        with Controller(control) as connected:
+        with Controller(control, clock=clock) as connected:
             return migrate(connected, operator, source, target, strategy, settings,
                            record_id=record_id, timeout=timeout, sync_timeout=sync_timeout,
-                           progress=progress)
+                           progress=progress, clock=clock)
     chunk = int(getattr(settings, "chunk", 0) or 1024 * 1024)
-    record = MigrationRecord(record_id, operator, strategy, source, target, time.time())
+    record = MigrationRecord(record_id, operator, strategy, source, target, clock.now())
     if strategy == "parallel":
         sync = getattr(settings, "sync", 2)
-        return _Parallel(control, record, chunk, timeout, progress, sync, sync_timeout).run()
-    return _Migration(control, record, chunk, timeout, progress).run()
+        return _Parallel(control, record, chunk, timeout, progress, sync, sync_timeout,
+                         clock).run()
+    return _Migration(control, record, chunk, timeout, progress, clock).run()
 
 
 class _Failed(Exception):
     pass
 
 
+def clock_of(control) -> TimeBase:
+    """The run's time base as the controller has it (emu.control.Controller.clock)."""
+    clock = getattr(control, "clock", None)
+    return clock if isinstance(clock, TimeBase) else UNDILATED
+
+
 class _Migration:
     def __init__(self, control, record: MigrationRecord, chunk: int, timeout: float,
-                 progress: Callable[[str], None]) -> None:
+                 progress: Callable[[str], None], clock: TimeBase = UNDILATED) -> None:
         self.control = control
         self.record = record
         self.chunk = chunk
         self.timeout = timeout
         self.progress = progress
+        self.now = clock.now
         self.transfer = record.strategy == "pause_transfer"
         self.path = (f"{STATE_ROOT}/{record.operator}-{record.id}-{secrets.token_hex(3)}"
                      if self.transfer else None)
 
     def _phase(self, name: str) -> None:
-        self.record.phases[name] = time.time()
+        self.record.phases[name] = self.now()
         self.progress(name)
 
     def _step(self, node: str, command: str, args: dict[str, Any],
@@ -178,7 +192,7 @@ class _Migration:
         except _Failed as failure:
             record.status, record.error = "failed", str(failure)
             self._roll_back(paused)
-        record.end = time.time()
+        record.end = self.now()
         self._phase("done" if record.status == "done" else "rolled back")
         return record
 
@@ -223,8 +237,8 @@ class _Parallel(_Migration):
 
     def __init__(self, control, record: MigrationRecord, chunk: int, timeout: float,
                  progress: Callable[[str], None], sync: int,
-                 sync_timeout: float | None) -> None:
-        super().__init__(control, record, chunk, timeout, progress)
+                 sync_timeout: float | None, clock: TimeBase = UNDILATED) -> None:
+        super().__init__(control, record, chunk, timeout, progress, clock)
         self.sync = int(sync)
         self.sync_timeout = sync_timeout
         self.tag = f"{record.operator}-{record.id}-{secrets.token_hex(3)}"
@@ -280,7 +294,7 @@ class _Parallel(_Migration):
             else:
                 record.status, record.error = "failed", str(failure)
                 self._roll_back_parallel(diverted, paused)
-        record.end = time.time()
+        record.end = self.now()
         self._phase("done" if record.status == "done" else "rolled back")
         return record
 

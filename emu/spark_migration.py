@@ -48,6 +48,11 @@ skipped or read again against the source's committed offset, where its progress 
 (by checkpoint; a new query's first batch, by export, reports none, and starts at that offset
 by construction). `output_gap` stays NaN: a Spark
 query has no window outputs in the windows table. The phases' times are in `phases`.
+
+Times and timeouts are the run's (emu.agent.timebase, the `clock` given or the controller's):
+the record's are emulated, and so are the waits' limits (K times longer on the host). The
+Spark job's own files (workloads.spark.job) stamp the host's clock (time.time()): their times
+are converted to emulated ones as the record takes them.
 """
 
 from __future__ import annotations
@@ -61,7 +66,8 @@ from pathlib import Path
 from typing import Any
 
 from emu.agent.config import RECORDS_DIR
-from emu.migration import MigrationError
+from emu.agent.timebase import TimeBase
+from emu.migration import MigrationError, clock_of
 from workloads.migration.record import MigrationRecord
 
 STRATEGY = "pause_transfer"
@@ -91,7 +97,8 @@ def migrate_query(control, operator: str, source: str, target: str,
                   records: Callable[[str], Path] | None, record_id: int = 0,
                   timeout: float = 30.0,
                   progress: Callable[[str], None] = lambda phase: None,
-                  way: str | None = None) -> SparkMigrationRecord:
+                  way: str | None = None,
+                  clock: TimeBase | None = None) -> SparkMigrationRecord:
     """Move the Spark query `operator` from cloud VM `source` to cloud VM `target`.
 
     `control`: a connected emu.control.Controller, or a broker's "host:port". `records(node)`:
@@ -114,16 +121,17 @@ def migrate_query(control, operator: str, source: str, target: str,
     if records is None:
         raise MigrationError("a Spark query's move copies between the nodes' records folders: "
                              "give records(node), the host folder mounted at /records there")
+    clock = clock or clock_of(control)
     if isinstance(control, str):
         from emu.control import Controller
 
-        with Controller(control) as connected:
+        with Controller(control, clock=clock) as connected:
             return migrate_query(connected, operator, source, target, strategy, settings,
                                  records=records, record_id=record_id, timeout=timeout,
-                                 progress=progress, way=way)
-    record = SparkMigrationRecord(record_id, operator, strategy, source, target, time.time(),
+                                 progress=progress, way=way, clock=clock)
+    record = SparkMigrationRecord(record_id, operator, strategy, source, target, clock.now(),
                                   spark_way=way)
-    return _QueryMove(control, record, records, timeout, progress).run()
+    return _QueryMove(control, record, records, timeout, progress, clock).run()
 
 
 def request_standby(control, operator: str, source: str, target: str,
@@ -199,15 +207,22 @@ def _running(status: dict[str, Any], operator: str, node: str) -> dict[str, Any]
 
 class _QueryMove:
     def __init__(self, control, record: SparkMigrationRecord, records: Callable[[str], Path],
-                 timeout: float, progress: Callable[[str], None]) -> None:
+                 timeout: float, progress: Callable[[str], None], clock: TimeBase) -> None:
         self.control = control
         self.record = record
         self.records = records
         self.timeout = timeout
         self.progress = progress
+        self.clock = clock
+
+    def _waits(self, emulated_s: float) -> float:
+        """A wait's limit on the host's clock (the job's files are waited for there)."""
+        return self.clock.host_seconds(emulated_s)
 
     def _phase(self, name: str, when: float | None = None) -> None:
-        self.record.phases[name] = time.time() if when is None else when
+        """A phase begun now, or at `when` (a host time from the job's files)."""
+        self.record.phases[name] = (self.clock.now() if when is None
+                                    else self.clock.emulated(when))
         if when is None:
             self.progress(name)
 
@@ -273,12 +288,14 @@ class _QueryMove:
                                                  self.timeout)
             src = self._work(source, record.source_work)
             dst = self._work(target, record.target_work)
-            await_file(dst, STANDBY, STANDBY_WAIT_S, self._gone(target, record.target_work))
+            await_file(dst, STANDBY, self._waits(STANDBY_WAIT_S),
+                       self._gone(target, record.target_work))
             self._phase("pause")
             requested = time.time()
             stopping = True
             request_stop(src, record.spark_way)
-            await_file(src, STOPPED, STOP_WAIT_S, self._gone(source, record.source_work))
+            await_file(src, STOPPED, self._waits(STOP_WAIT_S),
+                       self._gone(source, record.source_work))
             gone = self._gone(target, record.target_work)()  # before the copy: still there?
             if gone is not None:
                 raise _Failed(gone)
@@ -287,7 +304,7 @@ class _QueryMove:
             handed_over = time.time()
             committed = json.loads((src / STOPPED).read_text())["committed"]
             self._phase("resume")
-            first = await_batch_after(dst, committed, FIRST_BATCH_WAIT_S,
+            first = await_batch_after(dst, committed, self._waits(FIRST_BATCH_WAIT_S),
                                       self._gone(target, record.target_work))
             self._record(Move.of(src, handover, requested, handed_over, first), dst / RESUMED)
         except (_Failed, RuntimeError, TimeoutError, OSError) as failure:
@@ -295,16 +312,17 @@ class _QueryMove:
             self._roll_back(stopping)
         else:
             self._release(status.get("recorder_session"))
-        record.end = time.time()
+        record.end = self.clock.now()
         self._phase("done" if record.status == "done" else "rolled back")
         return record
 
     def _record(self, move, resumed: Path) -> None:
-        record = self.record
-        record.paused = move.paused
-        record.resumed = (json.loads(resumed.read_text())["query_started"] if resumed.exists()
-                          else move.handed_over)
-        record.downtime = move.downtime
+        record, clock = self.record, self.clock
+        # The job's and this host's times (time.time()) on the run's clock.
+        record.paused = clock.emulated(move.paused)
+        record.resumed = clock.emulated(json.loads(resumed.read_text())["query_started"]
+                                        if resumed.exists() else move.handed_over)
+        record.downtime = clock.emulated_seconds(move.downtime)
         record.held = move.held
         record.state_bytes = move.state_bytes
         if move.resumed_from >= 0:
@@ -335,7 +353,7 @@ class _QueryMove:
         if recorder_session:
             self._phase("recorder")
             moved = migrate(self.control, record.operator, record.source, record.target,
-                            "pause_drain", timeout=self.timeout)
+                            "pause_drain", timeout=self.timeout, clock=self.clock)
             if moved.status != "done":
                 notes.append(f"arrivals are still recorded on {record.source}: {moved.error}")
         if notes:

@@ -13,7 +13,9 @@ names in order, the size, the cost and, for the sender, `at`; the sender starts 
 plus `at` on its own scheduler, so the request's latency does not count. At the end the host
 reads every node's `broadcasts.csv` (flushed row by row: a crashed worker's count) and builds
 the `broadcasts` table and the facts' `broadcasts` with workloads.broadcast.results, as sim
-does: times in seconds from the epoch, `t_sent` the broadcast's `at`.
+does: times in seconds from the epoch, `t_sent` the broadcast's `at`. At a dilation K they are
+emulated, as the agents' records are (emu.agent.timebase), and so is the plan's timeout (the
+controller waits K times as long on the host).
 
 What the model does not have: sim sends worker to worker over the switch (two links), where
 every emulated message crosses the broker (sender -> broker -> worker, four links here, and

@@ -35,6 +35,12 @@ thread of its own while the run measures, per entry:
   latency: the deciding figure; slo: the bound), and in the facts (`broker_scaling`, per
   entry as sim.features.broker_scaling writes them): joined, t_join, moved, probes ([t, figure] per
   interval), and what went wrong (errors).
+
+At a dilation K (emu.agent.timebase) `probe`, `interval`, the request timeout and every time and
+delay recorded are emulated seconds: the probes are K times as far apart on the host, and a
+probe's delay is its host delay over K (the broker gets K times its CPU per emulated second).
+The probe's connection (its timeout, its keepalive) is the host's own business with a broker
+on the host's clock, and stays undilated.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from emu.agent.mqtt import connected, new_client, no_delay
+from emu.agent.timebase import UNDILATED, TimeBase
 from emu.features.base import Feature
 from topologies.model import Topology
 from topologies.routing import Routes
@@ -159,12 +166,14 @@ class BrokerScaling:
     `facts()`. `addresses`: each watched broker's address as the host reaches it;
     `brokers`: each agent's broker at the start; `publishers`: the agents running drivers,
     in the topology's order; `standing`: the topology node an agent stands at where it is
-    not one (a device group's container stands at its first device, emu.cluster.plan)."""
+    not one (a device group's container stands at its first device, emu.cluster.plan).
+    `timebase`: the run's; `epoch` and `clock` (its emulated clock by default) on it."""
 
     def __init__(self, control, entries: list[BrokerScalingSpec], topology: Topology,
                  addresses: dict[str, str], brokers: dict[str, str], publishers: list[str],
                  standing: dict[str, str] | None = None,
-                 clock: Callable[[], float] = time.time, readers: list[str] = ()) -> None:
+                 clock: Callable[[], float] | None = None, readers: list[str] = (),
+                 timebase: TimeBase = UNDILATED) -> None:
         self.control = control
         self.entries = list(entries)
         self.routes = Routes(topology)
@@ -174,7 +183,8 @@ class BrokerScaling:
         self.publishers = list(publishers)
         self.readers = list(readers)  # the agents running operators
         self.standing = dict(standing or {})
-        self.clock = clock
+        self.timebase = timebase
+        self.clock = clock or timebase.now
         self.scalers = [Scaler(entry) for entry in self.entries]
         self.figures: list[list[list]] = [[] for _ in self.entries]
         self.joins: list[tuple[float, list[str]] | None] = [None] * len(self.entries)
@@ -219,7 +229,7 @@ class BrokerScaling:
             decision = self.epoch + k * entry.interval
             sending = self.epoch + n * entry.probe + offset
             due = min(decision, sending)
-            if self._stop.wait(max(0.0, due - self.clock())):
+            if self.timebase.wait(self._stop, max(0.0, due - self.clock())):
                 return
             if sending <= decision:
                 probe.send()
@@ -293,6 +303,7 @@ class BrokerScaling:
 
     def finish(self, timeout: float = 2 * REQUEST_TIMEOUT_S) -> None:
         self._stop.set()
+        timeout = self.timebase.host_seconds(timeout)
         for thread in self._threads:
             if thread.is_alive():
                 thread.join(timeout)
@@ -373,7 +384,7 @@ class BrokerScalingFeature(Feature):
             {b: f"{status[b].ip}:1883" for b in [*plan.spares, *plan.spares.values()]},
             plan.brokers, [a.node for a in plan.agents() if a.agent.drivers],
             {a: plan.link(a, b).path[0] for a, b in plan.brokers.items()},
-            readers=[a.node for a in plan.agents() if a.agent.operators])
+            readers=[a.node for a in plan.agents() if a.agent.operators], timebase=run.clock)
         self.scaling.start(epoch)
 
     def stop(self) -> None:

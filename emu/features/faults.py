@@ -4,8 +4,10 @@
 (the same function the validation and the model call); `check` makes sure the cluster has what
 each fault acts on, before anything starts; `FaultSchedule` then runs on a thread of its own
 beside the run's measurements: at each fault's time after the run's epoch it acts, and at the
-end of the fault's `for` it heals, in time order, recording the wall time (s from the epoch) at
-which each action had been carried out. What each kind does:
+end of the fault's `for` it heals, in time order, recording the time (s from the epoch) at
+which each action had been carried out. Times are the run's (emu.agent.timebase): at dilation
+K a fault `at: 10s` acts at the host time clock.host(epoch + 10), a `for` of d lasts K*d host
+seconds, and the table's times are emulated, as the agents' records are. What each kind does:
 
 - crash NODE: the container is killed (SIGKILL, `docker kill`); healed, it is started again
   (`docker start`). For good: it stays down. A gateway's or cloud VM's agent comes back with
@@ -41,15 +43,15 @@ import contextlib
 import math
 import os
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
+from emu.agent.timebase import UNDILATED, TimeBase
 from emu.features.base import Feature
 from emu.links.spec import LinkShape
 from workloads.faults import Injected
 
-HOLD_STEP_S = 0.1  # a partition's hold on a relay is refreshed this often
+HOLD_STEP_S = 0.1  # a partition's hold on a relay is refreshed this often (emulated s)
 HEAL_GRACE_S = 1.0  # stop's SIGTERM grace for a broker restart
 
 
@@ -144,8 +146,8 @@ def check(faults: list[Injected], containers: set[str],
 
 @dataclass
 class Record:
-    """What happened to one fault: wall seconds from the epoch at which it was in effect and
-    healed (None: not yet, or for good)."""
+    """What happened to one fault: seconds from the epoch (the run's clock) at which it was in
+    effect and healed (None: not yet, or for good)."""
 
     fault: Injected
     t_start: float | None = None
@@ -168,13 +170,17 @@ class FaultSchedule:
     """Run `faults` (workloads.faults.Injected, times from `epoch`) on `engine` (ClusterEngine,
     or a fake in a unit test) on a thread: `start()`, `check()` at each sample (raises the
     first FaultError), `finish()` at the run's end (heals what is still in effect), then
-    `columns()` (the faults table) and `facts()`."""
+    `columns()` (the faults table) and `facts()`. `timebase`: the run's (emu.agent.timebase);
+    `epoch`, the faults' times and `clock` (its emulated clock by default) are emulated, and
+    each wait lasts K times its span on the host."""
 
     def __init__(self, faults: list[Injected], engine, epoch: float,
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] | None = None,
+                 timebase: TimeBase = UNDILATED) -> None:
         self.engine = engine
         self.epoch = epoch
-        self.clock = clock
+        self.timebase = timebase
+        self.clock = clock or timebase.now
         self.records = [Record(f) for f in faults]
         # (time, heal before inject at one time, index): a node healed at t may fail again at t.
         self.events = sorted(
@@ -205,13 +211,13 @@ class FaultSchedule:
                 step = t - now
                 if self._holding():
                     step = min(step, HOLD_STEP_S)
-                if self._stop.wait(step):
+                if self.timebase.wait(self._stop, step):
                     return
                 self._refresh_holds()
             if not self._act(index, bool(inject)):
                 return
         # Holds still open (none once every partition has healed) are refreshed until the end.
-        while self._holding() and not self._stop.wait(HOLD_STEP_S):
+        while self._holding() and not self.timebase.wait(self._stop, HOLD_STEP_S):
             self._refresh_holds()
 
     def _act(self, index: int, inject: bool) -> bool:
@@ -323,7 +329,8 @@ class FaultSchedule:
                 self._act(fault.index, False)
 
     def columns(self) -> dict[str, list]:
-        """The faults table (experiments.schema): a row per fault injected, its real times."""
+        """The faults table (experiments.schema): a row per fault injected, its times as
+        carried out (emulated s from the epoch)."""
         from workloads.faults import columns
 
         done = [replace(r.fault, t_start=r.t_start, t_end=r.t_end)
@@ -410,7 +417,7 @@ class Faults(Feature):
     def start(self, run, epoch: float) -> None:
         engine = (ClusterEngine(run.cluster, lambda node: self._revival(run, node),
                                 run.health.revived) if self.faults else None)
-        self.schedule = FaultSchedule(list(self.faults), engine, epoch)
+        self.schedule = FaultSchedule(list(self.faults), engine, epoch, timebase=run.clock)
         self.schedule.start()
 
     def _revival(self, run, node: str) -> dict:

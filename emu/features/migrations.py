@@ -11,11 +11,11 @@ the run (`check_targets`)."""
 from __future__ import annotations
 
 import threading
-import time
 from collections.abc import Callable
 from pathlib import Path
 
 from emu.agent.config import AgentConfig
+from emu.agent.timebase import TimeBase
 from emu.errors import EmuError
 from emu.features.base import Feature
 
@@ -61,14 +61,19 @@ def migration_columns(records: list, epoch: float) -> dict[str, list]:
 
 class MigrationSchedule:
     """The scenario's migrations, each at its time after the epoch, on a thread of its own
-    while the run measures; `finish` waits for one under way and gives the table's columns."""
+    while the run measures; `finish` waits for one under way and gives the table's columns.
+    `clock`: the run's time base (emu.agent.timebase; the controller's by default): `epoch`,
+    `at` and the records' times are emulated, a wait of s lasts K*s host seconds."""
 
     def __init__(self, control, migrations: list, settings, configs: dict[str, AgentConfig],
                  epoch: float, seed: int = 0,
-                 records_dir: Callable[[str], Path] | None = None) -> None:
+                 records_dir: Callable[[str], Path] | None = None,
+                 clock: TimeBase | None = None) -> None:
+        from emu.migration import clock_of
         from workloads.migration.schedule import migration_starts
 
         self.control = control
+        self.clock = clock or clock_of(control)
         # `within_window` adds a phase in [0, window) to `at`, drawn as the model draws it.
         starts = migration_starts(list(migrations),
                                   lambda operator: _window_period(configs, operator), seed)
@@ -106,18 +111,20 @@ class MigrationSchedule:
             # One due already (the one before ran late: a Spark query's move takes minutes on
             # a busy host) runs even once the run's time is up; a later one does not.
             due = self.epoch + at
-            if time.time() < due and self._stop.wait(due - time.time()):
+            if self.clock.now() < due and self.clock.wait(self._stop, due - self.clock.now()):
                 return
             strategy = plan.strategy or getattr(self.settings, "strategy", "pause_transfer")
             try:
                 source = plan.source or where.get(plan.operator) or self._source(plan.operator)
                 record = migrate(self.control, plan.operator, source, plan.target, strategy,
                                  self.settings, record_id=number, records=self.records_dir,
-                                 engine="spark" if plan.operator in self.spark else "python")
+                                 engine="spark" if plan.operator in self.spark else "python",
+                                 clock=self.clock)
             except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+                now = self.clock.now()
                 record = MigrationRecord(number, plan.operator, strategy, plan.source or "",
-                                         plan.target, time.time(), time.time(),
-                                         status="failed", error=str(error))
+                                         plan.target, now, now, status="failed",
+                                         error=str(error))
             if record.status == "done":
                 where[plan.operator] = plan.target
             self.records.append(record)
@@ -227,7 +234,8 @@ class Migrations(Feature):
 
     def start(self, run, epoch: float) -> None:
         self.schedule = MigrationSchedule(run.control, self.spec, self.settings, run.configs,
-                                          epoch, run.seed, run.cluster.records_dir)
+                                          epoch, run.seed, run.cluster.records_dir,
+                                          clock=run.clock)
         self.schedule.start()
 
     def stop(self) -> None:

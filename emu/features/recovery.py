@@ -23,6 +23,13 @@ What the controller measures goes into the `recoveries` table (`rows`): the dete
 watch's wake-up, and from the target's answer the first held input processed (`t_first`),
 the checkpoint's time and bytes, and the held inputs. RecoveryFeature adds the crash's time (from
 the fault schedule) and what the messages table says was rolled back and lost (`measure`).
+
+At a dilation K (emu.agent.timebase) every time here is emulated: the detection is stamped on
+the run's clock, the agents answer on theirs, and the timeouts are emulated seconds (the
+controller's wait for a target's answer lasts K times longer on the host). The detector's own
+ZooKeeper session is K times longer on the host's clock too, as the agents' are: ZooKeeper's
+tick is scaled by K (emu.cluster.plan), so the session expiry it detects is, in emulated
+seconds, the scenario's `session_timeout`.
 """
 
 from __future__ import annotations
@@ -31,12 +38,12 @@ import contextlib
 import math
 import queue
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict
 
 from emu.agent.config import AGENT_KINDS, AgentConfig, OperatorConfig
 from emu.agent.registry import GATEWAYS
+from emu.agent.timebase import UNDILATED, TimeBase
 from emu.features.base import Feature
 from topologies.model import Topology
 from workloads.recovery import (
@@ -50,21 +57,27 @@ from workloads.recovery import (
 
 # How long a target may take to read the checkpoint, restore and take the held input over.
 RECOVER_TIMEOUT_S = 30.0
+# The detector's kazoo session (emulated s, as the agents' session timeouts are).
+WATCH_SESSION_S = 10.0
+WATCH_START_S = 15.0
 
 
 class Recovery:
     """The run's failure detector and re-placer: `start()` once the agents are registered,
-    `finish()` at the run's end, then `rows` (times on the host's clock)."""
+    `finish()` at the run's end, then `rows` (times on the run's clock: `timebase`'s, emulated
+    at a dilation; `clock` its emulated clock by default)."""
 
     def __init__(self, control, zk_hosts: str, spec: RecoverySpec, topology: Topology,
                  workload, configs: dict[str, AgentConfig],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] | None = None,
+                 timebase: TimeBase = UNDILATED) -> None:
         self.control = control
         self.zk_hosts = zk_hosts
         self.spec = spec
         self.topology = topology
         self.workload = workload
-        self.clock = clock
+        self.timebase = timebase
+        self.clock = clock or timebase.now
         self.latency = path_latency(topology)
         self.nodes = {node for node, config in configs.items() if config.kind in AGENT_KINDS}
         # Where each instance that can be re-placed runs now.
@@ -87,8 +100,9 @@ class Recovery:
         from kazoo.client import KazooClient
         from kazoo.recipe.watchers import ChildrenWatch
 
-        self._client = KazooClient(hosts=self.zk_hosts, timeout=10.0)
-        self._client.start(timeout=15.0)
+        host = self.timebase.host_seconds
+        self._client = KazooClient(hosts=self.zk_hosts, timeout=host(WATCH_SESSION_S))
+        self._client.start(timeout=host(WATCH_START_S))
         self._client.ensure_path(GATEWAYS)
         self._thread.start()
         ChildrenWatch(self._client, GATEWAYS, self._changed)
@@ -162,7 +176,7 @@ class Recovery:
                 self._client.close()
         if self._thread.is_alive():
             self._work.put(None)
-            self._thread.join(timeout)
+            self._thread.join(self.timebase.host_seconds(timeout))
         return self.rows
 
     def reads(self) -> dict[str, list[str]]:
@@ -240,7 +254,7 @@ class RecoveryFeature(Feature):
         # The planned configs: each instance's names the broker holding its input session,
         # which a node behind another broker takes it over on (emu.cluster.plan).
         self.recovery = Recovery(run.control, zk_hosts, self.spec, run.topology, run.workload,
-                                 run.plan.agent_configs())
+                                 run.plan.agent_configs(), timebase=run.clock)
         self.recovery.start()
 
     def stop(self) -> None:

@@ -23,17 +23,21 @@ A saturated node answers late: its requests wait on its scheduler behind the inp
 not processed (4.5 s once in a CI run), and the controller's readings of every operator wait
 for it, so the interval stretches while a node is overloaded; the samples in the manifest
 (`facts.replication.samples`) carry the times they were taken.
+
+At a dilation K (emu.agent.timebase) the interval, the request timeout and every time recorded
+are emulated seconds: the controller asks every `interval` of the run's clock (K times as
+long on the host), the agents' delays are on their clock, the rows' times on the run's.
 """
 
 from __future__ import annotations
 
 import math
 import threading
-import time
 from collections.abc import Callable
 from dataclasses import asdict, replace
 
 from emu.agent.config import AgentConfig, OperatorConfig
+from emu.agent.timebase import UNDILATED, TimeBase
 from emu.deployment import session_name
 from emu.features.base import Feature
 from topologies.model import Topology
@@ -44,16 +48,19 @@ REQUEST_TIMEOUT_S = 10.0
 
 
 class Replication:
-    """`start(epoch)` as the run begins, `finish()` at its end, then `columns()`."""
+    """`start(epoch)` as the run begins, `finish()` at its end, then `columns()`. `timebase`:
+    the run's; `epoch` and `clock` (its emulated clock by default) on it."""
 
     def __init__(self, control, spec: ReplicationSpec, topology: Topology, workload,
                  configs: dict[str, AgentConfig],
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] | None = None,
+                 timebase: TimeBase = UNDILATED) -> None:
         self.control = control
         self.spec = spec
         self.topology = topology
         self.workload = workload
-        self.clock = clock
+        self.timebase = timebase
+        self.clock = clock or timebase.now
         self.latency = path_latency(topology)
         self.instances: dict[str, list[str]] = {}  # operator -> its nodes, first ones first
         self.configs: dict[str, OperatorConfig] = {}
@@ -81,7 +88,8 @@ class Replication:
 
     def _run(self) -> None:
         k = 1
-        while not self._stop.wait(max(0.0, self.epoch + k * self.spec.interval - self.clock())):
+        while not self.timebase.wait(
+                self._stop, max(0.0, self.epoch + k * self.spec.interval - self.clock())):
             for operator in sorted(self.instances):
                 try:
                     self._observe(operator)
@@ -142,7 +150,7 @@ class Replication:
     def finish(self, timeout: float = 2 * REQUEST_TIMEOUT_S) -> None:
         self._stop.set()
         if self._thread.is_alive():
-            self._thread.join(timeout)
+            self._thread.join(self.timebase.host_seconds(timeout))
 
     def columns(self) -> dict[str, list]:
         names = ("t", "operator", "action", "node", "instances", "latency", "slo")
@@ -175,7 +183,7 @@ class ReplicationFeature(Feature):
         # The planned configs: a replica joins the shared subscription on the broker that
         # holds the operator's input, whatever broker its node has (emu.cluster.plan).
         self.replication = Replication(run.control, self.spec, run.topology, run.workload,
-                                       run.plan.agent_configs())
+                                       run.plan.agent_configs(), timebase=run.clock)
         self.replication.start(epoch)
 
     def stop(self) -> None:

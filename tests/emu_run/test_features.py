@@ -90,7 +90,7 @@ def test_a_failure_found_after_the_stop_stops_the_run_and_migrations_come_in_ord
     journal: list = []
     features = [Noted("a", journal), Noted("b", journal, fail_poll=True)]
 
-    def measured(cluster, status, timing, epoch, progress, health, poll):
+    def measured(cluster, status, timing, epoch, progress, health, poll, clock=None):
         poll()
         return {"nodes": {}}, {}
 
