@@ -30,9 +30,11 @@ class RadioChannel(Channel):
         self.mobility = mobility
         self.user = user
 
-    def transmit(self, now: float, size: int) -> float:
-        """Channel.transmit (a radio has no jitter) with the user's values at this step, read
-        straight from the step's arrays: this runs once per message a user sends."""
+    def transmit(self, now: float, size: int, lead: float = 0.0,
+                 connection: object = None) -> float:
+        """Channel.transmit (a radio has no jitter, no lead, and drops what it loses) with the
+        user's values at this step, read straight from the step's arrays: this runs once per
+        message a user sends."""
         mobility, user = self.mobility, self.user
         bandwidth = mobility.link_bandwidth[user]
         if bandwidth > 0:

@@ -297,10 +297,12 @@ class Model:
             if any(node not in g.on_node for g in groups):
                 paths.append(self.path(node, self.broker_for(node)))
         transit = {channel.src for path in paths for channel in path[1:]}
-        lossy = {c.src for c in self.network.channels.values() if c.loss > 0}
+        # Only a radio drops (a TCP link delays, in order per connection: sim.stations).
+        lossy = {c.src for c in self.network.channels.values() if c.loss > 0 and not c.tcp}
         if any(source.stream.qos for source in self.sources):
             # A QoS 1 leg lost on a later link is resent from its start, out of time order.
-            lossy |= {path[0].src for path in paths if path and any(c.loss for c in path)}
+            lossy |= {path[0].src for path in paths
+                      if path and any(c.loss and not c.tcp for c in path)}
         busy = hosting | transit | lossy
         for name, broker in self.brokers.items():
             broker.direct = name not in busy and name not in self.drivers
@@ -412,6 +414,12 @@ class Model:
                  "handovers": self.mobility.handovers if self.mobility else 0,
                  "end": self.env.now, "brokers": {b.name: b.received
                                                   for b in self.brokers.values()}}
+        # Messages a TCP link held back by a retransmission (sim.stations), per link direction,
+        # as the emulation's relays count their stalls: only where there were some.
+        stalls = {f"{c.src}>{c.dst}": c.stalls for c in self.network.channels.values()
+                  if c.stalls}
+        if stalls:
+            facts["retransmissions"] = stalls
         # The reverse of the order they attached in (sim.features: broadcasts take their
         # messages back before faults record what is still being sent again as lost).
         for feature in reversed(self.features.values()):

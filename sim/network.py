@@ -10,8 +10,19 @@ from topologies.model import Topology
 from topologies.routing import Routes
 
 
+def radio(topology: Topology, src: str, dst: str) -> bool:
+    """Whether the link direction is a device's radio to a gateway, the one link that drops:
+    the gateway's agent emulates it (emu.agent.drivers), where every other link of the
+    emulation is a TCP connection through the link layer (a device group's too: emu.deployment
+    links its container, its devices' link included)."""
+    nodes = topology.nodes
+    return nodes[src].kind == "device" and nodes[dst].kind == "gateway"
+
+
 class Network:
-    """Carries messages hop by hop; QoS 1 legs redeliver after loss, QoS 0 losses are recorded."""
+    """Carries messages hop by hop. A loss on a device's radio to its gateway drops the message
+    (QoS 1 sends the leg again, QoS 0 records it lost); every other link carries TCP, where a
+    loss is a retransmission delay on the leg's connection (sim.stations), never a drop."""
 
     def __init__(self, env, topology: Topology, seed: int, on_lost, lead=None):
         """`lead(node)`: the delay each leg `node` sends pays beyond its path (sim.costs)."""
@@ -24,6 +35,7 @@ class Network:
                                   link.bandwidth, link.loss, f"{seed}:{src}>{dst}")
                 if lead is not None:
                     channel.lead = lead(src)
+                channel.tcp = not radio(topology, src, dst)
                 self.channels[(src, dst)] = channel
         self._paths: dict[tuple[str, str], tuple[Channel, ...]] = {}
         self._on_lost = on_lost
@@ -88,8 +100,9 @@ class Network:
         """A leg's first link (its later ones: `arrived`), with the leg's lead."""
         channel = msg.path[0]
         lead = channel.lead
-        # Without a lead, as every other transmit (a mobile device's radio takes no lead).
-        arrival = channel.transmit(t, msg.size, lead) if lead else channel.transmit(t, msg.size)
+        # The leg's path is its TCP connection (one per sender and receiver, as the emulation
+        # opens them): a retransmission on a link holds that connection's later messages.
+        arrival = channel.transmit(t, msg.size, lead, msg.path)
         if arrival < 0.0:
             self.lose(msg, channel, t)
             return
@@ -108,7 +121,7 @@ class Network:
         msg.leg = leg
         now = self.env._now
         channel = path[leg]
-        arrival = channel.transmit(now, msg.size)
+        arrival = channel.transmit(now, msg.size, 0.0, path)
         if arrival < 0.0:
             self.lose(msg, channel, now)
         else:

@@ -3,13 +3,26 @@
 A server knows when it is next free, so a message's start, finish and arrival follow from
 arithmetic at the moment it arrives; only its arrival at the next node is a SimPy event.
 Both keep running totals (work admitted, bytes) from which the sampler derives utilisation.
+
+Loss. A link's loss means two things. On a device's radio to its gateway (the gateway's agent
+emulates it, emu.agent.drivers) a lost message is gone. Every other link carries TCP (MQTT,
+ZooKeeper): a lost packet is retransmitted, so the message arrives one retransmission timeout
+late and the later messages of its connection wait behind it (head-of-line blocking), as the
+emulation's link relay (emu.links.relay) does it: a message of `size` bytes is ceil(size / MSS)
+packets, any of them lost (probability `loss` each) holds it back by Linux's minimum RTO,
+whatever the number lost; the retransmission takes no bandwidth.
 """
 
 from __future__ import annotations
 
+import math
 import random
 from bisect import bisect_right
 from heapq import heapreplace
+
+# As emu.links.relay (RETRANSMISSION_STALL_S, MSS): a test keeps them equal.
+RTO_MIN = 0.2  # seconds: Linux's minimum retransmission timeout
+MSS = 1460  # bytes of payload per TCP segment
 
 
 class Cpu:
@@ -64,10 +77,12 @@ class Cpu:
 
 
 class Channel:
-    """One direction of a link: serialisation at its bandwidth, FIFO, propagation, jitter, loss."""
+    """One direction of a link: serialisation at its bandwidth, FIFO, propagation, jitter, loss
+    (a drop, or on a `tcp` link a retransmission delay: see the module's docstring)."""
 
     __slots__ = ("index", "src", "dst", "latency", "jitter", "bits_per_s", "loss", "free",
-                 "last_arrival", "rng", "seed", "bytes", "messages", "delay_sum", "busy", "lead")
+                 "last_arrival", "rng", "seed", "bytes", "messages", "delay_sum", "busy", "lead",
+                 "tcp", "stall", "stalls", "held")
 
     def __init__(self, index: int, src: str, dst: str, latency: float, jitter: float,
                  bits_per_s: float | None, loss: float, seed: str):
@@ -91,10 +106,20 @@ class Channel:
         # Added to the propagation of a leg that starts here: a calibrated link layer's own
         # delay (sim.costs.Costs.lead); the Network passes it for a leg's first link only.
         self.lead = 0.0
+        # Whether the link carries TCP (sim.network.Network decides): its loss then delays.
+        self.tcp = False
+        self.stall = RTO_MIN  # what a retransmission costs
+        self.stalls = 0  # messages held back by a retransmission so far
+        # Per connection, the arrival of its last message here: made at the first stall, from
+        # when the connection's later messages wait behind it (head-of-line blocking).
+        self.held: dict | None = None
 
-    def transmit(self, now: float, size: int, lead: float = 0.0) -> float:
+    def transmit(self, now: float, size: int, lead: float = 0.0,
+                 connection: object = None) -> float:
         """Send `size` bytes now; returns the arrival time at the far end, or -1.0 if lost.
-        `lead`: a delay added to the propagation (see `lead`)."""
+        `lead`: a delay added to the propagation (see `lead`). `connection`: the TCP
+        connection the bytes go on (a leg's path; None: the link's only one), whose order a
+        retransmission holds."""
         if self.bits_per_s is None:
             done = now
         else:
@@ -112,11 +137,35 @@ class Channel:
             self.last_arrival = arrival
         else:
             arrival = done + self.latency + lead
+        if self.tcp:
+            if self.loss or self.held is not None:
+                arrival = self._retransmitted(arrival, size, connection)
+        elif self.loss and (self.rng or self._draws()).random() < self.loss:
+            self.bytes += size
+            self.messages += 1
+            self.delay_sum += arrival - now
+            return -1.0
         self.bytes += size
         self.messages += 1
         self.delay_sum += arrival - now
-        if self.loss and (self.rng or self._draws()).random() < self.loss:
-            return -1.0
+        return arrival
+
+    def _retransmitted(self, arrival: float, size: int, connection: object) -> float:
+        """A TCP link's arrival: one RTO later if a packet of the message is lost, and never
+        before the connection's previous message (it waits behind a retransmission)."""
+        if self.loss:
+            loss = self.loss if size <= MSS else 1.0 - (1.0 - self.loss) ** math.ceil(size / MSS)
+            if (self.rng or self._draws()).random() < loss:
+                arrival += self.stall
+                self.stalls += 1
+                if self.held is None:
+                    self.held = {}
+        held = self.held
+        if held is not None:
+            last = held.get(connection, 0.0)
+            if arrival < last:
+                arrival = last
+            held[connection] = arrival
         return arrival
 
     def _draws(self) -> random.Random:

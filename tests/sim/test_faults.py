@@ -207,7 +207,7 @@ def test_qos1_with_persistent_sessions_loses_nothing_through_a_broker_restart() 
 
 
 def test_faults_are_deterministic() -> None:
-    faults = ("[{at: 1s, loss: {from: gw, to: broker}, rate: 30%, for: 2s},"
+    faults = ("[{at: 1s, loss: {from: dev, to: gw}, rate: 30%, for: 2s},"
               " {at: 2s, delay: {from: dev, to: gw}, latency: 10ms, jitter: 3ms, for: 2s}]")
     a, b = simulate(faults), simulate(faults)
     assert a.tables["messages"]["lost"].any()
