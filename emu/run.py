@@ -151,9 +151,8 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
     def up_progress(step: str, done: int, total: int, detail: str) -> None:
         stage(f"{step} {done}/{total}" if total else step)
 
-    dilated = {"dilation": clock.dilation} if clock.dilated else {}  # TODO(lead): always
     plan = plan_cluster(request.topology, name, agents=configs, spares=setup.spares,
-                        **dilated)
+                        dilation=clock.dilation)
     for check in setup.checks:
         check(plan, configs)
     cluster = Cluster(plan, records=records, seed=request.seed, progress=up_progress)
