@@ -44,15 +44,20 @@ TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 # The container engine's host processes (comm, 15 characters at most).
 ENGINE = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2", "docker-proxy",
           "runc")
-# This process's threads by name -> the part they are.
-THREADS = {"link-relays": "link relays (emu.cluster.relays)",
+# This process's threads by name (a prefix) -> the part they are.
+THREADS = {"relays-": "link relays (emu.cluster.relays)",
+           "link-relays": "link relays (emu.cluster.relays)",
            "mqtt-selector": "host controller (emu.control)"}
+# The host's other processes are listed by name, the busiest first, this many of them.
+TOP_PROCESSES = 4
 RUN_LOOP = "run loop (emu.run, main thread)"
 SAMPLERS = "samplers (emu.metrics, emu.fidelity)"
 OTHER_THREADS = "run process, other threads"
 ENGINE_PART = "container engine (dockerd, containerd, shims)"
 OTHER_CONTAINERS = "other containers on the host"
-REST = "rest of the host (kernel, other processes)"
+CHILDREN = "run process's children"
+PROCESSES = "other host processes"
+REST = "rest of the host (kernel, processes that ended)"
 
 
 @dataclass(frozen=True)
@@ -74,6 +79,8 @@ class Snapshot:
     containers: dict[str, float] = field(default_factory=dict)
     docker_total: float = 0.0
     engine: dict[int, float] = field(default_factory=dict)
+    others: dict[int, tuple[str, float]] = field(default_factory=dict)  # pid -> (comm, s)
+    children: dict[int, float] = field(default_factory=dict)
     process: float = 0.0
     threads: dict[str, float] = field(default_factory=dict)  # part -> seconds (live threads)
 
@@ -97,16 +104,53 @@ def _stat_cpu_s(path: Path) -> tuple[str, float] | None:
     return comm, (int(fields[11]) + int(fields[12])) * TICK_S
 
 
+def _in_container(entry: Path) -> bool:
+    try:
+        return "/docker" in (entry / "cgroup").read_text()
+    except OSError:
+        return True  # gone: nothing to count
+
+
+def _parent(entry: Path) -> int:
+    try:
+        text = (entry / "stat").read_text()
+    except OSError:
+        return -1
+    return int(text[text.rindex(")") + 2:].split()[1])
+
+
+def processes(proc: Path = PROC, names: Iterable[str] = ENGINE
+              ) -> tuple[dict[int, float], dict[int, float], dict[int, tuple[str, float]]]:
+    """The host's processes outside containers (whose CPU their cgroups count) and other
+    than this one: the container engine's (pid -> s), this process's children (pid -> s),
+    the others (pid -> (comm, s))."""
+    wanted, me = set(names), os.getpid()
+    engine: dict[int, float] = {}
+    children: dict[int, float] = {}
+    others: dict[int, tuple[str, float]] = {}
+    for entry in proc.iterdir():
+        if not entry.name.isdigit() or int(entry.name) == me:
+            continue
+        stat = _stat_cpu_s(entry / "stat")
+        if stat is None or _in_container(entry):
+            continue
+        pid = int(entry.name)
+        if stat[0] in wanted:
+            engine[pid] = stat[1]
+        elif _parent(entry) == me:
+            children[pid] = stat[1]
+        else:
+            others[pid] = stat
+    return engine, children, others
+
+
 def engine_cpu(proc: Path = PROC, names: Iterable[str] = ENGINE) -> dict[int, float]:
     """pid -> CPU seconds of the container engine's processes."""
-    wanted = set(names)
-    found = {}
-    for entry in proc.iterdir():
-        if entry.name.isdigit():
-            stat = _stat_cpu_s(entry / "stat")
-            if stat is not None and stat[0] in wanted:
-                found[int(entry.name)] = stat[1]
-    return found
+    return processes(proc, names)[0]
+
+
+def _thread_part(name: str) -> str | None:
+    return next((part for prefix, part in THREADS.items() if name.startswith(prefix)), None)
 
 
 def thread_cpu(samplers_s: float = 0.0, proc: Path = PROC) -> tuple[float, dict[str, float]]:
@@ -119,7 +163,7 @@ def thread_cpu(samplers_s: float = 0.0, proc: Path = PROC) -> tuple[float, dict[
         stat = _stat_cpu_s(proc / str(pid) / "task" / str(thread.native_id) / "stat")
         if stat is None:
             continue
-        part = RUN_LOOP if thread.native_id == main else THREADS.get(thread.name)
+        part = RUN_LOOP if thread.native_id == main else _thread_part(thread.name)
         if part is not None:
             parts[part] = parts.get(part, 0.0) + stat[1]
     if samplers_s:
@@ -162,8 +206,9 @@ def snapshot(containers: Iterable[Container], samplers_s: float = 0.0,
         except (FileNotFoundError, ValueError):
             continue  # not made yet or gone: counted from 0, or with the other containers
     process, threads = thread_cpu(samplers_s, proc)
+    engine, children, others = processes(proc)
     return Snapshot(time.monotonic(), host_busy_s(proc / "stat"), cpu, _docker_total(root),
-                    engine_cpu(proc), process, threads)
+                    engine, others, children, process, threads)
 
 
 @dataclass(frozen=True)
@@ -192,7 +237,9 @@ def parts(containers: Iterable[Container], since: Snapshot, until: Snapshot) -> 
     engine = sum(cpu - since.engine.get(pid, 0.0) for pid, cpu in until.engine.items())
     rows.append((ENGINE_PART, MACHINERY, engine))
     named = 0.0
-    for part in (*THREADS.values(), RUN_LOOP, SAMPLERS):
+    rows.append((CHILDREN, MACHINERY, sum(cpu - since.children.get(pid, 0.0)
+                                          for pid, cpu in until.children.items())))
+    for part in (*dict.fromkeys(THREADS.values()), RUN_LOOP, SAMPLERS):
         if part in until.threads:
             used = until.threads[part] - since.threads.get(part, 0.0)
             if part == RUN_LOOP:  # the samplers run on the main thread
@@ -201,6 +248,15 @@ def parts(containers: Iterable[Container], since: Snapshot, until: Snapshot) -> 
             rows.append((part, MACHINERY, used))
     rows.append((OTHER_THREADS, MACHINERY,
                  max(0.0, until.process - since.process - named)))
+    by_name: dict[str, float] = {}
+    for pid, (comm, cpu) in until.others.items():
+        then = since.others.get(pid)
+        used = cpu - (then[1] if then is not None and then[0] == comm else 0.0)
+        by_name[comm] = by_name.get(comm, 0.0) + used
+    busiest = sorted(by_name.items(), key=lambda item: -item[1])
+    for comm, cpu in busiest[:TOP_PROCESSES]:
+        rows.append((f"process {comm}", OTHER, cpu))
+    rows.append((PROCESSES, OTHER, sum(cpu for _, cpu in busiest[TOP_PROCESSES:])))
     busy = until.host_busy - since.host_busy
     rows.append((REST, OTHER, busy - sum(cpu for _, _, cpu in rows)))
     return [Part(name, kind, cpu, cpu / busy if busy > 0 else 0.0) for name, kind, cpu in rows]

@@ -42,8 +42,9 @@ class FakeHost:
     def host(self, busy_s: float, idle_s: float = 100.0) -> None:
         (self.proc / "stat").write_text(_stat_line(round(busy_s / TICK), round(idle_s / TICK)))
 
-    def process(self, pid: int, comm: str, cpu_s: float) -> None:
+    def process(self, pid: int, comm: str, cpu_s: float, cgroup: str = "/") -> None:
         (self.proc / str(pid)).mkdir(exist_ok=True)
+        (self.proc / str(pid) / "cgroup").write_text(f"2:cpuacct:{cgroup}\n")
         (self.proc / str(pid) / "stat").write_text(_proc_stat(pid, comm, round(cpu_s / TICK),
                                                               0))
 
@@ -73,20 +74,22 @@ CONTAINERS = [Container("gw-1", "a" * 64, EMULATED, "gateway"),
 
 
 def _state(host: FakeHost, busy: float, gw: float, broker: float, zk: float, others: float,
-           dockerd: float) -> None:
+           dockerd: float, shell: float = 99.0) -> None:
     host.host(busy)
     host.container("a" * 64, gw)
     host.container("b" * 64, broker)
     host.container("c" * 64, zk)
     host.docker_total(gw + broker + zk + others)
     host.process(500, "dockerd", dockerd)
-    host.process(501, "bash", 99.0)  # not the engine: in the rest of the host
+    host.process(501, "bash", shell)  # not the engine: another host process
+    host.process(502, "mosquitto", busy, cgroup="/docker/" + "b" * 64)  # in its cgroup
 
 
 def test_parts_add_up_to_the_host_busy_time_and_each_is_where_it_belongs(host):
     _state(host, busy=1000.0, gw=10.0, broker=5.0, zk=2.0, others=50.0, dockerd=7.0)
     since = host.snapshot(CONTAINERS)
-    _state(host, busy=1100.0, gw=40.0, broker=15.0, zk=3.0, others=80.0, dockerd=9.0)
+    _state(host, busy=1100.0, gw=40.0, broker=15.0, zk=3.0, others=80.0, dockerd=9.0,
+           shell=103.0)
     until = host.snapshot(CONTAINERS)
     found = {p.part: p for p in accounting.parts(CONTAINERS, since, until)}
     assert found["gw-1 [gateway]"].cpu_s == pytest.approx(30.0)
@@ -96,6 +99,9 @@ def test_parts_add_up_to_the_host_busy_time_and_each_is_where_it_belongs(host):
     assert found["zk-1 [ZooKeeper (testbed)]"].cpu_s == pytest.approx(1.0)
     assert found[accounting.OTHER_CONTAINERS].cpu_s == pytest.approx(30.0)
     assert found[accounting.ENGINE_PART].cpu_s == pytest.approx(2.0)
+    assert found["process bash"].cpu_s == pytest.approx(4.0)
+    assert found["process bash"].kind == OTHER
+    assert not any("mosquitto" in part for part in found)  # counted in broker-1's cgroup
     total = sum(p.cpu_s for p in found.values())
     assert total == pytest.approx(100.0)  # the host's busy time, the rest included
     assert sum(p.share for p in found.values()) == pytest.approx(1.0)
@@ -142,7 +148,7 @@ def test_the_relay_thread_of_this_process_is_counted_as_the_relays():
         burnt.set()
         done.wait(5)  # alive at the second snapshot: an ended thread is in "other threads"
 
-    thread = threading.Thread(target=burn, name="link-relays")
+    thread = threading.Thread(target=burn, name="relays-run-0001")
     thread.start()
     assert burnt.wait(10)
     until = accounting.snapshot([])
