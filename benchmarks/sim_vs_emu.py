@@ -157,10 +157,12 @@ def overrides(config: str, duration: float, drain: float, extra: list[str] = ())
 
 def run(config: str, label: str, backend: str, calibration: str | None, out: Path,
         sets: list[str]) -> comparing.RunData:
-    """One run of `config` on `backend` into out/label; its folder as compare reads it."""
+    """One run of `config` (a name in CONFIGS, or an experiment's path or catalog name) on
+    `backend` into out/label; its folder as compare reads it."""
     sets = [*sets, f"run.backend={backend}"] + ([f"run.calibration={calibration}"]
                                                  if calibration else [])
-    (outcome,) = run_experiment(load(CONFIGS[config][0], sets, []), out / label)
+    source = CONFIGS[config][0] if config in CONFIGS else config
+    (outcome,) = run_experiment(load(source, sets, []), out / label)
     if outcome.error:
         raise RuntimeError(f"{config}: the {label} run failed: {outcome.error} "
                            f"(folder {outcome.folder})")

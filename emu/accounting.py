@@ -251,8 +251,9 @@ def parts(containers: Iterable[Container], since: Snapshot, until: Snapshot) -> 
     by_name: dict[str, float] = {}
     for pid, (comm, cpu) in until.others.items():
         then = since.others.get(pid)
-        used = cpu - (then[1] if then is not None and then[0] == comm else 0.0)
-        by_name[comm] = by_name.get(comm, 0.0) + used
+        used = cpu - (then[1] if then is not None else 0.0)
+        name = comm.split("/")[0] if comm.startswith(("kworker/", "ksoftirqd/")) else comm
+        by_name[name] = by_name.get(name, 0.0) + used
     busiest = sorted(by_name.items(), key=lambda item: -item[1])
     for comm, cpu in busiest[:TOP_PROCESSES]:
         rows.append((f"process {comm}", OTHER, cpu))
