@@ -8,8 +8,9 @@ by side: with 200 users handing over among 5 gateways (benchmarks/hybrid_lag.py)
 from decision to action was 1.9 s with one worker for all, 0.78 s with 8 and 12 ms with 32
 (a command to a QEMU agent takes 50-200 ms; the queue was the wait). Each action is recorded: when
 it was decided (model time and wall clock), when it began and ended, and how it went;
-`decision_to_action` is the wall time from the decision to the start of the action's first
-step on the containers.
+`decision_to_action` is the time from the decision to the start of the action's first
+step on the containers, on `clock`: a hybrid run gives the emulated run's clock
+(emu.agent.timebase), so at a dilation K it is in emulated seconds (host seconds / K).
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ class Action:
     kind: str            # "link", "handover", "migration"
     subject: str         # the device or operator
     t_model: float       # model time of the decision
-    t_decided: float     # wall clock of the decision
+    t_decided: float     # the clock's time of the decision (emulated in a run)
     run: Callable[[Action], Any]
     t_begun: float = float("nan")
     t_done: float = float("nan")

@@ -11,12 +11,19 @@ epoch until the run's time is over. The run writes the emulation's tables, the m
 `positions`, and `handovers`; its manifest gets the model's lag, the couplings' counts and the
 load generator's facts. A model that falls too far behind stops the
 run with a LagError (nothing is left running: the emulation's clean-up runs as for any error).
+
+At a dilation K (`run.dilation`, resolved by experiments.dilation; the emulated run's `clock`,
+emu.agent.timebase) the whole hybrid side runs on the run's clock: the model K times slower
+than the host's (its lag in emulated seconds), the load generator's schedule, the actions'
+decision and action times (decision to action in emulated seconds), the policy's migration
+records, and the couplings' request timeouts (the controller waits K times as long).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from emu.agent.timebase import UNDILATED, TimeBase
 from emu.features.base import Feature
 from experiments.backends import RunOutput, RunPlan
 from experiments.hybrid.actions import Actions
@@ -32,10 +39,11 @@ class _Coupled:
     """The model and its couplings for one run: made when the emulation's run begins."""
 
     def __init__(self, plan: RunPlan, begin, control, epoch: float, cluster=None,
-                 load: bool = False) -> None:
+                 load: bool = False, clock: TimeBase = UNDILATED) -> None:
+        self.clock = clock
         # The simulated load first: connected before the epoch, stopped if the model fails.
-        self.load = (LoadGenerator(targets_of(cluster), epoch, cluster.records_root / RECORDS)
-                     .start() if load else None)
+        self.load = (LoadGenerator(targets_of(cluster), epoch, cluster.records_root / RECORDS,
+                                   timebase=clock).start() if load else None)
         try:
             self._couple(plan, begin, control, epoch)
         except BaseException:
@@ -48,7 +56,7 @@ class _Coupled:
 
         spec = plan.spec
         self.mobility_spec = spec.scenario.mobility
-        self.actions = Actions()
+        self.actions = Actions(self.clock.now)
         self.parts: dict = {}
         gateways = plan.topology.of_kind("gateway")
 
@@ -69,7 +77,8 @@ class _Coupled:
             for operator, where in begin.follow.items():
                 mover = PolicyMigrations(mobility, self.actions, control, operator, where,
                                          scenario.migration,
-                                         len(scenario.migrations) + 1000 * len(movers))
+                                         len(scenario.migrations) + 1000 * len(movers),
+                                         self.clock)
                 policy = follow_policy(scenario, operator, mobility, plan.topology,
                                        mover.start)
                 if policy is None:
@@ -89,7 +98,7 @@ class _Coupled:
                               movers=movers)
             step_all(env.now)
 
-        self.model = RealTime(build, spec.run.duration)
+        self.model = RealTime(build, spec.run.duration, clock=self.clock)
         self.model.start(epoch)
 
     def check(self) -> None:
@@ -103,7 +112,8 @@ class _Coupled:
             try:
                 self.lag = self.model.join(30.0)
             finally:
-                self.done = self.actions.close()
+                host = self.clock.host_seconds  # what is queued acts in emulated time too
+                self.done = self.actions.close(host(30.0), host(5.0))
         finally:
             if self.load is not None:
                 self.load.stop()
@@ -169,7 +179,7 @@ class _Coupling(Feature):
 
     def start(self, run, epoch: float) -> None:
         self.coupled = _Coupled(self.plan, self.begin, run.control, epoch, run.cluster,
-                                self.load)
+                                self.load, run.clock)
         self._running = True
 
     def poll(self) -> None:

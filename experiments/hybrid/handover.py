@@ -6,7 +6,8 @@ state: its random streams, next emission and link) and joins the new one's (`dev
 The device then sends, from the new gateway, exactly the readings at exactly the times it would
 have sent: none lost, none sent twice across the handover (emu.agent.drivers). Each handover
 is a row of the `handovers` table: the model's time, the device, from, to, and how long the
-emulation took to carry it out.
+emulation took to carry it out (on the actions' clock: emulated seconds at a dilation, as the
+request's `timeout` is, which the controller waits K times as long on the host).
 """
 
 from __future__ import annotations
@@ -55,8 +56,8 @@ class Handovers:
         return reply.result or {}
 
     def table(self) -> dict[str, list]:
-        """The `handovers` table: model time, device, from, to, ok, error, and the wall seconds
-        from the decision to the device's join."""
+        """The `handovers` table: model time, device, from, to, ok, error, and the seconds
+        (the run's, emulated at a dilation) from the decision to the device's join."""
         rows: dict[str, list] = {"t": [], "device": [], "source": [], "target": [],
                                  "ok": [], "error": [], "duration": []}
         for action, old, new in self.moves:

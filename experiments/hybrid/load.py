@@ -33,6 +33,12 @@ its emissions behind their schedule) go to the manifest's `facts.hybrid.load`.
 
 The generator runs on one scheduler thread (emu.agent.scheduler) and one paho client per
 broker; `stop` ends both, flushes the records and waits for QoS 1 publishes, on every path.
+
+At a dilation K it runs on the emulated run's clock (`timebase`, emu.agent.timebase), as the
+gateways' agents do: its schedule, the device links' holds, its records and its lag are
+emulated (an emission due at emulated t goes at host time timebase.host(t)), and so is the
+drain at the end. Its connections to the brokers (their timeouts, keepalives) are the host's
+own business with brokers on the host's clock, and stay undilated.
 """
 
 from __future__ import annotations
@@ -55,6 +61,7 @@ from emu.agent.drivers import Drivers
 from emu.agent.protocol import LOAD_SEQUENCE, Envelope, load_batch, load_topic
 from emu.agent.records import Records
 from emu.agent.scheduler import Scheduler
+from emu.agent.timebase import UNDILATED, TimeBase
 from topologies.errors import SpecError
 from topologies.model import Topology
 from topologies.routing import gateway_of
@@ -154,16 +161,18 @@ class _Timed:
 
 
 class LoadGenerator:
-    """The simulated devices of `targets`, from `epoch` (host clock) on, published to their
-    gateways; `start()`, then `stop()` (on every path: it is safe to call twice, or after a
-    failed start)."""
+    """The simulated devices of `targets`, from `epoch` (the run's clock) on, published to
+    their gateways; `start()`, then `stop()` (on every path: it is safe to call twice, or after
+    a failed start). `timebase`: the run's; `clock` its emulated clock by default."""
 
     def __init__(self, targets: list[Target], epoch: float, records: Path,
-                 clock: Callable[[], float] = time.time, client_prefix: str = "foglab-load"):
+                 clock: Callable[[], float] | None = None, client_prefix: str = "foglab-load",
+                 timebase: TimeBase = UNDILATED):
         self.targets = list(targets)
         self.epoch = epoch
-        self.clock = clock
-        self.scheduler = Scheduler(clock)
+        self.timebase = timebase
+        self.clock = clock = clock or timebase.now
+        self.scheduler = Scheduler(clock, timebase.dilation)
         self.timed = _Timed(self.scheduler.at, clock)
         self.records = Records(records, self.scheduler.at, clock)
         self._prefix = client_prefix
@@ -263,9 +272,10 @@ class LoadGenerator:
         return self
 
     def stop(self, timeout: float = PUBLISH_TIMEOUT_S, drain: float = DRAIN_S) -> None:
-        """Stop emitting, let the device links deliver what they hold (up to `drain` s), publish
-        what is batched, flush the records, wait for the QoS 1 publishes (up to `timeout`),
-        disconnect. Safe to call more than once, and after a failed start."""
+        """Stop emitting, let the device links deliver what they hold (up to `drain` emulated
+        s), publish what is batched, flush the records, wait for the QoS 1 publishes (up to
+        `timeout` host s), disconnect. Safe to call more than once, and after a failed
+        start."""
         with self._lock:
             if self._stopped:
                 return
@@ -273,6 +283,7 @@ class LoadGenerator:
         try:
             if self._running:
                 self.scheduler.call(self._silence)
+                drain = self.timebase.host_seconds(drain)
                 deadline = time.monotonic() + drain
                 self._silent.wait(drain)
                 while self.timed.held > 0 and time.monotonic() < deadline:

@@ -8,23 +8,26 @@ on `sim`; its `start` is this coupling's, which queues the move as an action: em
 `migrate()` on the real containers, with the scenario's strategy and settings. The policy
 hears how it went (`done(ok)`) back on the model's thread, at its next step, so its room
 counts stay its own. Each move is a record of the `migrations` table, with the emulation's
-definitions of downtime and output gap; the decision's model time and the wall time from the
-decision to the move's first step (decision to action) are in the action's record.
+definitions of downtime and output gap; the decision's model time and the time from the
+decision to the move's first step (decision to action) are in the action's record. The
+records' times are on the run's `clock` (emu.agent.timebase: emulated at a dilation).
 """
 
 from __future__ import annotations
 
 import threading
-import time
 from collections import deque
 from collections.abc import Callable
+
+from emu.agent.timebase import UNDILATED, TimeBase
 
 
 class PolicyMigrations:
     def __init__(self, mobility, actions, control, operator: str, where: dict[str, str],
-                 settings, first_id: int) -> None:
+                 settings, first_id: int, clock: TimeBase = UNDILATED) -> None:
         """`where`: each device's instance's node at the start; `first_id`: the first record
-        id (after the scenario's scheduled migrations')."""
+        id (after the scenario's scheduled migrations'); `clock`: the run's time base."""
+        self.clock = clock
         self.mobility = mobility
         self.actions = actions
         self.control = control
@@ -49,7 +52,7 @@ class PolicyMigrations:
         # (Actions.close waits a while, not for ever) may yet read on its target, whose
         # records the emulation then reads with it (emu.run reads every move's target).
         under_way = MigrationRecord(record_id, name, strategy, self.where[name], target,
-                                    time.time(),
+                                    self.clock.now(),
                                     status="unfinished", error="under way when the run ended")
         with self._lock:
             self.records.append(under_way)
@@ -65,9 +68,9 @@ class PolicyMigrations:
         record_id = under_way.id
         try:
             record = migrate(self.control, name, source, target, strategy, self.settings,
-                             record_id=record_id)
+                             record_id=record_id, clock=self.clock)
         except Exception as error:  # a move refused before it began: recorded as failed
-            now = time.time()
+            now = self.clock.now()
             record = MigrationRecord(record_id, name, strategy, source, target, now, now,
                                      status="failed", error=str(error))
         ok = record.status == "done"

@@ -8,8 +8,12 @@ p50/p99/max the manifest and summary show. Past `warn_s` at p99 the run warns; o
 is `stop_s` behind, its thread stops and the run ends with a `LagError` naming the cause, so an
 overloaded host never produces results that look fine.
 
-The model's time 0 is the emulation's epoch (time.time() of the run's start): `start(epoch)`
+The model's time 0 is the emulation's epoch (the run's start on its clock): `start(epoch)`
 waits for it, so the model and the containers' drivers begin together.
+
+At a dilation K (emu.agent.timebase, the emulated run's `clock`) the model runs K times slower
+than the host's clock, as the containers do: one model second lasts K host seconds (simpy.rt's
+factor times K), and its lag is reported, and bounded, in emulated seconds (host lag / K).
 """
 
 from __future__ import annotations
@@ -21,6 +25,8 @@ from dataclasses import dataclass
 
 import numpy as np
 from simpy.rt import RealtimeEnvironment
+
+from emu.agent.timebase import UNDILATED, TimeBase
 
 WARN_S = 0.050   # p99 lag above this: the run warns
 STOP_S = 2.0     # the model this far behind: the run stops
@@ -45,7 +51,9 @@ class Lag:
 
 
 class LaggingEnvironment(RealtimeEnvironment):
-    """A real-time environment that notes each event's lag; `limit` stops it (LagError)."""
+    """A real-time environment that notes each event's lag; `limit` stops it (LagError).
+    `factor`: host seconds per model second (K at dilation K); the lags and `limit` are in
+    model seconds (the emulated ones), a host lag divided by `factor`."""
 
     def __init__(self, factor: float = 1.0, limit: float = STOP_S) -> None:
         super().__init__(0.0, factor, strict=False)
@@ -55,7 +63,7 @@ class LaggingEnvironment(RealtimeEnvironment):
 
     def step(self) -> None:
         due = self.real_start + (self.peek() - self.env_start) * self.factor
-        late = time.monotonic() - due
+        late = (time.monotonic() - due) / self.factor
         if late > 0.0:
             self.lags.append(late)
             if late > self.limit:
@@ -74,13 +82,17 @@ class RealTime:
 
     `build(env)` sets the model's processes up on the environment (called on the model's
     thread, before time 0). `stop()` ends it early; `join()` waits and raises what stopped it.
+    `clock`: the emulated run's time base; the epoch is on it, and the model's seconds last
+    `factor` times its K host seconds. `stop_s` and the lags are emulated seconds.
     """
 
     def __init__(self, build: Callable[[LaggingEnvironment], None], duration: float,
-                 factor: float = 1.0, stop_s: float = STOP_S) -> None:
+                 factor: float = 1.0, stop_s: float = STOP_S,
+                 clock: TimeBase = UNDILATED) -> None:
         self.build = build
         self.duration = duration
-        self.env = LaggingEnvironment(factor, stop_s)
+        self.clock = clock
+        self.env = LaggingEnvironment(factor * clock.dilation, stop_s)
         self.error: BaseException | None = None
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -102,7 +114,7 @@ class RealTime:
                 stopped.succeed()
 
             env.process(watch())
-            wait = epoch - time.time()
+            wait = self.clock.until(epoch)  # host seconds
             if wait > 0 and self._stop.wait(wait):
                 return
             env.sync()
@@ -118,9 +130,10 @@ class RealTime:
         self._stop.set()
 
     def join(self, timeout: float | None = None) -> Lag:
-        """Wait for the model's end (stopping it first with `stop()` if wanted); its lag."""
+        """Wait for the model's end (stopping it first with `stop()` if wanted), at most
+        `timeout` emulated seconds; its lag."""
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(None if timeout is None else self.clock.host_seconds(timeout))
         if self.error is not None:
             raise self.error
         return lag_of(self.env.lags)
