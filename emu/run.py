@@ -21,6 +21,13 @@ comes back (a restart) is an outage in the facts, not a failure: agents and the 
 keep persistent sessions and reconnect (emu.agent.mqtt), so a restart loses only the QoS 0
 messages of its outage; one still down at the end is failed.
 
+Time dilation (`Timing.dilation`, K; emu.agent.timebase). A run made for K has one time base:
+the agents' clocks, the epoch, every table and every feature's timer are emulated time, which
+runs K times slower than the host's; the cluster installs its links and the services' timers
+dilated (emu.cluster.plan). The run's duration, samples and drain last K times longer on the
+host, and each node gets K times the host CPU per emulated second. The facts keep K
+(`dilation`) and, from the caller, how it was chosen (`dilation_choice`).
+
 The scenario's features (faults, recovery, replication, broker scaling, broadcasts,
 migrations: emu.features) each go through one life cycle the run drives: prepared before the
 cluster is planned, started at the epoch, polled at each sample, stopped when the run's time
