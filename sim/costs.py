@@ -16,7 +16,12 @@ emulation, the model stands for the emulation of the topology rather than its ha
   is single-threaded), in place of the topology's `broker.service_time`;
 - each leg a node that runs a container sends (a publish, a broker's delivery) pays the link
   layer's measured `hop_overhead` on top of its path's latency: the emulation shapes a
-  node's connection to its broker as one relay (or one netem interface), whatever the hops.
+  node's connection to its broker as one relay (or one netem interface), whatever the hops;
+- a node's `cpu` (the nodes table) is a share of the CPU limit the emulation gives its
+  container, as emu.metrics measures it, not of the cores the model queues on: a gateway's
+  agent runs on one core of the model, but its container may use min(4, host cores) of
+  them, so a model share of one core read against the emulation's share of two was twice
+  its CPU (issue 27, 3c: 0.13 against 0.064 on the links configuration, 0.13 cores both).
 Other nodes and costs are as without a calibration.
 """
 
@@ -54,13 +59,31 @@ class Costs:
     def cpu(self, node: Node) -> Cpu:
         """The node's cores as a queue, at its speed."""
         cores, speed = node.profile.cores, node.profile.speed
-        if self.calibration is not None:
-            if self._qemu(node.name):
-                gateway = self.calibration.gateway
-                cores, speed = gateway.cores, gateway.speed
-            elif node.kind == "broker":
-                cores = 1
-        return Cpu(node.name, cores, speed)
+        if self.calibration is None:
+            return Cpu(node.name, cores, speed)
+        qemu = self._qemu(node.name)
+        if qemu:
+            gateway = self.calibration.gateway
+            cores, speed = gateway.cores, gateway.speed
+        elif node.kind == "broker":
+            cores = 1
+        return Cpu(node.name, cores, speed, self.capacity(node, qemu, speed))
+
+    def capacity(self, node: Node, qemu: bool, speed: float) -> float | None:
+        """The cores of the node's model CPU that the emulation's container limit stands for
+        (None: its own cores, for a node that runs no container). The limit is
+        emu.cluster.plan's: the profile's cores, times its speed where the image runs natively
+        (under QEMU the measured speed already is the host's), at most the measuring host's
+        cores. A measured node's model second is a host second (the gateway's speed is a host
+        core's under QEMU; the broker's service time is the host's); a native node's model
+        core of speed s is s host cores, as the limit counts them."""
+        if node.kind not in CONTAINERS:
+            return None
+        profile = node.profile
+        limit = profile.cores * (1.0 if qemu else profile.speed)
+        limit = max(0.01, min(limit, float(self.calibration.host.cores)))
+        measured = qemu or node.kind == "broker"
+        return limit if measured else limit / speed
 
     def operator(self, spec: OperatorSpec, node: str) -> float:
         """An instance's cost per message: measured on a calibrated node for its task, else

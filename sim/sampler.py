@@ -28,7 +28,7 @@ class Sampler:
 
     def run(self):
         interval, nodes = self.interval, self.nodes
-        cpus = [(cpu, cpu.name, cpu.cores * interval, nodes[cpu.name].profile.base_memory)
+        cpus = [(cpu, cpu.name, cpu.capacity * interval, nodes[cpu.name].profile.base_memory)
                 for cpu in self.cpus]
         done_work = [0.0] * len(cpus)
         links = _LinkCounters(self.channels)

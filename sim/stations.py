@@ -28,12 +28,15 @@ MSS = 1460  # bytes of payload per TCP segment
 class Cpu:
     """A node's cores as a FIFO multi-server queue; costs are scaled by the node's speed."""
 
-    __slots__ = ("name", "cores", "speed", "free", "_heap", "work", "starts")
+    __slots__ = ("name", "cores", "speed", "free", "_heap", "work", "starts", "capacity")
 
-    def __init__(self, name: str, cores: int, speed: float):
+    def __init__(self, name: str, cores: int, speed: float, capacity: float | None = None):
+        """`capacity`: the cores (of this CPU's speed) its utilisation is a share of, when not
+        its own `cores` (sim.costs: a calibrated node's container limit on the emulation)."""
         self.name = name
         self.cores = cores
         self.speed = speed
+        self.capacity = cores if capacity is None else capacity
         self.free = 0.0  # single core: when it is next free
         self._heap = [0.0] * cores  # several cores: when each is next free (a heap)
         self.work = 0.0  # seconds of service admitted so far
