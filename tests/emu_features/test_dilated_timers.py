@@ -158,3 +158,39 @@ def test_actions_time_decisions_on_the_runs_clock():
     assert done.ok
     # 0.4 host seconds of work: 0.2 emulated
     assert done.t_done - done.t_begun == pytest.approx(0.4 / K, abs=LATE_S / K)
+
+
+def test_the_load_generator_emits_on_the_dilated_schedule(tmp_path):
+    """Hybrid's simulated load at K = 2, into a local Mosquitto: it emits what its schedule
+    says at the emulated times (the sent records), K times as far apart on the host, and its
+    rate and lag are emulated."""
+    from emu.agent.config import DriverConfig
+    from experiments.hybrid.load import RECORDS, LoadGenerator, Target, planned
+    from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
+
+    if find_mosquitto() is None:
+        pytest.skip("mosquitto is not installed")
+    load = DriverConfig("city", ["s-1", "s-2"], rate=10.0, arrivals="periodic", size=100,
+                        qos=0, load=True)
+    clock = dilated()
+    with LocalMosquitto() as broker:
+        target = Target("gw-1", 1, 5, f"{broker.host}:{broker.port}", (load,))
+        epoch = clock.now() + 0.2
+        generator = LoadGenerator([target], epoch, tmp_path / RECORDS, timebase=clock).start()
+        began = time.monotonic()
+        try:
+            time.sleep(clock.until(epoch + 1.5))  # 1.5 emulated seconds: 3 on the host
+        finally:
+            generator.stop(drain=0.1)
+        assert time.monotonic() - began >= 1.5 * K
+    rows = [line.split(",") for line in
+            (tmp_path / RECORDS / "sent.csv").read_text().splitlines()[1:]]
+    sent = {int(row[0]): float(row[3]) for row in rows}
+    schedule = {row[0]: row[3] for row in planned(target, epoch, 1.4)}
+    # every reading due in the first 1.4 emulated seconds, at its emulated time
+    assert set(schedule) <= set(sent) and len(sent) <= len(schedule) + 4
+    late = [sent[i] - t for i, t in schedule.items()]
+    assert min(late) > -1e-6 and max(late) < LATE_S / K, (min(late), max(late))
+    facts = generator.facts()
+    assert 15 <= facts["rate"] <= 25, facts  # 2 devices at 10/s of emulated time
+    assert facts["lag_ms"]["p99"] < 100 / K, facts
