@@ -144,14 +144,18 @@ class Paths:
     def __init__(self, starts: dict[tuple[str, str], list[tuple[str, str]]],
                  readers: list[Reader], uplinks: dict[str, tuple[str, int]],
                  nodes: dict[int, str] | None = None,
-                 elsewhere: dict[tuple[str, str], int] | None = None):
+                 elsewhere: dict[tuple[str, str], int] | None = None,
+                 forwarded: set[str] | None = None):
         """`starts`: (stream, device) -> where its messages enter, (gateway, topic), one for
         each gateway the device sent from (a moving device hands over: hybrid);
         `uplinks`: node -> (its broker, links from the node to it); `nodes`: an agent's index
         (the high bits of the message ids it makes) -> its node; `elsewhere`: (node, another
         broker) -> links from the broker to the node, for a node whose operators read on the
-        run's other brokers too (emu.cluster.plan)."""
+        run's other brokers too (emu.cluster.plan); `forwarded`: the topics of drivers that
+        publish to the broker what a local operator takes in-process (DriverConfig.forward),
+        for readers on other nodes."""
         self.starts = starts
+        self.forwarded = forwarded or set()
         self.elsewhere = elsewhere or {}
         self.nodes = nodes or {}
         self.readers = readers
@@ -172,6 +176,7 @@ class Paths:
         uplinks: dict[str, tuple[str, int]] = {}
         nodes: dict[int, str] = {}
         elsewhere: dict[tuple[str, str], int] = {}
+        forwarded: set[str] = set()
         for container in plan.agents():
             node, agent = container.node, container.agent
             nodes[agent.index] = node
@@ -187,13 +192,15 @@ class Paths:
                     starts[driver.stream, device] = [
                         (gateway, stream_topic(driver.stream, gateway, device, driver.channel))
                         for gateway in [node, *(handovers or {}).get(device, [])]]
+                    if driver.forward:
+                        forwarded.add(starts[driver.stream, device][0][1])
             for op in agent.operators:
                 writes = None if op.engine == "spark" else op.writes
                 own = getattr(op, "session", None) is not None
                 readers.append(Reader(node, tuple(op.reads), writes, own))
                 readers += [Reader(target, tuple(op.reads), writes, True)
                             for target in (moves or {}).get(op.name, [])]
-        return cls(starts, readers, uplinks, nodes, elsewhere)
+        return cls(starts, readers, uplinks, nodes, elsewhere, forwarded)
 
     def _leg(self, publisher: str, reader: Reader) -> int | None:
         """Links from a node to a reader through the publisher's broker (none when the reader
@@ -223,7 +230,8 @@ class Paths:
         while stack:
             node, topic, links, passed, from_driver = stack.pop()
             readers = [r for r in self.readers if r.reads(topic)]
-            if from_driver and any(r.node == node and not r.own_session for r in readers):
+            if from_driver and topic not in self.forwarded and any(
+                    r.node == node and not r.own_session for r in readers):
                 # taken locally, not published
                 readers = [r for r in readers if r.node == node and not r.own_session]
             for reader in readers:

@@ -105,6 +105,16 @@ def test_a_local_read_keeps_the_drivers_message_off_the_broker() -> None:
         paths.hops("city", "s-1", "cloud-1", 0)
 
 
+def test_a_forwarding_driver_reaches_the_local_reader_and_the_remote_one() -> None:
+    """A driver whose stream a local operator takes and another node reads too publishes it
+    as well (DriverConfig.forward): both sinks are on a path."""
+    paths = quickstart_paths(readers=[Reader("gw-1", ("city/#",), None),
+                                      Reader("cloud-1", ("city/#",), None)],
+                             forwarded={"city/gw-1"})
+    assert paths.hops("city", "s-1", "gw-1", 0) == 1
+    assert paths.hops("city", "s-1", "cloud-1", 0) == 1 + 1 + 1
+
+
 def test_readers_on_another_broker_are_out_of_reach() -> None:
     paths = quickstart_paths(uplinks={"gw-1": ("broker-1", 1), "gw-2": ("broker-1", 2),
                                       "cloud-1": ("broker-2", 1)})
