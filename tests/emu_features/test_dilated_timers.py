@@ -194,3 +194,39 @@ def test_the_load_generator_emits_on_the_dilated_schedule(tmp_path):
     facts = generator.facts()
     assert 15 <= facts["rate"] <= 25, facts  # 2 devices at 10/s of emulated time
     assert facts["lag_ms"]["p99"] < 100 / K, facts
+
+
+def test_replication_reads_every_interval_of_emulated_time():
+    """The controller's readings at K = 2: every `interval` of the run's clock (K times as far
+    apart on the host), stamped in emulated seconds from the epoch."""
+    from emu.agent.config import AgentConfig, OperatorConfig
+    from emu.control import CommandResult
+    from emu.features.replication import Replication
+    from tests.emu_run.test_fault_schedule import TOPOLOGY
+    from topologies.model import expand
+    from topologies.spec import TopologySpec
+    from workloads.replication import ReplicationSpec
+
+    asked: list[float] = []
+
+    class Control:
+        def send(self, nodes, command, args, timeout):
+            asked.append(time.time())
+            return CommandResult(command)  # nobody answered: no figure, no decision
+
+    clock = dilated()
+    configs = {"gw-1": AgentConfig(node="gw-1", mqtt="127.0.0.1:1", operators=[
+        OperatorConfig("count", reads=["s"], slo=0.1)])}
+    replication = Replication(Control(), ReplicationSpec(interval=0.25),
+                              expand(TopologySpec.model_validate(TOPOLOGY)),
+                              None, configs, timebase=clock)
+    epoch = clock.now()
+    replication.start(epoch)
+    time.sleep(clock.host_seconds(0.9))
+    replication.finish()
+    # at 0.25, 0.5 and 0.75 emulated seconds: 0.5, 1.0 and 1.5 s of the host's
+    assert len(asked) == 3, asked
+    for k, t in enumerate(asked, start=1):
+        assert clock.host(epoch + 0.25 * k) <= t < clock.host(epoch + 0.25 * k) + LATE_S
+    times = [sample[0] for sample in replication.samples]
+    assert times == pytest.approx([0.25, 0.5, 0.75], abs=LATE_S / K)
