@@ -77,6 +77,10 @@ def test_a_dilated_walk_hands_over_and_migrates_at_its_emulated_times(tmp_path, 
     assert handovers["t"][0] <= migrations["start"][0] < migrations["end"][0] < 24.0
     assert (migrations["lost"], migrations["duplicates"]) == ([0], [0])
     hybrid = facts["hybrid"]
+    print(f"K={K:g} wall={wall:.1f} handover_t={handovers['t'][0]:.2f} "  # the figures, with -s
+          f"handover_s={handovers['duration'][0]:.3f} move_start={migrations['start'][0]:.2f} "
+          f"downtime={migrations['downtime'][0]:.3f} lag={hybrid['lag']} "
+          f"decision_to_action_ms_p95={hybrid['decision_to_action_ms_p95']}")
     assert hybrid["handovers"] == 1 and hybrid["actions_failed"] == 0
     assert hybrid["migrations"] == 1
     assert hybrid["lag"]["lag_p99_ms"] < 50, hybrid["lag"]
