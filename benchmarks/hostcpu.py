@@ -49,17 +49,32 @@ class HostCpu:
         def watched_during(run, progress):
             containers = accounting.cluster_containers(run.cluster)
             since = accounting.snapshot(containers, hook._sampling)
+            inside = _processes(containers)
             try:
                 return during(run, progress)
             finally:
-                hook.facts.append(accounting.account(run.cluster, since, hook._sampling,
-                                                     containers))
+                fact = accounting.account(run.cluster, since, hook._sampling, containers)
+                now = _processes(containers)
+                fact["processes"] = {node: accounting.process_breakdown(inside.get(node, {}),
+                                                                        found)
+                                     for node, found in now.items()}
+                hook.facts.append(fact)
 
         emu.run._during, NodeSampler.sample = watched_during, timed_sample
         try:
             yield self
         finally:
             emu.run._during, NodeSampler.sample = during, sample
+
+
+def _processes(containers) -> dict[str, dict]:
+    found = {}
+    for container in containers:
+        try:
+            found[container.node] = accounting.container_processes(container.container)
+        except (OSError, ValueError):
+            continue
+    return found
 
 
 def idle_rates(fact: Mapping) -> dict[str, float]:
@@ -101,6 +116,12 @@ def lines(label: str, fact: Mapping, idle: Mapping[str, float] | None = None) ->
     for key, seconds in extra.items():
         out.append(f"{label} {key}={seconds:.2f} {key.removesuffix('_s')}_share="
                    f"{seconds / busy:.3f}")
+    for node, names in (fact.get("processes") or {}).items():
+        if node.startswith("gw-") and node != "gw-1":
+            continue  # the gateways are alike: the first stands for them
+        for name, seconds in names.items():
+            if seconds >= 0.05:
+                out.append(f"{label} node={node} process={name!r} cpu_s={seconds:.2f}")
     share, own = fact["machinery_share"], fact["machinery_share_of_run"]
     out.append(f"{label} host_load={fact['host_load']:.2f} span_s={fact['span_s']:.1f} "
                f"host_busy_s={busy:.1f} machinery_s={fact['machinery_s']:.2f} "

@@ -104,6 +104,52 @@ def _stat_cpu_s(path: Path) -> tuple[str, float] | None:
     return comm, (int(fields[11]) + int(fields[12])) * TICK_S
 
 
+def _name(entry: Path, comm: str) -> str:
+    """A process's name for a breakdown: a Python module run with -m (pyspark.daemon, the
+    agent), else its command's name (java, mosquitto, busybox)."""
+    try:
+        argv = (entry / "cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return comm
+    words = [word.decode(errors="replace") for word in argv if word]
+    if "-m" in words[:-1]:
+        return words[words.index("-m") + 1]
+    return comm
+
+
+def container_processes(container: str, root: Path = CGROUP_ROOT,
+                        proc: Path = PROC) -> dict[int, tuple[str, float, float]]:
+    """pid -> (name, own CPU s, CPU s of its children that ended) of a container's processes
+    (a Pi's are under QEMU: qemu's own time is in them)."""
+    cgroup = ContainerCgroup(container, root)
+    found = {}
+    for line in cgroup.procs_file.read_text().split():
+        entry = proc / line
+        try:
+            text = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm = text[text.index("(") + 1:text.rindex(")")]
+        fields = text[text.rindex(")") + 2:].split()
+        found[int(line)] = (_name(entry, comm), (int(fields[11]) + int(fields[12])) * TICK_S,
+                            (int(fields[13]) + int(fields[14])) * TICK_S)
+    return found
+
+
+def process_breakdown(since: Mapping[int, tuple[str, float, float]],
+                      until: Mapping[int, tuple[str, float, float]]) -> dict[str, float]:
+    """Name -> CPU s between two `container_processes`: a process's own, and its ended
+    children's as `<name> (children)`, the busiest first."""
+    found: dict[str, float] = {}
+    for pid, (name, own, children) in until.items():
+        then = since.get(pid, (name, 0.0, 0.0))
+        found[name] = found.get(name, 0.0) + own - then[1]
+        if children - then[2] > 0:
+            key = f"{name} (children)"
+            found[key] = found.get(key, 0.0) + children - then[2]
+    return dict(sorted(found.items(), key=lambda item: -item[1]))
+
+
 def _in_container(entry: Path) -> bool:
     try:
         return "/docker" in (entry / "cgroup").read_text()

@@ -173,3 +173,29 @@ def test_host_busy_leaves_out_idle_and_iowait(tmp_path: Path):
     stat = tmp_path / "stat"
     stat.write_text("cpu  100 20 30 1000 50 5 5 0 0 0\n")
     assert accounting.host_busy_s(stat) == pytest.approx(160 * TICK)
+
+
+def test_a_containers_processes_are_named_by_module_and_their_ended_children_apart(host):
+    cid = "e" * 64
+    host.container(cid, 0.0)
+    procs = host.cgroup / "cpuacct" / "docker" / cid / "cgroup.procs"
+
+    def state(java: tuple[int, int], daemon: tuple[int, int]) -> dict:
+        procs.write_text("700\n701\n")
+        for pid, comm, (own, children), argv in (
+                (700, "java", java, b"java\0-cp\0x\0"),
+                (701, "python3", daemon, b"python3\0-m\0pyspark.daemon\0")):
+            folder = host.proc / str(pid)
+            folder.mkdir(exist_ok=True)
+            rest = ["S", "1"] + ["0"] * 9 + [str(own), "0", str(children), "0"] + ["0"] * 28
+            (folder / "stat").write_text(f"{pid} ({comm}) " + " ".join(rest))
+            (folder / "cmdline").write_bytes(argv)
+        return accounting.container_processes(cid, host.cgroup, host.proc)
+
+    since = state((100, 0), (10, 0))
+    until = state((400, 50), (30, 200))
+    found = accounting.process_breakdown(since, until)
+    assert found["java"] == pytest.approx(300 * TICK)
+    assert found["java (children)"] == pytest.approx(50 * TICK)
+    assert found["pyspark.daemon (children)"] == pytest.approx(200 * TICK)
+    assert list(found)[0] == "java"  # the busiest first
