@@ -172,13 +172,14 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
             cluster.down()
 
 
-def controller(cluster, status: dict):
+def controller(cluster, status: dict, clock: TimeBase = UNDILATED):
     """The run's controller (emu.control): a session on every broker, each agent's requests
-    through the broker the plan gives it (brokers are not bridged)."""
+    through the broker the plan gives it (brokers are not bridged); its timeouts and reply
+    times on the run's clock."""
     from emu.control import Controller
 
     # One id for the run: a reconnection resumes the sessions, with their queued replies.
-    return Controller.of_plan(cluster.plan, status,
+    return Controller.of_plan(cluster.plan, status, clock=clock,
                               client_id=f"foglab-controller-{cluster.name}").connect()
 
 
@@ -198,9 +199,10 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
     status = {s.node: s for s in cluster.status()}
     agents = [a.node for a in cluster.plan.agents()]
     services = [s.node for s in cluster.plan.services() if s.role != "idle"]
-    health = Health(lambda: cluster_states(cluster, services), agents, services)
+    health = Health(lambda: cluster_states(cluster, services), agents, services,
+                    timebase=clock)
     _register(cluster, status, agents, stage)
-    control = controller(cluster, status)
+    control = controller(cluster, status, clock)
     run = Run(cluster, control, status, request.topology, request.workload, configs, health,
               request.timing, request.seed, {f.key: f for f in active}, clock=clock)
     try:
