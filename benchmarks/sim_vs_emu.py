@@ -30,6 +30,12 @@ fidelity (`host_pressure=`: the mean share of the run some task waited for a hos
 worst timer lateness), so that a reader can tell the host from the model. Last:
 `worst_uncalibrated=` and `worst=`, the largest |p50 error| over the configurations, without
 and with the calibration.
+Then where the host's CPU went during the emulated run (emu.accounting, watched by
+benchmarks/hostcpu; docs/host-cpu.md): a line per part (`part= kind=machinery|emulated|other
+cpu_s= share=` of the host's busy time), each node's CPU by process, and the totals
+(`host_load=`, `machinery_share=`, `machinery_share_of_run=`); with `--idle S` (30 s; 0: none)
+an extra emulated run of S seconds with every driver at rate 0 splits the agents' idle loops
+(`idle_loops_s=`) and Spark's per-batch work (`spark_batches_s=`) out of the containers'.
 A configuration whose run fails is said (`config=NAME failed=...`), one whose run is not
 `ok` (degraded, interrupted) is refused with its run and why (`config=NAME refused=...`: no
 errors over a broken run), the others go on, and the script exits 1; without root or a
@@ -75,6 +81,15 @@ The quickstart alone, measured the same day at a load of 8 (`foglab compare quic
 run.duration=60s --set run.calibration=reference`, CPU pressure 94 %): p50 36.7 against 43.0
 ms (-14.5 %; uncalibrated 32.7, -24 %), p95 41.0 against 127.3 ms (-68 %), throughput -3.2 %,
 lost 71 against 63, emu's fastest message 23.9 ms against the model's 28.6.
+
+The quickstart again on 2026-11-28 (issue 27; other engineers' tests beside it, load average 5
+to 9, emu CPU pressure 84 %): p50 -6.6 % (uncalibrated -16.9 %), p95 -76 %, throughput
+-3.1 %, lost 71 / 63, emu p50 39.3 ms, its fastest 23.5 ms. Its host CPU over the 60.9 s
+span (119.6 of 121.8 busy seconds, host load 0.98): cloud-1 52.3 s (Spark's per-batch work
+50.2 s, its idle 2.1 s), the four gateways 30.3 s (their idle loops 0.21 s), Mosquitto 1.3 s,
+machinery 9.6 s (the link relays 6.7 s, the container engine 2.4 s, the run loop 0.35 s,
+ZooKeeper 0.14 s, the samplers 0.10 s), others' work 26.1 s: `machinery_share=0.080
+machinery_share_of_run=0.103`. An earlier run of the same day: 0.047 and 0.082.
 
 Where the time goes, and why the figures differ (issue 17, item 3):
 
