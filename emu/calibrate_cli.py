@@ -32,7 +32,8 @@ def calibrate(
                                              "noisier figures")] = False) -> None:
     """Measure on this host's emulation what the model takes as inputs: each RIoTBench task's
     CPU on an arm64 gateway under QEMU (and natively), the driver's cost per reading,
-    Mosquitto's service time and the link layer's delay per leg; write them as a calibration
+    Mosquitto's service time, the link layer's delay per leg and a Spark job's CPU per
+    micro-batch; write them as a calibration
     profile that `run.calibration: NAME` makes the model use (see workloads.calibration)."""
     from emu.calibrate import CalibrationFailed
     from emu.calibrate import calibrate as measure
@@ -101,7 +102,10 @@ def _calibration_tables(calibration) -> None:
             (f"Mosquitto in a burst, QoS 0 ({broker.burst_throughput:,.0f}/s)",
              broker.burst_service_time),
             ("Mosquitto in a burst, QoS 1", broker.qos1_service_time),
-            (f"link layer ({links.shaper}), per leg, one way", links.hop_overhead)):
+            (f"link layer ({links.shaper}), per leg, one way", links.hop_overhead),
+            (f"Spark {calibration.spark.app}, per micro-batch"
+             + ("" if calibration.spark.measured else " (default)"), calibration.spark.batch),
+            (f"Spark {calibration.spark.app}, per message", calibration.spark.message)):
         other.add_row(escape(what), us(seconds))
     console.print(other)
     host = calibration.host

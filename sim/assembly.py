@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import random
 
-from sim.operators import OperatorInstance
+from sim.operators import OperatorInstance, spark_batches
 from sim.policy import FollowPolicy
 from sim.pubsub import Group
 from sim.sources import Source
@@ -32,6 +32,19 @@ def instance(model, spec: OperatorSpec, node: str, state: OpenWindow | None = No
              group: str | None = None):
     """An instance of `spec` on `node` (a window operator's with `state` when it moved)."""
     cost = model.costs.operator(spec, node)
+    made = _instance(model, spec, node, cost, state, group)
+    batch = model.costs.spark_batch(spec, node)
+    if batch is not None:
+        # From now to the run's end: a migration's new instance starts charging when made.
+        cost, trigger, threads = batch
+        settings = model.settings
+        model.env.process(spark_batches(model.env, made, cost, trigger,
+                                        settings.duration + settings.drain, threads))
+    return made
+
+
+def _instance(model, spec: OperatorSpec, node: str, cost: float, state: OpenWindow | None,
+              group: str | None):
     if spec.window is not None:
         return WindowedInstance(model.env, node, model.node_index[node], model.cpus[node],
                                 cost, group or spec.name, spec.window.size, spec.window.jitter,

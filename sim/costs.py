@@ -14,6 +14,9 @@ emulation, the model stands for the emulation of the topology rather than its ha
   costs the measured CPU per reading instead of `run.driver_cost`;
 - brokers serve each message in Mosquitto's measured service time, on one core (Mosquitto
   is single-threaded), in place of the topology's `broker.service_time`;
+- a Spark operator's node pays the job's measured fixed CPU per micro-batch (`spark.batch`)
+  once per trigger interval that had input, beside its per-message cost (uncalibrated, the
+  default profile's figure: the JVM plans every batch whatever the hardware);
 - each leg a node that runs a container sends (a publish, a broker's delivery) pays the link
   layer's measured `hop_overhead` on top of its path's latency: the emulation shapes a
   node's connection to its broker as one relay (or one netem interface), whatever the hops;
@@ -30,7 +33,7 @@ from __future__ import annotations
 from sim.stations import Cpu
 from topologies.model import Node, Topology
 from topologies.spec import BrokerSpec
-from workloads.calibration import Calibration
+from workloads.calibration import DEFAULT_SPARK, Calibration
 from workloads.pipeline import OperatorSpec
 from workloads.riot.costs import task_cost
 
@@ -95,6 +98,22 @@ class Costs:
         if spec.cost is not None:
             return spec.cost
         return task_cost(spec.task) or 0.0
+
+    def spark_batch(self, spec: OperatorSpec, node: str) -> tuple[float, float, int] | None:
+        """A Spark operator's fixed cost per micro-batch on `node`, its trigger interval and
+        the threads the job spreads a batch over (None for another engine): the calibration's
+        cost (host seconds, which the node's Cpu divides by its speed, as a broker's service
+        time) over the host's cores (the emulation's job runs local[N] on the N cores its
+        container sees: all the host's), or without one the default profile's figure as
+        reference seconds over the node's cores (Spark plans every batch on any hardware)."""
+        if spec.engine != "spark":
+            return None
+        profile = self.topology.nodes[node].profile
+        if self.calibration is None:
+            return DEFAULT_SPARK.batch, DEFAULT_SPARK.trigger, max(1, profile.cores)
+        spark = self.calibration.spark
+        threads = max(1, min(profile.cores, self.calibration.host.cores))
+        return spark.batch * profile.speed, spark.trigger, threads
 
     def driver(self, gateway: str) -> float:
         """A gateway's driver's cost per reading."""

@@ -63,7 +63,7 @@ def test_the_profile_is_valid_and_names_its_host(measured, client) -> None:
     assert profile.gateway.image.startswith("foglab/gateway:")
     assert profile.broker.image.startswith("foglab/services:")
     assert profile.gateway.profile == "rpi4-qemu"
-    for where in ("host (native)", "gateway (arm64, QEMU)", "broker", "links"):
+    for where in ("host (native)", "gateway (arm64, QEMU)", "broker", "links", "spark"):
         assert any(step.startswith(where) for step in steps), where
     assert left_behind(client) == []
 
@@ -105,3 +105,18 @@ def test_an_interrupt_leaves_nothing_running(client, tmp_path: Path) -> None:
     with pytest.raises(KeyboardInterrupt):
         calibrate(quick=True, progress=interrupt, client=client)
     assert left_behind(client) == []
+
+
+def test_spark_costs_a_measured_cpu_per_batch_and_leaves_no_job(measured) -> None:
+    import psutil
+
+    spark = measured[0].spark
+    assert spark.measured and spark.app == "stats" and spark.trigger == 1.0
+    # A young JVM plans, schedules and JIT-compiles each batch: tenths of a second to seconds.
+    assert 0.01 < spark.batch < 10.0
+    assert 0.0 <= spark.message < 0.05
+    jobs = [p for p in psutil.process_iter(["cmdline"])
+            if "workloads.spark.job" in " ".join(p.info["cmdline"] or [])
+            and any("calibrate/spark/" in part for part in p.info["cmdline"] or [])]
+    assert jobs == []
+

@@ -1,0 +1,113 @@
+"""Spark's fixed cost per micro-batch in the model (issue 27, 3b): the job plans and schedules
+every batch whatever it holds, so a Spark operator's node pays the calibration's `spark.batch`
+once per trigger interval that had input, on top of the per-message cost."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from emu.calibrate import SparkSpan, spark_costs
+from tests.foundation.helpers import run
+from workloads.calibration import DEFAULT_SPARK, load, write
+from workloads.calibration import load as load_calibration
+
+REFERENCE = load_calibration("reference").calibration
+
+ONE_VM = """
+name: spark-batches
+topology:
+  name: one-vm
+  nodes:
+    - {name: dev, kind: device}
+    - {name: broker, kind: broker, profile: vm.medium}
+    - {name: vm, kind: cloud_vm, profile: vm.large}
+  links:
+    - {from: dev, to: broker, latency: 1ms}
+    - {from: broker, to: vm, latency: 1ms}
+workload:
+  name: w
+  streams: [{name: s, sources: dev, rate: RATE, arrivals: periodic}]
+pipeline:
+  - {name: stats, task: TASK, engine: ENGINE, on: vm, reads: s, cost: 1ms}
+run: {duration: 20s, seed: 1, drain: 2s, driver_cost: 0s}
+"""
+
+
+def vm_cores(batch: float | None, engine: str = "spark", rate: str = "10/s") -> float:
+    """The cloud VM's mean CPU, in cores of its own, over the 20 s of traffic."""
+    task = "stats" if engine == "spark" else "kalman_filter"
+    text = ONE_VM.replace("ENGINE", engine).replace("TASK", task).replace("RATE", rate)
+    changes = {}
+    if batch is not None:
+        spark = REFERENCE.spark.model_copy(update={"batch": batch, "trigger": 1.0})
+        changes["calibration"] = REFERENCE.model_copy(update={"spark": spark})
+    nodes = run(text, **changes).tables["nodes"]
+    mine = (np.asarray(nodes["node"]) == "vm") & (np.asarray(nodes["t"]) <= 20)
+    share = float(np.asarray(nodes["cpu"])[mine].mean())
+    # Calibrated, the share is of the container's limit: min(4 x 1.0, 2 host cores).
+    return share * (2 if batch is not None else 4)
+
+
+def test_each_trigger_with_input_costs_the_calibrated_batch() -> None:
+    base = vm_cores(0.0)
+    assert base == pytest.approx(10 * 1e-3, rel=0.05)  # 10 messages/s at 1 ms
+    # 0.2 s a batch, one a second: 0.2 cores more.
+    assert vm_cores(0.2) - base == pytest.approx(0.2, rel=0.06)
+
+
+def test_a_batch_longer_than_the_trigger_delays_the_next() -> None:
+    # 5 s a batch over the job's two threads (local[2]: the calibration host's cores): 2.5 s
+    # each, one batch at a time, back to back: the two cores, not 5.
+    assert vm_cores(5.0) == pytest.approx(2.0, abs=0.1)
+    # 1.5 s a batch: 0.75 s on each thread, within the second: 1.5 cores.
+    assert vm_cores(1.5) - vm_cores(0.0) == pytest.approx(1.5, rel=0.06)
+
+
+def test_no_input_no_batch() -> None:
+    assert vm_cores(0.5, rate="1/30s") < 0.05  # one message in 20 s: one batch
+
+
+def test_a_python_operator_pays_no_batch() -> None:
+    assert vm_cores(0.5, engine="python") == pytest.approx(vm_cores(0.0, engine="python"))
+
+
+def test_uncalibrated_the_default_figure_is_charged() -> None:
+    text = ONE_VM.replace("ENGINE", "spark").replace("TASK", "stats").replace("RATE", "10/s")
+    nodes = run(text).tables["nodes"]
+    mine = (np.asarray(nodes["node"]) == "vm") & (np.asarray(nodes["t"]) <= 20)
+    cores = float(np.asarray(nodes["cpu"])[mine].mean()) * 4
+    # vm.large's four cores (speed 1.0) share each batch; one a second while it fits.
+    per_second = min(DEFAULT_SPARK.batch, 4.0) / max(1.0, DEFAULT_SPARK.batch / 4)
+    assert cores == pytest.approx(per_second + 0.01, rel=0.1)
+
+
+def test_a_profile_without_spark_takes_the_default_and_one_with_it_round_trips(tmp_path) -> None:
+    assert REFERENCE.spark == DEFAULT_SPARK and not DEFAULT_SPARK.measured
+    measured = REFERENCE.model_copy(update={"spark": REFERENCE.spark.model_copy(
+        update={"batch": 0.75, "message": 2e-4, "measured": True})})
+    path = write(measured, tmp_path / "measured.yaml")
+    text = path.read_text()
+    assert "batch: 750ms" in text and "message: 200us" in text and "trigger: 1s" in text
+    loaded = load(str(path)).calibration.spark
+    assert (loaded.batch, loaded.message, loaded.trigger) == pytest.approx((0.75, 2e-4, 1.0))
+    assert loaded.measured and loaded.app == "stats"
+
+
+def test_a_bad_spark_figure_is_refused_naming_the_field(tmp_path) -> None:
+    from topologies.errors import SpecError
+
+    path = write(REFERENCE, tmp_path / "bad.yaml")
+    path.write_text(path.read_text().replace("batch: ", "batch: -"))
+    with pytest.raises(SpecError, match="spark.batch"):
+        load(str(path))
+
+
+def test_two_rates_tell_the_batch_from_the_message() -> None:
+    batch, message = 0.4, 2e-3
+    spans = [SparkSpan(b * batch + m * message, b, m) for b, m in ((20, 100), (20, 1000),
+                                                                  (19, 95), (21, 1050))]
+    assert spark_costs(spans) == pytest.approx((batch, message))
+    # No per-message part to be seen: it is all the batch's.
+    assert spark_costs([SparkSpan(4.0, 10, 50), SparkSpan(3.0, 10, 500)]) == (
+        pytest.approx(0.35), 0.0)
