@@ -199,3 +199,39 @@ def test_a_containers_processes_are_named_by_module_and_their_ended_children_apa
     assert found["java (children)"] == pytest.approx(50 * TICK)
     assert found["pyspark.daemon (children)"] == pytest.approx(200 * TICK)
     assert list(found)[0] == "java"  # the busiest first
+
+
+@pytest.mark.emu
+def test_on_real_containers_a_busy_ones_cpu_is_its_own_and_the_parts_meet_proc_stat():
+    """Two containers of the services image: one spins at a limit of half a core, one sleeps.
+    Their cgroups, the engine and /proc/stat agree."""
+    from emu.images import SERVICES, ensure_image
+    from tests.engine import docker_engine
+
+    client = docker_engine()
+    image = ensure_image(SERVICES, client=client).tag
+    made = []
+    try:
+        for name, command in (("idle", "sleep 60"), ("busy", "while :; do :; done")):
+            made.append(client.containers.run(image, ["sh", "-c", command], detach=True,
+                                              nano_cpus=500_000_000, labels={"foglab.test": name}))
+        containers = [Container("idle", made[0].id, MACHINERY),
+                      Container("busy", made[1].id, EMULATED)]
+        time.sleep(0.5)
+        since = accounting.snapshot(containers)
+        time.sleep(3.0)
+        until = accounting.snapshot(containers)
+    finally:
+        for container in made:
+            container.remove(force=True)
+    found = {p.part: p for p in accounting.parts(containers, since, until)}
+    span = until.t - since.t
+    # At most its quota (half a core, CFS periods of 100 ms); it spins, so well above idle.
+    assert 0.2 * span <= found["busy"].cpu_s <= 0.5 * span + 0.1
+    assert found["idle"].cpu_s < 0.05
+    busy = until.host_busy - since.host_busy
+    assert sum(p.cpu_s for p in found.values()) == pytest.approx(busy)
+    # The parts come from cgroups and /proc, the total from /proc/stat: counted apart, they
+    # agree but for /proc/stat's ticks (10 ms per core and read).
+    assert found[accounting.REST].cpu_s >= -0.1
+    assert found["busy"].share == pytest.approx(found["busy"].cpu_s / busy)
