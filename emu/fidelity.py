@@ -45,6 +45,10 @@ THROTTLED_SHARE = 0.2
 # A run's figures are marked when this share of its samples was saturated (or a node throttled).
 MARK_SHARE = 0.05
 
+# The testbed's machinery (emu.accounting's `host_cpu` fact) distorts a run when it takes more
+# than this share of the run's own CPU (machinery + emulated system): issue 27's bound.
+MACHINERY_SHARE = 0.10
+
 COLUMNS = ("host_pressure", "relay_lag", "throttled")
 
 
@@ -195,12 +199,30 @@ def _stats(values: list[float]) -> dict | None:
     return {"mean": sum(values) / len(values), "max": max(values)} if values else None
 
 
-def assess(nodes: Mapping[str, Sequence], sample: float, facts: Mapping | None = None) -> dict:
+def machinery_reason(host_cpu: Mapping | None) -> str | None:
+    """Why the testbed's own CPU is worth a doubt, from emu.accounting's fact (None: it is
+    not, or there is no fact): its share of the run's CPU over MACHINERY_SHARE, with the
+    busiest machinery part."""
+    if not host_cpu or host_cpu.get("machinery_share_of_run") is None:
+        return None
+    share = host_cpu["machinery_share_of_run"]
+    if share <= MACHINERY_SHARE:
+        return None
+    parts = [p for p in host_cpu.get("parts", []) if p.get("kind") == "machinery"]
+    top = max(parts, key=lambda p: p["cpu_s"], default=None)
+    return (f"testbed machinery took {share:.0%} of the run's CPU"
+            + (f" (most: {top['part']}, {top['cpu_s']:.1f} s)" if top else ""))
+
+
+def assess(nodes: Mapping[str, Sequence], sample: float, facts: Mapping | None = None,
+           host_cpu: Mapping | None = None) -> dict:
     """The run's fidelity from its `nodes` columns (t, node, up and the COLUMNS): statistics
     of each measure, the share of samples in which the host was saturated, `saturated_spans`
     ([start, end] seconds since the epoch), the nodes held at their CPU limit, and `marked`
     with `reasons` when the figures should be read with them. `facts`: the sampler's own
-    (FidelitySampler.facts), kept in the result."""
+    (FidelitySampler.facts), kept in the result. `host_cpu`: emu.accounting's fact, if
+    taken: its machinery share is kept (`machinery_share_of_run`) and marks the run over
+    MACHINERY_SHARE."""
     times = [float(t) for t in nodes.get("t", [])]
     measured = all(column in nodes for column in COLUMNS)
     result: dict = {**(facts or {}), "samples": 0, "host_pressure": None, "relay_lag_s": None,
@@ -250,6 +272,10 @@ def assess(nodes: Mapping[str, Sequence], sample: float, facts: Mapping | None =
             result["throttled_nodes"][node] = {
                 "share_of_run": len(held) / len(rows),
                 "throttled_mean": sum(share for _, share in rows) / len(rows), "reason": reason}
+            reasons.append(reason)
+    if host_cpu:
+        result["machinery_share_of_run"] = host_cpu.get("machinery_share_of_run")
+        if reason := machinery_reason(host_cpu):
             reasons.append(reason)
     result["reasons"] = reasons
     result["marked"] = bool(reasons)

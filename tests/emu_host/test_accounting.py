@@ -235,3 +235,24 @@ def test_on_real_containers_a_busy_ones_cpu_is_its_own_and_the_parts_meet_proc_s
     # agree but for /proc/stat's ticks (10 ms per core and read).
     assert found[accounting.REST].cpu_s >= -0.1
     assert found["busy"].share == pytest.approx(found["busy"].cpu_s / busy)
+
+
+def test_a_run_whose_machinery_takes_over_a_tenth_of_its_cpu_is_marked_with_the_busiest():
+    from emu.fidelity import assess, machinery_reason
+
+    def fact(relays: float, gateway: float) -> dict:
+        return {"machinery_share_of_run": relays / (relays + gateway),
+                "parts": [{"part": "link relays (emu.cluster.relays)", "kind": MACHINERY,
+                           "cpu_s": relays},
+                          {"part": "gw-1 [gateway]", "kind": EMULATED, "cpu_s": gateway}]}
+
+    nodes = {"t": [1.0, 2.0], "node": ["gw-1", "gw-1"], "up": [True, True],
+             "host_pressure": [0.1, 0.1], "relay_lag": [0.001, 0.001], "throttled": [0.0, 0.0]}
+    assert machinery_reason(fact(1.0, 9.0)) is None  # 10 %: within the bound
+    verdict = assess(nodes, 1.0, host_cpu=fact(3.0, 7.0))
+    assert verdict["marked"]
+    assert verdict["machinery_share_of_run"] == pytest.approx(0.3)
+    assert verdict["reasons"] == ["testbed machinery took 30% of the run's CPU (most: link "
+                                  "relays (emu.cluster.relays), 3.0 s)"]
+    assert not assess(nodes, 1.0, host_cpu=fact(0.5, 9.5))["marked"]
+    assert not assess(nodes, 1.0)["marked"]  # without the fact, as before
