@@ -156,22 +156,26 @@ def spark_batches(env, instance: OperatorInstance, cost: float, trigger: float, 
     """A Spark operator's micro-batches (a SimPy process): at every trigger interval that had
     input, the job's fixed cost per batch (planning, scheduling, its state store: sim.costs,
     from the calibration) on the instance's node, beside the per-message `cost` the instance
-    charges, split over the job's `threads` (local[N]: the cores it sees) as Spark's tasks
-    are. The batch takes CPU from the node's other work; it delays no message of its own,
-    whose latency the emulation takes where it reaches the query. A batch that outlasts its
-    interval delays the next, which starts when it ends (Spark's processing-time trigger):
-    the job never runs two batches at once. An instance a migration replaced has no input
-    any more, so it stops charging; its successor, made by sim.assembly.instance too, has a
-    process of its own."""
+    charges. The batch lasts its cost spread over the job's `threads` (local[N]: the cores it
+    sees), and one that outlasts its interval delays the next, which starts when it ends
+    (Spark's processing-time trigger: never two batches at once).
+
+    The batch counts in the node's CPU but holds no core from the messages: on emu a Spark
+    operator's message is recorded where it reaches the query (the agent takes it before the
+    JVM's batch), so the batch's planning delays no latency the emulation measures, and in
+    the model it must not either (four cores busy with a batch would hold every message).
+    An instance a migration replaced has no input any more, so it stops charging; its
+    successor, made by sim.assembly.instance too, has a process of its own."""
+    cpu = instance.cpu
     seen = instance.processed
-    share = cost / threads
     t = (math.floor(env.now / trigger) + 1) * trigger  # the job's triggers: every interval
     while t <= end:
         yield env.timeout(t - env.now)
         t += trigger
         if instance.processed != seen:
             seen = instance.processed
-            now = env.now
-            done = max(instance.cpu.admit(now, share) for _ in range(threads))
+            service = cost / cpu.speed
+            cpu.work += service
+            done = env.now + service / threads
             if done > t:
                 t = done

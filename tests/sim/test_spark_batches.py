@@ -111,3 +111,14 @@ def test_two_rates_tell_the_batch_from_the_message() -> None:
     # No per-message part to be seen: it is all the batch's.
     assert spark_costs([SparkSpan(4.0, 10, 50), SparkSpan(3.0, 10, 500)]) == (
         pytest.approx(0.35), 0.0)
+
+
+def test_a_batch_delays_no_message() -> None:
+    # On emu the message is recorded where it reaches the query, before the JVM's batch.
+    text = ONE_VM.replace("ENGINE", "spark").replace("TASK", "stats").replace("RATE", "10/s")
+    latencies = []
+    for batch in (0.0, 5.0):
+        spark = REFERENCE.spark.model_copy(update={"batch": batch})
+        calibration = REFERENCE.model_copy(update={"spark": spark})
+        latencies.append(run(text, calibration=calibration).tables["messages"]["latency"])
+    assert np.array_equal(*latencies)
