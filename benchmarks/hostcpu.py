@@ -31,6 +31,15 @@ class HostCpu:
         self.facts: list[dict] = []
         self._sampling = 0.0
 
+    def _record(self, cluster, since, inside: dict, containers) -> None:
+        fact = accounting.account(cluster, since, self._sampling, containers)
+        if "error" in fact:
+            print(f"hostcpu: {fact['error']}")
+            return
+        fact["processes"] = {node: accounting.process_breakdown(inside.get(node, {}), found)
+                             for node, found in _processes(containers).items()}
+        self.facts.append(fact)
+
     @contextlib.contextmanager
     def watching(self) -> Iterator[HostCpu]:
         import emu.run
@@ -53,12 +62,7 @@ class HostCpu:
             try:
                 return during(run, progress)
             finally:
-                fact = accounting.account(run.cluster, since, hook._sampling, containers)
-                now = _processes(containers)
-                fact["processes"] = {node: accounting.process_breakdown(inside.get(node, {}),
-                                                                        found)
-                                     for node, found in now.items()}
-                hook.facts.append(fact)
+                hook._record(run.cluster, since, inside, containers)
 
         emu.run._during, NodeSampler.sample = watched_during, timed_sample
         try:

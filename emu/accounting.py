@@ -333,10 +333,15 @@ def summary(found: list[Part], since: Snapshot, until: Snapshot,
 def account(cluster, since: Snapshot, samplers_s: float = 0.0,
             containers: list[Container] | None = None) -> dict:
     """The run's `host_cpu` fact from `since` (snapshot(cluster_containers(cluster)) at the
-    epoch) to now. Call it before the agents are stopped (their cgroups go with them)."""
-    containers = containers if containers is not None else cluster_containers(cluster)
-    until = snapshot(containers, samplers_s)
-    return summary(parts(containers, since, until), since, until)
+    epoch) to now, in host seconds (the host's CPU, whatever the run's dilation). Call it
+    before the agents are stopped (their cgroups go with them). A counter that cannot be read
+    gives {"error": why}: the account never fails a run."""
+    try:
+        containers = containers if containers is not None else cluster_containers(cluster)
+        until = snapshot(containers, samplers_s)
+        return summary(parts(containers, since, until), since, until)
+    except (OSError, ValueError, IndexError) as error:
+        return {"error": f"the host's CPU could not be accounted: {error}"}
 
 
 def table(fact: Mapping) -> list[str]:
