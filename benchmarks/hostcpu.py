@@ -130,7 +130,8 @@ def lines(label: str, fact: Mapping, idle: Mapping[str, float] | None = None) ->
     out.append(f"{label} host_load={fact['host_load']:.2f} span_s={fact['span_s']:.1f} "
                f"host_busy_s={busy:.1f} machinery_s={fact['machinery_s']:.2f} "
                f"emulated_s={fact['emulated_s']:.2f} other_s={fact['other_s']:.2f} "
-               f"machinery_share={share:.3f} machinery_share_of_run={own:.3f}")
+               f"machinery_share={share:.3f} machinery_share_of_run={own:.3f} "
+               f"skew_s={fact.get('skew_s', 0.0):.2f}")
     if "idle_loops_s" in extra:
         with_idle = fact["machinery_s"] + extra["idle_loops_s"]
         out.append(f"{label} machinery_with_idle_loops_share={with_idle / busy:.3f} "

@@ -75,7 +75,7 @@ class Snapshot:
     """Cumulative CPU seconds at one moment (see the module)."""
 
     t: float
-    host_busy: float
+    host_busy: float  # the mean of /proc/stat read before and after the other counters
     containers: dict[str, float] = field(default_factory=dict)
     docker_total: float = 0.0
     engine: dict[int, float] = field(default_factory=dict)
@@ -83,6 +83,7 @@ class Snapshot:
     children: dict[int, float] = field(default_factory=dict)
     process: float = 0.0
     threads: dict[str, float] = field(default_factory=dict)  # part -> seconds (live threads)
+    read_s: float = 0.0  # how long the reads took: the parts' skew against /proc/stat
 
 
 def host_busy_s(path: Path = PROC / "stat") -> float:
@@ -244,7 +245,12 @@ def cluster_containers(cluster) -> list[Container]:
 def snapshot(containers: Iterable[Container], samplers_s: float = 0.0,
              root: Path = CGROUP_ROOT, proc: Path = PROC) -> Snapshot:
     """Every counter now. `samplers_s`: the main thread's CPU spent sampling so far, if timed
-    (time.thread_time around the samplers), to split it from the run loop."""
+    (time.thread_time around the samplers), to split it from the run loop.
+
+    The reads take a while (a scan of /proc: tens of ms, more on a loaded host), during which
+    the host keeps working: /proc/stat is read before and after them and its mean kept, so the
+    parts and the total are skewed by at most half the reads' time per core."""
+    started, busy_before = time.monotonic(), host_busy_s(proc / "stat")
     cpu = {}
     for container in containers:
         try:
@@ -253,8 +259,11 @@ def snapshot(containers: Iterable[Container], samplers_s: float = 0.0,
             continue  # not made yet or gone: counted from 0, or with the other containers
     process, threads = thread_cpu(samplers_s, proc)
     engine, children, others = processes(proc)
-    return Snapshot(time.monotonic(), host_busy_s(proc / "stat"), cpu, _docker_total(root),
-                    engine, others, children, process, threads)
+    docker_total = _docker_total(root)
+    busy = (busy_before + host_busy_s(proc / "stat")) / 2
+    ended = time.monotonic()
+    return Snapshot((started + ended) / 2, busy, cpu, docker_total, engine, others, children,
+                    process, threads, ended - started)
 
 
 @dataclass(frozen=True)
@@ -321,6 +330,7 @@ def summary(found: list[Part], since: Snapshot, until: Snapshot,
                for kind in (MACHINERY, EMULATED, OTHER)}
     ours = by_kind[MACHINERY] + by_kind[EMULATED]
     return {"span_s": span, "cores": cores, "host_busy_s": busy,
+            "skew_s": (since.read_s + until.read_s) / 2 * cores,
             "host_load": busy / (span * cores) if span > 0 else None,
             "machinery_s": by_kind[MACHINERY], "emulated_s": by_kind[EMULATED],
             "other_s": by_kind[OTHER],
