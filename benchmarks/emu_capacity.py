@@ -75,13 +75,16 @@ def city(gateways: int, base: Path = ROOT / "topologies" / "smart-city.yaml") ->
     return topology
 
 
-def cpu_error_max(comparison, label: str = "sim") -> float:
+def cpu_error_max(comparison, label: str = "sim") -> tuple[float, str, float, float]:
     """The largest |relative error| of a gateway's or cloud VM's CPU (sensors and the broker
-    apart: the model gives devices no CPU of their own here)."""
-    found = [abs(figure.errors[label]) for figure in comparison.figures
+    apart: the model gives devices no CPU of their own here), its node, and the node's CPU
+    on the model and on the emulation (shares of its cores)."""
+    found = [(abs(figure.errors[label]), figure.key.removeprefix("cpu:"),
+              figure.values.get(label) or 0.0, figure.values.get("emu") or 0.0)
+             for figure in comparison.figures
              if figure.key.startswith(("cpu:gw", "cpu:cloud"))
              and figure.errors.get(label) is not None]
-    return max(found, default=math.nan)
+    return max(found, default=(math.nan, "", math.nan, math.nan))
 
 
 def chosen_dilation(emu: comparing.RunData, asked: str) -> float:
@@ -123,7 +126,7 @@ def measure(gateways: int, dilation: str, duration: float, drain: float, out: Pa
         "p50": comparison.figure("latency_p50").errors.get("sim"),
         "p95": comparison.figure("latency_p95").errors.get("sim"),
         "throughput": comparison.figure("throughput").errors.get("sim"),
-        "cpu": cpu_error_max(comparison),
+        "cpu": cpu_error_max(comparison)[0], "cpu_worst": cpu_error_max(comparison)[1:],
         "wall_over_ideal": (fact["span_s"] / (k * duration)) if fact else math.nan,
         "wall_s": wall, "emu_p50_ms": comparison.figure("latency_p50").values["emu"] * 1000,
         "emu_min_ms": fastest_ms(runs["emu"]), "fact": fact,
@@ -155,6 +158,8 @@ def report(figures: dict) -> None:
           f"wall_over_ideal={figures['wall_over_ideal']:.2f} "
           f"faithful={str(figures['faithful']).lower()} wall_s={figures['wall_s']:.0f} "
           f"emu_p50_ms={figures['emu_p50_ms']:.1f} emu_min_ms={figures['emu_min_ms']:.1f}")
+    node, sim, emu = figures["cpu_worst"]
+    print(f"G={g} cpu_worst_node={node} cpu_sim={sim:.3f} cpu_emu={emu:.3f}")
     if figures["fact"] is not None:
         for line in lines(f"G={g}", figures["fact"]):
             if " part=" not in line or "kind=emulated" not in line or "gw-" not in line:
