@@ -11,20 +11,26 @@ and end) and splits the CPU seconds between them:
   containers the testbed adds (kind `machinery`: the ZooKeeper servers no topology node
   stands for, the agents' zygote);
 - this process's threads (kind `machinery`): the link relays' event loop (emu.cluster.relays,
-  thread `link-relays`), the host controller's MQTT loop (emu.control via emu.mqtt_loop,
-  thread `mqtt-selector`), the run loop itself (the main thread: samplers, health polls,
-  features' polls; `samplers_s`, timed around the samplers, splits them out), and the rest
-  (threads that ended, the Docker SDK's);
+  thread `relays-<cluster>`), the host controller's MQTT loop (emu.control via
+  emu.mqtt_loop, thread `mqtt-selector`), the run loop itself (the main thread: health polls,
+  features' polls; `samplers_s`, timed around the samplers, splits them out), the rest
+  (threads that ended, the Docker SDK's), and the process's children;
 - the container engine (kind `machinery`): dockerd, containerd and the containerd-shims,
-  found by name in /proc (their work for foglab: the health polls' listings, execs, logs);
+  found by name in /proc. They serve every container of the host, other people's too;
 - the host's other containers (other runs, other people's tests: kind `other`), from the
   engine's parent cgroup, which keeps the CPU of containers removed meanwhile;
+- the host's other processes outside containers (kind `other`), the busiest by name;
 - the rest of the host (kind `other`): /proc/stat's busy time minus all of the above (the
-  kernel's own threads, other processes). /proc/stat counts in clock ticks (10 ms) and cgroups
-  in nanoseconds, so over a short span the rest may be a little negative: kept as measured.
+  kernel's interrupts, processes that ended). /proc/stat counts in clock ticks (10 ms),
+  cgroups in nanoseconds, and the reads take a while (`skew_s`), so over a short span the
+  rest may be a little negative: kept as measured.
 
-Taken only at a run's start and end (a few file reads and one engine listing each): nothing is
-sampled on the run's hot path.
+Within a container, `container_processes` and `process_breakdown` split its CPU by process
+(the JVM against PySpark's workers on a cloud VM).
+
+Taken only at a run's start and end (a scan of /proc and one engine listing each, 10 to 50 ms):
+nothing is sampled on the run's hot path. The figures are host CPU seconds over host time,
+whatever the run's dilation.
 """
 
 from __future__ import annotations
