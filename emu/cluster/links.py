@@ -20,7 +20,7 @@ topology says, what reshape is given: the run's tables read them); what a shaper
 `installed(shape)`, the shape dilated by K (emu.links.spec.LinkShape.dilated), relay and netem
 alike, and shared hops' buckets carry B/K. The relay also stalls a lost chunk K times the RTO.
 netem drops real packets instead, so a loss there costs the kernel's RTO, which is not dilated:
-1/K of it in emulated time. That is one reason the relay is the shaper for dilated runs.
+1/K of it in emulated time: with loss at K > 1, the relay is the faithful shaper.
 """
 
 from __future__ import annotations

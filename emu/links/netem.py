@@ -9,6 +9,9 @@ Differences from the relay (``emu.links.relay``) that results may show:
   puts them back in order, at some cost.
 - Loss drops real packets; TCP recovers by fast retransmit or timeout, as it would.
 - The rate counts whole frames, headers included, and is limited to 2**32 - 1 bytes/s (~34 Gbit/s).
+- At a time dilation K the caller installs ``shape.dilated(K)`` (emu.cluster.links): delays and
+  rates are then right in emulated time, but a dropped packet costs the kernel's retransmission
+  timeout, which is not dilated (1/K of it in emulated time); the relay dilates its stall.
 
 pyroute2 (>=0.9.1, for ``AsyncIPRoute(netns=...)``) is imported lazily: code that only chooses a
 shaper does not need it.
