@@ -89,7 +89,10 @@ span (119.6 of 121.8 busy seconds, host load 0.98): cloud-1 52.3 s (Spark's per-
 50.2 s, its idle 2.1 s), the four gateways 30.3 s (their idle loops 0.21 s), Mosquitto 1.3 s,
 machinery 9.6 s (the link relays 6.7 s, the container engine 2.4 s, the run loop 0.35 s,
 ZooKeeper 0.14 s, the samplers 0.10 s), others' work 26.1 s: `machinery_share=0.080
-machinery_share_of_run=0.103`. An earlier run of the same day: 0.047 and 0.082.
+machinery_share_of_run=0.103`. An earlier run of the same day: 0.047 and 0.082; a later one
+(the model now with a Spark per-batch cost; others' processes took 39 of 121.5 busy seconds,
+pressure 99 %): p50 -38.9 %, p95 -86 %, cloud-1 0.878 modelled against 0.275, machinery
+6.6 s (relays 4.95), `machinery_share=0.054 machinery_share_of_run=0.094`.
 
 Where the time goes, and why the figures differ (issue 17, item 3):
 
