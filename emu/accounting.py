@@ -346,12 +346,24 @@ def summary(found: list[Part], since: Snapshot, until: Snapshot,
                        "share": round(p.share, 4)} for p in found]}
 
 
-def account(cluster, since: Snapshot, samplers_s: float = 0.0,
+def begin(cluster) -> tuple[list[Container], Snapshot] | None:
+    """A cluster's containers and every counter, at a run's epoch; None if they cannot be
+    read (the account then says so: it never fails a run)."""
+    try:
+        containers = cluster_containers(cluster)
+        return containers, snapshot(containers)
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def account(cluster, since: Snapshot | None, samplers_s: float = 0.0,
             containers: list[Container] | None = None) -> dict:
     """The run's `host_cpu` fact from `since` (snapshot(cluster_containers(cluster)) at the
     epoch) to now, in host seconds (the host's CPU, whatever the run's dilation). Call it
     before the agents are stopped (their cgroups go with them). A counter that cannot be read
     gives {"error": why}: the account never fails a run."""
+    if since is None:
+        return {"error": "the host's CPU could not be accounted: no counters at the epoch"}
     try:
         containers = containers if containers is not None else cluster_containers(cluster)
         until = snapshot(containers, samplers_s)

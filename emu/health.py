@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from emu.agent.timebase import UNDILATED, TimeBase
 
 # The engine is asked for the containers' states at most this often (host seconds: the
-# engine's answer costs the host the same at any dilation).
-HEALTH_POLL_S = 0.5
+# engine's answer costs the host the same at any dilation). Each listing costs the engine
+# CPU that grows with the containers: at 0.5 s, 0.39 s of a minute on the quickstart and
+# 0.73 s of 30 s with 25 gateways (docs/host-cpu.md); a crash is still seen within 1 s.
+HEALTH_POLL_S = 1.0
 
 
 @dataclass(frozen=True)

@@ -42,6 +42,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from emu.accounting import account
+from emu.accounting import begin as begin_accounting
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.deployment import agent_configs
 from emu.errors import EmuError
@@ -207,7 +209,11 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
               request.timing, request.seed, {f.key: f for f in active}, clock=clock)
     try:
         _begin(run, agents, stage)
+        # Where the host's CPU goes from the epoch to the run's end (emu.accounting).
+        began = begin_accounting(cluster)
         tables, fidelity = _during(run, progress)
+        containers, since = began or (None, None)
+        host_cpu = account(cluster, since, containers=containers)
         # Devices fall silent at the end, as the simulator's sources do; what is under way
         # still arrives during the drain.
         live = [a for a in agents if a not in health.failed]
@@ -219,7 +225,8 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
         control.close()
     facts = _after(run, agents, stage)
     facts.update(request.facts, controller_reconnects=reconnects, dilation=clock.dilation,
-                 fidelity=assess(tables["nodes"], request.timing.sample, fidelity))
+                 host_cpu=host_cpu, fidelity=assess(tables["nodes"], request.timing.sample,
+                                                    fidelity, host_cpu=host_cpu))
     for feature in run.features.values():
         feature.results(run, tables, facts)
     return Emulation({"messages": run.messages, "windows": run.windows, **tables}, facts,

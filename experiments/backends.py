@@ -63,10 +63,14 @@ class SimBackend:
     name = "sim"
 
     def run(self, plan: RunPlan, progress) -> RunOutput:
+        from experiments.dilation import choose
         from sim.model import simulate
 
-        result = simulate(plan.topology, plan.spec.workload, plan.spec.pipeline,
-                          sim_settings(plan.spec, plan.seed), progress)
+        spec = plan.spec
+        # A calibrated model stands for the emulation at the run's dilation (sim.costs).
+        dilation = choose(spec, plan.topology).dilation if spec.run.calibration else 1.0
+        result = simulate(plan.topology, spec.workload, spec.pipeline,
+                          sim_settings(spec, plan.seed, dilation=dilation), progress)
         return RunOutput(result.tables, result.facts)
 
 

@@ -25,6 +25,11 @@ from workloads.calibration import Calibration, load
 
 TARGET_PRESSURE = 0.5
 AUTO_MODEL_S = 60.0
+# The testbed's own CPU beside the containers' (docs/host-cpu.md, measured on the reference
+# 2-core host): the link relays' per message and relayed leg (a publish to the broker, a
+# delivery from it), and the container engine's steady cost.
+RELAY_CPU_PER_LEG_S = 270e-6
+ENGINE_CORES = 0.006
 FALLBACK_CALIBRATION = "reference"
 
 
@@ -67,17 +72,20 @@ def _real_speed(topology, calibration: Calibration, name: str) -> Choice:
 
 
 def predicted_demand(spec, topology, calibration: Calibration) -> dict[str, float]:
-    """Each container's host cores at K = 1, as the calibrated model predicts: its mean
-    utilisation times its cores, in host cores (a QEMU gateway's model speed is per host core;
-    another node's is the reference vCPU's, which the calibration's native speed converts)."""
+    """Each container's host cores at K = 1, as the calibrated model predicts: its mean `cpu`,
+    a share of the container's CPU limit (sim.costs.Costs.capacity: model cores, each a host
+    core on a measured node, a QEMU gateway or a broker, and `speed` host cores on another);
+    and the testbed's own: `relays` (two relayed legs per message that crossed the broker)
+    and `engine`."""
     from experiments.backends import sim_settings
     from sim.costs import CONTAINERS, Costs
     from sim.model import simulate
 
     settings = sim_settings(spec, duration=min(spec.run.duration, AUTO_MODEL_S),
-                            calibration=calibration, drain=min(spec.run.drain, 5.0))
+                            calibration=calibration, drain=min(spec.run.drain, 5.0),
+                            dilation=1.0)
     result = simulate(topology, spec.workload, spec.pipeline, settings)
-    nodes = result.tables["nodes"]
+    nodes, messages = result.tables["nodes"], result.tables["messages"]
     costs = Costs(topology, spec.run.driver_cost, calibration)
     demand: dict[str, float] = {}
     for name, node in topology.nodes.items():
@@ -87,10 +95,12 @@ def predicted_demand(spec, topology, calibration: Calibration) -> dict[str, floa
         mask = nodes["node"] == name
         if not mask.any():
             continue
-        utilisation = float(nodes["cpu"][mask].mean())
-        per_host_core = (calibration.gateway.speed if costs._qemu(name)
-                         else calibration.native.speed)
-        demand[name] = utilisation * cpu.cores * cpu.speed / per_host_core
+        measured = costs._qemu(name) or node.kind == "broker"
+        host_cores = cpu.capacity * (1.0 if measured else cpu.speed)
+        demand[name] = float(nodes["cpu"][mask].mean()) * host_cores
+    relayed = int((messages["hops"] > 1).sum())  # the device's link is the agent's own
+    demand["relays"] = RELAY_CPU_PER_LEG_S * 2 * relayed / settings.duration
+    demand["engine"] = ENGINE_CORES
     return demand
 
 

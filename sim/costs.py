@@ -25,6 +25,14 @@ emulation, the model stands for the emulation of the topology rather than its ha
   agent runs on one core of the model, but its container may use min(4, host cores) of
   them, so a model share of one core read against the emulation's share of two was twice
   its CPU (issue 27, 3c: 0.13 against 0.064 on the links configuration, 0.13 cores both).
+With a calibration and a time dilation K (`run.dilation`; emu.agent.timebase), the model stands
+for the emulation dilated: every node that runs a container gets K times the host's CPU per
+emulated second, so its CPU is K times faster (a measured service time, a Spark batch, a task's
+cost all take 1/K of the time), its `cpu` share is of the same container limit (K times
+smaller for the same work, as emu.metrics measures it over host seconds), and the link layer's
+own delay, the host's time, is 1/K. Without a calibration K changes nothing: the model is of
+the hardware itself, which a dilated emulation approaches (at `real-speed`, emulated QEMU
+gateways run at their profile's speed).
 Other nodes and costs are as without a calibration.
 """
 
@@ -45,10 +53,12 @@ class Costs:
     """The costs of one model's jobs (see the module's docstring)."""
 
     def __init__(self, topology: Topology, driver_cost: float,
-                 calibration: Calibration | None = None):
+                 calibration: Calibration | None = None, dilation: float = 1.0):
         self.topology = topology
         self.driver_cost = driver_cost
         self.calibration = calibration
+        # Only a calibrated model stands for the emulation, and so for its dilation.
+        self.dilation = dilation if calibration is not None else 1.0
 
     def _qemu(self, node: str) -> bool:
         """Whether the node stands for an arm64 container under QEMU, as calibrated: the
@@ -70,7 +80,10 @@ class Costs:
             cores, speed = gateway.cores, gateway.speed
         elif node.kind == "broker":
             cores = 1
-        return Cpu(node.name, cores, speed, self.capacity(node, qemu, speed))
+        capacity = self.capacity(node, qemu, speed)
+        if node.kind in CONTAINERS:  # K times the host's CPU per emulated second
+            speed *= self.dilation
+        return Cpu(node.name, cores, speed, capacity)
 
     def capacity(self, node: Node, qemu: bool, speed: float) -> float | None:
         """The cores of the node's model CPU that the emulation's container limit stands for
@@ -134,5 +147,5 @@ class Costs:
         """The link layer's own delay on each leg `node` sends (0 without a calibration)."""
         if self.calibration is None or self.topology.nodes[node].kind not in CONTAINERS:
             return 0.0
-        return self.calibration.links.hop_overhead
+        return self.calibration.links.hop_overhead / self.dilation
 

@@ -44,6 +44,7 @@ class Settings:
     drain: float = 30.0
     driver_cost: float = 20e-6
     calibration: Calibration | None = None  # what sim.costs.Costs takes from the emulation
+    dilation: float = 1.0  # with a calibration: the emulation's time dilation (sim.costs)
     direct_handover: bool = True  # off only to check that it changes nothing
     bucketed_queue: bool = True  # sim.clock's queue; off only to check that it changes nothing
     in_place: bool = True  # jobs done before any other event finish in place; ditto
@@ -78,7 +79,8 @@ class Model:
         self.stream_names = [stream.name for stream in workload.streams]
         self.log = MessageLog()
         seed = settings.seed
-        self.costs = Costs(topology, settings.driver_cost, settings.calibration)
+        self.costs = Costs(topology, settings.driver_cost, settings.calibration,
+                           settings.dilation)
         self.network = Network(self.env, topology, seed, self._lost, self.costs.lead)
         self.cpus = {node.name: self.costs.cpu(node)
                      for node in topology.nodes.values() if node.kind in HOSTS}

@@ -106,7 +106,7 @@ class Agent:
                 # The job reads through a session of its own; the agent records arrivals.
                 self.spark_jobs[operator_config.name] = SparkJob(
                     operator_config, self.node, config.mqtt, config.records,
-                    len(os.sched_getaffinity(0)))
+                    len(os.sched_getaffinity(0)), dilation=config.dilation)
                 operator_config = replace(operator_config, engine="python", task="passthrough",
                                           params={}, writes=None)
             operator = Operator(operator_config, self.node, self.epoch)

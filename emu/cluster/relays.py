@@ -26,8 +26,9 @@ from emu.links.spec import LinkShape, check_dilation
 T = TypeVar("T")
 
 # How often the loop's timer lateness is probed (s). Its cost on foglab's loaded 2-core host:
-# 0.5 % of a core at 0.05 s, 1 % at 0.02 s (an idle relay set's process, 8 s each).
-LAG_PROBE_S = 0.05
+# 0.5 % of a core at 0.05 s, 1 % at 0.02 s (an idle relay set's process, 8 s each); at 0.1 s
+# half of the first, and still ten probes between two of the run's samples.
+LAG_PROBE_S = 0.1
 
 
 class LagProbe:

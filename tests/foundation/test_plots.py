@@ -13,16 +13,20 @@ from experiments.loader import parse_text
 from experiments.plots import latency_plot
 from experiments.runner import run_experiment
 
+# The loss is on the device's radio, the one link that drops (sim.network.radio; any other
+# carries TCP, where a loss is a retransmission).
 ONE_LINK = """
 name: plotted
 topology:
   name: t
   nodes:
     - {name: dev, kind: device}
+    - {name: gw, kind: gateway}
     - {name: broker, kind: broker}
     - {name: vm, kind: cloud_vm}
   links:
-    - {from: dev, to: broker, latency: 1ms, loss: LOSS}
+    - {from: dev, to: gw, latency: 1ms, loss: LOSS}
+    - {from: gw, to: broker, latency: 1ms}
     - {from: broker, to: vm, latency: 1ms}
 workload:
   name: w
