@@ -1,6 +1,7 @@
 """The hybrid backend's model: its lag behind the wall clock while it drives emulated gateways.
 
     python benchmarks/hybrid_lag.py [--users 5000] [--gateways 50] [--duration 60]
+                                    [--dilation K|auto|real-speed]
 
 One hybrid run (experiments.hybrid): G arm64 gateways under QEMU on a grid 300 m apart, a
 broker, and U users walking among them (random waypoint, 1-15 m/s, position updates every
@@ -70,8 +71,23 @@ scenario:
     radio: {{range: 400, latency: [2ms, 10ms], bandwidth: [10Mbit, 1Mbit], loss: 1%}}
     handover: {{hysteresis: 20, min_dwell: 5s}}
     update: 1s
-run: {{backend: hybrid, duration: {duration}s, seed: 2, drain: 2s, sample: 2s}}
+run: {{backend: hybrid, duration: {duration}s, seed: 2, drain: 2s, sample: 2s,
+       dilation: {dilation}}}
 """
+
+
+def dilation(value: str) -> str:
+    """`--dilation` as run.dilation takes it: a number K >= 1, `auto` or `real-speed`."""
+    if value in ("auto", "real-speed"):
+        return value
+    try:
+        k = float(value)
+    except ValueError:
+        k = 0.0
+    if k < 1:
+        raise argparse.ArgumentTypeError(
+            f"--dilation {value!r}: a number K >= 1, 'auto' or 'real-speed'")
+    return f"{k:g}"
 
 
 def step_ms(experiment_text: str, steps: int = 30) -> float:
@@ -98,9 +114,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--users", type=int, default=5000)
     parser.add_argument("--gateways", type=int, default=50)
-    parser.add_argument("--duration", type=int, default=60)
+    parser.add_argument("--duration", type=int, default=60, help="emulated seconds")
+    parser.add_argument("--dilation", type=dilation, default="1",
+                        help="run.dilation: K, auto or real-speed (default 1: real time)")
     args = parser.parse_args()
-    text = EXPERIMENT.format(users=args.users, gateways=args.gateways, duration=args.duration)
+    text = EXPERIMENT.format(users=args.users, gateways=args.gateways, duration=args.duration,
+                             dilation=args.dilation)
     baseline = step_ms(text)
     with tempfile.TemporaryDirectory(prefix="foglab-hybrid-lag-") as scratch:
         began = time.monotonic()
@@ -108,10 +127,11 @@ def main() -> None:
         wall = time.monotonic() - began
         if outcome.error:
             raise SystemExit(f"the hybrid run failed: {outcome.error}")
-        facts = json.loads((outcome.folder / "manifest.json").read_text())["facts"]["hybrid"]
+        run_facts = json.loads((outcome.folder / "manifest.json").read_text())["facts"]
+    facts, k = run_facts["hybrid"], run_facts.get("dilation", 1.0)
     lag = facts["lag"]
     print(f"users={args.users} gateways={args.gateways} duration_s={args.duration} "
-          f"wall_s={wall:.0f}")
+          f"K={k:g} dilation={args.dilation} wall_s={wall:.0f}")
     print(f"handovers={facts['handovers']} link_updates={facts['link_updates']} "
           f"actions={facts['actions']} actions_failed={facts['actions_failed']}")
     print(f"lag_p50_ms={lag['lag_p50_ms']:.2f} lag_p99_ms={lag['lag_p99_ms']:.2f} "
