@@ -7,9 +7,10 @@ index (message ids) and whether its drivers wait for the run's epoch. The cluste
 how links are shaped.
 
 Devices are not containers of their own: a gateway's agent emulates the devices linked to it
-(seed 001's drivers), holding each message for the device link's latency and jitter and
-dropping it with the link's loss; devices that link to no gateway run as a group in a
-container of their own, which the link layer shapes like any node (`device_hosts`).
+(seed 001's drivers), sending each message on its device's radio at the device link's
+bandwidth, holding it for the link's latency and jitter and dropping it with the link's loss;
+devices that link to no gateway run as a group in a container of their own, which the link
+layer shapes like any node (`device_hosts`).
 Operators run on the nodes that have an agent, gateways and cloud VMs; brokers run Mosquitto
 and nothing else. Drivers follow a stream's rate shape from the run's epoch as the
 simulator's sources do (`publish.rate` changes the base rate while running).
@@ -101,16 +102,18 @@ def _drivers(topology: Topology, workload: WorkloadSpec,
                                           "devices linked to a gateway: a simulated device's "
                                           "readings enter the emulation at its gateway, and "
                                           f"{device} links to none")
-                groups[hosts[device], 0.0, 0.0, 0.0, False].append(device)
+                groups[hosts[device], 0.0, 0.0, 0.0, None, False].append(device)
                 continue
             link = topology.graph.edges[device, gateway]["link"]
-            groups[gateway, link.latency, link.jitter, link.loss, device in load].append(device)
-        for (host, latency, jitter, loss, simulated), devices in groups.items():
+            groups[gateway, link.latency, link.jitter, link.loss, link.bandwidth,
+                   device in load].append(device)
+        for (host, latency, jitter, loss, bandwidth, simulated), devices in groups.items():
             drivers[host].append(DriverConfig(
                 stream=stream.name, devices=devices, rate=float(stream.rate),
                 arrivals=stream.arrivals, size=int(stream.size), format=stream.format,
                 qos=stream.qos, channel=stream.channel, start=float(stream.start),
                 access_latency=latency, access_jitter=jitter, access_loss=loss,
+                access_bandwidth=bandwidth,
                 shape=None if isinstance(stream.shape, Constant) else stream.shape.model_dump(),
                 load=simulated))
     return drivers

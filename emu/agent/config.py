@@ -22,7 +22,8 @@ class DriverConfig:
     """One stream emitted by the devices this gateway serves (seed 001: a driver instance).
 
     `rate` is messages per second per device; `access` is the device-to-gateway link the
-    agent emulates by holding each message for latency plus jitter, and dropping with `loss`.
+    agent emulates: each message takes `size` bytes at `access_bandwidth` on its device's radio
+    (behind that device's earlier ones), then latency plus jitter, and is dropped with `loss`.
     """
 
     stream: str
@@ -37,6 +38,7 @@ class DriverConfig:
     access_latency: float = 0.0
     access_jitter: float = 0.0
     access_loss: float = 0.0
+    access_bandwidth: float | None = None  # bits/s of the device's radio; None: no serialising
     # A local operator reading this stream takes it in-process and the broker never sees it;
     # `forward` publishes it to the broker as well, for readers on other nodes.
     forward: bool = False

@@ -1,5 +1,13 @@
 """Device drivers: each device's stream at its rate, held and thinned by its access link.
 
+A device's radio to its gateway is what the model's link from the device to the gateway is
+(sim.stations.Channel): each reading takes its size in bytes (the stream's `size`, no headers,
+as the model sends it: `airtime`) at the radio's bandwidth, behind the readings the device
+queued before it, whatever stream they belong to (a FIFO per device: `Radio`; two devices never
+wait for each other), then latency and jitter (never overtaking the device's previous reading),
+and a lost reading is dropped after it took its time on the air. All on the agent's clock,
+the run's emulated one: a dilated run needs nothing more.
+
 A moving device (the hybrid backend) changes both while the run goes on: `Drivers.link` sets
 its access link (latency, jitter, loss, and the radio's bandwidth, which queues its messages
 behind each other), and a handover takes it from one gateway's drivers (`leave`, which answers
@@ -31,12 +39,29 @@ CATCH_UP = 1.0
 FORMATS = ("senml", "json", "csv")
 
 
+def airtime(size: int, bits_per_s: float) -> float:
+    """Seconds a reading of `size` bytes takes on a radio of `bits_per_s`: its payload alone,
+    as sim.stations.Channel.transmit charges it (a test holds the two equal)."""
+    return size * 8 / bits_per_s
+
+
+class Radio:
+    """A device's radio, shared by the streams it sends from a node: when it has sent what it
+    queued, and when its last reading arrived (jitter never reorders a device's readings)."""
+
+    __slots__ = ("free", "last_arrival")
+
+    def __init__(self) -> None:
+        self.free = 0.0
+        self.last_arrival = 0.0
+
+
 class Device:
     """One device's stream: a random stream of its own for arrivals and readings, and one for
     its access link (jitter, loss), so its messages are the same whatever else the node does."""
 
     __slots__ = ("driver", "name", "topic", "rng", "link", "token", "next_t",
-                 "last_arrival", "base", "layout", "access", "free")
+                 "base", "layout", "access", "radio")
 
     def __init__(self, driver: Driver, name: str, topic: str, seed: str) -> None:
         self.driver = driver
@@ -46,28 +71,31 @@ class Device:
         self.link = random.Random(f"{seed}:link")
         self.token = 0  # a rate change makes the emission already set a stale one
         self.next_t = 0.0
-        self.last_arrival = 0.0
         self.base = self.rng.uniform(-5.0, 25.0)  # this sensor's mean temperature
         self.layout = layouts(name)
         # Its own access link (latency, jitter, loss, bits/s or 0), set while it moves;
         # None: the driver's.
         self.access: tuple[float, float, float, float] | None = None
-        self.free = 0.0  # when its radio has sent what it queued
+        # Its radio, one per device of the node (Drivers gives its streams the same one).
+        self.radio = Radio()
 
     def state(self) -> dict:
         """What a handover carries to the next gateway (JSON)."""
         return {"name": self.name, "rng": _rng_state(self.rng), "link": _rng_state(self.link),
-                "next_t": self.next_t, "last_arrival": self.last_arrival, "base": self.base,
-                "access": list(self.access) if self.access else None, "free": self.free}
+                "next_t": self.next_t, "last_arrival": self.radio.last_arrival,
+                "base": self.base, "access": list(self.access) if self.access else None,
+                "free": self.radio.free}
 
     def restore(self, state: dict) -> None:
         self.rng.setstate(_rng_tuple(state["rng"]))
         self.link.setstate(_rng_tuple(state["link"]))
         self.next_t = float(state["next_t"])
-        self.last_arrival = float(state["last_arrival"])
         self.base = float(state["base"])
         self.access = tuple(state["access"]) if state.get("access") else None
-        self.free = float(state.get("free", 0.0))
+        # The device's streams share its radio: the latest of what each of them carries.
+        radio = self.radio
+        radio.last_arrival = max(radio.last_arrival, float(state["last_arrival"]))
+        radio.free = max(radio.free, float(state.get("free", 0.0)))
 
 
 def _rng_state(rng: random.Random) -> list:
@@ -95,8 +123,16 @@ class Driver:
                              f"not {config.channel!r}")
         if config.rate < 0:
             raise ValueError(f"driver {config.stream!r}: rate must be >= 0, not {config.rate}")
+        bandwidth = config.access_bandwidth
+        if bandwidth is not None and (isinstance(bandwidth, bool)
+                                      or not isinstance(bandwidth, (int, float))
+                                      or not math.isfinite(bandwidth) or bandwidth <= 0):
+            raise ValueError(f"driver {config.stream!r}: access_bandwidth must be a finite "
+                             f"number of bits/s > 0 or None, not {bandwidth!r}")
         self.config = config
         self.stream = config.stream
+        # Seconds each reading spends on its device's radio (0: a link without a bandwidth).
+        self.airtime = 0.0 if bandwidth is None else airtime(config.size, bandwidth)
         self.rate = float(config.rate)
         self.poisson = config.arrivals == "poisson"
         self.shape = config.shape
@@ -200,6 +236,10 @@ class Drivers:
         self.seed = seed
         # A stream may have several drivers on a node: one per device-link shape.
         self.all = [Driver(c, node, f"{seed}:{index}") for c in configs]
+        radios: dict[str, Radio] = {}
+        for driver in self.all:
+            for device in driver.devices:
+                device.radio = radios.setdefault(device.name, device.radio)
         self._at = at
         self._clock = clock
         self._deliver = deliver
@@ -277,6 +317,7 @@ class Drivers:
             raise ValueError(f"device {name!r} is on {self.node} already")
         fields = {f.name for f in dataclasses.fields(DriverConfig)}
         topics = []
+        radio = Radio()  # its streams' one radio here, as on the node it left
         for stream in moved["streams"]:
             config = dict(stream["driver"])
             unknown = sorted(set(config) - fields)
@@ -292,6 +333,7 @@ class Drivers:
             device = Device(driver, name, stream_topic(driver.stream, self.node, name,
                                                        driver.config.channel),
                             f"{self.seed}:moved:{driver.stream}:{name}")
+            device.radio = radio
             device.restore(stream["state"])
             driver.devices.append(device)
             driver.topics = sorted({d.topic for d in driver.devices})
@@ -335,25 +377,27 @@ class Drivers:
                             device.name, t, 0, driver.body(device, t))
         link = device.link
         if device.access is None:
-            latency, jitter, loss = (config.access_latency, config.access_jitter,
-                                     config.access_loss)
-            sent = t
-        else:  # its own link: a radio also queues each message behind the previous ones
+            latency, jitter, loss, on_air = (config.access_latency, config.access_jitter,
+                                             config.access_loss, driver.airtime)
+        else:  # its own link, set while it moves
             latency, jitter, loss, bandwidth = device.access
-            sent = t
-            if bandwidth > 0:
-                sent = (device.free if device.free > t else t) + config.size * 8 / bandwidth
-                device.free = sent
+            on_air = airtime(config.size, bandwidth) if bandwidth > 0 else 0.0
+        radio = device.radio
+        sent = t
+        if on_air:
+            # As the simulator's links: behind what the device's radio has queued (FIFO).
+            sent = (radio.free if radio.free > t else t) + on_air
+            radio.free = sent
         if jitter:
             # As the simulator's links: delay around the mean, never below zero, never
             # overtaking the device's previous message.
             delay = link.gauss(latency, jitter)
             arrival = sent + (delay if delay > 0.0 else 0.0)
-            if arrival < device.last_arrival:
-                arrival = device.last_arrival
+            if arrival < radio.last_arrival:
+                arrival = radio.last_arrival
         else:
             arrival = sent + latency
-        device.last_arrival = arrival
+        radio.last_arrival = arrival
         dropped = bool(loss) and link.random() < loss
         self._record(envelope.id, driver.stream, device.name, t, dropped)
         if not dropped:

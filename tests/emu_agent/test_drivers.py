@@ -260,3 +260,104 @@ def test_the_drivers_city_fields_and_units_are_the_datasets() -> None:
 
     assert CITY.value_columns == CITY_FIELDS
     assert CITY.units == CITY_UNITS
+
+
+# The device's radio (its link's bandwidth): each reading's bytes on the air, FIFO per device.
+RADIO = 250e3  # bits/s: smart-city's 802.15.4-class radio
+
+
+def test_a_reading_takes_its_bytes_on_the_radio_then_the_latency() -> None:
+    """180 B at 250 kbit/s: 5.76 ms on the air before the link's 5 ms."""
+    config = DriverConfig("city", ["a"], rate=2.0, arrivals="periodic", size=180,
+                          access_latency=0.005, access_bandwidth=RADIO)
+    clock, _, delivered, sent = virtual_drivers([config])
+    clock.run(1010.0)
+    assert len(delivered) == len(sent) >= 19
+    assert {round(t - e.t, 9) for t, _, e in delivered} == {round(180 * 8 / RADIO + 0.005, 9)}
+
+
+def test_back_to_back_readings_of_one_device_queue_on_its_radio() -> None:
+    """5,000 B take 0.16 s on the air, a device emits every 0.1 s: each reading waits for the
+    ones before it, k-th arrives (k + 1) * 0.16 s after the first was emitted."""
+    on_air = 5000 * 8 / RADIO
+    config = DriverConfig("city", ["a"], rate=10.0, arrivals="periodic", size=5000,
+                          access_bandwidth=RADIO)
+    clock, _, delivered, _ = virtual_drivers([config])
+    clock.run(1005.0)
+    first = delivered[0][2].t
+    arrivals = [t for t, _, _ in delivered]
+    assert len(arrivals) >= 25
+    assert arrivals == pytest.approx([first + (k + 1) * on_air for k in range(len(arrivals))])
+    # Two streams of one device share its radio: the second stream's readings queue too.
+    # (2 x 3 readings/s of 0.16 s: the radio is busy 96 % of the time.)
+    both = [DriverConfig("city", ["a"], rate=3.0, size=5000, access_bandwidth=RADIO),
+            DriverConfig("taxi", ["a"], rate=3.0, size=5000, access_bandwidth=RADIO)]
+    clock, _, delivered, sent = virtual_drivers(both)
+    clock.run(1030.0)
+    free, expected = 0.0, []
+    for t in sorted(row[3] for row in sent):
+        free = max(free, t) + on_air
+        expected.append(free)
+    assert {e.stream for _, _, e in delivered} == {"city", "taxi"}
+    assert [t for t, _, _ in delivered] == pytest.approx(expected[:len(delivered)])
+    assert len(delivered) > 150 and max(t - e.t for t, _, e in delivered) > 3 * on_air
+
+
+def test_two_devices_do_not_wait_for_each_other() -> None:
+    """Twenty devices at 1/s whose readings take 0.64 s each: their emissions overlap, yet
+    every reading arrives its own airtime after it was emitted."""
+    config = DriverConfig("city", [f"d-{i}" for i in range(20)], rate=1.0, arrivals="periodic",
+                          size=20000, access_bandwidth=RADIO)
+    clock, _, delivered, _ = virtual_drivers([config])
+    clock.run(1020.0)
+    assert len(delivered) >= 19 * 20
+    assert [t - e.t for t, _, e in delivered] == pytest.approx([20000 * 8 / RADIO]
+                                                               * len(delivered))
+
+
+def test_without_a_bandwidth_the_timing_is_unchanged() -> None:
+    def delays(bandwidth):
+        config = DriverConfig("city", ["a", "b"], rate=5.0, size=5000, access_latency=0.05,
+                              access_jitter=0.02, access_loss=0.1, access_bandwidth=bandwidth)
+        clock, drivers, delivered, sent = virtual_drivers([config])
+        clock.run(1100.0)
+        return drivers.all[0].airtime, [(t, e.id) for t, _, e in delivered], sent
+
+    airtime, plain, sent = delays(None)
+    assert airtime == 0.0 and len(plain) > 800
+    # Exactly the latency and jitter, as before the radio had a bandwidth ...
+    config = DriverConfig("city", ["a"], rate=5.0, arrivals="periodic", access_latency=0.05)
+    clock, _, delivered, _ = virtual_drivers([config])
+    clock.run(1010.0)
+    assert [t - e.t for t, _, e in delivered] == pytest.approx([0.05] * len(delivered))
+    # ... and a bandwidth changes when readings arrive, not which are sent or dropped.
+    _, radio, sent_radio = delays(RADIO)
+    assert sent_radio == sent
+    plain_at = {i: t for t, i in plain}
+    assert {i for _, i in radio} <= set(plain_at) and len(radio) >= len(plain) - 4
+    assert all(t > plain_at[i] for t, i in radio)
+
+
+def test_the_emulated_radio_is_the_models_link() -> None:
+    """The same readings on the model's link from a device to its gateway (sim's Channel,
+    which drops what it loses) arrive when the agent's radio delivers them."""
+    from sim.stations import Channel
+
+    config = DriverConfig("city", ["a"], rate=8.0, size=3000, access_latency=0.005,
+                          access_bandwidth=RADIO)
+    clock, _, delivered, sent = virtual_drivers([config])
+    clock.run(1030.0)
+    channel = Channel(0, "a", "gw-1", 0.005, 0.0, RADIO, 0.0, "s")
+    model = [channel.transmit(t, 3000) for _, _, _, t, _ in sent]
+    assert len(model) > 200 and max(b - a for a, b in zip([r[3] for r in sent], model,
+                                                           strict=True)) > 0.2  # queued
+    assert [t for t, _, _ in delivered] == pytest.approx([t for t in model if t <= 1030.0],
+                                                         abs=1e-9)
+
+
+@pytest.mark.parametrize("bandwidth", [0, -1.0, float("inf"), True, "250kbit"])
+def test_a_bad_radio_bandwidth_is_named(bandwidth) -> None:
+    config = DriverConfig("city", ["a"], rate=1.0, access_bandwidth=bandwidth)
+    with pytest.raises(ValueError, match=r"driver 'city': access_bandwidth must be .* not "
+                                         + repr(bandwidth).replace("(", r"\(")):
+        virtual_drivers([config])

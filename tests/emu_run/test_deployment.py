@@ -53,7 +53,20 @@ def test_each_gateway_drives_its_own_devices_with_their_link() -> None:
     assert (driver.stream, driver.rate, driver.qos, driver.channel) == ("city", 2.0, 1, "exclusive")
     assert (driver.access_latency, driver.access_jitter, driver.access_loss) == (
         pytest.approx(0.005), pytest.approx(0.001), pytest.approx(0.01))
+    assert driver.access_bandwidth is None  # the link has none: nothing to serialise
     assert agents["cloud-1"].drivers == []
+
+
+def test_the_device_links_bandwidth_goes_to_its_gateways_drivers() -> None:
+    """The radio's bandwidth splits drivers as latency does: each driver has one."""
+    text = SMALL.replace("{from: s-*, to: gw-*, mode: spread,",
+                         "{from: 's-[1-4]', to: gw-*, mode: spread, bandwidth: 250kbit,"
+                         ).replace("- {from: gw-*, to: broker-1, latency: 20ms}",
+                                   "- {from: gw-*, to: broker-1, latency: 20ms}\n"
+                                   "    - {from: 's-[56]', to: gw-1, latency: 5ms, "
+                                   "jitter: 1ms, loss: 1%, bandwidth: 1Mbit}")
+    drivers = {tuple(d.devices): d.access_bandwidth for d in configs(text)["gw-1"].drivers}
+    assert drivers == {("s-1", "s-2"): 250e3, ("s-5", "s-6"): 1e6}
 
 
 def test_drivers_carry_their_streams_rate_shape_as_its_fields() -> None:
@@ -153,6 +166,8 @@ def test_the_catalog_quickstart_deploys() -> None:
     agents = agent_configs(run_point.topology, run_point.spec.workload,
                            run_point.spec.pipeline, seed=7, epoch=0.0)
     assert sum(len(d.devices) for a in agents.values() for d in a.drivers) == 200
+    # smart-city's 802.15.4-class radio: 250 kbit/s, serialised by each gateway's agent.
+    assert {d.access_bandwidth for a in agents.values() for d in a.drivers} == {250e3}
     assert [op.engine for op in agents["cloud-1"].operators] == ["spark"]
 
 
