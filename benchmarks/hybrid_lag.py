@@ -27,6 +27,16 @@ Measured on this 2-core host (load 10-20 from other work), 60 s runs:
 | 500 | 20 | 12.7 | 6.9 ms | 0.64 s | 0.32 |
 | 2,000 | 20 | 51 | 14-27 ms | 35-42 s | 0.9-1.0 |
 
+The model keeps up (a step of 2,000 users costs 1 ms; the lag's tail is the host's
+scheduling). What falls behind is the emulation: each handover is two requests to QEMU agents
+and each step a link request per gateway, and an agent under QEMU handles its requests one at
+a time on a host whose 2 cores also run 20 gateways; at 51 handovers/s the queue of actions
+grows for the whole run. Tried: one worker for all actions (p95 1.9 s at 200 users), 32
+workers in order per subject (12 ms); link values to every gateway in one request, then one
+request per gateway with only its devices, and a coarser bandwidth tolerance (10 %, under the
+latency tolerance's effect): 42 s -> 35 s at 2,000 users. The target (5,000 users on 50
+gateways, p95 <= 100 ms) needs more cores than this host has for the gateways themselves.
+
 At a dilation (2026-11-28, 30 s runs, 176 handovers and 2,658 link updates each, none failed;
 load average 0.3 to 2.8, little else running):
 
@@ -37,16 +47,6 @@ load average 0.3 to 2.8, little else running):
 
 (`--dilation auto` chooses 1 here: experiments.dilation predicts the containers' modelled work
 and the relays, not the QEMU agents' handling of the couplings' requests.)
-
-The model keeps up (a step of 2,000 users costs 1 ms; the lag's tail is the host's
-scheduling). What falls behind is the emulation: each handover is two requests to QEMU agents
-and each step a link request per gateway, and an agent under QEMU handles its requests one at
-a time on a host whose 2 cores also run 20 gateways; at 51 handovers/s the queue of actions
-grows for the whole run. Tried: one worker for all actions (p95 1.9 s at 200 users), 32
-workers in order per subject (12 ms); link values to every gateway in one request, then one
-request per gateway with only its devices, and a coarser bandwidth tolerance (10 %, under the
-latency tolerance's effect): 42 s -> 35 s at 2,000 users. The target (5,000 users on 50
-gateways, p95 <= 100 ms) needs more cores than this host has for the gateways themselves.
 """
 
 from __future__ import annotations
