@@ -110,19 +110,28 @@ def baseline_class(rev: str) -> type:
     return module.LinkRelay
 
 
+def _thread_ticks(native_id: int) -> tuple[int, int]:
+    """A thread's (user, system) CPU in clock ticks, from /proc: the kernel's share is the
+    relay's system calls (loopback TCP's send path included)."""
+    fields = Path(f"/proc/self/task/{native_id}/stat").read_text().rsplit(")", 1)[1].split()
+    return int(fields[11]), int(fields[12])
+
+
 def _percentile(values: list[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def measure(relay_class: Callable[..., Any], args: argparse.Namespace) -> dict[str, float]:
+def measure(relay_class: Callable[..., Any], args: argparse.Namespace,
+            new_loop: Callable[[], asyncio.AbstractEventLoop] = asyncio.new_event_loop,
+            ) -> dict[str, float]:
     """One load run through a relay of ``relay_class`` on its own loop thread."""
     load = subprocess.Popen(
         [sys.executable, "-c", LOAD, str(args.rate), str(args.size), str(args.seconds),
          str(args.connections)],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert load.stdin is not None and load.stdout is not None
-    loop = asyncio.new_event_loop()
+    loop = new_loop()
     thread = threading.Thread(target=loop.run_forever, name="relay-cpu", daemon=True)
     thread.start()
     try:
@@ -131,12 +140,15 @@ def measure(relay_class: Callable[..., Any], args: argparse.Namespace) -> dict[s
         port = asyncio.run_coroutine_threadsafe(relay.start(), loop).result()
         assert thread.ident is not None
         clock = time.pthread_getcpuclockid(thread.ident)
+        assert thread.native_id is not None
+        ticks_before = _thread_ticks(thread.native_id)
         cpu_before, wall_before = time.clock_gettime(clock), time.monotonic()
         load.stdin.write(f"{port}\n")
         load.stdin.flush()
         result = json.loads(load.stdout.readline())
         cpu = time.clock_gettime(clock) - cpu_before
         wall = time.monotonic() - wall_before
+        ticks_after = _thread_ticks(thread.native_id)
         asyncio.run_coroutine_threadsafe(relay.close(), loop).result()
     finally:
         load.kill()
@@ -144,12 +156,15 @@ def measure(relay_class: Callable[..., Any], args: argparse.Namespace) -> dict[s
         loop.call_soon_threadsafe(loop.stop)
         thread.join()
         loop.close()
+    user, system = (after - before for after, before in zip(ticks_after, ticks_before,
+                                                              strict=True))
     received, latencies = result["received"], result["latencies"]
     if received == 0:
         raise RuntimeError("no message crossed the relay")
     return {
         "cpu_us_per_message": cpu / received * 1e6,
         "cpu_share": cpu / wall,
+        "system_share": system / (user + system) if user + system else 0.0,
         "received": received,
         "p50_ms": _percentile(latencies, 0.5) * 1e3,
         "p99_ms": _percentile(latencies, 0.99) * 1e3,
@@ -169,20 +184,31 @@ def main() -> None:
     parser.add_argument("--latency", type=float, default=0.02, help="the link's one-way delay")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline-rev", default=BASELINE_REV)
+    parser.add_argument("--uvloop", action="store_true",
+                        help="also measure the relay on uvloop's event loop (if importable)")
     args = parser.parse_args()
     if args.size < 8:
         parser.error(f"--size must be at least 8 bytes (the send time), got {args.size}")
-    designs: dict[str, Callable[..., Any]] = {
-        "baseline": baseline_class(args.baseline_rev), "relay": LinkRelay}
+    designs: dict[str, tuple[Callable[..., Any], Callable[[], asyncio.AbstractEventLoop]]] = {
+        "baseline": (baseline_class(args.baseline_rev), asyncio.new_event_loop),
+        "relay": (LinkRelay, asyncio.new_event_loop)}
+    if args.uvloop:
+        import uvloop  # not a dependency: for comparison only
+
+        designs["relay-uvloop"] = (LinkRelay, uvloop.new_event_loop)
     runs: dict[str, list[dict[str, float]]] = {name: [] for name in designs}
     load_before = os.getloadavg()
     for repeat in range(args.repeats):
-        for name, relay_class in designs.items():
-            figures = measure(relay_class, args)
+        for name, (relay_class, new_loop) in designs.items():
+            figures = measure(relay_class, args, new_loop)
             runs[name].append(figures)
             print(f"run={repeat + 1} design={name} "
                   + " ".join(f"{key}={value:.4g}" for key, value in figures.items()), flush=True)
     load_after = os.getloadavg()
+    for name, figures in runs.items():
+        cpu = _median(figures, "cpu_us_per_message")
+        print(f"design={name} median_cpu_us_per_message={cpu:.1f}"
+              f" p50_ms={_median(figures, 'p50_ms'):.2f} p99_ms={_median(figures, 'p99_ms'):.2f}")
     new, old = _median(runs["relay"], "cpu_us_per_message"), _median(
         runs["baseline"], "cpu_us_per_message")
     print(f"messages={int(args.rate * args.seconds)} rate={args.rate:g} size={args.size} "

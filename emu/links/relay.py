@@ -54,13 +54,13 @@ from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Self, TypeVar
 
+from emu.links.carry import IN_FLIGHT_CHUNKS, Connection  # noqa: F401 - IN_FLIGHT_CHUNKS: re-exported
 from emu.links.spec import LinkShape, check_dilation, host_rate
 
 RETRANSMISSION_STALL_S = 0.2
 MSS = 1460
 GRAIN_S = 0.01
 MAX_CHUNK = 65536
-IN_FLIGHT_CHUNKS = 256
 
 T = TypeVar("T")
 
@@ -182,8 +182,9 @@ class LinkRelay:
         self._stall_s = stall_s * self._dilation
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._live: set[Connection] = set()
         self._connections = 0
+        self._chunk = _chunk_size(self._installed)
         rate = _bytes_per_second(self._installed)
         self._up = _Direction(rate, [up for up, _ in hops])
         self._down = _Direction(rate, [down for _, down in hops])
@@ -212,7 +213,7 @@ class LinkRelay:
     async def start(self) -> int:
         """Listen and return the listening port."""
         self._loop = asyncio.get_running_loop()
-        self._server = await asyncio.start_server(self._accept, *self._listen)
+        self._server = await self._loop.create_server(self._accept, *self._listen)
         return self.port
 
     def reshape(self, shape: LinkShape) -> None:
@@ -220,6 +221,7 @@ class LinkRelay:
         ``shape`` is emulated, like the one the relay was made with."""
         self._shape = shape
         self._installed = shape.dilated(self._dilation)
+        self._chunk = _chunk_size(self._installed)
         now = self._loop.time() if self._loop is not None else 0.0
         for direction in (self._up, self._down):
             direction.bucket.set_rate(_bytes_per_second(self._installed), now)
@@ -234,11 +236,13 @@ class LinkRelay:
         """Stop listening and end every connection."""
         if self._server is not None:
             self._server.close()
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
+        connecting = [c.connecting for c in self._live if c.connecting is not None]
+        for connection in list(self._live):
+            connection.close()
+        await asyncio.gather(*connecting, return_exceptions=True)
         if self._server is not None:
             await self._server.wait_closed()
+        await asyncio.sleep(0)  # let the transports' connection_lost run
 
     async def __aenter__(self) -> Self:
         await self.start()
@@ -247,82 +251,9 @@ class LinkRelay:
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
 
-    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # The relay owns the connection's task, so close() can cancel it: cancelling the task
-        # asyncio.start_server makes for a coroutine callback logs an error on Python 3.11.
+    def _accept(self) -> asyncio.Protocol:
         assert self._loop is not None
-        task = self._loop.create_task(self._serve(reader, writer))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self._connections += 1
-        writers = [writer]
-        try:
-            up_reader, up_writer = await asyncio.open_connection(*self._upstream)
-            writers.append(up_writer)
-            async with asyncio.TaskGroup() as group:
-                group.create_task(self._carry(reader, up_writer, self._up))
-                group.create_task(self._carry(up_reader, writer, self._down))
-        except* OSError:
-            pass  # a refused upstream or a reset on either side ends the connection, as on a link
-        finally:
-            for each in writers:
-                each.close()
-
-    async def _carry(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, direction: _Direction
-    ) -> None:
-        queue: asyncio.Queue[tuple[bytes, float]] = asyncio.Queue(IN_FLIGHT_CHUNKS)
-        async with asyncio.TaskGroup() as group:
-            group.create_task(self._deliver(queue, writer))
-            await self._transmit(reader, queue, direction)
-
-    async def _transmit(
-        self,
-        reader: asyncio.StreamReader,
-        queue: asyncio.Queue[tuple[bytes, float]],
-        direction: _Direction,
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        previous_arrival = 0.0
-        while data := await reader.read(MAX_CHUNK):
-            # One read may hold seconds of traffic at a low rate: it crosses the link in chunks
-            # of one grain, so the receiver sees a steady stream rather than bursts.
-            offset = 0
-            while offset < len(data):
-                shape = self._installed
-                chunk = data[offset : offset + _chunk_size(shape)]
-                offset += len(chunk)
-                now = loop.time()
-                departure = direction.reserve(len(chunk), now)
-                if departure > now:
-                    await asyncio.sleep(departure - now)
-                arrival = departure + self._delay(shape) + self._stall(shape, len(chunk), direction)
-                previous_arrival = max(previous_arrival, arrival)
-                direction.bytes += len(chunk)
-                direction.chunks += 1
-                await queue.put((chunk, previous_arrival))
-        # The FIN crosses the link too, behind the data.
-        fin_arrival = max(previous_arrival, loop.time() + self._installed.latency_s)
-        await queue.put((b"", fin_arrival))
-
-    @staticmethod
-    async def _deliver(
-        queue: asyncio.Queue[tuple[bytes, float]], writer: asyncio.StreamWriter
-    ) -> None:
-        loop = asyncio.get_running_loop()
-        while True:
-            chunk, arrival = await queue.get()
-            wait = arrival - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if not chunk:
-                if writer.can_write_eof():
-                    writer.write_eof()
-                return
-            writer.write(chunk)
-            await writer.drain()
+        return Connection(self, self._loop).client
 
     def _delay(self, shape: LinkShape) -> float:
         if not shape.jitter_s:
