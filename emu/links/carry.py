@@ -84,7 +84,10 @@ class Flow:
             offset += nbytes
             shape = relay._installed
             departure = direction.reserve(nbytes, now)
-            arrival = departure + relay._delay(shape) + relay._stall(shape, nbytes, direction)
+            # Inline the common case (no jitter, no loss): no call, no draw, as _delay and _stall.
+            arrival = departure + (relay._delay(shape) if shape.jitter_s else shape.latency_s)
+            if shape.loss:
+                arrival += relay._stall(shape, nbytes, direction)
             # TCP hands bytes over in order: a chunk never overtakes the one ahead of it.
             if arrival > self.previous_arrival:
                 self.previous_arrival = arrival
