@@ -35,7 +35,9 @@ def main(bench, monkeypatch, tmp_path, dilation: str, emu_k: float):
         """The model's run for every label; the emulation's stand-in is the calibrated model's
         run marked as emu's, with the K emu would record."""
         sets_seen.append(list(sets))
-        found = real_run(config, label, "sim", calibration or None, out, sets)
+        if backend == "emu":
+            calibration = bench.MODELS["sim"]
+        found = real_run(config, label, "sim", calibration, out, sets)
         if backend == "emu":
             manifest = json.loads((found.folder / "manifest.json").read_text())
             manifest["backend"] = "emu"
