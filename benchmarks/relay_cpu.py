@@ -10,7 +10,9 @@ sender: ``--rate`` messages a second of ``--size`` bytes over ``--connections`` 
 through a relay of a ``--latency`` link (20 ms) running on its own event loop thread, as in a
 cluster (emu.cluster.relays). The relay thread's CPU clock over the span, divided by the
 messages, is ``cpu_us_per_message``; each message carries its send time, so the sink also
-gives the one-way latency's p50 and p99 (the link's own delay included).
+gives the one-way latency's p50 and p99 (the link's own delay included). ``--jitter`` and
+``--bandwidth`` shape the link further (smart-city's gateway uplink: ``--jitter 0.002
+--bandwidth 20e6``).
 
 The baseline is the relay as it was at ``--baseline-rev`` (emu/links/relay.py, read with
 ``git show``: the stream-based relay, a reader, a queue, a delivery task and a sleep per
@@ -136,7 +138,8 @@ def measure(relay_class: Callable[..., Any], args: argparse.Namespace,
     thread.start()
     try:
         sink_port = int(load.stdout.readline())
-        relay = relay_class(HOST, sink_port, LinkShape(args.latency), seed=1)
+        shape = LinkShape(args.latency, args.jitter, args.bandwidth)
+        relay = relay_class(HOST, sink_port, shape, seed=1)
         port = asyncio.run_coroutine_threadsafe(relay.start(), loop).result()
         assert thread.ident is not None
         clock = time.pthread_getcpuclockid(thread.ident)
@@ -182,6 +185,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--connections", type=int, default=1)
     parser.add_argument("--latency", type=float, default=0.02, help="the link's one-way delay")
+    parser.add_argument("--jitter", type=float, default=0.0, help="the link's jitter (s)")
+    parser.add_argument("--bandwidth", type=float, default=None, help="the link's bit/s")
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--baseline-rev", default=BASELINE_REV)
     parser.add_argument("--uvloop", action="store_true",
@@ -212,7 +217,8 @@ def main() -> None:
     new, old = _median(runs["relay"], "cpu_us_per_message"), _median(
         runs["baseline"], "cpu_us_per_message")
     print(f"messages={int(args.rate * args.seconds)} rate={args.rate:g} size={args.size} "
-          f"connections={args.connections} latency_ms={args.latency * 1e3:g}")
+          f"connections={args.connections} latency_ms={args.latency * 1e3:g} "
+          f"jitter_ms={args.jitter * 1e3:g} bandwidth_bps={args.bandwidth}")
     print(f"cpu_us_per_message={new:.1f}")
     print(f"baseline_cpu_us_per_message={old:.1f} (relay.py at {args.baseline_rev})")
     paired = statistics.median(
