@@ -59,6 +59,8 @@ class Flow:
         """Bytes read from the source: onto the link now, or behind a held backlog."""
         if self.holding:
             self.backlog += data
+        elif self.sink is None:  # read before upstream is connected (uvloop may read that soon)
+            self._hold(data)
         else:
             self._transmit(data)
 
@@ -250,6 +252,8 @@ class Connection:
             self.connecting = self.loop.create_task(self._connect())
         else:
             self.down.reading = True  # a new transport reads
+            if self.up.holding and self.up.held is None and not self.up.window_full:
+                self.up._release()  # what was read before upstream was connected
             self.up.update_reading()
 
     async def _connect(self) -> None:

@@ -129,3 +129,51 @@ def test_chunks_due_together_leave_in_one_write() -> None:
     chunks, writes = run(scenario())
     assert chunks == 5
     assert writes == [b"".join(bytes([i]) * 10 for i in range(5))]
+
+
+class _Recording:
+    """The few transport calls a flow makes, recorded."""
+
+    def __init__(self) -> None:
+        self.written: list[bytes] = []
+        self.reading = True
+
+    def write(self, data: bytes) -> None:
+        self.written.append(data)
+
+    def pause_reading(self) -> None:
+        self.reading = False
+
+    def resume_reading(self) -> None:
+        self.reading = True
+
+    def can_write_eof(self) -> bool:
+        return True
+
+    def write_eof(self) -> None:
+        self.written.append(b"<FIN>")
+
+    def close(self) -> None:
+        pass
+
+
+def test_bytes_read_before_upstream_is_connected_wait_for_it() -> None:
+    # asyncio's own loop reads nothing before the relay has paused the client; uvloop may.
+    async def scenario() -> tuple[list[bytes], list[bytes]]:
+        loop = asyncio.get_running_loop()
+        relay = LinkRelay(HOST, 9, LinkShape(0.01))
+        connection = carry.Connection(relay, loop)
+        client, upstream = _Recording(), _Recording()
+        connection.up.source = connection.down.sink = client  # type: ignore[assignment]
+        connection.up.feed(b"early")
+        connection.up.end()
+        await asyncio.sleep(0.03)
+        before = list(upstream.written)
+        connection.made(connection.upstream, upstream)  # type: ignore[arg-type]
+        await asyncio.sleep(0.03)
+        connection.close()
+        return before, upstream.written
+
+    before, after = run(scenario())
+    assert before == []
+    assert after == [b"early", b"<FIN>"]
