@@ -36,8 +36,10 @@ Cost. The relays are most of the testbed's own CPU (docs/host-cpu.md), so a conn
 carried by callbacks, not tasks (emu.links.carry): a chunk read is given its arrival time at
 once and queued, one timer per direction writes every chunk due when it fires in one write.
 What is left per relayed message is two wake-ups of the loop (the read, the delivery), a recv
-and a send, and about 25 us of Python: 126 against the stream relay's 214 us of CPU per
-message on foglab's 2-core host (benchmarks/relay_cpu.py, 400 messages/s of 180 B).
+and a send (loopback TCP's receive path included), and a little Python: 133 against the stream
+relay's 192 us of CPU per message on foglab's 2-core host (benchmarks/relay_cpu.py, 400
+messages/s of 180 B; 0.59 to 0.72 of the stream relay's across runs). Raw sockets instead of
+asyncio's transports saved nothing measurable; uvloop's loop 10 to 35 % more.
 
 Limits.
 - Delays are as precise as the event loop's timers: epoll waits whole milliseconds, rounded up,
