@@ -27,8 +27,8 @@ TARGET_PRESSURE = 0.5
 AUTO_MODEL_S = 60.0
 # The testbed's own CPU beside the containers' (docs/host-cpu.md, measured on the reference
 # 2-core host): the link relays' per message and relayed leg (a publish to the broker, a
-# delivery from it), and the container engine's steady cost.
-RELAY_CPU_PER_LEG_S = 270e-6
+# delivery from it: benchmarks/relay_cpu.py, 130-160 us), and the container engine's.
+RELAY_CPU_PER_LEG_S = 150e-6
 ENGINE_CORES = 0.006
 FALLBACK_CALIBRATION = "reference"
 
