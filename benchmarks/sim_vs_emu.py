@@ -62,9 +62,9 @@ QEMU gateways not registered in ZooKeeper within emu.live's 180 host seconds (cl
 the quickstart without the 50 ms lossy links registered at that K, after about 85 s.
 At `--dilation 2` the same 20 s of `links` ran (host load 0.1-0.4, emu CPU pressure 0.04,
 nothing saturated; the calibrated model against emu): p50 64.6 against 63.9 ms (+1.1 %), p95
-184.1 against 135.9 ms (+35 %: the model's retransmissions hold more behind them than the
-relay's), throughput -2.1 %, lost 28 / 19 (the radios' 0.5 % of 4,000: 20), the gateways'
-CPU 0.032-0.034 against 0.028-0.029 (+14 to +21 %), cloud-1 0.014 against 0.015;
+184.1 against 135.9 ms (+35 %: the model's tail behind its retransmissions is the heavier;
+its cause not yet found), throughput -2.1 %, lost 28 / 19 (the radios' 0.5 % of 4,000: 20),
+the gateways' CPU 0.032-0.034 against 0.028-0.029 (+14 to +21 %), cloud-1 0.014 against 0.015;
 `worst=0.011 worst_p95=0.354`.
 
 The figures below were measured before the model changed on 2026-11-28 (issue 27: loss on a TCP
