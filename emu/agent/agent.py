@@ -18,6 +18,7 @@ from emu.agent.drivers import Driver, Drivers
 from emu.agent.management import Management
 from emu.agent.migration import InputSession, Migrations
 from emu.agent.mqtt import (
+    RECONNECT_DELAYS_S,
     connected,
     end_session,
     new_client,
@@ -196,8 +197,7 @@ class Agent:
         for job in self.spark_jobs.values():
             job.start()
         host, port = broker_address(self.config.mqtt)
-        self.client.reconnect_delay_set(min_delay=self.host_seconds(1),
-                                        max_delay=self.host_seconds(4))
+        self.client.reconnect_delay_set(*RECONNECT_DELAYS_S)
         self.client.connect_async(host, port, keepalive=self.keepalive, **session_args())
         self.client.loop_start()
         for session in self.sessions.values():

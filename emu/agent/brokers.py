@@ -28,7 +28,14 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from emu.agent.mqtt import connected, end_session, new_client, no_delay, session_args
+from emu.agent.mqtt import (
+    RECONNECT_DELAYS_S,
+    connected,
+    end_session,
+    new_client,
+    no_delay,
+    session_args,
+)
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
@@ -54,8 +61,7 @@ class SpareSession:
         self.client = new_client(f"foglab-agent-{agent.node}-{self.role}", persistent=True)
         self.client.on_connect = self._on_connect
         self._set_up(self.client)
-        self.client.reconnect_delay_set(min_delay=self.agent.host_seconds(1),
-                                         max_delay=self.agent.host_seconds(4))
+        self.client.reconnect_delay_set(*RECONNECT_DELAYS_S)
         host, port = broker_address(address)
         self.client.connect_async(host, port, keepalive=self.agent.keepalive, **session_args())
         self.client.loop_start()

@@ -61,6 +61,7 @@ from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
 from emu.agent.mqtt import (
+    RECONNECT_DELAYS_S,
     connected,
     end_session,
     new_client,
@@ -173,8 +174,7 @@ class InputSession:
             return
         self.started = True
         host, port = broker_address(self.address)
-        self.client.reconnect_delay_set(min_delay=self.agent.host_seconds(1),
-                                         max_delay=self.agent.host_seconds(4))
+        self.client.reconnect_delay_set(*RECONNECT_DELAYS_S)
         self.client.connect_async(host, port, keepalive=self.agent.keepalive, **session_args())
         self.client.loop_start()
 

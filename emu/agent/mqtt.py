@@ -8,6 +8,11 @@ from typing import Any
 # How long the broker keeps a persistent client's session after it went (s): a broker
 # restart or a partition is seconds; a run is much shorter than this.
 SESSION_EXPIRY_S = 3600
+# paho's delays between reconnection attempts (min, max), host seconds at any dilation: a
+# cluster starts in host time (an agent usually starts before its broker listens, and at K
+# times these delays the gateways of a real-speed run had not registered after 180 s); a
+# broker restart's reconnection is then K times quicker in emulated time (docs/dilation.md).
+RECONNECT_DELAYS_S = (1, 4)
 MQTT_V5 = 5
 
 

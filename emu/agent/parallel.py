@@ -52,6 +52,7 @@ from typing import TYPE_CHECKING, Any
 
 from emu.agent.migration import InputSession, operator_name, watch_resume
 from emu.agent.mqtt import (
+    RECONNECT_DELAYS_S,
     connected,
     end_session,
     new_client,
@@ -109,8 +110,7 @@ class _Link:
         expiry = self.agent.host_seconds(LINK_EXPIRY_S)
         arguments["properties"].SessionExpiryInterval = round(expiry)
         host, port = broker_address(self.agent.config.mqtt)
-        self.client.reconnect_delay_set(min_delay=self.agent.host_seconds(1),
-                                         max_delay=self.agent.host_seconds(4))
+        self.client.reconnect_delay_set(*RECONNECT_DELAYS_S)
         self.client.connect_async(host, port, keepalive=self.agent.keepalive, **arguments)
         self.client.loop_start()
 
