@@ -12,7 +12,7 @@ import pytest
 
 from emu.agent.timebase import TimeBase
 from emu.features.faults import FaultSchedule
-from emu.health import Health, Seen
+from emu.health import HEALTH_POLL_S, Health, Seen
 from tests.emu_run.test_fault_schedule import faults
 
 K = 2.0
@@ -120,7 +120,8 @@ def test_health_reads_the_engines_host_times_on_the_runs_clock():
     # stopped at host 1010 and started again at host 1014: emulated 1005 to 1007
     health.observe({"broker": Seen("running", started=1014.0, finished=1010.0)}, clock.now())
     assert health.facts() == {"broker": [[5.0, 7.0]]}
-    assert health.interval == pytest.approx(0.5 / K)  # the engine is asked as often
+    # the engine is asked as often on the host's clock: K times as often in emulated time
+    assert health.interval == pytest.approx(HEALTH_POLL_S / K)
 
 
 def test_the_dilated_models_seconds_last_k_host_seconds_and_its_lag_is_emulated():
