@@ -48,6 +48,9 @@ MARK_SHARE = 0.05
 # The testbed's machinery (emu.accounting's `host_cpu` fact) distorts a run when it takes more
 # than this share of the run's own CPU (machinery + emulated system): issue 27's bound.
 MACHINERY_SHARE = 0.10
+# ... and when it is busy enough to compete with the system at all (cores, over the run's span):
+# a light run's relays at a third of its small CPU took 0.1 s in 20 s, which distorts nothing.
+MACHINERY_MIN_CORES = 0.05
 
 COLUMNS = ("host_pressure", "relay_lag", "throttled")
 
@@ -202,11 +205,14 @@ def _stats(values: list[float]) -> dict | None:
 def machinery_reason(host_cpu: Mapping | None) -> str | None:
     """Why the testbed's own CPU is worth a doubt, from emu.accounting's fact (None: it is
     not, or there is no fact): its share of the run's CPU over MACHINERY_SHARE, with the
-    busiest machinery part."""
+    busiest machinery part, unless it took under MACHINERY_MIN_CORES of the host."""
     if not host_cpu or host_cpu.get("machinery_share_of_run") is None:
         return None
     share = host_cpu["machinery_share_of_run"]
     if share <= MACHINERY_SHARE:
+        return None
+    span, machinery = host_cpu.get("span_s"), host_cpu.get("machinery_s")
+    if span and machinery is not None and machinery / span < MACHINERY_MIN_CORES:
         return None
     parts = [p for p in host_cpu.get("parts", []) if p.get("kind") == "machinery"]
     top = max(parts, key=lambda p: p["cpu_s"], default=None)

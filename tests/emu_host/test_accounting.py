@@ -264,3 +264,7 @@ def test_a_run_whose_machinery_takes_over_a_tenth_of_its_cpu_is_marked_with_the_
                                   "relays (emu.cluster.relays), 3.0 s)"]
     assert not assess(nodes, 1.0, host_cpu=fact(0.5, 9.5))["marked"]
     assert not assess(nodes, 1.0)["marked"]  # without the fact, as before
+    # a light run: its machinery a third of its CPU, but 0.1 s in 20 s of the host's
+    light = {**fact(0.1, 0.2), "span_s": 20.0, "machinery_s": 0.1}
+    assert machinery_reason(light) is None
+    assert machinery_reason({**light, "machinery_s": 3.0}) is not None  # 0.15 cores
