@@ -62,6 +62,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from benchmarks.sim_vs_emu import dilation  # noqa: E402  (--dilation, checked once)
 from experiments.loader import parse_text  # noqa: E402
 from experiments.runner import run_experiment  # noqa: E402
 
@@ -90,20 +91,6 @@ scenario:
 run: {{backend: hybrid, duration: {duration}s, seed: 2, drain: 2s, sample: 2s,
        dilation: {dilation}}}
 """
-
-
-def dilation(value: str) -> str:
-    """`--dilation` as run.dilation takes it: a number K >= 1, `auto` or `real-speed`."""
-    if value in ("auto", "real-speed"):
-        return value
-    try:
-        k = float(value)
-    except ValueError:
-        k = 0.0
-    if k < 1:
-        raise argparse.ArgumentTypeError(
-            f"--dilation {value!r}: a number K >= 1, 'auto' or 'real-speed'")
-    return f"{k:g}"
 
 
 def step_ms(experiment_text: str, steps: int = 30) -> float:
