@@ -95,7 +95,7 @@ def predicted_demand(spec, topology, calibration: Calibration) -> dict[str, floa
         mask = nodes["node"] == name
         if not mask.any():
             continue
-        measured = costs._qemu(name) or node.kind == "broker"
+        measured = costs.qemu(name) or node.kind == "broker"
         host_cores = cpu.capacity * (1.0 if measured else cpu.speed)
         demand[name] = float(nodes["cpu"][mask].mean()) * host_cores
     relayed = int((messages["hops"] > 1).sum())  # the device's link is the agent's own

@@ -60,7 +60,7 @@ class Costs:
         # Only a calibrated model stands for the emulation, and so for its dilation.
         self.dilation = dilation if calibration is not None else 1.0
 
-    def _qemu(self, node: str) -> bool:
+    def qemu(self, node: str) -> bool:
         """Whether the node stands for an arm64 container under QEMU, as calibrated: the
         emulation runs the arm64 gateway image for gateways of an arm64 profile only (every
         other node runs an amd64 image; emu.cluster.plan)."""
@@ -74,7 +74,7 @@ class Costs:
         cores, speed = node.profile.cores, node.profile.speed
         if self.calibration is None:
             return Cpu(node.name, cores, speed)
-        qemu = self._qemu(node.name)
+        qemu = self.qemu(node.name)
         if qemu:
             gateway = self.calibration.gateway
             cores, speed = gateway.cores, gateway.speed
@@ -104,7 +104,7 @@ class Costs:
     def operator(self, spec: OperatorSpec, node: str) -> float:
         """An instance's cost per message: measured on a calibrated node for its task, else
         the written cost, else the task's reference cost (workloads.riot.costs), else 0."""
-        if self._qemu(node):
+        if self.qemu(node):
             measured = self.calibration.gateway.operators.get(spec.task)
             if measured is not None:
                 return measured * self.calibration.gateway.speed
@@ -130,7 +130,7 @@ class Costs:
 
     def driver(self, gateway: str) -> float:
         """A gateway's driver's cost per reading."""
-        if self._qemu(gateway):
+        if self.qemu(gateway):
             return self.calibration.gateway.driver * self.calibration.gateway.speed
         return self.driver_cost
 
