@@ -12,11 +12,21 @@ What cannot be scaled: the JVM's pauses (garbage collection, JIT compilation) an
 work per micro-batch (planning, scheduling, Python workers), which are host work and so take
 1/K of their time in emulated time; the Python worker's hard-coded 10 s to connect back and
 other fixed waits inside Spark; the kernel's TCP timers.
+
+On a standalone cluster (`spark://host:port`, workloads.spark.standalone), executors are other
+processes, perhaps on other hosts, and must connect back to the driver: `cluster_conf` gives
+the driver's address and ports (`spark.driver.host`, `spark.driver.bindAddress`,
+`spark.driver.port`, `spark.blockManager.port`: in a container, the address others reach and
+the one it binds differ, and the ports must be ones the network lets through) and the
+executors' size, which must fit a worker (an executor asking more memory than any worker has
+is never launched: the application waits for good).
 """
 
 from __future__ import annotations
 
 import os
+import re
+import socket
 import sys
 from collections.abc import Mapping
 
@@ -84,3 +94,93 @@ def spark_session(master: str = "local[*]", app_name: str = "foglab",
     for key, value in (DEFAULTS | dict(conf or {})).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
+
+
+# local, local[4], local[*], local[4,2] (with task retries), local-cluster[...]
+_LOCAL = re.compile(r"^local(\[(\*|\d+)(,\d+)?\])?$|^local-cluster\[\d+,\d+,\d+\]$")
+_SPARK = re.compile(r"^spark://([^,/:]+:\d+)(,[^,/:]+:\d+)*$")
+# The least memory Spark 4 starts an executor with (its reserved 300 MiB x 1.5).
+MIN_EXECUTOR_MEMORY_MB = 450
+MASTER_CONNECT_S = 5.0
+
+
+def master_hosts(master: str) -> list[tuple[str, int]]:
+    """The (host, port) of each master in a `spark://h1:p1,h2:p2` URL; [] for a local master.
+    Anything else (yarn, k8s, a typo) is refused with the URL in the message."""
+    if _LOCAL.match(master):
+        return []
+    if not _SPARK.match(master):
+        raise ValueError(f"Spark master {master!r}: foglab runs 'local[N]' or a standalone "
+                         "cluster 'spark://host:port' (standby masters: "
+                         "'spark://h1:p1,h2:p2')")
+    hosts = []
+    for entry in master.removeprefix("spark://").split(","):
+        host, _, port = entry.rpartition(":")
+        if not 0 < int(port) < 65536:
+            raise ValueError(f"Spark master {master!r}: port {port} is out of range")
+        hosts.append((host, int(port)))
+    return hosts
+
+
+def check_master(master: str, timeout: float = MASTER_CONNECT_S) -> None:
+    """Refuse at once a cluster master no TCP connection reaches: Spark's own client retries
+    for a minute before it gives up. A local master passes."""
+    failures = []
+    for host, port in master_hosts(master):
+        try:
+            with socket.create_connection((host, port), timeout=timeout):
+                return
+        except OSError as error:
+            failures.append(f"{host}:{port}: {error}")
+    if failures:
+        raise ConnectionError(f"Spark master {master!r} does not answer ({'; '.join(failures)})"
+                              ": is the standalone cluster up (workloads.spark.standalone)?")
+
+
+def driver_address(master: str) -> str:
+    """The local address this host reaches the (first) master from: the one executors, which
+    the master's workers run, can reach the driver at (no packet is sent)."""
+    host, port = master_hosts(master)[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        probe.connect((socket.gethostbyname(host), port))
+        return probe.getsockname()[0]
+
+
+def _megabytes(size: str) -> int:
+    match = re.fullmatch(r"(\d+)([kmgt]?)b?", size.strip().lower())
+    if not match:
+        raise ValueError(f"executor memory {size!r}: expected a size like '512m' or '2g'")
+    scale = {"k": 1 / 1024, "": 1 / 2**20, "m": 1, "g": 1024, "t": 2**20}[match[2]]
+    return int(int(match[1]) * scale)
+
+
+def cluster_conf(master: str, driver_host: str | None = None, bind_address: str = "0.0.0.0",
+                 driver_port: int = 0, block_manager_port: int = 0, executor_cores: int = 1,
+                 executor_memory: str = "512m",
+                 shuffle_partitions: int | None = None) -> dict[str, str]:
+    """Spark's settings for a driver on `master`: none for a local master.
+
+    `driver_host`: where executors reach the driver (default: `driver_address`, this host's
+    address towards the master); `bind_address`: what the driver listens on (in a container
+    its own interface; all of them by default); `driver_port`, `block_manager_port`: fixed
+    ports (0: any free one, fine when nothing filters the traffic). Executors get
+    `executor_cores` and `executor_memory` each (at most a worker's SPARK_WORKER_MEMORY), and
+    stateful stages `shuffle_partitions` tasks (default: DEFAULTS' one).
+    """
+    if not master_hosts(master):
+        return {}
+    if _megabytes(executor_memory) < MIN_EXECUTOR_MEMORY_MB:
+        raise ValueError(f"executor memory {executor_memory!r}: Spark starts no executor "
+                         f"below {MIN_EXECUTOR_MEMORY_MB}m")
+    for name, port in (("driver_port", driver_port), ("block_manager_port", block_manager_port)):
+        if not 0 <= port < 65536:
+            raise ValueError(f"{name} {port} is not a port (0 for any free one)")
+    conf = {"spark.driver.host": driver_host or driver_address(master),
+            "spark.driver.bindAddress": bind_address,
+            "spark.driver.port": str(driver_port),
+            "spark.blockManager.port": str(block_manager_port),
+            "spark.executor.cores": str(executor_cores),
+            "spark.executor.memory": executor_memory}
+    if shuffle_partitions is not None:
+        conf["spark.sql.shuffle.partitions"] = str(shuffle_partitions)
+    return conf
