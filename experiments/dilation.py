@@ -21,9 +21,9 @@ import math
 import os
 from dataclasses import dataclass, field
 
+from emu.capacity import TARGET_PRESSURE  # one bound for `auto` and the capacity planner
 from workloads.calibration import Calibration, load
 
-TARGET_PRESSURE = 0.5
 AUTO_MODEL_S = 60.0
 # The testbed's own CPU beside the containers' (docs/host-cpu.md, measured on the reference
 # 2-core host): the link relays' per message and relayed leg (a publish to the broker, a
@@ -40,6 +40,8 @@ class Choice:
     dilation: float
     asked: float | str
     why: dict = field(default_factory=dict)
+    # `auto`'s predicted demand (predicted_demand), for the capacity planner to reuse.
+    demand: dict = field(default_factory=dict, compare=False, repr=False)
 
     def facts(self) -> dict:
         return {"dilation": self.dilation, "asked": self.asked, **self.why}
@@ -54,8 +56,7 @@ def choose(spec, topology, cores: int | None = None) -> Choice:
     asked = spec.run.dilation
     if not isinstance(asked, str):
         return Choice(float(asked), asked)
-    name = spec.run.calibration or FALLBACK_CALIBRATION
-    calibration = load(name).calibration
+    name, calibration = calibration_of(spec)
     if asked == "real-speed":
         return _real_speed(topology, calibration, name)
     return _auto(spec, topology, calibration, name, cores or host_cores())
@@ -69,6 +70,18 @@ def _real_speed(topology, calibration: Calibration, name: str) -> Choice:
     return Choice(round(k, 3), "real-speed", {
         "calibration": name, "emulated_gateway_speed": calibration.gateway.speed,
         "profile_speeds": sorted({topology.nodes[n].profile.speed for n in ratios})})
+
+
+def calibration_of(spec) -> tuple[str, Calibration]:
+    """The calibration the prediction uses: the run's, else the shipped FALLBACK_CALIBRATION."""
+    name = spec.run.calibration or FALLBACK_CALIBRATION
+    return name, load(name).calibration
+
+
+def demand_of(spec, topology) -> dict[str, float]:
+    """predicted_demand with the run's calibration (calibration_of): what `auto` and the
+    capacity planner (emu.capacity, `foglab emu plan`) both read."""
+    return predicted_demand(spec, topology, calibration_of(spec)[1])
 
 
 def predicted_demand(spec, topology, calibration: Calibration) -> dict[str, float]:
@@ -112,4 +125,4 @@ def _auto(spec, topology, calibration: Calibration, name: str, cores: int) -> Ch
     return Choice(k, "auto", {
         "calibration": name, "host_cores": cores, "target_pressure": TARGET_PRESSURE,
         "predicted_host_cores": round(total, 3), "busiest": busiest,
-        "busiest_host_cores": round(demand[busiest], 3) if busiest else 0.0})
+        "busiest_host_cores": round(demand[busiest], 3) if busiest else 0.0}, demand)

@@ -1,0 +1,337 @@
+"""How many hosts an emulated run needs, how long it takes to come up, and the CPU pressure it
+puts on each: the capacity planner behind `foglab emu plan` (docs/capacity.md).
+
+Pure arithmetic over two inputs, so that it runs without Docker and in a test:
+
+- the cluster's plan (emu.cluster.plan: what becomes a container, its site's network, its
+  image and role);
+- each container's predicted CPU demand at K = 1 in host cores, with the testbed's own parts
+  (`relays`, `engine`): the calibrated model's prediction, experiments.dilation's
+  `predicted_demand`, the same figures `run.dilation: auto` reads. emu imports neither sim nor
+  the experiment layer, so the caller hands the demand in (the CLI through
+  emu.cli.use_demand).
+
+Placement, as Docker Swarm will place the services (by node labels, a site pinned to a node):
+a site is kept together on one host where it fits (sites by demand, largest first, each on the
+first host with room: the CPU budget TARGET_PRESSURE x cores x K and the memory); a site that
+fits on no host whole is split, its containers placed first-fit decreasing by demand; a
+container that fits nowhere goes to the host of least pressure (it is then over the budget,
+and the plan says so). The relays' CPU follows the agents (each node's link agent shapes the
+connections of the containers on it), the engine's is paid on every host.
+
+Pressure is a host's demand over its cores at the run's dilation K (K times the host's time
+per emulated second: demand / (K x cores)). TARGET_PRESSURE is the bound `auto` dilation keeps
+(experiments.dilation imports it from here: one constant). `hosts_needed` is the fewest hosts
+of the given size on which every host stays within it at K (with `auto`, at K = 1: the hosts
+that would run it in real time); None when one container alone is beyond it (only a larger K
+helps). Memory is what the containers hold resident, not their
+limits (Docker does not reserve a limit: 200 Pi 4 gateways are 800 GiB of limits and 4 GiB
+resident): per role, measured with `docker stats` on the smart city here (RESIDENT below).
+
+Start-up: the engine's CPU per container (emu.cluster.engine: about 0.5 s on a user-defined
+network, 0.2 s for an agent the zygote forks, 1.1 s for the zygote itself, a QEMU agent
+started afresh) over the host's cores, the hosts starting in parallel: a lower bound, as the
+services' own start (ZooKeeper's JVM) overlaps it.
+
+A plan that cannot fit is refused (CapacityRefused, naming the figures): memory beyond a host's
+on the hosts given, or a host predicted beyond its cores (pressure above 1) at a fixed K.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from emu.cluster.plan import ClusterPlan, ContainerPlan
+
+TARGET_PRESSURE = 0.5
+SATURATED = 1.0
+GIB = 1024**3
+MIB = 1024**2
+# The engine's CPU seconds to start one container (emu.cluster.engine's docstring).
+START_CPU_S = 0.5
+START_FORKED_S = 0.2
+START_ZYGOTE_S = 1.1
+# Resident memory per container (docker stats, smart city on the 2-core host, 2026-11-28:
+# a forked gateway 16-18 MiB, an idle cloud agent 14 MiB, ZooKeeper 51 MiB young, Mosquitto
+# 1.6 MiB, the zygote 45 MiB), rounded up; a Spark job's JVM and Python workers on top of
+# its cloud VM's agent (local mode: docs/host-cpu.md).
+RESIDENT = {"gateway": 24 * MIB, "agent": 48 * MIB, "broker": 8 * MIB,
+            "zookeeper": 160 * MIB, "idle": 4 * MIB}
+SPARK_RESIDENT = 768 * MIB
+ZYGOTE_RESIDENT = 64 * MIB
+TESTBED = ("relays", "engine")
+
+
+class CapacityRefused(ValueError):
+    """The experiment does not fit on the hosts given; the message names the figures."""
+
+
+@dataclass(frozen=True)
+class Host:
+    """One host of the plan: its containers, their demand (host cores at K = 1) and memory."""
+
+    index: int
+    containers: tuple[str, ...]
+    sites: tuple[str, ...]
+    demand: float
+    memory: int
+    cores: float
+    dilation: float
+    start_s: float
+
+    @property
+    def pressure(self) -> float:
+        return self.demand / (self.dilation * self.cores)
+
+
+@dataclass(frozen=True)
+class CapacityPlan:
+    hosts: list[Host]
+    cores: float
+    memory: int
+    dilation: float
+    asked: float | str
+    hosts_needed: int | None
+    demand: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def total_demand(self) -> float:
+        return sum(h.demand for h in self.hosts)
+
+    @property
+    def max_pressure(self) -> float:
+        return max(h.pressure for h in self.hosts)
+
+    @property
+    def start_s(self) -> float:
+        return max(h.start_s for h in self.hosts)
+
+    @property
+    def saturated(self) -> bool:
+        """Beyond the bound `auto` keeps: the emulated figures start to be the testbed's."""
+        return self.max_pressure > TARGET_PRESSURE + 1e-9
+
+    def figures(self) -> dict[str, object]:
+        """The plan as key -> value (`--plain`, the run's facts)."""
+        found: dict[str, object] = {
+            "hosts": len(self.hosts), "cores": self.cores,
+            "memory_gib": round(self.memory / GIB, 2), "dilation": self.dilation,
+            "predicted_cores": round(self.total_demand, 3),
+            "max_pressure": round(self.max_pressure, 3),
+            "target_pressure": TARGET_PRESSURE,
+            "hosts_needed": self.hosts_needed if self.hosts_needed is not None else "none",
+            "startup_s": round(self.start_s, 1), "saturated": str(self.saturated).lower()}
+        for host in self.hosts:
+            found[f"host{host.index}"] = (
+                f"containers={len(host.containers)} cores={host.demand:.3f} "
+                f"pressure={host.pressure:.3f} memory_gib={host.memory / GIB:.2f} "
+                f"startup_s={host.start_s:.1f}")
+        return found
+
+
+@dataclass
+class _Item:
+    name: str
+    site: str
+    demand: float
+    memory: int
+    start_s: float
+    agent: bool
+    forked: bool
+
+
+def resident(container: ContainerPlan) -> int:
+    """What a container holds resident, by role (RESIDENT; an agent with a Spark job more)."""
+    if container.role == "agent":
+        base = RESIDENT["gateway"] if _forked(container) else RESIDENT["agent"]
+        spark = sum(1 for op in container.agent.operators if op.engine == "spark")
+        return base + spark * SPARK_RESIDENT
+    return RESIDENT.get(container.role, RESIDENT["idle"])
+
+
+def _forked(container: ContainerPlan) -> bool:
+    from emu.images import GATEWAY
+
+    return container.role == "agent" and container.image == GATEWAY
+
+
+def _items(cluster: ClusterPlan, demand: Mapping[str, float]) -> list[_Item]:
+    items = []
+    for name, container in cluster.containers.items():
+        forked = _forked(container)
+        items.append(_Item(name, container.segment, float(demand.get(name, 0.0)),
+                           resident(container), START_FORKED_S if forked else START_CPU_S,
+                           container.role == "agent", forked))
+    return items
+
+
+def _dilation(asked: float | str, busiest: float, cores: float) -> float:
+    """The run's K: a number as it is; `auto` as experiments.dilation chooses it, for the
+    busiest host (the smallest multiple of 1/2 that keeps it within TARGET_PRESSURE)."""
+    if isinstance(asked, str):
+        return max(1.0, math.ceil(2 * busiest / (TARGET_PRESSURE * cores) - 1e-9) / 2)
+    return float(asked)
+
+
+class _Bins:
+    """Hosts being filled: per host its items, demand and memory."""
+
+    def __init__(self, hosts: int, budget: float, memory: int, base: float):
+        self.items: list[list[_Item]] = [[] for _ in range(hosts)]
+        self.demand = [base] * hosts
+        self.memory = [0] * hosts
+        self.budget, self.limit = budget, memory
+
+    def fits(self, i: int, demand: float, memory: int) -> bool:
+        return (self.demand[i] + demand <= self.budget + 1e-9
+                and self.memory[i] + memory <= self.limit)
+
+    def put(self, i: int, items: list[_Item]) -> None:
+        self.items[i] += items
+        self.demand[i] += sum(it.demand for it in items)
+        self.memory[i] += sum(it.memory for it in items)
+
+    def first(self, demand: float, memory: int) -> int | None:
+        return next((i for i in range(len(self.items)) if self.fits(i, demand, memory)), None)
+
+
+def _place(items: list[_Item], hosts: int, budget: float, memory: int,
+           base: float) -> tuple[_Bins, bool]:
+    """Sites whole where they fit, first-fit decreasing for the rest; whether all fitted."""
+    bins = _Bins(hosts, budget, memory, base)
+    sites: dict[str, list[_Item]] = {}
+    for item in items:
+        sites.setdefault(item.site, []).append(item)
+    ordered = sorted(sites.items(), key=lambda kv: (-sum(i.demand for i in kv[1]), kv[0]))
+    loose: list[_Item] = []
+    for _, members in ordered:
+        where = bins.first(sum(i.demand for i in members), sum(i.memory for i in members))
+        if where is None:
+            loose += members
+        else:
+            bins.put(where, members)
+    fitted = True
+    for item in sorted(loose, key=lambda i: (-i.demand, -i.memory, i.name)):
+        where = bins.first(item.demand, item.memory)
+        if where is None:
+            fitted = False
+            room = [i for i in range(hosts) if bins.memory[i] + item.memory <= memory]
+            where = min(room or range(hosts), key=lambda i: (bins.demand[i], i))
+        bins.put(where, [item])
+    return bins, fitted
+
+
+def _relays(bins: _Bins, relays: float) -> list[float]:
+    """The relays' CPU per host, in proportion to the agents placed there."""
+    agents = [sum(1 for it in items if it.agent) for items in bins.items]
+    total = sum(agents)
+    return [relays * a / total if total else relays / len(agents) for a in agents]
+
+
+def _hosts(bins: _Bins, relays: float, engine: float, cores: float,
+           dilation: float) -> list[Host]:
+    shares = _relays(bins, relays)
+    found = []
+    for i, items in enumerate(bins.items):
+        start = sum(it.start_s for it in items) + (
+            START_ZYGOTE_S if any(it.forked for it in items) else 0.0)
+        memory = bins.memory[i] + (ZYGOTE_RESIDENT if any(it.forked for it in items) else 0)
+        found.append(Host(i + 1, tuple(it.name for it in items),
+                          tuple(dict.fromkeys(it.site for it in items)),
+                          sum(it.demand for it in items) + shares[i] + engine, memory, cores,
+                          dilation, start / cores))
+    return found
+
+
+def _needed(items: list[_Item], relays: float, engine: float, cores: float, memory: int,
+            dilation: float) -> int | None:
+    """The fewest hosts on which every host stays within TARGET_PRESSURE at `dilation`."""
+    budget = TARGET_PRESSURE * cores * dilation
+    per_agent = relays / max(1, sum(1 for it in items if it.agent))
+    # The relays follow the agents: count each agent's share as its own demand here.
+    loaded = [_Item(it.name, it.site, it.demand + (per_agent if it.agent else 0.0), it.memory,
+                    it.start_s, it.agent, it.forked) for it in items]
+    if any(it.demand + engine > budget + 1e-9 for it in loaded):
+        return None
+    for hosts in range(1, len(items) + 1):
+        _, fitted = _place(loaded, hosts, budget, memory, engine)
+        if fitted:
+            return hosts
+    return None
+
+
+def plan_capacity(cluster: ClusterPlan, demand: Mapping[str, float], hosts: int = 1,
+                  cores: float = 2.0, memory: int = 8 * GIB,
+                  dilation: float | str = 1.0) -> CapacityPlan:
+    """Place the cluster's containers on `hosts` hosts of `cores` cores and `memory` bytes each
+    and predict each host's CPU pressure at the run's dilation (a number, or `auto`), the
+    start-up time and the hosts needed; raise CapacityRefused when it cannot fit."""
+    if hosts < 1 or not cores > 0 or memory <= 0:
+        raise ValueError(f"hosts, cores and memory above 0, got {hosts}, {cores:g}, {memory}")
+    items = _items(cluster, demand)
+    relays, engine = float(demand.get("relays", 0.0)), float(demand.get("engine", 0.0))
+    _check_memory(items, hosts, memory)
+    # First at K = 1 with the K = 1 budget, for `auto` to see the busiest host.
+    budget = TARGET_PRESSURE * cores * (1.0 if isinstance(dilation, str) else float(dilation))
+    bins, _ = _place(items, hosts, budget, memory, engine)
+    busiest = max(h.demand for h in _hosts(bins, relays, engine, cores, 1.0))
+    k = _dilation(dilation, busiest, cores)
+    placed = _hosts(bins, relays, engine, cores, k)
+    # `auto`: the hosts that would run it in real time (K = 1); a number: at that K.
+    needed_at = 1.0 if isinstance(dilation, str) else k
+    plan = CapacityPlan(placed, cores, memory, k, dilation,
+                        _needed(items, relays, engine, cores, memory, needed_at), dict(demand))
+    over = [h for h in placed if h.memory > memory]
+    if over:
+        host = over[0]
+        raise CapacityRefused(
+            f"host {host.index} needs {host.memory / GIB:.2f} GiB of memory for its "
+            f"{len(host.containers)} containers; {hosts} host(s) of {memory / GIB:.2f} GiB "
+            "cannot hold the sites placed: add --hosts or --memory")
+    if not isinstance(dilation, str) and plan.max_pressure > SATURATED:
+        host = max(placed, key=lambda h: h.pressure)
+        raise CapacityRefused(
+            f"host {host.index} needs {host.demand:.2f} cores at K={k:g} and has {cores:g}: "
+            f"pressure {host.pressure:.2f} > {SATURATED:g} ({hosts} host(s), "
+            f"{plan.total_demand:.2f} cores in all; hosts needed at pressure "
+            f"{TARGET_PRESSURE:g}: {plan.hosts_needed or 'none at this K'}): add --hosts, or "
+            "dilate (run.dilation=auto)")
+    return plan
+
+
+def _check_memory(items: list[_Item], hosts: int, memory: int) -> None:
+    total = sum(it.memory for it in items)
+    largest = max(items, key=lambda it: it.memory, default=None)
+    if largest is not None and largest.memory > memory:
+        raise CapacityRefused(
+            f"{largest.name} needs {largest.memory / GIB:.2f} GiB of memory, more than a host's "
+            f"{memory / GIB:.2f} GiB")
+    if total > hosts * memory:
+        raise CapacityRefused(
+            f"needs {total / GIB:.2f} GiB of memory for {len(items)} containers; {hosts} "
+            f"host(s) of {memory / GIB:.2f} GiB have {hosts * memory / GIB:.2f} GiB")
+
+
+def plan_experiment(topology, workload, pipeline, seed: int, demand: Mapping[str, float],
+                    hosts: int = 1, cores: float = 2.0, memory: int = 8 * GIB,
+                    dilation: float | str = 1.0) -> CapacityPlan:
+    """plan_capacity for an experiment's topology, workload and pipeline: its containers as
+    emu.cluster.plan makes them for the run (agents with their drivers and operators)."""
+    from emu.cluster.plan import plan_cluster
+    from emu.deployment import agent_configs
+
+    agents = agent_configs(topology, workload, pipeline, seed, 0.0)
+    cluster = plan_cluster(topology, "plan", agents=agents,
+                           host_cpus=max(1, math.floor(cores)))
+    return plan_capacity(cluster, demand, hosts, cores, memory, dilation)
+
+
+def host_memory() -> int:
+    """This host's memory in bytes."""
+    import os
+
+    return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
