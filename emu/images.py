@@ -101,7 +101,18 @@ SERVICES = ImageSpec(
            ("services/log4j.properties", "/etc/foglab/log4j.properties")),
     cmd=("mosquitto", "-c", "/etc/foglab/mosquitto.conf"),
 )
-IMAGES = {spec.name: spec for spec in (GATEWAY, CLOUD, SERVICES)}
+SWARM_NODE = ImageSpec(
+    name="swarm-node",
+    arch="amd64",
+    # A Docker Swarm node in a container (Docker-in-Docker, emu.swarm.nodes): Debian's own
+    # Docker Engine (dockerd, containerd, runc; iptables comes with it). Nothing of the
+    # project's: emulated nodes run inside it from images pulled through a registry.
+    packages=("docker.io",),
+    cmd=("dockerd",),
+)
+# The swarm node is among the default images: it has no project files, so its tag changes only
+# with BUILDER_VERSION, and its build (debootstrap and docker.io) takes about 40 s once.
+IMAGES = {spec.name: spec for spec in (GATEWAY, CLOUD, SERVICES, SWARM_NODE)}
 
 MOSQUITTO_COMMAND = SERVICES.cmd
 # Debian's zookeeper.jar lists its dependencies in its manifest, all but a logging binding.
