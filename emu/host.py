@@ -279,6 +279,22 @@ def check_busybox(fix: bool, apt: Apt) -> Check:
                  required=False)
 
 
+def check_registry(fix: bool, apt: Apt) -> Check:
+    """Debian's docker-registry serves images to a swarm's nodes (emu.swarm.registry); only a
+    swarm needs it, and a user may name a registry of their own instead."""
+    name = "docker-registry"
+    if shutil.which(name):
+        return Check(name, "ok", f"{shutil.which(name)}: images for swarm nodes", required=False)
+    if not fix:
+        return Check(name, "missing", "apt-get install docker-registry (for a swarm without a "
+                     "registry of its own)", required=False)
+    error = apt.install(name)
+    if error or not shutil.which(name):
+        return Check(name, "failed", error or "installed, but not on PATH", required=False)
+    # The package's service is not wanted: foglab starts the registry where the nodes reach it.
+    return Check(name, "fixed", "installed with apt-get", required=False)
+
+
 def check_links(probe: NetemProbe, shaper: ShaperChoice) -> list[Check]:
     """Kernel netem is optional: without it links go through the user-space relay."""
     return [
@@ -294,8 +310,9 @@ def check(fix: bool = False, report: Report = print) -> HostReport:
     """Check this host for emulation; with fix, install and start what is missing.
 
     Fixing is idempotent and unattended: on a fresh Debian 12 host (root, apt reachable) it
-    installs docker.io, qemu-user-static, binfmt-support, debootstrap and busybox-static,
-    starts dockerd and enables arm64 emulation. `report` hears one line per action taken.
+    installs docker.io, qemu-user-static, binfmt-support, debootstrap, busybox-static and
+    docker-registry, starts dockerd and enables arm64 emulation. `report` hears one line per
+    action taken.
     """
     result = HostReport()
     if not sys.platform.startswith("linux"):
@@ -313,6 +330,7 @@ def check(fix: bool = False, report: Report = print) -> HostReport:
         check_binfmt(fix, apt, report),
         check_debootstrap(fix, apt),
         check_busybox(fix, apt),
+        check_registry(fix, apt),
     ]
     probe = probe_netem()
     result.shaper = choose_shaper(probe)

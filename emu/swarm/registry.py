@@ -1,0 +1,234 @@
+"""Images for a swarm's nodes, through a registry: Debian's docker-registry on this host, or the
+user's own.
+
+A swarm's nodes cannot use the images of this host's engine: each node pulls a service's image
+by reference. foglab tags the host's image for the registry, pushes it from the host's engine,
+and hands the swarm the reference the nodes pull.
+
+The local registry serves plain HTTP, which Docker allows by default only on 127.0.0.0/8; the
+nodes reach the host on their bridge, whose subnet they treat as insecure (emu.swarm.nodes).
+The registry binds one address: so two docker-registry processes share one storage folder, one
+on 127.0.0.1 (the host's engine pushes there) and one on the bridge's gateway (the nodes pull
+there); pulls start after pushes end, and the filesystem store is the only state. Neither
+listens on the host's other interfaces: the registry has no authentication.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections import deque
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from emu.images import DOCKER_TIMEOUT_S
+
+if TYPE_CHECKING:
+    import docker
+
+REGISTRY_BINARY = "docker-registry"
+READY_S = 15
+STOP_S = 10
+LOG_TAIL = 15
+CONFIG = """version: 0.1
+log:
+  level: warn
+  accesslog:
+    disabled: true
+storage:
+  filesystem:
+    rootdirectory: {root}
+  delete:
+    enabled: true
+http:
+  addr: {address}
+"""
+
+
+class RegistryError(RuntimeError):
+    """A registry that cannot start, or a push it refused."""
+
+
+def _split(tag: str) -> tuple[str, str]:
+    """An image name's repository and tag: foglab/gateway:abc -> (foglab/gateway, abc)."""
+    repository, colon, version = tag.rpartition(":")
+    if not colon or "/" in version:
+        return tag, "latest"
+    return repository, version
+
+
+def push_image(host: docker.DockerClient, local_tag: str, push_ref: str) -> None:
+    """Tag the host's image local_tag as push_ref, push it, drop the extra tag."""
+    from docker.errors import ImageNotFound
+
+    try:
+        image = host.images.get(local_tag)
+    except ImageNotFound:
+        raise RegistryError(f"push {local_tag!r}: no such image in this host's engine "
+                            "(`foglab emu build` makes foglab's)") from None
+    repository, version = _split(push_ref)
+    image.tag(repository, version)
+    try:
+        for line in host.api.push(repository, version, stream=True, decode=True):
+            if "error" in line:
+                detail = line.get("error")
+                hint = (" (an insecure registry must be in the engine's insecure-registries)"
+                        if "HTTPS" in str(detail) else "")
+                raise RegistryError(f"push {local_tag!r} to {push_ref!r}: {detail}{hint}")
+    finally:
+        if push_ref != local_tag:
+            host.images.remove(push_ref, noprune=True)
+
+
+@dataclass
+class ExternalRegistry:
+    """The user's own registry at HOST:PORT: foglab only pushes; the nodes pull the same name.
+
+    The host's engine and every node must already trust it (TLS, or insecure-registries).
+    """
+
+    address: str
+    host: docker.DockerClient | None = None
+
+    def __post_init__(self) -> None:
+        name, colon, port = self.address.rpartition(":")
+        if not (colon and name and port.isdigit()) or "/" in self.address:
+            raise ValueError(f"registry {self.address!r}: HOST:PORT, e.g. registry.lab:5000")
+
+    def push(self, local_tag: str) -> str:
+        """Push the host's image local_tag; return the reference the nodes pull."""
+        ref = f"{self.address}/{local_tag}"
+        push_image(self.host or _host(), local_tag, ref)
+        return ref
+
+    def stop(self) -> None:
+        """Nothing to stop: the registry is the user's."""
+
+
+@dataclass
+class LocalRegistry:
+    """docker-registry on this host, for nodes that reach it at bridge_ip (SwarmNodes.gateway).
+
+    storage: the registry's folder, kept (a cache: a second push of the same layers sends
+    nothing); without it a temporary folder, removed by stop(). port: free on both addresses
+    when not given. Use as a context manager, or start() then stop().
+    """
+
+    bridge_ip: str
+    port: int | None = None
+    storage: Path | None = None
+    ready_s: float = READY_S
+    host: docker.DockerClient | None = None
+    _processes: list[tuple[subprocess.Popen, Path]] = field(default_factory=list, init=False)
+    _scratch: Path | None = field(default=None, init=False)
+
+    def __enter__(self) -> LocalRegistry:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def pull_address(self) -> str:
+        """Where the nodes pull from."""
+        return f"{self.bridge_ip}:{self.port}"
+
+    @property
+    def push_address(self) -> str:
+        """Where the host's engine pushes to (loopback: insecure-allowed by default)."""
+        return f"127.0.0.1:{self.port}"
+
+    def start(self) -> LocalRegistry:
+        binary = shutil.which(REGISTRY_BINARY)
+        if binary is None:
+            raise RegistryError(f"no {REGISTRY_BINARY} on this host: `foglab emu doctor --fix` "
+                                "installs Debian's docker-registry, or name your own registry")
+        try:
+            self._start(binary)
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self, binary: str) -> None:
+        self._scratch = Path(tempfile.mkdtemp(prefix="foglab-registry-"))
+        root = self.storage or self._scratch / "storage"
+        root.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or _free_port(self.bridge_ip)
+        for address in ("127.0.0.1", self.bridge_ip):
+            name = address.replace(".", "-")
+            config = self._scratch / f"{name}.yml"
+            config.write_text(CONFIG.format(root=root, address=f"{address}:{self.port}"))
+            log = self._scratch / f"{name}.log"
+            with log.open("wb") as out:
+                process = subprocess.Popen([binary, "serve", str(config)],
+                                           stdin=subprocess.DEVNULL, stdout=out,
+                                           stderr=subprocess.STDOUT, start_new_session=True)
+            self._processes.append((process, log))
+        for (process, log), address in zip(self._processes,
+                                           (self.push_address, self.pull_address), strict=True):
+            self._wait(process, log, address)
+
+    def _wait(self, process: subprocess.Popen, log: Path, address: str) -> None:
+        deadline = time.monotonic() + self.ready_s
+        while time.monotonic() < deadline and process.poll() is None:
+            with contextlib.suppress(OSError), \
+                    urllib.request.urlopen(f"http://{address}/v2/", timeout=2) as answer:
+                if answer.status == 200:
+                    return
+            time.sleep(0.2)
+        state = (f"exited with status {process.returncode}" if process.poll() is not None
+                 else f"does not answer within {self.ready_s:g} s")
+        with log.open(errors="replace") as lines:
+            tail = "".join(deque(lines, maxlen=LOG_TAIL)).rstrip()
+        raise RegistryError(f"{REGISTRY_BINARY} on {address} {state}; its log's last lines:\n"
+                            f"{tail}")
+
+    def push(self, local_tag: str) -> str:
+        """Push the host's image local_tag; return the reference the nodes pull."""
+        if not self._processes:
+            raise RegistryError("the registry is not started")
+        push_image(self.host or _host(), local_tag, f"{self.push_address}/{local_tag}")
+        return f"{self.pull_address}/{local_tag}"
+
+    def stop(self) -> None:
+        """End the registry's processes and remove its temporary folder (not `storage`)."""
+        for process, _ in self._processes:
+            process.terminate()
+        for process, _ in self._processes:
+            try:
+                process.wait(STOP_S)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+        self._processes.clear()
+        if self._scratch is not None:
+            shutil.rmtree(self._scratch, ignore_errors=True)
+            self._scratch = None
+
+
+def _host() -> docker.DockerClient:
+    import docker
+
+    return docker.from_env(timeout=DOCKER_TIMEOUT_S)
+
+
+def _free_port(bridge_ip: str) -> int:
+    """A port free on both loopback and the bridge's address (the kernel's pick on one)."""
+    for _ in range(20):
+        with socket.socket() as first:
+            first.bind(("127.0.0.1", 0))
+            port = first.getsockname()[1]
+            with socket.socket() as second:
+                try:
+                    second.bind((bridge_ip, port))
+                except OSError:
+                    continue
+            return port
+    raise RegistryError(f"no port free on both 127.0.0.1 and {bridge_ip}")
