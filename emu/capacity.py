@@ -304,7 +304,9 @@ def plan_capacity(cluster: ClusterPlan, demand: Mapping[str, float], hosts: int 
 
 
 def _check_memory(items: list[_Item], hosts: int, memory: int) -> None:
-    total = sum(it.memory for it in items)
+    # at least one zygote, on the host of the first forked agent
+    total = sum(it.memory for it in items) + (
+        ZYGOTE_RESIDENT if any(it.forked for it in items) else 0)
     largest = max(items, key=lambda it: it.memory, default=None)
     if largest is not None and largest.memory > memory:
         raise CapacityRefused(

@@ -38,6 +38,7 @@ VALID: dict[tuple[str, ...], list[str] | None] = {
     ("emu", "exec"): None,
     ("emu", "logs"): None,
     ("emu", "migrate"): ["count", "--to", "gw-1"],
+    ("emu", "plan"): ["quickstart"],
 }
 
 # Bad values no type tells: (arguments, what the line must name).
@@ -76,6 +77,9 @@ BAD: list[tuple[list[str], list[str]]] = [
     (["emu", "migrate", "count", "--to", "gw-1", "--cluster", "a b"], ["--cluster", "'a b'"]),
     (["emu", "migrate", "count", "--to", "gw-1", "--strategy", "nonsense"],
      ["--strategy", "nonsense"]),
+    (["emu", "plan", "quickstart", "--memory", "lots"], ["--memory", "lots"]),
+    (["emu", "plan", "quickstart", "--memory", "0GiB"], ["--memory", "0GiB"]),
+    (["emu", "plan", "quickstart", "--hosts", "0"], ["--hosts", "0"]),
 ]
 
 
