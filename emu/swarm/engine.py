@@ -1,0 +1,354 @@
+"""Bring a cluster plan up as Docker Swarm services (`run.engine: swarm`), and down again.
+
+The same plan as emu.cluster.engine.Cluster, applied through a swarm manager: each container
+plan a service (emu.swarm.services: replicas 1, restart none, the same image, env, limits,
+labels and records mount), one attachable overlay network for the cluster (optionally
+encrypted), plus a swarm-scoped bridge the manager's host reaches, for what the host runs
+against the cluster (the controller, readiness checks, the link relays). SwarmCluster has
+Cluster's public methods (up, down, status, address, reshape, exec, logs, records_dir, facts)
+and inherits those that work on a task's container as on a plain one.
+
+What differs from the plain engine:
+- No zygote: it forks agents from a privileged container, and a service cannot be privileged;
+  each gateway starts its agent itself (the plain engine's "exec" path).
+- Links are shaped by relays in this process (as on a plain cluster without netem), on the
+  host bridge: so every client must run on the manager's node. A swarm of more than one node
+  is refused, naming a link, until relays run as services on each client's node (left).
+- No CPU share juggling while containers start (a service spec has no cpu shares).
+- A task's records directory is a bind mount of the host's folder: on several nodes that
+  needs a volume per node and the tables gathered from each at the end (left).
+
+Anything that fails during `up` (a task Swarm could not start, with its error; a service
+that never answers; Ctrl-C) removes everything made so far, by the cluster's label.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from pathlib import Path
+from typing import TYPE_CHECKING, Self
+
+from emu.cluster import inventory
+from emu.cluster.engine import (
+    READY_TIMEOUT_S,
+    WORKERS,
+    Cluster,
+    ClusterError,
+    Progress,
+    _interrupts_deferred,
+    _Made,
+)
+from emu.cluster.inventory import Removed
+from emu.cluster.links import make_links
+from emu.cluster.plan import ClusterPlan, ContainerPlan
+from emu.links.probe import ShaperChoice
+from emu.swarm.services import SITE_LABEL, ServiceSpec, config_name, service_spec
+from topologies.errors import SpecError
+
+if TYPE_CHECKING:
+    import docker
+
+ENGINES = ("docker", "swarm")
+ENGINE_LABEL = "foglab.engine"
+TASK_POLL_S = 0.5
+FAILED_TASK_STATES = ("failed", "rejected", "complete", "shutdown", "orphaned", "remove")
+RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays on the manager's host")
+REMOVE_RETRY_S = 15
+
+
+def engine_class(name: object, where: str = "run.engine") -> type[Cluster]:
+    """The engine class a run's `engine` names; a clear error naming the field otherwise."""
+    if name == "docker" or name is None:
+        return Cluster
+    if name == "swarm":
+        return SwarmCluster
+    raise SpecError(where, name, f"an engine is one of {', '.join(ENGINES)}")
+
+
+def overlay_name(cluster: str) -> str:
+    return f"foglab-{cluster}"
+
+
+def host_network_name(cluster: str) -> str:
+    return f"foglab-{cluster}-host"
+
+
+def swarm_nodes(client: docker.DockerClient) -> list[dict]:
+    """The swarm's ready nodes; ClusterError when this engine is no swarm manager."""
+    swarm = client.info().get("Swarm") or {}
+    if swarm.get("LocalNodeState") != "active" or not swarm.get("ControlAvailable"):
+        raise ClusterError(
+            f"run.engine swarm: this Docker Engine is not a swarm manager (swarm state "
+            f"{swarm.get('LocalNodeState') or 'unknown'}): `docker swarm init` makes this host "
+            f"a one-node swarm, or point DOCKER_HOST at a manager of your swarm")
+    return [n for n in client.api.nodes() if (n.get("Status") or {}).get("State") == "ready"]
+
+
+def remove_swarm_objects(client: docker.DockerClient, cluster: str) -> tuple[int, int]:
+    """Remove a cluster's services, then its configs (freed once no service uses them);
+    (services, configs) removed. Its containers and networks are inventory.remove's."""
+    from docker.errors import APIError, NotFound
+
+    label = {"label": [f"{inventory.CLUSTER}={cluster}"]}
+    services = client.api.services(filters=label)
+    for service in services:
+        with contextlib.suppress(NotFound):
+            client.api.remove_service(service["ID"])
+    configs = client.api.configs(filters=label)
+    deadline = time.monotonic() + REMOVE_RETRY_S
+    for config in configs:
+        while True:
+            try:
+                client.api.remove_config(config["ID"])
+                break
+            except NotFound:
+                break
+            except APIError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+    return len(services), len(configs)
+
+
+def _wait_gone(client: docker.DockerClient, cluster: str) -> None:
+    """Wait until a cluster's networks are gone: the manager removes a swarm network after
+    the API call returned, once its services' tasks have let it go; so `down` returns when
+    nothing is left, not before."""
+    from docker.errors import APIError, NotFound
+
+    deadline = time.monotonic() + REMOVE_RETRY_S
+    while left := inventory.networks(client, cluster):
+        if time.monotonic() > deadline:
+            raise ClusterError(f"cluster {cluster}: Swarm still holds network(s) "
+                               f"{', '.join(n['Name'] for n in left)} {REMOVE_RETRY_S} s after "
+                               f"their removal; `foglab emu down --cluster {cluster}` again")
+        time.sleep(0.25)
+        for network in left:
+            with contextlib.suppress(APIError, NotFound):
+                client.api.remove_network(network["Id"])
+
+
+class SwarmCluster(Cluster):
+    """A topology's services, overlay network and shaped links on a Docker Swarm.
+
+    Cluster's options, and: `image_ref(tag)` the reference every node pulls a built image by
+    (identity: a one-node swarm runs the local images; a registry maps tags to its own refs);
+    `encrypted` makes the overlay network encrypted (IPsec between nodes). `zygote` is ignored:
+    a service cannot be privileged. `shaper` may only be the relay.
+    """
+
+    def __init__(self, plan: ClusterPlan, client: docker.DockerClient | None = None, *,
+                 records: Path | None = None, shaper: ShaperChoice | None = None,
+                 agent_command: Sequence[str] | None = None, workers: int = WORKERS,
+                 progress: Progress | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
+                 seed: int | None = None, zygote: bool = False,
+                 image_ref: Callable[[str], str] | None = None, encrypted: bool = False) -> None:
+        super().__init__(plan, client, records=records, shaper=shaper,
+                         agent_command=agent_command, workers=workers, progress=progress,
+                         ready_timeout_s=ready_timeout_s, seed=seed, zygote=False)
+        self.agent_start = "exec (swarm: a service cannot run the privileged zygote)"
+        self.image_ref = image_ref or (lambda tag: tag)
+        self.encrypted = encrypted
+        self.overlay = overlay_name(plan.cluster)
+        self.host_network = host_network_name(plan.cluster)
+        self.node_sites: list[str] = []
+        self.services: dict[str, str] = {}   # node -> service id
+        self.configs: dict[str, str] = {}    # config name -> id
+        self._nodes = 0
+
+    # -- up ------------------------------------------------------------------------------------
+
+    def up(self) -> Self:
+        """Make and start everything; on any failure remove what was made, then raise."""
+        if self._made is not None:
+            raise ClusterError(f"cluster {self.name} is already up")
+        if self.shaper is not None and self.shaper.shaper != "relay":
+            raise ClusterError(f"cluster {self.name}: run.engine swarm shapes links with relays "
+                               f"only, not {self.shaper.shaper} (netem on a swarm needs a "
+                               f"privileged helper per node: not built)")
+        nodes = swarm_nodes(self.client)
+        self._check_one_node(nodes)
+        label = {"label": [f"{inventory.CLUSTER}={self.name}"]}
+        if (self.client.api.services(filters=label) or inventory.networks(self.client, self.name)
+                or inventory.containers(self.client, self.name)):
+            raise ClusterError(f"a cluster named {self.name} exists already: "
+                               f"foglab emu down --cluster {self.name}, or choose another name")
+        self._nodes = len(nodes)
+        self.node_sites = sorted({(n.get("Spec") or {}).get("Labels", {}).get(SITE_LABEL)
+                                  for n in nodes} - {None})
+        started = time.monotonic()
+        self._cancel.clear()
+        self._made = _Made()
+        try:
+            self.shaper = self.shaper or RELAY_SHAPER
+            self.links = make_links("relay", self.plan, self.seed)
+            self._ensure_images()
+            self._images_s = time.monotonic() - started
+            self._make_records()
+            self._create_networks()
+            self._create_configs()
+            total = len(self.plan.containers)
+            services = self.plan.services()
+            self._start(services, {}, 0, total)
+            self.bridges = dict.fromkeys(self.plan.networks, self._host_gateway())
+            ips = {s.node: s.ip for s in self.status()}
+            self.addresses = self.links.addresses(ips, self.bridges)
+            self._start(self.plan.agents(), self.addresses, len(services), total)
+            self._wait_ready()
+            self._check_agents_run()
+        except BaseException:
+            self._abort()
+            raise
+        self.facts = {**self._facts(time.monotonic() - started), "engine": "swarm",
+                      "swarm_nodes": self._nodes, "overlay": self.overlay,
+                      "encrypted": self.encrypted,
+                      "networks": {"overlay": self.overlay, "host": self.host_network}}
+        return self
+
+    def _check_one_node(self, nodes: list[dict]) -> None:
+        """Relays run in this process and reach only containers on this host's node."""
+        if len(nodes) > 1 and self.plan.links:
+            link = self.plan.links[0]
+            raise ClusterError(
+                f"cluster {self.name}: link {link.client} -> {link.service} cannot be shaped on "
+                f"a swarm of {len(nodes)} nodes: its relay runs on the manager's host, which "
+                f"reaches only containers on its own node (relays per node: not built yet; "
+                f"docs/swarm.md)")
+
+    def _labels(self, labels: dict[str, str]) -> dict[str, str]:
+        return {**super()._labels(labels), ENGINE_LABEL: "swarm"}
+
+    def _create_networks(self) -> None:
+        """The overlay every service joins, and the swarm-scoped bridge the host reaches."""
+        made = [(self.overlay, "overlay", {"encrypted": ""} if self.encrypted else None),
+                (self.host_network, "bridge", None)]
+        for done, (name, driver, options) in enumerate(made):
+            with _interrupts_deferred():  # as Cluster._create_networks: the engine answers
+                self.client.api.create_network(
+                    name, driver=driver, options=options, attachable=True, scope="swarm",
+                    labels=self._labels(self.plan.labels), check_duplicate=True)
+            self.progress("networks", done + 1, len(made), name)
+
+    def _create_configs(self) -> None:
+        for plan in self.plan.containers.values():
+            for path, text in plan.files:
+                name = config_name(self.name, plan.node, path, text)
+                with _interrupts_deferred():
+                    created = self.client.api.create_config(
+                        name, text.encode(), labels=self._labels(self.plan.labels))
+                self.configs[name] = created["ID"]
+
+    def _host_gateway(self) -> str:
+        """The host's address on the cluster's bridge (made on this node with its first task),
+        where the relays listen for clients."""
+        assert self._made is not None and self._made.ids
+        container = next(iter(self._made.ids.values()))
+        networks = self.client.api.inspect_container(container)["NetworkSettings"]["Networks"]
+        return networks[self.host_network]["Gateway"]
+
+    def spec(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> ServiceSpec:
+        """The service standing for a container plan, its agent's config pointing at links."""
+        command = self.agent_command if plan.role == "agent" and self.agent_command else (
+            plan.command)
+        labels = {**self._labels(plan.labels), "foglab.network": self.host_network}
+        return service_spec(plan, cluster=self.name,
+                            image=self.image_ref(self.images[plan.image.name]),
+                            command=command, env=self._environment(plan, addresses),
+                            labels=labels, records=str(self.records_dir(plan.node)),
+                            overlay=self.overlay, host_network=self.host_network,
+                            node_sites=self.node_sites)
+
+    def _start(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
+               done: int, total: int) -> None:
+        """Create the services in parallel, then wait until each one's task runs."""
+        if not plans:
+            return
+        pool = ThreadPoolExecutor(min(self.workers, len(plans)), thread_name_prefix="service")
+        try:
+            futures: dict[Future[str | None], ContainerPlan] = {
+                pool.submit(self._run, plan, addresses): plan for plan in plans}
+            for future in as_completed(futures):
+                future.result()
+        except BaseException:
+            self._cancel.set()
+            with _interrupts_deferred():
+                pool.shutdown(wait=True, cancel_futures=True)
+            raise
+        pool.shutdown(wait=True)
+        self._wait_tasks(plans, done, total)
+
+    def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
+        if self._cancel.is_set():
+            return None
+        arguments = self.spec(plan, addresses).create_arguments(self.configs)
+        created = self.client.api.create_service(**arguments)
+        self.services[plan.node] = created["ID"]
+        return created["ID"]
+
+    def _wait_tasks(self, plans: list[ContainerPlan], done: int, total: int) -> None:
+        """Wait until each service's task runs (its container's id noted), or fail naming the
+        first whose task Swarm could not start, with the task's error."""
+        assert self._made is not None
+        by_service = {self.services[p.node]: p for p in plans}
+        pending = dict(by_service)
+        deadline = time.monotonic() + self.ready_timeout_s
+        while pending:
+            for task in self.client.api.tasks(filters={"service": list(pending)}):
+                plan = pending.get(task["ServiceID"])
+                if plan is None:
+                    continue
+                status = task.get("Status") or {}
+                state = status.get("State", "")
+                container = (status.get("ContainerStatus") or {}).get("ContainerID")
+                if state == "running" and container:
+                    self._made.ids[plan.node] = container
+                    del pending[task["ServiceID"]]
+                    done += 1
+                    self.progress("containers", done, total, plan.node)
+                elif state in FAILED_TASK_STATES:
+                    raise ClusterError(
+                        f"{plan.role} {plan.node} of cluster {self.name}: Swarm could not run "
+                        f"its task ({state}: {status.get('Err') or status.get('Message')})"
+                        + self._task_log(container))
+            if pending and time.monotonic() > deadline:
+                plan = next(iter(pending.values()))
+                raise ClusterError(f"{plan.role} {plan.node} of cluster {self.name}: its Swarm "
+                                   f"task did not run within {self.ready_timeout_s:.0f} s")
+            if pending:
+                time.sleep(TASK_POLL_S)
+
+    def _task_log(self, container: str | None) -> str:
+        if not container:
+            return ""
+        try:
+            return "; its log ends:\n" + self.client.api.logs(container, tail=20).decode(
+                errors="replace")
+        except Exception:  # noqa: BLE001 - the log is a courtesy in an error message
+            return ""
+
+    def revive(self, node: str, revival: dict) -> None:
+        raise ClusterError(f"cluster {self.name}: reviving {node} is not supported on "
+                           f"run.engine swarm (a service's ended task is not restarted)")
+
+    # -- down ----------------------------------------------------------------------------------
+
+    def down(self) -> Removed:
+        """Remove exactly what the cluster made: relays, services, configs, containers,
+        networks, scratch folder."""
+        with _interrupts_deferred():
+            self._cancel.set()
+            try:
+                if self.links is not None:
+                    self.links.close()
+            finally:
+                services, _ = remove_swarm_objects(self.client, self.name)
+                removed = inventory.remove(self.client, self.name, end_owner_process=False)
+                _wait_gone(self.client, self.name)
+                if self._made is not None and self._made.scratch is not None:
+                    inventory.remove_scratch(str(self._made.scratch))
+                self._made = None
+        return Removed(max(services, removed.containers), removed.networks, removed.scratch,
+                       removed.owner_ended)
