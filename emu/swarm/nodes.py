@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import re
+import shlex
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -141,7 +142,7 @@ class SwarmNodes:
         self._made.append(("network", network.id))
         self.network = network.name
         subnet = network.attrs["IPAM"]["Config"][0]["Subnet"]
-        flags = " ".join(f"--insecure-registry={r}"
+        flags = " ".join(shlex.quote(f"--insecure-registry={r}")
                          for r in (subnet, *self.insecure_registries))
         containers = []
         for index in range(self.count):
