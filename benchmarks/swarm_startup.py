@@ -1,0 +1,111 @@
+"""Bring N gateways up on plain Docker and on a one-node Docker Swarm, in one run, on one host.
+
+    python benchmarks/swarm_startup.py [--gateways 200] [--agents] [--encrypted]
+
+The same plan (gw-1..N, profile rpi4, one broker, ZooKeeper; benchmarks/deploy_timing's
+topology) is brought up by emu.cluster.engine.Cluster (plain containers) and then by
+emu.swarm.engine.SwarmCluster (Swarm services on this host's dockerd as a one-node swarm, made
+for the run and left after it when it was not one before). Each is timed from `up` to every
+container running and every service answering, then brought down before the other starts.
+By default the gateways run `sleep infinity` in place of their agent: what is timed is the
+engine's own work per container, which is what Swarm changes. `--agents` runs the agents
+(the plain engine without its zygote, which a Swarm service cannot run, so both start each
+agent afresh under QEMU: much slower, and the host's CPU, not the engine, is then the limit).
+
+Prints, last (load: the host's 1-minute load average before and after):
+
+    gateways=  plain_s=  swarm_s=  ratio=  load_before=  load_after=
+
+ratio is swarm_s / plain_s (target: at most 1.2). Everything made is removed at the end, on a
+failure and on Ctrl-C or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from deploy_timing import gateway_topology  # noqa: E402 - benchmarks/deploy_timing.py
+
+from emu.cluster.engine import Cluster  # noqa: E402
+from emu.cluster.plan import plan_cluster  # noqa: E402
+from emu.images import DOCKER_TIMEOUT_S  # noqa: E402
+from emu.links.probe import ShaperChoice  # noqa: E402
+from emu.swarm.engine import SwarmCluster  # noqa: E402
+from topologies.terminal import stop_on_signals  # noqa: E402
+
+IDLE = ("sleep", "infinity")
+RELAY = ShaperChoice("relay", "benchmark: the relay on both engines")
+LABELS = {"foglab.test": "swarm_startup"}
+
+
+def one_node_swarm(client) -> bool:
+    """Make this host's dockerd a one-node swarm if it is none; whether this made it."""
+    if (client.info().get("Swarm") or {}).get("LocalNodeState") == "active":
+        return False
+    address = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"], capture_output=True,
+                             text=True, check=True).stdout.split()[3].split("/")[0]
+    subprocess.run(["docker", "swarm", "init", "--advertise-addr", address],
+                   capture_output=True, check=True)
+    return True
+
+
+def timed_up(cluster: Cluster, label: str) -> float:
+    """Seconds from `up` to every container running and every service answering; the cluster
+    is brought down after, whatever happens."""
+    started = time.monotonic()
+    try:
+        cluster.up()
+        seconds = time.monotonic() - started
+        print(f"{label}: {len(cluster.plan.containers)} containers up in {seconds:.1f} s",
+              file=sys.stderr, flush=True)
+        return seconds
+    finally:
+        down = time.monotonic()
+        cluster.down()
+        print(f"{label}: down in {time.monotonic() - down:.1f} s", file=sys.stderr, flush=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--gateways", type=int, default=200)
+    parser.add_argument("--agents", action="store_true",
+                        help="run the agents (no zygote on either engine), not `sleep infinity`")
+    parser.add_argument("--encrypted", action="store_true", help="an encrypted overlay network")
+    options = parser.parse_args()
+    if options.gateways < 1:
+        parser.error(f"--gateways {options.gateways}: at least 1")
+    import docker
+
+    client = docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
+    topology = gateway_topology(options.gateways, "swarm-startup")
+    command = None if options.agents else IDLE
+    load_before = os.getloadavg()[0]
+    made_swarm = False
+    with stop_on_signals():
+        try:
+            made_swarm = one_node_swarm(client)
+            run = secrets.token_hex(3)
+            plain = Cluster(plan_cluster(topology, f"ssp-{run}", labels=LABELS), client,
+                            agent_command=command, shaper=RELAY, zygote=False)
+            plain_s = timed_up(plain, "plain docker")
+            swarm = SwarmCluster(plan_cluster(topology, f"sss-{run}", labels=LABELS), client,
+                                 agent_command=command, encrypted=options.encrypted)
+            swarm_s = timed_up(swarm, "swarm")
+        finally:
+            if made_swarm:
+                subprocess.run(["docker", "swarm", "leave", "--force"], capture_output=True)
+    print(f"gateways={options.gateways} plain_s={plain_s:.1f} swarm_s={swarm_s:.1f} "
+          f"ratio={swarm_s / plain_s:.2f} load_before={load_before:.2f} "
+          f"load_after={os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
