@@ -13,10 +13,13 @@ run of `--duration` emulated seconds at `run.dilation` measures them (emu.accoun
 container engine, over the measured span in host seconds). It prints per G:
 
     G= K= K_run= predicted_cores= measured_cores= rel_err= plan_rel_err=
+    containers_predicted= containers_measured= containers_rel_err=
     host_load= host_busy_cores= other_cores=
 
 `rel_err` (= `plan_rel_err`, the issue's name) is (predicted - measured) / measured over the
-same parts; `K_run` the dilation the run chose (it must equal the planner's K); `host_load`
+same parts; `containers_rel_err` the same over the topology's containers alone (the engine's
+measured CPU serves every container of the host, other people's too); `K_run` the dilation
+the run chose (it must equal the planner's K); `host_load`
 the 1-minute load average at the run's end and `other_cores` the host's CPU that was neither
 the run's containers nor foglab's machinery (other people's work beside it). Then one line per
 part (`G= part= predicted= measured=`: gateways together, cloud VMs, brokers, relays, engine).
@@ -118,8 +121,14 @@ def one(gateways: int, dilation: str, duration: float, out: Path) -> bool:
     total = sum(found.values())
     error = (predicted - total) / total if total else float("nan")
     span = fact["span_s"] or 1.0
+    # The topology's containers alone: the model's own figure, free of the engine's, which
+    # serves every container of the host (other people's too).
+    own = [sum(v for g, v in d.items() if g in dict(GROUPS)) for d in (parts, found)]
+    own_error = (own[0] - own[1]) / own[1] if own[1] else float("nan")
     print(f"G={gateways} K={k:g} K_run={k_run} predicted_cores={predicted:.3f} "
           f"measured_cores={total:.3f} rel_err={error:+.3f} plan_rel_err={error:+.3f} "
+          f"containers_predicted={own[0]:.3f} containers_measured={own[1]:.3f} "
+          f"containers_rel_err={own_error:+.3f} "
           f"host_load={os.getloadavg()[0]:.2f} fact_host_load={fact['host_load']:.2f} "
           f"host_busy_cores={fact['host_busy_s'] / span:.2f} "
           f"other_cores={fact['other_s'] / span:.2f} span_s={span:.1f}", flush=True)
