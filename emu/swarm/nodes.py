@@ -210,10 +210,10 @@ class SwarmNodes:
                     return Node(index, container.name, address, client, site)
             time.sleep(0.5)
         tail = container.logs(tail=LOG_TAIL).decode(errors="replace").rstrip()
-        state = container.status
-        raise SwarmNodesError(f"swarm node {container.name} ({state}): its dockerd does not "
-                              f"answer on port {ENGINE_PORT} within {self.ready_s:g} s; the "
-                              f"last lines of its log:\n{tail}")
+        why = (f"does not answer on port {ENGINE_PORT} within {self.ready_s:g} s"
+               if container.status == "running" else f"{container.status} before it answered")
+        raise SwarmNodesError(f"swarm node {container.name}: its dockerd {why}; the last lines "
+                              f"of its log:\n{tail}")
 
     def _form_swarm(self) -> None:
         manager = self.nodes[0]
