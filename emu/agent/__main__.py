@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import faulthandler
 import os
 import signal
 import sys
@@ -76,6 +77,9 @@ def main() -> int:
     # wait for sigwait below; this works as a container's PID 1 too, which ignores signals
     # it has no handler for.
     signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    # `kill -USR1` prints every thread's stack to the agent's log: a stuck agent under QEMU
+    # cannot be attached to by a debugger.
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     one_malloc_arena()
     without_openssl()
     from emu.agent.agent import Agent
