@@ -1,7 +1,8 @@
 """A real three-node Docker Swarm on this host (Docker-in-Docker nodes): the manager lists three
 Ready nodes with their labels, a gateway image pulled through the local registry runs as a
-service on the worker it is constrained to (arm64 under the host's QEMU), a node whose engine
-fails is named with its log and nothing of it stays, and close() leaves nothing on the host."""
+service on the worker it is constrained to (arm64 under the host's QEMU), services on two
+workers talk over an overlay network, a node whose engine fails is named with its log and
+nothing of it stays, and close() leaves nothing on the host."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from docker.types import EndpointSpec, RestartPolicy
 
 from emu.images import CACHE_DIR, GATEWAY, ensure_image
-from emu.swarm.nodes import LABEL, SwarmNodes, SwarmNodesError, remove
+from emu.swarm.nodes import LABEL, Node, SwarmNodes, SwarmNodesError, remove
 from emu.swarm.registry import ExternalRegistry, LocalRegistry
 from tests.engine import docker_engine
 
@@ -20,6 +22,17 @@ pytestmark = pytest.mark.emu
 NAME = "foglab-test-swarm-nodes"
 SITES = ("cloud", "field", "field")
 SERVICE_S = 90
+# Asks the server on the other worker until its name resolves (the task registers a moment
+# after it starts).
+FETCH = """
+import time, urllib.request
+for attempt in range(60):
+    try:
+        print(urllib.request.urlopen("http://server:9000/", timeout=2).status)
+        break
+    except OSError:
+        time.sleep(0.5)
+"""
 
 
 @pytest.fixture(scope="module")
@@ -58,32 +71,84 @@ def test_the_manager_lists_three_ready_labelled_nodes(swarm: SwarmNodes) -> None
     assert len(ids) == 3
 
 
-def test_a_gateway_service_pulled_from_the_registry_runs_on_its_worker(
-        swarm: SwarmNodes, registry: LocalRegistry, host) -> None:
-    from docker.types import RestartPolicy
+def _finished(service) -> dict:
+    """The service's one task once it ended (a service started with restart condition none)."""
+    deadline = time.monotonic() + SERVICE_S
+    while not (tasks := [t for t in service.tasks()
+                         if t["Status"]["State"] in ("complete", "failed", "rejected")]):
+        assert time.monotonic() < deadline, service.tasks()
+        time.sleep(0.5)
+    return tasks[0]
 
-    ref = registry.push(ensure_image(GATEWAY, client=host).tag)
-    assert ref.startswith(f"{swarm.gateway}:{registry.port}/foglab/gateway:")
+
+def _output(node: Node, service) -> list[str]:
+    """What the service's containers on node printed: they are on that node's own engine."""
+    containers = node.client.containers.list(
+        all=True, filters={"label": f"com.docker.swarm.service.id={service.id}"})
+    return [c.logs().decode().strip() for c in containers]
+
+
+@pytest.fixture(scope="module")
+def gateway_ref(registry: LocalRegistry, host) -> str:
+    return registry.push(ensure_image(GATEWAY, client=host).tag)
+
+
+def test_a_gateway_service_pulled_from_the_registry_runs_on_its_worker(
+        swarm: SwarmNodes, registry: LocalRegistry, gateway_ref: str) -> None:
+    assert gateway_ref.startswith(f"{swarm.gateway}:{registry.port}/foglab/gateway:")
     service = swarm.manager.services.create(
-        ref, ["python3", "-c", "import platform; print(platform.machine())"],
+        gateway_ref, ["python3", "-c", "import platform; print(platform.machine())"],
         name="arch", constraints=["node.labels.foglab.node==2"],
         restart_policy=RestartPolicy(condition="none"))
     try:
-        deadline = time.monotonic() + SERVICE_S
-        while not (tasks := [t for t in service.tasks()
-                             if t["Status"]["State"] in ("complete", "failed", "rejected")]):
-            assert time.monotonic() < deadline, service.tasks()
-            time.sleep(0.5)
-        task = tasks[0]
+        task = _finished(service)
         assert task["Status"]["State"] == "complete", task["Status"]
         worker = swarm.manager.nodes.get(task["NodeID"]).attrs["Description"]["Hostname"]
         assert worker == f"{NAME}-2"
-        # The container is on that node's own engine, and it ran the arm64 interpreter.
-        containers = swarm.nodes[2].client.containers.list(
-            all=True, filters={"label": f"com.docker.swarm.service.id={service.id}"})
-        assert [c.logs().decode().strip() for c in containers] == ["aarch64"]
+        # It ran the arm64 interpreter, through the host kernel's binfmt_misc.
+        assert _output(swarm.nodes[2], service) == ["aarch64"]
     finally:
         service.remove()
+
+
+def test_services_on_two_workers_talk_over_an_overlay(swarm: SwarmNodes,
+                                                      gateway_ref: str) -> None:
+    """VXLAN between the nodes' engines. Names resolve to the tasks (dnsrr): this host's
+    kernel has no IPVS, which a service's virtual IP needs."""
+    network = swarm.manager.networks.create("foglab-test-overlay", driver="overlay",
+                                            attachable=True)
+    services = []
+    try:
+        services.append(swarm.manager.services.create(
+            gateway_ref, ["python3", "-m", "http.server", "9000"], name="server",
+            networks=[network.name], constraints=["node.labels.foglab.node==1"],
+            endpoint_spec=EndpointSpec(mode="dnsrr")))
+        services.append(swarm.manager.services.create(
+            gateway_ref, ["python3", "-c", FETCH], name="fetch", networks=[network.name],
+            constraints=["node.labels.foglab.node==2"],
+            restart_policy=RestartPolicy(condition="none")))
+        task = _finished(services[1])
+        assert task["Status"]["State"] == "complete", task["Status"]
+        assert _output(swarm.nodes[2], services[1]) == ["200"]
+    finally:
+        for service in services:
+            service.remove()
+        _remove_when_free(network)
+
+
+def _remove_when_free(network) -> None:
+    """An overlay is removable once its services' tasks are gone, a moment after."""
+    from docker.errors import APIError
+
+    deadline = time.monotonic() + 20
+    while True:
+        try:
+            network.remove()
+            return
+        except APIError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def test_a_node_whose_engine_fails_is_named_and_nothing_stays(host) -> None:
