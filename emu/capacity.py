@@ -225,16 +225,7 @@ def _place(items: list[_Item], hosts: int, budget: float, memory: int,
     return bins, fitted
 
 
-def _relays(bins: _Bins, relays: float) -> list[float]:
-    """The relays' CPU per host, in proportion to the agents placed there."""
-    agents = [sum(1 for it in items if it.agent) for items in bins.items]
-    total = sum(agents)
-    return [relays * a / total if total else relays / len(agents) for a in agents]
-
-
-def _hosts(bins: _Bins, relays: float, engine: float, cores: float,
-           dilation: float) -> list[Host]:
-    shares = _relays(bins, relays)
+def _hosts(bins: _Bins, engine: float, cores: float, dilation: float) -> list[Host]:
     found = []
     for i, items in enumerate(bins.items):
         start = sum(it.start_s for it in items) + (
@@ -242,23 +233,28 @@ def _hosts(bins: _Bins, relays: float, engine: float, cores: float,
         memory = bins.memory[i] + (ZYGOTE_RESIDENT if any(it.forked for it in items) else 0)
         found.append(Host(i + 1, tuple(it.name for it in items),
                           tuple(dict.fromkeys(it.site for it in items)),
-                          sum(it.demand for it in items) + shares[i] + engine, memory, cores,
+                          sum(it.demand for it in items) + engine, memory, cores,
                           dilation, start / cores))
     return found
 
 
-def _needed(items: list[_Item], relays: float, engine: float, cores: float, memory: int,
+def _with_relays(items: list[_Item], relays: float) -> list[_Item]:
+    """The relays follow the agents (each node's link agent shapes its own containers'
+    connections): each agent carries an equal share of their CPU as its own demand."""
+    agents = sum(1 for it in items if it.agent)
+    share = relays / agents if agents else 0.0
+    return [_Item(it.name, it.site, it.demand + (share if it.agent else 0.0), it.memory,
+                  it.start_s, it.agent, it.forked) for it in items]
+
+
+def _needed(items: list[_Item], engine: float, cores: float, memory: int,
             dilation: float) -> int | None:
     """The fewest hosts on which every host stays within TARGET_PRESSURE at `dilation`."""
     budget = TARGET_PRESSURE * cores * dilation
-    per_agent = relays / max(1, sum(1 for it in items if it.agent))
-    # The relays follow the agents: count each agent's share as its own demand here.
-    loaded = [_Item(it.name, it.site, it.demand + (per_agent if it.agent else 0.0), it.memory,
-                    it.start_s, it.agent, it.forked) for it in items]
-    if any(it.demand + engine > budget + 1e-9 for it in loaded):
+    if any(it.demand + engine > budget + 1e-9 for it in items):
         return None
     for hosts in range(1, len(items) + 1):
-        _, fitted = _place(loaded, hosts, budget, memory, engine)
+        _, fitted = _place(items, hosts, budget, memory, engine)
         if fitted:
             return hosts
     return None
@@ -272,19 +268,19 @@ def plan_capacity(cluster: ClusterPlan, demand: Mapping[str, float], hosts: int 
     start-up time and the hosts needed; raise CapacityRefused when it cannot fit."""
     if hosts < 1 or not cores > 0 or memory <= 0:
         raise ValueError(f"hosts, cores and memory above 0, got {hosts}, {cores:g}, {memory}")
-    items = _items(cluster, demand)
-    relays, engine = float(demand.get("relays", 0.0)), float(demand.get("engine", 0.0))
+    engine = float(demand.get("engine", 0.0))
+    items = _with_relays(_items(cluster, demand), float(demand.get("relays", 0.0)))
     _check_memory(items, hosts, memory)
     # First at K = 1 with the K = 1 budget, for `auto` to see the busiest host.
     budget = TARGET_PRESSURE * cores * (1.0 if isinstance(dilation, str) else float(dilation))
     bins, _ = _place(items, hosts, budget, memory, engine)
-    busiest = max(h.demand for h in _hosts(bins, relays, engine, cores, 1.0))
+    busiest = max(h.demand for h in _hosts(bins, engine, cores, 1.0))
     k = _dilation(dilation, busiest, cores)
-    placed = _hosts(bins, relays, engine, cores, k)
+    placed = _hosts(bins, engine, cores, k)
     # `auto`: the hosts that would run it in real time (K = 1); a number: at that K.
     needed_at = 1.0 if isinstance(dilation, str) else k
     plan = CapacityPlan(placed, cores, memory, k, dilation,
-                        _needed(items, relays, engine, cores, memory, needed_at), dict(demand))
+                        _needed(items, engine, cores, memory, needed_at), dict(demand))
     over = [h for h in placed if h.memory > memory]
     if over:
         host = over[0]
