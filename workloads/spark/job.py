@@ -13,6 +13,17 @@ which the emulation reads back; `--work`/started appears once the query has run 
 emulation waits for it before devices speak). SIGTERM stops the query cleanly; a query that
 fails otherwise, once it has committed a batch, starts again on its checkpoint (RESTARTS).
 
+`--master spark://host:port` runs the query on a standalone cluster (workloads.spark.standalone)
+instead of local mode: the driver (this process) is refused at once when the master does not
+answer; executors reach it at `--driver-host` (default: this host's address towards the
+master), on `--driver-port` and `--block-manager-port` (default: any free ones; fixed where a
+firewall or a container's published ports need them); each executor takes
+`--executor-cores` and `--executor-memory` (at most a worker's memory). `--partitions N` (a
+cluster's default: 2) cuts each batch's input into up to N partitions and runs stateful
+stages in N tasks, so N executor cores share a batch; local mode keeps 1. The journal,
+checkpoint and output under `--work` must be at the same path for every executor: on one host
+they are; across hosts, `--work` must be a shared file system (see mqtt_source).
+
 `--dilation K` (a run's time dilation, emu.agent.timebase): the trigger interval lasts K times
 `--trigger` on the host, so batches come every `--trigger` emulated seconds, and Spark's own
 timers are scaled likewise (workloads.spark.session.dilated_conf, which says what cannot be).
@@ -52,7 +63,13 @@ from workloads.riot.datasets import CITY, city_readings
 from workloads.riot.senml import encode_senml
 from workloads.spark.apps import RECEIVED, TOPIC, etl, pred, stats
 from workloads.spark.mqtt_source import MqttDataSource, default_client_id, open_session
-from workloads.spark.session import dilated_conf, spark_session
+from workloads.spark.session import (
+    check_master,
+    cluster_conf,
+    dilated_conf,
+    master_hosts,
+    spark_session,
+)
 from workloads.spark.state import read_state
 
 APPS: dict[str, Callable[..., DataFrame]] = {"etl": etl, "stats": stats, "pred": pred}
@@ -76,6 +93,7 @@ WARMUP_WAIT_S = 600.0
 # A query that fails (not stopped for a move) starts again on its checkpoint this many times: a
 # loaded host fails batches (a Python worker not connecting back within Spark's 10 s).
 RESTARTS = 2
+CLUSTER_PARTITIONS = 2
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -94,7 +112,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--writes", help="the topic outputs go to (default: Parquet)")
     parser.add_argument("--work", type=Path, required=True,
                         help="a directory for the journal, checkpoint and progress")
-    parser.add_argument("--master", default="local[2]")
+    parser.add_argument("--master", default="local[2]",
+                        help="local[N] or a standalone cluster's spark://host:port")
+    parser.add_argument("--driver-host", help="where executors reach the driver (cluster)")
+    parser.add_argument("--bind-address", default="0.0.0.0",
+                        help="the address the driver listens on (cluster)")
+    parser.add_argument("--driver-port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--block-manager-port", type=int, default=0, help="0: any free port")
+    parser.add_argument("--executor-cores", type=int, default=1)
+    parser.add_argument("--executor-memory", default="512m")
+    parser.add_argument("--partitions", type=int, help="input partitions and stateful tasks "
+                        f"per batch (default: 1 local, {CLUSTER_PARTITIONS} on a cluster)")
     parser.add_argument("--trigger", type=float, default=1.0,
                         help="seconds between batches (emulated: x --dilation on the host)")
     parser.add_argument("--dilation", type=float, default=1.0,
@@ -122,7 +150,27 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         parser.error(f"--dilation must be at least 1, not {args.dilation}")
     if not args.trigger > 0:
         parser.error(f"--trigger must be a number of seconds > 0, not {args.trigger}")
+    try:
+        on_cluster = bool(master_hosts(args.master))
+    except ValueError as error:
+        parser.error(f"--master: {error}")
+    if args.partitions is None:
+        args.partitions = CLUSTER_PARTITIONS if on_cluster else 1
+    if args.partitions < 1 or args.executor_cores < 1:
+        parser.error("--partitions and --executor-cores must be at least 1")
     return args
+
+
+def session_conf(args: argparse.Namespace) -> dict[str, str]:
+    """Spark's settings for the job: its timers at the dilation, and on a cluster the driver's
+    address and ports, the executors' size and the stateful stages' tasks."""
+    partitions = getattr(args, "partitions", 1)
+    conf = dilated_conf(args.dilation) | cluster_conf(
+        args.master, args.driver_host, args.bind_address, args.driver_port,
+        args.block_manager_port, args.executor_cores, args.executor_memory, partitions)
+    if partitions != 1:
+        conf["spark.sql.shuffle.partitions"] = str(partitions)
+    return conf
 
 
 def trigger_seconds(args: argparse.Namespace) -> float:
@@ -176,6 +224,8 @@ def prepare(spark: SparkSession, args: argparse.Namespace,
                   .option("stop_record", str(args.work / PAUSED)))
     if args.max_records_per_trigger:
         stream = stream.option("maxRecordsPerTrigger", str(args.max_records_per_trigger))
+    if getattr(args, "partitions", 1) > 1:
+        stream = stream.option("partitions", str(args.partitions))
     stream = stream.load()
     params = dict(args.params)
     if initial_state is not None:
@@ -424,10 +474,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         resume(args)
     stopped = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stopped.set())
+    try:
+        check_master(args.master)
+    except ConnectionError as error:
+        print(f"--master: {error}", flush=True)
+        return 2
     if not args.standby:
         # Before Spark's slow start: from here on the broker queues the operator's input for it.
         open_session(*args.mqtt, args.reads, client_id(args))
-    spark = spark_session(args.master, f"foglab-{args.app}", dilated_conf(args.dilation))
+    spark = spark_session(args.master, f"foglab-{args.app}", session_conf(args))
     spark.sparkContext.setLogLevel("ERROR")
     try:
         moved: dict = {}

@@ -45,6 +45,19 @@ directory given by the `journal` option). An offset counts messages: `{"offset":
   checkpoint or on a new one whose `start_offset` is `committed`
   (`workloads.spark.migration`).
 
+- Partitions. A batch reads one input partition per segment it spans (usually one): on one
+  core that is all there is. With the option `partitions` (N), a batch's range is cut into up
+  to N slices of about equal size (each at least `_MIN_SLICE` messages), so N executors parse
+  it side by side on a cluster. A slice is offsets in a segment, as before: a replay reads the
+  same rows whatever N is.
+
+- Executors are other processes. `read()` opens a segment by its path (the journal's absolute
+  path on the driver's host): every executor must see the journal at that path. On one host
+  (or one container) it does; on several, the journal must be on a file system all of them
+  mount at the same path (NFS, as Spark's checkpoint must be anyway), or the executors must
+  run beside the driver. The broker client, the journal's writer and its lock stay in the
+  driver-side reader (`__getstate__` drops them from what travels).
+
 What survives a restart from the checkpoint: journaled but unsealed messages (sealed when the
 new reader opens the journal), sealed but uncommitted segments (replayed), messages queued by the
 broker while no reader was connected, and messages received but not yet journaled (never
@@ -125,6 +138,7 @@ _LOCK_WAIT = 60.0  # seconds a restarted query waits for the previous reader pro
 _RESENT_WINDOW = 1000
 _CONNECT_WAIT = 10.0
 _BATCH_ROWS = 10_000
+_MIN_SLICE = 100  # messages: a smaller slice costs a task more than it saves
 
 
 @dataclass
@@ -157,12 +171,19 @@ class Journal:
         segments = self.segments()
         return segments[-1][1] if segments else 0
 
-    def partitions(self, start: int, end: int) -> list[Segment]:
-        return [
+    def partitions(self, start: int, end: int, slices: int = 1) -> list[Segment]:
+        """The segments' rows in [start, end), cut into up to `slices` partitions of about
+        equal size (none under _MIN_SLICE messages), never across a segment's end."""
+        whole = [
             Segment(str(path), first, max(first, start), min(last, end))
             for first, last, path in self.segments()
             if first < end and last > start
         ]
+        size = max(-(-(end - start) // max(slices, 1)), _MIN_SLICE)
+        if slices <= 1 or end - start <= size:
+            return whole
+        return [Segment(part.path, part.first, low, min(low + size, part.end))
+                for part in whole for low in range(part.start, part.end, size)]
 
     @staticmethod
     def read(segment: Segment) -> Iterator[pa.RecordBatch]:
@@ -421,6 +442,9 @@ class MqttStreamReader(DataSourceStreamReader):
         if self.max_records is not None and self.max_records < 1:
             raise ValueError(f"maxRecordsPerTrigger must be at least 1, not {limit}")
         self.client_id = options.get("client_id") or default_client_id(self.journal.directory)
+        self.slices = int(options.get("partitions", 1))
+        if self.slices < 1:
+            raise ValueError(f"partitions must be at least 1, not {self.slices}")
         self.start_offset = int(options.get("start_offset", 0))
         if self.start_offset < 0:
             raise ValueError(f"start_offset must be at least 0, not {self.start_offset}")
@@ -489,7 +513,7 @@ class MqttStreamReader(DataSourceStreamReader):
         return {"offset": self.journal.end()} if self._writer is not None else None
 
     def partitions(self, start: dict, end: dict) -> list[Segment]:
-        return self.journal.partitions(start["offset"], end["offset"])
+        return self.journal.partitions(start["offset"], end["offset"], self.slices)
 
     def read(self, partition: Segment) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
         return Journal.read(partition)
@@ -536,7 +560,8 @@ class MqttDataSource(DataSource):
     Source options: host, port, topic (a filter), qos (0 or 1, default 1), client_id (default
     derived from the journal path), journal (a directory, required), maxRecordsPerTrigger (the
     most messages one micro-batch reads; default: all that are journaled), start_offset (where
-    a new checkpoint starts in the journal; default 0), stop_request and stop_record (files:
+    a new checkpoint starts in the journal; default 0), partitions (the most input partitions
+    a batch is cut into; default 1), stop_request and stop_record (files:
     stop at a batch boundary for a move, see the module docstring).
     Sink options: host, port, topic (or a `topic` column), qos; see `mqtt_sink`.
 
