@@ -118,6 +118,8 @@ class LocalRegistry:
     storage: the registry's folder, kept (a cache: a second push of the same layers sends
     nothing); without it a temporary folder, removed by stop(). port: free on both addresses
     when not given. Use as a context manager, or start() then stop().
+    The processes end with the thread that started them (a killed test leaves no registry),
+    unless `outlive`: then only stop() (or their pids, `pids`) ends them.
     """
 
     bridge_ip: str
@@ -125,6 +127,7 @@ class LocalRegistry:
     storage: Path | None = None
     ready_s: float = READY_S
     host: docker.DockerClient | None = None
+    outlive: bool = False
     _processes: list[tuple[subprocess.Popen, Path]] = field(default_factory=list, init=False)
     _scratch: Path | None = field(default=None, init=False)
 
@@ -138,6 +141,10 @@ class LocalRegistry:
     def pull_address(self) -> str:
         """Where the nodes pull from."""
         return f"{self.bridge_ip}:{self.port}"
+
+    @property
+    def pids(self) -> list[int]:
+        return [process.pid for process, _ in self._processes]
 
     @property
     def push_address(self) -> str:
@@ -167,9 +174,10 @@ class LocalRegistry:
             config.write_text(CONFIG.format(root=root, address=f"{address}:{self.port}"))
             log = self._scratch / f"{name}.log"
             with log.open("wb") as out:
-                process = subprocess.Popen([binary, "serve", str(config)],
-                                           stdin=subprocess.DEVNULL, stdout=out,
-                                           stderr=subprocess.STDOUT, start_new_session=True)
+                process = subprocess.Popen(
+                    [binary, "serve", str(config)], stdin=subprocess.DEVNULL, stdout=out,
+                    stderr=subprocess.STDOUT, start_new_session=True,
+                    preexec_fn=None if self.outlive else _end_with_parent)
             self._processes.append((process, log))
         for (process, log), address in zip(self._processes,
                                            (self.push_address, self.pull_address), strict=True):
@@ -211,6 +219,15 @@ class LocalRegistry:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def _end_with_parent() -> None:
+    """In the child before exec: the kernel sends it SIGTERM when its parent thread ends."""
+    import ctypes
+    import signal
+
+    pr_set_pdeathsig = 1
+    ctypes.CDLL(None, use_errno=True).prctl(pr_set_pdeathsig, signal.SIGTERM)
 
 
 def _host() -> docker.DockerClient:
