@@ -166,12 +166,9 @@ class SwarmNodes:
 
         name = f"{self.name}-{index}"
         try:
-            host.volumes.get(name)
+            host.volumes.get(name)  # kept by an earlier run: not this run's to remove
         except NotFound:
             host.volumes.create(name, labels=labels)
-            if not self.keep_volumes:
-                self._made.append(("volume", name))
-        else:
             if not self.keep_volumes:
                 self._made.append(("volume", name))
         # Named before it exists: a failure while the engine creates it still finds it.
