@@ -57,6 +57,9 @@ TASK_POLL_S = 0.5
 FAILED_TASK_STATES = ("failed", "rejected", "complete", "shutdown", "orphaned", "remove")
 RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays on the manager's host")
 REMOVE_RETRY_S = 15
+# Containers an overlay of Docker's default size (a /24) holds: 256 less the network's and
+# broadcast addresses, its gateway, and a load balancer's address per node (one node here).
+DEFAULT_OVERLAY_CONTAINERS = 252
 
 
 def engine_class(name: object, where: str = "run.engine") -> type[Cluster]:
@@ -89,11 +92,17 @@ def swarm_nodes(client: docker.DockerClient) -> list[dict]:
 
 def remove_swarm_objects(client: docker.DockerClient, cluster: str) -> tuple[int, int]:
     """Remove a cluster's services, then its configs (freed once no service uses them);
-    (services, configs) removed. Its containers and networks are inventory.remove's."""
+    (services, configs) removed, (0, 0) on an engine that is no swarm manager. Its containers
+    and networks are inventory.remove's, which `foglab emu down` runs after this."""
     from docker.errors import APIError, NotFound
 
     label = {"label": [f"{inventory.CLUSTER}={cluster}"]}
-    services = client.api.services(filters=label)
+    try:
+        services = client.api.services(filters=label)
+    except APIError as error:
+        if error.status_code == 503:  # not a swarm manager: no services of any cluster here
+            return 0, 0
+        raise
     for service in services:
         with contextlib.suppress(NotFound):
             client.api.remove_service(service["ID"])
@@ -113,7 +122,7 @@ def remove_swarm_objects(client: docker.DockerClient, cluster: str) -> tuple[int
     return len(services), len(configs)
 
 
-def _wait_gone(client: docker.DockerClient, cluster: str) -> None:
+def wait_networks_gone(client: docker.DockerClient, cluster: str) -> None:
     """Wait until a cluster's networks are gone: the manager removes a swarm network after
     the API call returned, once its services' tasks have let it go; so `down` returns when
     nothing is left, not before."""
@@ -136,7 +145,9 @@ class SwarmCluster(Cluster):
 
     Cluster's options, and: `image_ref(tag)` the reference every node pulls a built image by
     (identity: a one-node swarm runs the local images; a registry maps tags to its own refs);
-    `encrypted` makes the overlay network encrypted (IPsec between nodes). `zygote` is ignored:
+    `encrypted` makes the overlay network encrypted (IPsec between nodes); `subnet` (CIDR) is
+    its address range, which a plan of more than DEFAULT_OVERLAY_CONTAINERS containers needs
+    (Docker's default is a /24). `zygote` is ignored:
     a service cannot be privileged. `shaper` may only be the relay.
     """
 
@@ -145,13 +156,15 @@ class SwarmCluster(Cluster):
                  agent_command: Sequence[str] | None = None, workers: int = WORKERS,
                  progress: Progress | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
                  seed: int | None = None, zygote: bool = False,
-                 image_ref: Callable[[str], str] | None = None, encrypted: bool = False) -> None:
+                 image_ref: Callable[[str], str] | None = None, encrypted: bool = False,
+                 subnet: str | None = None) -> None:
         super().__init__(plan, client, records=records, shaper=shaper,
                          agent_command=agent_command, workers=workers, progress=progress,
                          ready_timeout_s=ready_timeout_s, seed=seed, zygote=False)
         self.agent_start = "exec (swarm: a service cannot run the privileged zygote)"
         self.image_ref = image_ref or (lambda tag: tag)
         self.encrypted = encrypted
+        self.subnet = subnet
         self.overlay = overlay_name(plan.cluster)
         self.host_network = host_network_name(plan.cluster)
         self.node_sites: list[str] = []
@@ -169,6 +182,11 @@ class SwarmCluster(Cluster):
             raise ClusterError(f"cluster {self.name}: run.engine swarm shapes links with relays "
                                f"only, not {self.shaper.shaper} (netem on a swarm needs a "
                                f"privileged helper per node: not built)")
+        if self.subnet is None and len(self.plan.containers) > DEFAULT_OVERLAY_CONTAINERS:
+            raise ClusterError(
+                f"cluster {self.name}: {len(self.plan.containers)} containers do not fit the "
+                f"overlay network's default /24 (at most {DEFAULT_OVERLAY_CONTAINERS}): give "
+                f"SwarmCluster a subnet, e.g. subnet='10.200.0.0/20', free on every node")
         nodes = swarm_nodes(self.client)
         self._check_one_node(nodes)
         label = {"label": [f"{inventory.CLUSTER}={self.name}"]}
@@ -223,13 +241,16 @@ class SwarmCluster(Cluster):
 
     def _create_networks(self) -> None:
         """The overlay every service joins, and the swarm-scoped bridge the host reaches."""
-        made = [(self.overlay, "overlay", {"encrypted": ""} if self.encrypted else None),
-                (self.host_network, "bridge", None)]
-        for done, (name, driver, options) in enumerate(made):
+        from docker.types import IPAMConfig, IPAMPool
+
+        ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=self.subnet)]) if self.subnet else None
+        made = [(self.overlay, "overlay", {"encrypted": ""} if self.encrypted else None, ipam),
+                (self.host_network, "bridge", None, None)]
+        for done, (name, driver, options, pool) in enumerate(made):
             with _interrupts_deferred():  # as Cluster._create_networks: the engine answers
                 self.client.api.create_network(
-                    name, driver=driver, options=options, attachable=True, scope="swarm",
-                    labels=self._labels(self.plan.labels), check_duplicate=True)
+                    name, driver=driver, options=options, ipam=pool, attachable=True,
+                    scope="swarm", labels=self._labels(self.plan.labels), check_duplicate=True)
             self.progress("networks", done + 1, len(made), name)
 
     def _create_configs(self) -> None:
@@ -346,7 +367,7 @@ class SwarmCluster(Cluster):
             finally:
                 services, _ = remove_swarm_objects(self.client, self.name)
                 removed = inventory.remove(self.client, self.name, end_owner_process=False)
-                _wait_gone(self.client, self.name)
+                wait_networks_gone(self.client, self.name)
                 if self._made is not None and self._made.scratch is not None:
                     inventory.remove_scratch(str(self._made.scratch))
                 self._made = None
