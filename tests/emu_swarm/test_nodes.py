@@ -153,6 +153,7 @@ def _remove_when_free(network) -> None:
 
 def test_a_node_whose_engine_fails_is_named_and_nothing_stays(host) -> None:
     name = "foglab-test-swarm-broken"
+    remove(name, keep_volumes=False, host=host)  # what a killed run of this test left
     # dockerd refuses an insecure registry that is no address: the node exits at once.
     nodes = SwarmNodes(2, name=name, insecure_registries=("not a registry",), ready_s=20,
                        host=host)
