@@ -1,6 +1,6 @@
 """Bring N gateways up on plain Docker and on a one-node Docker Swarm, in one run, on one host.
 
-    python benchmarks/swarm_startup.py [--gateways 200] [--agents] [--encrypted]
+    python benchmarks/swarm_startup.py [--gateways 200] [--repeat 1] [--agents] [--encrypted]
 
 The same plan (gw-1..N, profile rpi4, one broker, ZooKeeper; benchmarks/deploy_timing's
 topology) is brought up by emu.cluster.engine.Cluster (plain containers) and then by
@@ -12,12 +12,14 @@ engine's own work per container, which is what Swarm changes. `--agents` runs th
 (the plain engine without its zygote, which a Swarm service cannot run, so both start each
 agent afresh under QEMU: much slower, and the host's CPU, not the engine, is then the limit).
 
-Prints, last (load: the host's 1-minute load average before and after):
+`--repeat R` alternates the two R times (plain, swarm, plain, swarm, ...), so that a load other
+work puts on the host meanwhile falls on both alike; the figures are the medians. Prints, last
+(load: the host's 1-minute load average before and after):
 
     gateways=  plain_s=  swarm_s=  ratio=  load_before=  load_after=
 
-ratio is swarm_s / plain_s (target: at most 1.2). Everything made is removed at the end, on a
-failure and on Ctrl-C or SIGTERM.
+ratio is swarm_s / plain_s (target: at most 1.2); with --repeat, the median of each pair's.
+Everything made is removed at the end, on a failure and on Ctrl-C or SIGTERM.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import statistics
 import subprocess
 import sys
 import time
@@ -76,12 +79,15 @@ def timed_up(cluster: Cluster, label: str) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gateways", type=int, default=200)
+    parser.add_argument("--repeat", type=int, default=1, help="alternate the engines R times")
     parser.add_argument("--agents", action="store_true",
                         help="run the agents (no zygote on either engine), not `sleep infinity`")
     parser.add_argument("--encrypted", action="store_true", help="an encrypted overlay network")
     options = parser.parse_args()
     if options.gateways < 1:
         parser.error(f"--gateways {options.gateways}: at least 1")
+    if options.repeat < 1:
+        parser.error(f"--repeat {options.repeat}: at least 1")
     import docker
 
     client = docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
@@ -89,22 +95,26 @@ def main() -> None:
     command = None if options.agents else IDLE
     load_before = os.getloadavg()[0]
     made_swarm = False
+    plain_s: list[float] = []
+    swarm_s: list[float] = []
     with stop_on_signals():
         try:
             made_swarm = one_node_swarm(client)
-            run = secrets.token_hex(3)
-            plain = Cluster(plan_cluster(topology, f"ssp-{run}", labels=LABELS), client,
-                            agent_command=command, shaper=RELAY, zygote=False)
-            plain_s = timed_up(plain, "plain docker")
-            swarm = SwarmCluster(plan_cluster(topology, f"sss-{run}", labels=LABELS), client,
-                                 agent_command=command, encrypted=options.encrypted)
-            swarm_s = timed_up(swarm, "swarm")
+            for _ in range(options.repeat):
+                run = secrets.token_hex(3)
+                plain = Cluster(plan_cluster(topology, f"ssp-{run}", labels=LABELS), client,
+                                agent_command=command, shaper=RELAY, zygote=False)
+                plain_s.append(timed_up(plain, "plain docker"))
+                swarm = SwarmCluster(plan_cluster(topology, f"sss-{run}", labels=LABELS),
+                                     client, agent_command=command, encrypted=options.encrypted)
+                swarm_s.append(timed_up(swarm, "swarm"))
         finally:
             if made_swarm:
                 subprocess.run(["docker", "swarm", "leave", "--force"], capture_output=True)
-    print(f"gateways={options.gateways} plain_s={plain_s:.1f} swarm_s={swarm_s:.1f} "
-          f"ratio={swarm_s / plain_s:.2f} load_before={load_before:.2f} "
-          f"load_after={os.getloadavg()[0]:.2f}")
+    ratios = [s / p for s, p in zip(swarm_s, plain_s, strict=True)]
+    print(f"gateways={options.gateways} plain_s={statistics.median(plain_s):.1f} "
+          f"swarm_s={statistics.median(swarm_s):.1f} ratio={statistics.median(ratios):.2f} "
+          f"load_before={load_before:.2f} load_after={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":
