@@ -27,6 +27,12 @@ job hands over) takes these migration steps, requests answered as the other step
   input meanwhile. Answered once the job is started (its query then takes a cold
   start: the held input waits that long, and none is lost).
 
+On a Spark standalone cluster (`master`: `spark://host:port`, emu.agent.spark_cluster runs the
+master and workers on the cloud VMs a topology names), the job is the driver: executors on the
+workers connect back to it at the node's address on DRIVER_PORT and BLOCK_MANAGER_PORT (fixed,
+so a container network that filters lets them through), and its `--work` must be on a volume
+every Spark VM mounts at the same path (the journal is read by path on the executors).
+
 The host writes the stop request into the source's work directory and copies the handover into
 the target's itself (each node's records folder is mounted on the host): in a deployment on
 real VMs, that is a copy from one VM to the other.
@@ -61,6 +67,8 @@ EXIT_WAIT_S = 60.0
 # workers and run the state's code paths, and the job's default (3,000) took minutes on a
 # loaded two-core host.
 WARMUP_MESSAGES, WARMUP_BATCHES = 300, 3
+# A driver's ports on a standalone cluster: executors connect to them.
+DRIVER_PORT, BLOCK_MANAGER_PORT = 7337, 7338
 
 
 def _unblocked() -> None:
@@ -84,11 +92,15 @@ class SparkJob:
 
     `standby`: started warm, waiting for a handover (`--standby`); `active`: the operator's
     query runs (or ran) in this job. A job that took over a query is made active by release.
+
+    `master`: a standalone cluster's `spark://host:port` instead of local[`cores`]; the
+    executors reach the driver at `driver_host` (the node's address on the cluster's network).
     """
 
     def __init__(self, config: OperatorConfig, node: str, mqtt: str, records: str,
                  cores: int = 2, standby: bool = False, client_id: str | None = None,
-                 work: str | None = None, dilation: float = 1.0) -> None:
+                 work: str | None = None, dilation: float = 1.0, master: str | None = None,
+                 driver_host: str | None = None) -> None:
         if config.task not in APPS:
             raise ValueError(f"operator {config.name!r}: engine spark runs the apps "
                              f"{', '.join(APPS)}, not {config.task!r}")
@@ -104,8 +116,10 @@ class SparkJob:
         self.dilation = dilation
         self._command = [sys.executable, "-m", "workloads.spark.job", "--app", config.task,
                          "--mqtt", mqtt, "--reads", config.reads[0], "--work", str(self.work),
-                         "--master", f"local[{cores}]", "--params", json.dumps(config.params),
-                         "--client-id", self.client_id]
+                         "--master", master or f"local[{cores}]",
+                         "--params", json.dumps(config.params), "--client-id", self.client_id]
+        if master:
+            self._command += _cluster_args(config.name, master, driver_host)
         if config.writes:
             self._command += ["--writes", f"{config.writes}/{node}"]
         if dilation != 1:
@@ -267,6 +281,25 @@ class SparkMigrations(Migrations):
             agent.scheduler.call(answer, {"t": agent.clock(), "work": job.work.name})
 
         threading.Thread(target=restart, name="foglab-spark-rollback", daemon=True).start()
+
+
+def _cluster_args(operator: str, master: str, driver_host: str | None) -> list[str]:
+    """The job's options for a driver on `master` (checked here: the agent refuses a bad
+    URL when it starts, not the job minutes later)."""
+    from workloads.spark.session import master_hosts
+
+    try:
+        on_cluster = bool(master_hosts(master))
+    except ValueError as error:
+        raise ValueError(f"operator {operator!r}: {error}") from None
+    if not on_cluster:
+        raise ValueError(f"operator {operator!r}: a cluster master is spark://host:port, "
+                         f"not {master!r}")
+    if not driver_host:
+        raise ValueError(f"operator {operator!r}: a driver on {master} needs the node's "
+                         "address the workers reach (driver_host)")
+    return ["--driver-host", driver_host, "--bind-address", "0.0.0.0",
+            "--driver-port", str(DRIVER_PORT), "--block-manager-port", str(BLOCK_MANAGER_PORT)]
 
 
 def _name(args: dict[str, Any]) -> str:

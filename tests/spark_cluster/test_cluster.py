@@ -4,6 +4,7 @@ a worker killed mid-run loses and repeats no message, a bad master is refused at
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from dataclasses import dataclass
@@ -194,14 +195,20 @@ def test_a_master_that_does_not_answer_is_refused(tmp_path: Path,
     assert master in out and "does not answer" in out
 
 
-def test_a_worker_that_cannot_start_is_named_with_its_log(tmp_path: Path) -> None:
-    ports = free_ports(4)
+def test_a_daemon_that_cannot_start_is_named_with_its_log(tmp_path: Path) -> None:
+    """A master whose port is taken fails at once (no moving to the next port), and the error
+    quotes its log."""
     from workloads.spark.standalone import ClusterError, WorkerPorts
 
-    broken = StandaloneCluster(tmp_path, ports[0], ports[1], [WorkerPorts(ports[2], ports[3])],
-                               memory="lots")
-    with pytest.raises(ClusterError, match=r"worker-1 exited before it was up") as error:
-        broken.start(timeout=60)
-    assert str(tmp_path / "worker-1.log") in str(error.value)
-    assert "lots" in str(error.value)  # the log's tail says what was wrong
-    assert broken.master is not None and not broken.master.alive()
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        ui_port, worker_port, worker_ui = free_ports(3)
+        broken = StandaloneCluster(tmp_path, port, ui_port, [WorkerPorts(worker_port,
+                                                                         worker_ui)])
+        with pytest.raises(ClusterError, match=r"master exited before it was up") as error:
+            broken.start(timeout=60)
+    assert str(tmp_path / "master.log") in str(error.value)
+    assert "Address already in use" in str(error.value)  # the log's tail says why
+    assert broken.master is not None and not broken.master.alive() and not broken.workers

@@ -12,7 +12,8 @@ process group of its own (spark-class execs java, and a Worker's executors and t
 workers are its children): `stop` and `kill_worker` signal exactly the groups this object
 started, nothing found by name.
 
-Every port is the caller's (no 8080/8081 defaults that collide on a shared host), and every
+Every port is the caller's (no 8080/8081 defaults that collide on a shared host), and is
+kept: a daemon whose port is taken fails (spark.port.maxRetries=0) instead of moving. Every
 daemon has its own directory under `root`: `<name>/work` (a worker's executors' work dirs,
 `--work-dir`), `<name>/local` (SPARK_LOCAL_DIRS: shuffle and RocksDB state files) and
 `<name>.log` (its stdout and stderr). SPARK_CONF_DIR points at an empty directory so that a
@@ -99,7 +100,11 @@ class Daemon:
         self.log = root / f"{name}.log"
         for sub in ("work", "local", "conf"):
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
-        env = os.environ | env | {"SPARK_CONF_DIR": str(self.dir / "conf"),
+        # A port taken fails the daemon at once: Spark would otherwise try the next 16 ports
+        # and come up where nobody looks for it.
+        options = f"{os.environ.get('SPARK_DAEMON_JAVA_OPTS', '')} -Dspark.port.maxRetries=0"
+        env = os.environ | env | {"SPARK_DAEMON_JAVA_OPTS": options.strip(),
+                                  "SPARK_CONF_DIR": str(self.dir / "conf"),
                                   "SPARK_LOCAL_DIRS": str(self.dir / "local"),
                                   "SPARK_NO_DAEMONIZE": "1"}
         with self.log.open("ab") as out:
@@ -142,6 +147,48 @@ class Daemon:
                             f"{tail(self.log)}")
 
 
+def master_status(host: str, ui_port: int) -> dict | None:
+    """A master's JSON status (`http://host:ui_port/json/`), None while it does not answer."""
+    try:
+        with urllib.request.urlopen(f"http://{host}:{ui_port}/json/", timeout=2) as answer:
+            return json.load(answer)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+
+
+def start_master(root: Path, host: str, port: int, ui_port: int) -> Daemon:
+    """A master on `host:port`, web UI and JSON status on `ui_port` (not yet up: see
+    `await_up`)."""
+    _check_java()
+    return Daemon("master", Path(root), [
+        str(spark_class()), MASTER_CLASS, "--host", host, "--port", str(port),
+        "--webui-port", str(ui_port)], {"SPARK_MASTER_HOST": host})
+
+
+def start_worker(root: Path, name: str, host: str, ports: WorkerPorts, master_url: str,
+                 cores: int = 1, memory: str = "512m") -> Daemon:
+    """A worker of `cores` and `memory` on `host`, registering with `master_url` (a cloud VM
+    of its own runs one alone: the master is another VM's)."""
+    _check_java()
+    directory = Path(root) / name
+    return Daemon(name, Path(root), [
+        str(spark_class()), WORKER_CLASS, "--host", host, "--port", str(ports.port),
+        "--webui-port", str(ports.ui_port), "--cores", str(cores), "--memory", memory,
+        "--work-dir", str(directory / "work"), master_url],
+        {"SPARK_WORKER_CORES": str(cores), "SPARK_WORKER_MEMORY": memory})
+
+
+def await_up(ready, daemon: Daemon, timeout: float, what: str) -> None:
+    """Poll `ready()` until it holds; fail with the daemon's log if it exits or times out."""
+    deadline = time.monotonic() + max(timeout, 0.0)
+    while not ready():
+        if not daemon.alive():
+            raise daemon.failure("exited before it was up")
+        if time.monotonic() > deadline:
+            raise daemon.failure(f"{what} within {timeout:.0f} s")
+        time.sleep(POLL_S)
+
+
 class StandaloneCluster:
     """A master on `host:master_port` (web UI on `ui_port`) and one worker per `workers` entry,
     each with `cores` cores and `memory` (Spark's size, e.g. "512m") to give executors.
@@ -180,11 +227,7 @@ class StandaloneCluster:
 
     def status(self) -> dict | None:
         """The master's JSON status, None while it does not answer."""
-        try:
-            with urllib.request.urlopen(self.status_url, timeout=2) as answer:
-                return json.load(answer)
-        except (urllib.error.URLError, OSError, ValueError):
-            return None
+        return master_status(self.host, self.ui_port)
 
     def alive_workers(self) -> list[dict]:
         """The workers the master lists ALIVE (its JSON entries)."""
@@ -192,47 +235,28 @@ class StandaloneCluster:
         return [w for w in status.get("workers", []) if w.get("state") == "ALIVE"]
 
     def start(self, timeout: float = START_WAIT_S) -> StandaloneCluster:
-        _check_java()
-        launcher = str(spark_class())
         self.root.mkdir(parents=True, exist_ok=True)
         try:
-            self.master = Daemon("master", self.root, [
-                launcher, MASTER_CLASS, "--host", self.host, "--port", str(self.master_port),
-                "--webui-port", str(self.ui_port)], {"SPARK_MASTER_HOST": self.host})
-            self._await(lambda: self.status() is not None, self.master, timeout,
-                        f"answered no status at {self.status_url}")
+            self.master = start_master(self.root, self.host, self.master_port, self.ui_port)
+            await_up(lambda: self.status() is not None, self.master, timeout,
+                     f"answered no status at {self.status_url}")
             for number, ports in enumerate(self.worker_ports, 1):
-                self.workers.append(self._worker(launcher, f"worker-{number}", ports))
+                self.workers.append(start_worker(self.root, f"worker-{number}", self.host,
+                                                 ports, self.master_url, self.cores,
+                                                 self.memory))
             deadline = time.monotonic() + timeout
             for worker, ports in zip(self.workers, self.worker_ports, strict=True):
-                self._await(lambda p=ports: self._registered(p), worker,
-                            deadline - time.monotonic(),
-                            f"was not listed ALIVE by the master at {self.status_url}")
+                await_up(lambda p=ports: self._registered(p), worker,
+                         deadline - time.monotonic(),
+                         f"was not listed ALIVE by the master at {self.status_url}")
         except BaseException:
             self.stop()
             raise
         return self
 
-    def _worker(self, launcher: str, name: str, ports: WorkerPorts) -> Daemon:
-        directory = self.root / name
-        return Daemon(name, self.root, [
-            launcher, WORKER_CLASS, "--host", self.host, "--port", str(ports.port),
-            "--webui-port", str(ports.ui_port), "--cores", str(self.cores),
-            "--memory", self.memory, "--work-dir", str(directory / "work"), self.master_url],
-            {"SPARK_WORKER_CORES": str(self.cores), "SPARK_WORKER_MEMORY": self.memory})
-
     def _registered(self, ports: WorkerPorts) -> bool:
         return any(w.get("port") == ports.port and w.get("cores") == self.cores
                    for w in self.alive_workers())
-
-    def _await(self, ready, daemon: Daemon, timeout: float, what: str) -> None:
-        deadline = time.monotonic() + max(timeout, 0.0)
-        while not ready():
-            if not daemon.alive():
-                raise daemon.failure("exited before it was up")
-            if time.monotonic() > deadline:
-                raise daemon.failure(f"{what} within {timeout:.0f} s")
-            time.sleep(POLL_S)
 
     def kill_worker(self, index: int) -> None:
         """SIGKILL worker `index` (0-based) and its executors: the master and the driver see
