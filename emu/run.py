@@ -211,6 +211,7 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
         _begin(run, agents, stage)
         # Where the host's CPU goes from the epoch to the run's end (emu.accounting).
         began = begin_accounting(cluster)
+        relayed = cluster.links.counters()
         tables, fidelity = _during(run, progress)
         containers, since = began or (None, None)
         host_cpu = account(cluster, since, containers=containers)
@@ -224,6 +225,8 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
     finally:
         control.close()
     facts = _after(run, agents, stage)
+    if stalls := cluster.links.stalls(relayed):  # the drain's included, as on the model
+        facts["retransmissions"] = stalls
     facts.update(request.facts, controller_reconnects=reconnects, dilation=clock.dilation,
                  host_cpu=host_cpu, fidelity=assess(tables["nodes"], request.timing.sample,
                                                     fidelity, host_cpu=host_cpu))

@@ -72,6 +72,22 @@ class Links(ABC):
     def counters(self) -> dict[Key, RelayCounters]:
         return {}
 
+    def stalls(self, since: Mapping[Key, RelayCounters] | None = None) -> dict[str, int]:
+        """Chunks each link direction held back for a retransmission (the relay's loss) since
+        the `since` counters, keyed "src>dst" as the model's `retransmissions` fact: only
+        where there were some. netem drops real packets, which the kernel counts, not this."""
+        since = since or {}
+        found: dict[str, int] = {}
+        for (client, service), now in self.counters().items():
+            before = since.get((client, service))
+            for key, count, earlier in (
+                    (f"{client}>{service}", now.stalls_up, before.stalls_up if before else 0),
+                    (f"{service}>{client}", now.stalls_down,
+                     before.stalls_down if before else 0)):
+                if count > earlier:
+                    found[key] = count - earlier
+        return found
+
     def close(self) -> None:  # noqa: B027 - nothing to close unless relays run
         """Stop shaping; what lives in containers goes with them."""
 
@@ -99,7 +115,7 @@ class RelayLinks(Links):
                     if (a, b) in shared]
             relays[link.key] = LinkRelay(services[link.service], link.port, link.shape,
                                          listen_host=host, seed=self.seed + index, hops=hops,
-                                         dilation=self.plan.dilation)
+                                         dilation=self.plan.dilation, protocol=link.role)
         if not self.relays.running:
             self.relays.start()
         ports = self.relays.add(relays)

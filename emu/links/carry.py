@@ -31,7 +31,7 @@ class Flow:
 
     __slots__ = ("relay", "direction", "connection", "loop", "source", "sink", "pending",
                  "previous_arrival", "timer", "backlog", "holding", "held", "window_full",
-                 "eof", "fin_sent", "finished", "sink_paused", "reading")
+                 "eof", "fin_sent", "finished", "sink_paused", "reading", "frames")
 
     def __init__(self, relay: LinkRelay, direction: _Direction, connection: Connection,
                  loop: asyncio.AbstractEventLoop) -> None:
@@ -54,6 +54,9 @@ class Flow:
         self.finished = False  # the FIN was delivered
         self.sink_paused = False
         self.reading = False
+        # The sender's messages, counted from the first byte, when the relay draws loss per
+        # segment the sender wrote (emu.links.framing): only a relay made lossy counts.
+        self.frames = relay._frames()
 
     def feed(self, data: bytes) -> None:
         """Bytes read from the source: onto the link now, or behind a held backlog."""
@@ -88,8 +91,9 @@ class Flow:
             departure = direction.reserve(nbytes, now)
             # Inline the common case (no jitter, no loss): no call, no draw, as _delay and _stall.
             arrival = departure + (relay._delay(shape) if shape.jitter_s else shape.latency_s)
+            frames = self.frames.count(chunk) if self.frames is not None else 0
             if shape.loss:
-                arrival += relay._stall(shape, nbytes, direction)
+                arrival += relay._stall(shape, nbytes, direction, frames)
             # TCP hands bytes over in order: a chunk never overtakes the one ahead of it.
             if arrival > self.previous_arrival:
                 self.previous_arrival = arrival

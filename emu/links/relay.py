@@ -17,7 +17,10 @@ upstream address. Every byte it reads crosses the link in two steps, as on a rea
    the application in order, so jitter spreads delays but never reorders bytes.
 
 Loss. The protocols carried (MQTT, ZooKeeper) run over TCP and never see a lost packet: they see
-the retransmission. A chunk is treated as ceil(size / MSS) packets; if any of them is lost
+the retransmission. A chunk is treated as ceil(size / MSS) packets, or, when the relay knows the
+protocol (``protocol``), as one per message that begins in it if that is more: a sender with
+TCP_NODELAY writes each message as a segment of its own, which one read may gather
+(emu.links.framing). If any of them is lost
 (probability ``loss`` each) the chunk is held back by one retransmission timeout,
 ``RETRANSMISSION_STALL_S`` (200 ms, Linux's minimum RTO). Later chunks of that connection wait
 behind it, which is TCP's head-of-line blocking. Every loss costs a full RTO: realistic for sparse
@@ -66,6 +69,7 @@ from dataclasses import dataclass
 from typing import Self, TypeVar
 
 from emu.links.carry import IN_FLIGHT_CHUNKS, Connection  # noqa: F401 - IN_FLIGHT_CHUNKS: re-exported
+from emu.links.framing import frames
 from emu.links.spec import LinkShape, check_dilation, host_rate
 
 RETRANSMISSION_STALL_S = 0.2
@@ -179,11 +183,14 @@ class LinkRelay:
         stall_s: float = RETRANSMISSION_STALL_S,
         hops: Sequence[tuple[TokenBucket, TokenBucket]] = (),
         dilation: float = 1.0,
+        protocol: str | None = None,
     ) -> None:
         """``hops``: (toward upstream, toward the client) buckets of shared hops on the path,
         made with ``hop_bucket`` (at the dilation's host rate); the relay's own shape still
         applies on top of them. ``shape`` and ``stall_s`` are emulated; at ``dilation`` K the
-        relay installs ``shape.dilated(K)`` and stalls K * ``stall_s`` host seconds."""
+        relay installs ``shape.dilated(K)`` and stalls K * ``stall_s`` host seconds.
+        ``protocol`` ("mqtt", "zookeeper"): what the connections speak; a lossy relay then
+        counts each chunk's messages as the sender's segments (emu.links.framing)."""
         self._upstream = (upstream_host, upstream_port)
         self._listen = (listen_host, listen_port)
         self._dilation = check_dilation(dilation)
@@ -191,6 +198,8 @@ class LinkRelay:
         self._installed = shape.dilated(self._dilation)
         self._rng = random.Random(seed)
         self._stall_s = stall_s * self._dilation
+        self._protocol = protocol if shape.loss else None
+        frames(self._protocol)  # an unknown protocol is refused here, not per connection
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
         self._live: set[Connection] = set()
@@ -271,10 +280,17 @@ class LinkRelay:
             return shape.latency_s
         return max(0.0, self._rng.gauss(shape.latency_s, shape.jitter_s))
 
-    def _stall(self, shape: LinkShape, nbytes: int, direction: _Direction) -> float:
+    def _frames(self):
+        """A connection direction's frame counter, None to count segments by size alone."""
+        return frames(self._protocol)
+
+    def _stall(self, shape: LinkShape, nbytes: int, direction: _Direction,
+               messages: int = 0) -> float:
+        """A lost segment's stall: the chunk is ceil(nbytes / MSS) segments, or one per
+        message that began in it when more (each written with TCP_NODELAY)."""
         if not shape.loss:
             return 0.0
-        packets = -(-nbytes // MSS)
+        packets = max(-(-nbytes // MSS), messages)
         if self._rng.random() >= 1 - (1 - shape.loss) ** packets:
             return 0.0
         direction.stalls += 1
