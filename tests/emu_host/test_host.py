@@ -10,7 +10,7 @@ from emu.host import check, dockerd_pids
 pytestmark = pytest.mark.emu
 
 CHECKS = ["platform", "root", "docker engine", "docker SDK", "arm64 (qemu binfmt)",
-          "debootstrap", "static busybox", "kernel netem", "link shaper"]
+          "debootstrap", "static busybox", "docker-registry", "kernel netem", "link shaper"]
 
 
 @pytest.fixture(autouse=True)
