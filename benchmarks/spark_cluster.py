@@ -46,12 +46,12 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -63,21 +63,10 @@ from workloads.riot.senml import Reading, encode_senml
 from workloads.spark.job import batch_end
 from workloads.spark.local_broker import LocalMosquitto
 from workloads.spark.mqtt_source import default_client_id, open_session
-from workloads.spark.standalone import StandaloneCluster, WorkerPorts
+from workloads.spark.standalone import StandaloneCluster, WorkerPorts, free_ports
 
 TOPIC_FILTER = "clean/#"
 RUN_WAIT_S = 900.0
-
-
-def free_ports(count: int) -> list[int]:
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 def publish(broker: LocalMosquitto, readings: list[Reading], publishers: int = 2) -> None:
@@ -134,7 +123,7 @@ def per_message(rows: pd.DataFrame) -> pd.Series:
 
 def run_job(name: str, master: str, broker: LocalMosquitto, readings: list[Reading],
             root: Path, args: argparse.Namespace, extra: list[str],
-            when_read: tuple[int, callable] | None = None) -> dict:
+            when_read: tuple[int, Callable[[], None]] | None = None) -> dict:
     """One job over the backlog; its rate, load and kalman rows per message."""
     work = root / name
     open_session(broker.host, broker.port, TOPIC_FILTER, default_client_id(work / "journal"))

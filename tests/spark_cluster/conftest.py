@@ -7,7 +7,6 @@ import importlib.util
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import time
@@ -33,21 +32,13 @@ def _missing() -> str | None:
 if (_reason := _missing()) is not None:
     pytest.skip(_reason, allow_module_level=True)
 
-from workloads.spark.standalone import StandaloneCluster, WorkerPorts  # noqa: E402
+from workloads.spark.standalone import (  # noqa: E402
+    StandaloneCluster,
+    WorkerPorts,
+    free_ports,
+)
 
 JOB_START_S = 240.0  # a cold driver and two cold executors on a loaded two-core host
-
-
-def free_ports(count: int) -> list[int]:
-    """Ports free now on loopback (held open together, so they differ)."""
-    sockets = [socket.socket() for _ in range(count)]
-    try:
-        for s in sockets:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
 
 
 @pytest.fixture(scope="module")

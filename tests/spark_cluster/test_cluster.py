@@ -20,9 +20,9 @@ from workloads.riot.senml import Reading, encode_senml
 from workloads.spark import job
 from workloads.spark.local_broker import LocalMosquitto
 from workloads.spark.mqtt_source import default_client_id, open_session
-from workloads.spark.standalone import StandaloneCluster
+from workloads.spark.standalone import StandaloneCluster, free_ports
 
-from .conftest import JOB_START_S, JobProcess, free_ports
+from .conftest import JOB_START_S, JobProcess
 
 pytestmark = pytest.mark.slow
 

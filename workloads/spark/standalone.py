@@ -34,8 +34,10 @@ import argparse
 import contextlib
 import json
 import os
+import random
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -52,6 +54,7 @@ START_WAIT_S = 90.0
 STOP_WAIT_S = 10.0
 POLL_S = 0.3
 LOG_TAIL = 2000  # characters of a daemon's log quoted in an error
+PORT_RANGE = (20_000, 32_000)  # free_ports draws from here
 
 
 class ClusterError(RuntimeError):
@@ -64,6 +67,25 @@ class WorkerPorts:
 
     port: int
     ui_port: int
+
+
+def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """`count` different ports free on `host` now, drawn from below the kernel's ephemeral
+    range (net.ipv4.ip_local_port_range, 32768 up by default): a port the kernel handed out
+    for a socket's bind(0) may be given next to an outgoing connection, and a daemon that
+    keeps its port (spark.port.maxRetries=0) would then fail."""
+    chosen: list[int] = []
+    while len(chosen) < count:
+        port = random.randrange(PORT_RANGE[0], PORT_RANGE[1])
+        if port in chosen:
+            continue
+        with socket.socket() as probe:
+            try:
+                probe.bind((host, port))
+            except OSError:
+                continue
+        chosen.append(port)
+    return chosen
 
 
 def spark_class() -> Path:
