@@ -164,3 +164,20 @@ def test_a_service_spec_keeps_the_containers_limits_labels_and_site() -> None:
     unpinned = service_spec(broker, cluster="spec", image="img:1", command=(), env={},
                             labels={}, records="/r", overlay="ov", host_network="hb")
     assert unpinned.constraints == ()
+
+
+@pytest.mark.emu
+def test_an_interrupted_up_leaves_nothing(swarm) -> None:
+    """Ctrl-C as the first service's task runs: what was made (networks, configs, services,
+    their containers) is removed before the interrupt propagates."""
+    plan = plan_cluster(small_topology(1), f"swi-{secrets.token_hex(3)}",
+                        labels={"foglab.test": "emu_swarm"})
+
+    def interrupt(stage: str, done: int, total: int, detail: str) -> None:
+        if stage == "containers":
+            raise KeyboardInterrupt
+
+    cluster = SwarmCluster(plan, swarm, agent_command=["sleep", "infinity"], progress=interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        cluster.up()
+    nothing_left(swarm, plan.cluster)
