@@ -49,6 +49,9 @@ RELAY = ShaperChoice("relay", "benchmark: the relay on both engines")
 LABELS = {"foglab.test": "swarm_startup"}
 
 
+GWBRIDGE = "docker_gwbridge"  # Swarm makes it on its first overlay endpoint, keeps it after
+
+
 def one_node_swarm(client) -> bool:
     """Make this host's dockerd a one-node swarm if it is none; whether this made it."""
     if (client.info().get("Swarm") or {}).get("LocalNodeState") == "active":
@@ -95,6 +98,7 @@ def main() -> None:
     command = None if options.agents else IDLE
     load_before = os.getloadavg()[0]
     made_swarm = False
+    bridge = bool(client.api.networks(names=[GWBRIDGE]))
     plain_s: list[float] = []
     swarm_s: list[float] = []
     with stop_on_signals():
@@ -111,6 +115,8 @@ def main() -> None:
         finally:
             if made_swarm:
                 subprocess.run(["docker", "swarm", "leave", "--force"], capture_output=True)
+                if not bridge:
+                    subprocess.run(["docker", "network", "rm", GWBRIDGE], capture_output=True)
     ratios = [s / p for s, p in zip(swarm_s, plain_s, strict=True)]
     print(f"gateways={options.gateways} plain_s={statistics.median(plain_s):.1f} "
           f"swarm_s={statistics.median(swarm_s):.1f} ratio={statistics.median(ratios):.2f} "

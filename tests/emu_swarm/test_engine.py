@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 
 DEVICES, RATE, DURATION = 4, 4.0, 8.0
 PATH_S = 0.005 + 0.020 + 0.001  # device radio, gateway uplink, broker LAN
+GWBRIDGE = "docker_gwbridge"
 EXPERIMENT = f"""
 name: swarm-small
 topology:
@@ -62,6 +63,8 @@ def swarm() -> Iterator[docker.DockerClient]:
     """This host's dockerd as a one-node swarm; left at the end only if this fixture made it."""
     client = docker_engine()
     made = swarm_state(client) == "inactive"
+    # Swarm makes docker_gwbridge on its first overlay endpoint and leaves it after `leave`.
+    bridge = bool(client.api.networks(names=[GWBRIDGE]))
     if made:
         address = subprocess.run(["ip", "-4", "-o", "addr", "show", "docker0"],
                                  capture_output=True, text=True, check=True).stdout.split()[3]
@@ -73,6 +76,8 @@ def swarm() -> Iterator[docker.DockerClient]:
     finally:
         if made:
             subprocess.run(["docker", "swarm", "leave", "--force"], capture_output=True)
+            if not bridge:
+                subprocess.run(["docker", "network", "rm", GWBRIDGE], capture_output=True)
 
 
 def nothing_left(client: docker.DockerClient, cluster: str) -> None:
