@@ -31,7 +31,7 @@ Trial runs on the 2-core development host, 2026-11-28 04:17-04:38, 20 emulated s
 run: load average 13 to 31, the host 100 % busy, about 1.1 cores of it theirs (other_cores):
 
     G   K    predicted  measured  rel_err   containers: predicted  measured  err
-    4   2    0.920      0.949     -0.031                 0.911      (parts below)
+    4   2    0.920      0.949     -0.031                 0.911      0.595     +0.531
     4   2    0.920      0.874     +0.052                 0.911      0.550     +0.658
     4   2    0.920      0.969     -0.050                 0.911      0.512     +0.778
     12  2.5  0.835      0.844     -0.010                 0.819      0.606     +0.351
