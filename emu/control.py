@@ -17,6 +17,7 @@ from emu.agent.mqtt import end_session, new_client, no_delay, session_args, sess
 from emu.agent.protocol import ALL_REQUESTS, MANAGEMENT, Request, request_topic
 from emu.agent.registry import GATEWAYS, gateway_path
 from emu.agent.timebase import UNDILATED, TimeBase
+from emu.cluster.access import host_login
 from emu.mqtt_loop import SelectorLoop
 
 CONNECT_TIMEOUT = 10.0
@@ -93,11 +94,12 @@ class _Session:
     """The controller's persistent MQTT session on one broker, subscribed to its replies."""
 
     def __init__(self, address: str, client_id: str, reply_topic: str,
-                 on_message: Callable[..., None]) -> None:
+                 on_message: Callable[..., None],
+                 credentials: tuple[str, str] | None = None) -> None:
         host, _, port = address.rpartition(":")
         self.host, self.port = (host, int(port)) if host else (address, 1883)
         self.reply_topic = reply_topic
-        self.client = new_client(client_id, persistent=True)
+        self.client = new_client(client_id, persistent=True, credentials=credentials)
         self.client.on_message = on_message
         self.client.on_connect = self._on_connect
         self.subscribed = threading.Event()
@@ -160,7 +162,8 @@ class Controller:
     """
 
     def __init__(self, broker: str | Mapping[str, str], client_id: str | None = None,
-                 clock: TimeBase = UNDILATED) -> None:
+                 clock: TimeBase = UNDILATED,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.clock = clock
         self._token = secrets.token_hex(4)
         self.reply_topic = f"{MANAGEMENT}/controller/{self._token}/res"
@@ -173,7 +176,8 @@ class Controller:
         name = client_id or f"foglab-controller-{self._token}"
         self._sessions = {address: _Session(
             address, name if len(addresses) == 1 else f"{name}-{number}", self.reply_topic,
-            self._on_message) for number, address in enumerate(addresses, start=1)}
+            self._on_message, credentials)
+            for number, address in enumerate(addresses, start=1)}
         self._routes = routes
         first = self._sessions[addresses[0]]
         self.host, self.port = first.host, first.port
@@ -193,7 +197,8 @@ class Controller:
             raise ValueError(f"cluster {plan.cluster}: no container status for broker "
                              f"{', '.join(missing)}")
         return cls({agent: f"{status[broker].ip}:{MQTT_PORT}"
-                    for agent, broker in plan.brokers.items()}, client_id, clock)
+                    for agent, broker in plan.brokers.items()}, client_id, clock,
+                   host_login(plan))
 
     @property
     def brokers(self) -> list[str]:
@@ -355,7 +360,8 @@ class Controller:
 
 
 def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
-                    check: Callable[[], None] | None = None) -> dict[str, dict[str, Any]]:
+                    check: Callable[[], None] | None = None,
+                    kazoo: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
     """Wait until every node's /iot/gateways/<node> exists; their registration data.
 
     A children watch on /iot/gateways wakes this up at each change, no polling. A
@@ -363,6 +369,8 @@ def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
     registrations may drop this watcher's connection or session: its calls are retried, and
     the watch starts again, until the timeout. `check()`, called every CHECK_S while waiting,
     may raise to give up early (an agent whose container exited will never register).
+    `kazoo`: the session's further options (a closed cluster's identity and ACL,
+    emu.cluster.access.kazoo_options).
     """
     from kazoo.exceptions import KazooException
     from kazoo.handlers.threading import KazooTimeoutError
@@ -371,14 +379,16 @@ def wait_registered(zk_hosts: str, nodes: Iterable[str], timeout: float = 60.0,
     deadline = time.monotonic() + timeout
     while True:
         try:
-            return _watch_registrations(zk_hosts, wanted, deadline, timeout, check)
+            return _watch_registrations(zk_hosts, wanted, deadline, timeout, check,
+                                        dict(kazoo or {}))
         except (KazooException, KazooTimeoutError):
             if time.monotonic() > deadline:
                 raise
 
 
 def _watch_registrations(zk_hosts: str, wanted: set[str], deadline: float,
-                         timeout: float, check: Callable[[], None] | None = None
+                         timeout: float, check: Callable[[], None] | None = None,
+                         kazoo: dict[str, Any] | None = None
                          ) -> dict[str, dict[str, Any]]:
     from kazoo.client import KazooClient
     from kazoo.recipe.watchers import ChildrenWatch
@@ -395,7 +405,8 @@ def _watch_registrations(zk_hosts: str, wanted: set[str], deadline: float,
         return True
 
     client = KazooClient(hosts=zk_hosts, timeout=10.0,
-                         command_retry={"max_tries": 5, "delay": 0.5, "max_delay": 5.0})
+                         command_retry={"max_tries": 5, "delay": 0.5, "max_delay": 5.0},
+                         **(kazoo or {}))
     client.start(timeout=max(1.0, deadline - time.monotonic()))
     try:
         client.retry(client.ensure_path, GATEWAYS)

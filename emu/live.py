@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from emu.agent.timebase import UNDILATED, TimeBase
+from emu.cluster.access import host_login, kazoo_options
 from topologies.errors import SpecError
 
 # Labels of `foglab emu up --experiment`'s containers: the experiment and its --set options.
@@ -135,7 +136,8 @@ def wait_agents_registered(cluster, status: dict[str, Any], agents: Iterable[str
     from emu.control import wait_registered
 
     zookeeper = ",".join(f"{status[z].ip}:2181" for z in cluster.plan.zookeeper)
-    wait_registered(zookeeper, list(agents), timeout=timeout, check=check)
+    wait_registered(zookeeper, list(agents), timeout=timeout, check=check,
+                    kazoo=kazoo_options(cluster.plan))
 
 
 def next_epoch(clock: TimeBase = UNDILATED) -> float:
@@ -158,7 +160,7 @@ def start_drivers(running) -> float:
     epoch = next_epoch()
     for broker in sorted(set(plan.brokers.values())):
         mine = [a for a in agents if plan.brokers[a] == broker]
-        with Controller(f"{status[broker].ip}:1883") as control:
+        with Controller(f"{status[broker].ip}:1883", credentials=host_login(plan)) as control:
             started = control.send(mine, "set", {"key": "run.epoch", "value": epoch},
                                    timeout=START_TIMEOUT_S)
         if not started.ok:

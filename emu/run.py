@@ -111,7 +111,7 @@ class Request:
     operators' instances start; `load`: devices whose readings the caller publishes from the
     host, which their gateways' agents take from their load topics (both as
     emu.deployment.agent_configs takes them); `facts`: the caller's, added to the run's (how
-    the dilation was chosen)."""
+    the dilation was chosen). `closed`: run.access closed (emu.cluster.access)."""
 
     topology: Topology
     workload: WorkloadSpec
@@ -122,6 +122,7 @@ class Request:
     follow: dict | None = None
     load: Sequence = ()
     facts: dict = field(default_factory=dict)  # the caller's, for the run's facts
+    closed: bool = False  # the brokers and ZooKeeper take only the run's own clients
 
 
 def scenario_features(scenario: Mapping[str, object]) -> list[Feature]:
@@ -161,7 +162,7 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
         stage(f"{step} {done}/{total}" if total else step)
 
     plan = plan_cluster(request.topology, name, agents=configs, spares=setup.spares,
-                        dilation=clock.dilation)
+                        dilation=clock.dilation, closed=request.closed)
     for check in setup.checks:
         check(plan, configs)
     cluster = Cluster(plan, records=records, seed=request.seed, progress=up_progress)

@@ -98,7 +98,8 @@ class EmuBackend:
         return Request(topology or plan.topology, spec.workload, spec.pipeline,
                        Timing(run.duration, run.sample, run.drain, dilation.dilation),
                        plan.seed, dict(spec.scenario),
-                       facts={"dilation_choice": dilation.facts()}, **extra)
+                       facts={"dilation_choice": dilation.facts(), "access": run.access},
+                       closed=run.access == "closed", **extra)
 
 
 def backend(name: str) -> Backend:

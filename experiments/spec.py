@@ -45,6 +45,13 @@ class RunSpec(BaseModel):
         "at its hardware profile's speed (experiments.dilation). On sim with a calibration "
         "the model stands for the emulation at that K; without one it changes nothing")
 
+    access: Literal["open", "closed"] = Field(
+        default="open", description="who may use a run's brokers and ZooKeeper on the "
+        "containers (emu, hybrid): `open`, any client on the networks; `closed`, only the "
+        "run's own: each node logs in with a password of its own and may publish only its "
+        "own topics and read those and the pipeline's, ZooKeeper's znodes carry the run's "
+        "digest ACL (emu.cluster.access). Nothing on sim")
+
     @field_validator("dilation", mode="before")
     @classmethod
     def _dilation(cls, value: object) -> object:

@@ -83,6 +83,11 @@ def main() -> int:
     one_malloc_arena()
     without_openssl()
     from emu.agent.agent import Agent
+    from emu.agent.mqtt import use_credentials
+    from emu.agent.zookeeper import use_auth
+
+    use_credentials(config.mqtt_user, config.mqtt_password)
+    use_auth(config.zookeeper_auth)
 
     try:
         agent = Agent(config)

@@ -125,6 +125,11 @@ class AgentConfig:
     # The agent's clock, and so its epoch and records, are emulated time.
     dilation: float = 1.0
     time_anchor: float = 0.0
+    # A closed cluster (emu.cluster.access): the node's MQTT login, and ZooKeeper's digest
+    # identity (`user:password`) its sessions add and its znodes' ACL names. Empty: open.
+    mqtt_user: str = ""
+    mqtt_password: str = ""
+    zookeeper_auth: str = ""
 
     def timebase(self) -> TimeBase:
         return TimeBase(self.dilation, self.time_anchor)

@@ -14,9 +14,19 @@ SESSION_EXPIRY_S = 3600
 # broker restart's reconnection is then K times quicker in emulated time (docs/dilation.md).
 RECONNECT_DELAYS_S = (1, 4)
 MQTT_V5 = 5
+# The login of every client this process makes (a closed cluster, emu.cluster.access): set
+# once by an agent for its node (`use_credentials`); the host passes its own per client.
+_credentials: tuple[str, str] | None = None
 
 
-def new_client(client_id: str, persistent: bool = False) -> Any:
+def use_credentials(user: str, password: str) -> None:
+    """Log every client made from now on in as `user` (an agent: its node)."""
+    global _credentials
+    _credentials = (user, password) if user else None
+
+
+def new_client(client_id: str, persistent: bool = False,
+               credentials: tuple[str, str] | None = None) -> Any:
     """An MQTT client; on paho 2.x with the version-2 callbacks.
 
     Not `persistent`: MQTT 3.1.1 with a clean session. `persistent`: MQTT 5, to be connected
@@ -26,7 +36,8 @@ def new_client(client_id: str, persistent: bool = False) -> Any:
     (`end_session`). The id must be the same at every connection.
     Callbacks written as `on_connect(client, userdata, flags, rc, *rest)` and
     `on_disconnect(client, userdata, *rest)` suit both versions and protocols; `connected(rc)`
-    reads rc, `session_present(flags)` the flags.
+    reads rc, `session_present(flags)` the flags. `credentials` (user, password): its login
+    on a closed broker, by default the process's (`use_credentials`); none: anonymous.
     """
     import paho.mqtt.client as mqtt
 
@@ -34,9 +45,11 @@ def new_client(client_id: str, persistent: bool = False) -> Any:
     kwargs: dict[str, Any] = (
         {"client_id": client_id, "protocol": MQTT_V5} if persistent
         else {"client_id": client_id, "clean_session": True})
-    if api is None:
-        return mqtt.Client(**kwargs)
-    return mqtt.Client(api.VERSION2, **kwargs)
+    client = mqtt.Client(**kwargs) if api is None else mqtt.Client(api.VERSION2, **kwargs)
+    login = credentials or _credentials
+    if login is not None:
+        client.username_pw_set(*login)
+    return client
 
 
 def session_args() -> dict[str, Any]:

@@ -22,7 +22,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
-CREATE, DELETE, EXISTS, GET_DATA, SET_DATA, PING, CLOSE = 1, 2, 3, 4, 5, 11, -11
+CREATE, DELETE, EXISTS, GET_DATA, SET_DATA, PING, AUTH, CLOSE = 1, 2, 3, 4, 5, 11, 100, -11
 WATCH_XID, PING_XID, AUTH_XID = -1, -2, -4
 CONNECTION_LOSS, NO_NODE, NODE_EXISTS = -4, -101, -110
 EPHEMERAL = 1
@@ -50,8 +50,32 @@ def _buffer(data: bytes) -> bytes:
     return _INT.pack(len(data)) + data
 
 
+ALL_PERMISSIONS = 31
 # One ACL: every permission for world:anyone (kazoo's OPEN_ACL_UNSAFE).
-OPEN_ACL = _INT.pack(1) + _INT.pack(31) + _string("world") + _string("anyone")
+OPEN_ACL = _INT.pack(1) + _INT.pack(ALL_PERMISSIONS) + _string("world") + _string("anyone")
+# A closed cluster's identity (emu.cluster.access), `user:password`, for every session this
+# process makes unless told otherwise: set once by an agent (`use_auth`).
+_auth = ""
+
+
+def use_auth(auth: str) -> None:
+    global _auth
+    _auth = auth
+
+
+def digest_id(auth: str) -> str:
+    """The id ZooKeeper's digest scheme gives `user:password`: user:base64(sha1(user:password))."""
+    import base64
+    import hashlib
+
+    user = auth.split(":", 1)[0]
+    return f"{user}:{base64.b64encode(hashlib.sha1(auth.encode()).digest()).decode()}"
+
+
+def digest_acl(auth: str) -> bytes:
+    """One ACL: every permission for the identity alone."""
+    return (_INT.pack(1) + _INT.pack(ALL_PERMISSIONS) + _string("digest")
+            + _string(digest_id(auth)))
 
 
 class ZooKeeperError(Exception):
@@ -138,8 +162,12 @@ class ZooKeeper:
     """
 
     def __init__(self, hosts: str, timeout: float,
-                 on_connected: Callable[[bool], None] = lambda new_session: None) -> None:
+                 on_connected: Callable[[bool], None] = lambda new_session: None,
+                 auth: str | None = None) -> None:
         self.hosts = parse_hosts(hosts)
+        # A closed cluster: every connection adds the identity, every znode made names it.
+        self.auth = _auth if auth is None else auth
+        self._acl = digest_acl(self.auth) if self.auth else OPEN_ACL
         self.timeout = timeout
         self.on_connected = on_connected
         self.session_id = 0
@@ -183,7 +211,7 @@ class ZooKeeper:
 
     def create_async(self, path: str, data: bytes = b"", ephemeral: bool = False) -> Reply:
         flags = EPHEMERAL if ephemeral else 0
-        return self._request(CREATE, _string(path) + _buffer(data) + OPEN_ACL
+        return self._request(CREATE, _string(path) + _buffer(data) + self._acl
                              + _INT.pack(flags), path)
 
     def create(self, path: str, data: bytes = b"", ephemeral: bool = False,
@@ -320,6 +348,9 @@ class ZooKeeper:
         with self._lock:
             self._sock = sock
             self._last_sent = heard
+            if self.auth:  # served before any request after it (a wrong one ends the session)
+                self._send(sock, _HEADER.pack(AUTH_XID, AUTH) + _INT.pack(0)
+                           + _string("digest") + _buffer(self.auth.encode()))
         self.connected.set()
         self.on_connected(new_session)
         buffer = bytearray()
@@ -362,8 +393,10 @@ class ZooKeeper:
             for callback in callbacks:
                 callback(event_type)
             return
+        if xid == AUTH_XID and code:
+            raise ConnectionError(f"ZooKeeper refused the identity {self.auth.split(':')[0]!r}")
         if xid in (PING_XID, AUTH_XID):
-            return  # no auth is sent
+            return
         with self._lock:
             reply = self._pending.popleft() if self._pending else None
         if reply is None or reply.xid != xid:

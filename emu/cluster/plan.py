@@ -97,6 +97,7 @@ from pathlib import Path
 from typing import Literal
 
 from emu.agent.config import AGENT_KINDS, AgentConfig
+from emu.cluster.access import Access, closed_conf
 from emu.images import CLOUD, GATEWAY, MOSQUITTO_COMMAND, SERVICES, ZOOKEEPER_COMMAND, ImageSpec
 from emu.links.spec import LinkShape, check_dilation
 from topologies.errors import SpecError
@@ -116,6 +117,10 @@ SPARE_COMMAND = ("mosquitto", "-c", SPARE_CONFIG)
 # A broker's mosquitto.conf at a dilation (mosquitto_files): the image's with its timers scaled.
 DILATED_CONFIG = "/etc/foglab/dilated.conf"
 DILATED_COMMAND = ("mosquitto", "-c", DILATED_CONFIG)
+# A closed cluster's broker (closed_plan): its conf, the users' hashes and the ACL.
+CLOSED_CONFIG = "/etc/foglab/closed.conf"
+PASSWORD_FILE = "/etc/foglab/passwd"
+ACL_FILE = "/etc/foglab/acl"
 # Mosquitto's timers foglab's conf leaves at their defaults (s): the persistence database's
 # autosave and the $SYS topics' period (a spare's is SPARE_SYS_INTERVAL_S).
 MOSQUITTO_AUTOSAVE_S = 1800
@@ -210,6 +215,7 @@ class ClusterPlan:
     labels: dict[str, str] = field(default_factory=dict)  # what every object carries
     spares: dict[str, str] = field(default_factory=dict)  # spare broker -> the one it backs
     dilation: float = 1.0              # K: the shapers install links and services' timers at K
+    access: Access | None = None       # a closed cluster's secrets (emu.cluster.access)
 
     def services(self) -> list[ContainerPlan]:
         return [c for c in self.containers.values() if c.role != "agent"]
@@ -263,7 +269,7 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
                  host_cpus: int | None = None, labels: dict[str, str] | None = None,
                  spares: Mapping[str, str] | None = None,
                  targets: Mapping[str, Collection[str]] | None = None,
-                 dilation: float = 1.0) -> ClusterPlan:
+                 dilation: float = 1.0, closed: bool = False) -> ClusterPlan:
     """Plan the containers, networks and links of a topology; raise SpecError naming the node
     and field for anything Docker would refuse, before anything is made.
 
@@ -276,16 +282,44 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     may move to (migrations, recovery, replication), each given a link to the broker that
     holds the session; None: every gateway and cloud VM may take any. `dilation`: the run's
     K (at least 1): the services' timers are scaled by it and the links installed dilated
-    (see the module docstring); the links' shapes in the plan stay emulated.
+    (see the module docstring); the links' shapes in the plan stay emulated. `closed`: the
+    brokers and ZooKeeper take only the cluster's own clients (emu.cluster.access).
     """
     dilation = check_dilation(dilation, "plan_cluster's dilation")
     if agents is None:
         from emu.deployment import agent_configs
 
         agents = agent_configs(topology)
-    return _Planner(topology, cluster or topology.name, zookeeper, agents,
+    plan = _Planner(topology, cluster or topology.name, zookeeper, agents,
                     host_cpus or os.cpu_count() or 1, labels or {}, dict(spares or {}),
                     targets, dilation).plan()
+    return closed_plan(plan) if closed else plan
+
+
+def closed_plan(plan: ClusterPlan) -> ClusterPlan:
+    """The plan closed to outsiders (emu.cluster.access): each broker's conf refuses anonymous
+    clients and reads the cluster's password file and ACL; each agent logs in as its node and
+    adds the run's ZooKeeper identity."""
+    configs = plan.agent_configs()
+    access = Access.make(configs, [topic for config in configs.values()
+                                   for op in config.operators for topic in op.reads])
+    files = ((PASSWORD_FILE, access.password_file()), (ACL_FILE, access.acl_file()))
+    containers = dict(plan.containers)
+    for name, container in plan.containers.items():
+        if container.role == "broker":
+            conf = container.command[-1] if container.command[-2:-1] == ("-c",) else None
+            written = dict(container.files)
+            text = written.pop(conf, None) or MOSQUITTO_DEFAULTS.read_text()
+            containers[name] = replace(
+                container, command=("mosquitto", "-c", CLOSED_CONFIG),
+                files=(*written.items(),
+                       (CLOSED_CONFIG, closed_conf(text, PASSWORD_FILE, ACL_FILE)), *files))
+        elif container.agent is not None:
+            user, password = access.credentials(name)
+            containers[name] = replace(container, agent=replace(
+                container.agent, mqtt_user=user, mqtt_password=password,
+                zookeeper_auth=access.zookeeper_auth))
+    return replace(plan, containers=containers, access=access)
 
 
 class _Planner:

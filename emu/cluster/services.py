@@ -7,7 +7,10 @@ import socket
 PROBE_TIMEOUT_S = 2.0
 # An MQTT 3.1.1 CONNECT: clean session, keep-alive 10 s, empty client id.
 MQTT_CONNECT = bytes([0x10, 12, 0, 4]) + b"MQTT" + bytes([4, 0x02, 0, 10, 0, 0])
-MQTT_CONNACK_ACCEPTED = bytes([0x20, 2, 0, 0])
+MQTT_CONNACK = bytes([0x20, 2])
+# Return codes that mean the broker is up: accepted, or (a closed cluster's, which this
+# anonymous probe cannot log in to: emu.cluster.access) bad login or not authorised.
+MQTT_UP_CODES = (0, 4, 5)
 
 
 def _exchange(host: str, port: int, request: bytes, size: int) -> bytes:
@@ -23,11 +26,12 @@ def _exchange(host: str, port: int, request: bytes, size: int) -> bytes:
 
 
 def mqtt_answers(host: str, port: int) -> bool:
-    """The broker accepts an MQTT connection."""
+    """The broker answers an MQTT connection: accepts it, or refuses it for its login."""
     try:
-        return _exchange(host, port, MQTT_CONNECT, 4)[:4] == MQTT_CONNACK_ACCEPTED
+        answer = _exchange(host, port, MQTT_CONNECT, 4)
     except OSError:
         return False
+    return answer[:2] == MQTT_CONNACK and len(answer) == 4 and answer[3] in MQTT_UP_CODES
 
 
 def zookeeper_answers(host: str, port: int, quorum: bool = False) -> bool:

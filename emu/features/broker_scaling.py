@@ -54,6 +54,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from emu.agent.mqtt import connected, new_client, no_delay
 from emu.agent.timebase import UNDILATED, TimeBase
+from emu.cluster.access import host_login
 from emu.features.base import Feature
 from topologies.model import Topology
 from topologies.routing import Routes
@@ -75,7 +76,8 @@ class Probe:
     """A host's MQTT client on one broker: `send()` a probe, `take(since)` the delays of the
     probes sent since (at `now`, those still out with their age)."""
 
-    def __init__(self, address: str, name: str, clock: Callable[[], float]) -> None:
+    def __init__(self, address: str, name: str, clock: Callable[[], float],
+                 credentials: tuple[str, str] | None = None) -> None:
         from emu.agent.agent import broker_address
 
         self.clock = clock
@@ -85,7 +87,8 @@ class Probe:
         self._back: dict[int, float] = {}      # sequence -> delay
         self._next = 0
         self._ready = threading.Event()
-        self.client = new_client(f"foglab-probe-{name}-{time.time_ns() % 10**9}")
+        self.client = new_client(f"foglab-probe-{name}-{time.time_ns() % 10**9}",
+                                 credentials=credentials)
         self.client.on_connect = self._on_connect
         self.client.on_subscribe = lambda *args: self._ready.set()
         self.client.on_message = self._on_message
@@ -132,7 +135,8 @@ class Probe:
         self.client.loop_stop()
 
 
-def received(address: str, timeout: float = SYS_TIMEOUT_S) -> int | None:
+def received(address: str, timeout: float = SYS_TIMEOUT_S,
+             credentials: tuple[str, str] | None = None) -> int | None:
     """The PUBLISH packets the broker at `address` has received since it started, as it last
     published the count (a sys_interval after the last message at most); None if it said
     nothing within `timeout`."""
@@ -145,7 +149,7 @@ def received(address: str, timeout: float = SYS_TIMEOUT_S) -> int | None:
         figures.append(int(message.payload))
         heard.set()
 
-    client = new_client(f"foglab-sys-{time.time_ns() % 10**9}")
+    client = new_client(f"foglab-sys-{time.time_ns() % 10**9}", credentials=credentials)
     client.on_message = on_message
     client.on_connect = lambda c, *rest: c.subscribe(RECEIVED_TOPIC, 0)
     host, port = broker_address(address)
@@ -173,8 +177,10 @@ class BrokerScaling:
                  addresses: dict[str, str], brokers: dict[str, str], publishers: list[str],
                  standing: dict[str, str] | None = None,
                  clock: Callable[[], float] | None = None, readers: list[str] = (),
-                 timebase: TimeBase = UNDILATED) -> None:
+                 timebase: TimeBase = UNDILATED,
+                 credentials: tuple[str, str] | None = None) -> None:
         self.control = control
+        self.credentials = credentials  # the host's login on a closed cluster's brokers
         self.entries = list(entries)
         self.routes = Routes(topology)
         self.addresses = addresses
@@ -206,7 +212,8 @@ class BrokerScaling:
     def _run(self, i: int) -> None:
         entry = self.entries[i]
         try:
-            probe = Probe(self.addresses[entry.broker], f"{entry.broker}-{i}", self.clock)
+            probe = Probe(self.addresses[entry.broker], f"{entry.broker}-{i}", self.clock,
+                          self.credentials)
         except Exception as error:  # noqa: BLE001 - recorded, the run goes on
             self.errors[i].append(f"probe: {error}")
             return
@@ -324,8 +331,10 @@ class BrokerScaling:
         drivers' messages, which its bridge passed on)."""
         spares = [entry.spare for entry in self.entries]
         with ThreadPoolExecutor(len(spares) or 1) as pool:
-            counts = dict(zip(spares, pool.map(lambda name: received(self.addresses[name]),
-                                               spares), strict=True))
+            def count(name: str) -> int | None:
+                return received(self.addresses[name], credentials=self.credentials)
+
+            counts = dict(zip(spares, pool.map(count, spares), strict=True))
         return [{"broker": entry.broker, "spare": entry.spare,
                  "joined": self.joins[i] is not None,
                  "t_join": None if self.joins[i] is None else round(self.joins[i][0], 3),
@@ -384,7 +393,8 @@ class BrokerScalingFeature(Feature):
             {b: f"{status[b].ip}:1883" for b in [*plan.spares, *plan.spares.values()]},
             plan.brokers, [a.node for a in plan.agents() if a.agent.drivers],
             {a: plan.link(a, b).path[0] for a, b in plan.brokers.items()},
-            readers=[a.node for a in plan.agents() if a.agent.operators], timebase=run.clock)
+            readers=[a.node for a in plan.agents() if a.agent.operators], timebase=run.clock,
+            credentials=host_login(plan))
         self.scaling.start(epoch)
 
     def stop(self) -> None:

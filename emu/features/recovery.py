@@ -44,6 +44,7 @@ from dataclasses import asdict
 from emu.agent.config import AGENT_KINDS, AgentConfig, OperatorConfig
 from emu.agent.registry import GATEWAYS
 from emu.agent.timebase import UNDILATED, TimeBase
+from emu.cluster.access import kazoo_options
 from emu.features.base import Feature
 from topologies.model import Topology
 from workloads.recovery import (
@@ -70,9 +71,10 @@ class Recovery:
     def __init__(self, control, zk_hosts: str, spec: RecoverySpec, topology: Topology,
                  workload, configs: dict[str, AgentConfig],
                  clock: Callable[[], float] | None = None,
-                 timebase: TimeBase = UNDILATED) -> None:
+                 timebase: TimeBase = UNDILATED, kazoo: dict | None = None) -> None:
         self.control = control
         self.zk_hosts = zk_hosts
+        self.kazoo = kazoo or {}  # a closed cluster's identity (emu.cluster.access)
         self.spec = spec
         self.topology = topology
         self.workload = workload
@@ -101,7 +103,8 @@ class Recovery:
         from kazoo.recipe.watchers import ChildrenWatch
 
         host = self.timebase.host_seconds
-        self._client = KazooClient(hosts=self.zk_hosts, timeout=host(WATCH_SESSION_S))
+        self._client = KazooClient(hosts=self.zk_hosts, timeout=host(WATCH_SESSION_S),
+                                   **self.kazoo)
         self._client.start(timeout=host(WATCH_START_S))
         self._client.ensure_path(GATEWAYS)
         self._thread.start()
@@ -254,7 +257,8 @@ class RecoveryFeature(Feature):
         # The planned configs: each instance's names the broker holding its input session,
         # which a node behind another broker takes it over on (emu.cluster.plan).
         self.recovery = Recovery(run.control, zk_hosts, self.spec, run.topology, run.workload,
-                                 run.plan.agent_configs(), timebase=run.clock)
+                                 run.plan.agent_configs(), timebase=run.clock,
+                                 kazoo=kazoo_options(run.plan))
         self.recovery.start()
 
     def stop(self) -> None:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import numpy as np
 
 from emu.agent.timebase import UNDILATED, TimeBase
+from emu.cluster.access import host_login
 from emu.features.base import Feature
 from experiments.backends import RunOutput, RunPlan
 from experiments.hybrid.actions import Actions
@@ -43,7 +44,8 @@ class _Coupled:
         self.clock = clock
         # The simulated load first: connected before the epoch, stopped if the model fails.
         self.load = (LoadGenerator(targets_of(cluster), epoch, cluster.records_root / RECORDS,
-                                   timebase=clock).start() if load else None)
+                                   timebase=clock, credentials=host_login(cluster.plan)).start()
+                     if load else None)
         try:
             self._couple(plan, begin, control, epoch)
         except BaseException:

@@ -167,8 +167,9 @@ class LoadGenerator:
 
     def __init__(self, targets: list[Target], epoch: float, records: Path,
                  clock: Callable[[], float] | None = None, client_prefix: str = "foglab-load",
-                 timebase: TimeBase = UNDILATED):
+                 timebase: TimeBase = UNDILATED, credentials: tuple[str, str] | None = None):
         self.targets = list(targets)
+        self.credentials = credentials  # the host's login on a closed cluster's brokers
         self.epoch = epoch
         self.timebase = timebase
         self.clock = clock = clock or timebase.now
@@ -237,7 +238,8 @@ class LoadGenerator:
 
         try:
             for number, broker in enumerate(sorted(set(self._broker.values()))):
-                client = new_client(f"{self._prefix}-{number}-{int(self.epoch * 1000)}")
+                client = new_client(f"{self._prefix}-{number}-{int(self.epoch * 1000)}",
+                                    credentials=self.credentials)
                 client.max_inflight_messages_set(INFLIGHT)
                 client.max_queued_messages_set(0)
                 answered = threading.Event()

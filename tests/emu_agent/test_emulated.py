@@ -284,6 +284,31 @@ def test_the_zookeeper_client_makes_ephemeral_znodes(session, zk) -> None:
         client.create(f"/foglab-test/{secrets.token_hex(4)}/orphan", b"")
 
 
+def test_a_closed_clusters_znodes_refuse_a_client_without_its_identity(session, zk,
+                                                                     zookeeper) -> None:
+    from kazoo.client import KazooClient
+    from kazoo.exceptions import NoAuthError
+
+    auth = f"foglab:{secrets.token_hex(8)}"
+    client = session(auth=auth)
+    path = f"/foglab-closed-{secrets.token_hex(4)}/gw-1"
+    client.create(path, b"mine", ephemeral=True, makepath=True)
+    assert client.get(path) == b"mine"
+    for znode in (path, path.rsplit("/", 1)[0]):  # its parents made closed too
+        with pytest.raises(NoAuthError):
+            zk.get(znode)
+    with pytest.raises(NoAuthError):
+        zk.get_children(path.rsplit("/", 1)[0])
+    insider = KazooClient(hosts=zookeeper, timeout=10, auth_data=[("digest", auth)])
+    insider.start(timeout=30)
+    try:
+        assert insider.get(path)[0] == b"mine"
+        assert insider.get_acls(path)[0][0].id.scheme == "digest"
+    finally:
+        insider.stop()
+        insider.close()
+
+
 def test_the_zookeeper_client_keeps_an_idle_session_and_closes_it(session, zk) -> None:
     client = session()
     path = f"/foglab-test/idle-{secrets.token_hex(4)}"

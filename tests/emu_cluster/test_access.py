@@ -1,0 +1,170 @@
+"""A closed cluster (emu.cluster.access): the plan's broker files and agents' logins, and a real
+Mosquitto on loopback given them: outsiders refused, a gateway kept to its own topics."""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import shutil
+import subprocess
+import tempfile
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from emu.cluster.access import HOST_USER, Access, closed_conf
+from emu.cluster.plan import (
+    ACL_FILE,
+    CLOSED_CONFIG,
+    MOSQUITTO_DEFAULTS,
+    PASSWORD_FILE,
+    plan_cluster,
+)
+from topologies.catalog import load
+from workloads.spark.local_broker import _free_port, find_mosquitto
+
+
+def test_the_password_file_holds_mosquittos_pbkdf2_hash_of_each_password() -> None:
+    access = Access.make(["gw-1", "gw-2"])
+    lines = dict(line.split(":", 1) for line in access.password_file().splitlines())
+    assert sorted(lines) == [HOST_USER, "gw-1", "gw-2"]
+    _, scheme, rounds, salt, digest = lines["gw-1"].split("$")
+    assert (scheme, rounds) == ("7", "101")
+    expected = hashlib.pbkdf2_hmac("sha512", access.passwords["gw-1"].encode(),
+                                   base64.b64decode(salt), 101)
+    assert base64.b64decode(digest) == expected
+    assert access.passwords["gw-1"] != access.passwords["gw-2"] != access.host_password
+
+
+def test_the_acl_gives_each_node_its_own_topics_and_the_pipelines_reads() -> None:
+    access = Access.make(["gw-1"], ["clean/#", "$share/g/alerts/#", "clean/#"])
+    acl = access.acl_file().splitlines()
+    assert access.pipeline_reads == ("alerts/#", "clean/#")
+    assert acl[1:4] == [f"user {HOST_USER}", "topic readwrite #", "topic read $SYS/#"]
+    assert "pattern readwrite +/%u" in acl and "pattern readwrite +/%u/#" in acl
+    assert "pattern read clean/#" in acl and "pattern read alerts/#" in acl
+    assert not any(line.startswith("pattern write clean") for line in acl)
+
+
+def test_a_closed_plan_closes_every_broker_and_logs_every_agent_in() -> None:
+    open_plan = plan_cluster(load("smart-city"), "acc", dilation=2)
+    plan = plan_cluster(load("smart-city"), "acc", dilation=2, closed=True)
+    assert open_plan.access is None and plan.access is not None
+    broker = plan.containers["broker-1"]
+    assert broker.command == ("mosquitto", "-c", CLOSED_CONFIG)
+    files = dict(broker.files)
+    assert sorted(files) == sorted([CLOSED_CONFIG, PASSWORD_FILE, ACL_FILE])
+    conf = files[CLOSED_CONFIG].splitlines()
+    assert "allow_anonymous false" in conf and "allow_anonymous true" not in conf
+    assert "sys_interval 20" in conf  # the dilated timers stay
+    for agent in plan.agents():
+        config = agent.agent
+        assert (config.mqtt_user, config.mqtt_password) == plan.access.credentials(agent.node)
+        assert config.zookeeper_auth == plan.access.zookeeper_auth
+    assert all(c.agent.mqtt_user == "" for c in open_plan.agents())
+
+
+@pytest.fixture(scope="module")
+def closed_broker() -> Iterator[tuple[int, Access]]:
+    binary = find_mosquitto()
+    if binary is None:
+        pytest.skip("mosquitto is not installed (make host installs it)")
+    # Not under pytest's folder (0700): run as root, Mosquitto reads the files as its own user.
+    folder = Path(tempfile.mkdtemp(prefix="foglab-closed-"))
+    folder.chmod(0o755)
+    access = Access.make(["gw-1", "gw-2", "cloud-1"], ["clean/#"])
+    port = _free_port("127.0.0.1")
+    conf = (MOSQUITTO_DEFAULTS.read_text().replace("listener 1883 0.0.0.0",
+                                                   f"listener {port} 127.0.0.1")
+            .replace("persistence true", "persistence false"))
+    (folder / "passwd").write_text(access.password_file())
+    (folder / "acl").write_text(access.acl_file())
+    (folder / "m.conf").write_text(closed_conf(conf, str(folder / "passwd"),
+                                               str(folder / "acl")))
+    process = subprocess.Popen([binary, "-c", str(folder / "m.conf")],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while _connect(port, *access.host)[1] != 0:
+            assert time.monotonic() < deadline, "the closed broker did not answer"
+            time.sleep(0.1)
+        yield port, access
+    finally:
+        process.terminate()
+        process.wait(10)
+        shutil.rmtree(folder)
+
+
+def _connect(port: int, user: str | None = None, password: str | None = None):
+    """A connected client (its loop running) and its CONNACK's code (-1: none)."""
+    import paho.mqtt.client as mqtt
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    if user is not None:
+        client.username_pw_set(user, password)
+    answered, code = threading.Event(), [-1]
+
+    def on_connect(c, userdata, flags, reason, properties) -> None:
+        code[0] = reason.value
+        answered.set()
+
+    client.on_connect = on_connect
+    try:
+        client.connect("127.0.0.1", port)
+    except OSError:
+        return client, -1
+    client.loop_start()
+    answered.wait(5)
+    if code[0] != 0:
+        client.loop_stop()
+    return client, code[0]
+
+
+def _heard(client, filters: list[str]) -> list[str]:
+    got: list[str] = []
+    subscribed = threading.Event()
+    client.on_message = lambda c, u, message: got.append(message.topic)
+    client.on_subscribe = lambda *args: subscribed.set()
+    client.subscribe([(f, 1) for f in filters])
+    assert subscribed.wait(5)
+    return got
+
+
+def test_a_client_without_the_clusters_login_is_refused(closed_broker) -> None:
+    port, access = closed_broker
+    assert _connect(port)[1] == 135  # not authorised
+    assert _connect(port, "gw-1", "wrong")[1] == 135
+    assert _connect(port, "gw-1", access.passwords["gw-2"])[1] == 135
+    assert _connect(port, *access.credentials("gw-1"))[1] == 0
+
+
+def test_a_gateway_publishes_and_reads_only_its_own_topics_and_the_pipelines(
+        closed_broker) -> None:
+    port, access = closed_broker
+    host, _ = _connect(port, *access.host)
+    gw1, _ = _connect(port, *access.credentials("gw-1"))
+    at_host = _heard(host, ["#"])
+    at_gw1 = _heard(gw1, ["city/gw-2", "clean/#", "city/gw-1"])
+    for topic in ("city/gw-1", "clean/gw-1", "city/gw-2", "clean/gw-2", "foglab/mgmt/gw-2/req"):
+        gw1.publish(topic, b"x", qos=1).wait_for_publish(5)
+    host.publish("city/gw-2", b"y", qos=1).wait_for_publish(5)
+    host.publish("clean/cloud-1", b"z", qos=1).wait_for_publish(5)
+    time.sleep(0.5)
+    # Its own topics reach the host; another gateway's and another's requests do not.
+    assert sorted(set(at_host) - {"city/gw-2", "clean/cloud-1"}) == ["city/gw-1", "clean/gw-1"]
+    assert at_host.count("city/gw-2") == 1  # the host's own publish only
+    # It reads its own and the pipeline's (clean/#), not another gateway's readings.
+    assert sorted(at_gw1) == ["city/gw-1", "clean/cloud-1", "clean/gw-1"]
+    for client in (host, gw1):
+        client.loop_stop()
+        client.disconnect()
+
+
+def test_closed_conf_keeps_the_rest_of_the_conf(tmp_path: Path) -> None:
+    conf = closed_conf("listener 1883\nallow_anonymous true\nlog_type error\n", "/p", "/a")
+    assert conf.splitlines() == ["listener 1883", "log_type error",
+                                 "# closed (emu.cluster.access)", "allow_anonymous false",
+                                 "password_file /p", "acl_file /a"]
