@@ -144,7 +144,9 @@ class SwarmCluster(Cluster):
     """A topology's services, overlay network and shaped links on a Docker Swarm.
 
     Cluster's options, and: `image_ref(tag)` the reference every node pulls a built image by
-    (identity: a one-node swarm runs the local images; a registry maps tags to its own refs);
+    (a registry's push: emu.swarm.registry); without it, the local image's ID, which serves a
+    one-node swarm: Swarm tries a pull of every task's image named by tag before it starts the
+    task (from Docker Hub, for foglab's local tags), and skips it for an image named by ID;
     `encrypted` makes the overlay network encrypted (IPsec between nodes); `subnet` (CIDR) is
     its address range, which a plan of more than DEFAULT_OVERLAY_CONTAINERS containers needs
     (Docker's default is a /24). `zygote` is ignored:
@@ -162,7 +164,7 @@ class SwarmCluster(Cluster):
                          agent_command=agent_command, workers=workers, progress=progress,
                          ready_timeout_s=ready_timeout_s, seed=seed, zygote=False)
         self.agent_start = "exec (swarm: a service cannot run the privileged zygote)"
-        self.image_ref = image_ref or (lambda tag: tag)
+        self.image_ref = image_ref or self._local_id
         self.encrypted = encrypted
         self.subnet = subnet
         self.overlay = overlay_name(plan.cluster)
@@ -171,6 +173,7 @@ class SwarmCluster(Cluster):
         self.services: dict[str, str] = {}   # node -> service id
         self.configs: dict[str, str] = {}    # config name -> id
         self._nodes = 0
+        self.refs: dict[str, str] = {}       # image name -> the reference services run
 
     # -- up ------------------------------------------------------------------------------------
 
@@ -204,6 +207,7 @@ class SwarmCluster(Cluster):
             self.shaper = self.shaper or RELAY_SHAPER
             self.links = make_links("relay", self.plan, self.seed)
             self._ensure_images()
+            self.refs = {name: self.image_ref(tag) for name, tag in self.images.items()}
             self._images_s = time.monotonic() - started
             self._make_records()
             self._create_networks()
@@ -225,6 +229,9 @@ class SwarmCluster(Cluster):
                       "encrypted": self.encrypted,
                       "networks": {"overlay": self.overlay, "host": self.host_network}}
         return self
+
+    def _local_id(self, tag: str) -> str:
+        return self.client.api.inspect_image(tag)["Id"]
 
     def _check_one_node(self, nodes: list[dict]) -> None:
         """Relays run in this process and reach only containers on this host's node."""
@@ -276,7 +283,7 @@ class SwarmCluster(Cluster):
             plan.command)
         labels = {**self._labels(plan.labels), "foglab.network": self.host_network}
         return service_spec(plan, cluster=self.name,
-                            image=self.image_ref(self.images[plan.image.name]),
+                            image=self.refs[plan.image.name],
                             command=command, env=self._environment(plan, addresses),
                             labels=labels, records=str(self.records_dir(plan.node)),
                             overlay=self.overlay, host_network=self.host_network,
