@@ -53,7 +53,7 @@ if TYPE_CHECKING:
 
 ENGINES = ("docker", "swarm")
 ENGINE_LABEL = "foglab.engine"
-TASK_POLL_S = 0.5
+TASK_POLL_S = 0.2
 FAILED_TASK_STATES = ("failed", "rejected", "complete", "shutdown", "orphaned", "remove")
 RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays on the manager's host")
 REMOVE_RETRY_S = 15

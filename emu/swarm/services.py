@@ -36,6 +36,10 @@ from emu.cluster.plan import ContainerPlan
 
 SITE_LABEL = "foglab.site"
 LOG_OPTIONS = {"max-size": "10m", "max-file": "2"}
+# How long Swarm waits after SIGTERM when a service is removed, before SIGKILL (ns). `down`
+# ends a plain container at once (SIGKILL); Swarm's default, 10 s, made down of 10 gateways
+# whose agents run take 17 s. A run stops its agents itself first, so they flush their records.
+STOP_GRACE_NS = 100_000_000
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,8 @@ class ServiceSpec:
         container = types.ContainerSpec(
             self.image, args=list(self.command) or None, env=self.env,
             hostname=self.hostname, labels=self.labels, mounts=list(self.mounts),
-            configs=references or None, init=self.init or None)
+            configs=references or None, init=self.init or None,
+            stop_grace_period=STOP_GRACE_NS)
         task = types.TaskTemplate(
             container, resources=types.Resources(cpu_limit=self.nano_cpus,
                                                   mem_limit=self.mem_limit),
