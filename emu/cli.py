@@ -293,6 +293,9 @@ def emu_up(
         help="the cluster's name (default: the topology's)")] = None,
     zookeeper: Annotated[int, typer.Option(help="ZooKeeper servers: 1, or 3 for an ensemble")]
     = 1,
+    engine: Annotated[str, typer.Option(
+        help="docker: plain containers on this host; swarm: Swarm services through this "
+             "engine, a swarm manager (docs/swarm.md)")] = "docker",
     detach: Annotated[bool, typer.Option(
         help="return once up; the relays stay in a background process that "
              "`foglab emu down` ends")] = False,
@@ -313,6 +316,8 @@ def emu_up(
     _cluster_name(cluster)
     if zookeeper not in (1, 3):
         refuse(f"--zookeeper {zookeeper}: 1 server, or 3 for an ensemble")
+    if engine not in ("docker", "swarm"):
+        refuse(f"--engine {engine}: docker or swarm")
     if records is not None:
         folder_to_write("--records", records)
     for item in label or []:
@@ -324,7 +329,7 @@ def emu_up(
     with stop_on_signals():
         try:
             _up(deployed, cluster, zookeeper, detach, records, agent_command, labels,
-                label or [], notice, log, topology)
+                label or [], notice, log, topology, engine)
         except KeyboardInterrupt as stop:
             notify_path(notice, ok=False, error="interrupted")
             say("interrupted: nothing of the cluster is left", style="yellow")
@@ -347,14 +352,14 @@ def notify_path(notice: Path | None, **facts) -> None:
 def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
         records: Path | None, agent_command: str | None, labels: dict,
         label_options: list[str], notice: Path | None, log: Path | None,
-        topology: str | None) -> None:
+        topology: str | None, engine: str = "docker") -> None:
     import os
     import shlex
 
-    from emu.cluster.engine import Cluster
     from emu.cluster.hold import hold
     from emu.cluster.plan import plan_cluster
     from emu.live import start_drivers
+    from emu.swarm.engine import engine_class
 
     try:
         plan = plan_cluster(deployed.topology, cluster, agents=deployed.agents,
@@ -364,14 +369,15 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
         raise typer.Exit(2) from None
     if detach:
         _up_detached(topology, deployed, plan.cluster, zookeeper, records, agent_command,
-                     label_options)
+                     label_options, engine)
         return
     client = _docker()
     command = shlex.split(agent_command) if agent_command else None
     try:
         with bars() as shown:
-            running = Cluster(plan, client, records=records, agent_command=command,
-                              progress=_UpBars(shown, len(plan.containers))).up()
+            running = engine_class(engine, "--engine")(
+                plan, client, records=records, agent_command=command,
+                progress=_UpBars(shown, len(plan.containers))).up()
     except KeyboardInterrupt:
         raise  # Cluster.up removed what it had made; emu_up says so
     except Exception as failure:  # noqa: BLE001 - shown, after the cluster cleaned up
@@ -419,7 +425,8 @@ def _running_operators(plan) -> str:
 
 
 def _up_detached(topology: str | None, deployed: _Deployed, cluster: str, zookeeper: int,
-                 records: Path | None, agent_command: str | None, labels: list[str]) -> None:
+                 records: Path | None, agent_command: str | None, labels: list[str],
+                 engine: str = "docker") -> None:
     """Run `foglab emu up` again in the background and wait until it says the cluster is up."""
     import secrets
     import tempfile
@@ -432,7 +439,7 @@ def _up_detached(topology: str | None, deployed: _Deployed, cluster: str, zookee
               ["--experiment", str(deployed.experiment),
                *(f"--set={item}" for item in deployed.sets)])
     argv = ["emu", "up", *source, "--cluster", cluster, "--zookeeper", str(zookeeper),
-            "--notice", str(notice), "--log", str(log)]
+            "--engine", engine, "--notice", str(notice), "--log", str(log)]
     if records is not None:
         argv += ["--records", str(records.resolve())]
     if agent_command:

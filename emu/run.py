@@ -122,6 +122,7 @@ class Request:
     follow: dict | None = None
     load: Sequence = ()
     facts: dict = field(default_factory=dict)  # the caller's, for the run's facts
+    engine: str = "docker"  # run.engine: emu.swarm.engine.engine_class
     closed: bool = False  # the brokers and ZooKeeper take only the run's own clients
 
 
@@ -142,8 +143,8 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
     (default: a scratch folder removed at the end). `features`: more features (emu.features.
     base.Feature) beside the scenario's, started after them (the hybrid backend's coupling).
     """
-    from emu.cluster.engine import Cluster
     from emu.cluster.plan import plan_cluster
+    from emu.swarm.engine import engine_class
 
     active = [*scenario_features(request.scenario), *features]
     clock = TimeBase.starting_now(request.timing.dilation)
@@ -165,7 +166,8 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
                         dilation=clock.dilation, closed=request.closed)
     for check in setup.checks:
         check(plan, configs)
-    cluster = Cluster(plan, records=records, seed=request.seed, progress=up_progress)
+    cluster = engine_class(request.engine)(plan, records=records, seed=request.seed,
+                                           progress=up_progress)
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
     with stop_on_signals():
         try:

@@ -99,7 +99,7 @@ class EmuBackend:
                        Timing(run.duration, run.sample, run.drain, dilation.dilation),
                        plan.seed, dict(spec.scenario),
                        facts={"dilation_choice": dilation.facts(), "access": run.access},
-                       closed=run.access == "closed", **extra)
+                       closed=run.access == "closed", engine=run.engine, **extra)
 
 
 def backend(name: str) -> Backend:

@@ -22,6 +22,10 @@ class RunSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: Literal["sim", "emu", "hybrid"] = "sim"
+    engine: Literal["docker", "swarm"] = Field(
+        default="docker", description="where emu and hybrid runs put their containers: plain "
+        "Docker on this host, or Swarm services through this engine as a swarm manager "
+        "(docs/swarm.md)")
     duration: PositiveDuration = Field(le=MAX_DURATION)
     seed: int = Field(default=1, ge=0, lt=2**63)
     repetitions: int = Field(default=1, ge=1, le=1000)

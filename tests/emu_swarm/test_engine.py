@@ -50,7 +50,7 @@ workload:
 pipeline:
   - {{name: relay, task: passthrough, on: gateways, reads: city, writes: clean}}
   - {{name: sink, task: passthrough, on: cloud-1, reads: clean}}
-run: {{backend: emu, duration: {DURATION}s, seed: 3, drain: 2s}}
+run: {{backend: emu, engine: swarm, duration: {DURATION}s, seed: 3, drain: 2s}}
 """
 
 
@@ -90,14 +90,9 @@ def nothing_left(client: docker.DockerClient, cluster: str) -> None:
 
 @pytest.fixture(scope="module")
 def emulated(swarm: docker.DockerClient, tmp_path_factory: pytest.TempPathFactory):
-    """The experiment run by `foglab run` with the swarm engine in place of plain Docker (the
-    seam until emu.run picks the class by run.engine)."""
-    import emu.cluster.engine
-
+    """The experiment run by `foglab run` with `run.engine: swarm`."""
     root = tmp_path_factory.mktemp("results")
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(emu.cluster.engine, "Cluster", SwarmCluster)
-        (outcome,) = run_experiment(parse_text(EXPERIMENT), root, sweep_id="swarm")
+    (outcome,) = run_experiment(parse_text(EXPERIMENT), root, sweep_id="swarm")
     assert outcome.error is None, outcome.error
     from experiments.results import load_run
 
