@@ -38,7 +38,8 @@ def announce(spec, topology, choice: Choice, say: Callable[[str], None],
         f"{host.memory / 2**30:.1f} GiB resident")
     if plan.saturated:
         needed = plan.hosts_needed
-        warn(f"capacity: predicted pressure {plan.max_pressure:.2f} > {TARGET_PRESSURE:g}: the emulated "
-             f"figures will be partly the testbed's; dilate (run.dilation=auto) or use "
+        warn(f"capacity: predicted pressure {plan.max_pressure:.2f} > {TARGET_PRESSURE:g}: "
+             f"the emulated figures will be partly the testbed's; dilate (run.dilation=auto) "
+             f"or use "
              f"{needed if needed else 'more'} hosts (foglab emu plan)")
     return plan
