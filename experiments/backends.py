@@ -91,14 +91,20 @@ class EmuBackend:
         keys it sets; `topology` instead of the plan's, `extra`: the request's other fields."""
         from emu.run import Request, Timing
         from experiments.dilation import choose
+        from experiments.planning import announce
+        from topologies.terminal import say, warning
 
         spec, run = plan.spec, plan.spec.run
         # run.dilation `auto` and `real-speed` from the model of the run's own topology.
         dilation = choose(spec, plan.topology)
+        # The capacity planner's prediction for this host, printed before the run starts
+        # (a warning when it predicts the host saturated); auto's own demand when it chose K.
+        capacity = announce(spec, plan.topology, dilation, say, warning)
         return Request(topology or plan.topology, spec.workload, spec.pipeline,
                        Timing(run.duration, run.sample, run.drain, dilation.dilation),
                        plan.seed, dict(spec.scenario),
-                       facts={"dilation_choice": dilation.facts(), "access": run.access},
+                       facts={"dilation_choice": dilation.facts(), "access": run.access,
+                              "capacity": capacity.figures() if capacity else None},
                        closed=run.access == "closed", engine=run.engine, **extra)
 
 

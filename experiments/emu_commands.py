@@ -5,9 +5,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from emu.cli import app, use_experiments
+from emu.cli import app, use_demand, use_experiments
 from experiments.catalog import experiment_path
 from experiments.loader import Experiment, load
+from experiments.planning import prediction
 
 
 def load_for_emu(experiment: str, sets: list[str]) -> tuple[Path, Experiment]:
@@ -17,5 +18,6 @@ def load_for_emu(experiment: str, sets: list[str]) -> tuple[Path, Experiment]:
 
 
 use_experiments(load_for_emu)
+use_demand(prediction)  # `foglab emu plan`: the calibrated model's demand (emu cannot run it)
 
 __all__ = ["app", "load_for_emu"]
