@@ -36,10 +36,11 @@ def instance(model, spec: OperatorSpec, node: str, state: OpenWindow | None = No
     batch = model.costs.spark_batch(spec, node)
     if batch is not None:
         # From now to the run's end: a migration's new instance starts charging when made.
-        cost, trigger, threads = batch
+        cost, trigger, threads, per_message = batch
         settings = model.settings
         model.env.process(spark_batches(model.env, made, cost, trigger,
-                                        settings.duration + settings.drain, threads))
+                                        settings.duration + settings.drain, threads,
+                                        per_message))
     return made
 
 

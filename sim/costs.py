@@ -108,25 +108,32 @@ class Costs:
             measured = self.calibration.gateway.operators.get(spec.task)
             if measured is not None:
                 return measured * self.calibration.gateway.speed
+        if spec.engine == "spark" and self.calibration is not None \
+                and self.calibration.spark.message:
+            return 0.0  # measured with the job's batches, which charge it (spark_batch)
         if spec.cost is not None:
             return spec.cost
         return task_cost(spec.task) or 0.0
 
-    def spark_batch(self, spec: OperatorSpec, node: str) -> tuple[float, float, int] | None:
-        """A Spark operator's fixed cost per micro-batch on `node`, its trigger interval and
-        the threads the job spreads a batch over (None for another engine): the calibration's
-        cost (host seconds, which the node's Cpu divides by its speed, as a broker's service
-        time) over the host's cores (the emulation's job runs local[N] on the N cores its
-        container sees: all the host's), or without one the default profile's figure as
-        reference seconds over the node's cores (Spark plans every batch on any hardware)."""
+    def spark_batch(self, spec: OperatorSpec,
+                    node: str) -> tuple[float, float, int, float] | None:
+        """A Spark operator's fixed cost per micro-batch on `node`, its trigger interval, the
+        threads the job spreads a batch over, and the batch's cost per message it read (None
+        for another engine): the calibration's costs (host seconds, which the node's Cpu
+        divides by its speed, as a broker's service time) over the host's cores (the
+        emulation's job runs local[N] on the N cores its container sees: all the host's), or
+        without one the default profile's figures as reference seconds over the node's cores
+        (Spark plans every batch on any hardware)."""
         if spec.engine != "spark":
             return None
         profile = self.topology.nodes[node].profile
         if self.calibration is None:
-            return DEFAULT_SPARK.batch, DEFAULT_SPARK.trigger, max(1, profile.cores)
+            return (DEFAULT_SPARK.batch, DEFAULT_SPARK.trigger, max(1, profile.cores),
+                    DEFAULT_SPARK.message)
         spark = self.calibration.spark
         threads = max(1, min(profile.cores, self.calibration.host.cores))
-        return spark.batch * profile.speed, spark.trigger, threads
+        return (spark.batch * profile.speed, spark.trigger, threads,
+                spark.message * profile.speed)
 
     def driver(self, gateway: str) -> float:
         """A gateway's driver's cost per reading."""

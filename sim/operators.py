@@ -152,13 +152,15 @@ class Driver:
 
 
 def spark_batches(env, instance: OperatorInstance, cost: float, trigger: float, end: float,
-                  threads: int = 1):
+                  threads: int = 1, per_message: float = 0.0):
     """A Spark operator's micro-batches (a SimPy process): at every trigger interval that had
     input, the job's fixed cost per batch (planning, scheduling, its state store: sim.costs,
     from the calibration) on the instance's node, beside the per-message `cost` the instance
-    charges. The batch lasts its cost spread over the job's `threads` (local[N]: the cores it
-    sees), and one that outlasts its interval delays the next, which starts when it ends
-    (Spark's processing-time trigger: never two batches at once).
+    charges, and `per_message` for each message the batch read (a calibration's measured
+    part per message, which then stands for the instance's). The batch lasts its cost spread
+    over the job's `threads` (local[N]: the cores it sees), and one that outlasts its interval
+    delays the next, which starts when it ends (Spark's processing-time trigger: never two
+    batches at once).
 
     The batch counts in the node's CPU but holds no core from the messages: on emu a Spark
     operator's message is recorded where it reaches the query (the agent takes it before the
@@ -173,8 +175,8 @@ def spark_batches(env, instance: OperatorInstance, cost: float, trigger: float, 
         yield env.timeout(t - env.now)
         t += trigger
         if instance.processed != seen:
-            seen = instance.processed
-            service = cost / cpu.speed
+            read, seen = instance.processed - seen, instance.processed
+            service = (cost + per_message * read) / cpu.speed
             cpu.work += service
             done = env.now + service / threads
             if done > t:

@@ -34,13 +34,15 @@ run: {duration: 20s, seed: 1, drain: 2s, driver_cost: 0s}
 """
 
 
-def vm_cores(batch: float | None, engine: str = "spark", rate: str = "10/s") -> float:
+def vm_cores(batch: float | None, engine: str = "spark", rate: str = "10/s",
+             message: float = 0.0) -> float:
     """The cloud VM's mean CPU, in cores of its own, over the 20 s of traffic."""
     task = "stats" if engine == "spark" else "kalman_filter"
     text = ONE_VM.replace("ENGINE", engine).replace("TASK", task).replace("RATE", rate)
     changes = {}
     if batch is not None:
-        spark = REFERENCE.spark.model_copy(update={"batch": batch, "trigger": 1.0})
+        spark = REFERENCE.spark.model_copy(update={"batch": batch, "trigger": 1.0,
+                                                   "message": message})
         changes["calibration"] = REFERENCE.model_copy(update={"spark": spark})
     nodes = run(text, **changes).tables["nodes"]
     mine = (np.asarray(nodes["node"]) == "vm") & (np.asarray(nodes["t"]) <= 20)
@@ -54,6 +56,15 @@ def test_each_trigger_with_input_costs_the_calibrated_batch() -> None:
     assert base == pytest.approx(10 * 1e-3, rel=0.05)  # 10 messages/s at 1 ms
     # 0.2 s a batch, one a second: 0.2 cores more.
     assert vm_cores(0.2) - base == pytest.approx(0.2, rel=0.06)
+
+
+def test_a_measured_cost_per_message_is_charged_with_the_batch_instead_of_the_written_one(
+        ) -> None:
+    # 10 messages/s at 5 ms measured: 0.05 cores, the written 1 ms no longer charged; 0.1 s
+    # a batch on top.
+    assert vm_cores(0.0, message=5e-3) == pytest.approx(0.05, rel=0.05)
+    assert vm_cores(0.1, message=5e-3) == pytest.approx(0.15, rel=0.06)
+    assert vm_cores(0.1, message=5e-3, rate="20/s") == pytest.approx(0.2, rel=0.06)
 
 
 def test_a_batch_longer_than_the_trigger_delays_the_next() -> None:
