@@ -18,7 +18,8 @@ import yaml
 # (pytest-xdist's own grouping, loadgroup, does not work with pytest 9: it renames items
 # through an attribute pytest 9 no longer reads.)
 CPU_HEAVY = {"tests/emu_run/test_spark_migration.py", "tests/spark_apps/test_migration.py",
-             "tests/emu_run/test_emulate.py", "tests/emu_host/test_calibrate.py"}
+             "tests/emu_run/test_emulate.py", "tests/emu_host/test_calibrate.py",
+             "tests/spark_cluster/test_cluster.py"}
 
 
 @pytest.fixture(scope="module", autouse=True)

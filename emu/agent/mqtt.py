@@ -25,6 +25,11 @@ def use_credentials(user: str, password: str) -> None:
     _credentials = (user, password) if user else None
 
 
+def credentials() -> tuple[str, str] | None:
+    """The process's login (`use_credentials`), for what it starts (a Spark job)."""
+    return _credentials
+
+
 def new_client(client_id: str, persistent: bool = False,
                credentials: tuple[str, str] | None = None) -> Any:
     """An MQTT client; on paho 2.x with the version-2 callbacks.

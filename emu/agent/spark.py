@@ -82,6 +82,19 @@ def session_of(operator: str, node: str) -> str:
     return f"foglab-spark-{operator}-{node}"
 
 
+def job_environment() -> dict[str, str]:
+    """A Spark job's environment: the agent's, and on a closed cluster the node's MQTT login,
+    which the job's clients log in with (workloads.spark.login)."""
+    from emu.agent.mqtt import credentials
+    from workloads.spark.login import LOGIN_VARIABLE
+
+    environment = os.environ.copy()
+    login = credentials()
+    if login is not None:
+        environment[LOGIN_VARIABLE] = ":".join(login)
+    return environment
+
+
 class SparkJob:
     """The job of one operator in `<records>/<work>` (default: the operator's name); `stop`
     ends it with SIGTERM (the job stops its query).
@@ -139,7 +152,7 @@ class SparkJob:
         self.work.mkdir(parents=True, exist_ok=True)
         with (self.work / "job.log").open("ab") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            preexec_fn=_unblocked, env=os.environ.copy())
+                                            preexec_fn=_unblocked, env=job_environment())
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None

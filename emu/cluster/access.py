@@ -42,8 +42,10 @@ SALT_BYTES = 12
 # Every node may write replies to the controller, migration hand-offs and broadcasts to its
 # children (their topics name the request, the migration or the receiver, not the writer),
 # and read the requests to all nodes and migrations' hand-offs.
-CONTROL_WRITES = ("foglab/mgmt/controller/#", "foglab/migration/#", "foglab/broadcast/#")
-CONTROL_READS = ("foglab/mgmt/all/#", "foglab/migration/#")
+# A Spark standby's warm-up runs on a topic of its own (workloads.spark.job.warm_up).
+CONTROL_WRITES = ("foglab/mgmt/controller/#", "foglab/migration/#", "foglab/broadcast/#",
+                  "foglab/warmup/#")
+CONTROL_READS = ("foglab/mgmt/all/#", "foglab/migration/#", "foglab/warmup/#")
 # A node's own topics: its name at the second level (emu.agent.protocol's topic rules), its
 # requests, its simulated load, its part of a broadcast.
 OWN = ("+/%u", "+/%u/#", "foglab/mgmt/%u/#", "foglab/load/%u", "foglab/broadcast/+/%u")

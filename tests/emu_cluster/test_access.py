@@ -168,3 +168,22 @@ def test_closed_conf_keeps_the_rest_of_the_conf(tmp_path: Path) -> None:
     assert conf.splitlines() == ["listener 1883", "log_type error",
                                  "# closed (emu.cluster.access)", "allow_anonymous false",
                                  "password_file /p", "acl_file /a"]
+
+
+def test_a_spark_job_inherits_its_nodes_login(monkeypatch: pytest.MonkeyPatch) -> None:
+    import paho.mqtt.client as mqtt
+
+    from emu.agent import mqtt as agent_mqtt
+    from emu.agent.spark import job_environment
+    from workloads.spark.login import LOGIN_VARIABLE, login
+
+    monkeypatch.delenv(LOGIN_VARIABLE, raising=False)
+    assert LOGIN_VARIABLE not in job_environment()  # open: nothing handed down
+    monkeypatch.setattr(agent_mqtt, "_credentials", None)
+    agent_mqtt.use_credentials("cloud-1", "s3cret")
+    environment = job_environment()
+    assert environment[LOGIN_VARIABLE] == "cloud-1:s3cret"
+    monkeypatch.setenv(LOGIN_VARIABLE, environment[LOGIN_VARIABLE])
+    client = login(mqtt.Client(mqtt.CallbackAPIVersion.VERSION2))
+    assert (client.username, client.password) == ("cloud-1", "s3cret")
+    assert agent_mqtt.new_client("x")._username == b"cloud-1"

@@ -62,6 +62,7 @@ from pyspark.sql import functions as F
 from workloads.riot.datasets import CITY, city_readings
 from workloads.riot.senml import encode_senml
 from workloads.spark.apps import RECEIVED, TOPIC, etl, pred, stats
+from workloads.spark.login import login
 from workloads.spark.mqtt_source import MqttDataSource, default_client_id, open_session
 from workloads.spark.session import (
     check_master,
@@ -318,6 +319,7 @@ def warm_up(spark: SparkSession, args: argparse.Namespace, messages: int, batche
     warm.max_records_per_trigger = -(-messages // batches)
     open_session(host, port, warm.reads, warm.client_id)
     publisher = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    login(publisher)
     publisher.max_inflight_messages_set(1000)
     publisher.connect(host, port)
     publisher.loop_start()
@@ -370,6 +372,7 @@ def _drop_session(host: str, port: int, session: str) -> None:
     # session: a warm-up's would otherwise stay subscribed on the broker for good.
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, client_id=session,
                          clean_session=True, protocol=mqtt.MQTTv311)
+    login(client)
     client.connect(host, port)
     client.disconnect()
 

@@ -20,6 +20,8 @@ from pyspark.sql import Row
 from pyspark.sql.datasource import DataSourceStreamWriter, WriterCommitMessage
 from pyspark.sql.types import StructType
 
+from workloads.spark.login import login
+
 _CONNECT_WAIT = 10.0
 _ACK_WAIT = 60.0  # seconds a task waits for the broker to acknowledge its last message
 # paho's default of 20 unacknowledged messages caps a task at 20 round trips' worth.
@@ -35,6 +37,7 @@ class Published(WriterCommitMessage):
 
 def _connect(host: str, port: int) -> mqtt.Client:
     client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    login(client)
     client.max_inflight_messages_set(_INFLIGHT)
     connected = threading.Event()
     refused: list[str] = []

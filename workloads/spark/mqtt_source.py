@@ -107,6 +107,7 @@ from pyspark.sql.types import (
     TimestampType,
 )
 
+from workloads.spark.login import login
 from workloads.spark.mqtt_sink import MqttStreamWriter
 
 SCHEMA = StructType(
@@ -362,6 +363,7 @@ def _connect(
         clean_session=False,
         protocol=mqtt.MQTTv311,
     )
+    login(client)
     subscribed = threading.Event()
     refused: list[str] = []
 
