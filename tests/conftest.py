@@ -19,7 +19,7 @@ import yaml
 # through an attribute pytest 9 no longer reads.)
 CPU_HEAVY = {"tests/emu_run/test_spark_migration.py", "tests/spark_apps/test_migration.py",
              "tests/emu_run/test_emulate.py", "tests/emu_host/test_calibrate.py",
-             "tests/spark_cluster/test_cluster.py"}
+             "tests/spark_cluster/test_cluster.py", "tests/emu_run/test_spark_cluster_run.py"}
 
 
 @pytest.fixture(scope="module", autouse=True)

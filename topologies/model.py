@@ -12,7 +12,7 @@ import networkx as nx
 
 from topologies.errors import SpecError
 from topologies.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
-from topologies.spec import BrokerSpec, LinkSpec, NodeSpec, TopologySpec
+from topologies.spec import BrokerSpec, LinkSpec, NodeSpec, SparkClusterSpec, TopologySpec
 
 MAX_PAIRS = 2_000_000
 
@@ -47,6 +47,7 @@ class Topology:
     nodes: dict[str, Node]
     links: list[Link]
     description: str = ""
+    spark: SparkClusterSpec | None = None  # a Spark standalone cluster among its cloud VMs
     _by_pattern: dict[str, list[str]] = field(default_factory=dict, repr=False)
 
     def match(self, pattern: str) -> list[str]:
@@ -105,7 +106,23 @@ def expand(spec: TopologySpec) -> Topology:
             links[(a, b) if a < b else (b, a)] = Link(a, b, rule.latency, rule.jitter,
                                                       rule.bandwidth, rule.loss)
     topology.links = list(links.values())
+    if spec.spark is not None:
+        topology.spark = _spark_cluster(spec.spark, nodes)
     return topology
+
+
+def _spark_cluster(spark: SparkClusterSpec, nodes: dict[str, Node]) -> SparkClusterSpec:
+    """The cluster's VMs are cloud VMs of the topology, each worker named once."""
+    named = [(("spark", "master"), spark.master)] + [
+        (("spark", "workers", i), worker) for i, worker in enumerate(spark.workers)]
+    for path, name in named:
+        node = nodes.get(name)
+        if node is None or node.kind != "cloud_vm":
+            vms = [n for n, node in nodes.items() if node.kind == "cloud_vm"]
+            raise SpecError(path, name, f"a cloud VM of the topology ({', '.join(vms) or 'none'})")
+    if len(set(spark.workers)) != len(spark.workers):
+        raise SpecError(("spark", "workers"), spark.workers, "each worker named once")
+    return spark
 
 
 def _expand_group(group: NodeSpec, path: tuple, profiles: dict[str, Profile],

@@ -70,6 +70,17 @@ class LinkSpec(_Strict):
         return [value] if isinstance(value, str) else value
 
 
+class SparkClusterSpec(_Strict):
+    """A Spark standalone cluster among the topology's cloud VMs: the pipeline's `engine: spark`
+    operators then run their jobs on it (on emu; the model runs each on its own node)."""
+
+    master: Name
+    workers: list[Name] = Field(min_length=1)
+    cores: int = Field(default=1, ge=1, le=256, description="each worker's cores for executors")
+    memory: str = Field(default="512m", pattern=r"^[0-9]+[mg]$",
+                        description="each worker's memory for executors, e.g. 512m or 2g")
+
+
 class TopologySpec(_Strict):
     """A topology file as written."""
 
@@ -79,3 +90,4 @@ class TopologySpec(_Strict):
     sites: list[SiteSpec] = Field(default_factory=list)
     nodes: list[NodeSpec] = Field(min_length=1)
     links: list[LinkSpec] = Field(default_factory=list)
+    spark: SparkClusterSpec | None = None

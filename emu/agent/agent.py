@@ -100,14 +100,22 @@ class Agent:
         self._load_topic = load_topic(self.node) if self.load else None
         self.operators: dict[str, Operator] = {}
         self.spark_jobs: dict[str, SparkJob] = {}  # by work directory (emu.agent.spark)
+        # This VM's part of a Spark standalone cluster (emu.agent.spark_cluster), if any.
+        self.spark_daemon = None
+        if config.spark:
+            from emu.agent.spark_cluster import SparkDaemon, spark_role
+
+            self.spark_daemon = SparkDaemon(spark_role(config.spark, self.node), config.records)
         for operator_config in config.operators:
             if operator_config.engine == "spark":
                 from emu.agent.spark import SparkJob  # subprocess: only nodes running Spark
 
                 # The job reads through a session of its own; the agent records arrivals.
                 self.spark_jobs[operator_config.name] = SparkJob(
-                    operator_config, self.node, config.mqtt, config.records,
-                    len(os.sched_getaffinity(0)), dilation=config.dilation)
+                    operator_config, self.node, config.mqtt,
+                    config.spark_work or config.records, len(os.sched_getaffinity(0)),
+                    dilation=config.dilation, master=config.spark_master or None,
+                    driver_host=self.node if config.spark_master else None)
                 operator_config = replace(operator_config, engine="python", task="passthrough",
                                           params={}, writes=None)
             operator = Operator(operator_config, self.node, self.epoch)
@@ -194,8 +202,14 @@ class Agent:
         yet. Once the node hears requests, its drivers start and it registers in ZooKeeper:
         a registered node can be managed."""
         self.scheduler.start(f"foglab-{self.node}")
-        for job in self.spark_jobs.values():
-            job.start()
+        if self.spark_daemon is not None or self.config.spark_master:
+            # A cluster's daemons come up in their own time (the master first), its drivers
+            # once the master answers: not on this thread, which connects to the broker.
+            threading.Thread(target=self._start_spark_cluster, name="foglab-spark",
+                             daemon=True).start()
+        else:
+            for job in self.spark_jobs.values():
+                job.start()
         host, port = broker_address(self.config.mqtt)
         self.client.reconnect_delay_set(*RECONNECT_DELAYS_S)
         self.client.connect_async(host, port, keepalive=self.keepalive, **session_args())
@@ -227,7 +241,25 @@ class Agent:
         self.checkpoints.close()
         for job in self.spark_jobs.values():
             job.stop()
+        if self.spark_daemon is not None:
+            self.spark_daemon.stop()
         return stopped
+
+    def _start_spark_cluster(self) -> None:
+        from emu.agent.spark_cluster import wait_master
+
+        try:
+            if self.spark_daemon is not None:
+                self.spark_daemon.start()
+            if self.spark_jobs:
+                wait_master(self.config.spark_master)
+        except (OSError, RuntimeError, TimeoutError) as error:
+            # The host sees the jobs not start (emu.spark_jobs names them and their logs).
+            print(f"foglab agent {self.node}: Spark cluster: {error}", file=sys.stderr,
+                  flush=True)
+            return
+        for job in self.spark_jobs.values():
+            job.start()
 
     # MQTT client's thread ---------------------------------------------------------------------
 

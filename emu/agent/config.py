@@ -130,6 +130,13 @@ class AgentConfig:
     mqtt_user: str = ""
     mqtt_password: str = ""
     zookeeper_auth: str = ""
+    # A Spark standalone cluster (a topology's `spark:`; emu.agent.spark_cluster): this VM's
+    # daemon (`spark_role`'s mapping, empty: none), the master's URL its `engine: spark` jobs
+    # drive (empty: local mode), and where their work goes, a folder every VM of the cluster
+    # mounts at the same path (executors read the source's journal by path).
+    spark: dict = field(default_factory=dict)
+    spark_master: str = ""
+    spark_work: str = ""
 
     def timebase(self) -> TimeBase:
         return TimeBase(self.dilation, self.time_anchor)

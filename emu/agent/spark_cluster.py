@@ -132,3 +132,26 @@ class SparkDaemon:
     def stop(self) -> None:
         if self.daemon is not None:
             self.daemon.stop()
+
+
+def wait_master(url: str, timeout: float = START_WAIT_S, step: float = 0.5) -> None:
+    """Until the master at `url` (spark://host:port) takes a TCP connection: a driver started
+    before it is refused at once (workloads.spark.session.check_master). TimeoutError after
+    `timeout` host seconds (a master of another VM still starting its JVM takes seconds)."""
+    import socket
+    import time
+
+    from workloads.spark.session import master_hosts
+
+    deadline = time.monotonic() + timeout
+    hosts = master_hosts(url)
+    while True:
+        for host, port in hosts:
+            try:
+                with socket.create_connection((host, port), timeout=2):
+                    return
+            except OSError:
+                pass
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the Spark master {url} did not answer within {timeout:.0f} s")
+        time.sleep(step)

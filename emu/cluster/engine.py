@@ -40,7 +40,7 @@ from emu.agent.config import CONFIG_VARIABLE, RECORDS_DIR
 from emu.cluster import inventory
 from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import Links, make_links
-from emu.cluster.plan import ClusterPlan, ContainerPlan
+from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
 from emu.cluster.services import mqtt_answers, zookeeper_answers
 from emu.cluster.zygote import (
     Zygote,
@@ -324,6 +324,10 @@ class Cluster:
         if forked:
             command = waiter_command()  # the container's process; the zygote forks the agent
             binds.update(waiter_binds())
+        # "host:container:mode" strings: a Spark cluster's drivers' work at one path on all
+        # its VMs, a driver's own records folder a second time.
+        binds = [f"{host}:{bind['bind']}:{bind['mode']}" for host, bind in binds.items()] + [
+            f"{self.records_dir(node)}:{SPARK_WORK}/{node}:rw" for node in plan.shared_records]
         environment = self._environment(plan, addresses)
         host_config = api.create_host_config(
             nano_cpus=plan.nano_cpus, mem_limit=plan.mem_limit, binds=binds,

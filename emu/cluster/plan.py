@@ -97,6 +97,7 @@ from pathlib import Path
 from typing import Literal
 
 from emu.agent.config import AGENT_KINDS, AgentConfig
+from emu.agent.spark_cluster import MASTER_PORT as SPARK_MASTER_PORT
 from emu.cluster.access import Access, closed_conf
 from emu.images import CLOUD, GATEWAY, MOSQUITTO_COMMAND, SERVICES, ZOOKEEPER_COMMAND, ImageSpec
 from emu.links.spec import LinkShape, check_dilation
@@ -117,6 +118,9 @@ SPARE_COMMAND = ("mosquitto", "-c", SPARE_CONFIG)
 # A broker's mosquitto.conf at a dilation (mosquitto_files): the image's with its timers scaled.
 DILATED_CONFIG = "/etc/foglab/dilated.conf"
 DILATED_COMMAND = ("mosquitto", "-c", DILATED_CONFIG)
+# A Spark standalone cluster (_Planner._spark_cluster): the master's port, and where every VM
+# of it mounts each driver's records (a job's work, its journal), alike on all.
+SPARK_WORK = "/spark"
 # A closed cluster's broker (closed_plan): its conf, the users' hashes and the ACL.
 CLOSED_CONFIG = "/etc/foglab/closed.conf"
 PASSWORD_FILE = "/etc/foglab/passwd"
@@ -178,6 +182,9 @@ class ContainerPlan:
     files: tuple[tuple[str, str], ...] = ()  # (path in the container, text) put before start
     profile: str | None = None
     extra_networks: tuple[str, ...] = ()  # joined before start: an ensemble's quorum network
+    # Nodes whose records folder this container also mounts at SPARK_WORK/<node>: a Spark
+    # cluster's VMs see each driver's work (its source's journal) at one path.
+    shared_records: tuple[str, ...] = ()
 
     @property
     def address(self) -> str:
@@ -407,6 +414,8 @@ class _Planner:
                                         for op in config.operators])
             containers[name] = self._container(name, config.kind, "agent", node.site, node,
                                                servers, config, broker)
+        if self.topology.spark is not None:
+            self._spark_cluster(containers)
         if len(servers) > 1:
             # The quorum talks directly on the first server's network, unshaped.
             quorum = containers[servers[0]].network
@@ -428,6 +437,37 @@ class _Planner:
                      "foglab.site": plan.segment})
         return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
                            brokers, servers, dict(self.labels), dict(self.spares), self.dilation)
+
+    def _spark_cluster(self, containers: dict[str, ContainerPlan]) -> None:
+        """The topology's Spark standalone cluster (emu.agent.spark_cluster): the master's and
+        each worker's daemon, each `engine: spark` job driving it from its VM, the drivers'
+        work shared with every VM of the cluster. They must share a site: the daemons and the
+        drivers reach each other by name on its network, unshaped, as a cloud site's VMs do."""
+        spark = self.topology.spark
+        drivers = [name for name, c in containers.items() if c.agent is not None
+                   and c.kind == "cloud_vm"
+                   and any(op.engine == "spark" for op in c.agent.operators)]
+        members = [(("spark", "master"), spark.master)] + [
+            (("spark", "workers", i), w) for i, w in enumerate(spark.workers)] + [
+            (("pipeline",), d) for d in drivers]
+        segment = containers[spark.master].segment
+        for path, name in members:
+            if containers[name].segment != segment:
+                raise self.error(path, name, f"a cloud VM in the Spark master's site "
+                                 f"({segment}): the cluster's VMs reach each other by name")
+        url = f"spark://{spark.master}:{SPARK_MASTER_PORT}"
+        roles = {spark.master: {"role": "master", "host": spark.master}}
+        roles.update({worker: {"role": "worker", "host": worker, "master": url,
+                               "cores": spark.cores, "memory": spark.memory}
+                      for worker in spark.workers})
+        everyone = list(dict.fromkeys([*roles, *drivers]))
+        for name in everyone:
+            container = containers[name]
+            config = replace(container.agent, spark=roles.get(name, {}))
+            if name in drivers:
+                config = replace(config, spark_master=url, spark_work=f"{SPARK_WORK}/{name}")
+            containers[name] = replace(container, agent=config,
+                                       shared_records=tuple(drivers))
 
     def _check_own_sessions(self, brokers: dict[str, str]) -> None:
         """Refuse, before anything starts, an operator instance reading through a session of
