@@ -28,6 +28,7 @@ import contextlib
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
@@ -41,11 +42,15 @@ from emu.cluster.engine import (
     _interrupts_deferred,
     _Made,
 )
-from emu.cluster.inventory import Removed
+from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import make_links
 from emu.cluster.plan import ClusterPlan, ContainerPlan
+from emu.images import DOCKER_TIMEOUT_S, ensure_image
 from emu.links.probe import ShaperChoice
+from emu.swarm.records import copy_records
+from emu.swarm.routing import RoutedClient
 from emu.swarm.services import SITE_LABEL, ServiceSpec, config_name, service_spec
+from emu.swarm.target import SwarmTarget, current_target
 from topologies.errors import SpecError
 
 if TYPE_CHECKING:
@@ -55,7 +60,7 @@ ENGINES = ("docker", "swarm")
 ENGINE_LABEL = "foglab.engine"
 TASK_POLL_S = 0.2
 FAILED_TASK_STATES = ("failed", "rejected", "complete", "shutdown", "orphaned", "remove")
-RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays on the manager's host")
+RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays on foglab's host")
 REMOVE_RETRY_S = 15
 # How long Swarm may take to remove the containers of a cluster's removed services: about 0.2 s
 # each on foglab's loaded 2-core host (200 in 40 s).
@@ -168,12 +173,15 @@ class SwarmCluster(Cluster):
                  progress: Progress | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
                  seed: int | None = None, zygote: bool = False,
                  image_ref: Callable[[str], str] | None = None, encrypted: bool = False,
-                 subnet: str | None = None) -> None:
+                 subnet: str | None = None, target: SwarmTarget | None = None) -> None:
+        self.target = (target or current_target()) if client is None else target
+        if client is None and self.target is not None:
+            client = _routed(self.target, workers)
         super().__init__(plan, client, records=records, shaper=shaper,
                          agent_command=agent_command, workers=workers, progress=progress,
                          ready_timeout_s=ready_timeout_s, seed=seed, zygote=False)
         self.agent_start = "exec (swarm: a service cannot run the privileged zygote)"
-        self.image_ref = image_ref or self._local_id
+        self.image_ref = image_ref or (self.target.image_ref if self.target else self._local_id)
         self.encrypted = encrypted
         self.subnet = subnet
         self.overlay = overlay_name(plan.cluster)
@@ -183,6 +191,9 @@ class SwarmCluster(Cluster):
         self.configs: dict[str, str] = {}    # config name -> id
         self._nodes = 0
         self.refs: dict[str, str] = {}       # image name -> the reference services run
+        self.placement: dict[str, str] = {}  # node of the plan -> swarm node running its task
+        self._collected: set[str] = set()    # nodes whose records are copied to the host
+        self._collecting = False
 
     # -- up ------------------------------------------------------------------------------------
 
@@ -200,7 +211,7 @@ class SwarmCluster(Cluster):
                 f"overlay network's default /24 (at most {DEFAULT_OVERLAY_CONTAINERS}): give "
                 f"SwarmCluster a subnet, e.g. subnet='10.200.0.0/20', free on every node")
         nodes = swarm_nodes(self.client)
-        self._check_one_node(nodes)
+        self._check_nodes(nodes)
         label = {"label": [f"{inventory.CLUSTER}={self.name}"]}
         if (self.client.api.services(filters=label) or inventory.networks(self.client, self.name)
                 or inventory.containers(self.client, self.name)):
@@ -224,17 +235,20 @@ class SwarmCluster(Cluster):
             total = len(self.plan.containers)
             services = self.plan.services()
             self._start(services, {}, 0, total)
-            self.bridges = dict.fromkeys(self.plan.networks, self._host_gateway())
+            self.bridges = dict.fromkeys(self.plan.networks, self._relay_host())
             ips = {s.node: s.ip for s in self.status()}
             self.addresses = self.links.addresses(ips, self.bridges)
             self._start(self.plan.agents(), self.addresses, len(services), total)
             self._wait_ready()
             self._check_agents_run()
+            self.placement = self._placement()
+            self._collecting = self.target is not None
         except BaseException:
             self._abort()
             raise
         self.facts = {**self._facts(time.monotonic() - started), "engine": "swarm",
-                      "swarm_nodes": self._nodes, "overlay": self.overlay,
+                      "swarm_nodes": self._nodes, "placement": dict(self.placement),
+                      "overlay": self.overlay,
                       "encrypted": self.encrypted, "image_refs": dict(self.refs),
                       "networks": {"overlay": self.overlay, "host": self.host_network}}
         return self
@@ -242,15 +256,51 @@ class SwarmCluster(Cluster):
     def _local_id(self, tag: str) -> str:
         return self.client.api.inspect_image(tag)["Id"]
 
-    def _check_one_node(self, nodes: list[dict]) -> None:
-        """Relays run in this process and reach only containers on this host's node."""
-        if len(nodes) > 1 and self.plan.links:
-            link = self.plan.links[0]
-            raise ClusterError(
-                f"cluster {self.name}: link {link.client} -> {link.service} cannot be shaped on "
-                f"a swarm of {len(nodes)} nodes: its relay runs on the manager's host, which "
-                f"reaches only containers on its own node (relays per node: not built yet; "
-                f"docs/swarm.md)")
+    def _check_nodes(self, nodes: list[dict]) -> None:
+        """Several nodes need a target (each node's engine, the relays' address, a registry):
+        without one, the relays on this host's bridge reach only this node's containers; with
+        one, every ready node's engine must be in it."""
+        if self.target is None:
+            if len(nodes) > 1 and self.plan.links:
+                link = self.plan.links[0]
+                raise ClusterError(
+                    f"cluster {self.name}: link {link.client} -> {link.service} cannot be "
+                    f"shaped on a swarm of {len(nodes)} nodes without a target: foglab must "
+                    f"know each node's engine, where the nodes reach this host and a registry "
+                    f"(FOGLAB_SWARM_ENGINES, FOGLAB_SWARM_HOST, FOGLAB_SWARM_REGISTRY: "
+                    f"docs/swarm.md)")
+            return
+        for node in nodes:
+            hostname = (node.get("Description") or {}).get("Hostname", "")
+            if hostname not in self.target.engines:
+                raise ClusterError(
+                    f"cluster {self.name}: swarm node {hostname!r} has no engine URL in the "
+                    f"target (FOGLAB_SWARM_ENGINES names {', '.join(self.target.engines)}): "
+                    f"its tasks could not be inspected nor their records copied")
+
+    def _ensure_images(self) -> None:
+        """Build on this host's engine (a target's nodes pull what image_ref pushes)."""
+        if self.target is None:
+            super()._ensure_images()
+            return
+        import docker
+
+        with docker.from_env(timeout=DOCKER_TIMEOUT_S) as host:
+            specs = {p.image.name: p.image for p in self.plan.containers.values()}
+            for done, (name, spec) in enumerate(specs.items()):
+                self.progress("image", done, len(specs), name)
+                self.images[name] = ensure_image(spec, client=host).tag
+        self.progress("image", len(specs), len(specs), "images ready")
+
+    def _relay_host(self) -> str:
+        """Where the relays listen: the target's host address, else this node's bridge."""
+        return self.target.host_address if self.target else self._host_gateway()
+
+    def _placement(self) -> dict[str, str]:
+        if self.target is None:
+            return {}
+        api = self.client.api
+        return {s.node: api.node_of(s.container) or "" for s in self.status()}
 
     def _labels(self, labels: dict[str, str]) -> dict[str, str]:
         return {**super()._labels(labels), ENGINE_LABEL: "swarm"}
@@ -291,12 +341,14 @@ class SwarmCluster(Cluster):
         command = self.agent_command if plan.role == "agent" and self.agent_command else (
             plan.command)
         labels = {**self._labels(plan.labels), "foglab.network": self.host_network}
+        several = self.target is not None
         return service_spec(plan, cluster=self.name,
                             image=self.refs[plan.image.name],
                             command=command, env=self._environment(plan, addresses),
-                            labels=labels, records=str(self.records_dir(plan.node)),
+                            labels=labels,
+                            records=None if several else str(self.records_dir(plan.node)),
                             overlay=self.overlay, host_network=self.host_network,
-                            node_sites=self.node_sites)
+                            node_sites=self.node_sites, publish=several)
 
     def _start(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
                done: int, total: int) -> None:
@@ -366,6 +418,55 @@ class SwarmCluster(Cluster):
         except Exception:  # noqa: BLE001 - the log is a courtesy in an error message
             return ""
 
+    # -- while up: several nodes ---------------------------------------------------------------
+
+    def status(self) -> list[NodeStatus]:
+        """Each task's container, from every node's engine; on several nodes its `ip` is its
+        node's address, where its published port answers (the host cannot reach a node's
+        bridges)."""
+        found = super().status()
+        if self.target is None:
+            return found
+        api = self.client.api
+        return [replace(s, ip=self.target.address_of(node))
+                if (node := api.node_of(s.container)) else s for s in found]
+
+    @property
+    def records_root(self) -> Path:
+        """The host's records folder; on several nodes, the records of every task whose
+        container has ended are copied into it first (once each)."""
+        self.collect_records()
+        return self._records_base()
+
+    def records_dir(self, node: str) -> Path:
+        return self.records_root / node
+
+    def _records_base(self) -> Path:
+        return Cluster.records_root.fget(self)  # type: ignore[attr-defined]
+
+    def collect_records(self, final: bool = False) -> list[str]:
+        """Copy the records of the tasks that ended (`final`: of every task, ended or not)
+        from their nodes into the host's folder; the nodes copied. Nothing on one node."""
+        if not self._collecting or self._made is None:
+            return []
+        from docker.errors import NotFound
+
+        api = self.client.api
+        copied = []
+        for node, container in list(self._made.ids.items()):
+            if node in self._collected:
+                continue
+            try:
+                running = api.inspect_container(container)["State"].get("Running")
+            except NotFound:
+                continue
+            if running and not final:
+                continue
+            copy_records(api, container, self._records_base() / node)
+            self._collected.add(node)
+            copied.append(node)
+        return copied
+
     def revive(self, node: str, revival: dict) -> None:
         raise ClusterError(f"cluster {self.name}: reviving {node} is not supported on "
                            f"run.engine swarm (a service's ended task is not restarted)")
@@ -380,7 +481,10 @@ class SwarmCluster(Cluster):
             try:
                 if self.links is not None:
                     self.links.close()
+                with contextlib.suppress(Exception):  # best effort: `down` must go on
+                    self.collect_records(final=True)
             finally:
+                self._collecting = False
                 services, _ = remove_swarm_objects(self.client, self.name)
                 removed = self._remove_rest()
                 wait_networks_gone(self.client, self.name)
@@ -402,3 +506,15 @@ class SwarmCluster(Cluster):
                     raise
                 time.sleep(2)
         raise AssertionError("unreachable")
+
+
+def _routed(target: SwarmTarget, workers: int) -> RoutedClient:
+    """Clients of the target's manager and of every node's engine, as one routed client."""
+    import docker
+
+    def client(url: str) -> docker.DockerClient:
+        return docker.DockerClient(base_url=url, timeout=DOCKER_TIMEOUT_S,
+                                   max_pool_size=workers + 4)
+
+    engines = {node: client(url) for node, url in target.engines.items()}
+    return RoutedClient(engines[target.manager], engines)

@@ -59,6 +59,7 @@ class ServiceSpec:
     constraints: tuple[str, ...] = ()
     configs: tuple[tuple[str, str], ...] = ()  # (config name, path in the container)
     init: bool = False
+    published: tuple[int, ...] = ()  # ports published in host mode on the task's node
     extra: dict[str, object] = field(default_factory=dict)
 
     def create_arguments(self, config_ids: Mapping[str, str]) -> dict[str, object]:
@@ -82,9 +83,10 @@ class ServiceSpec:
             log_driver=types.DriverConfig("json-file", LOG_OPTIONS),
             networks=[types.NetworkAttachmentConfig(network, aliases=list(aliases))
                       for network, aliases in self.networks])
+        ports = {port: (port, "tcp", "host") for port in self.published}
         return {"task_template": task, "name": self.name, "labels": self.labels,
                 "mode": types.ServiceMode("replicated", 1),
-                "endpoint_spec": types.EndpointSpec(mode="dnsrr")}
+                "endpoint_spec": types.EndpointSpec(mode="dnsrr", ports=ports or None)}
 
 
 def constraints(segment: str, node_sites: Sequence[str]) -> tuple[str, ...]:
@@ -100,17 +102,22 @@ def config_name(cluster: str, node: str, path: str, text: str) -> str:
 
 
 def service_spec(plan: ContainerPlan, *, cluster: str, image: str, command: Sequence[str],
-                 env: Mapping[str, str], labels: Mapping[str, str], records: str,
+                 env: Mapping[str, str], labels: Mapping[str, str], records: str | None,
                  overlay: str, host_network: str,
-                 node_sites: Sequence[str] = ()) -> ServiceSpec:
-    """The service standing for one container plan; `labels` already hold the cluster's."""
+                 node_sites: Sequence[str] = (), publish: bool = False) -> ServiceSpec:
+    """The service standing for one container plan; `labels` already hold the cluster's.
+    `records` None: no mount, the task keeps /records in its container (several nodes: the
+    engine copies them out, emu.swarm.records); `publish`: a service's port is published in
+    host mode on its node, where the host's relays, controller and checks reach it."""
     return ServiceSpec(
         name=plan.name, image=image, command=tuple(command), env=dict(env),
         hostname=plan.node, labels=dict(labels), nano_cpus=plan.nano_cpus,
-        mem_limit=plan.mem_limit, mounts=(f"{records}:{RECORDS_DIR}:rw",),
+        mem_limit=plan.mem_limit,
+        mounts=(f"{records}:{RECORDS_DIR}:rw",) if records is not None else (),
         networks=((overlay, (plan.node, plan.name)), (host_network, (plan.node,))),
         constraints=constraints(plan.segment, node_sites),
         configs=tuple((config_name(cluster, plan.node, path, text), path)
                       for path, text in plan.files),
         # A cloud VM's agent runs Spark jobs as its children: an init reaps what they leave.
-        init=plan.kind == "cloud_vm")
+        init=plan.kind == "cloud_vm",
+        published=(plan.port,) if publish and plan.role != "agent" and plan.port else ())

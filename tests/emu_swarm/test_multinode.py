@@ -1,0 +1,112 @@
+"""`run.engine: swarm` across three Docker-in-Docker nodes: the quickstart-sized pipeline with
+its gateways (arm64 under QEMU) on the two `field` workers and its broker, ZooKeeper and cloud
+VM on the `cloud` manager; every reading arrives once, the counts are those of the same
+experiment on plain Docker, and nothing of the cluster is left on any node."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+
+import pytest
+
+from emu.cluster import inventory
+from emu.images import CACHE_DIR
+from emu.swarm.engine import SwarmCluster
+from emu.swarm.nodes import SwarmNodes, remove
+from emu.swarm.registry import LocalRegistry
+from emu.swarm.target import SwarmTarget, current_target, use_target
+from experiments.loader import parse_text
+from experiments.results import load_run
+from experiments.runner import run_experiment
+from tests.emu_swarm.test_engine import EXPERIMENT
+from tests.engine import docker_engine
+
+NAME = "foglab-test-swarm-multi"
+SITES = ("cloud", "field", "field")
+ON_ONE_HOST = EXPERIMENT.replace("engine: swarm", "engine: docker")
+COUNTED = ("sent", "received", "dropped", "lost", "duplicated", "unread", "in_flight")
+
+
+@pytest.fixture(scope="module")
+def host():
+    return docker_engine()
+
+
+@pytest.fixture(scope="module")
+def nodes(host) -> Iterator[SwarmNodes]:
+    remove(NAME, host=host)  # what a killed run left; its volumes (the pulled images) are kept
+    with SwarmNodes(3, name=NAME, sites=SITES, keep_volumes=True, host=host) as made:
+        yield made
+
+
+@pytest.fixture(scope="module")
+def target(nodes: SwarmNodes, host) -> Iterator[SwarmTarget]:
+    with LocalRegistry(nodes.gateway, storage=CACHE_DIR / "test-registry", host=host) as registry:
+        yield SwarmTarget({n.name: n.engine_url for n in nodes.nodes}, nodes.nodes[0].name,
+                          nodes.gateway, registry.push)
+
+
+def _run(text: str, root):
+    (outcome,) = run_experiment(parse_text(text), root, sweep_id="multinode")
+    assert outcome.error is None, outcome.error
+    facts = json.loads((outcome.folder / "manifest.json").read_text())["facts"]
+    return load_run(outcome.folder), facts
+
+
+@pytest.fixture(scope="module")
+def across_nodes(target: SwarmTarget, tmp_path_factory: pytest.TempPathFactory):
+    with use_target(target):
+        return _run(EXPERIMENT, tmp_path_factory.mktemp("swarm"))
+
+
+@pytest.fixture(scope="module")
+def on_one_host(tmp_path_factory: pytest.TempPathFactory):
+    return _run(ON_ONE_HOST, tmp_path_factory.mktemp("docker"))
+
+
+@pytest.mark.emu
+def test_every_reading_arrives_once_across_three_nodes(across_nodes, on_one_host,
+                                                       nodes: SwarmNodes) -> None:
+    run, facts = across_nodes
+    assert facts["engine"] == "swarm" and facts["swarm_nodes"] == 3
+    counts = {key: facts["messages"][key] for key in COUNTED}
+    assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["dropped"] == 0
+    assert counts["received"] == counts["sent"] > 0
+    # Parity: the same experiment on plain Docker on this host counts the same.
+    _, plain = on_one_host
+    assert plain["engine"] != "swarm" if "engine" in plain else True
+    assert counts == {key: plain["messages"][key] for key in COUNTED}
+    messages = run.table("messages")
+    assert len(messages) == counts["sent"] and set(messages["sink"]) == {"cloud-1"}
+    assert set(run.table("nodes")["node"]) == {"gw-1", "gw-2", "broker-1", "cloud-1"}
+    # Placement by site: the gateways on the field workers, the rest on the cloud manager.
+    placement = facts["placement"]
+    manager, *workers = (n.name for n in nodes.nodes)
+    assert {placement["gw-1"], placement["gw-2"]} <= set(workers)
+    assert placement["broker-1"] == manager and placement["cloud-1"] == manager
+    assert len(set(placement.values())) >= 2
+    # Nothing of the cluster is left on any node.
+    cluster = facts["cluster"]
+    label = {"label": [f"{inventory.CLUSTER}={cluster}"]}
+    assert nodes.manager.api.services(filters=label) == []
+    assert nodes.manager.api.configs(filters=label) == []
+    for node in nodes.nodes:
+        assert inventory.containers(node.client, cluster) == [], node.name
+        assert inventory.networks(node.client, cluster) == [], node.name
+
+
+def test_a_target_from_the_environment_names_bad_input() -> None:
+    assert current_target({}) is None
+    environ = {"FOGLAB_SWARM_ENGINES": "a=tcp://10.0.0.1:2375,b=tcp://10.0.0.2:2375",
+               "FOGLAB_SWARM_HOST": "10.0.0.9", "FOGLAB_SWARM_REGISTRY": "reg.lab:5000"}
+    target = current_target(environ)
+    assert target is not None and target.manager == "a" and target.address_of("b") == "10.0.0.2"
+    assert target.image_ref  # the registry's push
+    with pytest.raises(ValueError, match=r"FOGLAB_SWARM_ENGINES: 'b' is not NODE=URL"):
+        current_target({**environ, "FOGLAB_SWARM_ENGINES": "a=tcp://x:1,b"})
+    with pytest.raises(ValueError, match=r"FOGLAB_SWARM_REGISTRY must be too"):
+        current_target({k: v for k, v in environ.items() if k != "FOGLAB_SWARM_REGISTRY"})
+    with pytest.raises(ValueError, match=r"manager 'c' is not one of"):
+        SwarmTarget({"a": "tcp://x:1"}, "c", "h", str)
+    assert SwarmCluster.__init__.__kwdefaults__["target"] is None
