@@ -285,7 +285,7 @@ class SwarmCluster(Cluster):
             return
         import docker
 
-        with docker.from_env(timeout=DOCKER_TIMEOUT_S) as host:
+        with contextlib.closing(docker.from_env(timeout=DOCKER_TIMEOUT_S)) as host:
             specs = {p.image.name: p.image for p in self.plan.containers.values()}
             for done, (name, spec) in enumerate(specs.items()):
                 self.progress("image", done, len(specs), name)

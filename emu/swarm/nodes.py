@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     import docker
 
 ENGINE_PORT = 2375
+CGROUPS = "/sys/fs/cgroup"
 SWARM_PORT = 2377
 READY_S = 60
 SWARM_READY_S = 60
@@ -37,9 +38,13 @@ LABEL = "foglab.swarm-nodes"
 # container's own cgroups writable) the node's start script does itself.
 CAP_DROP = ("SYS_RESOURCE",)
 SECURITY = ("seccomp=unconfined", "apparmor=unconfined")
-# Before dockerd: make /sys, /proc/sys (dockerd sets forwarding there) and the node's own
-# cgroup hierarchies writable (inner containers' cgroups go under the node's), and forget a
-# swarm of a previous run kept in the volume (its manager is gone; the node joins the new one).
+# Before dockerd: make /sys, /proc/sys (dockerd sets forwarding there) and the cgroup
+# hierarchies writable, and forget a swarm of a previous run kept in the volume (its manager is
+# gone; the node joins the new one). The node shares the host's cgroup namespace and sees the
+# host's cgroup hierarchies (a bind of /sys/fs/cgroup: Docker would mount the node's own
+# sub-hierarchy there): its tasks' cgroups are then where the host's containers' are
+# (docker/<id>), so foglab's samplers (emu.metrics, emu.accounting), which read cgroups on this
+# host, find them as on one host. Ids are unique across engines: no two share a cgroup.
 START = """set -e
 mount -o remount,rw /sys
 mount -o remount,bind,rw /proc/sys
@@ -177,9 +182,10 @@ class SwarmNodes:
             image, ["sh", "-c", START.format(port=ENGINE_PORT, flags=flags)], name=name,
             hostname=name, detach=True, init=True, network=self.network,
             labels={**labels, "foglab.swarm-node": str(index)},
-            volumes={name: {"bind": "/var/lib/docker", "mode": "rw"}},
+            volumes={name: {"bind": "/var/lib/docker", "mode": "rw"},
+                     CGROUPS: {"bind": CGROUPS, "mode": "rw"}},
             cap_add=["ALL"], cap_drop=list(CAP_DROP), security_opt=list(SECURITY),
-            device_cgroup_rules=["a *:* rwm"])
+            device_cgroup_rules=["a *:* rwm"], cgroupns="host")
 
     def _wait_for_engine(self, container, index: int) -> Node:
         """The node once its engine answers, its leftover containers of a previous run removed."""
