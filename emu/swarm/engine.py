@@ -11,12 +11,22 @@ and inherits those that work on a task's container as on a plain one.
 What differs from the plain engine:
 - No zygote: it forks agents from a privileged container, and a service cannot be privileged;
   each gateway starts its agent itself (the plain engine's "exec" path).
-- Links are shaped by relays in this process (as on a plain cluster without netem), on the
-  host bridge: so every client must run on the manager's node. A swarm of more than one node
-  is refused, naming a link, until relays run as services on each client's node (left).
+- Links are shaped by relays in this process (as on a plain cluster without netem).
 - No CPU share juggling while containers start (a service spec has no cpu shares).
-- A task's records directory is a bind mount of the host's folder: on several nodes that
-  needs a volume per node and the tables gathered from each at the end (left).
+
+One node (no target): the relays listen on the cluster's host bridge, which only this node's
+tasks reach; records are a bind mount of the host's folder. A swarm of more than one node is
+refused without a target, naming a link.
+
+Several nodes (a SwarmTarget, emu.swarm.target: each node's engine, where the nodes reach this
+host, a registry): the relays listen on the host's address the nodes reach (task containers
+get there through their node's NAT); each broker and ZooKeeper publishes its port in host
+mode on its node, where the relays, the controller and the readiness checks reach it (a
+task's `status().ip` is its node's address); the client is a RoutedClient (a container's
+calls go to its node's engine, listings are merged); each task keeps /records in its
+container, copied out (emu.swarm.records) once it ended, when the records are read, and at
+`down` before the services go. All traffic between clients and services crosses this host:
+the first step the issue allows, not relays per node.
 
 Anything that fails during `up` (a task Swarm could not start, with its error; a service
 that never answers; Ctrl-C) removes everything made so far, by the cluster's label.

@@ -12,6 +12,8 @@ separate networks on a swarm: what a client's traffic crosses is its relay, whic
 names. Every service also joins the cluster's swarm-scoped bridge (`host_network`): on the
 manager's node that is a local bridge the host reaches, as it reaches a plain cluster's
 bridges, for its controller, the readiness checks and the relays.
+On several nodes the host cannot reach a node's bridges: a service's port is then published
+in host mode on its node (`publish`), and the host reaches it at the node's address.
 
 Endpoints are DNS round robin (`dnsrr`), not a virtual IP: a VIP needs the kernel's IPVS, and
 on foglab's host (kernel without ip_vs) a connection to a service's VIP found no route, where

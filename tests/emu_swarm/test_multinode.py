@@ -19,7 +19,7 @@ from emu.swarm.target import SwarmTarget, current_target, use_target
 from experiments.loader import parse_text
 from experiments.results import load_run
 from experiments.runner import run_experiment
-from tests.emu_swarm.test_engine import EXPERIMENT
+from tests.emu_swarm.test_engine import EXPERIMENT, PATH_S
 from tests.engine import docker_engine
 
 NAME = "foglab-test-swarm-multi"
@@ -79,6 +79,13 @@ def test_every_reading_arrives_once_across_three_nodes(across_nodes, on_one_host
     assert counts == {key: plain["messages"][key] for key in COUNTED}
     messages = run.table("messages")
     assert len(messages) == counts["sent"] and set(messages["sink"]) == {"cloud-1"}
+    # Shaped by the relays on this host, which the workers' tasks reach through their node's
+    # NAT: never early, and not much later than on one host.
+    assert messages["latency"].min() >= PATH_S - 0.002
+    assert PATH_S <= messages["latency"].median() <= PATH_S + 0.25
+    print(f"multinode: {counts}, placement {facts['placement']}, up {facts['up_s']} s "
+          f"(images {facts['images_s']} s), median latency "
+          f"{messages['latency'].median() * 1000:.1f} ms")
     assert set(run.table("nodes")["node"]) == {"gw-1", "gw-2", "broker-1", "cloud-1"}
     # Placement by site: the gateways on the field workers, the rest on the cloud manager.
     placement = facts["placement"]
@@ -110,3 +117,46 @@ def test_a_target_from_the_environment_names_bad_input() -> None:
     with pytest.raises(ValueError, match=r"manager 'c' is not one of"):
         SwarmTarget({"a": "tcp://x:1"}, "c", "h", str)
     assert SwarmCluster.__init__.__kwdefaults__["target"] is None
+
+
+class FakeAPI:
+    """An engine's APIClient holding some containers: records which calls reached it."""
+
+    def __init__(self, *ids: str) -> None:
+        self.ids = ids
+        self.calls: list[tuple[str, str]] = []
+
+    def containers(self, **kwargs) -> list[dict]:
+        return [{"Id": i, "Names": [f"/name-{i}"]} for i in self.ids]
+
+    def kill(self, container: str, signal: str = "SIGKILL") -> None:
+        self.calls.append(("kill", container))
+
+    def exec_create(self, container: str, command) -> dict:
+        self.calls.append(("exec_create", container))
+        return {"Id": f"exec-{container}"}
+
+    def exec_start(self, execution: str) -> bytes:
+        self.calls.append(("exec_start", execution))
+        return b""
+
+    def services(self) -> list:
+        self.calls.append(("services", ""))
+        return []
+
+
+def test_a_containers_calls_go_to_the_engine_of_its_node() -> None:
+    from emu.swarm.routing import RoutedAPI
+
+    manager, worker = FakeAPI("aaa1"), FakeAPI("bbb2", "bbb3")
+    api = RoutedAPI(manager, {"m": manager, "w": worker})
+    assert [c["Id"] for c in api.containers(all=True)] == ["aaa1", "bbb2", "bbb3"]
+    api.kill("bbb3", signal="SIGTERM")
+    api.kill("name-aaa1")
+    execution = api.exec_create("bbb2", ["true"])
+    api.exec_start(execution["Id"])
+    api.services()
+    assert worker.calls == [("kill", "bbb3"), ("exec_create", "bbb2"), ("exec_start",
+                                                                       "exec-bbb2")]
+    assert manager.calls == [("kill", "name-aaa1"), ("services", "")]
+    assert api.node_of("bbb") == "w" and api.node_of("zzz") is None
