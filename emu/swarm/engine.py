@@ -215,6 +215,12 @@ class SwarmCluster(Cluster):
             raise ClusterError(f"cluster {self.name}: run.engine swarm shapes links with relays "
                                f"only, not {self.shaper.shaper} (netem on a swarm needs a "
                                f"privileged helper per node: not built)")
+        shared = next((c for c in self.plan.containers.values() if c.shared_records), None)
+        if shared is not None:
+            raise ClusterError(f"cluster {self.name}: topology.spark on run.engine swarm: the "
+                               f"Spark VMs' shared work folder ({shared.node} mounts "
+                               f"{', '.join(shared.shared_records)}'s) is not built on a swarm; "
+                               f"run it on engine docker")
         if self.subnet is None and len(self.plan.containers) > DEFAULT_OVERLAY_CONTAINERS:
             raise ClusterError(
                 f"cluster {self.name}: {len(self.plan.containers)} containers do not fit the "

@@ -71,3 +71,12 @@ def test_without_a_cluster_jobs_run_in_local_mode() -> None:
 def test_a_bad_cluster_is_refused_naming_the_field(spark, sites, where, value) -> None:
     with pytest.raises(SpecError, match=f"{where}.*{value}"):
         planned(spark, sites)
+
+
+def test_the_swarm_engine_refuses_a_spark_cluster_before_making_anything() -> None:
+    from emu.cluster.engine import ClusterError
+    from emu.swarm.engine import SwarmCluster
+
+    plan = planned({"master": "vm-2", "workers": ["vm-3"]})
+    with pytest.raises(ClusterError, match=r"topology\.spark on run\.engine swarm"):
+        SwarmCluster(plan, client=object()).up()  # no engine call before the refusal
