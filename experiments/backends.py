@@ -99,7 +99,9 @@ class EmuBackend:
         dilation = choose(spec, plan.topology)
         # The capacity planner's prediction for this host, printed before the run starts
         # (a warning when it predicts the host saturated); auto's own demand when it chose K.
-        capacity = announce(spec, plan.topology, dilation, say, warning)
+        # Not for hybrid: its containers are a part of the topology the model couples to.
+        capacity = (announce(spec, plan.topology, dilation, say, warning)
+                    if run.backend == "emu" else None)
         return Request(topology or plan.topology, spec.workload, spec.pipeline,
                        Timing(run.duration, run.sample, run.drain, dilation.dilation),
                        plan.seed, dict(spec.scenario),

@@ -108,8 +108,7 @@ class Costs:
             measured = self.calibration.gateway.operators.get(spec.task)
             if measured is not None:
                 return measured * self.calibration.gateway.speed
-        if spec.engine == "spark" and self.calibration is not None \
-                and self.calibration.spark.message:
+        if spec.engine == "spark" and self._spark().message:
             return 0.0  # measured with the job's batches, which charge it (spark_batch)
         if spec.cost is not None:
             return spec.cost
@@ -134,6 +133,10 @@ class Costs:
         threads = max(1, min(profile.cores, self.calibration.host.cores))
         return (spark.batch * profile.speed, spark.trigger, threads,
                 spark.message * profile.speed)
+
+    def _spark(self):
+        """The Spark job's measured costs: the calibration's, else the default profile's."""
+        return self.calibration.spark if self.calibration is not None else DEFAULT_SPARK
 
     def driver(self, gateway: str) -> float:
         """A gateway's driver's cost per reading."""

@@ -147,15 +147,15 @@ class Spark(_Strict):
         "false: the default for a profile measured before Spark was (DEFAULT_SPARK)"))
 
 
-# What a profile without a `spark` section (measured before calibrate measured Spark) takes:
-# measured on the reference host on 2026-11-28 (emu.calibrate.measure_spark: STATS in
-# local[2], 22 s spans at 5 and 50 messages/s, a JVM under two and a half minutes old, a load
-# of 5 on 2 cores; the CPU was 1.8, 1.6 and 0.9 cores in successive spans as the JIT warmed up,
-# 20.4 to 38.9 CPU seconds over 17 to 20 batches): all of the job's CPU per batch, 1.7 s, no
-# per-message part (two runs split it 2.5 s + 2.2 ms and 1.5 s + 5.7 ms: the JVM's age moves
-# more than the rate does). On the emulation (issue 27's table) cloud-1 spent 1.9 cores at 20
-# messages/s and 1.4 at 190 on a saturated host: the batch, not the message, is the cost.
-DEFAULT_SPARK = Spark(batch=1.7, message=0.0, trigger=1.0, measured=False)
+# What a profile without a `spark` section (measured before calibrate measured Spark) takes,
+# from the emulation's smart city on the reference host (benchmarks/capacity_plan.py and
+# emu_capacity.py, 2026-11-28, a quiet host): cloud-1's STATS job took 1.76 CPU seconds a
+# batch at about 80 messages a batch (G = 4, K = 2) and 2.30 at about 300 (G = 12, K = 2.5):
+# 1.56 s a batch and 2.5 ms a message; at G = 100 (1,000 messages a batch, K = 5) that predicts
+# 0.81 cores where the job took 0.74, and the batch alone (1.7 s, the figure before) 0.40.
+# emu.calibrate.measure_spark's own short spans split it 2.5 s + 2.2 ms and 1.5 s + 5.7 ms in
+# two runs (the JVM's age moves the split): a profile that measured Spark says its own.
+DEFAULT_SPARK = Spark(batch=1.56, message=0.0025, trigger=1.0, measured=False)
 
 
 class Calibration(_Strict):
