@@ -145,11 +145,24 @@ ClusterOption = Annotated[str | None, typer.Option(
 
 
 def _docker():
+    """This host's engine; with a multi-node swarm named in the environment
+    (FOGLAB_SWARM_ENGINES, emu.swarm.target), every node's engine as one client, so `down`,
+    `status` and `exec` find a cluster's containers on whichever node runs them."""
+    from emu.swarm.target import current_target
+
+    try:
+        target = current_target()
+    except ValueError as failure:
+        refuse(str(failure))
     try:
         import docker
 
         from emu.images import DOCKER_TIMEOUT_S
 
+        if target is not None:
+            from emu.swarm.engine import routed_client
+
+            return routed_client(target)
         return docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
     except Exception as failure:  # noqa: BLE001 - whatever keeps the SDK from the engine
         error(f"no Docker Engine: {failure}", hint="foglab emu doctor --fix")

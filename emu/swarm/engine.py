@@ -186,7 +186,7 @@ class SwarmCluster(Cluster):
                  subnet: str | None = None, target: SwarmTarget | None = None) -> None:
         self.target = (target or current_target()) if client is None else target
         if client is None and self.target is not None:
-            client = _routed(self.target, workers)
+            client = routed_client(self.target, workers)
         super().__init__(plan, client, records=records, shaper=shaper,
                          agent_command=agent_command, workers=workers, progress=progress,
                          ready_timeout_s=ready_timeout_s, seed=seed, zygote=False)
@@ -524,7 +524,7 @@ class SwarmCluster(Cluster):
         raise AssertionError("unreachable")
 
 
-def _routed(target: SwarmTarget, workers: int) -> RoutedClient:
+def routed_client(target: SwarmTarget, workers: int = WORKERS) -> RoutedClient:
     """Clients of the target's manager and of every node's engine, as one routed client."""
     import docker
 

@@ -160,3 +160,26 @@ def test_a_containers_calls_go_to_the_engine_of_its_node() -> None:
                                                                        "exec-bbb2")]
     assert manager.calls == [("kill", "name-aaa1"), ("services", "")]
     assert api.node_of("bbb") == "w" and api.node_of("zzz") is None
+
+
+def test_the_cli_reaches_a_multi_node_swarm_named_in_the_environment(monkeypatch) -> None:
+    """`foglab emu down/status/exec` take every node's engine from FOGLAB_SWARM_ENGINES (as a
+    run does), and refuse a bad one naming the variable, before any engine is asked."""
+    from typer.testing import CliRunner
+
+    from emu import cli
+    from experiments.cli import app
+
+    monkeypatch.setenv("FOGLAB_SWARM_ENGINES", "a=tcp://10.0.0.1:2375,b")
+    refused = CliRunner().invoke(app, ["emu", "down", "--cluster", "c1"])
+    assert refused.exit_code == 2
+    assert "FOGLAB_SWARM_ENGINES: 'b' is not NODE=URL" in refused.output
+    monkeypatch.setenv("FOGLAB_SWARM_ENGINES", "a=tcp://10.0.0.1:2375,b=tcp://10.0.0.2:2375")
+    monkeypatch.setenv("FOGLAB_SWARM_HOST", "10.0.0.9")
+    monkeypatch.setenv("FOGLAB_SWARM_REGISTRY", "reg.lab:5000")
+    import emu.swarm.engine
+
+    made = []
+    monkeypatch.setattr(emu.swarm.engine, "routed_client", made.append)  # no engine to ask
+    cli._docker()
+    assert [sorted(target.engines) for target in made] == [["a", "b"]]
