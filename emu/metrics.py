@@ -65,6 +65,49 @@ class ContainerCgroup:
         return None
 
 
+class EngineStats:
+    """A container's CPU and memory from its engine's stats API, for one whose cgroup is not on
+    this host (a task on another node of a swarm, reached through its node's engine: emu.swarm
+    .routing). About a second per call, where a cgroup file takes microseconds; and no
+    throttling counters (`cpu_file` None: the fidelity sampler leaves its column empty)."""
+
+    cpu_file = None
+
+    def __init__(self, api, container_id: str) -> None:
+        self.api = api
+        self.container = container_id
+
+    def usage(self) -> Usage:
+        try:
+            stats = self.api.stats(self.container, stream=False)
+            cpu_s = stats["cpu_stats"]["cpu_usage"]["total_usage"] / 1e9
+            return Usage(cpu_s, int((stats.get("memory_stats") or {}).get("usage", 0)))
+        except Exception as error:  # noqa: BLE001 - the engine's or the answer's, as a gone cgroup
+            raise ProcessLookupError(f"no stats for container {self.container[:12]}: "
+                                     f"{error}") from None
+
+    def down(self) -> str | None:
+        try:
+            state = self.api.inspect_container(self.container)["State"]
+        except Exception:  # noqa: BLE001 - removed, or its node's engine went
+            return "gone: its engine does not know it"
+        if state.get("Paused"):
+            return "paused: its engine says so"
+        if not state.get("Running"):
+            return "stopped: its engine says so"
+        return None
+
+
+def counters(container_id: str, root: Path = CGROUP_ROOT, api=None):
+    """The container's cgroup on this host; without one, its engine's stats (given `api`)."""
+    try:
+        return ContainerCgroup(container_id, root)
+    except FileNotFoundError:
+        if api is None:
+            raise
+        return EngineStats(api, container_id)
+
+
 class NodeSampler:
     """Samples a set of containers: per node, CPU as a fraction of its cores since the last
     sample, memory in bytes, and whether it is up, as the simulator's `nodes` table has them.
@@ -81,8 +124,9 @@ class NodeSampler:
     """
 
     def __init__(self, containers: dict[str, str], cores: dict[str, float], epoch: float,
-                 root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED):
-        self.cgroups = {node: ContainerCgroup(cid, root) for node, cid in containers.items()}
+                 root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED, api=None):
+        # `api`: the engine's, for containers whose cgroup is elsewhere (`counters`).
+        self.cgroups = {node: counters(cid, root, api) for node, cid in containers.items()}
         self.cores = cores
         # Rows are stamped in the run's time (`epoch` is on its clock: emulated at dilation
         # K); CPU is a share of the node's cores over host seconds, the same at every K (an
@@ -101,14 +145,16 @@ class NodeSampler:
         from emu.fidelity import COLUMNS, FidelitySampler
 
         self.fidelity = FidelitySampler({node: cgroup.cpu_file
-                                         for node, cgroup in self.cgroups.items()}, lag, pressure)
+                                         for node, cgroup in self.cgroups.items()
+                                         if cgroup.cpu_file is not None}, lag, pressure)
         for column in COLUMNS:
             self.rows[column] = []
         return self.fidelity
 
     @classmethod
     def of_cluster(cls, plan, status: dict, epoch: float,
-                   root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED) -> NodeSampler:
+                   root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED,
+                   api=None) -> NodeSampler:
         """A sampler of a cluster's topology nodes (`plan`: its ClusterPlan; `status`: node ->
         its container's status, with `.container`), each on its container's CPU limit.
 
@@ -119,7 +165,7 @@ class NodeSampler:
         nodes = [node for node in status if plan.containers[node].kind != "zookeeper"]
         return cls({node: status[node].container for node in nodes},
                    {node: plan.containers[node].nano_cpus / 1e9 for node in nodes}, epoch, root,
-                   clock)
+                   clock, api)
 
     def sample(self, now: float | None = None) -> None:
         """One row per node at host time `now` (default: this moment)."""

@@ -349,7 +349,9 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
     """Sample nodes and links until the run's end: the `nodes` and `links` columns, and the
     fidelity sampler's facts (what it could measure on this host: emu.fidelity). Every time
     here is the run's clock's (`epoch` too); a sample waits K times its span on the host."""
-    sampler = NodeSampler.of_cluster(cluster.plan, status, epoch, clock=clock)
+    # A task on another node of a swarm has its cgroup there: sampled through its engine.
+    sampler = NodeSampler.of_cluster(cluster.plan, status, epoch, clock=clock,
+                                     api=cluster.client.api)
     relays = getattr(cluster.links, "relays", None)  # a RelaySet; netem runs no relay
     fidelity = sampler.watch(lag=relays.lag if relays is not None else None)
     links = {k: [] for k in ("t", "link", "src", "dst", "bytes", "utilisation", "latency")}

@@ -117,3 +117,40 @@ def test_a_clusters_sampler_leaves_out_the_zookeeper_it_added(tmp_path: Path) ->
     status = {node: SimpleNamespace(container=cid) for node, cid in ids.items()}
     sampler = NodeSampler.of_cluster(plan, status, epoch=0.0, root=tmp_path)
     assert set(sampler.cgroups) == {"gw-1", "coord-1"} and sampler.cores["gw-1"] == 4.0
+
+
+class EngineAPI:
+    """An engine's stats and inspect calls for containers whose cgroups are on another host
+    (a swarm node's tasks): the unit under test is the sampler's fallback to them."""
+
+    def __init__(self) -> None:
+        self.cpu_ns, self.running, self.calls = 0, True, 0
+
+    def stats(self, container: str, stream: bool = True) -> dict:
+        assert not stream
+        self.calls += 1
+        return {"cpu_stats": {"cpu_usage": {"total_usage": self.cpu_ns}},
+                "memory_stats": {"usage": 12 << 20}}
+
+    def inspect_container(self, container: str) -> dict:
+        return {"State": {"Running": self.running, "Paused": False}}
+
+
+def test_a_container_without_a_cgroup_here_is_sampled_through_its_engine(tmp_path: Path
+                                                                          ) -> None:
+    v1(tmp_path, 0, 10)  # gw-1's cgroup is on this host, gw-2's is not
+    engine = EngineAPI()
+    sampler = NodeSampler({"gw-1": CID, "gw-2": "f" * 64}, {"gw-1": 4, "gw-2": 2}, epoch=100.0,
+                          root=tmp_path, api=engine)
+    assert sampler.watch().files.keys() == {"gw-1"}  # throttling: only where cgroups are read
+    sampler.sample(now=100.0)
+    engine.cpu_ns = 3_000_000_000  # 3 CPU-seconds in 2 s on 2 cores: 75 %
+    sampler.sample(now=102.0)
+    rows = sampler.rows
+    assert rows["node"] == ["gw-1", "gw-2"] and rows["cpu"][1] == pytest.approx(0.75)
+    assert rows["memory"][1] == 12 << 20 and engine.calls == 2
+    engine.running = False
+    sampler.sample(now=103.0)
+    assert rows["up"][3] is False and "stopped: its engine says so" in sampler.down["gw-2"]
+    with pytest.raises(FileNotFoundError):  # without an engine, a missing cgroup is an error
+        NodeSampler({"gw-2": "f" * 64}, {"gw-2": 2}, epoch=0.0, root=tmp_path)
