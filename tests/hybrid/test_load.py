@@ -302,7 +302,7 @@ def test_a_ctrl_c_as_the_model_starts_stops_the_load_and_leaves_nothing(tmp_path
         before = set(threading.enumerate())
         with pytest.raises(KeyboardInterrupt):
             backend._Coupled(None, None, None, time.time(), SimpleNamespace(
-                records_root=tmp_path), load=True)
+                records_root=tmp_path, plan=SimpleNamespace(access=None)), load=True)
         time.sleep(0.2)
         assert set(threading.enumerate()) - before == set()
     rows = (tmp_path / RECORDS / "sent.csv").read_text().splitlines()
