@@ -106,11 +106,15 @@ class Apt:
 
 
 def dockerd_pids() -> list[int]:
-    """Every running Docker Engine's pid."""
+    """Every running Docker Engine of this host: its pid. An engine inside a container (a
+    Docker-in-Docker swarm node, emu.swarm.nodes) is in that container's pid namespace, not
+    this host's, and is not counted."""
+    own = os.readlink("/proc/self/ns/pid")
     pids = []
     for comm in Path("/proc").glob("[0-9]*/comm"):
         try:
-            if comm.read_text().strip() == "dockerd":
+            if (comm.read_text().strip() == "dockerd"
+                    and os.readlink(comm.parent / "ns" / "pid") == own):
                 pids.append(int(comm.parent.name))
         except OSError:
             continue  # the process ended while we looked

@@ -11,7 +11,6 @@ are reached the way their owner set them up (see docs/swarm-nodes.md).
 
 from __future__ import annotations
 
-import contextlib
 import re
 import shlex
 import time
@@ -27,7 +26,8 @@ if TYPE_CHECKING:
 ENGINE_PORT = 2375
 CGROUPS = "/sys/fs/cgroup"
 SWARM_PORT = 2377
-READY_S = 60
+READY_S = 180  # a node's dockerd under CI's load took over 60 s to answer
+REMOVE_TRIES = 15
 SWARM_READY_S = 60
 LOG_TAIL = 20
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
@@ -267,17 +267,27 @@ class SwarmNodes:
 
 
 def _remove(host: docker.DockerClient, made: list[tuple[str, str]]) -> None:
-    from docker.errors import NotFound
+    from docker.errors import APIError, NotFound
 
     order = {"container": 0, "network": 1, "volume": 2}
     for kind, ident in sorted(made, key=lambda item: order[item[0]]):
-        with contextlib.suppress(NotFound):
-            if kind == "container":
-                host.containers.get(ident).remove(force=True)
-            elif kind == "network":
-                host.networks.get(ident).remove()
-            else:
-                host.volumes.get(ident).remove(force=True)
+        for attempt in range(REMOVE_TRIES):
+            try:
+                if kind == "container":
+                    host.containers.get(ident).remove(force=True)
+                elif kind == "network":
+                    host.networks.get(ident).remove()
+                else:
+                    host.volumes.get(ident).remove(force=True)
+                break
+            except NotFound:
+                break
+            except APIError as error:
+                # 409: a removal already under way (the engine's own, or an earlier call's),
+                # or a network whose last container is still going: wait, then again.
+                if error.status_code != 409 or attempt == REMOVE_TRIES - 1:
+                    raise
+                time.sleep(1.0)
 
 
 def remove(name: str, *, keep_volumes: bool = True,

@@ -56,6 +56,10 @@ def registry(swarm, host) -> Iterator[LocalRegistry]:
 
 
 def test_the_manager_lists_three_ready_labelled_nodes(swarm: SwarmNodes) -> None:
+    from emu.host import dockerd_pids
+
+    # The nodes' engines are their containers', not this host's: the doctor counts one.
+    assert len(dockerd_pids()) == 1
     listed = swarm.manager.nodes.list()
     assert len(listed) == 3
     by_name = {n.attrs["Description"]["Hostname"]: n.attrs for n in listed}
