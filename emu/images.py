@@ -95,7 +95,9 @@ SERVICES = ImageSpec(
     name="services",
     arch="amd64",
     # ZooKeeper's jars without Debian's `zookeeper` package, which pulls in a desktop JRE.
-    packages=("mosquitto", "libzookeeper-java", "default-jre-headless"),
+    # python3 and emu/links: a swarm's link agents (emu.links.agent) run from this image.
+    packages=("mosquitto", "libzookeeper-java", "default-jre-headless", "python3"),
+    sources=("emu/__init__.py", "emu/links/*.py"),
     files=(("services/mosquitto.conf", "/etc/foglab/mosquitto.conf"),
            ("services/zoo.cfg", "/etc/foglab/zoo.cfg"),
            ("services/log4j.properties", "/etc/foglab/log4j.properties")),
