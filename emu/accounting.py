@@ -9,7 +9,7 @@ and end) and splits the CPU seconds between them:
   (kind `emulated`: the agent, Mosquitto, the JVM; a Pi gateway's QEMU runs inside its
   container's cgroup, so the emulation of the Pi's CPU is counted with the gateway), and the
   containers the testbed adds (kind `machinery`: the ZooKeeper servers no topology node
-  stands for, the agents' zygote);
+  stands for, the agents' zygote, a swarm's link agents);
 - this process's threads (kind `machinery`): the link relays' event loop (emu.cluster.relays,
   thread `relays-<cluster>`), the host controller's MQTT loop (emu.control via
   emu.mqtt_loop, thread `mqtt-selector`), the run loop itself (the main thread: health polls,
@@ -245,6 +245,10 @@ def cluster_containers(cluster) -> list[Container]:
     zygote = getattr(cluster, "zygote", None)
     if zygote is not None:
         found.append(Container("zygote", zygote.container, MACHINERY, "agents' zygote"))
+    # A swarm's link agents (emu.swarm.links): the links' relays, one container per node.
+    for node, container in getattr(cluster, "link_containers", {}).items():
+        found.append(Container(f"link-agent@{node}", container, MACHINERY,
+                               "link relays (emu.links.agent)"))
     return found
 
 

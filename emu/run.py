@@ -230,6 +230,7 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
     facts = _after(run, agents, stage)
     if stalls := cluster.links.stalls(relayed):  # the drain's included, as on the model
         facts["retransmissions"] = stalls
+    facts.update(cluster.links.facts())
     facts.update(request.facts, controller_reconnects=reconnects, dilation=clock.dilation,
                  host_cpu=host_cpu, fidelity=assess(tables["nodes"], request.timing.sample,
                                                     fidelity, host_cpu=host_cpu))
@@ -352,8 +353,9 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
     # A task on another node of a swarm has its cgroup there: sampled through its engine.
     sampler = NodeSampler.of_cluster(cluster.plan, status, epoch, clock=clock,
                                      api=cluster.client.api)
-    relays = getattr(cluster.links, "relays", None)  # a RelaySet; netem runs no relay
-    fidelity = sampler.watch(lag=relays.lag if relays is not None else None)
+    shaper = cluster.links
+    fidelity = sampler.watch(lag=shaper.lag if shaper is not None and shaper.measures_lag
+                             else None)
     links = {k: [] for k in ("t", "link", "src", "dst", "bytes", "utilisation", "latency")}
     counters = cluster.links.counters()
     end = epoch + run.duration

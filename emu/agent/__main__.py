@@ -9,7 +9,7 @@ import sys
 import time
 import types
 
-from emu.agent.config import CONFIG_VARIABLE, AgentConfig, revived
+from emu.agent.config import CONFIG_VARIABLE, AgentConfig, localized, revived
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 M_ARENA_MAX = -8  # glibc's mallopt parameter
@@ -69,7 +69,10 @@ def main() -> int:
               file=sys.stderr)
         return BAD_CONFIG
     try:
-        config = revived(AgentConfig.from_json(text))
+        config = localized(revived(AgentConfig.from_json(text)))
+    except OSError as error:
+        print(f"foglab agent: {error}", file=sys.stderr)
+        return BAD_CONFIG
     except (ValueError, TypeError) as error:
         print(f"foglab agent: {CONFIG_VARIABLE} is not an AgentConfig: {error}", file=sys.stderr)
         return BAD_CONFIG

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from emu.agent.broadcast import Broadcasts, node_filter
 from emu.agent.checkpoint import Checkpoints
-from emu.agent.config import AgentConfig, DriverConfig
+from emu.agent.config import AgentConfig, DriverConfig, local_address
 from emu.agent.drivers import Driver, Drivers
 from emu.agent.management import Management
 from emu.agent.migration import InputSession, Migrations
@@ -49,7 +49,7 @@ MAX_HOPS = 32
 
 
 def broker_address(address: str) -> tuple[str, int]:
-    host, _, port = address.rpartition(":")
+    host, _, port = local_address(address).rpartition(":")
     if not host:
         return address, 1883
     return host.strip("[]"), int(port)

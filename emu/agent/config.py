@@ -91,6 +91,46 @@ class OperatorConfig:
     broker: str | None = None
 
 
+# On a swarm, a node's links are relayed by the link agent of the swarm node it runs on
+# (emu.links.agent), which listens on that node's own network stack: the config names it by
+# NODE_HOST, and the agent reaches it at its default route's gateway, its node from inside
+# its container (each node's gateway address may differ, so the host cannot write it).
+NODE_HOST = "foglab-node"
+ROUTES = "/proc/net/route"
+
+
+def default_gateway(routes: str = ROUTES) -> str:
+    """The gateway of this network namespace's default route (IPv4), from the kernel's table."""
+    with open(routes) as file:
+        for line in file.read().splitlines()[1:]:
+            fields = line.split()
+            if len(fields) > 2 and fields[1] == "00000000" and fields[2] != "00000000":
+                raw = bytes.fromhex(fields[2])[::-1]  # the table is in host (little-endian) order
+                return ".".join(str(b) for b in raw)
+    raise OSError(f"no default route with a gateway in {routes}: {NODE_HOST} cannot be resolved")
+
+
+def local_address(address: str, routes: str = ROUTES) -> str:
+    """`address` ("host:port", or several joined by commas) with NODE_HOST resolved."""
+    if NODE_HOST not in address:
+        return address
+    gateway = default_gateway(routes)
+    return ",".join(gateway + entry.strip()[len(NODE_HOST):]
+                    if entry.strip().startswith(NODE_HOST + ":") else entry
+                    for entry in address.split(","))
+
+
+def localized(config: AgentConfig, routes: str = ROUTES) -> AgentConfig:
+    """The config with every address naming NODE_HOST resolved where the agent runs."""
+    if NODE_HOST not in config.to_json():
+        return config
+    return replace(config, mqtt=local_address(config.mqtt, routes),
+                   zookeeper=local_address(config.zookeeper, routes),
+                   spares={k: local_address(v, routes) for k, v in config.spares.items()},
+                   other_brokers={k: local_address(v, routes)
+                                  for k, v in config.other_brokers.items()})
+
+
 @dataclass
 class AgentConfig:
     node: str

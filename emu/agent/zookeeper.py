@@ -22,6 +22,8 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from emu.agent.config import local_address
+
 CREATE, DELETE, EXISTS, GET_DATA, SET_DATA, PING, AUTH, CLOSE = 1, 2, 3, 4, 5, 11, 100, -11
 WATCH_XID, PING_XID, AUTH_XID = -1, -2, -4
 CONNECTION_LOSS, NO_NODE, NODE_EXISTS = -4, -101, -110
@@ -143,7 +145,7 @@ class _Expired(Exception):
 def parse_hosts(hosts: str) -> list[tuple[str, int]]:
     """'a:2181,[::1]:2182,b' -> [(host, port), ...]."""
     found = []
-    for entry in hosts.split(","):
+    for entry in local_address(hosts).split(","):
         host, colon, port = entry.strip().rpartition(":")
         if not colon or "]" in port:
             host, port = entry.strip(), "2181"

@@ -28,6 +28,9 @@ CLUSTER = "foglab.cluster"
 OWNER = "foglab.owner"
 SCRATCH = "foglab.scratch"
 ZYGOTE_ROLE = "zygote"
+# A swarm's link agents (emu.links.agent): like the zygote, machinery of the cluster, no node.
+LINK_AGENT_ROLE = "link-agent"
+MACHINERY_ROLES = (ZYGOTE_ROLE, LINK_AGENT_ROLE)
 # Containers removed at once. With 16, Docker Engine 20.10 kept a network's endpoints after two
 # of two clusters of 150 and 200 gateways left it (StuckNetwork); with 4, two of two left none.
 REMOVE_WORKERS = 4
@@ -113,7 +116,7 @@ def owner_pid(token: str) -> int | None:
 
 def node_status(client: docker.DockerClient, cluster: str) -> list[NodeStatus]:
     """Every node's container of a cluster, in the order the cluster made them (not the
-    zygote's, which is no node: see emu.cluster.zygote)."""
+    zygote's nor a swarm's link agents', which are no nodes: MACHINERY_ROLES)."""
     found = []
     def order(summary: dict) -> tuple[int, int]:
         labels = summary.get("Labels") or {}
@@ -122,7 +125,7 @@ def node_status(client: docker.DockerClient, cluster: str) -> list[NodeStatus]:
 
     for summary in sorted(containers(client, cluster), key=order):
         labels = summary.get("Labels") or {}
-        if labels.get("foglab.role") == ZYGOTE_ROLE:
+        if labels.get("foglab.role") in MACHINERY_ROLES:
             continue
         attached = (summary.get("NetworkSettings") or {}).get("Networks") or {}
         network = labels.get("foglab.network", next(iter(attached), ""))

@@ -72,6 +72,17 @@ class Links(ABC):
     def counters(self) -> dict[Key, RelayCounters]:
         return {}
 
+    # Whether `lag` measures anything: relays deliver every chunk by a timer, netem does not.
+    measures_lag = False
+
+    def lag(self) -> float | None:
+        """How late the relays' timers fired since the last call, at worst (emulated s)."""
+        return None
+
+    def facts(self) -> dict[str, object]:
+        """What the shaper saw beyond the counters, for the run's facts (none here)."""
+        return {}
+
     def stalls(self, since: Mapping[Key, RelayCounters] | None = None) -> dict[str, int]:
         """Chunks each link direction held back for a retransmission (the relay's loss) since
         the `since` counters, keyed "src>dst" as the model's `retransmissions` fact: only
@@ -146,6 +157,11 @@ class RelayLinks(Links):
 
     def counters(self) -> dict[Key, RelayCounters]:
         return self.relays.counters()
+
+    measures_lag = True
+
+    def lag(self) -> float | None:
+        return self.relays.lag()
 
     def close(self) -> None:
         self.relays.stop()

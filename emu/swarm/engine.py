@@ -53,13 +53,21 @@ from emu.cluster.engine import (
     _Made,
 )
 from emu.cluster.inventory import NodeStatus, Removed
-from emu.cluster.links import make_links
 from emu.cluster.plan import ClusterPlan, ContainerPlan
-from emu.images import DOCKER_TIMEOUT_S, ensure_image
+from emu.images import DOCKER_TIMEOUT_S, SERVICES, ensure_image
+from emu.links.agent import CONTROL_LINE, TOKEN_VARIABLE
 from emu.links.probe import ShaperChoice
+from emu.swarm.links import NodeLinks
 from emu.swarm.records import copy_records
 from emu.swarm.routing import RoutedClient
-from emu.swarm.services import SITE_LABEL, ServiceSpec, config_name, service_spec
+from emu.swarm.services import (
+    LOG_OPTIONS,
+    SITE_LABEL,
+    STOP_GRACE_NS,
+    ServiceSpec,
+    config_name,
+    service_spec,
+)
 from emu.swarm.target import SwarmTarget, current_target
 from topologies.errors import SpecError
 
@@ -70,7 +78,10 @@ ENGINES = ("docker", "swarm")
 ENGINE_LABEL = "foglab.engine"
 TASK_POLL_S = 0.2
 FAILED_TASK_STATES = ("failed", "rejected", "complete", "shutdown", "orphaned", "remove")
-RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays on foglab's host")
+RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays by a link agent on each node")
+# The link agents' global service (emu.links.agent), run from the services image.
+LINK_AGENT_COMMAND = ("python3", "-m", "emu.links.agent")
+LINKS_NODE = "(links)"  # its key among the cluster's services
 REMOVE_RETRY_S = 15
 # How long Swarm may take to remove the containers of a cluster's removed services: about 0.2 s
 # each on foglab's loaded 2-core host (200 in 40 s).
@@ -91,6 +102,11 @@ def engine_class(name: object, where: str = "run.engine") -> type[Cluster]:
 
 def overlay_name(cluster: str) -> str:
     return f"foglab-{cluster}"
+
+
+def link_service_name(cluster: str) -> str:
+    """Not a node's name: a topology's node names start with a letter or digit."""
+    return f"foglab-{cluster}--links"
 
 
 def host_network_name(cluster: str) -> str:
@@ -202,6 +218,7 @@ class SwarmCluster(Cluster):
         self._nodes = 0
         self.refs: dict[str, str] = {}       # image name -> the reference services run
         self.placement: dict[str, str] = {}  # node of the plan -> swarm node running its task
+        self.link_containers: dict[str, str] = {}  # swarm node -> its link agent's container
         self._collected: set[str] = set()    # nodes whose records are copied to the host
         self._collecting = False
 
@@ -241,7 +258,7 @@ class SwarmCluster(Cluster):
         self._made = _Made()
         try:
             self.shaper = self.shaper or RELAY_SHAPER
-            self.links = make_links("relay", self.plan, self.seed)
+            self.links = NodeLinks(self.plan, self.seed)
             self._ensure_images()
             self.refs = {name: self.image_ref(tag) for name, tag in self.images.items()}
             self._images_s = time.monotonic() - started
@@ -251,7 +268,7 @@ class SwarmCluster(Cluster):
             total = len(self.plan.containers)
             services = self.plan.services()
             self._start(services, {}, 0, total)
-            self.bridges = dict.fromkeys(self.plan.networks, self._relay_host())
+            self._start_link_agents()
             ips = {s.node: s.ip for s in self.status()}
             self.addresses = self.links.addresses(ips, self.bridges)
             self._start(self.plan.agents(), self.addresses, len(services), total)
@@ -264,7 +281,7 @@ class SwarmCluster(Cluster):
             raise
         self.facts = {**self._facts(time.monotonic() - started), "engine": "swarm",
                       "swarm_nodes": self._nodes, "placement": dict(self.placement),
-                      "overlay": self.overlay,
+                      "overlay": self.overlay, "link_agents": sorted(self.links.agents),
                       "encrypted": self.encrypted, "image_refs": dict(self.refs),
                       "networks": {"overlay": self.overlay, "host": self.host_network}}
         return self
@@ -308,9 +325,73 @@ class SwarmCluster(Cluster):
                 self.images[name] = ensure_image(spec, client=host).tag
         self.progress("image", len(specs), len(specs), "images ready")
 
-    def _relay_host(self) -> str:
-        """Where the relays listen: the target's host address, else this node's bridge."""
-        return self.target.host_address if self.target else self._host_gateway()
+    def _start_link_agents(self) -> None:
+        """The link agents: a global service in each node's own network stack (the links'
+        relays, emu.links.agent), from the services image; wait until one runs on every ready
+        node, read its control port from its log, and hand them to the links."""
+        from docker import types
+
+        assert isinstance(self.links, NodeLinks) and self._made is not None
+        image = self.refs.get(SERVICES.name) or self.image_ref(self._services_image())
+        labels = {**self._labels(self.plan.labels), "foglab.role": inventory.LINK_AGENT_ROLE,
+                  "foglab.kind": inventory.LINK_AGENT_ROLE}
+        task = types.TaskTemplate(
+            types.ContainerSpec(image, command=list(LINK_AGENT_COMMAND), labels=labels,
+                                env={TOKEN_VARIABLE: self.links.token},
+                                stop_grace_period=STOP_GRACE_NS),
+            restart_policy=types.RestartPolicy(condition="none"),
+            log_driver=types.DriverConfig("json-file", LOG_OPTIONS))
+        with _interrupts_deferred():
+            created = self.client.api.create_service(
+                task, name=link_service_name(self.name), labels=labels,
+                mode=types.ServiceMode("global"), networks=["host"])
+        self.services[LINKS_NODE] = created["ID"]
+        self.links.connect(self._link_controls(created["ID"]))
+
+    def _services_image(self) -> str:
+        """The services image's tag, built here if the plan did not need it."""
+        if SERVICES.name not in self.images:
+            import docker
+
+            with contextlib.closing(docker.from_env(timeout=DOCKER_TIMEOUT_S)) as host:
+                self.images[SERVICES.name] = ensure_image(SERVICES, client=host).tag
+        return self.images[SERVICES.name]
+
+    def _link_controls(self, service: str) -> dict[str, tuple[str, int]]:
+        """node hostname -> where its link agent's control port answers: the node's address
+        (this host's loopback on a one-node swarm), the port its agent's log names."""
+        api = self.client.api
+        hostnames = {n["ID"]: (n.get("Description") or {}).get("Hostname", n["ID"])
+                     for n in swarm_nodes(self.client)}
+        controls: dict[str, tuple[str, int]] = {}
+        deadline = time.monotonic() + self.ready_timeout_s
+        while len(controls) < len(hostnames):
+            for task in api.tasks(filters={"service": service}):
+                node = hostnames.get(task.get("NodeID", ""))
+                status = task.get("Status") or {}
+                container = (status.get("ContainerStatus") or {}).get("ContainerID")
+                if node is None or node in controls:
+                    continue
+                if status.get("State") in FAILED_TASK_STATES:
+                    raise ClusterError(f"the link agent of cluster {self.name} on swarm node "
+                                       f"{node} did not run ({status.get('State')}: "
+                                       f"{status.get('Err') or status.get('Message')})"
+                                       + self._task_log(container))
+                if status.get("State") == "running" and container:
+                    log = api.logs(container).decode(errors="replace")
+                    if CONTROL_LINE in log:
+                        port = int(log.split(CONTROL_LINE, 1)[1].split()[0])
+                        host = self.target.address_of(node) if self.target else "127.0.0.1"
+                        controls[node] = (host, port)
+                        self.link_containers[node] = container
+            if len(controls) < len(hostnames):
+                if time.monotonic() > deadline:
+                    missing = sorted(set(hostnames.values()) - set(controls))
+                    raise ClusterError(f"cluster {self.name}: the link agent did not start "
+                                       f"within {self.ready_timeout_s:.0f} s on swarm node(s) "
+                                       f"{', '.join(missing)}")
+                time.sleep(TASK_POLL_S)
+        return controls
 
     def _placement(self) -> dict[str, str]:
         if self.target is None:
@@ -343,14 +424,6 @@ class SwarmCluster(Cluster):
                     created = self.client.api.create_config(
                         name, text.encode(), labels=self._labels(self.plan.labels))
                 self.configs[name] = created["ID"]
-
-    def _host_gateway(self) -> str:
-        """The host's address on the cluster's bridge (made on this node with its first task),
-        where the relays listen for clients."""
-        assert self._made is not None and self._made.ids
-        container = next(iter(self._made.ids.values()))
-        networks = self.client.api.inspect_container(container)["NetworkSettings"]["Networks"]
-        return networks[self.host_network]["Gateway"]
 
     def spec(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> ServiceSpec:
         """The service standing for a container plan, its agent's config pointing at links."""

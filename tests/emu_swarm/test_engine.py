@@ -105,6 +105,8 @@ def test_every_message_arrives_once_through_swarm_services(swarm, emulated) -> N
     facts = json.loads((folder / "manifest.json").read_text())["facts"]
     assert facts["engine"] == "swarm" and facts["swarm_nodes"] == 1
     assert facts["shaper"] == "relay" and facts["agent_start"].startswith("exec")
+    # The links are relayed by a link agent on the one node, a service of the cluster.
+    assert len(facts["link_agents"]) == 1
     counts = facts["messages"]
     counts.pop("emitted_by_device")
     assert counts["sent"] == pytest.approx(DEVICES * RATE * DURATION, rel=0.05)

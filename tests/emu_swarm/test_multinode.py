@@ -79,8 +79,13 @@ def test_every_reading_arrives_once_across_three_nodes(across_nodes, on_one_host
     assert counts == {key: plain["messages"][key] for key in COUNTED}
     messages = run.table("messages")
     assert len(messages) == counts["sent"] and set(messages["sink"]) == {"cloud-1"}
-    # Shaped by the relays on this host, which the workers' tasks reach through their node's
-    # NAT: never early, and not much later than on one host.
+    # Shaped by the link agent of each client's node (one per node): never early, and not
+    # much later than on one host.
+    assert facts["link_agents"] == sorted(n.name for n in nodes.nodes)
+    # Each link's traffic crossed the agent of its client's node, and only that one.
+    carriers = facts["link_carriers"]
+    for gateway in ("gw-1", "gw-2"):
+        assert carriers[f"{gateway}>broker-1"] == [facts["placement"][gateway]], carriers
     assert messages["latency"].min() >= PATH_S - 0.002
     assert PATH_S <= messages["latency"].median() <= PATH_S + 0.25
     print(f"multinode: {counts}, placement {facts['placement']}, up {facts['up_s']} s "

@@ -1,0 +1,181 @@
+"""A swarm's links, shaped on the node each client runs on: a link agent per node.
+
+On one host foglab's process relays every link (emu.cluster.links.RelayLinks). On a swarm a
+global service runs a link agent (emu.links.agent) in each node's own network stack; the
+agents relay the links, so a link's traffic goes from its client to its node's agent and from
+there to the service, not through foglab's host. NodeLinks drives them over a control
+connection each: it gives every agent every link (on the same port on every node: a client's
+config names one address, `NODE_HOST:port`, which its agent resolves to its default route's
+gateway, its own node), sends reshapes to all of them, and sums their counters (a link's
+traffic crosses one agent, its client's node's).
+
+Shared hops (gateways behind one uplink share its bandwidth) are shared within a node: the
+gateways of a site placed on one node share the hop as on one host; a site's gateways spread
+over several nodes would each get the hop's bandwidth on their node.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import socket
+import threading
+from collections.abc import Mapping
+from itertools import pairwise
+from typing import Any
+
+from emu.agent.config import NODE_HOST
+from emu.cluster.links import Key, Links
+from emu.cluster.plan import ClusterPlan
+from emu.links.agent import shape_data
+from emu.links.relay import RelayCounters
+from emu.links.spec import LinkShape
+
+CONTROL_TIMEOUT_S = 60.0
+
+
+class LinkAgentError(RuntimeError):
+    """A link agent refused a request or could not be reached; the message names the node."""
+
+
+class AgentControl:
+    """A control connection to one node's link agent: one request at a time."""
+
+    def __init__(self, node: str, host: str, port: int, token: str,
+                 timeout: float = CONTROL_TIMEOUT_S) -> None:
+        self.node = node
+        self._lock = threading.Lock()
+        try:
+            self._socket = socket.create_connection((host, port), timeout=timeout)
+        except OSError as error:
+            raise LinkAgentError(f"the link agent of swarm node {node} does not answer at "
+                                 f"{host}:{port}: {error}") from None
+        self._file = self._socket.makefile("rwb")
+        self._call({"token": token})
+
+    def request(self, op: str, **arguments: Any) -> dict[str, Any]:
+        with self._lock:
+            return self._call({"op": op, **arguments})
+
+    def _call(self, message: dict[str, Any]) -> dict[str, Any]:
+        try:
+            self._file.write(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+            self._file.flush()
+            line = self._file.readline()
+        except OSError as error:
+            raise LinkAgentError(f"the link agent of swarm node {self.node}: {error}") from None
+        if not line:
+            raise LinkAgentError(f"the link agent of swarm node {self.node} closed its control "
+                                 f"connection")
+        answer = json.loads(line)
+        if not answer.pop("ok", False):
+            raise LinkAgentError(f"the link agent of swarm node {self.node}: "
+                                 f"{answer.get('error')}")
+        return answer
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self._file.close()
+            self._socket.close()
+
+
+def link_key(key: Key) -> str:
+    return f"{key[0]}>{key[1]}"
+
+
+class NodeLinks(Links):
+    """The plan's links on the link agents of a swarm's nodes (see the module's docstring).
+
+    `connect(controls)` hands it the agents (node -> (host, port) of its control port), which
+    the swarm engine started with `token` (NodeLinks makes one; the engine gives it to the
+    agents' service)."""
+
+    shaper = "relay"
+    measures_lag = True
+
+    def __init__(self, plan: ClusterPlan, seed: int | None = None) -> None:
+        super().__init__(plan)
+        self.seed = secrets.randbits(32) if seed is None else seed
+        self.token = secrets.token_hex(16)
+        self.agents: dict[str, AgentControl] = {}
+        self.ports: dict[Key, int] = {}
+        self.carriers: dict[str, set[str]] = {}  # "client>service" -> nodes that carried it
+
+    def connect(self, controls: Mapping[str, tuple[str, int]]) -> None:
+        for node, (host, port) in sorted(controls.items()):
+            self.agents[node] = AgentControl(node, host, port, self.token)
+
+    def addresses(self, services: Mapping[str, str], bridges: Mapping[str, str]) -> dict[Key, str]:
+        """Every link on every node's agent, on one port everywhere: the first agent picks
+        free ports, the others listen on the same (an error names a node where one is taken)."""
+        if not self.agents:
+            raise LinkAgentError("no link agent is connected")
+        links, hops = self._requests(services)
+        first, *others = self.agents.values()
+        ports = first.request("add", dilation=self.plan.dilation, hops=hops, links=links)["ports"]
+        for link in links:
+            link["listen"] = ports[link["key"]]
+        for agent in others:
+            agent.request("add", dilation=self.plan.dilation, hops=hops, links=links)
+        self.ports = {link.key: ports[link_key(link.key)] for link in self.plan.links}
+        return {key: f"{NODE_HOST}:{port}" for key, port in self.ports.items()}
+
+    def _requests(self, services: Mapping[str, str]) -> tuple[list[dict], dict[str, float]]:
+        """The agents' `add`: each link's relay, and the buckets of hops two or more cross."""
+        crossing: dict[frozenset[str], list[float]] = {}
+        for link in self.plan.links:
+            for (a, b), bandwidth in zip(pairwise(link.path), link.bandwidths, strict=False):
+                if bandwidth is not None:
+                    crossing.setdefault(frozenset((a, b)), []).append(bandwidth)
+        hops: dict[str, float] = {}
+        for hop, bandwidths in crossing.items():
+            if len(bandwidths) > 1:
+                a, b = sorted(hop)
+                hops[f"{a}>{b}"] = hops[f"{b}>{a}"] = bandwidths[0]
+        links = []
+        for index, link in enumerate(self.plan.links):
+            shared = [[f"{a}>{b}", f"{b}>{a}"] for a, b in pairwise(link.path)
+                      if f"{a}>{b}" in hops]
+            links.append({"key": link_key(link.key), "host": services[link.service],
+                          "port": link.port, "listen": 0, "shape": shape_data(link.shape),
+                          "seed": self.seed + index, "hops": shared, "protocol": link.role})
+        return links, hops
+
+    def reshape(self, client: str, service: str, shape: LinkShape) -> None:
+        """Reshape the link on every node (only its client's node carries its traffic)."""
+        self._check(client, service)
+        for agent in self.agents.values():
+            agent.request("reshape", key=link_key((client, service)), shape=shape_data(shape))
+        self.shapes[(client, service)] = shape
+
+    def counters(self) -> dict[Key, RelayCounters]:
+        """Each link's counters, summed over the nodes' agents."""
+        total: dict[Key, list[int]] = {}
+        keys = {link_key(link.key): link.key for link in self.plan.links}
+        for node, agent in self.agents.items():
+            for key, values in agent.request("counters")["counters"].items():
+                found = total.setdefault(keys[key], [0] * len(values))
+                for i, value in enumerate(values):
+                    found[i] += value
+                if values[0]:  # a connection: the link's client runs on this node
+                    self.carriers.setdefault(key, set()).add(node)
+        return {key: RelayCounters(*values) for key, values in total.items()}
+
+    def facts(self) -> dict[str, object]:
+        """Which node's agent carried each link ("client>service" -> nodes), as far as the
+        counters read so far saw: its client's node, or several if it moved."""
+        return {"link_carriers": {key: sorted(nodes) for key, nodes in
+                                  sorted(self.carriers.items())}}
+
+    def lag(self) -> float | None:
+        """The worst lateness of any node's relay loop since the last call (emulated s)."""
+        lags = [agent.request("lag")["lag"] for agent in self.agents.values()]
+        known = [lag for lag in lags if lag is not None]
+        return max(known) if known else None
+
+    def close(self) -> None:
+        """Drop the control connections; the agents go with their service at `down`."""
+        for agent in self.agents.values():
+            agent.close()
+        self.agents.clear()
