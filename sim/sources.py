@@ -20,7 +20,7 @@ class Source:
     __slots__ = ("callbacks", "_ok", "_value", "env", "stream", "stream_index", "device_index",
                  "topic", "rng", "end", "path", "deliver", "network", "new_id", "emitted",
                  "_rate", "_peak", "_shape", "_poisson", "_private", "_on_fire",
-                 "_on_landed", "_at")
+                 "_on_landed", "_at", "allow")
 
     def __init__(self, env, stream: StreamSpec, stream_index: int, device_index: int, topic: str,
                  rng, end: float, path: tuple, deliver, network, new_id, private: bool):
@@ -48,11 +48,29 @@ class Source:
         self._at = env.at
         self._on_fire = [self._fire]  # SimPy only reads callback lists: one serves every time
         self._on_landed = [self._landed]
+        self.allow = None  # gate()'s question, asked before each emission
         if self._peak > 0:
             # Sources start at a random phase so that periodic ones do not all fire at once.
             first = stream.start + (rng.expovariate(self._peak) if self._poisson
                                     else rng.random() / self._peak)
             self._arm(self._accept(first))
+
+    def gate(self, allow) -> None:
+        """Ask `allow(source, t)` before each emission from now on (a device's battery,
+        sim.features.energy): False, and that emission and every later one are not made.
+        Called before the run starts. A gated source's emissions each get an event of their
+        own (not the private link's shortcut, which puts a message on the link before its
+        time comes), at the same times; a source never gated pays nothing for this."""
+        self.allow = allow
+        self._private = False
+        self._on_fire[0] = self._gated_fire
+
+    def _gated_fire(self, event) -> None:
+        now = self.env._now
+        if self.allow(self, now):
+            self._fire(event)
+        else:
+            self.end = now  # nothing more is armed
 
     def _next(self, t: float) -> float:
         """The emission after one at time t."""

@@ -16,6 +16,7 @@ from pydantic import Field
 from workloads import (
     broadcast,
     broker_scaling,
+    energy,
     faults,
     figures,
     mobility,
@@ -98,6 +99,10 @@ FEATURES: tuple[Feature, ...] = (
             "over a bound, a share of its publishers moving to them (workloads.broker_scaling)",
             backends=("sim", "emu"), check=broker_scaling.check,
             summary=figures.broker_scaling),
+    Feature("energy", energy.EnergySpec | None, description=(
+        "each node's and link's energy, devices' batteries, and the run's cost "
+        "(workloads.energy)"), backends=("sim",), check=energy.check,
+        files=(("prices",),), summary=energy.summary),
 )
 
 BY_KEY = {feature.key: feature for feature in FEATURES}

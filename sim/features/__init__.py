@@ -17,12 +17,14 @@ from __future__ import annotations
 from sim.features.base import Feature
 from sim.features.broadcasts import Broadcasts
 from sim.features.broker_scaling import BrokerScaling
+from sim.features.energy import Energy
 from sim.features.faults import FaultSchedule
 from sim.features.migrations import ScheduledMigrations
 from sim.features.recovery import Recovery
 from sim.features.replication import Replication
 
 FEATURES: dict[str, type[Feature]] = {
+    "energy": Energy,  # first, so it finishes last: it adds battery deaths to the faults table
     "migrations": ScheduledMigrations,
     "faults": FaultSchedule,
     "broadcasts": Broadcasts,

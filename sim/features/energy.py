@@ -1,0 +1,294 @@
+"""Energy and cost in the model (`scenario.energy`): the `energy` table and facts, from the
+utilisation and bytes the model records anyway, and devices' batteries.
+
+- Nodes with a CPU: each sample interval of the `nodes` table (sim.sampler) at utilisation u
+  costs interval * P(u) (workloads.energy.Power); a crashed node draws its idle power (the
+  hardware stays on).
+- Infrastructure links: each interval's bytes of the `links` table times the link's energy
+  per bit (workloads.energy.energy_per_bit), a row per direction.
+- Devices and their radio links (thousands of them: as the links table, no row per
+  interval): one row each for the run, a device's idle power for the run's duration plus its
+  radio's energy per message sent (emitted counts), a radio link's bytes times its energy per
+  bit; a device with a battery has a row per interval.
+- Batteries: a battery device's sources are gated (sim.sources.Source.gate): before each
+  emission the drain so far (idle power times the time, plus each message's radio energy) is
+  weighed against the capacity, and an emission the battery cannot pay is not made. The device
+  dies at the first instant its drain reaches the capacity: at its idle power's running out
+  between emissions (a timer, moved at each emission), or at an emission it cannot pay. It is
+  then down (sim.model.Model.crashed: the crash listeners hear of it) and the faults table has
+  a `battery` row for it.
+So nothing runs on the hot path unless a device has a battery, and then only its emissions
+pay for the check. Every figure is over the run's duration (not its drain).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from array import array
+
+import numpy as np
+
+from sim.features.base import Feature
+from workloads.energy import (
+    EnergySpec,
+    battery_of,
+    cost,
+    energy_per_bit,
+    load_prices,
+    radio_energy,
+    resolve_power,
+)
+from workloads.faults import columns as fault_columns
+
+COLUMNS = ("t_start", "t_end", "node", "link", "kind", "utilisation", "bytes", "joules")
+FAULT_COLUMNS = ("kind", "target", "t_start", "t_end", "params")
+
+
+class _Battery:
+    """One device's battery: what it drew so far and when it died."""
+
+    __slots__ = ("device", "capacity", "idle", "sent", "times", "drawn", "sizes", "death",
+                 "timer")
+
+    def __init__(self, device: str, capacity: float, idle: float):
+        self.device = device
+        self.capacity = capacity
+        self.idle = idle  # watts
+        self.sent = 0.0  # joules its radio spent so far
+        self.times = array("d")  # each emission's time and radio energy
+        self.drawn = array("d")
+        self.sizes = array("q")
+        self.death = math.inf
+        self.timer = 0  # the idle death's timer in force (a counter: earlier ones are stale)
+
+    def idle_death(self) -> float:
+        """When the idle power alone empties what is left, from the emissions so far."""
+        if self.idle <= 0:
+            return math.inf
+        return (self.capacity - self.sent) / self.idle
+
+
+class Energy(Feature):
+    """The energy table, batteries and the run's cost (sim.model.Model)."""
+
+    def __init__(self, model, spec: EnergySpec):
+        super().__init__(model, spec)
+        self.env = model.env
+        topology = model.topology
+        self.duration = model.settings.duration
+        self.prices = load_prices(spec.prices)
+        self.power = {}
+        for name, node in topology.nodes.items():
+            if node.kind == "switch" and node.profile_name not in spec.power:
+                continue
+            power = resolve_power(spec, node.profile_name)
+            if power is not None:
+                self.power[name] = power
+        self.batteries: dict[str, _Battery] = {}
+        for device, capacity in battery_of(spec, topology).items():
+            self.batteries[device] = _Battery(device, capacity, self.power[device].idle)
+        self.deaths: list[tuple[str, float]] = []
+        for source in model.sources:
+            device = model.node_names[source.device_index]
+            battery = self.batteries.get(device)
+            if battery is not None:
+                source.gate(self._allow)
+        for battery in self.batteries.values():
+            self._arm(battery)
+
+    # -- batteries ------------------------------------------------------------------------
+
+    def _allow(self, source, now: float) -> bool:
+        """Whether the device's battery pays for this emission; the device dies if not."""
+        battery = self.batteries[self.model.node_names[source.device_index]]
+        if battery.death < math.inf:
+            return False
+        need = radio_energy(self.spec.radio, source.stream.size)
+        if battery.idle * now + battery.sent + need > battery.capacity:
+            self._die(battery, min(now, battery.idle_death()))
+            return False
+        battery.sent += need
+        battery.times.append(now)
+        battery.drawn.append(need)
+        battery.sizes.append(source.stream.size)
+        self._arm(battery)
+        return True
+
+    def _arm(self, battery: _Battery) -> None:
+        """A timer at the idle power's death from what is drawn now (an earlier one is stale)."""
+        t = battery.idle_death()
+        if t > self.duration:
+            return
+        battery.timer += 1
+        mine = battery.timer
+        self.env.event_at(t).callbacks.append(
+            lambda _: self._die(battery, t) if battery.timer == mine else None)
+
+    def _die(self, battery: _Battery, t: float) -> None:
+        if battery.death < math.inf:
+            return
+        battery.death = t
+        battery.timer += 1  # no timer of it fires any more
+        device = battery.device
+        index = self.model.node_index[device]
+        for source in self.model.sources:
+            if source.device_index == index:
+                source.end = min(source.end, t)
+        self.deaths.append((device, t))
+        self.model.crashed(device, self.env.now)
+
+    # -- the table ------------------------------------------------------------------------
+
+    def finish(self, tables: dict, facts: dict) -> None:
+        model, topology = self.model, self.model.topology
+        rows: dict[str, list] = {name: [] for name in COLUMNS}
+        interval = model.settings.sample
+        node_j: dict[str, float] = {}
+        self._cpu_rows(tables["nodes"], interval, rows, node_j)
+        link_j: dict[str, float] = {}
+        egress: dict[str, int] = {}
+        self._link_rows(tables["links"], rows, link_j, egress)
+        self._device_rows(interval, rows, node_j, link_j, egress)
+        tables["energy"] = {
+            name: np.array(values, dtype=float if name in ("t_start", "t_end", "utilisation",
+                                                             "joules") else
+                           (np.int64 if name == "bytes" else object))
+            for name, values in rows.items()}
+        if self.deaths:
+            self._record_deaths(tables)
+        facts["energy"] = self._facts(node_j, link_j, egress, topology)
+
+    def _cpu_rows(self, nodes: dict, interval: float, rows: dict, node_j: dict) -> None:
+        kinds = self.model.topology.nodes
+        for t, name, u in zip(nodes["t"], nodes["node"], nodes["cpu"], strict=True):
+            power = self.power.get(name)
+            if power is None:
+                continue
+            joules = interval * power.watts(float(u))
+            node_j[name] = node_j.get(name, 0.0) + joules
+            self._row(rows, t - interval, t, name, None, kinds[name].kind, float(u), 0, joules)
+
+    def _link_rows(self, links: dict, rows: dict, link_j: dict, egress: dict) -> None:
+        topology = self.model.topology
+        per_bit: dict[tuple[str, str], tuple[str, float]] = {}
+        interval = self.model.settings.sample
+        for t, name, src, dst, count in zip(links["t"], links["link"], links["src"],
+                                            links["dst"], links["bytes"], strict=True):
+            key = (src, dst)
+            if key not in per_bit:
+                per_bit[key] = energy_per_bit(self.spec.links, topology, src, dst)
+            kind, e = per_bit[key]
+            joules = int(count) * 8 * e
+            link_j[name] = link_j.get(name, 0.0) + joules
+            self._leaving(egress, src, dst, int(count))
+            self._row(rows, t - interval, t, None, name, kind, math.nan, int(count), joules)
+
+    def _device_rows(self, interval: float, rows: dict, node_j: dict, link_j: dict,
+                     egress: dict) -> None:
+        model, topology, spec = self.model, self.model.topology, self.spec
+        radio: dict[str, float] = {}
+        sent: dict[str, int] = {}
+        for source in model.sources:
+            device = model.node_names[source.device_index]
+            size = source.stream.size
+            radio[device] = radio.get(device, 0.0) + source.emitted * radio_energy(spec.radio,
+                                                                                  size)
+            sent[device] = sent.get(device, 0) + source.emitted * size
+        end = self.duration
+        for node in topology.of_kind("device"):
+            name = node.name
+            power = self.power.get(name)
+            if power is None:
+                continue
+            battery = self.batteries.get(name)
+            if battery is None:
+                joules = power.idle * end + radio.get(name, 0.0)
+                node_j[name] = joules
+                self._row(rows, 0.0, end, name, None, "device", math.nan, sent.get(name, 0),
+                          joules)
+                continue
+            times = np.frombuffer(battery.times, dtype=np.float64)
+            drawn = np.frombuffer(battery.drawn, dtype=np.float64)
+            sizes = np.frombuffer(battery.sizes, dtype=np.int64)
+            total = 0.0
+            t0 = 0.0
+            while t0 < end - 1e-9:
+                t1 = min(t0 + interval, end)
+                mask = (times >= t0) & ((times < t1) if t1 < end else (times <= t1))
+                alive = max(0.0, min(t1, battery.death) - t0)
+                joules = battery.idle * alive + float(drawn[mask].sum())
+                total += joules
+                self._row(rows, t0, t1, name, None, "device", math.nan,
+                          int(sizes[mask].sum()), joules)
+                t0 = t1
+            node_j[name] = total
+        # The radio links, one row each for the run (their bytes as the channels counted).
+        for (src, dst), channel in model.network.channels.items():
+            if topology.nodes[src].kind != "device" and topology.nodes[dst].kind != "device":
+                continue
+            kind, e = energy_per_bit(spec.links, topology, src, dst)
+            joules = channel.bytes * 8 * e
+            name = f"{src}>{dst}"
+            link_j[name] = joules
+            self._leaving(egress, src, dst, channel.bytes)
+            self._row(rows, 0.0, end, None, name, kind, math.nan, channel.bytes, joules)
+
+    def _leaving(self, egress: dict, src: str, dst: str, count: int) -> None:
+        nodes = self.model.topology.nodes
+        site = nodes[src].site
+        if site is not None and nodes[dst].site != site and count:
+            egress[site] = egress.get(site, 0) + count
+
+    @staticmethod
+    def _row(rows, t0, t1, node, link, kind, utilisation, count, joules) -> None:
+        for name, value in zip(COLUMNS, (t0, t1, node, link, kind, utilisation, count, joules),
+                               strict=True):
+            rows[name].append(value)
+
+    def _record_deaths(self, tables: dict) -> None:
+        """A `battery` row per dead device in the faults table, after the faults scheduled
+        (sim.features: this feature finishes after the faults feature has written it)."""
+        faults = tables.get("faults") or fault_columns([])
+        merged = {name: list(faults[name]) for name in FAULT_COLUMNS}
+        for device, t in self.deaths:
+            capacity = self.batteries[device].capacity
+            for name, value in zip(FAULT_COLUMNS, ("battery", device, t, math.nan,
+                                                   json.dumps({"capacity_j": capacity})),
+                                   strict=True):
+                merged[name].append(value)
+        tables["faults"] = merged
+
+    def _facts(self, node_j: dict, link_j: dict, egress: dict, topology) -> dict:
+        nodes_total, links_total = sum(node_j.values()), sum(link_j.values())
+        by_kind: dict[str, float] = {}
+        by_site: dict[str, float] = {}
+        for name, joules in node_j.items():
+            node = topology.nodes[name]
+            by_kind[node.kind] = by_kind.get(node.kind, 0.0) + joules
+            site = node.site or "(none)"
+            by_site[site] = by_site.get(site, 0.0) + joules
+        for name, joules in link_j.items():
+            src, dst = name.split(">", 1)
+            kind = energy_per_bit(self.spec.links, topology, src, dst)[0]
+            by_kind[kind] = by_kind.get(kind, 0.0) + joules
+            site = topology.nodes[src].site or "(none)"
+            by_site[site] = by_site.get(site, 0.0) + joules
+        delivered = self._delivered()
+        total = nodes_total + links_total
+        return {"total_j": total, "nodes_j": nodes_total, "links_j": links_total,
+                "delivered": delivered,
+                "per_delivered_j": total / delivered if delivered else None,
+                "by_kind": by_kind, "by_site": by_site, "by_node": node_j,
+                "battery_deaths": {device: t for device, t in self.deaths},
+                "cost": cost(self.prices, topology, self.duration, node_j, egress)}
+
+    def _delivered(self) -> int:
+        """Readings delivered by the run's end (the messages table's `delivered`): this
+        feature finishes last, when every other has recorded its ends in the log."""
+        log = self.model.log
+        sinks = np.frombuffer(log.sink, dtype=np.int32)
+        received = np.frombuffer(log.t_received, dtype=np.float64)
+        count = int(np.count_nonzero((sinks >= 0) & (received <= self.env.now)))
+        del sinks, received  # no view may outlive this
+        return count

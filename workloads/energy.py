@@ -1,0 +1,425 @@
+"""Energy and cost (`scenario.energy`): power profiles, energy per bit per link kind, device
+batteries, a price list, and the arithmetic both backends share to turn utilisation and bytes
+into joules and money.
+
+A node draws `P(u)` watts at CPU utilisation `u` (0 to 1) of its power profile, and an
+interval of `dt` seconds at `u` costs `dt * P(u)` joules (iFogSim's linear model: E += dt *
+(P_idle + (P_max - P_idle) * u); square and cubic put u^2, u^3 in its place; a table of
+measured points is interpolated linearly). A link costs `bits * e` joules, `e` its kind's
+energy per bit (LEAF's model): wired, WAN (its two ends at different sites) or wireless (a
+device's radio to its gateway), the last plus an amplifier term that grows with the square of
+the distance between its ends (Heinzelman's first-order radio model). A device draws its
+profile's idle power and its radio's energy per message sent; a device with a battery stops
+emitting when what it drew reaches the capacity (a `battery` row in the faults table). The
+price list (workloads/prices.yaml, or a file the experiment names) charges cloud VMs per hour
+by hardware profile, every other node its energy per kWh, and each site the bytes leaving it.
+
+Every default figure below names its source. The model (sim.features.energy) and the
+emulation feed the same functions: `watts`, `link_kind`, `energy_per_bit`, `cost`.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from topologies.errors import SpecError, first_error
+from topologies.profiles import BUILTIN_PROFILES
+from workloads.faults import Patterns
+
+PRICES = Path(__file__).with_name("prices.yaml")  # the shipped price list
+MODELS = ("linear", "square", "cubic", "table")
+LINK_KINDS = ("wired", "wireless", "wan")
+KWH_J = 3.6e6
+GB = 1e9  # a price per GB counts decimal gigabytes, as the providers bill
+
+# -- default power profiles, watts, by hardware profile (topologies.profiles) ---------------
+# Raspberry Pi 3B and 4B: idle and with all four cores loaded (stress --cpu 4), measured at
+# the USB input by Jeff Geerling's Pi Dramble benchmarks ("Power Consumption Benchmarks",
+# pidramble.com/wiki/benchmarks/power-consumption): Pi 3B 260 mA idle, 730 mA loaded at
+# 5.1 V (about 1.4 W and 3.7 W); Pi 4B 540 mA and 1280 mA (about 2.7 W and 6.4 W).
+PI3B = (1.4, 3.7)
+PI4B = (2.7, 6.4)
+# A cloud VM is its share of a server's power, per vCPU: the Cloud Carbon Footprint
+# methodology's averages for AWS from SPECpower_ssj2008 results (cloudcarbonfootprint.org,
+# "Methodology": 0.74 W per vCPU at 0 % utilisation, 3.5 W at 100 %), the hypervisor's
+# cores shared out evenly; a VM of n vCPUs draws n times that.
+VCPU = (0.74, 3.5)
+# An ESP32-class sensor node (the `sensor` profile, 240 MHz): Espressif's ESP32 datasheet,
+# "Power consumption by power modes": modem-sleep at 80 MHz about 20 mA, CPU at 240 MHz with
+# the radio off about 50 mA, at 3.3 V (0.066 W and 0.165 W).
+SENSOR = (0.066, 0.165)
+
+
+def default_power(profile_name: str) -> tuple[float, float] | None:
+    """The (idle, max) watts shipped for a built-in hardware profile, None for any other."""
+    if profile_name == "rpi3b":
+        return PI3B
+    if profile_name == "rpi4":
+        return PI4B
+    if profile_name == "sensor":
+        return SENSOR
+    profile = BUILTIN_PROFILES.get(profile_name)
+    if profile_name.startswith("vm.") and profile is not None:
+        return (VCPU[0] * profile.cores, VCPU[1] * profile.cores)
+    return None
+
+
+# -- default energy per bit, joules, by link kind ----------------------------------------
+# Wired (a LAN or metro Ethernet link): 0, as LEAF's examples (ETHERNET_WATT_PER_BIT = 0,
+# dos-group/leaf examples/smart_city_traffic/settings.py): a switch port draws its power
+# whether traffic flows or not; give the switch a power profile to count it.
+WIRED_J_PER_BIT = 0.0
+# WAN (a link between two sites): LEAF's 6658 nJ/bit (WAN_WATT_PER_BIT_UP, same file,
+# after Jalali et al., "Fog computing may help to save energy in cloud computing", IEEE
+# JSAC 2016).
+WAN_J_PER_BIT = 6658e-9
+# Wireless (a device's radio link): Heinzelman et al.'s first-order radio model ("Energy-
+# efficient communication protocol for wireless microsensor networks", HICSS 2000): 50 nJ/bit
+# for the electronics (PureEdgeSim's default network energy too) plus 100 pJ/bit/m^2 times
+# the squared distance for the transmit amplifier.
+WIRELESS_J_PER_BIT = 50e-9
+WIRELESS_AMP_J_PER_BIT_M2 = 100e-12
+# A device's own radio per message sent (every device, battery or not): a TI CC2420
+# (802.15.4, the smart-city topology's radio class) transmits at 0 dBm drawing 17.4 mA at
+# 3.0 V, at 250 kbit/s: 52.2 mW / 250 kbit/s = 208.8 nJ per bit of the message.
+RADIO_J_PER_BIT = 17.4e-3 * 3.0 / 250e3
+# A battery given in mAh without a voltage: a lithium-ion cell's nominal 3.7 V.
+CELL_VOLTAGE = 3.7
+
+
+class PowerProfile(BaseModel):
+    """What a node of one hardware profile draws: `idle` and `max` watts and how it goes
+    between them (`model`), or a `table` of [utilisation, watts] points measured."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    idle: float | None = Field(default=None, allow_inf_nan=False,
+                               description="watts at 0 % CPU")
+    max: float | None = Field(default=None, allow_inf_nan=False,
+                              description="watts at 100 % CPU")
+    model: Literal["linear", "square", "cubic", "table"] = Field(
+        default="linear", description="P(u) = idle + (max - idle) * u (linear), u^2 "
+        "(square), u^3 (cubic), or the table's points interpolated")
+    table: list[tuple[float, float]] | None = Field(
+        default=None, description="[[utilisation, watts], ...] from 0 to 1, increasing")
+
+    @model_validator(mode="after")
+    def _table_model(self):
+        if self.table is not None:
+            self.model = "table"
+        return self
+
+
+class LinkEnergy(BaseModel):
+    """Energy per bit by link kind, joules (nJ/bit x 1e-9)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    wired: float = Field(default=WIRED_J_PER_BIT, allow_inf_nan=False)
+    wan: float = Field(default=WAN_J_PER_BIT, allow_inf_nan=False)
+    wireless: float = Field(default=WIRELESS_J_PER_BIT, allow_inf_nan=False)
+    wireless_amp: float = Field(default=WIRELESS_AMP_J_PER_BIT_M2, allow_inf_nan=False,
+                                description="J per bit per square metre of distance")
+
+
+class Radio(BaseModel):
+    """A device's own radio: joules per message sent plus per bit of it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    per_message: float = Field(default=0.0, allow_inf_nan=False)
+    per_bit: float = Field(default=RADIO_J_PER_BIT, allow_inf_nan=False)
+
+
+class Battery(BaseModel):
+    """Devices that run on a battery: its capacity in joules, or in mAh at `voltage`."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    devices: Patterns = Field(description="device names or patterns")
+    joules: float | None = Field(default=None, allow_inf_nan=False)
+    mah: float | None = Field(default=None, allow_inf_nan=False)
+    voltage: float = Field(default=CELL_VOLTAGE, allow_inf_nan=False)
+
+    @model_validator(mode="after")
+    def _one_capacity(self):
+        if (self.joules is None) == (self.mah is None):
+            raise ValueError("a capacity: exactly one of joules, mah")
+        return self
+
+    @property
+    def capacity(self) -> float:
+        """Joules."""
+        return self.joules if self.joules is not None else self.mah * 3.6 * self.voltage
+
+
+class EnergySpec(BaseModel):
+    """Count each node's and link's energy, devices' batteries, and the run's cost."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    power: dict[str, PowerProfile] = Field(
+        default_factory=dict, description="power profiles by hardware profile name, over "
+        "the shipped ones (rpi3b, rpi4, sensor, vm.*)")
+    links: LinkEnergy = Field(default_factory=LinkEnergy)
+    radio: Radio = Field(default_factory=Radio)
+    batteries: list[Battery] = Field(default_factory=list)
+    prices: str | None = Field(default=None, description="a price list (YAML) replacing "
+                               "workloads/prices.yaml")
+
+
+class Prices(BaseModel):
+    """A price list: cloud VMs per hour by hardware profile, electricity per kWh for every
+    other node, and bytes leaving a site per GB (by site, `default` for the rest)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    currency: str = "USD"
+    vm_per_hour: dict[str, float] = Field(default_factory=dict)
+    energy_per_kwh: float = Field(default=0.0, allow_inf_nan=False)
+    egress_per_gb: dict[str, float] = Field(default_factory=lambda: {"default": 0.0})
+
+
+# -- the arithmetic ----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Power:
+    """A resolved power profile: `watts(u)`."""
+
+    idle: float
+    max: float
+    model: str = "linear"
+    points: tuple[tuple[float, float], ...] = ()
+
+    def watts(self, u: float) -> float:
+        u = 0.0 if u < 0.0 else (1.0 if u > 1.0 else u)
+        if self.model == "table":
+            points = self.points
+            for (u0, w0), (u1, w1) in zip(points, points[1:], strict=False):
+                if u <= u1:
+                    return w0 + (w1 - w0) * (u - u0) / (u1 - u0)
+            return points[-1][1]
+        shape = u if self.model == "linear" else (u * u if self.model == "square" else u ** 3)
+        return self.idle + (self.max - self.idle) * shape
+
+
+def resolve_power(spec: EnergySpec, profile_name: str) -> Power | None:
+    """The power of a hardware profile: the experiment's over the shipped default; None when
+    neither knows it."""
+    written = spec.power.get(profile_name)
+    default = default_power(profile_name)
+    if written is None:
+        return Power(*default) if default is not None else None
+    if written.model == "table":
+        points = tuple((float(u), float(w)) for u, w in written.table)
+        return Power(points[0][1], points[-1][1], "table", points)
+    idle = written.idle if written.idle is not None else (default or (None, None))[0]
+    high = written.max if written.max is not None else (default or (None, None))[1]
+    if idle is None or high is None:
+        return None
+    return Power(idle, high, written.model)
+
+
+def link_kind(topology, a: str, b: str) -> str:
+    """wireless (one end a device), wan (both ends have sites, different ones), or wired."""
+    nodes = topology.nodes
+    if nodes[a].kind == "device" or nodes[b].kind == "device":
+        return "wireless"
+    site_a, site_b = nodes[a].site, nodes[b].site
+    if site_a is not None and site_b is not None and site_a != site_b:
+        return "wan"
+    return "wired"
+
+
+def energy_per_bit(links: LinkEnergy, topology, a: str, b: str) -> tuple[str, float]:
+    """A link's kind and joules per bit (a wireless one's at the distance between its ends)."""
+    kind = link_kind(topology, a, b)
+    if kind != "wireless":
+        return kind, getattr(links, kind)
+    (xa, ya), (xb, yb) = topology.nodes[a].position, topology.nodes[b].position
+    return kind, links.wireless + links.wireless_amp * ((xa - xb) ** 2 + (ya - yb) ** 2)
+
+
+def radio_energy(radio: Radio, size: int) -> float:
+    """A device's radio energy for one message of `size` bytes."""
+    return radio.per_message + size * 8 * radio.per_bit
+
+
+def battery_of(spec: EnergySpec, topology) -> dict[str, float]:
+    """Device -> its battery's capacity in joules (the last battery naming it wins)."""
+    capacity: dict[str, float] = {}
+    for battery in spec.batteries:
+        for device in topology.select(battery.devices):
+            capacity[device] = battery.capacity
+    return capacity
+
+
+def load_prices(path: str | None) -> Prices:
+    """The price list at `path` (the shipped one when None); a SpecError names the file,
+    line, field and value of what is wrong."""
+    from topologies.documents import parse
+
+    file = Path(path) if path else PRICES
+    try:
+        text = file.read_text()
+    except OSError as exc:
+        raise SpecError(("scenario", "energy", "prices"), str(file),
+                        f"a readable price list ({exc.strerror})") from None
+    document = parse(text, str(file))
+    if not isinstance(document.data, dict):
+        raise SpecError((), document.data, "a price list: a mapping with "
+                        + ", ".join(Prices.model_fields), str(file), 1)
+    try:
+        prices = Prices.model_validate(document.data)
+    except ValidationError as exc:
+        raise document.error(first_error(exc, document.data)) from None
+    for key, values in (("vm_per_hour", prices.vm_per_hour),
+                        ("egress_per_gb", prices.egress_per_gb)):
+        for name, value in values.items():
+            if value < 0:
+                raise document.error(SpecError((key, name), value, "a price >= 0"))
+    if prices.energy_per_kwh < 0:
+        raise document.error(SpecError(("energy_per_kwh",), prices.energy_per_kwh,
+                                       "a price >= 0"))
+    return prices
+
+
+def egress_price(prices: Prices, site: str) -> float:
+    return prices.egress_per_gb.get(site, prices.egress_per_gb.get("default", 0.0))
+
+
+def cost(prices: Prices, topology, duration: float, node_joules: dict[str, float],
+         egress_bytes: dict[str, int]) -> dict:
+    """The run's cost: each node's (a VM profile with an hourly price pays it for the run's
+    duration, any other node its energy at energy_per_kwh), each site's (its nodes' and its
+    egress), and the total, in the list's currency."""
+    by_node: dict[str, float] = {}
+    for name, node in topology.nodes.items():
+        hourly = prices.vm_per_hour.get(node.profile_name)
+        if hourly is not None and node.kind != "device":
+            by_node[name] = hourly * duration / 3600
+        elif name in node_joules:
+            by_node[name] = node_joules[name] / KWH_J * prices.energy_per_kwh
+    by_site: dict[str, float] = {}
+    for name, value in by_node.items():
+        site = topology.nodes[name].site or "(none)"
+        by_site[site] = by_site.get(site, 0.0) + value
+    egress = {site: count / GB * egress_price(prices, site)
+              for site, count in egress_bytes.items()}
+    for site, value in egress.items():
+        by_site[site] = by_site.get(site, 0.0) + value
+    return {"currency": prices.currency, "total": sum(by_node.values()) + sum(egress.values()),
+            "by_node": by_node, "by_site": by_site, "egress": egress}
+
+
+# -- the check ---------------------------------------------------------------------------
+
+def check(spec, topology) -> None:
+    """Power profiles that make sense (watts >= 0, idle <= max, a table from 0 to 1 whose
+    utilisations increase and watts never fall), one for every hardware profile a powered
+    node uses, for profiles that exist; energies per bit >= 0; batteries on devices only,
+    with a capacity > 0; a price list that reads."""
+    energy = spec.scenario.energy
+    if energy is None:
+        return
+    base = ("scenario", "energy")
+    known = set(BUILTIN_PROFILES) | {node.profile_name for node in topology.nodes.values()}
+    for name, power in energy.power.items():
+        path = base + ("power", name)
+        if name not in known:
+            raise SpecError(path, name, "a hardware profile of the topology or a built-in one "
+                            f"({', '.join(sorted(known))})")
+        _check_power(path, power, default_power(name))
+    for node in topology.nodes.values():
+        if node.kind == "switch" and node.profile_name not in energy.power:
+            continue  # a switch draws nothing unless given a power profile
+        if resolve_power(energy, node.profile_name) is None:
+            raise SpecError(base + ("power",), sorted(energy.power),
+                            f"a power profile (idle and max watts) for hardware profile "
+                            f"{node.profile_name!r}, which {node.name} uses")
+    for name in LinkEnergy.model_fields:
+        value = getattr(energy.links, name)
+        if value < 0:
+            raise SpecError(base + ("links", name), value, "joules per bit >= 0")
+    for name in Radio.model_fields:
+        value = getattr(energy.radio, name)
+        if value < 0:
+            raise SpecError(base + ("radio", name), value, "joules >= 0")
+    for i, battery in enumerate(energy.batteries):
+        path = base + ("batteries", i)
+        for field_name in ("joules", "mah", "voltage"):
+            value = getattr(battery, field_name)
+            if value is not None and value <= 0:
+                raise SpecError(path + (field_name,), value, "a capacity > 0")
+        for j, pattern in enumerate(battery.devices):
+            where = path + ("devices", j) if len(battery.devices) > 1 else path + ("devices",)
+            names = topology.match(pattern)
+            if not names:
+                raise SpecError(where, pattern, f"a device name or pattern of topology "
+                                f"{topology.name}")
+            for name in names:
+                kind = topology.nodes[name].kind
+                if kind != "device":
+                    raise SpecError(where, pattern, f"devices only (a battery stops a device's "
+                                    f"emissions), but {name} is a {kind}")
+    try:
+        load_prices(energy.prices)
+    except SpecError as error:  # placed in the experiment, naming the list's own place
+        raise SpecError(base + ("prices",), energy.prices or str(PRICES),
+                        f"a valid price list, but {error}") from None
+
+
+def _check_power(path: tuple, power: PowerProfile, default) -> None:
+    if power.model == "table":
+        points = power.table
+        if len(points) < 2:
+            raise SpecError(path + ("table",), points, "at least two [utilisation, watts] "
+                            "points, from 0 to 1")
+        for k, (u, w) in enumerate(points):
+            if not (math.isfinite(u) and math.isfinite(w)):
+                raise SpecError(path + ("table", k), [u, w], "finite numbers")
+            if w < 0:
+                raise SpecError(path + ("table", k), [u, w], "watts >= 0")
+        if points[0][0] != 0 or points[-1][0] != 1:
+            raise SpecError(path + ("table",), points, "points from utilisation 0 to 1")
+        for k in range(1, len(points)):
+            if points[k][0] <= points[k - 1][0]:
+                raise SpecError(path + ("table", k), list(points[k]),
+                                f"a utilisation above the point before's "
+                                f"({points[k - 1][0]:g}): a table increasing in utilisation")
+            if points[k][1] < points[k - 1][1]:
+                raise SpecError(path + ("table", k), list(points[k]),
+                                f"watts no lower than the point before's ({points[k - 1][1]:g})"
+                                ": a table increasing in utilisation")
+        return
+    for name in ("idle", "max"):
+        value = getattr(power, name)
+        if value is not None and value < 0:
+            raise SpecError(path + (name,), value, "watts >= 0")
+    idle = power.idle if power.idle is not None else (default or (None, None))[0]
+    high = power.max if power.max is not None else (default or (None, None))[1]
+    if idle is not None and high is not None and idle > high:
+        raise SpecError(path + ("idle",), idle, f"idle watts <= max watts ({high:g})")
+
+
+# -- the run's figures -------------------------------------------------------------------
+
+def summary(tables: dict, facts: dict) -> dict:
+    """Total energy, per delivered message, nodes against links, battery deaths and cost."""
+    energy = facts.get("energy")
+    if not energy:
+        return {}
+    figures = {"energy J": energy["total_j"], "nodes J": energy["nodes_j"],
+               "links J": energy["links_j"], "J per delivered": energy.get("per_delivered_j")}
+    for kind, joules in sorted(energy.get("by_kind", {}).items()):
+        figures[f"{kind} J"] = joules
+    figures["battery deaths"] = len(energy.get("battery_deaths", {}))
+    money = energy.get("cost")
+    if money:
+        figures[f"cost {money['currency']}"] = money["total"]
+    return figures
