@@ -112,9 +112,26 @@ SWARM_NODE = ImageSpec(
     packages=("docker.io",),
     cmd=("dockerd",),
 )
+RABBITMQ = ImageSpec(
+    name="rabbitmq",
+    arch="amd64",
+    # A broker of `kind: rabbitmq` (topologies.spec.BrokerSpec): Debian's RabbitMQ 3.10 with
+    # its MQTT plugin, on 1883 as Mosquitto. Debian's postinst makes the rabbitmq user, its
+    # /var/lib/rabbitmq and an Erlang cookie there (0400), which every container of the image
+    # shares; HOME points the server (run as root) and the CLI tools (run as rabbitmq by
+    # Debian's wrapper) at that one cookie.
+    packages=("rabbitmq-server",),
+    files=(("rabbitmq/rabbitmq.conf", "/etc/foglab/rabbitmq/rabbitmq.conf"),
+           ("rabbitmq/enabled_plugins", "/etc/foglab/rabbitmq/enabled_plugins"),
+           ("rabbitmq/rabbitmq-env.conf", "/etc/rabbitmq/rabbitmq-env.conf")),
+    env=("HOME=/var/lib/rabbitmq",),
+    # The server itself, not /usr/sbin's wrapper, which writes its output to log files: this
+    # script stays in the foreground, logs on stdout and stops the node on SIGTERM.
+    cmd=("/usr/lib/rabbitmq/bin/rabbitmq-server",),
+)
 # The swarm node is among the default images: it has no project files, so its tag changes only
 # with BUILDER_VERSION, and its build (debootstrap and docker.io) takes about 40 s once.
-IMAGES = {spec.name: spec for spec in (GATEWAY, CLOUD, SERVICES, SWARM_NODE)}
+IMAGES = {spec.name: spec for spec in (GATEWAY, CLOUD, SERVICES, SWARM_NODE, RABBITMQ)}
 
 MOSQUITTO_COMMAND = SERVICES.cmd
 # Debian's zookeeper.jar lists its dependencies in its manifest, all but a logging binding.

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from topologies.fields import Bandwidth, Name, NonNegativeDuration, PositiveDuration, Ratio
 from topologies.profiles import NodeKind, Profile
@@ -17,8 +17,15 @@ class _Strict(BaseModel):
 
 
 class BrokerSpec(_Strict):
-    """How a broker node serves messages: a service time and a latency profile."""
+    """How a broker node serves messages: the server it runs on emu, a service time and a
+    latency profile on sim."""
 
+    kind: Literal["mosquitto", "rabbitmq"] = Field(default="mosquitto", description=(
+        "the broker's server. emu: mosquitto runs Mosquitto (the services image), rabbitmq "
+        "Debian's RabbitMQ 3.10 with its MQTT plugin (the rabbitmq image), both MQTT on 1883; "
+        "rabbitmq runs at run.dilation 1, with run.access open, on run.engine docker only. "
+        "sim: a rabbitmq broker is the rabbitmq-like model (model: kafka-like is refused), a "
+        "mosquitto one the model `model` names"))
     # rabbitmq-like: steady service; kafka-like: periodic disk flushes stall the broker for
     # flush_base plus the bytes written since the last flush at disk_bandwidth (seed 001, 5.1).
     model: Literal["rabbitmq-like", "kafka-like"] = "rabbitmq-like"
@@ -26,6 +33,16 @@ class BrokerSpec(_Strict):
     flush_interval: PositiveDuration = 1.0
     flush_base: NonNegativeDuration = 5e-3
     disk_bandwidth: Bandwidth = 400e6
+
+    @field_validator("model")
+    @classmethod
+    def _model_of_kind(cls, model: str, info: ValidationInfo) -> str:
+        # Kafka is not packaged here: a RabbitMQ broker cannot stand for the kafka-like model.
+        if info.data.get("kind") == "rabbitmq" and model != "rabbitmq-like":
+            raise ValueError(f"rabbitmq-like for a broker of kind: rabbitmq (got {model!r}: "
+                             "kafka-like is a model only, no Kafka server is packaged; leave "
+                             "kind out, or mosquitto, to model a kafka-like broker)")
+        return model
 
 
 class SiteSpec(_Strict):

@@ -1,7 +1,9 @@
 """Plan a topology's containers, networks and shaped links as plain data, without Docker.
 
 What becomes a container. Gateways and cloud VMs run the agent (`python3 -m emu.agent`, its
-AgentConfig as JSON in FOGLAB_AGENT); brokers run Mosquitto; ZooKeeper runs on coordinators.
+AgentConfig as JSON in FOGLAB_AGENT); brokers run Mosquitto, or RabbitMQ where the node's
+`broker.kind` is rabbitmq (`check_broker_kinds` says where it cannot); ZooKeeper runs on
+coordinators.
 The agents' configs come whole from emu.deployment (drivers, operators, seed, index); the plan
 fills in only the addresses of each one's broker and ZooKeeper.
 Devices are not containers of their own: the drivers inside their gateway's agent emulate
@@ -11,8 +13,9 @@ there like any agent. Switches are only where paths go through.
 
 Images. A gateway with an arm64 profile runs the arm64 gateway image (through QEMU); one with an
 amd64 profile, and every cloud VM, the amd64 cloud image, which holds the same agent. Brokers and
-coordinators run the services image. A node whose profile is not arm64 or amd64 (a sensor,
-a switch) cannot be a container. A device group runs the cloud image.
+coordinators run the services image; a broker of kind rabbitmq the rabbitmq image. A node
+whose profile is not arm64 or amd64 (a sensor, a switch) cannot be a container. A device group
+runs the cloud image.
 
 Limits. Memory is the profile's; CPU is its cores, times its relative speed when the image runs
 natively (an amd64 image here), capped at the host's CPUs, which the engine refuses to exceed.
@@ -99,7 +102,15 @@ from typing import Literal
 from emu.agent.config import AGENT_KINDS, AgentConfig
 from emu.agent.spark_cluster import MASTER_PORT as SPARK_MASTER_PORT
 from emu.cluster.access import Access, closed_conf
-from emu.images import CLOUD, GATEWAY, MOSQUITTO_COMMAND, SERVICES, ZOOKEEPER_COMMAND, ImageSpec
+from emu.images import (
+    CLOUD,
+    GATEWAY,
+    MOSQUITTO_COMMAND,
+    RABBITMQ,
+    SERVICES,
+    ZOOKEEPER_COMMAND,
+    ImageSpec,
+)
 from emu.links.spec import LinkShape, check_dilation
 from topologies.errors import SpecError
 from topologies.model import Node, Topology
@@ -136,6 +147,14 @@ ZK_CNX_TIMEOUT_MS = 5000
 ZK_ELECTION_NOTIFICATION_MS = (200, 60000)
 # The services image's mosquitto.conf, whose settings a spare's conf keeps.
 MOSQUITTO_DEFAULTS = Path(__file__).resolve().parents[1] / "rootfs/services/mosquitto.conf"
+# A broker of kind rabbitmq (rabbitmq_files): the image's rabbitmq.conf, written again with the
+# container's memory limit, which the Erlang VM does not read from its cgroup.
+RABBITMQ_CONFIG = "/etc/foglab/rabbitmq/rabbitmq.conf"
+RABBITMQ_DEFAULTS = Path(__file__).resolve().parents[1] / "rootfs/rabbitmq/rabbitmq.conf"
+# The least memory a RabbitMQ broker's profile may have: the node takes about 100 MiB idle
+# with the MQTT plugin (measured: docs/brokers.md), and its flow control blocks publishers at
+# the watermark's share of the rest.
+RABBITMQ_MIN_MEMORY = 256 * 1024**2
 ZOOKEEPER_NAME = "zookeeper"
 ZOOKEEPER_CONFIG = "/etc/foglab/zoo.cfg"
 ZOOKEEPER_DATA = "/var/lib/zookeeper"
@@ -293,6 +312,7 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     brokers and ZooKeeper take only the cluster's own clients (emu.cluster.access).
     """
     dilation = check_dilation(dilation, "plan_cluster's dilation")
+    check_broker_kinds(topology, dilation=dilation, closed=closed, spares=spares or {})
     if agents is None:
         from emu.deployment import agent_configs
 
@@ -301,6 +321,43 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
                     host_cpus or os.cpu_count() or 1, labels or {}, dict(spares or {}),
                     targets, dilation).plan()
     return closed_plan(plan) if closed else plan
+
+
+def broker_kind(node: Node | None) -> str:
+    """The server a broker node runs: its `broker.kind` (topologies.spec.BrokerSpec)."""
+    return node.broker.kind if node is not None and node.broker is not None else "mosquitto"
+
+
+def check_broker_kinds(topology: Topology, *, dilation: float = 1.0, closed: bool = False,
+                       engine: str = "docker", spares: Collection[str] = ()) -> None:
+    """Refuse, naming the broker's `kind`, a RabbitMQ broker where the emulation only knows
+    Mosquitto's ways: a time dilation (its timers are not scaled: heartbeats, the session
+    queues' expiry), a closed run (access's password file and ACL are Mosquitto's), a swarm
+    (not tried), a spare (the host reads a spare's $SYS counters, which are Mosquitto's); and
+    one whose profile has less memory than the Erlang node needs. `experiments.checks` calls
+    this with the run's settings before anything starts; plan_cluster with those it knows."""
+    for node in topology.of_kind("broker"):
+        if broker_kind(node) != "rabbitmq":
+            continue
+        path = ("nodes", node.name, "broker", "kind")
+        why = None
+        if dilation != 1:
+            why = (f"run.dilation is {dilation:g}: RabbitMQ's timers are not scaled with it, "
+                   "run it at dilation 1")
+        elif closed:
+            why = ("run.access is closed: the closed cluster's logins and ACL are Mosquitto's "
+                   "files, run it with access open")
+        elif engine != "docker":
+            why = f"run.engine is {engine}: a RabbitMQ broker runs on the docker engine only"
+        elif node.name in spares:
+            why = ("it is a spare of scenario.broker_scaling, whose load the host reads from "
+                   "Mosquitto's $SYS counters")
+        elif node.profile.memory < RABBITMQ_MIN_MEMORY:
+            why = (f"its profile {node.profile_name} has {node.profile.memory / 1024**2:.0f} "
+                   f"MiB: a RabbitMQ node needs at least {RABBITMQ_MIN_MEMORY // 1024**2} MiB")
+        if why is not None:
+            raise SpecError(path, "rabbitmq", f"kind mosquitto for broker {node.name}: {why}",
+                            f"topology {topology.name}")
 
 
 def closed_plan(plan: ClusterPlan) -> ClusterPlan:
@@ -646,6 +703,9 @@ class _Planner:
         if role == "agent":
             image = GATEWAY if kind == "gateway" and profile.arch == "arm64" else CLOUD
             command = AGENT_COMMAND
+        elif role == "broker" and broker_kind(node) == "rabbitmq":
+            image, command, port = RABBITMQ, RABBITMQ.cmd, MQTT_PORT
+            files = rabbitmq_files(self.cluster, name, node.profile.memory)
         elif role == "broker":
             command, port = MOSQUITTO_COMMAND, MQTT_PORT
             if self.dilation != 1:
@@ -763,6 +823,15 @@ def mosquitto_files(cluster: str, broker: str, dilation: float) -> tuple[tuple[s
     header = f"# {broker}: a broker of cluster {cluster} (emu.cluster.plan.mosquitto_files)\n"
     return ((DILATED_CONFIG,
              MOSQUITTO_DEFAULTS.read_text() + header + mosquitto_timers(dilation)),)
+
+
+def rabbitmq_files(cluster: str, broker: str, memory: int) -> tuple[tuple[str, str], ...]:
+    """A RabbitMQ broker's rabbitmq.conf (RABBITMQ_CONFIG): the image's, with the memory its
+    container has (its profile's), which the Erlang VM would otherwise read as the host's: the
+    memory watermark, a share of it, then blocks publishers before the kernel kills the node."""
+    header = f"# {broker}: a broker of cluster {cluster} (emu.cluster.plan.rabbitmq_files)\n"
+    return ((RABBITMQ_CONFIG, RABBITMQ_DEFAULTS.read_text() + header
+             + f"total_memory_available_override_value = {int(memory)}\n"),)
 
 
 def spare_files(cluster: str, spare: str,
