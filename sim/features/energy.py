@@ -14,7 +14,11 @@ utilisation and bytes the model records anyway, and devices' batteries.
   emission the drain so far (idle power times the time, plus each message's radio energy) is
   weighed against the capacity, and an emission the battery cannot pay is not made. The device
   dies at the first instant its drain reaches the capacity: at its idle power's running out
-  between emissions (a timer, moved at each emission), or at an emission it cannot pay. It is
+  between emissions, or at an emission it cannot pay. The idle death's timer is set at a
+  bound that holds for the next `left` emissions (of at most the device's largest radio
+  energy each): fired, or passed by more emissions, it is set again from what was drawn; as
+  the battery empties the bound tightens to the exact time, so the death is on time without
+  an event per emission. It is
   then down (sim.model.Model.crashed: the crash listeners hear of it) and the faults table has
   a `battery` row for it.
 So nothing runs on the hot path unless a device has a battery, and then only its emissions
@@ -48,20 +52,21 @@ FAULT_COLUMNS = ("kind", "target", "t_start", "t_end", "params")
 class _Battery:
     """One device's battery: what it drew so far and when it died."""
 
-    __slots__ = ("device", "capacity", "idle", "sent", "times", "drawn", "sizes", "death",
-                 "timer")
+    __slots__ = ("device", "capacity", "idle", "need", "sent", "times", "drawn", "sizes",
+                 "death", "timer", "left")
 
-    def __init__(self, device: str, capacity: float, idle: float):
+    def __init__(self, device: str, capacity: float, idle: float, need: float):
         self.device = device
         self.capacity = capacity
         self.idle = idle  # watts
+        self.need = need  # the largest radio energy of one of its messages
         self.sent = 0.0  # joules its radio spent so far
         self.times = array("d")  # each emission's time and radio energy
         self.drawn = array("d")
         self.sizes = array("q")
         self.death = math.inf
         self.timer = 0  # the idle death's timer in force (a counter: earlier ones are stale)
-
+        self.left = 0  # emissions the timer's bound holds for
     def idle_death(self) -> float:
         """When the idle power alone empties what is left, from the emissions so far."""
         if self.idle <= 0:
@@ -86,44 +91,76 @@ class Energy(Feature):
             if power is not None:
                 self.power[name] = power
         self.batteries: dict[str, _Battery] = {}
-        for device, capacity in battery_of(spec, topology).items():
-            self.batteries[device] = _Battery(device, capacity, self.power[device].idle)
-        self.deaths: list[tuple[str, float]] = []
+        need: dict[str, float] = {}
         for source in model.sources:
             device = model.node_names[source.device_index]
-            battery = self.batteries.get(device)
+            need[device] = max(need.get(device, 0.0),
+                               radio_energy(spec.radio, source.stream.size))
+        for device, capacity in battery_of(spec, topology).items():
+            self.batteries[device] = _Battery(device, capacity, self.power[device].idle,
+                                              need.get(device, 0.0))
+        self.deaths: list[tuple[str, float]] = []
+        for source in model.sources:
+            battery = self.batteries.get(model.node_names[source.device_index])
             if battery is not None:
-                source.gate(self._allow)
+                source.gate(self._gate(battery, radio_energy(spec.radio, source.stream.size),
+                                       source.stream.size))
         for battery in self.batteries.values():
-            self._arm(battery)
+            self._arm(battery, 0.0)
 
     # -- batteries ------------------------------------------------------------------------
 
-    def _allow(self, source, now: float) -> bool:
-        """Whether the device's battery pays for this emission; the device dies if not."""
-        battery = self.batteries[self.model.node_names[source.device_index]]
-        if battery.death < math.inf:
-            return False
-        need = radio_energy(self.spec.radio, source.stream.size)
-        if battery.idle * now + battery.sent + need > battery.capacity:
-            self._die(battery, min(now, battery.idle_death()))
-            return False
-        battery.sent += need
-        battery.times.append(now)
-        battery.drawn.append(need)
-        battery.sizes.append(source.stream.size)
-        self._arm(battery)
-        return True
+    def _gate(self, battery: _Battery, need: float, size: int):
+        """What a battery device's source asks before each emission (of `need` joules)."""
+        times, drawn, sizes = battery.times.append, battery.drawn.append, battery.sizes.append
 
-    def _arm(self, battery: _Battery) -> None:
-        """A timer at the idle power's death from what is drawn now (an earlier one is stale)."""
-        t = battery.idle_death()
+        def allow(_source, now: float) -> bool:
+            """Whether the battery pays for this emission; the device dies if not."""
+            if battery.death < math.inf:
+                return False
+            if battery.idle * now + battery.sent + need > battery.capacity:
+                self._die(battery, min(now, battery.idle_death()))
+                return False
+            battery.sent += need
+            times(now)
+            drawn(need)
+            sizes(size)
+            battery.left -= 1
+            if battery.left < 0:
+                self._arm(battery, now)
+            return True
+        return allow
+
+    def _arm(self, battery: _Battery, now: float) -> None:
+        """The idle death's timer, at a time it cannot come before while at most `left` more
+        emissions are made (an earlier timer is stale): half the energy left pays for them,
+        at most 64; none once less is left than two of them, and the timer is exact."""
+        if battery.idle <= 0:
+            return  # it dies at an emission it cannot pay, if ever
+        remaining = battery.capacity - battery.sent - battery.idle * now
+        if battery.need > 0:
+            left = min(64, int(remaining / (2 * battery.need))) if remaining > 0 else 0
+        else:
+            left = 1 << 62  # emissions draw nothing: the idle death is exact whatever comes
+        battery.left = left
+        t = (battery.capacity - battery.sent - min(left, 64) * battery.need) / battery.idle \
+            if battery.need > 0 else battery.idle_death()
+        battery.timer += 1
         if t > self.duration:
             return
-        battery.timer += 1
         mine = battery.timer
-        self.env.event_at(t).callbacks.append(
-            lambda _: self._die(battery, t) if battery.timer == mine else None)
+        self.env.event_at(t).callbacks.append(lambda _: self._due(battery, mine))
+
+    def _due(self, battery: _Battery, mine: int) -> None:
+        """The timer: the battery is empty now, or the bound passed and is set again."""
+        if battery.timer != mine or battery.death < math.inf:
+            return
+        now = self.env.now
+        death = battery.idle_death()
+        if death <= now + 1e-12:
+            self._die(battery, death)
+        else:
+            self._arm(battery, now)
 
     def _die(self, battery: _Battery, t: float) -> None:
         if battery.death < math.inf:
@@ -208,20 +245,23 @@ class Energy(Feature):
                 self._row(rows, 0.0, end, name, None, "device", math.nan, sent.get(name, 0),
                           joules)
                 continue
+            count = max(1, math.ceil(end / interval - 1e-9))
+            starts = np.arange(count) * interval
+            ends = np.minimum(starts + interval, end)
             times = np.frombuffer(battery.times, dtype=np.float64)
-            drawn = np.frombuffer(battery.drawn, dtype=np.float64)
-            sizes = np.frombuffer(battery.sizes, dtype=np.int64)
-            total = 0.0
-            t0 = 0.0
-            while t0 < end - 1e-9:
-                t1 = min(t0 + interval, end)
-                mask = (times >= t0) & ((times < t1) if t1 < end else (times <= t1))
-                alive = max(0.0, min(t1, battery.death) - t0)
-                joules = battery.idle * alive + float(drawn[mask].sum())
-                total += joules
-                self._row(rows, t0, t1, name, None, "device", math.nan,
-                          int(sizes[mask].sum()), joules)
-                t0 = t1
+            which = np.minimum((times // interval).astype(np.int64), count - 1)
+            drawn = np.bincount(which, np.frombuffer(battery.drawn, dtype=np.float64), count)
+            sizes = np.bincount(which, np.frombuffer(battery.sizes, dtype=np.int64), count)
+            alive = np.clip(np.minimum(ends, battery.death) - starts, 0.0, None)
+            joules = battery.idle * alive + drawn
+            total = float(joules.sum())
+            for column, values in (("t_start", starts.tolist()), ("t_end", ends.tolist()),
+                                   ("node", [name] * count), ("link", [None] * count),
+                                   ("kind", ["device"] * count),
+                                   ("utilisation", [math.nan] * count),
+                                   ("bytes", sizes.astype(np.int64).tolist()),
+                                   ("joules", joules.tolist())):
+                rows[column].extend(values)
             node_j[name] = total
         # The radio links, one row each for the run (their bytes as the channels counted).
         for (src, dst), channel in model.network.channels.items():

@@ -150,6 +150,14 @@ def test_a_battery_dies_to_the_millisecond_and_stops_its_device(seed: int, death
     # What it drew is its capacity: 7 readings and its idle power until it died.
     assert facts["energy"]["by_node"]["dev"] == pytest.approx(
         0.05 * facts["energy"]["battery_deaths"]["dev"] + 7 * 0.02, abs=1e-12)
+    # A row a second: 0.05 J idle and 0.02 J for the reading in each of the first 7, the
+    # idle power until the death in the 8th, nothing after.
+    energy = tables["energy"]
+    mine = energy["node"] == "dev"
+    assert list(energy["t_start"][mine]) == [float(k) for k in range(10)]
+    assert list(energy["bytes"][mine]) == [100] * 7 + [0] * 3
+    expected = [0.07] * 7 + [0.05 * (death - 7)] + [0.0] * 2
+    assert energy["joules"][mine] == pytest.approx(expected, abs=1e-3 * 0.05)
     conform({name: table for name, table in tables.items() if name != "energy"})
 
 
