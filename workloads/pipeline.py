@@ -115,10 +115,25 @@ def placement(topology: Topology, on: list[str]) -> list[str]:
     each once, in the order given: where its instances run, on every backend."""
     names: dict[str, None] = {}
     for where in on:
-        kind = KIND_WORDS.get(where)
-        names.update(dict.fromkeys([n.name for n in topology.of_kind(kind)] if kind
-                                   else topology.match(where)))
+        names.update(dict.fromkeys(_named(topology, where)))
     return list(names)
+
+
+# `on: site:north` places one instance on every node of site north that runs a stream
+# processor: its gateways and cloud VMs (a site's brokers carry its streams, as SpecK's sites
+# pair an engine with a broker; workloads.jobs composes jobs across sites with it).
+SITE = "site:"
+SITE_KINDS = ("gateway", "cloud_vm")
+
+
+def _named(topology: Topology, where: str) -> list[str]:
+    """The nodes one `on` entry names: a kind word, `site:NAME`, or node names and patterns."""
+    if where.startswith(SITE):
+        site = where[len(SITE):]
+        return [n.name for n in topology.nodes.values()
+                if n.site == site and n.kind in SITE_KINDS]
+    kind = KIND_WORDS.get(where)
+    return [n.name for n in topology.of_kind(kind)] if kind else topology.match(where)
 
 
 # Node kinds that run an operator's code (an `on` may name only these).
@@ -130,8 +145,12 @@ def check_placement(topology: Topology, path: tuple, where: str) -> list[str]:
     node that runs no code."""
     from topologies.errors import SpecError
 
-    kind = KIND_WORDS.get(where)
-    nodes = ([n.name for n in topology.of_kind(kind)] if kind else topology.match(where))
+    nodes = _named(topology, where)
+    if not nodes and where.startswith(SITE):
+        sites = sorted({n.site for n in topology.nodes.values()
+                        if n.site is not None and n.kind in SITE_KINDS})
+        raise SpecError(path, where, "site:NAME of a site with gateways or cloud VMs ("
+                        + (", ".join(sites) or "none") + ")")
     if not nodes:
         raise SpecError(path, where, "a node name, pattern or kind word ("
                         + ", ".join(KIND_WORDS) + ") that matches nodes")

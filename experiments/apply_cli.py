@@ -1,0 +1,116 @@
+"""`foglab apply`: the plan from a running version of an experiment's jobs to this one.
+
+Prints the plan (workloads.apply) as a table, a row per job that changes, with the model's
+apply time (sim.apply_times), and exits as Terraform's `plan -detailed-exitcode` and
+`kubectl diff` do: 0 when nothing would change, 2 when something would, 1 on an error (so a
+script can tell a change from a mistake). On sim nothing runs: the plan and its modelled time
+are the answer; executing it on a running emulation is the emu backend's part.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich import box
+from rich.table import Table
+
+from experiments import catalog
+from experiments.loader import Experiment, load_document
+from topologies.documents import read
+from topologies.errors import SpecError
+from topologies.terminal import console, error, escape, say
+from workloads.apply import DELETE, DEPLOY, Plan, diff, state
+from workloads.jobs import KEYS, compose
+from workloads.pipeline import OperatorSpec
+
+NO_CHANGES, ERROR, CHANGES = 0, 1, 2
+
+
+def load_composed(source: str | Path) -> tuple[Experiment, dict[str, list[OperatorSpec]]]:
+    """An experiment and its jobs (job -> its operators, the validated pipeline's own
+    objects); a flat pipeline is one job per operator. Jobs are expanded here before the
+    loader validates the pipeline they make."""
+    path = catalog.experiment_path(source)
+    document = read(path)
+    data = document.data
+    if not (isinstance(data, dict) and "jobs" in data):
+        experiment = load_document(document)
+        return experiment, {op.name: [op] for op in experiment.spec.pipeline}
+    checked = dict(data)
+    if isinstance(checked.get("topology"), str):  # its sites, for `on: site:NAME`
+        try:
+            checked["topology"] = read(catalog.reference_path(
+                "topology", checked["topology"], path.parent, SpecError((), None, ""))).data
+        except SpecError:
+            checked["topology"] = None  # the loader refuses it, with its line
+    composition = compose(checked, path.parent, document)
+    expanded = {key: value for key, value in data.items() if key not in KEYS}
+    expanded["pipeline"] = composition.pipeline
+    experiment = load_document(dataclasses.replace(document, data=expanded))
+    by_name = {op.name: op for op in experiment.spec.pipeline}
+    return experiment, {job: [by_name[op.name] for op in ops]
+                        for job, ops in composition.jobs.items()}
+
+
+def plan_between(old: str | Path, new: str | Path) -> Plan:
+    """The plan from experiment `old` (what runs) to `new` (what is wanted), each placed on
+    its own topology."""
+    states = []
+    for source in (old, new):
+        experiment, jobs = load_composed(source)
+        if len(experiment.points) > 1:
+            raise SpecError(("sweep",), f"{len(experiment.points)} points", "an experiment of "
+                            "one sweep point: a plan compares two deployments",
+                            str(experiment.file))
+        states.append(state(jobs, experiment.points[0].topology))
+    return diff(*states)
+
+
+def apply(experiment: Annotated[str, typer.Argument(
+              help="the desired version: a file or a catalog name")],
+          against: Annotated[str, typer.Option(
+              "--against", help="the running version: a file or a catalog name")],
+          dry_run: Annotated[bool, typer.Option(
+              "--dry-run", help="print the plan only (on sim nothing is ever executed)")]
+          = False) -> None:
+    """Plan the change from a running version of an experiment's jobs to this one: a row per
+    job to deploy, modify (in-place, replace or move) or delete, with the model's apply
+    time; exit 0 when nothing changes, 2 when something would, 1 on an error."""
+    from sim.apply_times import plan_time
+
+    try:
+        plan = plan_between(against, experiment)
+    except SpecError as failure:
+        error(failure)
+        raise typer.Exit(ERROR) from None
+    times = dict(plan_time(plan).per_job)
+    if not plan.empty:
+        console.print(_table(plan, times))
+    say(plan.summary())
+    if plan.empty:
+        say("No changes: the running jobs are what the experiment describes.")
+        raise typer.Exit(NO_CHANGES)
+    say(f"Modelled apply time (sim): {sum(times.values()):.3f} s, the jobs one after "
+        "another" + (" (dry run: nothing executed)" if dry_run else ""))
+    raise typer.Exit(CHANGES)
+
+
+def _table(plan: Plan, times: dict[str, float]) -> Table:
+    table = Table(box=box.SIMPLE_HEAD, title="plan", title_justify="left")
+    for column in ("job", "action", "class", "operators", "instances", "changes", "model s"):
+        table.add_column(column, no_wrap=column not in ("changes",))
+    for change in plan.changes:
+        ops = change.after if change.action != DELETE else change.before
+        if change.action == DEPLOY:
+            what = ", ".join(f"{op.name} on {len(op.nodes)}" for op in ops or ())
+        elif change.action == DELETE:
+            what = ", ".join(op.name for op in ops or ())
+        else:
+            what = "\n".join(op.describe() for op in change.operators)
+        table.add_row(escape(change.job), change.action, change.kind or "",
+                      str(len(ops or ())), str(change.instances), escape(what),
+                      f"{times[change.job]:.3f}")
+    return table
