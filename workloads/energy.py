@@ -414,8 +414,7 @@ def summary(tables: dict, facts: dict) -> dict:
     energy = facts.get("energy")
     if not energy:
         return {}
-    figures = {"energy J": energy["total_j"], "nodes J": energy["nodes_j"],
-               "links J": energy["links_j"], "J per delivered": energy.get("per_delivered_j")}
+    figures = {"energy J": energy["total_j"], "J per delivered": energy.get("per_delivered_j")}
     for kind, joules in sorted(energy.get("by_kind", {}).items()):
         figures[f"{kind} J"] = joules
     figures["battery deaths"] = len(energy.get("battery_deaths", {}))
