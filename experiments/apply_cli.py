@@ -49,7 +49,11 @@ def load_composed(source: str | Path) -> tuple[Experiment, dict[str, list[Operat
     composition = compose(checked, path.parent, document)
     expanded = {key: value for key, value in data.items() if key not in KEYS}
     expanded["pipeline"] = composition.pipeline
-    experiment = load_document(dataclasses.replace(document, data=expanded))
+    try:
+        experiment = load_document(dataclasses.replace(document, data=expanded))
+    except SpecError as failure:  # found in the pipeline: placed at the job that made it
+        placed = composition.placed(failure)
+        raise placed if placed.file else document.error(placed) from None
     by_name = {op.name: op for op in experiment.spec.pipeline}
     return experiment, {job: [by_name[op.name] for op in ops]
                         for job, ops in composition.jobs.items()}

@@ -56,6 +56,23 @@ class Composition:
 
     jobs: dict[str, list[OperatorSpec]] = field(default_factory=dict)
     pipeline: list[dict] = field(default_factory=list)  # the operators as written, expanded
+    # Where each operator of the pipeline was written: its file, its entry, its job's entry
+    # and the keys its entry gives itself (an `on` it does not give is its job's).
+    origins: list[tuple[_Source, tuple, tuple, frozenset]] = field(default_factory=list)
+
+    def placed(self, error: SpecError) -> SpecError:
+        """An error the experiment's checks found at `pipeline[i]...` placed where that
+        operator was written (an include's file and line, or the experiment's job, which its
+        loader places); any other error as it was."""
+        path = error.path
+        if len(path) < 2 or path[0] != "pipeline" or not isinstance(path[1], int) or not (
+                0 <= path[1] < len(self.origins)):
+            return error
+        source, entry, job, own = self.origins[path[1]]
+        rest = path[2:]
+        at = (*job, *rest) if rest[:1] == ("on",) and "on" not in own else (
+            entry if rest[:1] == ("name",) else (*entry, *rest))
+        return source.fail(at, error.value, error.expected)
 
 
 @dataclass(frozen=True)
@@ -72,19 +89,22 @@ class _Source:
         return self.document.error(error) if self.document is not None else error
 
 
-def expand(data: dict, base: Path, document: Document | None = None) -> dict:
-    """The experiment's data with `jobs` (and `params`) expanded into `pipeline`; as it was
-    when it has no jobs. `base` is the experiment file's folder, where includes resolve."""
+def expand(data: dict, base: Path, document: Document | None = None) -> tuple[
+        dict, Composition | None]:
+    """The experiment's data with `jobs` (and `params`) expanded into `pipeline`, and the
+    composition (to place the later checks' errors: `Composition.placed`); the data as it
+    was and None when it has no jobs. `base` is the experiment file's folder, where includes
+    resolve."""
     if not isinstance(data, dict) or "jobs" not in data:
         if isinstance(data, dict) and "params" in data:
             raise _Source(document, base).fail(("params",), data["params"],
                                                "params only beside jobs (they fill ${name} "
                                                "in the jobs)")
-        return data
+        return data, None
     composition = compose(data, base, document)
     expanded = {key: value for key, value in data.items() if key not in KEYS}
     expanded["pipeline"] = composition.pipeline
-    return expanded
+    return expanded, composition
 
 
 def compose(data: dict, base: Path, document: Document | None = None) -> Composition:
@@ -113,8 +133,10 @@ def compose(data: dict, base: Path, document: Document | None = None) -> Composi
             raise job_source.fail((*path, "name"), name, "a job name used once (it names "
                                   f"the job at {_shown(where[name][0], earlier)} too)")
         operators = _operators(job, job_source, path, sites)
-        composition.jobs[name] = [spec for spec, _ in operators]
-        composition.pipeline.extend(written for _, written in operators)
+        composition.jobs[name] = [spec for spec, _, _ in operators]
+        composition.pipeline.extend(written for _, written, _ in operators)
+        composition.origins.extend((job_source, here, path, frozenset(_keys(job, here, path)))
+                                   for _, _, here in operators)
         where[name] = (job_source, path)
     names = [op["name"] for op in composition.pipeline]
     repeated = next((n for n in names if names.count(n) > 1), None)
@@ -222,7 +244,7 @@ def _substitute(value: object, params: dict, path: tuple, source: _Source) -> ob
 
 
 def _operators(job: dict, source: _Source, path: tuple,
-               sites: dict[str, bool] | None) -> list[tuple[OperatorSpec, dict]]:
+               sites: dict[str, bool] | None) -> list[tuple[OperatorSpec, dict, tuple]]:
     """A job's operators, validated where they were written: its own fields for a job of one
     operator, else each of `operators` named JOB-NAME and placed where the job is unless
     it says otherwise."""
@@ -261,7 +283,7 @@ def _operators(job: dict, source: _Source, path: tuple,
                 here = path  # inherited from the job
             raise source.fail((*here, *at), error.value, error.expected) from None
         _check_sites(spec.on, (*(here if "on" in own else path), "on"), source, sites)
-        result.append((spec, op))
+        result.append((spec, op, here))
     return result
 
 

@@ -157,3 +157,15 @@ def test_an_include_resolves_against_the_including_files_folder(tmp_path) -> Non
     shutil.copy(EXPERIMENTS / "speck-jobs.yaml", tmp_path / "speck-jobs.yaml")
     experiment, jobs = load_composed(tmp_path / "speck-jobs.yaml")
     assert len(jobs) == 10 and len(experiment.spec.pipeline) == 11
+
+
+def test_the_experiments_checks_of_the_pipeline_are_placed_at_the_job(tmp_path) -> None:
+    # A stream nobody writes is found by the experiment's checks, on the expanded pipeline.
+    error = _refused(tmp_path, [{"include": "inc/edge.yaml", "with": {"site": "north"}},
+                                {"name": "g", "on": "cloud-1", "operators": [
+                                    {"name": "x", "reads": ["clean-north", "clean-west"]}]}],
+                     EDGE_FILE)
+    assert error.path == ("jobs", 1, "operators", 0, "reads", 1)
+    assert error.value == "clean-west" and error.file.endswith("exp.yaml")
+    lines = (tmp_path / "exp.yaml").read_text().splitlines()
+    assert lines[error.line - 1].strip() == "- clean-west"
