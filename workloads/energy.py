@@ -15,7 +15,8 @@ price list (workloads/prices.yaml, or a file the experiment names) charges cloud
 by hardware profile, every other node its energy per kWh, and each site the bytes leaving it.
 
 Every default figure below names its source. The model (sim.features.energy) and the
-emulation feed the same functions: `watts`, `link_kind`, `energy_per_bit`, `cost`.
+emulation feed the same functions: `hardware_share`, `watts`, `link_kind`,
+`energy_per_bit`, `cost`.
 """
 
 from __future__ import annotations
@@ -223,6 +224,15 @@ def resolve_power(spec: EnergySpec, profile_name: str) -> Power | None:
     if idle is None or high is None:
         return None
     return Power(idle, high, written.model)
+
+
+def hardware_share(limit_cores: float, speed: float, profile) -> float:
+    """What a share of a CPU of `limit_cores` cores of `speed` (reference vCPUs per core)
+    is as a share of the node's own hardware (its profile's cores at its speed): the factor
+    that turns a container's (or a calibrated model's) CPU share into the utilisation the
+    power model takes. 1 for a model of the hardware itself; for a gateway under QEMU, its
+    container limit's host cores at the calibrated speed over the Pi's cores at the Pi's."""
+    return (limit_cores * speed) / (profile.cores * profile.speed)
 
 
 def link_kind(topology, a: str, b: str) -> str:

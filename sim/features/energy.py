@@ -3,7 +3,8 @@ utilisation and bytes the model records anyway, and devices' batteries.
 
 - Nodes with a CPU: each sample interval of the `nodes` table (sim.sampler) at utilisation u
   costs interval * P(u) (workloads.energy.Power); a crashed node draws its idle power (the
-  hardware stays on).
+  hardware stays on). u is the hardware's own: a calibrated model's CPU share is of the
+  emulation's container limit, turned into the node's by workloads.energy.hardware_share.
 - Infrastructure links: each interval's bytes of the `links` table times the link's energy
   per bit (workloads.energy.energy_per_bit), a row per direction.
 - Devices and their radio links (thousands of them: as the links table, no row per
@@ -39,6 +40,7 @@ from workloads.energy import (
     battery_of,
     cost,
     energy_per_bit,
+    hardware_share,
     load_prices,
     radio_energy,
     resolve_power,
@@ -90,6 +92,12 @@ class Energy(Feature):
             power = resolve_power(spec, node.profile_name)
             if power is not None:
                 self.power[name] = power
+        # The nodes table's CPU share is of the model's CPU (with a calibration: of the
+        # emulation's container limit at the calibrated speed); the power model takes the
+        # hardware's own (taken before any fault slows a CPU).
+        self.factor = {name: hardware_share(cpu.capacity, cpu.speed,
+                                            topology.nodes[name].profile)
+                       for name, cpu in model.cpus.items()}
         self.batteries: dict[str, _Battery] = {}
         need: dict[str, float] = {}
         for source in model.sources:
@@ -198,11 +206,13 @@ class Energy(Feature):
 
     def _cpu_rows(self, nodes: dict, interval: float, rows: dict, node_j: dict) -> None:
         kinds = self.model.topology.nodes
-        for t, name, u in zip(nodes["t"], nodes["node"], nodes["cpu"], strict=True):
+        factor = self.factor
+        for t, name, share in zip(nodes["t"], nodes["node"], nodes["cpu"], strict=True):
             power = self.power.get(name)
             if power is None:
                 continue
-            joules = interval * power.watts(float(u))
+            u = min(1.0, float(share) * factor[name])
+            joules = interval * power.watts(u)
             node_j[name] = node_j.get(name, 0.0) + joules
             self._row(rows, t - interval, t, name, None, kinds[name].kind, float(u), 0, joules)
 

@@ -236,3 +236,20 @@ def test_emu_refuses_energy_before_anything_starts() -> None:
     with pytest.raises(SpecError) as caught:
         point(text() + "\n", overrides=["run.backend=emu"])
     assert "scenario.energy" in str(caught.value)
+
+
+def test_a_calibrated_model_counts_the_hardware_not_the_containers_share() -> None:
+    # Calibrated, the gateway's CPU is one core at the QEMU speed measured (0.068), its share
+    # of the container's limit (2 host cores): the power model takes the Pi's own utilisation,
+    # the work in reference seconds over the Pi's 4 cores at 0.45 each.
+    yaml = text().replace("drain: 2s}", "drain: 2s, calibration: reference}")
+    model, tables, facts = run(yaml)
+    cpu = model.cpus["gw"]
+    assert cpu.speed < 0.1 and cpu.capacity == 2
+    pi_core_s = cpu.work * cpu.speed / 0.45
+    dynamic = facts["energy"]["by_node"]["gw"] - PI4B[0] * 10
+    assert dynamic == pytest.approx((PI4B[1] - PI4B[0]) * pi_core_s / 4, rel=1e-9)
+    shares = tables["nodes"]["cpu"][tables["nodes"]["node"] == "gw"]
+    energy = tables["energy"]
+    assert np.sum(energy["utilisation"][energy["node"] == "gw"]) == pytest.approx(
+        np.sum(shares) * 2 * cpu.speed / (4 * 0.45), rel=1e-9)
