@@ -37,17 +37,14 @@ import numpy as np
 from sim.features.base import Feature
 from workloads.energy import (
     EnergySpec,
+    Ledger,
     battery_of,
-    cost,
-    energy_per_bit,
     hardware_share,
     load_prices,
     radio_energy,
-    resolve_power,
 )
 from workloads.faults import columns as fault_columns
 
-COLUMNS = ("t_start", "t_end", "node", "link", "kind", "utilisation", "bytes", "joules")
 FAULT_COLUMNS = ("kind", "target", "t_start", "t_end", "params")
 
 
@@ -85,13 +82,8 @@ class Energy(Feature):
         topology = model.topology
         self.duration = model.settings.duration
         self.prices = load_prices(spec.prices)
-        self.power = {}
-        for name, node in topology.nodes.items():
-            if node.kind == "switch" and node.profile_name not in spec.power:
-                continue
-            power = resolve_power(spec, node.profile_name)
-            if power is not None:
-                self.power[name] = power
+        self.ledger = Ledger(spec, topology, self.duration)
+        self.power = self.ledger.power
         # The nodes table's CPU share is of the model's CPU (with a calibration: of the
         # emulation's container limit at the calibrated speed); the power model takes the
         # hardware's own (taken before any fault slows a CPU).
@@ -186,54 +178,16 @@ class Energy(Feature):
     # -- the table ------------------------------------------------------------------------
 
     def finish(self, tables: dict, facts: dict) -> None:
-        model, topology = self.model, self.model.topology
-        rows: dict[str, list] = {name: [] for name in COLUMNS}
-        interval = model.settings.sample
-        node_j: dict[str, float] = {}
-        self._cpu_rows(tables["nodes"], interval, rows, node_j)
-        link_j: dict[str, float] = {}
-        egress: dict[str, int] = {}
-        self._link_rows(tables["links"], rows, link_j, egress)
-        self._device_rows(interval, rows, node_j, link_j, egress)
-        tables["energy"] = {
-            name: np.array(values, dtype=float if name in ("t_start", "t_end", "utilisation",
-                                                             "joules") else
-                           (np.int64 if name == "bytes" else object))
-            for name, values in rows.items()}
-        if self.deaths:
-            self._record_deaths(tables)
-        facts["energy"] = self._facts(node_j, link_j, egress, topology)
-
-    def _cpu_rows(self, nodes: dict, interval: float, rows: dict, node_j: dict) -> None:
-        kinds = self.model.topology.nodes
-        factor = self.factor
-        for t, name, share in zip(nodes["t"], nodes["node"], nodes["cpu"], strict=True):
-            power = self.power.get(name)
-            if power is None:
-                continue
-            u = min(1.0, float(share) * factor[name])
-            joules = interval * power.watts(u)
-            node_j[name] = node_j.get(name, 0.0) + joules
-            self._row(rows, t - interval, t, name, None, kinds[name].kind, float(u), 0, joules)
-
-    def _link_rows(self, links: dict, rows: dict, link_j: dict, egress: dict) -> None:
-        topology = self.model.topology
-        per_bit: dict[tuple[str, str], tuple[str, float]] = {}
-        interval = self.model.settings.sample
-        for t, name, src, dst, count in zip(links["t"], links["link"], links["src"],
-                                            links["dst"], links["bytes"], strict=True):
-            key = (src, dst)
-            if key not in per_bit:
-                per_bit[key] = energy_per_bit(self.spec.links, topology, src, dst)
-            kind, e = per_bit[key]
-            joules = int(count) * 8 * e
-            link_j[name] = link_j.get(name, 0.0) + joules
-            self._leaving(egress, src, dst, int(count))
-            self._row(rows, t - interval, t, None, name, kind, math.nan, int(count), joules)
-
-    def _device_rows(self, interval: float, rows: dict, node_j: dict, link_j: dict,
-                     egress: dict) -> None:
         model, topology, spec = self.model, self.model.topology, self.spec
+        ledger = self.ledger
+        interval = model.settings.sample
+        nodes, factor = tables["nodes"], self.factor
+        for t, name, share in zip(nodes["t"], nodes["node"], nodes["cpu"], strict=True):
+            ledger.cpu(float(t), interval, name, float(share) * factor[name])
+        links = tables["links"]
+        for t, src, dst, count in zip(links["t"], links["src"], links["dst"], links["bytes"],
+                                      strict=True):
+            ledger.link(float(t) - interval, float(t), src, dst, int(count))
         radio: dict[str, float] = {}
         sent: dict[str, int] = {}
         for source in model.sources:
@@ -242,59 +196,36 @@ class Energy(Feature):
             radio[device] = radio.get(device, 0.0) + source.emitted * radio_energy(spec.radio,
                                                                                   size)
             sent[device] = sent.get(device, 0) + source.emitted * size
-        end = self.duration
         for node in topology.of_kind("device"):
-            name = node.name
-            power = self.power.get(name)
-            if power is None:
-                continue
-            battery = self.batteries.get(name)
+            battery = self.batteries.get(node.name)
             if battery is None:
-                joules = power.idle * end + radio.get(name, 0.0)
-                node_j[name] = joules
-                self._row(rows, 0.0, end, name, None, "device", math.nan, sent.get(name, 0),
-                          joules)
-                continue
-            count = max(1, math.ceil(end / interval - 1e-9))
-            starts = np.arange(count) * interval
-            ends = np.minimum(starts + interval, end)
-            times = np.frombuffer(battery.times, dtype=np.float64)
-            which = np.minimum((times // interval).astype(np.int64), count - 1)
-            drawn = np.bincount(which, np.frombuffer(battery.drawn, dtype=np.float64), count)
-            sizes = np.bincount(which, np.frombuffer(battery.sizes, dtype=np.int64), count)
-            alive = np.clip(np.minimum(ends, battery.death) - starts, 0.0, None)
-            joules = battery.idle * alive + drawn
-            total = float(joules.sum())
-            for column, values in (("t_start", starts.tolist()), ("t_end", ends.tolist()),
-                                   ("node", [name] * count), ("link", [None] * count),
-                                   ("kind", ["device"] * count),
-                                   ("utilisation", [math.nan] * count),
-                                   ("bytes", sizes.astype(np.int64).tolist()),
-                                   ("joules", joules.tolist())):
-                rows[column].extend(values)
-            node_j[name] = total
+                ledger.device(node.name, sent.get(node.name, 0), radio.get(node.name, 0.0))
+            else:
+                self._battery_rows(battery, interval)
         # The radio links, one row each for the run (their bytes as the channels counted).
         for (src, dst), channel in model.network.channels.items():
-            if topology.nodes[src].kind != "device" and topology.nodes[dst].kind != "device":
-                continue
-            kind, e = energy_per_bit(spec.links, topology, src, dst)
-            joules = channel.bytes * 8 * e
-            name = f"{src}>{dst}"
-            link_j[name] = joules
-            self._leaving(egress, src, dst, channel.bytes)
-            self._row(rows, 0.0, end, None, name, kind, math.nan, channel.bytes, joules)
+            if topology.nodes[src].kind == "device" or topology.nodes[dst].kind == "device":
+                ledger.link(0.0, self.duration, src, dst, channel.bytes)
+        tables["energy"] = ledger.table()
+        if self.deaths:
+            self._record_deaths(tables)
+        facts["energy"] = ledger.facts(self._delivered(), dict(self.deaths), self.prices)
 
-    def _leaving(self, egress: dict, src: str, dst: str, count: int) -> None:
-        nodes = self.model.topology.nodes
-        site = nodes[src].site
-        if site is not None and nodes[dst].site != site and count:
-            egress[site] = egress.get(site, 0) + count
-
-    @staticmethod
-    def _row(rows, t0, t1, node, link, kind, utilisation, count, joules) -> None:
-        for name, value in zip(COLUMNS, (t0, t1, node, link, kind, utilisation, count, joules),
-                               strict=True):
-            rows[name].append(value)
+    def _battery_rows(self, battery: _Battery, interval: float) -> None:
+        """A battery device's rows, interval by interval: its idle power while alive and
+        the radio energy of the readings it sent in each."""
+        end = self.duration
+        count = max(1, math.ceil(end / interval - 1e-9))
+        starts = np.arange(count) * interval
+        ends = np.minimum(starts + interval, end)
+        times = np.frombuffer(battery.times, dtype=np.float64)
+        which = np.minimum((times // interval).astype(np.int64), count - 1)
+        drawn = np.bincount(which, np.frombuffer(battery.drawn, dtype=np.float64), count)
+        sizes = np.bincount(which, np.frombuffer(battery.sizes, dtype=np.int64), count)
+        alive = np.clip(np.minimum(ends, battery.death) - starts, 0.0, None)
+        self.ledger.device_intervals(battery.device, starts.tolist(), ends.tolist(),
+                                     sizes.astype(np.int64).tolist(),
+                                     (battery.idle * alive + drawn).tolist())
 
     def _record_deaths(self, tables: dict) -> None:
         """A `battery` row per dead device in the faults table, after the faults scheduled
@@ -308,30 +239,6 @@ class Energy(Feature):
                                    strict=True):
                 merged[name].append(value)
         tables["faults"] = merged
-
-    def _facts(self, node_j: dict, link_j: dict, egress: dict, topology) -> dict:
-        nodes_total, links_total = sum(node_j.values()), sum(link_j.values())
-        by_kind: dict[str, float] = {}
-        by_site: dict[str, float] = {}
-        for name, joules in node_j.items():
-            node = topology.nodes[name]
-            by_kind[node.kind] = by_kind.get(node.kind, 0.0) + joules
-            site = node.site or "(none)"
-            by_site[site] = by_site.get(site, 0.0) + joules
-        for name, joules in link_j.items():
-            src, dst = name.split(">", 1)
-            kind = energy_per_bit(self.spec.links, topology, src, dst)[0]
-            by_kind[kind] = by_kind.get(kind, 0.0) + joules
-            site = topology.nodes[src].site or "(none)"
-            by_site[site] = by_site.get(site, 0.0) + joules
-        delivered = self._delivered()
-        total = nodes_total + links_total
-        return {"total_j": total, "nodes_j": nodes_total, "links_j": links_total,
-                "delivered": delivered,
-                "per_delivered_j": total / delivered if delivered else None,
-                "by_kind": by_kind, "by_site": by_site, "by_node": node_j,
-                "battery_deaths": {device: t for device, t in self.deaths},
-                "cost": cost(self.prices, topology, self.duration, node_j, egress)}
 
     def _delivered(self) -> int:
         """Readings delivered by the run's end (the messages table's `delivered`): this
