@@ -122,7 +122,7 @@ RABBITMQ = ImageSpec(
     # Debian's wrapper) at that one cookie.
     packages=("rabbitmq-server",),
     files=(("rabbitmq/rabbitmq.conf", "/etc/foglab/rabbitmq/rabbitmq.conf"),
-           ("rabbitmq/enabled_plugins", "/etc/foglab/rabbitmq/enabled_plugins"),
+           ("rabbitmq/enabled_plugins.conf", "/etc/foglab/rabbitmq/enabled_plugins"),
            ("rabbitmq/rabbitmq-env.conf", "/etc/rabbitmq/rabbitmq-env.conf")),
     env=("HOME=/var/lib/rabbitmq",),
     # The server itself, not /usr/sbin's wrapper, which writes its output to log files: this
