@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
 
@@ -142,8 +142,25 @@ class ExperimentSpec(BaseModel):
         description="what is written of the per-message table (messages.parquet)")
 
 
+def _pipeline_or_jobs(schema: dict) -> None:
+    """A file gives a pipeline or jobs (expanded into the pipeline before validation)."""
+    schema["required"] = [key for key in schema.get("required", []) if key != "pipeline"]
+    schema["oneOf"] = [{"required": ["pipeline"]}, {"required": ["jobs"]}]
+
+
 class ExperimentFile(ExperimentSpec):
-    """The file as written: topology and workload may name a catalog entry or a file."""
+    """The file as written: topology and workload may name a catalog entry or a file, and
+    the pipeline may be written as jobs (workloads.jobs), for editors: the loader expands the
+    jobs into the pipeline before ExperimentSpec validates it."""
+
+    model_config = ConfigDict(extra="forbid", json_schema_extra=_pipeline_or_jobs)
 
     topology: str | TopologySpec  # type: ignore[assignment]
     workload: str | WorkloadSpec  # type: ignore[assignment]
+    pipeline: list[OperatorSpec] = Field(default=None, min_length=1)  # type: ignore[assignment]
+    jobs: list[dict[str, Any]] | None = Field(
+        default=None, min_length=1, description="instead of pipeline: named jobs (an "
+        "operator's fields, or operators), placed by node, kind or site (site:NAME), and "
+        "includes of files of jobs (include: FILE, with: {...}); docs/jobs.md")
+    params: dict[str, Any] | None = Field(
+        default=None, description="values for ${name} in the jobs")

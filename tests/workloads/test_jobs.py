@@ -169,3 +169,17 @@ def test_the_experiments_checks_of_the_pipeline_are_placed_at_the_job(tmp_path) 
     assert error.value == "clean-west" and error.file.endswith("exp.yaml")
     lines = (tmp_path / "exp.yaml").read_text().splitlines()
     assert lines[error.line - 1].strip() == "- clean-west"
+
+
+def test_the_file_schema_for_editors_takes_a_pipeline_or_jobs() -> None:
+    import jsonschema
+
+    from experiments.spec import ExperimentFile
+    from topologies.documents import load_text
+
+    schema = ExperimentFile.model_json_schema()
+    written = load_text((EXPERIMENTS / "speck-jobs.yaml").read_text())
+    jsonschema.validate(written, schema)
+    del written["jobs"]
+    with pytest.raises(jsonschema.ValidationError):
+        jsonschema.validate(written, schema)
