@@ -1,22 +1,31 @@
-"""Bring N gateways up on plain Docker and on a one-node Docker Swarm, in one run, on one host.
+"""Bring N gateways up on plain Docker and on Docker Swarm, in one run, on one host.
 
     python benchmarks/swarm_startup.py [--gateways 200] [--repeat 1] [--agents] [--encrypted]
+                                       [--overlay] [--nodes 3]
 
 The same plan (gw-1..N, profile rpi4, one broker, ZooKeeper; benchmarks/deploy_timing's
 topology) is brought up by emu.cluster.engine.Cluster (plain containers) and then by
 emu.swarm.engine.SwarmCluster (Swarm services on this host's dockerd as a one-node swarm, made
 for the run and left after it when it was not one before). Each is timed from `up` to every
-container running and every service answering, then brought down before the other starts.
-By default the gateways run `sleep infinity` in place of their agent: what is timed is the
-engine's own work per container, which is what Swarm changes. `--agents` runs the agents
-(the plain engine without its zygote, which a Swarm service cannot run, so both start each
-agent afresh under QEMU: much slower, and the host's CPU, not the engine, is then the limit).
+container running, every service answering and every node's link agent connected, then
+brought down before the next starts. By default the gateways run `sleep infinity` in place of
+their agent: what is timed is the engine's own work per container, which is what Swarm
+changes. `--agents` runs the agents (the plain engine without its zygote, which a Swarm
+service cannot run, so both start each agent afresh under QEMU: much slower, and the host's
+CPU, not the engine, is then the limit).
 
-`--repeat R` alternates the two R times (plain, swarm, plain, swarm, ...), so that a load other
-work puts on the host meanwhile falls on both alike; the figures are the medians. Prints, last
-(load: the host's 1-minute load average before and after):
+Two designs of the one-node swarm: its tasks on the node's bridge alone (the default on one
+node), and `--overlay` adds a run with every task on an overlay network as well (the design
+a swarm of several nodes needs; forced on one node here for the comparison). `--nodes 3`
+adds a run spread over three Docker-in-Docker nodes (emu.swarm.nodes, no site labels: Swarm
+spreads the gateways; images through a local registry, pushed and pulled before the timing).
 
-    gateways=  plain_s=  swarm_s=  ratio=  load_before=  load_after=
+`--repeat R` alternates them R times (plain, swarm, ..., plain, swarm, ...), so that a load
+other work puts on the host meanwhile falls on all alike; the figures are the medians. Prints,
+last (load: the host's 1-minute load average before and after):
+
+    gateways=  plain_s=  swarm_s=  ratio=  [swarm_overlay_s= ratio_overlay=]
+    [swarm_3_nodes_s= ratio_3_nodes=]  load_before=  load_after=
 
 ratio is swarm_s / plain_s (target: at most 1.2); with --repeat, the median of each pair's.
 Everything made is removed at the end, on a failure and on Ctrl-C or SIGTERM.
@@ -47,6 +56,7 @@ from topologies.terminal import stop_on_signals  # noqa: E402
 IDLE = ("sleep", "infinity")
 RELAY = ShaperChoice("relay", "benchmark: the relay on both engines")
 LABELS = {"foglab.test": "swarm_startup"}
+NODES = "foglab-bench-swarm"
 
 
 GWBRIDGE = "docker_gwbridge"  # Swarm makes it on its first overlay endpoint, keeps it after
@@ -79,6 +89,31 @@ def timed_up(cluster: Cluster, label: str) -> float:
         print(f"{label}: down in {time.monotonic() - down:.1f} s", file=sys.stderr, flush=True)
 
 
+def three_nodes(client, topology, command, timings: list[float]):
+    """Time the plan on three Docker-in-Docker nodes (made and removed here; their volumes,
+    with the pulled images, and the registry's store are kept for the next run)."""
+    from emu.images import CACHE_DIR, GATEWAY, SERVICES, ensure_image
+    from emu.swarm.nodes import SwarmNodes, remove
+    from emu.swarm.registry import LocalRegistry
+    from emu.swarm.target import SwarmTarget, use_target
+
+    remove(NODES, host=client)
+    with (SwarmNodes(3, name=NODES, keep_volumes=True, host=client) as nodes,
+          LocalRegistry(nodes.gateway, storage=CACHE_DIR / "test-registry",
+                        host=client) as registry):
+        target = SwarmTarget({n.name: n.engine_url for n in nodes.nodes}, nodes.nodes[0].name,
+                             nodes.gateway, registry.push)
+        for spec in (GATEWAY, SERVICES):  # pulled by every node once, before the timing
+            ref = registry.push(ensure_image(spec, client=client).tag)
+            for node in nodes.nodes:
+                node.client.images.pull(ref)
+        with use_target(target):
+            run = secrets.token_hex(3)
+            swarm = SwarmCluster(plan_cluster(topology, f"ss3-{run}", labels=LABELS),
+                                 agent_command=command)
+            timings.append(timed_up(swarm, "swarm, 3 nodes"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--gateways", type=int, default=200)
@@ -86,6 +121,10 @@ def main() -> None:
     parser.add_argument("--agents", action="store_true",
                         help="run the agents (no zygote on either engine), not `sleep infinity`")
     parser.add_argument("--encrypted", action="store_true", help="an encrypted overlay network")
+    parser.add_argument("--overlay", action="store_true",
+                        help="also time the one-node swarm with its tasks on an overlay")
+    parser.add_argument("--nodes", type=int, choices=(1, 3), default=1,
+                        help="3: also time the plan over three Docker-in-Docker nodes")
     options = parser.parse_args()
     if options.gateways < 1:
         parser.error(f"--gateways {options.gateways}: at least 1")
@@ -101,6 +140,8 @@ def main() -> None:
     bridge = bool(client.api.networks(names=[GWBRIDGE]))
     plain_s: list[float] = []
     swarm_s: list[float] = []
+    overlay_s: list[float] = []
+    nodes_s: list[float] = []
     with stop_on_signals():
         try:
             made_swarm = one_node_swarm(client)
@@ -110,17 +151,29 @@ def main() -> None:
                                 agent_command=command, shaper=RELAY, zygote=False)
                 plain_s.append(timed_up(plain, "plain docker"))
                 swarm = SwarmCluster(plan_cluster(topology, f"sss-{run}", labels=LABELS),
-                                     client, agent_command=command, encrypted=options.encrypted)
+                                     client, agent_command=command)
                 swarm_s.append(timed_up(swarm, "swarm"))
+                if options.overlay or options.encrypted:
+                    swarm = SwarmCluster(plan_cluster(topology, f"sso-{run}", labels=LABELS),
+                                         client, agent_command=command, overlay=True,
+                                         encrypted=options.encrypted)
+                    overlay_s.append(timed_up(swarm, "swarm, overlay"))
+                if options.nodes == 3:
+                    three_nodes(client, topology, command, nodes_s)
         finally:
             if made_swarm:
                 subprocess.run(["docker", "swarm", "leave", "--force"], capture_output=True)
                 if not bridge:
                     subprocess.run(["docker", "network", "rm", GWBRIDGE], capture_output=True)
-    ratios = [s / p for s, p in zip(swarm_s, plain_s, strict=True)]
-    print(f"gateways={options.gateways} plain_s={statistics.median(plain_s):.1f} "
-          f"swarm_s={statistics.median(swarm_s):.1f} ratio={statistics.median(ratios):.2f} "
-          f"load_before={load_before:.2f} load_after={os.getloadavg()[0]:.2f}")
+    figures = [f"gateways={options.gateways}", f"plain_s={statistics.median(plain_s):.1f}"]
+    for name, suffix, timings in (("swarm", "", swarm_s), ("swarm_overlay", "_overlay", overlay_s),
+                                  ("swarm_3_nodes", "_3_nodes", nodes_s)):
+        if timings:
+            ratios = [s / p for s, p in zip(timings, plain_s, strict=True)]
+            figures += [f"{name}_s={statistics.median(timings):.1f}",
+                        f"ratio{suffix}={statistics.median(ratios):.2f}"]
+    print(" ".join(figures), f"load_before={load_before:.2f}",
+          f"load_after={os.getloadavg()[0]:.2f}")
 
 
 if __name__ == "__main__":

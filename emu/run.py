@@ -231,6 +231,9 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
     if stalls := cluster.links.stalls(relayed):  # the drain's included, as on the model
         facts["retransmissions"] = stalls
     facts.update(cluster.links.facts())
+    if departed := cluster.departed():  # a swarm's nodes that left: their nodes failed
+        facts["hosts_left"] = {host: round(clock.emulated(when) - run.epoch, 2)
+                               for host, when in sorted(departed.items())}
     facts.update(request.facts, controller_reconnects=reconnects, dilation=clock.dilation,
                  host_cpu=host_cpu, fidelity=assess(tables["nodes"], request.timing.sample,
                                                     fidelity, host_cpu=host_cpu))

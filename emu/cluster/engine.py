@@ -490,6 +490,11 @@ class Cluster:
         """Each container: node, kind, id, state, IP on its own network, image."""
         return inventory.node_status(self.client, self.name)
 
+    def departed(self) -> dict[str, float]:
+        """Hosts of the cluster that left mid-run -> when (time.time()): none on one host
+        (a swarm's nodes may: emu.swarm.engine)."""
+        return {}
+
     def address(self, client: str, service: str) -> str:
         """Where `client` reaches `service`: a relay on the host, or the service directly."""
         return self.addresses[(client, service)]

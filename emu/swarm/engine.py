@@ -59,7 +59,7 @@ from emu.links.agent import CONTROL_LINE, TOKEN_VARIABLE
 from emu.links.probe import ShaperChoice
 from emu.swarm.links import NodeLinks
 from emu.swarm.records import copy_records
-from emu.swarm.routing import RoutedClient
+from emu.swarm.routing import NodeLeft, RoutedClient
 from emu.swarm.services import (
     LOG_OPTIONS,
     SITE_LABEL,
@@ -199,7 +199,8 @@ class SwarmCluster(Cluster):
                  progress: Progress | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
                  seed: int | None = None, zygote: bool = False,
                  image_ref: Callable[[str], str] | None = None, encrypted: bool = False,
-                 subnet: str | None = None, target: SwarmTarget | None = None) -> None:
+                 subnet: str | None = None, target: SwarmTarget | None = None,
+                 overlay: bool | None = None) -> None:
         self.target = (target or current_target()) if client is None else target
         if client is None and self.target is not None:
             client = routed_client(self.target, workers)
@@ -211,6 +212,7 @@ class SwarmCluster(Cluster):
         self.encrypted = encrypted
         self.subnet = subnet
         self.overlay = overlay_name(plan.cluster)
+        self.wants_overlay = overlay
         self.host_network = host_network_name(plan.cluster)
         self.node_sites: list[str] = []
         self.services: dict[str, str] = {}   # node -> service id
@@ -238,11 +240,6 @@ class SwarmCluster(Cluster):
                                f"Spark VMs' shared work folder ({shared.node} mounts "
                                f"{', '.join(shared.shared_records)}'s) is not built on a swarm; "
                                f"run it on engine docker")
-        if self.subnet is None and len(self.plan.containers) > DEFAULT_OVERLAY_CONTAINERS:
-            raise ClusterError(
-                f"cluster {self.name}: {len(self.plan.containers)} containers do not fit the "
-                f"overlay network's default /24 (at most {DEFAULT_OVERLAY_CONTAINERS}): give "
-                f"SwarmCluster a subnet, e.g. subnet='10.200.0.0/20', free on every node")
         nodes = swarm_nodes(self.client)
         self._check_nodes(nodes)
         label = {"label": [f"{inventory.CLUSTER}={self.name}"]}
@@ -251,6 +248,16 @@ class SwarmCluster(Cluster):
             raise ClusterError(f"a cluster named {self.name} exists already: "
                                f"foglab emu down --cluster {self.name}, or choose another name")
         self._nodes = len(nodes)
+        if self.wants_overlay is None:  # one node: its bridge joins every task
+            self.wants_overlay = self._nodes > 1 or self.encrypted
+        if not self.wants_overlay:
+            self.overlay = ""
+        if (self.overlay and self.subnet is None
+                and len(self.plan.containers) > DEFAULT_OVERLAY_CONTAINERS):
+            raise ClusterError(
+                f"cluster {self.name}: {len(self.plan.containers)} containers do not fit the "
+                f"overlay network's default /24 (at most {DEFAULT_OVERLAY_CONTAINERS}): give "
+                f"SwarmCluster a subnet, e.g. subnet='10.200.0.0/20', free on every node")
         self.node_sites = sorted({(n.get("Spec") or {}).get("Labels", {}).get(SITE_LABEL)
                                   for n in nodes} - {None})
         started = time.monotonic()
@@ -408,7 +415,7 @@ class SwarmCluster(Cluster):
 
         ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=self.subnet)]) if self.subnet else None
         made = [(self.overlay, "overlay", {"encrypted": ""} if self.encrypted else None, ipam),
-                (self.host_network, "bridge", None, None)]
+                (self.host_network, "bridge", None, None)][0 if self.overlay else 1:]
         for done, (name, driver, options, pool) in enumerate(made):
             with _interrupts_deferred():  # as Cluster._create_networks: the engine answers
                 self.client.api.create_network(
@@ -517,8 +524,30 @@ class SwarmCluster(Cluster):
         if self.target is None:
             return found
         api = self.client.api
-        return [replace(s, ip=self.target.address_of(node))
-                if (node := api.node_of(s.container)) else s for s in found]
+        found = [replace(s, ip=self.target.address_of(node))
+                 if (node := api.node_of(s.container)) else s for s in found]
+        return found + self._lost(found)
+
+    def _lost(self, listed: list[NodeStatus]) -> list[NodeStatus]:
+        """The tasks of nodes that left the swarm mid-run, state `lost` (their engines no
+        longer list them): a fault, as a crashed container is."""
+        left = self.departed()
+        if not left or self._made is None:
+            return []
+        seen = {s.node for s in listed}
+        lost = []
+        for node, swarm_node in self.placement.items():
+            if swarm_node in left and node not in seen and node in self._made.ids:
+                plan = self.plan.containers[node]
+                lost.append(NodeStatus(node, plan.kind, plan.role, plan.name,
+                                       self._made.ids[node], "lost",
+                                       f"swarm node {swarm_node} left", "", "", ""))
+        return lost
+
+    def departed(self) -> dict[str, float]:
+        """Swarm nodes that left mid-run (their engine stopped answering) -> when (host's
+        clock, time.time())."""
+        return dict(getattr(self.client.api, "left", {}))
 
     @property
     def records_root(self) -> Path:
@@ -547,6 +576,11 @@ class SwarmCluster(Cluster):
                 continue
             try:
                 running = api.inspect_container(container)["State"].get("Running")
+            except NodeLeft:  # its records went with its host: said in the run's facts
+                lost = self.facts.setdefault("records_lost", [])
+                if node not in lost:
+                    lost.append(node)
+                continue
             except NotFound:
                 continue
             if running and not final:

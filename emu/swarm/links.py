@@ -32,7 +32,8 @@ from emu.links.agent import shape_data
 from emu.links.relay import RelayCounters
 from emu.links.spec import LinkShape
 
-CONTROL_TIMEOUT_S = 60.0
+CONTROL_TIMEOUT_S = 60.0  # connecting, and an `add` of many links
+REQUEST_TIMEOUT_S = 10.0  # any other request: an agent that does not answer has left
 
 
 class LinkAgentError(RuntimeError):
@@ -54,8 +55,10 @@ class AgentControl:
         self._file = self._socket.makefile("rwb")
         self._call({"token": token})
 
-    def request(self, op: str, **arguments: Any) -> dict[str, Any]:
+    def request(self, op: str, timeout: float = REQUEST_TIMEOUT_S,
+                **arguments: Any) -> dict[str, Any]:
         with self._lock:
+            self._socket.settimeout(timeout)
             return self._call({"op": op, **arguments})
 
     def _call(self, message: dict[str, Any]) -> dict[str, Any]:
@@ -101,6 +104,8 @@ class NodeLinks(Links):
         self.agents: dict[str, AgentControl] = {}
         self.ports: dict[Key, int] = {}
         self.carriers: dict[str, set[str]] = {}  # "client>service" -> nodes that carried it
+        self.gone: dict[str, str] = {}  # node -> why its agent is no longer asked
+        self._counted: dict[str, dict[str, list[int]]] = {}  # node -> its agent's last counters
 
     def connect(self, controls: Mapping[str, tuple[str, int]]) -> None:
         for node, (host, port) in sorted(controls.items()):
@@ -113,11 +118,13 @@ class NodeLinks(Links):
             raise LinkAgentError("no link agent is connected")
         links, hops = self._requests(services)
         first, *others = self.agents.values()
-        ports = first.request("add", dilation=self.plan.dilation, hops=hops, links=links)["ports"]
+        ports = first.request("add", CONTROL_TIMEOUT_S, dilation=self.plan.dilation, hops=hops,
+                              links=links)["ports"]
         for link in links:
             link["listen"] = ports[link["key"]]
         for agent in others:
-            agent.request("add", dilation=self.plan.dilation, hops=hops, links=links)
+            agent.request("add", CONTROL_TIMEOUT_S, dilation=self.plan.dilation, hops=hops,
+                          links=links)
         self.ports = {link.key: ports[link_key(link.key)] for link in self.plan.links}
         return {key: f"{NODE_HOST}:{port}" for key, port in self.ports.items()}
 
@@ -145,16 +152,18 @@ class NodeLinks(Links):
     def reshape(self, client: str, service: str, shape: LinkShape) -> None:
         """Reshape the link on every node (only its client's node carries its traffic)."""
         self._check(client, service)
-        for agent in self.agents.values():
-            agent.request("reshape", key=link_key((client, service)), shape=shape_data(shape))
+        self._ask("reshape", key=link_key((client, service)), shape=shape_data(shape))
         self.shapes[(client, service)] = shape
 
     def counters(self) -> dict[Key, RelayCounters]:
-        """Each link's counters, summed over the nodes' agents."""
+        """Each link's counters, summed over the nodes' agents (a gone agent's as it last
+        counted them, so the sums never go back)."""
         total: dict[Key, list[int]] = {}
         keys = {link_key(link.key): link.key for link in self.plan.links}
-        for node, agent in self.agents.items():
-            for key, values in agent.request("counters")["counters"].items():
+        for node, answer in self._ask("counters"):
+            self._counted[node] = answer["counters"]
+        for node, counted in self._counted.items():
+            for key, values in counted.items():
                 found = total.setdefault(keys[key], [0] * len(values))
                 for i, value in enumerate(values):
                     found[i] += value
@@ -162,17 +171,34 @@ class NodeLinks(Links):
                     self.carriers.setdefault(key, set()).add(node)
         return {key: RelayCounters(*values) for key, values in total.items()}
 
-    def facts(self) -> dict[str, object]:
-        """Which node's agent carried each link ("client>service" -> nodes), as far as the
-        counters read so far saw: its client's node, or several if it moved."""
-        return {"link_carriers": {key: sorted(nodes) for key, nodes in
-                                  sorted(self.carriers.items())}}
-
     def lag(self) -> float | None:
         """The worst lateness of any node's relay loop since the last call (emulated s)."""
-        lags = [agent.request("lag")["lag"] for agent in self.agents.values()]
+        lags = [answer["lag"] for _, answer in self._ask("lag")]
         known = [lag for lag in lags if lag is not None]
         return max(known) if known else None
+
+    def _ask(self, op: str, **arguments: Any) -> list[tuple[str, dict[str, Any]]]:
+        """Each agent's answer, but those of nodes that left (an agent that does not answer
+        is gone with its node, and with it its clients: emu.swarm.routing's NodeLeft)."""
+        answers = []
+        for node, agent in self.agents.items():
+            if node in self.gone:
+                continue
+            try:
+                answers.append((node, agent.request(op, **arguments)))
+            except LinkAgentError as error:
+                self.gone[node] = str(error)
+        return answers
+
+    def facts(self) -> dict[str, object]:
+        """Which node's agent carried each link ("client>service" -> nodes), as far as the
+        counters read so far saw (its client's node, or several if it moved), and the agents
+        that stopped answering."""
+        found: dict[str, object] = {"link_carriers": {
+            key: sorted(nodes) for key, nodes in sorted(self.carriers.items())}}
+        if self.gone:
+            found["link_agents_gone"] = dict(self.gone)
+        return found
 
     def close(self) -> None:
         """Drop the control connections; the agents go with their service at `down`."""

@@ -9,13 +9,27 @@ node's engine (so inventory sees every node's containers), a call naming a conta
 the engine that listed it (or, unknown, to each engine until one knows it), an exec's follow-up
 calls to the engine that made the exec, everything else (services, configs, networks, swarm,
 nodes) to the manager.
+
+A node that leaves mid-run (its host or its engine gone) is a fault, as a crashed gateway is.
+A listing asks each node's engine with a short timeout (LIST_TIMEOUT_S: a node that vanished
+answers nothing, and a kept-alive connection would wait for the SDK's long timeout); one that
+does not answer is asked about at the manager: if the manager has it down, the node is `left`
+(when, on the host's clock), else its last listing stands (the engine is slow, not gone).
+From then on a listing skips a node that left, and a call naming one of its containers raises
+NodeLeft (a docker NotFound: the run treats that container as gone) at once. The manager is
+not routed around: a swarm whose manager leaves has no control.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
+
+from docker.errors import NotFound
+from requests.exceptions import ConnectionError as Unreachable
+from requests.exceptions import Timeout
 
 if TYPE_CHECKING:
     import docker
@@ -27,6 +41,18 @@ BY_CONTAINER = frozenset({
     "stats", "stop", "top", "unpause", "update_container", "wait", "exec_create",
 })
 BY_EXEC = frozenset({"exec_start", "exec_inspect", "exec_resize"})
+# How long a node's engine may take to list its containers before the manager is asked
+# whether the node is still in the swarm.
+LIST_TIMEOUT_S = 5.0
+
+
+class NodeLeft(NotFound):
+    """A call to the engine of a swarm node that left (or does not answer)."""
+
+    def __init__(self, node: str, detail: object = "") -> None:
+        super().__init__(f"swarm node {node} left the swarm (its engine does not answer"
+                         + (f": {detail})" if detail else ")"))
+        self.node = node
 
 
 class RoutedAPI:
@@ -38,12 +64,68 @@ class RoutedAPI:
         self._owner: dict[str, str] = {}  # container id / name -> node hostname
         self._execs: dict[str, Any] = {}
         self._lock = threading.Lock()
+        self.left: dict[str, float] = {}  # node -> since when it did not answer, once down
+        self._silent: dict[str, float] = {}  # node -> its first unanswered call since an answer
+        self._listers: dict[str, Any] = {}  # node -> an APIClient with LIST_TIMEOUT_S
+        self._listed: dict[tuple[str, str], list[dict]] = {}  # (node, arguments) -> listing
+
+    def _call(self, node: str | None, api: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+        """api.name(...), on `node`'s engine; NodeLeft if the node left."""
+        if node is not None and node in self.left:
+            raise NodeLeft(node)
+        try:
+            return getattr(api, name)(*args, **kwargs)
+        except (Unreachable, Timeout) as error:
+            if node is None or not self._down(node):
+                raise
+            raise NodeLeft(node, type(error).__name__) from None
+
+    def _down(self, node: str) -> bool:
+        """Whether the manager has the node down (or no longer lists it): then it `left`, at
+        the first call its engine did not answer since it last did."""
+        if node in self.left:
+            return True
+        with self._lock:
+            silent = self._silent.setdefault(node, time.time())
+        states = {(n.get("Description") or {}).get("Hostname"): (n.get("Status") or {}).get(
+            "State") for n in self.manager.nodes()}
+        if states.get(node) == "ready":
+            return False
+        with self._lock:
+            self.left.setdefault(node, silent)
+        return True
+
+    def _lister(self, node: str) -> Any:
+        """The node's engine with a short timeout (over plain TCP; TLS or SSH engines are asked
+        through their own client)."""
+        if node not in self._listers:
+            api = self.engines[node]
+            base = getattr(api, "base_url", "")
+            if isinstance(base, str) and base.startswith("http://"):
+                from docker import APIClient
+
+                api = APIClient(base_url=base, timeout=LIST_TIMEOUT_S)
+            self._listers[node] = api
+        return self._listers[node]
 
     def containers(self, *args: Any, **kwargs: Any) -> list[dict]:
-        """Every engine's listing, merged; remembers which engine holds each container."""
+        """Every engine's listing, merged (but a node that left's); remembers which engine
+        holds each container. An engine that does not answer within LIST_TIMEOUT_S while the
+        manager still has its node gives its last listing of the same arguments."""
         found: list[dict] = []
-        for node, api in self.engines.items():
-            listed = api.containers(*args, **kwargs)
+        arguments = repr((args, sorted(kwargs.items())))
+        for node in self.engines:
+            if node in self.left:
+                continue
+            try:
+                listed = self._lister(node).containers(*args, **kwargs)
+            except (Unreachable, Timeout):
+                if self._down(node):
+                    continue
+                listed = self._listed.get((node, arguments), [])
+            else:
+                self._silent.pop(node, None)
+            self._listed[(node, arguments)] = listed
             with self._lock:
                 for summary in listed:
                     self._owner[summary["Id"]] = node
@@ -74,8 +156,9 @@ class RoutedAPI:
         if name in BY_CONTAINER:
             def routed(container: Any, *args: Any, **kwargs: Any) -> Any:
                 ident = container.get("Id") if isinstance(container, dict) else container
-                api = self.engine_of(str(ident))
-                result = getattr(api, name)(container, *args, **kwargs)
+                node = self.node_of(str(ident))
+                api = self.engines[node] if node is not None else self.manager
+                result = self._call(node, api, name, container, *args, **kwargs)
                 if name == "exec_create":
                     with self._lock:
                         self._execs[result["Id"]] = api

@@ -116,7 +116,8 @@ def service_spec(plan: ContainerPlan, *, cluster: str, image: str, command: Sequ
         hostname=plan.node, labels=dict(labels), nano_cpus=plan.nano_cpus,
         mem_limit=plan.mem_limit,
         mounts=(f"{records}:{RECORDS_DIR}:rw",) if records is not None else (),
-        networks=((overlay, (plan.node, plan.name)), (host_network, (plan.node,))),
+        networks=((overlay, (plan.node, plan.name)), (host_network, (plan.node,))) if overlay
+        else ((host_network, (plan.node, plan.name)),),
         constraints=constraints(plan.segment, node_sites),
         configs=tuple((config_name(cluster, plan.node, path, text), path)
                       for path, text in plan.files),

@@ -6,6 +6,8 @@ experiment on plain Docker, and nothing of the cluster is left on any node."""
 from __future__ import annotations
 
 import json
+import threading
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -15,16 +17,18 @@ from emu.images import CACHE_DIR
 from emu.swarm.engine import SwarmCluster
 from emu.swarm.nodes import SwarmNodes, remove
 from emu.swarm.registry import LocalRegistry
+from emu.swarm.routing import LIST_TIMEOUT_S
 from emu.swarm.target import SwarmTarget, current_target, use_target
 from experiments.loader import parse_text
 from experiments.results import load_run
 from experiments.runner import run_experiment
-from tests.emu_swarm.test_engine import EXPERIMENT, PATH_S
+from tests.emu_swarm.test_engine import DEVICES, DURATION, EXPERIMENT, PATH_S, RATE
 from tests.engine import docker_engine
 
 NAME = "foglab-test-swarm-multi"
 SITES = ("cloud", "field", "field")
 ON_ONE_HOST = EXPERIMENT.replace("engine: swarm", "engine: docker")
+LEAVE_RUN_S, LEAVE_AFTER_S = 24.0, 14.0  # the run with a node leaving; when, after its agent
 COUNTED = ("sent", "received", "dropped", "lost", "duplicated", "unread", "in_flight")
 
 
@@ -188,3 +192,117 @@ def test_the_cli_reaches_a_multi_node_swarm_named_in_the_environment(monkeypatch
     monkeypatch.setattr(emu.swarm.engine, "routed_client", made.append)  # no engine to ask
     cli._docker()
     assert [sorted(target.engines) for target in made] == [["a", "b"]]
+
+
+class VanishingAPI(FakeAPI):
+    """A worker's engine that stops answering (`gone`), as a node whose host went away."""
+
+    def __init__(self, *ids: str) -> None:
+        super().__init__(*ids)
+        self.gone: type[Exception] | None = None
+
+    def containers(self, **kwargs) -> list[dict]:
+        if self.gone is not None:
+            raise self.gone("no answer")
+        return super().containers(**kwargs)
+
+    def kill(self, container: str, signal: str = "SIGKILL") -> None:
+        if self.gone is not None:
+            raise self.gone("no answer")
+        super().kill(container, signal)
+
+
+class ManagerAPI(FakeAPI):
+    def __init__(self, *ids: str) -> None:
+        super().__init__(*ids)
+        self.states = {"m": "ready", "w": "ready"}
+
+    def nodes(self) -> list[dict]:
+        return [{"Description": {"Hostname": n}, "Status": {"State": s}}
+                for n, s in self.states.items()]
+
+
+def test_a_node_that_stops_answering_has_left_only_when_the_manager_has_it_down() -> None:
+    from requests.exceptions import ConnectionError as Unreachable
+    from requests.exceptions import ReadTimeout
+
+    from emu.swarm.routing import NodeLeft, RoutedAPI
+
+    manager, worker = ManagerAPI("aaa1"), VanishingAPI("bbb2", "bbb3")
+    api = RoutedAPI(manager, {"m": manager, "w": worker})
+    assert len(api.containers(all=True)) == 3
+    # Slow, but still in the swarm: its last listing stands, and calls still go to it.
+    worker.gone = ReadTimeout
+    assert [c["Id"] for c in api.containers(all=True)] == ["aaa1", "bbb2", "bbb3"]
+    assert api.left == {}
+    with pytest.raises(ReadTimeout):
+        api.kill("bbb2")
+    # Gone, and the manager has it down: it left; its containers are no longer listed, and a
+    # call naming one fails at once (a NotFound, which the run takes as a container gone).
+    worker.gone = Unreachable
+    manager.states["w"] = "down"
+    assert [c["Id"] for c in api.containers(all=True)] == ["aaa1"]
+    assert set(api.left) == {"w"}
+    worker.gone = None  # not asked again, even if it answered
+    with pytest.raises(NodeLeft, match="swarm node w left the swarm"):
+        api.kill("bbb3")
+    assert ("kill", "bbb3") not in worker.calls
+    from docker.errors import NotFound
+    assert issubclass(NodeLeft, NotFound)
+
+
+@pytest.mark.emu
+def test_a_node_that_leaves_mid_run_is_a_fault_the_run_survives(
+        target: SwarmTarget, nodes: SwarmNodes, host, tmp_path) -> None:
+    """Runs last in this file: it kills a worker node (the module's nodes go after it)."""
+    victim = nodes.nodes[2]
+    text = EXPERIMENT.replace(f"duration: {DURATION}s", f"duration: {LEAVE_RUN_S}s")
+    assert text != EXPERIMENT
+    killed: list[float] = []
+
+    def leave() -> None:
+        """Kill the victim's node container (its dockerd, its tasks, its link agent) some
+        seconds after its gateway's agent started: the run is under way by then."""
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            agents = victim.client.api.containers(filters={"label": ["foglab.role=agent"]})
+            if agents:
+                time.sleep(LEAVE_AFTER_S)
+                host.api.kill(victim.name)
+                killed.append(time.time())
+                return
+            time.sleep(0.5)
+
+    thread = threading.Thread(target=leave, daemon=True)
+    thread.start()
+    try:
+        with use_target(target):
+            (outcome,) = run_experiment(parse_text(text), tmp_path, sweep_id="leave")
+    finally:
+        thread.join()
+        # The killed node's volume holds the containers it had: its next start would restore
+        # them first (minutes on a loaded host). Its pulled images go too; the others stay.
+        host.api.remove_container(victim.name, force=True)
+        host.api.remove_volume(victim.name)
+    assert killed, "the victim's gateway never started"
+    # The run went on and ended, degraded: the gateway on the node that left failed, named so.
+    assert outcome.error is None and outcome.status == "degraded", outcome.failed
+    facts = json.loads((outcome.folder / "manifest.json").read_text())["facts"]
+    on_victim = sorted(n for n, where in facts["placement"].items() if where == victim.name)
+    assert on_victim and set(outcome.failed) == set(on_victim), outcome.failed
+    assert all(f"swarm node {victim.name} left" in outcome.failed[n] for n in on_victim)
+    assert list(facts["hosts_left"]) == [victim.name]
+    # When it left: the first listing its engine did not answer, within a poll and a listing's
+    # timeout of the kill (the run's epoch is the host's clock at K = 1).
+    left_at = killed[0] - facts["epoch"]
+    assert 0 < left_at < LEAVE_RUN_S
+    assert left_at <= facts["hosts_left"][victim.name] <= left_at + LIST_TIMEOUT_S + 2
+    # The other gateway's readings all arrived; the lost node's records went with its host
+    # (a task keeps /records in its container), which the facts say.
+    assert facts["records_lost"] == on_victim
+    counts = facts["messages"]
+    assert counts["received"] == counts["sent"] > 0 and counts["lost"] == 0
+    devices = load_run(outcome.folder).table("messages").groupby("source", observed=True).size()
+    assert len(devices) == DEVICES // 2 and (devices >= RATE * LEAVE_RUN_S * 0.95).all()
+    print(f"node left: {facts['hosts_left']} (killed at {left_at:.1f} s), failed "
+          f"{outcome.failed}, {counts['received']} of {counts['sent']} readings")
