@@ -173,6 +173,10 @@ class EnergySpec(BaseModel):
     batteries: list[Battery] = Field(default_factory=list)
     prices: str | None = Field(default=None, description="a price list (YAML) replacing "
                                "workloads/prices.yaml")
+    calibration: str | None = Field(
+        default=None, description="emu: the calibration profile whose measured QEMU speed "
+        "turns an arm64 gateway container's CPU into the Pi's (default: reference); sim "
+        "takes run.calibration's")
 
 
 class Prices(BaseModel):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from emu.features.base import Feature
 from emu.features.broadcasts import Broadcasts
 from emu.features.broker_scaling import BrokerScalingFeature
+from emu.features.energy import EnergyFeature
 from emu.features.faults import Faults
 from emu.features.migrations import Migrations
 from emu.features.recovery import RecoveryFeature
@@ -19,4 +20,5 @@ FEATURES: dict[str, type[Feature]] = {
     "broker_scaling": BrokerScalingFeature,  # after replication: it adds to its table
     "broadcasts": Broadcasts,
     "migrations": Migrations,  # last: a migration due at the end is waited for after the rest
+    "energy": EnergyFeature,  # its results read only what the run measured
 }

@@ -232,9 +232,13 @@ def test_a_profile_without_power_and_a_bad_price_list_are_refused(tmp_path) -> N
             "vm_per_hour.vm.small: a price >= 0 (got -0.1)") in str(caught.value)
 
 
-def test_emu_refuses_energy_before_anything_starts() -> None:
+def test_emu_refuses_batteries_and_hybrid_energy_before_anything_starts() -> None:
+    point(text(), overrides=["run.backend=emu"])
     with pytest.raises(SpecError) as caught:
-        point(text() + "\n", overrides=["run.backend=emu"])
+        point(text(BATTERY), overrides=["run.backend=emu"])
+    assert "scenario.energy.batteries: no batteries on emu" in str(caught.value)
+    with pytest.raises(SpecError) as caught:
+        point(text(), overrides=["run.backend=hybrid"])
     assert "scenario.energy" in str(caught.value)
 
 
