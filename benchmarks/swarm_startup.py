@@ -102,7 +102,7 @@ def three_nodes(client, topology, command, timings: list[float]):
           LocalRegistry(nodes.gateway, storage=CACHE_DIR / "test-registry",
                         host=client) as registry):
         target = SwarmTarget({n.name: n.engine_url for n in nodes.nodes}, nodes.nodes[0].name,
-                             nodes.gateway, registry.push)
+                             registry.push)
         for spec in (GATEWAY, SERVICES):  # pulled by every node once, before the timing
             ref = registry.push(ensure_image(spec, client=client).tag)
             for node in nodes.nodes:

@@ -2,31 +2,32 @@
 
 The same plan as emu.cluster.engine.Cluster, applied through a swarm manager: each container
 plan a service (emu.swarm.services: replicas 1, restart none, the same image, env, limits,
-labels and records mount), one attachable overlay network for the cluster (optionally
-encrypted), plus a swarm-scoped bridge the manager's host reaches, for what the host runs
-against the cluster (the controller, readiness checks, the link relays). SwarmCluster has
+labels and records mount), on one attachable overlay network for the cluster (optionally
+encrypted) when the swarm has several nodes, plus a swarm-scoped bridge on each node, which on
+foglab's own node the host reaches (the controller, readiness checks). SwarmCluster has
 Cluster's public methods (up, down, status, address, reshape, exec, logs, records_dir, facts)
 and inherits those that work on a task's container as on a plain one.
 
 What differs from the plain engine:
 - No zygote: it forks agents from a privileged container, and a service cannot be privileged;
   each gateway starts its agent itself (the plain engine's "exec" path).
-- Links are shaped by relays in this process (as on a plain cluster without netem).
+- Links are relayed by a link agent on every node (emu.swarm.links, emu.links.agent: a global
+  service in each node's network stack), each relaying the links of the clients its node
+  runs; a client names it as emu.agent.config.NODE_HOST, its default route's gateway.
 - No CPU share juggling while containers start (a service spec has no cpu shares).
+- One node: no overlay (every task on the node's bridge: Swarm's per-task overlay work made
+  start-up slower); records are a bind mount of the host's folder. A swarm of more than one
+  node is refused without a target, naming a link.
 
-One node (no target): the relays listen on the cluster's host bridge, which only this node's
-tasks reach; records are a bind mount of the host's folder. A swarm of more than one node is
-refused without a target, naming a link.
-
-Several nodes (a SwarmTarget, emu.swarm.target: each node's engine, where the nodes reach this
-host, a registry): the relays listen on the host's address the nodes reach (task containers
-get there through their node's NAT); each broker and ZooKeeper publishes its port in host
-mode on its node, where the relays, the controller and the readiness checks reach it (a
-task's `status().ip` is its node's address); the client is a RoutedClient (a container's
-calls go to its node's engine, listings are merged); each task keeps /records in its
-container, copied out (emu.swarm.records) once it ended, when the records are read, and at
-`down` before the services go. All traffic between clients and services crosses this host:
-the first step the issue allows, not relays per node.
+Several nodes (a SwarmTarget, emu.swarm.target: each node's engine, a registry): each broker
+and ZooKeeper publishes its port in host mode on its node, where the link agents, the
+controller and the readiness checks reach it (a task's `status().ip` is its node's address);
+the client is a RoutedClient (a container's calls go to its node's engine, listings are
+merged); each task keeps /records in its container, copied out (emu.swarm.records) once it
+ended, when the records are read, and at `down` before the services go. A node that leaves
+mid-run (emu.swarm.routing: its engine silent, the manager has it down) is a fault: its
+tasks are `lost` in `status()` (the run fails their nodes, naming the node), its records
+are lost with it (`facts["records_lost"]`), and the run's facts say when (`hosts_left`).
 
 Anything that fails during `up` (a task Swarm could not start, with its error; a service
 that never answers; Ctrl-C) removes everything made so far, by the cluster's label.
@@ -307,7 +308,7 @@ class SwarmCluster(Cluster):
                     f"cluster {self.name}: link {link.client} -> {link.service} cannot be "
                     f"shaped on a swarm of {len(nodes)} nodes without a target: foglab must "
                     f"know each node's engine, where the nodes reach this host and a registry "
-                    f"(FOGLAB_SWARM_ENGINES, FOGLAB_SWARM_HOST, FOGLAB_SWARM_REGISTRY: "
+                    f"(FOGLAB_SWARM_ENGINES, FOGLAB_SWARM_REGISTRY: "
                     f"docs/swarm.md)")
             return
         for node in nodes:

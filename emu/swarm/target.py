@@ -1,17 +1,17 @@
 """Which swarm of several nodes `run.engine: swarm` runs on, and how foglab reaches each node.
 
 A swarm of one node is this host's own engine: nothing to say. On several nodes foglab needs
-three facts the swarm cannot give it:
+two facts the swarm cannot give it:
 - each node's engine (hostname as the swarm lists it -> engine URL): a task's container is
   inspected, signalled, exec'd and its records copied out through its own node's engine;
-- the host's address as the nodes reach it: the link relays listen there;
 - how the nodes get foglab's images: a registry (`image_ref(tag)` -> the reference they pull).
 
 A program (the tests) sets them with `use_target(SwarmTarget(...))`; a user through the
 environment: FOGLAB_SWARM_ENGINES="node1=tcp://10.0.0.1:2375,node2=tcp://10.0.0.2:2375"
-(the first is the manager unless FOGLAB_SWARM_MANAGER names another), FOGLAB_SWARM_HOST (the
-relays' address) and FOGLAB_SWARM_REGISTRY (HOST:PORT of a registry the host pushes to and every
-node pulls from: emu.swarm.registry.ExternalRegistry).
+(the first is the manager unless FOGLAB_SWARM_MANAGER names another) and FOGLAB_SWARM_REGISTRY
+(HOST:PORT of a registry the host pushes to and every node pulls from:
+emu.swarm.registry.ExternalRegistry). The links need nothing of the host: each node's link
+agent relays its own containers' links (emu.swarm.links).
 """
 
 from __future__ import annotations
@@ -23,18 +23,16 @@ from dataclasses import dataclass, field
 
 ENGINES_ENV = "FOGLAB_SWARM_ENGINES"
 MANAGER_ENV = "FOGLAB_SWARM_MANAGER"
-HOST_ENV = "FOGLAB_SWARM_HOST"
 REGISTRY_ENV = "FOGLAB_SWARM_REGISTRY"
 
 
 @dataclass(frozen=True)
 class SwarmTarget:
     """A multi-node swarm: `engines` node hostname -> engine URL, `manager` one of them,
-    `host_address` where the nodes reach this host, `image_ref` tag -> the nodes' reference."""
+    `image_ref` tag -> the nodes' reference."""
 
     engines: Mapping[str, str]
     manager: str
-    host_address: str
     image_ref: Callable[[str], str] = field(compare=False)
 
     def __post_init__(self) -> None:
@@ -75,11 +73,10 @@ def current_target(environ: Mapping[str, str] = os.environ) -> SwarmTarget | Non
             raise ValueError(f"{ENGINES_ENV}: {item!r} is not NODE=URL "
                              f"(e.g. node1=tcp://10.0.0.1:2375)")
         engines[node] = url
-    for name in (HOST_ENV, REGISTRY_ENV):
-        if not environ.get(name):
-            raise ValueError(f"{ENGINES_ENV} is set: {name} must be too (docs/swarm.md)")
+    if not environ.get(REGISTRY_ENV):
+        raise ValueError(f"{ENGINES_ENV} is set: {REGISTRY_ENV} must be too (docs/swarm.md)")
     from emu.swarm.registry import ExternalRegistry
 
     registry = ExternalRegistry(environ[REGISTRY_ENV])
     return SwarmTarget(engines, environ.get(MANAGER_ENV) or next(iter(engines)),
-                       environ[HOST_ENV], registry.push)
+                       registry.push)

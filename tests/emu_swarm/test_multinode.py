@@ -48,7 +48,7 @@ def nodes(host) -> Iterator[SwarmNodes]:
 def target(nodes: SwarmNodes, host) -> Iterator[SwarmTarget]:
     with LocalRegistry(nodes.gateway, storage=CACHE_DIR / "test-registry", host=host) as registry:
         yield SwarmTarget({n.name: n.engine_url for n in nodes.nodes}, nodes.nodes[0].name,
-                          nodes.gateway, registry.push)
+                          registry.push)
 
 
 def _run(text: str, root):
@@ -115,7 +115,7 @@ def test_every_reading_arrives_once_across_three_nodes(across_nodes, on_one_host
 def test_a_target_from_the_environment_names_bad_input() -> None:
     assert current_target({}) is None
     environ = {"FOGLAB_SWARM_ENGINES": "a=tcp://10.0.0.1:2375,b=tcp://10.0.0.2:2375",
-               "FOGLAB_SWARM_HOST": "10.0.0.9", "FOGLAB_SWARM_REGISTRY": "reg.lab:5000"}
+               "FOGLAB_SWARM_REGISTRY": "reg.lab:5000"}
     target = current_target(environ)
     assert target is not None and target.manager == "a" and target.address_of("b") == "10.0.0.2"
     assert target.image_ref  # the registry's push
@@ -124,7 +124,7 @@ def test_a_target_from_the_environment_names_bad_input() -> None:
     with pytest.raises(ValueError, match=r"FOGLAB_SWARM_REGISTRY must be too"):
         current_target({k: v for k, v in environ.items() if k != "FOGLAB_SWARM_REGISTRY"})
     with pytest.raises(ValueError, match=r"manager 'c' is not one of"):
-        SwarmTarget({"a": "tcp://x:1"}, "c", "h", str)
+        SwarmTarget({"a": "tcp://x:1"}, "c", str)
     assert SwarmCluster.__init__.__kwdefaults__["target"] is None
 
 
@@ -184,7 +184,6 @@ def test_the_cli_reaches_a_multi_node_swarm_named_in_the_environment(monkeypatch
     assert refused.exit_code == 2
     assert "FOGLAB_SWARM_ENGINES: 'b' is not NODE=URL" in refused.output
     monkeypatch.setenv("FOGLAB_SWARM_ENGINES", "a=tcp://10.0.0.1:2375,b=tcp://10.0.0.2:2375")
-    monkeypatch.setenv("FOGLAB_SWARM_HOST", "10.0.0.9")
     monkeypatch.setenv("FOGLAB_SWARM_REGISTRY", "reg.lab:5000")
     import emu.swarm.engine
 
