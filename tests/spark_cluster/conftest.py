@@ -3,10 +3,7 @@ real Mosquitto on loopback, and the job run as a process on the cluster."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import os
-import shutil
 import subprocess
 import sys
 import time
@@ -15,21 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
+from tests.spark_requirements import missing
+from workloads.spark.local_broker import LocalMosquitto
 
-
-def _missing() -> str | None:
-    if find_mosquitto() is None:
-        return "mosquitto is not installed (Debian package 'mosquitto')"
-    if not (shutil.which("java") or os.environ.get("JAVA_HOME")):
-        return "java is not installed (Debian package 'openjdk-17-jre-headless')"
-    for module in ("pyspark", "paho", "pyarrow"):
-        if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (pip install -e '.[spark]')"
-    return None
-
-
-if (_reason := _missing()) is not None:
+if (_reason := missing()) is not None:
     pytest.skip(_reason, allow_module_level=True)
 
 from workloads.spark.standalone import (  # noqa: E402
