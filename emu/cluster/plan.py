@@ -328,21 +328,24 @@ def broker_kind(node: Node | None) -> str:
     return node.broker.kind if node is not None and node.broker is not None else "mosquitto"
 
 
-def check_broker_kinds(topology: Topology, *, dilation: float = 1.0, closed: bool = False,
-                       engine: str = "docker", spares: Collection[str] = ()) -> None:
+def check_broker_kinds(topology: Topology, *, dilation: float | str = 1.0,
+                       closed: bool = False, engine: str = "docker",
+                       spares: Collection[str] = ()) -> None:
     """Refuse, naming the broker's `kind`, a RabbitMQ broker where the emulation only knows
     Mosquitto's ways: a time dilation (its timers are not scaled: heartbeats, the session
     queues' expiry), a closed run (access's password file and ACL are Mosquitto's), a swarm
     (not tried), a spare (the host reads a spare's $SYS counters, which are Mosquitto's); and
-    one whose profile has less memory than the Erlang node needs. `experiments.checks` calls
-    this with the run's settings before anything starts; plan_cluster with those it knows."""
+    one whose profile has less memory than the Erlang node needs. `dilation` as written
+    (`auto` and `real-speed` may choose K > 1: refused too). `experiments.checks` calls this
+    with the run's settings before anything starts; plan_cluster with those it knows."""
     for node in topology.of_kind("broker"):
         if broker_kind(node) != "rabbitmq":
             continue
         path = ("nodes", node.name, "broker", "kind")
         why = None
         if dilation != 1:
-            why = (f"run.dilation is {dilation:g}: RabbitMQ's timers are not scaled with it, "
+            shown = dilation if isinstance(dilation, str) else f"{dilation:g}"
+            why = (f"run.dilation is {shown}: RabbitMQ's timers are not scaled with it, "
                    "run it at dilation 1")
         elif closed:
             why = ("run.access is closed: the closed cluster's logins and ACL are Mosquitto's "

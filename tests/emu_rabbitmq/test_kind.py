@@ -84,6 +84,7 @@ def test_a_rabbitmq_broker_runs_the_rabbitmq_image_with_its_memory() -> None:
 
 @pytest.mark.parametrize(("settings", "says"), [
     ({"dilation": 2.0}, "run.dilation is 2"),
+    ({"dilation": "auto"}, "run.dilation is auto"),
     ({"closed": True}, "run.access is closed"),
     ({"engine": "swarm"}, "run.engine is swarm"),
     ({"spares": {"b": "m"}}, "scenario.broker_scaling"),
@@ -117,3 +118,31 @@ def test_a_profile_too_small_for_the_erlang_node_is_refused() -> None:
         plan_cluster(small, "c", host_cpus=2)
     assert "tiny has 128 MiB" in str(caught.value)
     assert f"{RABBITMQ_MIN_MEMORY // MiB} MiB" in str(caught.value)
+
+
+def test_the_experiment_is_refused_before_it_runs() -> None:
+    """`foglab validate` and `foglab run` refuse it (experiments.checks), naming the broker's
+    kind, with the run's own settings: the engine and a spare too, which no plan sees."""
+    from experiments.loader import parse_text
+
+    text = """
+name: rabbit
+topology:
+  name: rabbit
+  nodes:
+    - {name: s, kind: device}
+    - {name: gw, kind: gateway, profile: vm.small}
+    - {name: b, kind: broker, profile: vm.small, broker: {kind: rabbitmq}}
+  links: [{from: s, to: gw}, {from: gw, to: b}]
+workload: {name: w, streams: [{name: city, sources: s, rate: 1/s}]}
+pipeline: [{name: sink, task: passthrough, on: gw, reads: city}]
+run: {backend: emu, duration: 5s}
+"""
+    parse_text(text)  # at dilation 1, open, on docker: accepted
+    for setting, says in (("dilation: 2", "run.dilation is 2"),
+                          ("engine: swarm", "run.engine is swarm"),
+                          ("access: closed", "run.access is closed")):
+        with pytest.raises(SpecError) as caught:
+            parse_text(text.replace("duration: 5s", f"duration: 5s, {setting}"))
+        assert caught.value.path[-4:] == ("nodes", "b", "broker", "kind")
+        assert says in str(caught.value)
