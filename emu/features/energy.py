@@ -10,7 +10,8 @@ the run measures anyway, once its records are read.
   At a time dilation K the share is of K host seconds per emulated second, which the limit
   stands for, so the same formula holds. The calibration is `scenario.energy.calibration`,
   else the shipped `reference` profile.
-- Links: the `links` table's bytes per interval; a link relay counts both directions
+- Links: the `links` table's bytes per interval (the topology's links: not those to the
+  ZooKeeper servers the cluster adds, testbed machinery); a link relay counts both directions
   together, so a link's bytes are charged (energy per bit, egress) as sent from its first
   end (the model counts each direction apart).
 - Devices (the gateways' agents emulate them): their idle power for the run and their radio's
@@ -80,10 +81,11 @@ class EnergyFeature(Feature):
                                               host_speed(topology, name, calibration),
                                               topology.nodes[name].profile)
             ledger.cpu(float(t), interval, name, float(share) * factor[name])
-        links = tables["links"]
+        links, named = tables["links"], topology.nodes
         for t, src, dst, count in zip(links["t"], links["src"], links["dst"], links["bytes"],
                                       strict=True):
-            ledger.link(float(t) - interval, float(t), src, dst, int(count))
+            if src in named and dst in named:  # not the testbed's own (ZooKeeper's)
+                ledger.link(float(t) - interval, float(t), src, dst, int(count))
         sizes: dict[str, list[int]] = {}
         for stream in run.workload.streams:
             for device in topology.select(stream.sources):

@@ -35,8 +35,8 @@ def test_an_emulated_runs_tables_become_the_energy_table() -> None:
     shares = {"gw": 0.5, "broker": 0.25, "vm": 0.1}
     tables = {"nodes": {"t": t * 3, "node": [n for n in shares for _ in t],
                         "cpu": [shares[n] for n in shares for _ in t]},
-              "links": {"t": t, "src": ["gw"] * 10, "dst": ["broker"] * 10,
-                        "bytes": [100] * 10}}
+              "links": {"t": t + [10.0], "src": ["gw"] * 10 + ["gw"],
+                        "dst": ["broker"] * 10 + ["zookeeper"], "bytes": [100] * 10 + [999]}}
     facts = {"emitted_by_device": {"dev": 10}}
     EnergyFeature(spec).results(run, tables, facts)
     speed = load("reference").calibration.gateway.speed
