@@ -271,16 +271,28 @@ class Cluster:
     def _start(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
                done: int, total: int) -> None:
         """Create and start containers in parallel; report each on this thread."""
+        def started(plan: ContainerPlan) -> None:
+            nonlocal done
+            done += 1
+            self.progress("containers", done, total, plan.node)
+
+        self._in_parallel(plans, addresses, started)
+
+    def _in_parallel(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
+                     each: Callable[[ContainerPlan], object] | None = None,
+                     name: str = "start") -> None:
+        """`self._run(plan, addresses)` for every plan on a pool of `workers` threads; `each`
+        on this thread as each ends. A failure or an interrupt cancels what has not begun."""
         if not plans:
             return
-        pool = ThreadPoolExecutor(min(self.workers, len(plans)), thread_name_prefix="start")
+        pool = ThreadPoolExecutor(min(self.workers, len(plans)), thread_name_prefix=name)
         try:
             futures: dict[Future[str | None], ContainerPlan] = {
                 pool.submit(self._run, plan, addresses): plan for plan in plans}
             for future in as_completed(futures):
                 future.result()
-                done += 1
-                self.progress("containers", done, total, futures[future].node)
+                if each is not None:
+                    each(futures[future])
         except BaseException:
             # In-flight starts finish (their containers carry the label), queued ones never run;
             # a second Ctrl-C must not cut this wait, or one could make a container after

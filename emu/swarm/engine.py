@@ -38,7 +38,6 @@ from __future__ import annotations
 import contextlib
 import time
 from collections.abc import Callable, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
@@ -452,18 +451,7 @@ class SwarmCluster(Cluster):
         """Create the services in parallel, then wait until each one's task runs."""
         if not plans:
             return
-        pool = ThreadPoolExecutor(min(self.workers, len(plans)), thread_name_prefix="service")
-        try:
-            futures: dict[Future[str | None], ContainerPlan] = {
-                pool.submit(self._run, plan, addresses): plan for plan in plans}
-            for future in as_completed(futures):
-                future.result()
-        except BaseException:
-            self._cancel.set()
-            with _interrupts_deferred():
-                pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
+        self._in_parallel(plans, addresses, name="service")
         self._wait_tasks(plans, done, total)
 
     def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
