@@ -12,7 +12,8 @@ from nbformat.v4 import new_code_cell
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 # Images each notebook shows when it runs (at least one per cell that plots, below).
 IMAGES = {"quickstart": 1, "thesis-migration": 1, "sim-vs-emu": 3, "hybrid-mobility": 3,
-          "faults": 4}
+          "faults": 4, "lesson-placement": 1, "lesson-brokers": 2, "lesson-mobility": 1,
+          "lesson-migration": 2}
 # A call that draws: pyplot, seaborn's plotting functions, or an Axes' or frame's plot.
 PLOTTING = re.compile(r"\bplt\.(?!rc)|\bsns\.(?!set_)\w+\(|\.plot\(")
 # Run after the notebook, in its kernel: what its figures say, for what the images cannot show.
@@ -23,7 +24,16 @@ PROBES = {"thesis-migration": ("print(ch5_figure.get_suptitle())",
                               "people handed over and moved: True"),
           "faults": ("print('silent with recovery, without (s):', "
                      "round(silence['with recovery']), round(silence['without recovery']))",
-                     "silent with recovery, without (s): 2 30")}
+                     "silent with recovery, without (s): 2 30"),
+          "lesson-placement": ("print('edge/cloud WAN bytes:', wan_ratio.round(2).tolist())",
+                               "edge/cloud WAN bytes: [0.2, 0.2]"),
+          "lesson-brokers": ("print('kafka-like teeth (ms):', "
+                             "[round(v) for v in table.xs('kafka-like')['max']])",
+                             "kafka-like teeth (ms): [8, 106, 409]"),
+          "lesson-mobility": ("print('a migration per handover:', len(moves) == len(handed) > 0)",
+                              "a migration per handover: True"),
+          "lesson-migration": ("print('downtime (s):', table['downtime'].round(1).tolist())",
+                               "downtime (s): [2.0, 2.0, 0.0]")}
 
 
 def execute(path: Path, cwd: Path) -> nbformat.NotebookNode:
