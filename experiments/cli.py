@@ -16,6 +16,7 @@ from rich.table import Table
 
 from emu.calibrate_cli import calibrate
 from emu.cli import topology_or_exit
+from experiments.apply_cli import apply
 from experiments.compare_cli import compare
 from experiments.emu_commands import app as emu_app
 from experiments.running import Sets, Sweeps, execute, load_or_exit
@@ -46,6 +47,7 @@ app.add_typer(bench_app, name="bench")
 app.add_typer(emu_app, name="emu")
 app.command("calibrate")(calibrate)
 app.command()(compare)
+app.command("apply")(apply)
 
 
 def _version(shown: bool) -> None:

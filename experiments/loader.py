@@ -26,6 +26,7 @@ from topologies.errors import SpecError, format_path
 from topologies.fields import WRITTEN
 from topologies.model import Topology
 from workloads.features import FEATURES
+from workloads.jobs import expand as expand_jobs
 
 REFERENCES = ("topology", "workload")
 REFERENCE_PATHS = [(key,) for key in REFERENCES]
@@ -247,6 +248,10 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
             _assign(data, path, value, f"sweep.{key}")
         except SpecError as error:
             raise sources.place(SpecError(("sweep", key), value, error.expected)) from None
+    try:  # jobs (workloads.jobs) become the pipeline they make; an include's errors are its own
+        data, composition = expand_jobs(data, Path(sources.documents[""].file).parent)
+    except SpecError as error:
+        raise (error if error.file else sources.place(error)) from None
     try:
         spec = ExperimentSpec.model_validate(data, context=WRITTEN)
     except ValidationError as exc:
@@ -254,6 +259,10 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
     try:
         topology = check(spec)
     except SpecError as error:
+        if composition is not None:  # at the job (or the include) that made the operator
+            error = composition.placed(error)
+            if error.file:
+                raise error from None
         raise sources.place(error) from None
     canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
     return RunPoint(index, values, spec, topology, hashlib.sha256(canonical.encode()).hexdigest())

@@ -232,6 +232,10 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("a cloud VM that computes statistics", "cloud VMs", {1}),
         Claim("ten simulated minutes", "duration (s)", {600}, unit=60),
     ],
+    "speck-jobs": [
+        Claim("each of the four districts", "gateways", {4}),
+        Claim("One simulated minute", "duration (s)", {60}, unit=60),
+    ],
     "iotcloud-brokers": [
         Claim("four drivers", "devices", {4}),
         Claim("on two gateways", "gateways", {2}),

@@ -125,7 +125,8 @@ def test_schema_prints_a_json_schema_of_the_experiment_file() -> None:
     assert result.exit_code == 0
     schema = json.loads(result.output)
     assert {"topology", "workload", "pipeline", "run"} <= set(schema["properties"])
-    assert set(schema["required"]) >= {"name", "topology", "workload", "pipeline", "run"}
+    assert set(schema["required"]) >= {"name", "topology", "workload", "run"}
+    assert {"required": ["pipeline"]} in schema["oneOf"]  # or jobs (docs/jobs.md)
 
 
 def test_schema_of_a_topology_file_and_to_a_file(tmp_path: Path) -> None:
