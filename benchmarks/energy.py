@@ -8,13 +8,25 @@ its best round's delivered messages per CPU second (the least disturbed by the o
 of a shared host). Prints each figure, the host's load beside them, and last
 overhead_ratio= (on over off; the target is at least 0.95) and battery_ratio= (batteries over
 off).
+
+`--emu SECONDS` adds the model against the emulation (real containers): the quickstart
+(200 sensors over four arm64 Pi gateways that range-filter, Mosquitto, a cloud VM) with a
+pass-through sink in place of Spark, for SECONDS, with scenario.energy on the model
+calibrated by the shipped `reference` profile and on the emulation; it prints
+energy_rel_err= (the gateways' energy in all, model against emulation; issue 30's target:
+within 10 %) and node_rel_err_max= (the largest of each gateway's and cloud VM's; within
+15 %), each node's joules on both, and the emulation's host pressure.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
+import sys
+import tempfile
 import time
+from pathlib import Path
 
 from experiments.backends import sim_settings
 from experiments.loader import parse_text
@@ -63,11 +75,49 @@ def measure(point) -> tuple[float, float, int, dict]:
     return wall, cpu, delivered, result.facts
 
 
+QUICKSTART = ["pipeline.1.engine=python", "pipeline.1.task=passthrough", "run.drain=5s",
+              "run.repetitions=1", "scenario.energy={}"]
+
+
+def emulated(seconds: float) -> None:
+    """The quickstart's energy on the calibrated model against the emulation."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from experiments.loader import load
+    from experiments.runner import run_experiment
+
+    sets = [*QUICKSTART, f"run.duration={seconds:g}s"]
+    facts, pressure = {}, None
+    with tempfile.TemporaryDirectory(prefix="foglab-energy-") as out:
+        for label, extra in (("sim", ["run.backend=sim", "run.calibration=reference"]),
+                             ("emu", ["run.backend=emu"])):
+            (outcome,) = run_experiment(load("quickstart", [*sets, *extra], []),
+                                        Path(out) / label)
+            if outcome.error:
+                raise SystemExit(f"the {label} run failed: {outcome.error}")
+            manifest = json.loads((Path(outcome.folder) / "manifest.json").read_text())
+            facts[label] = manifest["facts"]["energy"]
+            if label == "emu":
+                pressure = (manifest["facts"].get("fidelity") or {}).get("host_pressure")
+    sim, emu = facts["sim"]["by_node"], facts["emu"]["by_node"]
+    nodes = [n for n in emu if n.startswith(("gw-", "cloud-"))]
+    errors = {n: (sim[n] - emu[n]) / emu[n] for n in nodes}
+    gateways = [n for n in nodes if n.startswith("gw-")]
+    total_sim, total_emu = (sum(sim[n] for n in gateways), sum(emu[n] for n in gateways))
+    for node in nodes:
+        print(f"node={node} sim_j={sim[node]:.2f} emu_j={emu[node]:.2f} "
+              f"rel_err={errors[node]:+.3f}")
+    print(f"emu_host_pressure={pressure} load_1m={os.getloadavg()[0]:.2f}")
+    print(f"node_rel_err_max={max(abs(e) for e in errors.values()):.3f}")
+    print(f"energy_rel_err={(total_sim - total_emu) / total_emu:+.3f}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--devices", type=int, default=1000)
     parser.add_argument("--duration", default="10m")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--emu", type=float, default=None, metavar="SECONDS",
+                        help="also the quickstart's energy, model against emulation")
     args = parser.parse_args()
     points = {name: parse_text(EXPERIMENT.format(devices=args.devices, duration=args.duration,
                                                  scenario=scenario)).points[0]
@@ -92,6 +142,8 @@ def main() -> None:
           f"cost={energy['cost']['total']:.6f}")
     print(f"battery_ratio={best['batteries'] / best['off']:.3f}")
     print(f"overhead_ratio={best['on'] / best['off']:.3f}")
+    if args.emu:
+        emulated(args.emu)
 
 
 if __name__ == "__main__":

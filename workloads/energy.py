@@ -366,15 +366,15 @@ class Ledger:
         for column, value in zip(self.rows.values(), values, strict=True):
             column.append(value)
 
-    def cpu(self, t: float, interval: float, node: str, u: float) -> None:
-        """A node's interval ending at t at hardware utilisation u (clipped to 0..1)."""
+    def cpu(self, t0: float, t1: float, node: str, u: float) -> None:
+        """A node from t0 to t1 at hardware utilisation u (clipped to 0..1)."""
         power = self.power.get(node)
         if power is None:
             return
         u = 0.0 if u < 0.0 else (1.0 if u > 1.0 else u)
-        joules = interval * power.watts(u)
+        joules = (t1 - t0) * power.watts(u)
         self.node_j[node] = self.node_j.get(node, 0.0) + joules
-        self._row(t - interval, t, node, None, self.topology.nodes[node].kind, u, 0, joules)
+        self._row(t0, t1, node, None, self.topology.nodes[node].kind, u, 0, joules)
 
     def link(self, t0: float, t1: float, src: str, dst: str, count: int) -> None:
         """One direction of a link carried `count` bytes from t0 to t1."""

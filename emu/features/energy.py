@@ -3,7 +3,8 @@ sim.features.energy how the model counts it): the same `energy` table and facts,
 the run measures anyway, once its records are read.
 
 - Nodes: each sample of the `nodes` table (emu.metrics: a container's cgroup CPU time over
-  the interval, as a share of its CPU limit) is turned into the emulated node's own
+  the interval, as a share of its CPU limit; a row spans from the node's previous sample, the
+  first from one sample period before it, cut to the run) is turned into the emulated node's own
   utilisation by workloads.energy.hardware_share: the container's limit (the plan's
   nano_cpus) in host cores, each worth a reference vCPU natively, or the calibration's
   measured QEMU speed for an arm64 gateway, over the node's profile (its cores at its speed).
@@ -74,13 +75,20 @@ class EnergyFeature(Feature):
         ledger = Ledger(spec, topology, duration)
         containers = run.plan.containers
         factor: dict[str, float] = {}
+        last: dict[str, float] = {}  # each node's previous sample: its next one's start
         nodes = tables["nodes"]
         for t, name, share in zip(nodes["t"], nodes["node"], nodes["cpu"], strict=True):
             if name not in factor:
                 factor[name] = hardware_share(containers[name].nano_cpus / 1e9,
                                               host_speed(topology, name, calibration),
                                               topology.nodes[name].profile)
-            ledger.cpu(float(t), interval, name, float(share) * factor[name])
+            # The sampler's times are irregular (its first sample has no row, its last may
+            # fall past the end): each row spans from the node's previous one, within the run.
+            t = float(t)
+            t0, t1 = max(0.0, last.get(name, t - interval)), min(t, duration)
+            last[name] = t
+            if t1 > t0:
+                ledger.cpu(t0, t1, name, float(share) * factor[name])
         links, named = tables["links"], topology.nodes
         for t, src, dst, count in zip(links["t"], links["src"], links["dst"], links["bytes"],
                                       strict=True):

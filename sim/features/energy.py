@@ -183,7 +183,7 @@ class Energy(Feature):
         interval = model.settings.sample
         nodes, factor = tables["nodes"], self.factor
         for t, name, share in zip(nodes["t"], nodes["node"], nodes["cpu"], strict=True):
-            ledger.cpu(float(t), interval, name, float(share) * factor[name])
+            ledger.cpu(float(t) - interval, float(t), name, float(share) * factor[name])
         links = tables["links"]
         for t, src, dst, count in zip(links["t"], links["src"], links["dst"], links["bytes"],
                                       strict=True):

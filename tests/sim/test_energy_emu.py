@@ -32,8 +32,11 @@ def test_an_emulated_runs_tables_become_the_energy_table() -> None:
         timing=SimpleNamespace(duration=10.0, sample=1.0),
         messages={"state": np.array(["delivered"] * 9 + ["lost"], dtype=object)})
     t = [float(k) for k in range(1, 11)]
+    # The vm's samples as the emulation's sampler takes them: irregular, the first at 1.1 s
+    # (it spans from 0.1 s), the last past the run's end (cut at 10 s): 9.9 s in all.
+    late = [k + 0.1 for k in range(1, 10)] + [10.4]
     shares = {"gw": 0.5, "broker": 0.25, "vm": 0.1}
-    tables = {"nodes": {"t": t * 3, "node": [n for n in shares for _ in t],
+    tables = {"nodes": {"t": t * 2 + late, "node": [n for n in shares for _ in t],
                         "cpu": [shares[n] for n in shares for _ in t]},
               "links": {"t": t + [10.0], "src": ["gw"] * 10 + ["gw"],
                         "dst": ["broker"] * 10 + ["zookeeper"], "bytes": [100] * 10 + [999]}}
@@ -43,7 +46,7 @@ def test_an_emulated_runs_tables_become_the_energy_table() -> None:
     u_gw = 0.5 * 2 * speed / (4 * 0.45)  # 2 host cores at the QEMU speed, of 4 Pi cores
     gateway = 10 * (PI4B[0] + (PI4B[1] - PI4B[0]) * u_gw)
     broker = 10 * 2 * (VCPU[0] + (VCPU[1] - VCPU[0]) * 0.25)
-    vm = 10 * (VCPU[0] + (VCPU[1] - VCPU[0]) * 0.1)
+    vm = 9.9 * (VCPU[0] + (VCPU[1] - VCPU[0]) * 0.1)
     device = SENSOR[0] * 10 + 10 * 800 * RADIO_J_PER_BIT
     energy = facts["energy"]
     assert energy["by_node"] == pytest.approx(
@@ -55,4 +58,7 @@ def test_an_emulated_runs_tables_become_the_energy_table() -> None:
     table = tables["energy"]
     gw = table["node"] == "gw"
     assert np.allclose(table["utilisation"][gw], u_gw) and gw.sum() == 10
+    vm_rows = table["node"] == "vm"
+    assert table["t_start"][vm_rows][0] == pytest.approx(0.1)
+    assert table["t_end"][vm_rows][-1] == 10.0
     assert float(np.sum(table["joules"])) == pytest.approx(energy["total_j"], rel=1e-12)
