@@ -12,10 +12,12 @@ each, then each broker alone, and the figures the model's rabbitmq-like broker t
    gateway publishes and the filtered one the sink reads).
 2. Each broker alone, its container as a cluster runs it (the plan's image, command, files,
    one core): a publisher and a subscriber on the host send `--alone` seconds of 180-byte
-   QoS 0 messages paced at 500/s, then 2,000 at QoS 1 as fast as acknowledged.
-   `alone_p50=`, `alone_p95=` (s, publish to receipt on the host's loopback bridge),
+   QoS 0 messages paced at 500/s, 5,000 at QoS 0 as fast as sent, then 2,000 at QoS 1 as
+   fast as acknowledged, as emu.calibrate measures Mosquitto.
+   `alone_p50=`, `alone_p95=` (s, publish to receipt on the host's loopback bridge, paced),
    `service_time=` (the broker's CPU per message paced, less its idle CPU: what
-   emu.calibrate measures for Mosquitto as the model's service time), `qos1_service_time=`,
+   emu.calibrate measures for Mosquitto as the model's service time),
+   `burst_service_time=`, `burst_throughput=` (messages/s), `qos1_service_time=`,
    `idle_cpu=` (cores), `ready_s=` (container start to the first MQTT CONNACK) and
    `memory_mib=`.
 
@@ -41,8 +43,10 @@ from pathlib import Path
 SIZE = 180
 PACED_RATE = 500.0
 QOS1_COUNT = 2000
+BURST_COUNT = 5000
 READY_TIMEOUT_S = 120.0
 KINDS = ("mosquitto", "rabbitmq")
+IMAGE_TAGS: dict[str, str] = {}  # kind -> the image measured alone
 
 TEXT = """
 name: brokers-bench-{kind}
@@ -219,8 +223,10 @@ def alone(kind: str, seconds: float) -> dict[str, float]:
         pair = _Pair(ip, f"bench/{secrets.token_hex(3)}")
         try:
             figures: dict[str, float] = {"ready_s": ready, "idle_cpu": idle}
+            IMAGE_TAGS[kind] = image
             for label, count, qos, interval in (
                     ("", int(PACED_RATE * seconds), 0, 1 / PACED_RATE),
+                    ("burst_", BURST_COUNT, 0, 0.0),
                     ("qos1_", QOS1_COUNT, 1, 0.0)):
                 before, cpu = time.perf_counter(), cgroup.usage().cpu_s
                 carried = pair.send(count, qos, interval)
@@ -229,6 +235,8 @@ def alone(kind: str, seconds: float) -> dict[str, float]:
                 if carried < count * 0.95:
                     raise RuntimeError(f"{kind} carried {carried} of {count} at QoS {qos}")
                 figures[f"{label}service_time"] = max(used, 1e-9) / carried
+                if label == "burst_":
+                    figures["burst_throughput"] = carried / elapsed
                 if not label:
                     figures["alone_p50"] = statistics.median(pair.delays)
                     figures["alone_p95"] = statistics.quantiles(pair.delays, n=20)[-1]
@@ -269,6 +277,13 @@ def main() -> None:
     print(f"rabbitmq_like_service_time={duration_text(service)} "
           f"mosquitto_service_time={duration_text(mosquitto['service_time'])} {load()}")
     print(f"model: broker: {{kind: rabbitmq, service_time: {duration_text(service)}}}")
+    # In a calibration profile's broker format (workloads.calibration.Broker).
+    print("profile:\n" + "\n".join(f"  {line}" for line in (
+        f"image: {IMAGE_TAGS['rabbitmq']}", f"size: {SIZE}B",
+        f"service_time: {duration_text(service)}", f"rate: {PACED_RATE:g}/s",
+        f"burst_service_time: {duration_text(rabbitmq['burst_service_time'])}",
+        f"burst_throughput: {rabbitmq['burst_throughput']:.6g}/s",
+        f"qos1_service_time: {duration_text(rabbitmq['qos1_service_time'])}")))
 
 
 if __name__ == "__main__":
