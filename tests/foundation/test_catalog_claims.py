@@ -236,6 +236,14 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("each of the four districts", "gateways", {4}),
         Claim("One simulated minute", "duration (s)", {60}, unit=60),
     ],
+    "lesson-placement": [
+        Claim("two hundred sensors", "devices", {200}),
+        Claim("four Raspberry Pi gateways", "Raspberry Pi gateways", {4}),
+        Claim("sending once a second", "rate per device (/s)", {1}),
+        Claim("The filter runs on the gateways", "gateway tasks", {"range_filter"}),
+        Claim("a store on the cloud VM", "cloud tasks", {"passthrough"}),
+        Claim("2 simulated minutes", "duration (s)", {120}, unit=60),
+    ],
     "iotcloud-brokers": [
         Claim("four drivers", "devices", {4}),
         Claim("on two gateways", "gateways", {2}),
