@@ -39,7 +39,10 @@ class RadioChannel(Channel):
         bandwidth = mobility.link_bandwidth[user]
         if bandwidth > 0:
             serialise = size * 8 / bandwidth
-            start = self.free if self.free > now else now
+            if self.free > now:
+                start = self.free
+            else:
+                start = self.run_start = now
             self.free = done = start + serialise
             self.busy += serialise
         else:  # out of range: no bandwidth, and the loss (1) drops the message

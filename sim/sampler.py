@@ -66,9 +66,14 @@ class _LinkCounters:
         messages = np.array([c.messages for c in channels], dtype=np.int64)
         delay = np.array([c.delay_sum for c in channels], dtype=float)
         free = np.array([c.free for c in channels], dtype=float)
-        # Serialisation still queued at t is not done yet (Channel.backlog, elementwise).
-        busy = np.array([c.busy for c in channels], dtype=float) - np.where(free > t, free - t,
-                                                                             0.0)
+        # Serialisation still queued at t is not done yet (Channel.backlog, elementwise): from
+        # t, or from the start of the link's current run of sends when that is later (a
+        # message handed over for a later time, as a stalled broker's, leaves the link idle
+        # until then). The time done never goes back: earlier runs also booked ahead are rare,
+        # and all of it is counted once the link has no backlog.
+        booked = np.array([c.busy for c in channels], dtype=float)
+        began = np.maximum(np.array([c.run_start for c in channels], dtype=float), t)
+        busy = np.maximum(booked - np.where(free > t, free - began, 0.0), self.busy)
         count = messages - self.messages
         latency = np.full(len(channels), np.nan)
         np.divide(delay - self.delay, count, out=latency, where=count > 0)

@@ -84,8 +84,8 @@ class Channel:
     (a drop, or on a `tcp` link a retransmission delay: see the module's docstring)."""
 
     __slots__ = ("index", "src", "dst", "latency", "jitter", "bits_per_s", "loss", "free",
-                 "last_arrival", "rng", "seed", "bytes", "messages", "delay_sum", "busy", "lead",
-                 "tcp", "stall", "stalls", "held")
+                 "last_arrival", "rng", "seed", "bytes", "messages", "delay_sum", "busy",
+                 "run_start", "lead", "tcp", "stall", "stalls", "held")
 
     def __init__(self, index: int, src: str, dst: str, latency: float, jitter: float,
                  bits_per_s: float | None, loss: float, seed: str):
@@ -106,6 +106,10 @@ class Channel:
         self.messages = 0
         self.delay_sum = 0.0
         self.busy = 0.0  # seconds spent serialising
+        # When the current run of back-to-back serialisations began: a message handed over
+        # for a later time (a stalled broker's send) leaves the link idle until then, which
+        # is not queued work (sim.sampler counts what lies after a sample as not done yet).
+        self.run_start = 0.0
         # Added to the propagation of a leg that starts here: a calibrated link layer's own
         # delay (sim.costs.Costs.lead); the Network passes it for a leg's first link only.
         self.lead = 0.0
@@ -127,7 +131,10 @@ class Channel:
             done = now
         else:
             serialise = size * 8 / self.bits_per_s
-            start = self.free if self.free > now else now
+            if self.free > now:
+                start = self.free
+            else:
+                start = self.run_start = now
             self.free = done = start + serialise
             self.busy += serialise
         if self.jitter:
@@ -176,5 +183,6 @@ class Channel:
         return self.rng
 
     def backlog(self, t: float) -> float:
-        """Serialisation seconds queued but not yet sent at time t."""
-        return self.free - t if self.free > t else 0.0
+        """Serialisation seconds queued but not yet sent at time t (of the current run of
+        sends: see `run_start`)."""
+        return self.free - max(t, self.run_start) if self.free > t else 0.0

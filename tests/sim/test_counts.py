@@ -67,3 +67,20 @@ def test_selectivity_filters_and_the_rows_say_where() -> None:
     # range_filter keeps 95 %: about 5 % filtered, each a row of its own.
     assert counted["filtered"] == summary["filtered"]
     assert 0.04 < summary["filtered"] / summary["emitted"] < 0.06
+
+
+def test_a_link_fed_by_a_stalled_broker_is_never_less_than_idle() -> None:
+    """A kafka-like broker's flush holds its sends; the link is handed them for after the
+    stall, and its samples must not count that idle wait as queued work (it made an interval's
+    utilisation negative, which the schema refuses)."""
+    _, tables, _ = _run("iotcloud-brokers", [
+        "run.duration=10s", "topology.nodes.0.replicas=10",
+        "topology.nodes.2.broker.model=kafka-like", "workload.streams.0.size=200KB"])
+    links = tables["links"].to_pandas()
+    assert (links["utilisation"] >= 0).all()
+    # Busy while it serialised, not while it waited for the stall's end: 50 MB a second on
+    # 1 Gbit/s is 0.4 of each second.
+    lan = links[links["link"] == "broker-1>lan"]
+    assert (lan["bytes"] == 50_000_000).sum() >= 8
+    assert lan["utilisation"].median() == pytest.approx(0.4, abs=0.002)
+    assert lan["utilisation"].max() <= 1.0
