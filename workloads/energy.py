@@ -362,9 +362,16 @@ class Ledger:
         self.egress: dict[str, int] = {}
         self._per_bit: dict[tuple[str, str], tuple[str, float]] = {}
 
-    def _row(self, *values) -> None:
-        for column, value in zip(self.rows.values(), values, strict=True):
-            column.append(value)
+    def _row(self, t0, t1, node, link, kind, utilisation, count, joules) -> None:
+        rows = self.rows
+        rows["t_start"].append(t0)
+        rows["t_end"].append(t1)
+        rows["node"].append(node)
+        rows["link"].append(link)
+        rows["kind"].append(kind)
+        rows["utilisation"].append(utilisation)
+        rows["bytes"].append(count)
+        rows["joules"].append(joules)
 
     def cpu(self, t0: float, t1: float, node: str, u: float) -> None:
         """A node from t0 to t1 at hardware utilisation u (clipped to 0..1)."""
