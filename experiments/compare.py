@@ -92,6 +92,7 @@ class RunData:
     messages: pd.DataFrame
     fidelity: dict | None = None
     sample: str | None = None  # what part of the readings its messages are (record.messages)
+    energy: dict | None = None  # the manifest's facts.energy (scenario.energy), None without
 
 
 @dataclass
@@ -196,6 +197,24 @@ def _migration_rows(data: dict[str, RunData]) -> list[Figure]:
     return rows
 
 
+def _energy_rows(data: dict[str, RunData]) -> list[Figure]:
+    """scenario.energy's joules, in all and per node that has a CPU (workloads.energy): both
+    backends count them by one ledger, sim from the model's utilisation, emu from each
+    container's measured CPU."""
+    if not any(run.energy for run in data.values()):
+        return []
+    rows = [Figure("energy", "energy", "J",
+                   {b: (r.energy or {}).get("total_j") for b, r in data.items()})]
+    nodes: list[str] = []
+    for run in data.values():  # the nodes with a CPU, as the cpu rows take them
+        nodes += [n for n in (run.energy or {}).get("by_node", {})
+                  if n in run.summary.get("nodes", {}) and n not in nodes]
+    rows += [Figure(f"energy:{node}", f"energy {node}", "J",
+                    {b: ((r.energy or {}).get("by_node") or {}).get(node)
+                     for b, r in data.items()}) for node in nodes]
+    return rows
+
+
 def _doubts(fidelity: dict | None) -> tuple[list[str], dict[str, str]]:
     """The reasons to doubt the reference's figures: for all of them, and per node."""
     if not fidelity or not fidelity.get("marked"):
@@ -237,6 +256,7 @@ def compare(data: dict[str, RunData], experiment: str = "",
         Figure("throughput", "throughput", "msg/s",
                {b: r.summary["throughput_per_s"] for b, r in data.items()}),
         *_latency_rows(data), *_cpu_rows(data), *_migration_rows(data),
+        *_energy_rows(data),
     ]
     host, per_node = _doubts(ref.fidelity)
     for figure in figures:
@@ -248,7 +268,8 @@ def compare(data: dict[str, RunData], experiment: str = "",
             value = figure.values.get(backend)
             figure.errors[backend] = relative_error(value, base)
             figure.met[backend] = _met(value, base, figure.errors[backend], figure.target)
-        node = figure.key.removeprefix("cpu:") if figure.key.startswith("cpu:") else None
+        node = (figure.key.split(":", 1)[1] if figure.key.startswith(("cpu:", "energy:"))
+                else None)
         figure.doubts = host + ([per_node[node]] if node in per_node else
                                 [] if node else list(per_node.values()))
     # Latency percentiles of a sampled table are the sample's; counts are of every message.
@@ -344,7 +365,8 @@ def read_run(folder: Path | str) -> RunData:
             sample = run.manifest.get("config", {}).get("run", {}).get("sample", 1.0)
             fidelity = assess(run.nodes.to_dict("list"), sample)
     return RunData(backend, Path(folder), run.summary, messages, fidelity,
-                   sample_note(run.manifest))
+                   sample_note(run.manifest),
+                   (run.manifest.get("facts") or {}).get("energy"))
 
 
 # ---------------------------------------------------------------------------- outputs

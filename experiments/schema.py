@@ -90,6 +90,16 @@ TABLES: dict[str, pa.Schema] = {
         ("depth", pa.int64()), ("t_sent", pa.float64()), ("t_received", pa.float64()),
         ("latency", pa.float64()),
     ]),
+    # Energy (scenario.energy, workloads.energy): a row per node with a CPU per sample
+    # interval (utilisation: its own hardware's, 0 to 1; kind: its node kind), per link
+    # direction per interval (emu: per link, both directions) (bytes; kind: wired, wan or
+    # wireless), per device and radio link for the whole run (a battery device: per
+    # interval); the joules of each.
+    "energy": pa.schema([
+        ("t_start", pa.float64()), ("t_end", pa.float64()), ("node", _name), ("link", _name),
+        ("kind", _name), ("utilisation", pa.float64()), ("bytes", pa.int64()),
+        ("joules", pa.float64()),
+    ]),
 }
 
 
@@ -242,5 +252,17 @@ def _broadcasts(name: str, table: pa.Table) -> None:
           pc.less(table.column("depth"), 1))
 
 
+def _energy(name: str, table: pa.Table) -> None:
+    _required(name, table, ["t_start", "t_end", "kind", "bytes", "joules"])
+    _fail(name, table, "t_end is after t_start",
+          pc.less_equal(table.column("t_end"), table.column("t_start")))
+    _fail(name, table, "joules is >= 0", pc.less(table.column("joules"), 0.0))
+    value = table.column("utilisation")
+    _fail(name, table, "utilisation is a share, 0 to 1, or null",
+          pc.or_(pc.less(value, 0.0), pc.greater(value, 1.0)))
+    _fail(name, table, "a row is of a node or of a link, one of them",
+          pc.equal(pc.is_null(table.column("node")), pc.is_null(table.column("link"))))
+
+
 _CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links, "faults": _faults,
-           "broadcasts": _broadcasts}
+           "broadcasts": _broadcasts, "energy": _energy}

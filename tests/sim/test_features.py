@@ -87,8 +87,8 @@ def test_a_feature_that_moves_things_turns_the_direct_hand_over_off() -> None:
 
 
 def test_a_key_the_model_has_no_feature_for_is_refused() -> None:
-    with pytest.raises(ModelError, match="scenario: the model has no feature energy"):
-        Model(*_parts(point(STAR), scenario={"energy": {}}))
+    with pytest.raises(ModelError, match="scenario: the model has no feature teleport"):
+        Model(*_parts(point(STAR), scenario={"teleport": {}}))
 
 
 class Counting(Feature):
