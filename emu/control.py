@@ -95,11 +95,13 @@ class _Session:
 
     def __init__(self, address: str, client_id: str, reply_topic: str,
                  on_message: Callable[..., None],
-                 credentials: tuple[str, str] | None = None) -> None:
+                 credentials: tuple[str, str] | None = None, mqtt5: bool = True) -> None:
         host, _, port = address.rpartition(":")
         self.host, self.port = (host, int(port)) if host else (address, 1883)
         self.reply_topic = reply_topic
-        self.client = new_client(client_id, persistent=True, credentials=credentials)
+        self.mqtt5 = mqtt5
+        self.client = new_client(client_id, persistent=True, credentials=credentials,
+                                 mqtt5=mqtt5)
         self.client.on_message = on_message
         self.client.on_connect = self._on_connect
         self.subscribed = threading.Event()
@@ -112,7 +114,7 @@ class _Session:
         return f"{self.host}:{self.port}"
 
     def connect(self) -> None:
-        self.client.connect(self.host, self.port, keepalive=30, **session_args())
+        self.client.connect(self.host, self.port, keepalive=30, **session_args(self.mqtt5))
         no_delay(self.client)
         self.loop = SelectorLoop(self.client).start()
 
@@ -163,7 +165,7 @@ class Controller:
 
     def __init__(self, broker: str | Mapping[str, str], client_id: str | None = None,
                  clock: TimeBase = UNDILATED,
-                 credentials: tuple[str, str] | None = None) -> None:
+                 credentials: tuple[str, str] | None = None, mqtt5: bool = True) -> None:
         self.clock = clock
         self._token = secrets.token_hex(4)
         self.reply_topic = f"{MANAGEMENT}/controller/{self._token}/res"
@@ -176,7 +178,7 @@ class Controller:
         name = client_id or f"foglab-controller-{self._token}"
         self._sessions = {address: _Session(
             address, name if len(addresses) == 1 else f"{name}-{number}", self.reply_topic,
-            self._on_message, credentials)
+            self._on_message, credentials, mqtt5)
             for number, address in enumerate(addresses, start=1)}
         self._routes = routes
         first = self._sessions[addresses[0]]
@@ -198,7 +200,7 @@ class Controller:
                              f"{', '.join(missing)}")
         return cls({agent: f"{status[broker].ip}:{MQTT_PORT}"
                     for agent, broker in plan.brokers.items()}, client_id, clock,
-                   host_login(plan))
+                   host_login(plan), plan.mqtt5)
 
     @property
     def brokers(self) -> list[str]:

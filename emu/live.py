@@ -160,7 +160,8 @@ def start_drivers(running) -> float:
     epoch = next_epoch()
     for broker in sorted(set(plan.brokers.values())):
         mine = [a for a in agents if plan.brokers[a] == broker]
-        with Controller(f"{status[broker].ip}:1883", credentials=host_login(plan)) as control:
+        with Controller(f"{status[broker].ip}:1883", credentials=host_login(plan),
+                        mqtt5=plan.mqtt5) as control:
             started = control.send(mine, "set", {"key": "run.epoch", "value": epoch},
                                    timeout=START_TIMEOUT_S)
         if not started.ok:

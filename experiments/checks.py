@@ -41,6 +41,7 @@ def check(spec: ExperimentSpec) -> Topology:
 
         for emulated in ON_CONTAINERS.values():
             emulated.validate(spec, topology, backend)
+        _check_broker_kinds(spec, topology)
     if backend == "emu":
         _check_emulation(spec, topology)
     if backend == "hybrid":
@@ -87,6 +88,18 @@ def _check_run(spec: ExperimentSpec) -> None:
             raise SpecError(("pipeline", i, "window", "size"), op.window.size,
                             f"a window no longer than the run (run.duration: "
                             f"{spec.run.duration:g} s): none would close")
+
+
+def _check_broker_kinds(spec: ExperimentSpec, topology: Topology) -> None:
+    """A RabbitMQ broker (`broker.kind: rabbitmq`) where the containers only know Mosquitto's
+    ways: a dilation, closed access, a swarm, a spare (emu.cluster.plan.check_broker_kinds)."""
+    from emu.cluster.plan import check_broker_kinds
+    from workloads.broker_scaling import resolve
+
+    spares = resolve(spec.scenario.broker_scaling, topology).spares
+    check_broker_kinds(topology, dilation=spec.run.dilation,
+                       closed=spec.run.access == "closed", engine=spec.run.engine,
+                       spares=spares)
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:

@@ -13,7 +13,8 @@ emulation, the model stands for the emulation of the topology rather than its ha
   `cost`; other operators keep their written cost, at the calibrated speed; a gateway's driver
   costs the measured CPU per reading instead of `run.driver_cost`;
 - brokers serve each message in Mosquitto's measured service time, on one core (Mosquitto
-  is single-threaded), in place of the topology's `broker.service_time`;
+  is single-threaded), in place of the topology's `broker.service_time`; a broker of kind
+  rabbitmq in RabbitMQ's (the profile's `rabbitmq`), where the profile has it;
 - a Spark operator's node pays the job's measured fixed CPU per micro-batch (`spark.batch`)
   once per trigger interval that had input, beside its per-message cost (uncalibrated, the
   default profile's figure: the JVM plans every batch whatever the hardware);
@@ -149,9 +150,13 @@ class Costs:
         spec = node.broker or BrokerSpec()
         if self.calibration is None:
             return spec
-        # The service time is the host's seconds; the broker's Cpu divides by its speed.
+        # The service time is the host's seconds; the broker's Cpu divides by its speed. A
+        # RabbitMQ broker takes RabbitMQ's, where the profile measured it.
+        measured = self.calibration.broker
+        if spec.kind == "rabbitmq" and self.calibration.rabbitmq is not None:
+            measured = self.calibration.rabbitmq
         return spec.model_copy(update={
-            "service_time": self.calibration.broker.service_time * node.profile.speed})
+            "service_time": measured.service_time * node.profile.speed})
 
     def lead(self, node: str) -> float:
         """The link layer's own delay on each leg `node` sends (0 without a calibration)."""

@@ -107,7 +107,8 @@ class Gateway(Node):
 
 
 class Broker(_Strict):
-    """Mosquitto in the services image: CPU per message routed to one subscriber."""
+    """A broker in its image (Mosquitto in the services image; RabbitMQ in the rabbitmq
+    image): CPU per message routed to one subscriber."""
 
     image: str
     size: Size = Field(gt=0, description="payload bytes of the messages measured")
@@ -167,6 +168,9 @@ class Calibration(_Strict):
     gateway: Gateway
     native: Node = Field(description="the same measures on the host, natively")
     broker: Broker
+    rabbitmq: Broker | None = Field(default=None, description=(
+        "RabbitMQ in the rabbitmq image, measured as `broker` (benchmarks/brokers.py): what "
+        "a broker of kind rabbitmq costs; without it, `broker`'s figure"))
     links: Links
     spark: Spark = Field(default=DEFAULT_SPARK, description=(
         "Spark's CPU per micro-batch; a profile without it takes DEFAULT_SPARK"))

@@ -86,10 +86,11 @@ def main() -> int:
     one_malloc_arena()
     without_openssl()
     from emu.agent.agent import Agent
-    from emu.agent.mqtt import use_credentials
+    from emu.agent.mqtt import use_credentials, use_mqtt5
     from emu.agent.zookeeper import use_auth
 
     use_credentials(config.mqtt_user, config.mqtt_password)
+    use_mqtt5(config.mqtt5)
     use_auth(config.zookeeper_auth)
 
     try:

@@ -170,6 +170,9 @@ class AgentConfig:
     mqtt_user: str = ""
     mqtt_password: str = ""
     zookeeper_auth: str = ""
+    # Whether the node's persistent MQTT sessions speak MQTT 5 (emu.agent.mqtt.use_mqtt5):
+    # false in a cluster with a RabbitMQ broker (emu.cluster.plan), MQTT 3.1.1 then.
+    mqtt5: bool = True
     # A Spark standalone cluster (a topology's `spark:`; emu.agent.spark_cluster): this VM's
     # daemon (`spark_role`'s mapping, empty: none), the master's URL its `engine: spark` jobs
     # drive (empty: local mode), and where their work goes, a folder every VM of the cluster

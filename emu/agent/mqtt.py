@@ -17,6 +17,18 @@ MQTT_V5 = 5
 # The login of every client this process makes (a closed cluster, emu.cluster.access): set
 # once by an agent for its node (`use_credentials`); the host passes its own per client.
 _credentials: tuple[str, str] | None = None
+# Whether this process's persistent clients speak MQTT 5 (`use_mqtt5`): an agent's config says
+# (AgentConfig.mqtt5); false in a cluster with a broker that has no MQTT 5 (RabbitMQ 3.10's
+# plugin, a broker of kind rabbitmq: emu.cluster.plan), whose clients are MQTT 3.1.1 with
+# clean session off instead.
+_mqtt5 = True
+
+
+def use_mqtt5(on: bool) -> None:
+    """Make this process's persistent clients MQTT 5 (on) or MQTT 3.1.1 without a clean
+    session (off); `new_client` and `session_args` follow it unless told otherwise."""
+    global _mqtt5
+    _mqtt5 = bool(on)
 
 
 def use_credentials(user: str, password: str) -> None:
@@ -31,7 +43,7 @@ def credentials() -> tuple[str, str] | None:
 
 
 def new_client(client_id: str, persistent: bool = False,
-               credentials: tuple[str, str] | None = None) -> Any:
+               credentials: tuple[str, str] | None = None, mqtt5: bool | None = None) -> Any:
     """An MQTT client; on paho 2.x with the version-2 callbacks.
 
     Not `persistent`: MQTT 3.1.1 with a clean session. `persistent`: MQTT 5, to be connected
@@ -43,13 +55,19 @@ def new_client(client_id: str, persistent: bool = False,
     `on_disconnect(client, userdata, *rest)` suit both versions and protocols; `connected(rc)`
     reads rc, `session_present(flags)` the flags. `credentials` (user, password): its login
     on a closed broker, by default the process's (`use_credentials`); none: anonymous.
+    `mqtt5` false (default: the process's, `use_mqtt5`): a persistent client is MQTT 3.1.1
+    with clean session off, for a broker without MQTT 5; the broker keeps its session as
+    long as it keeps such sessions (RabbitMQ: mqtt.subscription_ttl), and paho leaves out the
+    MQTT 5 properties of its SUBSCRIBE and DISCONNECT packets (subscription identifiers, the
+    session's end: the copies then come once per session, and an ended session stays).
     """
     import paho.mqtt.client as mqtt
 
     api = getattr(mqtt, "CallbackAPIVersion", None)  # only paho 2.x has it
+    v5 = _mqtt5 if mqtt5 is None else mqtt5
     kwargs: dict[str, Any] = (
-        {"client_id": client_id, "protocol": MQTT_V5} if persistent
-        else {"client_id": client_id, "clean_session": True})
+        {"client_id": client_id, "protocol": MQTT_V5} if persistent and v5
+        else {"client_id": client_id, "clean_session": not persistent})
     client = mqtt.Client(**kwargs) if api is None else mqtt.Client(api.VERSION2, **kwargs)
     login = credentials or _credentials
     if login is not None:
@@ -57,7 +75,7 @@ def new_client(client_id: str, persistent: bool = False,
     return client
 
 
-def session_args() -> dict[str, Any]:
+def session_args(mqtt5: bool | None = None) -> dict[str, Any]:
     """connect()'s and connect_async()'s arguments for a persistent client: no clean start,
     at the first connection too, and the session's expiry.
 
@@ -66,8 +84,11 @@ def session_args() -> dict[str, Any]:
     without one, so a session begun with a clean start is gone after a restart (measured:
     session_present false after a restart with clean start first, true without). A client
     therefore resumes a session an earlier client of its id left on the broker without
-    ending it; a run's broker is its own, so there is none.
+    ending it; a run's broker is its own, so there is none. An MQTT 3.1.1 client (`mqtt5`
+    false, default the process's) takes none: its clean session is off from its creation.
     """
+    if not (_mqtt5 if mqtt5 is None else mqtt5):
+        return {}
     from paho.mqtt.packettypes import PacketTypes
     from paho.mqtt.properties import Properties
 

@@ -254,6 +254,14 @@ class ClusterPlan:
         points them at links)."""
         return {c.node: c.agent for c in self.agents() if c.agent is not None}
 
+    @property
+    def mqtt5(self) -> bool:
+        """Whether the cluster's persistent MQTT sessions speak MQTT 5: not when a broker
+        runs RabbitMQ, whose MQTT plugin (3.10) has MQTT 3.1 and 3.1.1 only; its clients are
+        then MQTT 3.1.1 with clean session off (emu.agent.mqtt.use_mqtt5)."""
+        return all(c.image.name != RABBITMQ.name for c in self.containers.values()
+                   if c.role == "broker")
+
     def links_of(self, client: str) -> list[LinkPlan]:
         return [link for link in self.links if link.client == client]
 
@@ -450,6 +458,8 @@ class _Planner:
                                                    anchor.site if anchor else None, anchor,
                                                    servers)
         links = []
+        # One protocol for every session of the cluster: an agent's clients share it.
+        mqtt5 = all(broker_kind(n) != "rabbitmq" for n in nodes if n.kind == "broker")
         for name, node in standing.items():
             broker = brokers[name]
             links.append(self._link(name, broker, broker, "mqtt", MQTT_PORT, node.name))
@@ -469,6 +479,7 @@ class _Planner:
             config = replace(config, mqtt=containers[broker].address,
                              zookeeper=",".join(containers[s].address for s in servers),
                              spares=spares, other_brokers=others, broker=broker,
+                             mqtt5=mqtt5,
                              operators=[replace(op, broker=broker)
                                         if op.session and op.broker is None else op
                                         for op in config.operators])
