@@ -104,7 +104,7 @@ def emu_doctor(fix: Annotated[bool, typer.Option(
 
 @app.command("build")
 def emu_build(images: Annotated[list[str] | None, typer.Argument(
-        help="gateway, cloud, services (default: all)")] = None) -> None:
+        help="gateway, cloud, services, swarm-node, rabbitmq (default: all)")] = None) -> None:
     """Build the images from Debian (debootstrap, docker import); cached by their inputs."""
     from emu.images import IMAGES, ensure_image
 
