@@ -89,6 +89,10 @@ class OperatorConfig:
     # on); "": the broker of whichever node runs it (a hybrid run's follow instance, whose
     # input is a moving device's, published through whatever gateway it is attached to).
     broker: str | None = None
+    # The job the operator belongs to (workloads.jobs: a job's operators are named JOB-NAME),
+    # kept by the agent so that `foglab emu apply` reads the running jobs back from the agents
+    # (emu.apply); None: installed as an operator of no named job (its own name is its job's).
+    job: str | None = None
 
 
 # On a swarm, a node's links are relayed by the link agent of the swarm node it runs on

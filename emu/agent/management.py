@@ -6,6 +6,7 @@ import math
 import queue
 import threading
 from collections.abc import Callable
+from dataclasses import asdict
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -190,6 +191,12 @@ class Management:
 
     def _ping(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         return self.agent.status()
+
+    def _operators_list(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
+        """Each installed operator's config as it runs now (its params after updates) and
+        whether it runs: what `foglab emu apply` reads back (emu.apply), not a host's copy."""
+        return {name: {"config": asdict(op.config), "running": op.running}
+                for name, op in self.agent.operators.items()}
 
     def _broadcast_plan(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         return self.agent.broadcasts.plan(args)

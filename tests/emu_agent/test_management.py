@@ -216,3 +216,28 @@ def test_a_held_node_starts_its_drivers_at_the_epoch_it_is_sent(config, agents, 
         lambda: read_csv(agent.records.directory / "sent.csv"))) >= epoch
     again = controller.send(["gw-1"], "set", {"key": "run.epoch", "value": epoch})
     assert again.failed == {"gw-1": "set: the run has begun already"}
+
+
+def test_operators_list_answers_each_operators_config_as_it_runs(config, agents,
+                                                                   controller) -> None:
+    """What `foglab emu apply` reads back: the config the agent runs now (params after an
+    update, the job kept), and whether the instance runs; nothing cached on the host."""
+    agents(config("gw-1", operators=[OperatorConfig("p", reads=["city/#"])]))
+    nodes = ["gw-1"]
+    filtered = OperatorConfig("valid", task="range_filter", reads=["city/#"], writes="valid",
+                              params=VALID, job="clean")
+    assert controller.install(nodes, filtered).ok
+    assert controller.update(nodes, "valid", NONE_VALID).ok
+    assert controller.stop(nodes, "p").ok
+    listed = controller.send(nodes, "operators.list")
+    assert listed.ok, listed.summary()
+    answer = listed.replies["gw-1"].result
+    assert sorted(answer) == ["p", "valid"]
+    assert answer["valid"]["running"] is True and answer["p"]["running"] is False
+    valid = answer["valid"]["config"]
+    assert valid["params"] == NONE_VALID and valid["job"] == "clean"
+    assert (valid["task"], valid["writes"], valid["reads"]) == ("range_filter", "valid",
+                                                                ["city/#"])
+    assert answer["p"]["config"]["job"] is None
+    assert controller.uninstall(nodes, "valid").ok
+    assert sorted(controller.send(nodes, "operators.list").replies["gw-1"].result) == ["p"]
