@@ -16,6 +16,7 @@ the host carrying the run's token (FOGLAB_LINK_TOKEN), then requests
     {"op": "add", "dilation": K, "hops": {"a>b": bps, ...}, "links": [{"key", "host", "port",
       "listen", "shape", "seed", "hops": [["a>b", "b>a"], ...], "protocol"}, ...]}
         -> {"ports": {key: port}}     (listen 0: any free port; else that port, or an error)
+    {"op": "remove", "keys": [key, ...]}           -> {}  (closes those relays)
     {"op": "reshape", "key": key, "shape": {...}}   -> {}
     {"op": "counters"}                -> {"counters": {key: [connections, bytes_up, ...]}}
     {"op": "lag"}                     -> {"lag": the loop's worst lateness (emulated s) or null}
@@ -94,6 +95,10 @@ class LinkAgent:
         op = request.get("op")
         if op == "add":
             return {"ports": await self.add(request)}
+        if op == "remove":
+            relays = [self.relays.pop(key) for key in request["keys"] if key in self.relays]
+            await asyncio.gather(*(r.close() for r in relays), return_exceptions=True)
+            return {}
         if op == "reshape":
             self.relays[request["key"]].reshape(shape_of(request["shape"]))
             return {}
@@ -103,7 +108,7 @@ class LinkAgent:
         if op == "lag":
             probes, _, worst = self.probe.take()
             return {"lag": worst / self.dilation if probes else None}
-        raise ValueError(f"no op {op!r}: add, reshape, counters or lag")
+        raise ValueError(f"no op {op!r}: add, remove, reshape, counters or lag")
 
     async def add(self, request: dict[str, Any]) -> dict[str, int]:
         """Start the request's relays; if one cannot listen, close those it started."""

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import random
 import secrets
 import socket
 import threading
@@ -33,6 +34,11 @@ from emu.links.relay import RelayCounters
 from emu.links.spec import LinkShape
 
 CONTROL_TIMEOUT_S = 60.0  # connecting, and an `add` of many links
+# The links' ports, the same on every node: a block of consecutive ports at a random base
+# below Linux's ephemeral range (32768 up), where a node's own connections take theirs; a
+# block taken on some node is given back everywhere and another tried.
+PORTS = (20000, 32768)
+PORT_TRIES = 8
 REQUEST_TIMEOUT_S = 10.0  # any other request: an agent that does not answer has left
 
 
@@ -112,19 +118,34 @@ class NodeLinks(Links):
             self.agents[node] = AgentControl(node, host, port, self.token)
 
     def addresses(self, services: Mapping[str, str], bridges: Mapping[str, str]) -> dict[Key, str]:
-        """Every link on every node's agent, on one port everywhere: the first agent picks
-        free ports, the others listen on the same (an error names a node where one is taken)."""
+        """Every link on every node's agent, on one port everywhere (a block of PORTS; one
+        taken on some node: the block is given back and another tried, PORT_TRIES times;
+        then the error names the node and the port)."""
         if not self.agents:
             raise LinkAgentError("no link agent is connected")
         links, hops = self._requests(services)
-        first, *others = self.agents.values()
-        ports = first.request("add", CONTROL_TIMEOUT_S, dilation=self.plan.dilation, hops=hops,
-                              links=links)["ports"]
-        for link in links:
-            link["listen"] = ports[link["key"]]
-        for agent in others:
-            agent.request("add", CONTROL_TIMEOUT_S, dilation=self.plan.dilation, hops=hops,
-                          links=links)
+        low, high = PORTS
+        if len(links) > high - low:
+            raise LinkAgentError(f"{len(links)} links do not fit ports {low} to {high - 1}")
+        keys = [link["key"] for link in links]
+        draw = random.Random(self.seed)
+        for attempt in range(PORT_TRIES):
+            base = draw.randrange(low, high - len(links) + 1)
+            for offset, link in enumerate(links):
+                link["listen"] = base + offset
+            listening: list[AgentControl] = []
+            try:
+                for agent in self.agents.values():
+                    agent.request("add", CONTROL_TIMEOUT_S, dilation=self.plan.dilation,
+                                  hops=hops, links=links)
+                    listening.append(agent)
+                break
+            except LinkAgentError as error:
+                if "cannot listen" not in str(error) or attempt == PORT_TRIES - 1:
+                    raise
+                for agent in listening:
+                    agent.request("remove", keys=keys)
+        ports = {link["key"]: link["listen"] for link in links}
         self.ports = {link.key: ports[link_key(link.key)] for link in self.plan.links}
         return {key: f"{NODE_HOST}:{port}" for key, port in self.ports.items()}
 

@@ -6,6 +6,7 @@ token."""
 from __future__ import annotations
 
 import asyncio
+import random
 import socket
 import statistics
 import threading
@@ -19,7 +20,7 @@ from emu.agent.config import NODE_HOST, AgentConfig, default_gateway, local_addr
 from emu.cluster.plan import plan_cluster
 from emu.links.agent import LinkAgent
 from emu.links.spec import LinkShape
-from emu.swarm.links import AgentControl, LinkAgentError, NodeLinks
+from emu.swarm.links import PORTS, AgentControl, LinkAgentError, NodeLinks
 from tests.emu_cluster.test_cluster import GW_LATENCY_S, small_topology
 
 SERVICE_HOST = "127.0.0.77"  # the broker and ZooKeeper stand-ins: echo servers on their ports
@@ -152,7 +153,8 @@ def test_a_port_taken_on_another_node_is_named() -> None:
     links = NodeLinks(plan, seed=1)
     with (agent_on_loopback(links.token) as (_, first),
           agent_on_loopback(links.token) as (_, second)):
-        # Two "nodes" on one host: the second cannot listen where the first does.
+        # Two "nodes" on one host: the second can never listen where the first does (every
+        # block of ports tried is given back, then the last error is raised).
         links.connect({"node-a": ("127.0.0.1", first), "node-b": ("127.0.0.1", second)})
         with pytest.raises(LinkAgentError, match=r"node-b: OSError: link .* cannot listen on "
                                                   r"port \d+"):
@@ -170,3 +172,19 @@ def test_a_control_connection_without_the_token_is_refused() -> None:
         assert control.request("counters") == {"counters": {}}
         control.close()
         assert agent.relays == {}
+
+
+def test_a_block_of_ports_taken_on_a_node_is_given_back_and_another_tried() -> None:
+    plan = plan_cluster(small_topology(), "agent-test")
+    links = NodeLinks(plan, seed=5)
+    low, high = PORTS
+    first = random.Random(5).randrange(low, high - len(plan.links) + 1)
+    with (socket.create_server(("0.0.0.0", first + 1)),  # one port of the first block: taken
+          agent_on_loopback(links.token) as (agent, control)):
+        links.connect({"node-a": ("127.0.0.1", control)})
+        addresses = links.addresses(dict.fromkeys(plan.containers, SERVICE_HOST), {})
+        ports = sorted(int(a.rsplit(":", 1)[1]) for a in addresses.values())
+        assert ports[0] != first and ports == list(range(ports[0], ports[0] + len(ports)))
+        assert low <= ports[0] and ports[-1] < high
+        assert len(agent.relays) == len(plan.links)  # none left of the first try
+        links.close()
