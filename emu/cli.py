@@ -799,3 +799,8 @@ def _interrupts_held():
     finally:
         for number, handler in previous.items():
             signal.signal(number, handler)
+
+
+from emu.apply_cli import emu_apply  # noqa: E402 - it reads this module's helpers
+
+app.command("apply")(emu_apply)

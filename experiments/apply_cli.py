@@ -118,3 +118,11 @@ def _table(plan: Plan, times: dict[str, float]) -> Table:
                       str(len(ops or ())), str(change.instances), escape(what),
                       f"{times[change.job]:.3f}")
     return table
+
+
+def show_plan(plan: Plan) -> None:
+    """A plan's table as `foglab apply` prints it, with the model's times: what `foglab emu
+    apply` shows (emu.apply_cli.use_plans), which cannot import sim."""
+    from sim.apply_times import plan_time
+
+    console.print(_table(plan, dict(plan_time(plan).per_job)))

@@ -1,0 +1,159 @@
+"""`foglab emu apply` on a cluster that is up: the plan from what the agents run, carried out
+and read back; an agent started again is seen with what it really runs.
+
+One small cluster for the module (three arm64 gateways, one broker, two sensors at one reading
+a second), brought up as `foglab emu up --experiment base.yaml` does, in this process so that
+a gateway can be killed and revived (its agent starts again from its first config)."""
+
+from __future__ import annotations
+
+import os
+import re
+import secrets
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from tests.engine import docker_engine
+
+pytestmark = pytest.mark.emu
+
+PROJECT = Path(__file__).resolve().parents[2]
+HERE = Path(__file__).parent
+BASE, PARAM, JOBS = (HERE / f"{name}.yaml" for name in ("base", "param", "jobs"))
+
+
+def foglab(*argv: str) -> subprocess.CompletedProcess[str]:
+    """The command's outcome; `stdout` holds its errors too (they print there)."""
+    return subprocess.run([sys.executable, "-m", "experiments.cli", *argv], cwd=PROJECT,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                          timeout=180, env={**os.environ, "COLUMNS": "200"}, check=False)
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """The base experiment's cluster, up with its drivers started: (its Cluster, name)."""
+    import experiments.emu_commands  # noqa: F401 - hands emu.cli the experiment loader
+    from emu.cli import deployed_or_exit
+    from emu.cluster.engine import Cluster
+    from emu.cluster.plan import plan_cluster
+    from emu.live import start_drivers
+
+    client = docker_engine()
+    name = f"eapply-{secrets.token_hex(3)}"
+    deployed = deployed_or_exit(None, str(BASE), [], None)
+    plan = plan_cluster(deployed.topology, name, agents=deployed.agents,
+                        labels={"foglab.test": "emu_apply", **deployed.labels})
+    with Cluster(plan, client) as running:
+        epoch = start_drivers(running)
+        yield running, name, epoch
+
+
+def listed(name: str, node: str) -> dict:
+    """What `operators.list` answers from the node's agent now."""
+    from emu.cli import _docker
+    from emu.control import Controller
+    from emu.live import agents_and_brokers
+
+    agents, brokers, _ = agents_and_brokers(_docker(), name)
+    with Controller(brokers[agents[node].broker]) as control:
+        reply = control.send([node], "operators.list").replies[node]
+    assert reply.ok, reply.error
+    return reply.result
+
+
+def apply(name: str, experiment: Path, *options: str) -> subprocess.CompletedProcess[str]:
+    return foglab("emu", "apply", str(experiment), "--cluster", name, *options)
+
+
+def test_an_unchanged_experiment_plans_nothing(cluster) -> None:
+    _, name, _ = cluster
+    done = apply(name, BASE, "--dry-run")
+    assert done.returncode == 0, done.stdout
+    assert "Plan: 0 to deploy, 0 to modify, 0 to delete." in done.stdout
+    assert "No changes" in done.stdout
+
+
+def test_a_changed_parameter_is_one_in_place_row_applied_and_read_back(cluster) -> None:
+    _, name, _ = cluster
+    planned = apply(name, PARAM, "--dry-run")
+    assert planned.returncode == 2, planned.stdout
+    assert "Plan: 0 to deploy, 1 to modify, 0 to delete." in planned.stdout
+    assert re.search(r"clean\s+modify\s+in-place", planned.stdout), planned.stdout
+    assert listed(name, "gw-1")["clean"]["config"]["params"]["ranges"]["temperature"] == \
+        [-20, 50]  # a dry run changes nothing
+
+    done = apply(name, PARAM)
+    assert done.returncode == 0, done.stdout
+    assert re.search(r"clean\s+modify\s+in-place\s+1\s+[\d.]+", done.stdout), done.stdout
+    assert "runs what the experiment describes" in done.stdout
+    assert listed(name, "gw-1")["clean"]["config"]["params"]["ranges"]["temperature"] == \
+        [-20, 45]
+    assert apply(name, PARAM, "--dry-run").returncode == 0
+
+
+def test_a_job_deleted_one_added_and_a_window_moved_with_its_state(cluster) -> None:
+    running, name, _ = cluster
+    done = apply(name, JOBS)
+    assert done.returncode == 0, done.stdout
+    assert "Plan: 1 to deploy, 1 to modify, 1 to delete." in done.stdout  # clean applied
+    for row in (r"alert\s+deploy", r"extra\s+delete", r"local\s+modify\s+move"):
+        assert re.search(row, done.stdout), (row, done.stdout)
+    gw3 = listed(name, "gw-3")
+    assert sorted(gw3) == ["alert", "local-count"]
+    assert gw3["alert"]["config"]["job"] == "alert"
+    assert sorted(listed(name, "gw-2")) == ["local-tap"]
+    assert apply(name, JOBS, "--dry-run").returncode == 0
+    time.sleep(4.5)  # two of gw-3's 2 s windows
+    frames = [pd.read_csv(path) for path in running.records_root.glob(
+        "gw-*/windows.csv") if path.stat().st_size > 0]
+    counted = pd.concat(frames).sort_values("window")
+    counted = counted[counted["operator"] == "local-count"]
+    # Counted on across the move: gw-2's windows then gw-3's, on one grid, none lost.
+    assert list(dict.fromkeys(counted["node"])) == ["gw-2", "gw-3"]
+    assert (counted["window"].diff().dropna() == 1).all()
+    assert (counted["first_sn"].iloc[1:].to_numpy() ==
+            counted["last_sn"].iloc[:-1].to_numpy() + 1).all()
+
+
+def test_after_an_agent_starts_again_apply_sees_what_it_runs(cluster) -> None:
+    """gw-1 killed and revived: its agent starts from its first config (the base's bound),
+    so the applied parameter is gone, and apply finds that, not what it did before."""
+    from emu.cluster.faults import kill
+    from emu.cluster.inventory import find_container
+
+    running, name, epoch = cluster
+    kill(running.client.api, find_container(running.client, name, "gw-1")["Id"])
+    running.revive("gw-1", {"epoch": epoch, "incarnation": 1, "away": []})
+    deadline = time.monotonic() + 60
+    while True:
+        planned = apply(name, JOBS, "--dry-run")
+        if "no answer from gw-1" not in planned.stdout or time.monotonic() > deadline:
+            break
+        time.sleep(1)
+    assert planned.returncode == 2, planned.stdout
+    assert "Plan: 0 to deploy, 1 to modify, 0 to delete." in planned.stdout
+    assert re.search(r"clean\s+modify\s+in-place", planned.stdout), planned.stdout
+    assert listed(name, "gw-1")["clean"]["config"]["job"] is None  # as `up` installed it
+    done = apply(name, JOBS)
+    assert done.returncode == 0, done.stdout
+    assert listed(name, "gw-1")["clean"]["config"]["params"]["ranges"]["temperature"] == \
+        [-20, 45]
+
+
+def test_bad_input_is_refused_naming_it_and_nothing_changes(cluster, tmp_path) -> None:
+    _, name, _ = cluster
+    missing = apply(name, tmp_path / "nope.yaml", "--dry-run")
+    assert missing.returncode == 1 and "nope.yaml" in missing.stdout, missing.stdout
+    elsewhere = tmp_path / "elsewhere.yaml"
+    elsewhere.write_text(JOBS.read_text().replace("on: gw-3, reads: clean, task",
+                                                  "on: gw-9, reads: clean, task")
+                         .replace("replicas: 3", "replicas: 9"))
+    refused = apply(name, elsewhere)
+    assert refused.returncode == 1, refused.stdout
+    assert "gw-9" in refused.stdout and "no running agent" in refused.stdout
+    assert apply(name, JOBS, "--dry-run").returncode == 0  # nothing changed
