@@ -7,12 +7,10 @@ a gateway can be killed and revived (its agent starts again from its first confi
 
 from __future__ import annotations
 
-import os
 import re
 import secrets
-import subprocess
-import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
@@ -22,16 +20,27 @@ from tests.engine import docker_engine
 
 pytestmark = pytest.mark.emu
 
-PROJECT = Path(__file__).resolve().parents[2]
 HERE = Path(__file__).parent
 BASE, PARAM, JOBS = (HERE / f"{name}.yaml" for name in ("base", "param", "jobs"))
 
 
-def foglab(*argv: str) -> subprocess.CompletedProcess[str]:
-    """The command's outcome; `stdout` holds its errors too (they print there)."""
-    return subprocess.run([sys.executable, "-m", "experiments.cli", *argv], cwd=PROJECT,
-                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                          timeout=180, env={**os.environ, "COLUMNS": "200"}, check=False)
+@dataclass
+class Outcome:
+    returncode: int
+    stdout: str
+
+
+def foglab(*argv: str) -> Outcome:
+    """The command's outcome, run in this process (the `foglab` entry point's app: a process
+    per command would import it each time); `stdout` holds its errors too."""
+    from typer.testing import CliRunner
+
+    from experiments.cli import app
+
+    result = CliRunner().invoke(app, list(argv), env={"COLUMNS": "200"})
+    if result.exception is not None and not isinstance(result.exception, SystemExit):
+        raise result.exception
+    return Outcome(result.exit_code, result.output)
 
 
 @pytest.fixture(scope="module")
@@ -66,7 +75,7 @@ def listed(name: str, node: str) -> dict:
     return reply.result
 
 
-def apply(name: str, experiment: Path, *options: str) -> subprocess.CompletedProcess[str]:
+def apply(name: str, experiment: Path, *options: str) -> Outcome:
     return foglab("emu", "apply", str(experiment), "--cluster", name, *options)
 
 
@@ -96,8 +105,24 @@ def test_a_changed_parameter_is_one_in_place_row_applied_and_read_back(cluster) 
     assert apply(name, PARAM, "--dry-run").returncode == 0
 
 
+def counts(running) -> pd.DataFrame:
+    """local-count's windows so far, on every node, in window order."""
+    frames = [pd.read_csv(path) for path in running.records_root.glob("gw-*/windows.csv")
+              if path.stat().st_size > 0]
+    found = pd.concat(frames) if frames else pd.DataFrame({"operator": [], "window": []})
+    return found[found["operator"] == "local-count"].sort_values("window")
+
+
+def wait_for(check, seconds: float = 20.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not check():
+        assert time.monotonic() < deadline, "not within the time"
+        time.sleep(0.25)
+
+
 def test_a_job_deleted_one_added_and_a_window_moved_with_its_state(cluster) -> None:
     running, name, _ = cluster
+    wait_for(lambda: len(counts(running)) >= 1)  # gw-2 has closed a window
     done = apply(name, JOBS)
     assert done.returncode == 0, done.stdout
     assert "Plan: 1 to deploy, 1 to modify, 1 to delete." in done.stdout  # clean applied
@@ -108,11 +133,8 @@ def test_a_job_deleted_one_added_and_a_window_moved_with_its_state(cluster) -> N
     assert gw3["alert"]["config"]["job"] == "alert"
     assert sorted(listed(name, "gw-2")) == ["local-tap"]
     assert apply(name, JOBS, "--dry-run").returncode == 0
-    time.sleep(4.5)  # two of gw-3's 2 s windows
-    frames = [pd.read_csv(path) for path in running.records_root.glob(
-        "gw-*/windows.csv") if path.stat().st_size > 0]
-    counted = pd.concat(frames).sort_values("window")
-    counted = counted[counted["operator"] == "local-count"]
+    wait_for(lambda: (counts(running)["node"] == "gw-3").sum() >= 2)
+    counted = counts(running)
     # Counted on across the move: gw-2's windows then gw-3's, on one grid, none lost.
     assert list(dict.fromkeys(counted["node"])) == ["gw-2", "gw-3"]
     assert (counted["window"].diff().dropna() == 1).all()
