@@ -276,7 +276,14 @@ def execute(control: Any, plan: Plan, wanted: Desired, running: Running, *,
     for change in plan.changes:
         started, before = time.perf_counter(), requests.count
         progress(f"{change.job}: {change.action} {change.kind or ''}".rstrip())
-        _carry_out(requests, change, wanted, running, strategy, timeout, settings)
+        try:
+            _carry_out(requests, change, wanted, running, strategy, timeout, settings)
+        except ApplyError as failure:
+            done = ", ".join(step.job for step in steps) or "none"
+            left = [c.job for c in plan.changes[len(steps) + 1:]]
+            raise ApplyError(f"job {change.job} ({change.action}): {failure}; jobs applied "
+                             f"before it: {done}; not begun: {', '.join(left) or 'none'} "
+                             "(apply again to finish from what runs)") from None
         steps.append(Step(change.job, change.action, change.kind,
                           time.perf_counter() - started, requests.count - before))
     return steps
