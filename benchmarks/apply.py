@@ -2,6 +2,7 @@
 SpecK's figure, deploy, modify and delete times over 1..N jobs.
 
     python benchmarks/apply.py [--jobs 100] [--sweep 1,10,50,100] [--gateways 3]
+                               [--repetitions 3]
 
 One cluster (three arm64 gateways under QEMU, profile rpi4, one broker, ZooKeeper; two sensors
 at one reading a second on gw-1) brought up with one job (`keep`), as `foglab emu up
@@ -9,7 +10,8 @@ at one reading a second on gw-1) brought up with one job (`keep`), as `foglab em
 agents' state read back (`operators.list`), the plan, its requests job after job, the state
 read back again and checked equal to the experiment's; the time is all of it.
 
-- `apply_all_s=`: the N jobs deployed at once (each a range filter of the stream, on the
+- `apply_all_s=` (the median of `--repetitions` rounds, as `apply_one_s`): the N jobs
+  deployed at once (each a range filter of the stream, on the
   gateways in turn), the baseline measured in the same run;
 - `apply_one_s=`: then one of the N jobs' parameter changed (an in-place update);
 - `ratio=` apply_one_s / apply_all_s (targets: apply_one_s at most 1 s, ratio at most 0.05);
@@ -30,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import secrets
+import statistics
 import sys
 import tempfile
 import time
@@ -97,9 +100,11 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=100)
     parser.add_argument("--sweep", default="", help="numbers of jobs, e.g. 1,10,50,100")
     parser.add_argument("--gateways", type=int, default=3)
+    parser.add_argument("--repetitions", type=int, default=3,
+                        help="rounds of apply_all and apply_one (their medians)")
     args = parser.parse_args()
-    if args.jobs < 2 or args.gateways < 1:
-        parser.error("--jobs at least 2, --gateways at least 1")
+    if args.jobs < 2 or args.gateways < 1 or args.repetitions < 1:
+        parser.error("--jobs at least 2, --gateways and --repetitions at least 1")
     try:
         sweep = [int(n) for n in args.sweep.split(",") if n.strip()]
     except ValueError:
@@ -140,9 +145,14 @@ def main() -> None:
                 timed(experiment(folder, "warm", args.gateways, args.gateways))
                 timed(base)
                 n = args.jobs
-                apply_all = timed(experiment(folder, f"all-{n}", args.gateways, n))
-                apply_one = timed(experiment(folder, f"one-{n}", args.gateways, n, {0: 45}))
-                timed(base)
+                alls, ones = [], []
+                for _ in range(args.repetitions):
+                    alls.append(timed(experiment(folder, f"all-{n}", args.gateways, n)))
+                    ones.append(timed(experiment(folder, f"one-{n}", args.gateways, n,
+                                                 {0: 45})))
+                    timed(base)
+                apply_all, apply_one = statistics.median(alls), statistics.median(ones)
+                print(f"repetitions={args.repetitions}")
                 print(f"jobs={n}")
                 print(f"apply_all_s={apply_all:.3f}")
                 print(f"apply_one_s={apply_one:.3f}")
