@@ -258,7 +258,8 @@ def execute(control: Any, plan: Plan, wanted: Desired, running: Running, *,
             agents: Mapping[str, Any], strategy: str = "pause_transfer", settings: Any = None,
             timeout: float = STEP_TIMEOUT_S,
             progress: Callable[[str], None] = lambda line: None) -> list[Step]:
-    """Carry out `plan` on the cluster, job after job; each job's step timed. Moves are
+    """Carry out `plan` on the cluster, job after job (deletes, then modifications, then
+    deploys, each in the jobs' order); each job's step timed. Moves are
     checked first (brokers not bridged: an input session moves only between nodes of one
     broker), so a plan that cannot be carried out changes nothing."""
     for change in plan.changes:
@@ -272,15 +273,18 @@ def execute(control: Any, plan: Plan, wanted: Desired, running: Running, *,
                             f"{agents[target].broker}: the emulation does not bridge brokers "
                             "(the input session cannot move); place it behind one broker")
     requests = _Requests(control, timeout)
-    steps = []
-    for change in plan.changes:
+    steps: list[Step] = []
+    # Deletes first, deploys last: an operator that changes jobs is uninstalled under its old
+    # job before it is installed under its new one (a node holds one instance of a name).
+    ordered = sorted(plan.changes, key=lambda c: (c.action != DELETE, c.action == DEPLOY))
+    for change in ordered:
         started, before = time.perf_counter(), requests.count
         progress(f"{change.job}: {change.action} {change.kind or ''}".rstrip())
         try:
             _carry_out(requests, change, wanted, running, strategy, timeout, settings)
         except ApplyError as failure:
             done = ", ".join(step.job for step in steps) or "none"
-            left = [c.job for c in plan.changes[len(steps) + 1:]]
+            left = [c.job for c in ordered[len(steps) + 1:]]
             raise ApplyError(f"job {change.job} ({change.action}): {failure}; jobs applied "
                              f"before it: {done}; not begun: {', '.join(left) or 'none'} "
                              "(apply again to finish from what runs)") from None

@@ -120,13 +120,14 @@ def test_a_plan_becomes_exactly_its_requests(monkeypatch) -> None:
     plan = plan_for(running, wanted)
     assert plan.summary() == "Plan: 1 to deploy, 2 to modify, 1 to delete."
     steps = execute(control, plan, wanted, running, agents=AGENTS)
+    # Deletes first, deploys last (an operator may change jobs), modifications between.
     assert control.sent == [
-        ("install", ("gw-3",), "alert"), ("start", ("gw-3",), "alert"),
+        ("stop", ("gw-3",), "extra"), ("uninstall", ("gw-3",), "extra"),
         ("update", ("gw-1",), "clean"),
-        ("stop", ("gw-3",), "extra"), ("uninstall", ("gw-3",), "extra")]
+        ("install", ("gw-3",), "alert"), ("start", ("gw-3",), "alert")]
     assert moved == [("local-count", "gw-2", "gw-3", "pause_transfer")]
-    assert [(s.job, s.requests) for s in steps] == [("alert", 2), ("clean", 1), ("extra", 2),
-                                                    ("local", 1)]
+    assert [(s.job, s.requests) for s in steps] == [("extra", 2), ("clean", 1), ("local", 1),
+                                                    ("alert", 2)]
 
 
 def test_a_move_between_brokers_is_refused_before_any_request() -> None:
@@ -156,3 +157,19 @@ def test_a_failed_step_names_what_was_done_and_what_was_not() -> None:
                                          r"applied before it: none; not begun: none"):
         execute(control, plan_for(running, wanted), wanted, running, agents=AGENTS)
     assert isinstance(running, Running)
+
+
+def test_an_operator_changing_jobs_is_uninstalled_before_it_is_installed() -> None:
+    base = loaded("base")
+    answers = listing(base)
+    answers["gw-2"]["local-tap"]["config"]["job"] = "former"  # kept by the agent
+    control = Noting(answers)
+    running = read_running(control, ["gw-1", "gw-2", "gw-3"])
+    assert [op.name for op in running.state["former"]] == ["local-tap"]
+    plan = plan_for(running, base)
+    assert plan.summary() == "Plan: 0 to deploy, 1 to modify, 1 to delete."  # local gains it
+    execute(control, plan, base, running, agents=AGENTS)
+    assert control.sent == [("stop", ("gw-2",), "local-tap"),
+                            ("uninstall", ("gw-2",), "local-tap"),
+                            ("install", ("gw-2",), "local-tap"),
+                            ("start", ("gw-2",), "local-tap")]
