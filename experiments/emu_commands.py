@@ -5,7 +5,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from emu.apply_cli import use_plans
 from emu.cli import app, use_demand, use_experiments
+from experiments.apply_cli import show_plan
 from experiments.catalog import experiment_path
 from experiments.loader import Experiment, load
 from experiments.planning import prediction
@@ -18,6 +20,7 @@ def load_for_emu(experiment: str, sets: list[str]) -> tuple[Path, Experiment]:
 
 
 use_experiments(load_for_emu)
+use_plans(show_plan)  # `foglab emu apply`: foglab apply's table with the model's times
 use_demand(prediction)  # `foglab emu plan`: the calibrated model's demand (emu cannot run it)
 
 __all__ = ["app", "load_for_emu"]
