@@ -189,8 +189,10 @@ class SwarmCluster(Cluster):
     task (from Docker Hub, for foglab's local tags), and skips it for an image named by ID;
     `encrypted` makes the overlay network encrypted (IPsec between nodes); `subnet` (CIDR) is
     its address range, which a plan of more than DEFAULT_OVERLAY_CONTAINERS containers needs
-    (Docker's default is a /24). `zygote` is ignored:
-    a service cannot be privileged. `shaper` may only be the relay.
+    (Docker's default is a /24); `overlay`: whether the tasks join an overlay network (None:
+    when the swarm has several nodes, or `encrypted`; a one-node swarm's bridge serves them
+    all, and starts faster). `zygote` is ignored: a service cannot be privileged. `shaper`
+    may only be the relay (the link agents').
     """
 
     def __init__(self, plan: ClusterPlan, client: docker.DockerClient | None = None, *,
@@ -277,7 +279,7 @@ class SwarmCluster(Cluster):
             self._start(services, {}, 0, total)
             self._start_link_agents()
             ips = {s.node: s.ip for s in self.status()}
-            self.addresses = self.links.addresses(ips, self.bridges)
+            self.addresses = self.links.addresses(ips, {})  # the agents need no bridge
             self._start(self.plan.agents(), self.addresses, len(services), total)
             self._wait_ready()
             self._check_agents_run()
