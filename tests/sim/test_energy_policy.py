@@ -38,3 +38,61 @@ def test_budget_is_the_present_draw_over_the_interval():
 def test_bad_values_are_refused_naming_the_field(field, value):
     with pytest.raises(ValidationError, match=field):
         EnergyPolicy(**{field: value})
+
+
+# -- on the model (sim.energy_policy.EnergyOffload) --------------------------------------
+
+from sim.energy_policy import EnergyOffload  # noqa: E402
+from sim.model import Model  # noqa: E402
+from tests.foundation.helpers import point, settings  # noqa: E402
+from workloads.energy import PI4B  # noqa: E402
+
+# A Pi 4 gateway (4 cores, 0.45 the reference speed) on a battery runs a filter; the cloud VM
+# stores what it keeps. 10 readings a second.
+FOG = """
+name: energy-offload
+topology:
+  name: duo
+  sites: [{name: edge, position: [0, 0]}, {name: cloud, position: [5000, 0]}]
+  nodes:
+    - {name: dev, kind: device, position: [0, 0]}
+    - {name: gw, kind: gateway, profile: rpi4, site: edge, position: [30, 40]}
+    - {name: broker, kind: broker, profile: vm.medium, site: cloud}
+    - {name: cloud, kind: cloud_vm, profile: vm.small, site: cloud}
+  links:
+    - {from: dev, to: gw, latency: 5ms, bandwidth: 1Mbit}
+    - {from: gw, to: broker, latency: 20ms, bandwidth: 10Mbit}
+    - {from: broker, to: cloud, latency: 1ms, bandwidth: 100Mbit}
+workload:
+  name: one
+  streams:
+    - {name: s, sources: dev, rate: 10/s, arrivals: periodic, size: 100B}
+pipeline:
+  - {name: filter, task: passthrough, on: gw, reads: s, writes: kept, cost: COST}
+  - {name: store, task: passthrough, on: cloud, reads: kept, cost: 1ms}
+scenario:
+  energy: {}
+  migration: {strategy: pause_drain}
+run: {duration: 20s, seed: 1, driver_cost: DRIVER, drain: 2s}
+"""
+
+
+def run_fog(cost: str, driver: str, capacity: float | None):
+    run_point = point(FOG.replace("COST", cost).replace("DRIVER", driver))
+    model = Model(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                  settings(run_point))
+    offload = None
+    if capacity is not None:
+        offload = EnergyOffload(model, EnergyPolicy(battery_low=0.2), "gw", capacity)
+    result = model.run()
+    return offload, result.tables, result.facts
+
+
+def test_an_idle_gateway_offloads_at_the_predicted_millisecond():
+    # No work on the gateway: it draws its idle 2.7 W; 80 % of 30 J lasts 24 / 2.7 s.
+    offload, tables, _ = run_fog("0ms", "0ms", 30.0)
+    assert offload.reason == "battery_low" and offload.moves == 1
+    assert round(offload.moved_at, 3) == round(24.0 / PI4B[0], 3) == 8.889
+    migrations = tables["migrations"]
+    assert list(migrations["operator"]) == ["filter"]
+    assert list(migrations["target"]) == ["cloud"]
