@@ -1,5 +1,6 @@
-"""The energy-aware offload rule (workloads.energy.EnergyPolicy): when a battery node's
-operators go to the cloud. The rule alone: it is not yet wired into the model or hybrid."""
+"""The energy-aware offload: the rule (workloads.energy.EnergyPolicy) to the millisecond, and
+on the model (sim.energy_policy.EnergyOffload) a battery gateway whose operator moves to the
+cloud at the predicted time, with the joules it saves and the cloud spends (no containers)."""
 
 import math
 
@@ -96,3 +97,26 @@ def test_an_idle_gateway_offloads_at_the_predicted_millisecond():
     migrations = tables["migrations"]
     assert list(migrations["operator"]) == ["filter"]
     assert list(migrations["target"]) == ["cloud"]
+
+
+def test_a_busy_gateway_offloads_when_predicted_and_saves_its_operators_joules():
+    # The filter costs 9 ms at the reference speed, 20 ms on the Pi (0.45): 10 readings a
+    # second keep 0.2 of its 4 cores busy, the driver 0.01 more (0.45 ms, 1 ms on the Pi).
+    busy = (10 * 0.020 + 10 * 0.001) / 4
+    watts = PI4B[0] + (PI4B[1] - PI4B[0]) * busy  # 2.894 W
+    without, with_policy = run_fog("9ms", "0.45ms", None), run_fog("9ms", "0.45ms", 60.0)
+    offload, tables, facts = with_policy
+    # 80 % of 60 J at that draw (the first reading comes a little after 0 s: within 10 ms).
+    assert offload.reason == "battery_low"
+    assert abs(offload.moved_at - 48.0 / watts) < 0.01
+    start = float(tables["migrations"]["start"][0])
+    assert start == offload.moved_at
+    # From the pause on, the filter's work is the cloud's: the gateway saves what it drew
+    # above idle for it, and the cloud VM (1 vCPU, 0.74 W to 3.5 W) spends its own on it.
+    duration = 20.0
+    saved = without[2]["energy"]["by_node"]["gw"] - facts["energy"]["by_node"]["gw"]
+    expected = (duration - start) * (PI4B[1] - PI4B[0]) * (10 * 0.020) / 4
+    assert saved == pytest.approx(expected, rel=0.1)  # 0.61 J against 0.63 J
+    spent = facts["energy"]["by_node"]["cloud"] - without[2]["energy"]["by_node"]["cloud"]
+    assert spent == pytest.approx((duration - start) * 10 * 0.009 * (3.5 - 0.74), rel=0.1)
+    assert without[0] is None and len(without[1]["migrations"]["start"]) == 0
