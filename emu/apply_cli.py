@@ -70,8 +70,11 @@ def emu_apply(
     from emu.live import agents_and_brokers
     from topologies.terminal import positive
 
-    _cluster_name(cluster)
-    positive("--timeout", timeout)
+    try:  # refused as every command refuses them, but with apply's error code (1, not 2)
+        _cluster_name(cluster)
+        positive("--timeout", timeout)
+    except typer.Exit:
+        raise typer.Exit(ERROR) from None
     try:
         path, loaded = load_experiment(experiment, set_ or [])
         if len(loaded.points) > 1:

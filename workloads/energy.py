@@ -11,8 +11,9 @@ device's radio to its gateway), the last plus an amplifier term that grows with 
 the distance between its ends (Heinzelman's first-order radio model). A device draws its
 profile's idle power and its radio's energy per message sent; a device with a battery stops
 emitting when what it drew reaches the capacity (a `battery` row in the faults table). The
-price list (workloads/prices.yaml, or a file the experiment names) charges cloud VMs per hour
-by hardware profile, every other node its energy per kWh, and each site the bytes leaving it.
+price list (workloads/prices/default.yaml, or a file the experiment names) charges cloud VMs
+per hour by hardware profile, every other node its energy per kWh, and each site the bytes
+leaving it.
 
 Every default figure below names its source. The model (sim.features.energy) and the
 emulation feed the same functions: `hardware_share`, `watts`, `link_kind`,
@@ -33,7 +34,7 @@ from topologies.errors import SpecError, first_error
 from topologies.profiles import BUILTIN_PROFILES
 from workloads.faults import Patterns
 
-PRICES = Path(__file__).with_name("prices.yaml")  # the shipped price list
+PRICES = Path(__file__).parent / "prices" / "default.yaml"  # the shipped price list
 MODELS = ("linear", "square", "cubic", "table")
 LINK_KINDS = ("wired", "wireless", "wan")
 KWH_J = 3.6e6
@@ -172,7 +173,7 @@ class EnergySpec(BaseModel):
     radio: Radio = Field(default_factory=Radio)
     batteries: list[Battery] = Field(default_factory=list)
     prices: str | None = Field(default=None, description="a price list (YAML) replacing "
-                               "workloads/prices.yaml")
+                               "workloads/prices/default.yaml")
     calibration: str | None = Field(
         default=None, description="emu: the calibration profile whose measured QEMU speed "
         "turns an arm64 gateway container's CPU into the Pi's (default: reference); sim "

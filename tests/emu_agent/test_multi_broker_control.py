@@ -59,7 +59,8 @@ def test_one_broker_alone_reaches_only_its_own_agents(brokers, agents, tmp_path)
 
 
 def test_of_plan_takes_each_agent_s_broker_from_the_plan() -> None:
-    plan = SimpleNamespace(cluster="c", brokers={"gw-1": "broker-1", "gw-2": "broker-2"})
+    plan = SimpleNamespace(cluster="c", brokers={"gw-1": "broker-1", "gw-2": "broker-2"},
+                           mqtt5=True)
     status = {"broker-1": SimpleNamespace(ip="10.0.0.2"),
               "broker-2": SimpleNamespace(ip="10.0.1.2")}
     control = Controller.of_plan(plan, status)
