@@ -154,11 +154,12 @@ def test_a_query_at_k_three_triggers_every_three_emulated_seconds(
     # A processing-time trigger starts a batch on the next multiple of its interval (of the
     # epoch, in ms): 3 s at K = 3, 1 s undilated; a batch that overruns (the first compiles
     # the query) or a late wake-up on a loaded host puts the next one off the grid.
-    # So no two batches start sooner than 3 s apart (undilated they would be 1 s apart), and
+    # So batches start 3 s apart on average (undilated: 1 s; a late one is followed by the
+    # next grid point, so one gap may be short, but the grid's points are 3 s apart), and
     # batches that wake on time start on the 3 s grid (a loaded host, where CI's parallel
     # tests run, put 3 of 5 off it: at least one must be on it).
     steady = batches[2:]
     starts = [t for t, _ in steady]
-    assert all(b - a >= 2.9 for a, b in zip(starts, starts[1:], strict=False)), starts
+    assert (starts[-1] - starts[0]) / (len(starts) - 1) >= 2.9, starts
     on_grid = [t for t in starts if min(t % 3, 3 - t % 3) < 0.1]
     assert on_grid, starts
