@@ -38,6 +38,10 @@ class EnergyOffload:
             raise ValueError(f"gateway: {gateway!r} is not a node with a CPU of the topology")
         if target not in model.topology.nodes:
             raise ValueError(f"target: {target!r} is not a node of the topology")
+        if model.settings.direct_handover and not model.dynamic:
+            # The model's direct hand-over is exact only for instances that never move.
+            raise ValueError("a model built with direct_handover=False (or a dynamic "
+                             "feature): the offload moves operators while it runs")
         power = resolve_power(energy or EnergySpec(), node.profile_name)
         if power is None:
             raise ValueError(f"gateway: {gateway!r}'s profile {node.profile_name!r} has no power "

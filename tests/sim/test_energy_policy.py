@@ -81,7 +81,7 @@ run: {duration: 20s, seed: 1, driver_cost: DRIVER, drain: 2s}
 def run_fog(cost: str, driver: str, capacity: float | None):
     run_point = point(FOG.replace("COST", cost).replace("DRIVER", driver))
     model = Model(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
-                  settings(run_point))
+                  settings(run_point, direct_handover=False))
     offload = None
     if capacity is not None:
         offload = EnergyOffload(model, EnergyPolicy(battery_low=0.2), "gw", capacity)
@@ -120,3 +120,15 @@ def test_a_busy_gateway_offloads_when_predicted_and_saves_its_operators_joules()
     spent = facts["energy"]["by_node"]["cloud"] - without[2]["energy"]["by_node"]["cloud"]
     assert spent == pytest.approx((duration - start) * 10 * 0.009 * (3.5 - 0.74), rel=0.1)
     assert without[0] is None and len(without[1]["migrations"]["start"]) == 0
+
+
+def test_a_model_with_the_direct_hand_over_and_a_gateway_without_cpu_are_refused():
+    run_point = point(FOG.replace("COST", "0ms").replace("DRIVER", "0ms"))
+    model = Model(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                  settings(run_point))
+    with pytest.raises(ValueError, match="direct_handover=False"):
+        EnergyOffload(model, EnergyPolicy(), "gw", 30.0)
+    model = Model(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,
+                  settings(run_point, direct_handover=False))
+    with pytest.raises(ValueError, match="gateway: 'dev'"):
+        EnergyOffload(model, EnergyPolicy(), "dev", 30.0)
