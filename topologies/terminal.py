@@ -194,6 +194,18 @@ class Stop(KeyboardInterrupt):
 
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+_blocks: list[list[int]] = []  # the stop signals each open stop_on_signals block received
+
+
+def stop_requested() -> KeyboardInterrupt | None:
+    """The interrupt the innermost stop_on_signals block was sent, if any. A handler's
+    KeyboardInterrupt can be lost: raised inside a callback the interpreter runs and swallows
+    (an import lock's weakref callback: "Exception ignored in ..."), and later signals are
+    ignored as the clean-up's; a loop that waits (emu.cluster.hold) asks this."""
+    if not _blocks or not _blocks[-1]:
+        return None
+    number = _blocks[-1][0]
+    return KeyboardInterrupt() if number == signal.SIGINT else Stop(number)
 
 
 @contextlib.contextmanager
@@ -220,9 +232,11 @@ def stop_on_signals() -> Iterator[None]:
         raise Stop(number)
 
     previous = {number: signal.signal(number, stop) for number in STOP_SIGNALS}
+    _blocks.append(stopping)
     try:
         yield
     finally:
+        _blocks.remove(stopping)
         for number, handler in previous.items():
             signal.signal(number, handler)
 

@@ -10,7 +10,6 @@ which brings the cluster down as Ctrl-C would (topologies.terminal.stop_on_signa
 from __future__ import annotations
 
 import json
-import signal
 import subprocess
 import sys
 import time
@@ -18,12 +17,18 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 NOTICE_POLL_S = 0.2
+HOLD_POLL_S = 1.0
 
 
 def hold() -> None:
-    """Sleep until a stop signal (raised as KeyboardInterrupt)."""
-    while True:
-        signal.pause()
+    """Sleep until a stop signal (raised as KeyboardInterrupt by its handler, which interrupts
+    the sleep; or, if that exception was lost on its way, found by stop_requested within a
+    second: topologies.terminal)."""
+    from topologies.terminal import stop_requested
+
+    while (interrupt := stop_requested()) is None:
+        time.sleep(HOLD_POLL_S)
+    raise interrupt
 
 
 def notify(path: Path | None, **facts: object) -> None:

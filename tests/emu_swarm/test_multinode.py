@@ -267,8 +267,8 @@ def test_a_node_that_leaves_mid_run_is_a_fault_the_run_survives(
             agents = victim.client.api.containers(filters={"label": ["foglab.role=agent"]})
             if agents:
                 time.sleep(LEAVE_AFTER_S)
+                killed.append(time.time())  # the node dies during the call, before it returns
                 host.api.kill(victim.name)
-                killed.append(time.time())
                 return
             time.sleep(0.5)
 
@@ -295,7 +295,7 @@ def test_a_node_that_leaves_mid_run_is_a_fault_the_run_survives(
     # timeout of the kill (the run's epoch is the host's clock at K = 1).
     left_at = killed[0] - facts["epoch"]
     assert 0 < left_at < LEAVE_RUN_S
-    assert left_at <= facts["hosts_left"][victim.name] <= left_at + LIST_TIMEOUT_S + 2
+    assert left_at - 0.01 <= facts["hosts_left"][victim.name] <= left_at + LIST_TIMEOUT_S + 2
     # The other gateway's readings all arrived; the lost node's records went with its host
     # (a task keeps /records in its container), which the facts say.
     assert facts["records_lost"] == on_victim
