@@ -28,7 +28,9 @@ def test_a_spark_job_runs_on_the_topologys_standalone_cluster(tmp_path) -> None:
     assert (messages["received"], messages["lost"], messages["duplicated"]) == (
         messages["sent"], 0, 0)
     progress = result.facts["spark"]["cloud-1/stats"]
-    assert progress[-1]["read"] == messages["sent"]  # the query read every one
+    # The query read every one: QoS 1 is at least once into the source, so a loaded host's late
+    # PUBACK may have the broker hand a reading over twice (CI saw 121 of 120), never fewer.
+    assert messages["sent"] <= progress[-1]["read"] <= messages["sent"] + 3
     assert sum(batch["numInputRows"] for batch in progress) >= messages["sent"]
     # The executor ran on the worker's VM (standalone: the driver runs no tasks itself).
     executors = list((tmp_path / "cloud-2" / "spark" / "worker" / "work").glob("app-*/*/stderr"))

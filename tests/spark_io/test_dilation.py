@@ -112,6 +112,12 @@ def _batches(query) -> list[tuple[float, float]]:
             for p in query.recentProgress if p["numInputRows"]]
 
 
+def _waited(batches: list[tuple[float, float]]) -> list[float]:
+    """The starts of the batches that waited for their trigger: the one before had ended."""
+    return [start for (before, took), (start, _) in zip(batches, batches[1:], strict=False)
+            if before + took < start - 0.05]
+
+
 def test_a_query_at_k_three_triggers_every_three_emulated_seconds(
         spark, broker: LocalMosquitto, tmp_path: Path) -> None:
     args = parse_args(["--app", "etl", "--mqtt", f"{broker.host}:{broker.port}",
@@ -140,7 +146,8 @@ def test_a_query_at_k_three_triggers_every_three_emulated_seconds(
     feeder.start()
     try:
         deadline = time.monotonic() + 150
-        while len(_batches(query)) < 7 and time.monotonic() < deadline:
+        while ((len(_batches(query)) < 7 or len(_waited(_batches(query))) < 3)
+               and time.monotonic() < deadline):
             assert query.isActive, query.exception()
             time.sleep(0.2)
         batches = _batches(query)
@@ -152,14 +159,12 @@ def test_a_query_at_k_three_triggers_every_three_emulated_seconds(
           f"{[(round(t % 3, 3), round(d, 2)) for t, d in batches]}")
     assert len(batches) >= 7
     # A processing-time trigger starts a batch on the next multiple of its interval (of the
-    # epoch, in ms): 3 s at K = 3, 1 s undilated; a batch that overruns (the first compiles
-    # the query) or a late wake-up on a loaded host puts the next one off the grid.
-    # So batches start 3 s apart on average (undilated: 1 s; a late one is followed by the
-    # next grid point, so one gap may be short, but the grid's points are 3 s apart), and
-    # batches that wake on time start on the 3 s grid (a loaded host, where CI's parallel
-    # tests run, put 3 of 5 off it: at least one must be on it).
-    steady = batches[2:]
-    starts = [t for t, _ in steady]
-    assert (starts[-1] - starts[0]) / (len(starts) - 1) >= 2.9, starts
-    on_grid = [t for t in starts if min(t % 3, 3 - t % 3) < 0.1]
-    assert on_grid, starts
+    # epoch, in ms): 3 s at K = 3, 1 s undilated. A batch that overruns (the first compiles the
+    # query; a loaded host slows any) has the next start at once, off the grid. So the claim
+    # is about the batches that waited for their trigger (the one before ended before them):
+    # those start on the 3 s grid (undilated, on the 1 s grid: two thirds of them off it).
+    # CI's loaded host: [(2.864, 14.35), (2.282, 2.21), (1.497, 1.91), (0.41, 1.63), (0.0, ..)..]
+    waited = _waited(batches)
+    on_grid = [t for t in waited if min(t % 3, 3 - t % 3) < 0.25]
+    assert len(waited) >= 2, batches
+    assert len(on_grid) >= max(2, len(waited) - 1), [round(t % 3, 3) for t in waited]
