@@ -42,7 +42,10 @@ def cluster(client: docker.DockerClient) -> Iterator[tuple[Cluster, dict]]:
 def test_the_controller_reaches_every_agent_with_the_hosts_login(cluster) -> None:
     running, status = cluster
     with Controller.of_plan(running.plan, status).connect() as control:
-        pinged = control.ping([a.node for a in running.plan.agents()], timeout=30)
+        # The gateways are Pis under QEMU: on a CI dry run's loaded host one registered agent
+        # had not answered after 30 s (its log clean); what counts here is that it answers.
+        pinged = control.ping([a.node for a in running.plan.agents()], timeout=90)
+    print(pinged.summary())
     if not pinged.ok:
         for node in ("broker", *pinged.missing):
             print(node, b"".join(running.logs(node)).decode()[-2000:])
