@@ -37,6 +37,46 @@ def one_cpu_heavy_file_at_a_time(request: pytest.FixtureRequest,
         yield
 
 
+# Where CI's minutes go, per file: (first start, last stop, seconds in its tests, worker),
+# from the reports the controller receives; printed at the end of the session.
+_FILES: dict[str, list] = {}
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    if not report.start:
+        return
+    gateway = getattr(getattr(report, "node", None), "gateway", None)
+    entry = _FILES.setdefault(report.nodeid.split("::", 1)[0],
+                              [report.start, report.stop, 0.0, getattr(gateway, "id", "-")])
+    entry[0], entry[1] = min(entry[0], report.start), max(entry[1], report.stop)
+    entry[2] += report.stop - report.start
+
+
+def pytest_terminal_summary(terminalreporter) -> None:
+    """The files that ended last (the session's critical path) and the CPU_HEAVY chain, with
+    their start and end from the session's first test: a heavy file's time in tests includes
+    its wait for the lock."""
+    if len(_FILES) < 2:
+        return
+    began = min(entry[0] for entry in _FILES.values())
+    write = terminalreporter.write_line
+
+    def row(path: str) -> str:
+        start, stop, busy, worker = _FILES[path]
+        return (f"{start - began:7.0f} {stop - began:7.0f} {busy:7.0f}  {worker:4}  "
+                f"{'heavy ' if path in CPU_HEAVY else ''}{path}")
+
+    terminalreporter.section("files that ended last (s from the first test)")
+    write(f"{'start':>7} {'end':>7} {'in tests':>7}  worker")
+    for path in sorted(_FILES, key=lambda p: -_FILES[p][1])[:10]:
+        write(row(path))
+    heavy = sorted((p for p in _FILES if p in CPU_HEAVY), key=lambda p: _FILES[p][0])
+    if heavy:
+        write("the CPU_HEAVY files, one at a time:")
+        for path in heavy:
+            write(row(path))
+
+
 def pytest_configure(config: pytest.Config) -> None:
     """Ctrl-C raises KeyboardInterrupt in the test process however it was started: a
     non-interactive shell starts its `&` jobs with SIGINT ignored, and Python then installs no
