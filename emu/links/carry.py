@@ -158,9 +158,13 @@ class Flow:
     def _finish(self) -> None:
         sink = self.sink
         assert sink is not None
-        if sink.can_write_eof():
-            sink.write_eof()
         self.finished = True
+        if sink.can_write_eof():
+            try:
+                sink.write_eof()
+            except OSError:  # the receiver is gone (ENOTCONN: many sessions closing at once)
+                self.connection.close()
+                return
         self.connection.finished()
 
     def update_reading(self) -> None:

@@ -177,3 +177,35 @@ def test_bytes_read_before_upstream_is_connected_wait_for_it() -> None:
     before, after = run(scenario())
     assert before == []
     assert after == [b"early", b"<FIN>"]
+
+
+def test_a_fin_to_a_receiver_already_gone_closes_the_connection_quietly() -> None:
+    # asyncio's write_eof raises OSError (ENOTCONN) when the peer has reset; it was raised in a
+    # timer's callback, logged as "Exception in callback", and the connection stayed open.
+    class _Gone(_Recording):
+        closed = False
+
+        def write_eof(self) -> None:
+            raise OSError(107, "Transport endpoint is not connected")
+
+        def close(self) -> None:
+            self.closed = True
+
+    async def scenario() -> tuple[carry.Connection, _Gone, list]:
+        loop = asyncio.get_running_loop()
+        errors: list = []
+        loop.set_exception_handler(lambda _, context: errors.append(context))
+        relay = LinkRelay(HOST, 9, LinkShape(0.01))
+        connection = carry.Connection(relay, loop)
+        client, upstream = _Recording(), _Gone()
+        connection.up.source = connection.down.sink = client  # type: ignore[assignment]
+        connection.made(connection.upstream, upstream)  # type: ignore[arg-type]
+        connection.up.feed(b"last words")
+        connection.up.end()
+        await asyncio.sleep(0.05)
+        return connection, upstream, errors
+
+    connection, upstream, errors = run(scenario())
+    assert upstream.written == [b"last words"]
+    assert errors == []
+    assert connection.closed and upstream.closed
