@@ -74,21 +74,30 @@ def experiment(folder: Path, label: str, gateways: int, jobs: int,
 
 
 def apply_to(path: Path, control, nodes: list[str], agents) -> tuple[float, str]:
-    """One apply as `foglab emu apply` makes it: its seconds and the plan's summary."""
+    """One apply as `foglab emu apply` makes it: its seconds and the plan's summary with
+    where the time went (loading the file, reading the agents back, the plan, its requests,
+    the verifying read)."""
     from emu.apply import ApplyError, desired, differences, execute, plan_for, read_running
     from emu.cli import load_experiment
 
-    started = time.perf_counter()
+    marks = [time.perf_counter()]
     path, loaded = load_experiment(str(path), [])
     wanted = desired(path, loaded)
     job_of = {c.name: c.job for c in wanted.configs.values()}
+    marks.append(time.perf_counter())
     running = read_running(control, nodes, job_of)
+    marks.append(time.perf_counter())
     plan = plan_for(running, wanted)
+    marks.append(time.perf_counter())
     execute(control, plan, wanted, running, agents=agents)
+    marks.append(time.perf_counter())
     after = plan_for(read_running(control, nodes, job_of), wanted)
+    marks.append(time.perf_counter())
     if not after.empty:
         raise ApplyError(f"{path.name}: not applied: {differences(after)}")
-    return time.perf_counter() - started, plan.summary()
+    parts = " ".join(f"{label}={later - earlier:.3f}" for label, earlier, later in zip(
+        ("load", "read", "plan", "execute", "verify"), marks, marks[1:], strict=False))
+    return marks[-1] - marks[0], f"{plan.summary()} ({parts})"
 
 
 def load() -> str:

@@ -135,19 +135,13 @@ def desired(path: Path, loaded: Any) -> Desired:
     """The experiment's jobs as the emulation would run them (emu.deployment.agent_configs,
     as `foglab emu up --experiment` places them: every instance movable), each instance's
     config keeping its job."""
-    import yaml
-
     from emu.deployment import agent_configs
-    from topologies.documents import Loader
+    from topologies.documents import load_text
 
     point = loaded.points[0]
     pipeline = list(point.spec.pipeline)
-    # The loader has checked the file (and placed its errors): read again only for its jobs,
-    # by libyaml where there is one (a hundred jobs take PyYAML's pure parser 0.1 s), with
-    # the project's YAML 1.2 booleans (`on:` stays a key).
-    fast = type("Fast", (getattr(yaml, "CSafeLoader", yaml.SafeLoader),),
-                {"yaml_implicit_resolvers": Loader.yaml_implicit_resolvers})
-    data = yaml.load(Path(path).read_text(), Loader=fast)  # noqa: S506 - a safe loader
+    # The loader has checked the file (and placed its errors): read again only for its jobs.
+    data = load_text(Path(path).read_text())
     grouped = job_names(Path(path), data) or {op.name: [op.name] for op in pipeline}
     job_of = {name: job for job, names in grouped.items() for name in names}
     agents = agent_configs(point.topology, None, pipeline,
