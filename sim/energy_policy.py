@@ -4,13 +4,16 @@ workloads.energy's rule (`offload_reason`, `offload_time`) says so.
 The rule is the shared part; this only measures and acts. Every `interval` the gateway's
 draw is measured from its CPU's admitted work (sim.stations.Cpu.work: the utilisation over
 the interval, turned into the hardware's by workloads.energy.hardware_share and into watts by
-its power profile), added to what it drew, and the rule asked; between checks the next one is
-brought forward to `offload_time` at the present draw, so a gateway whose draw holds steady
-moves at the instant its charge crosses the threshold, not at the next interval's end. The
+its power profile), added to what it drew, and the rule asked; within an interval the charge
+runs down at the last measured draw, and when `offload_time` at that draw falls inside it the
+move is made then, so a gateway whose draw holds steady moves at the instant its charge
+crosses the threshold, not at the next interval's end. The
 move is the model's migration coordinator's (`Coordinator.start`, the strategy given or
 `scenario.migration.strategy`), one per operator group with an instance on the gateway.
 Attached through public parts only (model.env, model.cpus, model.topology, model.every_group,
-model.coordinator); no way back (a battery does not recharge in the model).
+model.coordinator); no way back (a battery does not recharge in the model). An experiment
+asks for it with `scenario.energy.offload` (workloads.energy.Offload), which
+sim.features.energy turns into one watcher per gateway; `fact()` is what the run records.
 """
 
 from __future__ import annotations
@@ -56,22 +59,32 @@ class EnergyOffload:
         self.moved_at = math.inf
         self.reason: str | None = None
         self.moves = 0
+        self.operators: list[str] = []  # the groups it moved an instance of
         model.env.process(self._watch())
 
     def _watch(self):
         env, policy = self.model.env, self.policy
         last_t, last_work = env.now, self.cpu.work
         while True:
-            due = min(env.now + policy.interval,
-                      offload_time(policy, self.capacity, self.drawn, self.watts, env.now))
-            yield env.timeout(max(due - env.now, 0.0))
-            dt = env.now - last_t
-            if dt > 0:
-                u = (self.cpu.work - last_work) / (dt * self.cpu.capacity)
-                self.watts = self.power.watts(u * self.factor)
-                self.drawn += dt * self.watts
+            # The draw is measured over whole intervals: within one, the work comes in lumps
+            # (a reading's CPU when it is admitted), and a few milliseconds' measure would say
+            # idle or busy, not the draw. Between measures the charge runs down at the last
+            # measured draw, as a battery gauge's reading does.
+            end = last_t + policy.interval
+            crossing = offload_time(policy, self.capacity, self.drawn, self.watts, last_t)
+            if crossing < end:
+                yield env.timeout(max(crossing - env.now, 0.0))
+                drawn = self.drawn + (env.now - last_t) * self.watts
+                # A hair of float slack: at the crossing the charge left equals the threshold.
+                if offload_reason(policy, self.capacity, drawn + 1e-9, self.watts):
+                    self.drawn = drawn
+                    self._offload("battery_low")
+                    return
+            yield env.timeout(max(end - env.now, 0.0))
+            u = (self.cpu.work - last_work) / ((env.now - last_t) * self.cpu.capacity)
+            self.watts = self.power.watts(u * self.factor)
+            self.drawn += (env.now - last_t) * self.watts
             last_t, last_work = env.now, self.cpu.work
-            # A hair of float slack: at the crossing the charge left equals the threshold.
             reason = offload_reason(policy, self.capacity, self.drawn + 1e-9, self.watts)
             if reason is not None:
                 self._offload(reason)
@@ -83,4 +96,14 @@ class EnergyOffload:
             for instance in list(group.instances):
                 if instance.node == self.gateway:
                     self.moves += 1
+                    self.operators.append(group.name)
                     self.model.coordinator.start(group, instance, self.target, self.strategy)
+
+    def fact(self) -> dict:
+        """The run's record of this gateway: when it offloaded (None: it did not) and why,
+        what it had drawn by then (else by its last check) at what draw, and what moved."""
+        moved = self.moved_at < math.inf
+        return {"gateway": self.gateway, "capacity_j": self.capacity,
+                "t": self.moved_at if moved else None, "reason": self.reason,
+                "drawn_j": self.drawn, "watts": self.watts, "target": self.target,
+                "operators": list(self.operators)}

@@ -13,7 +13,9 @@ profile's idle power and its radio's energy per message sent; a device with a ba
 emitting when what it drew reaches the capacity (a `battery` row in the faults table). The
 price list (workloads/prices/default.yaml, or a file the experiment names) charges cloud VMs
 per hour by hardware profile, every other node its energy per kWh, and each site the bytes
-leaving it.
+leaving it. A gateway on a battery (`offload`) sends its operators to the cloud when
+EnergyPolicy's rule says so (offload_reason, offload_time): a decision the model makes, so
+on sim only.
 
 Every default figure below names its source. The model (sim.features.energy) and the
 emulation feed the same functions: `hardware_share`, `watts`, `link_kind`,
@@ -31,8 +33,10 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from topologies.errors import SpecError, first_error
+from topologies.fields import PositiveDuration, Ratio
 from topologies.profiles import BUILTIN_PROFILES
 from workloads.faults import Patterns
+from workloads.scenario import Strategy
 
 PRICES = Path(__file__).parent / "prices" / "default.yaml"  # the shipped price list
 MODELS = ("linear", "square", "cubic", "table")
@@ -161,6 +165,49 @@ class Battery(BaseModel):
         return self.joules if self.joules is not None else self.mah * 3.6 * self.voltage
 
 
+class EnergyPolicy(BaseModel):
+    """When a battery node's operators go to the cloud: charge left below `battery_low` (a
+    fraction of the capacity), or a predicted draw over the next `interval` above `budget`
+    joules (the rule: offload_reason, offload_time)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    battery_low: Ratio = Field(default=0.2, gt=0.0, lt=1.0, description=(
+        "offload when the charge left falls below this fraction of the capacity (20% or 0.2)"))
+    budget: float | None = Field(default=None, gt=0.0, allow_inf_nan=False, description=(
+        "offload when the present draw held over `interval` exceeds these joules"))
+    interval: PositiveDuration = Field(default=1.0, description=(
+        "how often the draw is measured and the budget weighed"))
+
+
+class Offload(EnergyPolicy):
+    """`scenario.energy.offload`: gateways on a battery (its capacity in joules, or in mAh at
+    `voltage`) whose operators move to `to` when EnergyPolicy's rule says so, by `strategy`
+    (default scenario.migration's). The battery here feeds the decision only: the gateway
+    keeps running once it is empty (a device's battery, `batteries`, stops it); it does not
+    recharge, and the operators do not come back."""
+
+    gateways: Patterns = Field(description="gateway names or patterns, each on its own battery")
+    joules: float | None = Field(default=None, allow_inf_nan=False)
+    mah: float | None = Field(default=None, allow_inf_nan=False)
+    voltage: float = Field(default=CELL_VOLTAGE, allow_inf_nan=False)
+    to: str | None = Field(default=None, description=(
+        "the node the operators go to (default: the topology's cloud VM, when it has one)"))
+    strategy: Strategy | None = Field(default=None, description=(
+        "how they move (default: scenario.migration.strategy)"))
+
+    @model_validator(mode="after")
+    def _one_capacity(self):
+        if (self.joules is None) == (self.mah is None):
+            raise ValueError("a capacity: exactly one of joules, mah")
+        return self
+
+    @property
+    def capacity(self) -> float:
+        """Joules."""
+        return self.joules if self.joules is not None else self.mah * 3.6 * self.voltage
+
+
 class EnergySpec(BaseModel):
     """Count each node's and link's energy, devices' batteries, and the run's cost."""
 
@@ -178,6 +225,9 @@ class EnergySpec(BaseModel):
         default=None, description="emu: the calibration profile whose measured QEMU speed "
         "turns an arm64 gateway container's CPU into the Pi's (default: reference); sim "
         "takes run.calibration's")
+    offload: Offload | None = Field(
+        default=None, description="sim: battery gateways whose operators go to a cloud node "
+        "when their charge runs low or their draw exceeds a budget (the model's decision)")
 
 
 class Prices(BaseModel):
@@ -505,6 +555,99 @@ def check(spec, topology) -> None:
     except SpecError as error:  # placed in the experiment, naming the list's own place
         raise SpecError(base + ("prices",), energy.prices or str(PRICES),
                         f"a valid price list, but {error}") from None
+    if energy.offload is not None:
+        _check_offload(spec, topology, energy.offload)
+
+
+def offload_target(offload: Offload, topology) -> str | None:
+    """Where the offload sends operators: `to`, else the topology's cloud VM when it has
+    exactly one (None when it has none or several: the check asks for `to`)."""
+    if offload.to is not None:
+        return offload.to
+    clouds = topology.of_kind("cloud_vm")
+    return clouds[0].name if len(clouds) == 1 else None
+
+
+def _check_offload(spec, topology, offload: Offload) -> None:
+    """Gateways on a battery of a capacity > 0, each running an operator the coordinator can
+    move (not a follow or Spark one; a strategy its state allows; not one scheduled
+    migrations move from there too), to a gateway or cloud VM where it does not run."""
+    from workloads.pipeline import placement
+
+    base = ("scenario", "energy", "offload")
+    for name in ("joules", "mah", "voltage"):
+        value = getattr(offload, name)
+        if value is not None and value <= 0:
+            raise SpecError(base + (name,), value, "a capacity > 0")
+    gateways: list[str] = []
+    for j, pattern in enumerate(offload.gateways):
+        where = base + ("gateways", j) if len(offload.gateways) > 1 else base + ("gateways",)
+        names = topology.match(pattern)
+        if not names:
+            raise SpecError(where, pattern, f"a gateway name or pattern of topology "
+                            f"{topology.name}")
+        for name in names:
+            kind = topology.nodes[name].kind
+            if kind != "gateway":
+                raise SpecError(where, pattern, f"gateways only (the battery's charge decides "
+                                f"where their operators run), but {name} is a {kind}")
+            gateways.append(name)
+    target = offload_target(offload, topology)
+    if target is None:
+        clouds = [node.name for node in topology.of_kind("cloud_vm")]
+        raise SpecError(base + ("to",), None, "a node to send the operators to: topology "
+                        f"{topology.name} has {len(clouds)} cloud VMs ({', '.join(clouds)}), "
+                        "name one")
+    node = topology.nodes.get(target)
+    if node is None:
+        raise SpecError(base + ("to",), target, f"a node of topology {topology.name}")
+    if node.kind not in ("gateway", "cloud_vm"):
+        raise SpecError(base + ("to",), target, f"a gateway or cloud VM, but {target} is a "
+                        f"{node.kind}")
+    if target in gateways:
+        raise SpecError(base + ("to",), target, "a node other than the gateways it offloads")
+    if not topology.of_kind("broker"):
+        raise SpecError(base, offload.gateways, "a topology with a broker: a move diverts an "
+                        "operator's input there")
+    strategy = offload.strategy or spec.scenario.migration.strategy
+    strategy_path = (base + ("strategy",) if offload.strategy is not None
+                     else ("scenario", "migration", "strategy"))
+    moved = {}
+    for op in spec.pipeline:
+        placed = placement(topology, op.on)
+        mine = [g for g in gateways if g in placed]
+        if not mine:
+            continue
+        moved[op.name] = mine
+        if op.follow is not None:
+            raise SpecError(base + ("gateways",), mine[0], f"gateways without follow "
+                            f"operators: {op.name}'s instances are the policy's to move")
+        if op.engine == "spark":
+            raise SpecError(base + ("gateways",), mine[0], f"gateways without Spark "
+                            f"operators: {op.name} runs on Spark, which the offload does "
+                            "not move")
+        if target in placed:
+            raise SpecError(base + ("to",), target, f"a node {op.name} does not run on "
+                            f"already ({', '.join(placed)}): it moves {op.name} from "
+                            f"{mine[0]}")
+        if strategy == "pause_drain" and op.stateful:
+            raise SpecError(strategy_path, strategy, f"pause_transfer or parallel for the "
+                            f"offload: {op.name} keeps window state, which pause_drain would "
+                            "lose")
+        if strategy != "pause_drain" and not op.stateful:
+            raise SpecError(strategy_path, strategy, f"pause_drain for the offload: "
+                            f"{op.name} has no window state to transfer or synchronise "
+                            "(scenario.energy.offload.strategy: pause_drain)")
+    if not moved:
+        raise SpecError(base + ("gateways",), offload.gateways, "gateways an operator of the "
+                        "pipeline runs on: the offload moves their operators")
+    for i, plan in enumerate(spec.scenario.migrations):
+        mine = moved.get(plan.operator, [])
+        source = plan.source if plan.source is not None else None
+        if mine and (source in mine or source is None):
+            raise SpecError(("scenario", "migrations", i, "operator"), plan.operator,
+                            f"an operator the offload does not move: it moves {plan.operator} "
+                            f"from {', '.join(mine)} when the battery says so")
 
 
 def _check_power(path: tuple, power: PowerProfile, default) -> None:
@@ -554,28 +697,20 @@ def summary(tables: dict, facts: dict) -> dict:
     money = energy.get("cost")
     if money:
         figures[f"cost {money['currency']}"] = money["total"]
+    offloads = energy.get("offloads")
+    if offloads is not None:  # scenario.energy.offload: a row per gateway watched
+        times = [o["t"] for o in offloads if o["t"] is not None]
+        figures["offloads"] = len(times)
+        figures["first offload s"] = min(times) if times else None
     return figures
 
 
 # -- the energy-aware decision (issue 30, item 4) ----------------------------------------
 #
-# One rule for the model and the emulation, as workloads.recovery's re-placement is: a node
-# offloads its operators to the cloud when its battery's charge left falls below
-# `battery_low` of the capacity, or when the energy it is predicted to draw over the next
-# `interval` exceeds `budget`. Not yet read from an experiment (no `scenario.energy.policy`
-# field): a field the backends ignored would promise a move that never happens.
-
-class EnergyPolicy(BaseModel):
-    """When a battery node's operators go to the cloud: charge left below `battery_low` (a
-    fraction of the capacity), or a predicted draw over the next `interval` above `budget`
-    joules."""
-
-    model_config = ConfigDict(extra="forbid")
-
-    battery_low: float = Field(default=0.2, gt=0.0, lt=1.0, allow_inf_nan=False)
-    budget: float | None = Field(default=None, gt=0.0, allow_inf_nan=False)
-    interval: float = Field(default=1.0, gt=0.0, allow_inf_nan=False)
-
+# One rule for every backend, as workloads.recovery's re-placement is: a node offloads its
+# operators to the cloud when its battery's charge left falls below `battery_low` of the
+# capacity, or when the energy it is predicted to draw over the next `interval` exceeds
+# `budget` (EnergyPolicy, above; `scenario.energy.offload` in an experiment).
 
 def offload_reason(policy: EnergyPolicy, capacity: float, drawn: float,
                    watts: float) -> str | None:

@@ -19,7 +19,9 @@ the run measures anyway, once its records are read.
   energy per reading emitted (the drivers' records, `emitted_by_device`), and their radio
   link to their gateway with those readings' bytes.
 Batteries are the model's only: the agents do not stop a device's readings (`validate`
-refuses them on emu before anything starts).
+refuses them on emu before anything starts). So is the offload (`offload`): it is the model's
+decision, from the draw the model measures while it runs, and on emu no model runs (hybrid's
+real-time model moves users only: it has no gateway's CPU to measure).
 """
 
 from __future__ import annotations
@@ -58,6 +60,11 @@ class EnergyFeature(Feature):
             raise SpecError(("scenario", "energy", "batteries"), len(energy.batteries),
                             "no batteries on emu: the gateways' agents do not stop a device's "
                             "readings when its battery is empty (run batteries on sim)")
+        if energy.offload is not None:
+            raise SpecError(("scenario", "energy", "offload"), energy.offload.gateways,
+                            "no offload on emu: it is the model's decision, from the draw the "
+                            "model measures while it runs, and no model runs on emu (run the "
+                            "offload on sim)")
         name = energy.calibration or DEFAULT_CALIBRATION
         try:
             load(name)

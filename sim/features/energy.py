@@ -22,6 +22,12 @@ utilisation and bytes the model records anyway, and devices' batteries.
   an event per emission. It is
   then down (sim.model.Model.crashed: the crash listeners hear of it) and the faults table has
   a `battery` row for it.
+- The offload (`offload`): each gateway it names is watched by sim.energy_policy.EnergyOffload
+  (a process per gateway, every `interval`), which moves its operators to the target through
+  the model's migration coordinator when the rule says so: a row per move in the migrations
+  table, and a row per gateway watched in the facts' `offloads` (when, why, what it had
+  drawn). Only with an offload is the feature dynamic (`moves`): the model then keeps no
+  direct hand-over, which is exact only for instances that never move.
 So nothing runs on the hot path unless a device has a battery, and then only its emissions
 pay for the check. Every figure is over the run's duration (not its drain).
 """
@@ -34,6 +40,7 @@ from array import array
 
 import numpy as np
 
+from sim.energy_policy import EnergyOffload
 from sim.features.base import Feature
 from workloads.energy import (
     EnergySpec,
@@ -41,6 +48,7 @@ from workloads.energy import (
     battery_of,
     hardware_share,
     load_prices,
+    offload_target,
     radio_energy,
 )
 from workloads.faults import columns as fault_columns
@@ -74,7 +82,12 @@ class _Battery:
 
 
 class Energy(Feature):
-    """The energy table, batteries and the run's cost (sim.model.Model)."""
+    """The energy table, batteries, the offload and the run's cost (sim.model.Model)."""
+
+    @staticmethod
+    def moves(spec: EnergySpec) -> bool:
+        """Dynamic (it moves operator instances) only with an offload."""
+        return spec.offload is not None
 
     def __init__(self, model, spec: EnergySpec):
         super().__init__(model, spec)
@@ -107,6 +120,13 @@ class Energy(Feature):
                                        source.stream.size))
         for battery in self.batteries.values():
             self._arm(battery, 0.0)
+        offload = spec.offload
+        self.offloads: list[EnergyOffload] = []
+        if offload is not None:
+            target = offload_target(offload, topology)
+            self.offloads = [EnergyOffload(model, offload, gateway, offload.capacity, target,
+                                           spec, offload.strategy)
+                             for gateway in topology.select(offload.gateways)]
 
     # -- batteries ------------------------------------------------------------------------
 
@@ -210,6 +230,8 @@ class Energy(Feature):
         if self.deaths:
             self._record_deaths(tables)
         facts["energy"] = ledger.facts(self._delivered(), dict(self.deaths), self.prices)
+        if self.spec.offload is not None:
+            facts["energy"]["offloads"] = [watch.fact() for watch in self.offloads]
 
     def _battery_rows(self, battery: _Battery, interval: float) -> None:
         """A battery device's rows, interval by interval: its idle power while alive and
