@@ -82,7 +82,7 @@ def apply_to(path: Path, control, nodes: list[str], agents) -> tuple[float, str]
 
     marks = [time.perf_counter()]
     path, loaded = load_experiment(str(path), [])
-    wanted = desired(path, loaded)
+    wanted = desired(loaded)
     job_of = {c.name: c.job for c in wanted.configs.values()}
     marks.append(time.perf_counter())
     running = read_running(control, nodes, job_of)

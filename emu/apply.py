@@ -23,7 +23,6 @@ import json
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field, replace
-from pathlib import Path
 from typing import Any
 
 from emu.agent.config import AGENT_KINDS, OperatorConfig
@@ -114,35 +113,15 @@ def emu_operator(config: Mapping[str, Any], nodes: Iterable[str]) -> Operator:
         (key, json.dumps(value, sort_keys=True)) for key, value in values.items())))
 
 
-def job_names(path: Path, data: Any, document: Any = None) -> dict[str, list[str]]:
-    """Job -> its operators' names, of an experiment file's data (workloads.jobs); None
-    when it has no jobs (a flat pipeline: one job per operator)."""
-    from topologies.catalog import find
-    from topologies.documents import read
-    from workloads.jobs import compose
-
-    if not (isinstance(data, dict) and "jobs" in data):
-        return {}
-    checked = dict(data)
-    if isinstance(checked.get("topology"), str):  # its sites, for `on: site:NAME`
-        found = find(checked["topology"], base=path.parent)
-        checked["topology"] = read(found).data if found is not None else None
-    composition = compose(checked, path.parent, document)
-    return {job: [op.name for op in ops] for job, ops in composition.jobs.items()}
-
-
-def desired(path: Path, loaded: Any) -> Desired:
+def desired(loaded: Any) -> Desired:
     """The experiment's jobs as the emulation would run them (emu.deployment.agent_configs,
     as `foglab emu up --experiment` places them: every instance movable), each instance's
     config keeping its job."""
     from emu.deployment import agent_configs
-    from topologies.documents import load_text
 
     point = loaded.points[0]
     pipeline = list(point.spec.pipeline)
-    # The loader has checked the file (and placed its errors): read again only for its jobs.
-    data = load_text(Path(path).read_text())
-    grouped = job_names(Path(path), data) or {op.name: [op.name] for op in pipeline}
+    grouped = point.jobs or {op.name: [op.name] for op in pipeline}  # as the loader composed
     job_of = {name: job for job, names in grouped.items() for name in names}
     agents = agent_configs(point.topology, None, pipeline,
                            moving={op.name for op in pipeline})

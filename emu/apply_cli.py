@@ -80,7 +80,7 @@ def emu_apply(
         if len(loaded.points) > 1:
             raise SpecError(("sweep",), f"{len(loaded.points)} points", "one sweep point "
                             "(pin it with --set): a cluster runs one", str(loaded.file))
-        wanted = desired(path, loaded)
+        wanted = desired(loaded)
     except SpecError as failure:
         error(failure)
         raise typer.Exit(ERROR) from None

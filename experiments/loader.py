@@ -41,6 +41,9 @@ class RunPoint:
     spec: ExperimentSpec
     topology: Topology
     config_hash: str
+    # Written as jobs (workloads.jobs): each job's operators, in the pipeline's names; empty
+    # for a flat pipeline (each operator its own job).
+    jobs: dict[str, list[str]] = field(default_factory=dict)
 
 
 @dataclass
@@ -265,7 +268,10 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
                 raise error from None
         raise sources.place(error) from None
     canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
-    return RunPoint(index, values, spec, topology, hashlib.sha256(canonical.encode()).hexdigest())
+    jobs = {} if composition is None else {
+        job: [op.name for op in ops] for job, ops in composition.jobs.items()}
+    return RunPoint(index, values, spec, topology, hashlib.sha256(canonical.encode()).hexdigest(),
+                    jobs)
 
 
 # Pydantic's bounds, as an error says them: `at most 30d`.

@@ -19,8 +19,8 @@ HERE = Path(__file__).parent
 def loaded(name: str):
     from experiments.emu_commands import load_for_emu
 
-    path, experiment = load_for_emu(str(HERE / f"{name}.yaml"), [])
-    return desired(path, experiment)
+    _, experiment = load_for_emu(str(HERE / f"{name}.yaml"), [])
+    return desired(experiment)
 
 
 @dataclass
