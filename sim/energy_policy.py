@@ -19,6 +19,7 @@ sim.features.energy turns into one watcher per gateway; `fact()` is what the run
 from __future__ import annotations
 
 import math
+from collections import deque
 
 from workloads.energy import (
     EnergyPolicy,
@@ -30,12 +31,41 @@ from workloads.energy import (
 )
 
 
+class OneAtATime:
+    """Moves of one operator group one after another: the model's coordinator carries out one
+    migration of a group at a time, and gateways that offload together may each hold an
+    instance of one operator (`on: gateways`). A move waits for the one before it to end."""
+
+    def __init__(self, model):
+        self.model = model
+        self.waiting: dict[str, deque] = {}  # group -> moves queued behind the running one
+
+    def start(self, group, instance, target: str, strategy: str | None) -> None:
+        queued = self.waiting.get(group.name)
+        if queued is not None:
+            queued.append((group, instance, target, strategy))
+            return
+        self.waiting[group.name] = deque()
+        self._run(group, instance, target, strategy)
+
+    def _run(self, group, instance, target: str, strategy: str | None) -> None:
+        def done() -> None:
+            queued = self.waiting[group.name]
+            if queued:
+                self._run(*queued.popleft())
+            else:
+                del self.waiting[group.name]
+
+        self.model.coordinator.start(group, instance, target, strategy, done)
+
+
 class EnergyOffload:
     """One battery gateway watched by the rule; `moved_at` and `reason` once it offloaded."""
 
     def __init__(self, model, policy: EnergyPolicy, gateway: str, capacity: float,
                  target: str = "cloud", energy: EnergySpec | None = None,
-                 strategy: str | None = None):
+                 strategy: str | None = None, moves: OneAtATime | None = None):
+        """`moves`: the queue of moves shared by the run's watchers (its own without one)."""
         node = model.topology.nodes.get(gateway)
         if node is None or gateway not in model.cpus:
             raise ValueError(f"gateway: {gateway!r} is not a node with a CPU of the topology")
@@ -50,6 +80,7 @@ class EnergyOffload:
             raise ValueError(f"gateway: {gateway!r}'s profile {node.profile_name!r} has no power "
                              f"profile")
         self.model, self.policy, self.gateway = model, policy, gateway
+        self.queue = moves if moves is not None else OneAtATime(model)
         self.capacity, self.target, self.strategy, self.power = capacity, target, strategy, power
         cpu = model.cpus[gateway]
         self.cpu = cpu
@@ -97,7 +128,7 @@ class EnergyOffload:
                 if instance.node == self.gateway:
                     self.moves += 1
                     self.operators.append(group.name)
-                    self.model.coordinator.start(group, instance, self.target, self.strategy)
+                    self.queue.start(group, instance, self.target, self.strategy)
 
     def fact(self) -> dict:
         """The run's record of this gateway: when it offloaded (None: it did not) and why,

@@ -40,7 +40,7 @@ from array import array
 
 import numpy as np
 
-from sim.energy_policy import EnergyOffload
+from sim.energy_policy import EnergyOffload, OneAtATime
 from sim.features.base import Feature
 from workloads.energy import (
     EnergySpec,
@@ -124,8 +124,9 @@ class Energy(Feature):
         self.offloads: list[EnergyOffload] = []
         if offload is not None:
             target = offload_target(offload, topology)
+            queue = OneAtATime(model)  # gateways running one operator move it in turn
             self.offloads = [EnergyOffload(model, offload, gateway, offload.capacity, target,
-                                           spec, offload.strategy)
+                                           spec, offload.strategy, queue)
                              for gateway in topology.select(offload.gateways)]
 
     # -- batteries ------------------------------------------------------------------------

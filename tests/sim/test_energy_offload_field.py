@@ -136,3 +136,44 @@ def test_without_to_the_topologys_one_cloud_vm_is_the_target():
     from workloads.energy import offload_target
 
     assert offload_target(point.spec.scenario.energy.offload, point.topology) == "cloud-1"
+
+
+TWO = """
+name: two-batteries
+topology:
+  name: two-gateways
+  nodes:
+    - {name: sensor, kind: device, replicas: 2}
+    - {name: gw, kind: gateway, replicas: 2, profile: rpi4}
+    - {name: broker, kind: broker}
+    - {name: cloud-1, kind: cloud_vm, profile: vm.small}
+  links:
+    - {from: sensor-1, to: gw-1, latency: 2ms}
+    - {from: sensor-2, to: gw-2, latency: 2ms}
+    - {from: gw-*, to: broker, latency: 5ms}
+    - {from: broker, to: cloud-1, latency: 1ms}
+workload:
+  name: readings
+  streams: [{name: s, sources: sensor-*, rate: 10/s, arrivals: periodic, size: 100B}]
+pipeline:
+  - {name: filter, on: gateways, reads: s, cost: 9ms}
+scenario:
+  energy: {offload: {gateways: gw-*, joules: 100, budget: 1, strategy: pause_drain}}
+run: {duration: 8s, seed: 2, drain: 2s}
+"""
+
+
+def test_gateways_that_offload_one_operator_together_move_it_in_turn():
+    # Both draw above 1 J a second: both decide at the first measure, 1 s; the model's
+    # coordinator moves one instance of an operator at a time, so gw-2's waits for gw-1's.
+    from experiments.loader import parse_text
+
+    result = simulate_point(parse_text(TWO).points[0])
+    rows = result.facts["energy"]["offloads"]
+    assert [(r["gateway"], r["t"], r["reason"], r["target"]) for r in rows] == [
+        ("gw-1", 1.0, "budget", "cloud-1"), ("gw-2", 1.0, "budget", "cloud-1")]
+    migrations = result.tables["migrations"]
+    assert list(migrations["source"]) == ["gw-1", "gw-2"]
+    assert float(migrations["start"][0]) == 1.0
+    assert float(migrations["start"][1]) == float(migrations["end"][0])
+    assert int(np.count_nonzero(result.tables["messages"]["lost"])) == 0
