@@ -9,8 +9,9 @@ Closed (`run.access: closed`; a shared host or a swarm where other tenants reach
   topics its requests come on, and the pipeline's: what any operator of the run reads (an
   operator may be moved to any node by a migration, a recovery or a replica). The run's
   control families every node takes part in (a request's reply, migrations' hand-offs,
-  broadcasts) are open to every node. A publish outside its ACL is dropped by Mosquitto and
-  a subscription refused (SUBACK 0x80).
+  broadcasts) are open to every node. A publish outside its ACL is dropped by Mosquitto; a
+  subscription outside it is granted (Mosquitto 2.0's SUBACK says QoS 1) but nothing the ACL
+  forbids is delivered on it.
 - ZooKeeper: every znode foglab makes carries one digest ACL, the run's identity
   (ZOOKEEPER_USER and a password per run), which the agents and the host add to their
   sessions; a client without it is refused (NoAuth) on foglab's paths. ZooKeeper's own
