@@ -149,7 +149,7 @@ class Spark(_Strict):
 
 
 # What a profile without a `spark` section (measured before calibrate measured Spark) takes,
-# from the emulation's smart city on the reference host (benchmarks/capacity_plan.py and
+# from the emulation's smart city on the reference host (benchmarks/emu_plan.py and
 # emu_capacity.py, 2026-11-28, a quiet host): cloud-1's STATS job took 1.76 CPU seconds a
 # batch at about 80 messages a batch (G = 4, K = 2) and 2.30 at about 300 (G = 12, K = 2.5):
 # 1.56 s a batch and 2.5 ms a message; at G = 100 (1,000 messages a batch, K = 5) that predicts

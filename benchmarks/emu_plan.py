@@ -1,6 +1,6 @@
 """The capacity planner's predicted CPU against an emulated run's measured CPU (issue 28).
 
-    python benchmarks/capacity_plan.py [--gateways 4,12] [--duration 20] [--dilation auto]
+    python benchmarks/emu_plan.py [--gateways 4,12] [--duration 20] [--dilation auto]
                                        [--keep DIR]
 
 Per G in `--gateways`: the smart city with G Pi gateways of 10 sensors each
@@ -190,7 +190,7 @@ def main() -> int:
     if not args.duration > 0:
         parser.error(f"--duration must be > 0, got {args.duration:g}")
     if why := comparing.emu_unavailable():
-        print(f"capacity_plan: cannot run the emulation: {why}", file=sys.stderr)
+        print(f"emu_plan: cannot run the emulation: {why}", file=sys.stderr)
         return 1
     out = args.keep or Path(tempfile.mkdtemp(prefix="foglab-capacity-plan-"))
     status = 0
