@@ -95,13 +95,14 @@ class EnergyOffload:
 
     def _watch(self):
         env, policy = self.model.env, self.policy
+        duration = self.model.settings.duration
         last_t, last_work = env.now, self.cpu.work
-        while True:
+        while last_t < duration:  # the run's time, as the energy table counts (not its drain)
             # The draw is measured over whole intervals: within one, the work comes in lumps
             # (a reading's CPU when it is admitted), and a few milliseconds' measure would say
             # idle or busy, not the draw. Between measures the charge runs down at the last
             # measured draw, as a battery gauge's reading does.
-            end = last_t + policy.interval
+            end = min(last_t + policy.interval, duration)
             crossing = offload_time(policy, self.capacity, self.drawn, self.watts, last_t)
             if crossing < end:
                 yield env.timeout(max(crossing - env.now, 0.0))
@@ -132,7 +133,7 @@ class EnergyOffload:
 
     def fact(self) -> dict:
         """The run's record of this gateway: when it offloaded (None: it did not) and why,
-        what it had drawn by then (else by its last check) at what draw, and what moved."""
+        what it had drawn by then (else over the run's duration) at what draw, what moved."""
         moved = self.moved_at < math.inf
         return {"gateway": self.gateway, "capacity_j": self.capacity,
                 "t": self.moved_at if moved else None, "reason": self.reason,

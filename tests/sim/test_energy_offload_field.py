@@ -177,3 +177,15 @@ def test_gateways_that_offload_one_operator_together_move_it_in_turn():
     assert float(migrations["start"][0]) == 1.0
     assert float(migrations["start"][1]) == float(migrations["end"][0])
     assert int(np.count_nonzero(result.tables["messages"]["lost"])) == 0
+
+
+def test_a_battery_that_lasts_the_run_offloads_nothing_and_its_gauge_agrees_with_the_table():
+    # 1 kJ: 80 % lasts 276 s at 2.894 W, past the 15 s run. What the watcher measured over
+    # the run is the gateway's energy in the table, by the same power profile.
+    point = load(NAME, overrides=["scenario.energy.offload.joules=1000"]).points[0]
+    result = simulate_point(point)
+    [row] = result.facts["energy"]["offloads"]
+    assert row["t"] is None and row["reason"] is None and row["operators"] == []
+    assert len(result.tables["migrations"]["start"]) == 0
+    assert row["drawn_j"] == pytest.approx(result.facts["energy"]["by_node"]["gw-1"], abs=1e-9)
+    assert round(row["drawn_j"], 2) == 43.41  # 15 s at 2.894 W
