@@ -108,9 +108,10 @@ class EnergyOffload:
                 yield env.timeout(max(crossing - env.now, 0.0))
                 drawn = self.drawn + (env.now - last_t) * self.watts
                 # A hair of float slack: at the crossing the charge left equals the threshold.
-                if offload_reason(policy, self.capacity, drawn + 1e-9, self.watts):
+                reason = offload_reason(policy, self.capacity, drawn + 1e-9, self.watts)
+                if reason is not None:
                     self.drawn = drawn
-                    self._offload("battery_low")
+                    self._offload(reason)
                     return
             yield env.timeout(max(end - env.now, 0.0))
             u = (self.cpu.work - last_work) / ((env.now - last_t) * self.cpu.capacity)
