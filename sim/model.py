@@ -140,11 +140,9 @@ class Model:
         # other features that move instances or paths (a broker join: paths to a spare and
         # from it, which the check does not see, may cross a node it made direct). (In-place
         # finishes stay exact: such a change happens at an event.)
-        # A feature whose moves depend on its spec says so with `moves(spec)` (energy: only
-        # with an offload), the others with `dynamic`.
+        # (`moves(spec)`: `dynamic`, or what the spec says: energy moves only with an offload.)
         self.dynamic = bool(self.mobility or any(
-            cls.moves(settings.scenario[key]) if hasattr(cls, "moves") else cls.dynamic
-            for key, cls in present))
+            cls.moves(settings.scenario[key]) for key, cls in present))
         if settings.direct_handover and not self.dynamic:
             self._hand_over_directly()
         mean_size = float(np.mean([stream.size for stream in workload.streams]))

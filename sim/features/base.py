@@ -21,6 +21,12 @@ class Feature:
     # messages on its first link ahead of their time (sim.sources.Source's private link).
     changes_links = False
 
+    @classmethod
+    def moves(cls, spec) -> bool:
+        """Whether, with this spec, it moves instances or paths while the run goes on:
+        `dynamic`, unless a feature's moves depend on its spec (energy: only an offload)."""
+        return cls.dynamic
+
     @staticmethod
     def spares(spec) -> set[str]:
         """Brokers that no node takes as its own at the start (this feature moves some there)."""

@@ -84,8 +84,8 @@ class _Battery:
 class Energy(Feature):
     """The energy table, batteries, the offload and the run's cost (sim.model.Model)."""
 
-    @staticmethod
-    def moves(spec: EnergySpec) -> bool:
+    @classmethod
+    def moves(cls, spec: EnergySpec) -> bool:
         """Dynamic (it moves operator instances) only with an offload."""
         return spec.offload is not None
 

@@ -96,6 +96,10 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
     "broadcast cost (s)": lambda p: only(b.cost for b in p.spec.scenario.broadcasts),
     "tree fanout": lambda p: only(b.fanout for b in p.spec.scenario.broadcasts
                                   if b.mode == "tree"),
+    "offload battery (J)": lambda p: p.spec.scenario.energy.offload.capacity,
+    "offload battery low": lambda p: p.spec.scenario.energy.offload.battery_low,
+    "offload to": lambda p: p.spec.scenario.energy.offload.to,
+    "offload strategy": lambda p: p.spec.scenario.energy.offload.strategy,
     "broadcast workers": lambda p: only(len(p.topology.select(b.to))
                                         for b in p.spec.scenario.broadcasts),
     "broker service time (s)": lambda p: only(n.broker.service_time
@@ -243,6 +247,17 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("The filter runs on the gateways", "gateway tasks", {"range_filter"}),
         Claim("a store on the cloud VM", "cloud tasks", {"passthrough"}),
         Claim("2 simulated minutes", "duration (s)", {120}, unit=60),
+    ],
+    "energy-offload": [
+        Claim("One sensor", "devices", {1}),
+        Claim("One sensor sends 10 readings/s", "rate per device (/s)", {10}),
+        Claim("on a 40 J battery", "offload battery (J)", {40}),
+        Claim("when less than 20% of its battery is left", "offload battery low", {0.2},
+              unit=0.01),
+        Claim("moves the filter to cloud-1 by pause and drain", "offload to", {"cloud-1"}),
+        Claim("moves the filter to cloud-1 by pause and drain", "offload strategy",
+              {"pause_drain"}),
+        Claim("A 15 s run", "duration (s)", {15}),
     ],
     "iotcloud-brokers": [
         Claim("four drivers", "devices", {4}),
