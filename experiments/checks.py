@@ -6,8 +6,8 @@ from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from workloads.features import FEATURES
-from workloads.pipeline import HOST_KINDS, check_placement, topic_filter
-from workloads.topics import matches, valid_filter
+from workloads.pipeline import HOST_KINDS, check_placement, placement, topic_filter
+from workloads.topics import valid_filter
 
 __all__ = ["HOST_KINDS", "check"]
 
@@ -100,6 +100,22 @@ def _check_broker_kinds(spec: ExperimentSpec, topology: Topology) -> None:
     check_broker_kinds(topology, dilation=spec.run.dilation,
                        closed=spec.run.access == "closed", engine=spec.run.engine,
                        spares=spares)
+    rabbits = [n.name for n in topology.of_kind("broker")
+               if n.broker is not None and n.broker.kind == "rabbitmq"]
+    if not rabbits:
+        return
+    # Several instances read through one MQTT shared subscription (emu.deployment.
+    # shared_reads), which RabbitMQ 3.10's MQTT plugin does not have: it delivers them
+    # nothing, silently. Instances on gateways read their own devices' streams in-process.
+    for i, op in enumerate(spec.pipeline):
+        nodes = placement(topology, op.on)
+        if op.engine != "spark" and (len(nodes) > 1 or op.slo is not None) and any(
+                topology.nodes[n].kind != "gateway" for n in nodes):
+            raise SpecError(("pipeline", i, "on"), op.on,
+                            f"one node for operator {op.name}: with a RabbitMQ broker "
+                            f"({rabbits[0]}) its instances cannot share a subscription "
+                            "(RabbitMQ 3.10's MQTT plugin has no $share), so they would "
+                            "receive nothing; or the brokers' kind mosquitto")
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
@@ -121,6 +137,23 @@ def _check_streams(spec: ExperimentSpec, topology: Topology) -> None:
             if others:
                 raise SpecError(path, pattern, f"only devices emit streams, but {others[0]} is "
                                 f"a {topology.nodes[others[0]].kind}")
+
+
+def _reads_from(topic_filter: str, stream: str) -> bool:
+    """Whether a filter can match some topic of a stream: `<stream>/<node>` or
+    `<stream>/<node>/<device>` (emu.agent.protocol's rule), any node and device
+    (`frames/gw-1/#` reads one gateway's queue of stream frames)."""
+    levels = topic_filter.split("/")
+    for length in (2, 3):
+        for i, level in enumerate(levels):
+            if level == "#":
+                return True  # what is before it fits (checked below), the rest it matches
+            if i >= length or (i == 0 and level not in (stream, "+")):
+                break
+        else:
+            if len(levels) == length:
+                return True
+    return False
 
 
 def _check_pipeline(spec: ExperimentSpec, topology: Topology) -> None:
@@ -145,12 +178,11 @@ def _check_pipeline(spec: ExperimentSpec, topology: Topology) -> None:
             topic_pattern = topic_filter(read)
             if not valid_filter(topic_pattern):
                 raise SpecError(path, read, "a stream name or a valid MQTT topic filter")
-            if not any(matches(topic_pattern, f"{t}/x") or matches(topic_pattern, f"{t}/x/y")
-                       for t in topics):
+            if not any(_reads_from(topic_pattern, t) for t in topics):
                 raise SpecError(path, read, "a workload stream or an operator's writes ("
                                 + ", ".join(sorted(topics)) + ")")
     read_by = {t for op in spec.pipeline for r in op.reads for t in topics
-               if matches(topic_filter(r), f"{t}/x") or matches(topic_filter(r), f"{t}/x/y")}
+               if _reads_from(topic_filter(r), t)}
     for s, stream in enumerate(spec.workload.streams):
         if stream.name not in read_by:
             raise SpecError(("workload", "streams", s, "name"), stream.name,

@@ -146,3 +146,33 @@ run: {backend: emu, duration: 5s}
             parse_text(text.replace("duration: 5s", f"duration: 5s, {setting}"))
         assert caught.value.path[-4:] == ("nodes", "b", "broker", "kind")
         assert says in str(caught.value)
+
+
+def test_an_operator_shared_by_cloud_vms_through_rabbitmq_is_refused_naming_it() -> None:
+    """Instances on several nodes read through one `$share` subscription, which RabbitMQ
+    3.10's MQTT plugin lacks: they would receive nothing (every reading lost, no error). On
+    one node, or on gateways reading their own devices, the same is accepted; with Mosquitto
+    too."""
+    from experiments.loader import parse_text
+
+    text = """
+name: rabbit
+topology:
+  name: rabbit
+  nodes:
+    - {name: s, kind: device}
+    - {name: gw, kind: gateway, profile: vm.small}
+    - {name: b, kind: broker, profile: vm.small, broker: {kind: rabbitmq}}
+    - {name: vm, kind: cloud_vm, profile: vm.small, replicas: 2}
+  links: [{from: s, to: gw}, {from: gw, to: b}, {from: vm-*, to: b}]
+workload: {name: w, streams: [{name: city, sources: s, rate: 1/s}]}
+pipeline: [{name: sink, task: passthrough, on: ON, reads: city}]
+run: {backend: emu, duration: 5s}
+"""
+    for accepted in ("vm-1", "gw"):
+        parse_text(text.replace("ON", accepted))
+    parse_text(text.replace("ON", "vm-*").replace("kind: rabbitmq", "kind: mosquitto"))
+    with pytest.raises(SpecError) as caught:
+        parse_text(text.replace("ON", "vm-*"))
+    assert caught.value.path == ("pipeline", 0, "on")
+    assert "no $share" in str(caught.value) and "one node for operator sink" in str(caught.value)

@@ -96,6 +96,7 @@ MEASURES: dict[str, Callable[[RunPoint], object]] = {
     "broadcast cost (s)": lambda p: only(b.cost for b in p.spec.scenario.broadcasts),
     "tree fanout": lambda p: only(b.fanout for b in p.spec.scenario.broadcasts
                                   if b.mode == "tree"),
+    "channels": lambda p: only(stream.channel for stream in p.spec.workload.streams),
     "offload battery (J)": lambda p: p.spec.scenario.energy.offload.capacity,
     "offload battery low": lambda p: p.spec.scenario.energy.offload.battery_low,
     "offload to": lambda p: p.spec.scenario.energy.offload.to,
@@ -258,6 +259,17 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("moves the filter to cloud-1 by pause and drain", "offload strategy",
               {"pause_drain"}),
         Claim("A 15 s run", "duration (s)", {15}),
+    ],
+    "iotcloud-scaling": [
+        Claim("from 4 to 1000 mock drivers", "devices", {4, 100, 250, 500, 1000}),
+        Claim("on two gateways", "gateways", {2}),
+        Claim("100-byte messages", "message size (bytes)", {100}),
+        Claim("at 5 msg/s", "rate per device (/s)", {5}),
+        Claim("through two brokers", "brokers", {2}),
+        Claim("for 60 s each", "duration (s)", {60}),
+        Claim("a RabbitMQ-like broker against a Kafka-like one", "broker models",
+              {"rabbitmq-like", "kafka-like"}),
+        Claim("both on shared channels", "channels", {"shared"}),
     ],
     "iotcloud-brokers": [
         Claim("four drivers", "devices", {4}),
