@@ -332,3 +332,17 @@ def test_a_shared_subscription_without_a_filter_is_a_spec_error() -> None:
     with pytest.raises(SpecError) as caught:
         load("quickstart", ["pipeline.1.reads=$share/stats"])
     assert "pipeline[1].reads[0]" in str(caught.value)
+
+
+def test_a_pipeline_may_read_one_gateways_queue_of_a_stream() -> None:
+    """`frames/gw-1/#` reads gateway gw-1's topic of stream frames (IoTCloud's spout per
+    queue); a filter no topic of any stream can match is still refused, naming it."""
+    sets = ["pipeline=[{name: spout-1, task: passthrough, on: supervisor-1, reads: frames/gw-1/#},"
+            " {name: spout-2, task: passthrough, on: supervisor-2, reads: frames/gw-2/#}]"]
+    experiment = load("iotcloud-scaling", sets)
+    assert [op.reads for op in experiment.spec.pipeline] == [["frames/gw-1/#"],
+                                                             ["frames/gw-2/#"]]
+    with pytest.raises(SpecError) as caught:
+        load("iotcloud-scaling", ["pipeline.0.reads=[frames/gw-1/a/b/#]"])
+    assert caught.value.path == ("pipeline", 0, "reads", 0)
+    assert "a workload stream or an operator's writes" in str(caught.value)
