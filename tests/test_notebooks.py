@@ -13,7 +13,7 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 # Images each notebook shows when it runs (at least one per cell that plots, below).
 IMAGES = {"quickstart": 1, "thesis-migration": 1, "sim-vs-emu": 3, "hybrid-mobility": 3,
           "faults": 4, "lesson-placement": 1, "lesson-brokers": 2, "lesson-mobility": 1,
-          "lesson-migration": 2, "lesson-energy": 1}
+          "lesson-migration": 2, "lesson-energy": 1, "lesson-jobs": 1}
 # A call that draws: pyplot, seaborn's plotting functions, or an Axes' or frame's plot.
 PLOTTING = re.compile(r"\bplt\.(?!rc)|\bsns\.(?!set_)\w+\(|\.plot\(")
 # Run after the notebook, in its kernel: what its figures say, for what the images cannot show.
