@@ -535,21 +535,8 @@ def check(spec, topology) -> None:
             raise SpecError(base + ("radio", name), value, "joules >= 0")
     for i, battery in enumerate(energy.batteries):
         path = base + ("batteries", i)
-        for field_name in ("joules", "mah", "voltage"):
-            value = getattr(battery, field_name)
-            if value is not None and value <= 0:
-                raise SpecError(path + (field_name,), value, "a capacity > 0")
-        for j, pattern in enumerate(battery.devices):
-            where = path + ("devices", j) if len(battery.devices) > 1 else path + ("devices",)
-            names = topology.match(pattern)
-            if not names:
-                raise SpecError(where, pattern, f"a device name or pattern of topology "
-                                f"{topology.name}")
-            for name in names:
-                kind = topology.nodes[name].kind
-                if kind != "device":
-                    raise SpecError(where, pattern, f"devices only (a battery stops a device's "
-                                    f"emissions), but {name} is a {kind}")
+        _battery_nodes(topology, path, battery, "devices", "device",
+                       "a battery stops a device's emissions")
     try:
         load_prices(energy.prices)
     except SpecError as error:  # placed in the experiment, naming the list's own place
@@ -568,6 +555,31 @@ def offload_target(offload: Offload, topology) -> str | None:
     return clouds[0].name if len(clouds) == 1 else None
 
 
+def _battery_nodes(topology, path: tuple, battery, key: str, kind: str,
+                   why: str) -> list[str]:
+    """A battery's capacity > 0 and its nodes (`battery.<key>`, names or patterns) all of
+    `kind`: the names, in order."""
+    for name in ("joules", "mah", "voltage"):
+        value = getattr(battery, name)
+        if value is not None and value <= 0:
+            raise SpecError(path + (name,), value, "a capacity > 0")
+    patterns = getattr(battery, key)
+    found: list[str] = []
+    for j, pattern in enumerate(patterns):
+        where = path + (key, j) if len(patterns) > 1 else path + (key,)
+        names = topology.match(pattern)
+        if not names:
+            raise SpecError(where, pattern, f"a {kind} name or pattern of topology "
+                            f"{topology.name}")
+        for name in names:
+            other = topology.nodes[name].kind
+            if other != kind:
+                raise SpecError(where, pattern, f"{kind}s only ({why}), but {name} is a "
+                                f"{other}")
+            found.append(name)
+    return found
+
+
 def _check_offload(spec, topology, offload: Offload) -> None:
     """Gateways on a battery of a capacity > 0, each running an operator the coordinator can
     move (not a follow or Spark one; a strategy its state allows; not one scheduled
@@ -575,23 +587,8 @@ def _check_offload(spec, topology, offload: Offload) -> None:
     from workloads.pipeline import placement
 
     base = ("scenario", "energy", "offload")
-    for name in ("joules", "mah", "voltage"):
-        value = getattr(offload, name)
-        if value is not None and value <= 0:
-            raise SpecError(base + (name,), value, "a capacity > 0")
-    gateways: list[str] = []
-    for j, pattern in enumerate(offload.gateways):
-        where = base + ("gateways", j) if len(offload.gateways) > 1 else base + ("gateways",)
-        names = topology.match(pattern)
-        if not names:
-            raise SpecError(where, pattern, f"a gateway name or pattern of topology "
-                            f"{topology.name}")
-        for name in names:
-            kind = topology.nodes[name].kind
-            if kind != "gateway":
-                raise SpecError(where, pattern, f"gateways only (the battery's charge decides "
-                                f"where their operators run), but {name} is a {kind}")
-            gateways.append(name)
+    gateways = _battery_nodes(topology, base, offload, "gateways", "gateway",
+                              "the battery's charge decides where their operators run")
     target = offload_target(offload, topology)
     if target is None:
         clouds = [node.name for node in topology.of_kind("cloud_vm")]
