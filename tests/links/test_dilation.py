@@ -62,15 +62,16 @@ def test_the_relay_keeps_the_emulated_shape_and_installs_the_dilated_one() -> No
         LinkRelay(HOST, 9, LinkShape(0.0), dilation=0.5)
 
 
-async def _median_rtt(k: float, shape: LinkShape, count: int = 10) -> float:
+async def _fastest_rtt(k: float, shape: LinkShape, count: int = 10) -> float:
+    # The fastest of several: the relay holds at least the shaped time; a loaded host only adds.
     async with echo_server() as port, LinkRelay(HOST, port, shape, dilation=k) as relay:
-        return statistics.median(await round_trips(relay.port, count))
+        return min(await round_trips(relay.port, count))
 
 
 def test_a_round_trip_at_k_three_lasts_three_times_one_at_k_one_on_the_host() -> None:
     async def scenario() -> tuple[float, float]:
         shape = LinkShape(LATENCY_S)
-        return await _median_rtt(1, shape), await _median_rtt(3, shape)
+        return await _fastest_rtt(1, shape), await _fastest_rtt(3, shape)
 
     at_1, at_3 = run(scenario())
     print(f"\nrelay RTT of a {LATENCY_S * 1000:g} ms link: K=1 {at_1 * 1000:.1f} ms, "
@@ -117,8 +118,11 @@ def test_reshaping_a_dilated_relay_dilates_the_new_shape() -> None:
             before = statistics.median(await round_trips(relay.port, 5))
             relay.reshape(LinkShape(0.01))
             await asyncio.sleep(0)
-            return before, statistics.median(await round_trips(relay.port, 5))
+            return before, min(await round_trips(relay.port, 5))
 
-    before, after = run(scenario())
+    before, fastest_after = run(scenario())
     assert before < 0.01
-    assert after == pytest.approx(4 * 2 * 0.01, abs=0.012)
+    # The fastest round trip: the relay holds each way for at least K x latency, and a loaded
+    # host only adds (CI's parallel phase put one median at 95 ms for these 80).
+    assert fastest_after >= 4 * 2 * 0.01 - 0.001
+    assert fastest_after == pytest.approx(4 * 2 * 0.01, abs=0.012)
