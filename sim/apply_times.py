@@ -9,9 +9,13 @@ starts, changes or stops.
 Per instance, the figures are foglab's own, measured by `benchmarks/deploy_timing.py` on the
 emulation (its docstring): an install sent node after node took 0.069 s on 10 gateways
 (6.9 ms a node, warm), and at 50 gateways an update took 0.61 and an uninstall 0.64 of an
-install's time. The fixed costs per job (recording the job, the request's round trip) are
-assumed, not measured: they keep a modify under a deploy and a delete the cheapest, in the
-paper's order, until the emulation's apply (issue 29, item 3) measures them. A move pays a
+install's time. The fixed costs per job (the request's round trip, the agent's and the
+controller's work around it) are the emulation's apply's measure less those: `foglab emu
+apply` of 1 to 100 one-instance jobs on three arm64 gateways (`benchmarks/apply.py --sweep`,
+docs/jobs.md) took 21.5 ms a job to deploy, 10.0 to modify and 20.4 to delete, so a modify
+is the cheapest and a delete costs nearly a deploy (SpecK's figure has a delete under a
+deploy too; foglab's stop of an instance, its records flushed, is not much cheaper than its
+start). A move pays a
 start, a stop and the transfer of the operator's windows, assumed at 50 ms (sim.migration
 models a transfer's time on the links when a run moves an operator; a plan has no run).
 A Spark operator's JVM start is not modelled: it costs as a Python one.
@@ -28,10 +32,11 @@ START_INSTANCE = 0.069 / 10
 # Measured: update and uninstall against install on 50 gateways (0.34 s, 0.36 s, 0.56 s).
 MODIFY_INSTANCE = START_INSTANCE * 0.34 / 0.56
 STOP_INSTANCE = START_INSTANCE * 0.36 / 0.56
-# Assumed: the request and the job's record (a ZooKeeper write) per job and action.
-DEPLOY_JOB = 0.020
-MODIFY_JOB = 0.010
-DELETE_JOB = 0.002
+# Measured (benchmarks/apply.py on the emulation: seconds per one-instance job, the slopes
+# over 1 to 100 jobs on a quiet host), less the instance's own part above.
+DEPLOY_JOB = 0.0215 - START_INSTANCE
+MODIFY_JOB = 0.0100 - MODIFY_INSTANCE
+DELETE_JOB = 0.0204 - STOP_INSTANCE
 # Assumed: moving a window's state between nodes, beyond the stop and the start.
 STATE_TRANSFER = 0.050
 
