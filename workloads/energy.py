@@ -226,8 +226,9 @@ class EnergySpec(BaseModel):
         "turns an arm64 gateway container's CPU into the Pi's (default: reference); sim "
         "takes run.calibration's")
     offload: Offload | None = Field(
-        default=None, description="sim: battery gateways whose operators go to a cloud node "
-        "when their charge runs low or their draw exceeds a budget (the model's decision)")
+        default=None, description="battery gateways whose operators go to a cloud node "
+        "when their charge runs low or their draw exceeds a budget (on sim the model's draw; "
+        "on emu and hybrid the container's measured CPU)")
 
 
 class Prices(BaseModel):

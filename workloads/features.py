@@ -101,7 +101,7 @@ FEATURES: tuple[Feature, ...] = (
             summary=figures.broker_scaling),
     Feature("energy", energy.EnergySpec | None, description=(
         "each node's and link's energy, devices' batteries, and the run's cost "
-        "(workloads.energy)"), backends=("sim", "emu"), check=energy.check,
+        "(workloads.energy)"), backends=("sim", "emu", "hybrid"), check=energy.check,
         files=(("prices",),), summary=energy.summary),
 )
 

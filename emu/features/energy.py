@@ -19,20 +19,36 @@ the run measures anyway, once its records are read.
   energy per reading emitted (the drivers' records, `emitted_by_device`), and their radio
   link to their gateway with those readings' bytes.
 Batteries are the model's only: the agents do not stop a device's readings (`validate`
-refuses them on emu before anything starts). So is the offload (`offload`): it is the model's
-decision, from the draw the model measures while it runs, and on emu no model runs (hybrid's
-real-time model moves users only: it has no gateway's CPU to measure).
+refuses them on emu before anything starts).
+
+The offload (`offload`) acts on the containers: emu.energy_offload watches each battery
+gateway's container from the epoch and moves its operators by emu.migration when
+workloads.energy's rule says so; its moves join the run's `migrations` table, its gauges'
+rows are `facts.energy.offloads`, as on the model. Hybrid runs it the same way (its features
+are the emulation's).
 """
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 
-from emu.features.base import Feature, Run
+from emu.energy_offload import Gauge, OffloadWatcher
+from emu.features.base import Feature, Run, Setup
 from topologies.errors import SpecError
 from topologies.routing import gateway_of
 from workloads.calibration import load
-from workloads.energy import EnergySpec, Ledger, hardware_share, load_prices, radio_energy
+from workloads.energy import (
+    EnergySpec,
+    Ledger,
+    hardware_share,
+    load_prices,
+    offload_target,
+    radio_energy,
+    resolve_power,
+)
+from workloads.pipeline import placement
 
 DEFAULT_CALIBRATION = "reference"
 
@@ -61,10 +77,7 @@ class EnergyFeature(Feature):
                             "no batteries on emu: the gateways' agents do not stop a device's "
                             "readings when its battery is empty (run batteries on sim)")
         if energy.offload is not None:
-            raise SpecError(("scenario", "energy", "offload"), energy.offload.gateways,
-                            "no offload on emu: it is the model's decision, from the draw the "
-                            "model measures while it runs, and no model runs on emu (run the "
-                            "offload on sim)")
+            _check_offload_on_containers(experiment, topology, energy.offload)
         name = energy.calibration or DEFAULT_CALIBRATION
         try:
             load(name)
@@ -74,6 +87,62 @@ class EnergyFeature(Feature):
 
     def __init__(self, spec: EnergySpec) -> None:
         super().__init__(spec)
+        self.settings = None
+        self.strategy = "pause_transfer"
+        self.watcher: OffloadWatcher | None = None
+        self.records: list = []
+
+    # -- the offload (emu.energy_offload) ---------------------------------------------------
+
+    def prepare(self, setup: Setup) -> None:
+        offload = self.spec.offload
+        if offload is None:
+            return
+        self.settings = setup.scenario.get("migration")
+        self.strategy = offload.strategy or getattr(self.settings, "strategy",
+                                                    "pause_transfer")
+        gateways = set(setup.topology.select(offload.gateways))
+        moved = [op.name for op in setup.pipeline
+                 if gateways & set(placement(setup.topology, op.on))]
+        setup.moving |= set(moved)  # their input sessions are their own: a target takes them
+        if len(setup.topology.of_kind("broker")) > 1:
+            target = offload_target(offload, setup.topology)
+            plans = [SimpleNamespace(operator=name, source=None, target=target,
+                                     strategy=self.strategy) for name in moved]
+            setup.checks.append(lambda cluster, configs: _offload_targets(
+                plans, self.settings, cluster, configs))
+
+    def start(self, run: Run, epoch: float) -> None:
+        offload = self.spec.offload
+        if offload is None:
+            return
+        topology = run.topology
+        calibration = load(self.spec.calibration or DEFAULT_CALIBRATION).calibration
+        gauges = []
+        for gateway in topology.select(offload.gateways):
+            node = topology.nodes[gateway]
+            limit = run.plan.containers[gateway].nano_cpus / 1e9
+            gauges.append(Gauge(
+                gateway, run.status[gateway].container, limit,
+                hardware_share(limit, host_speed(topology, gateway, calibration),
+                               node.profile),
+                resolve_power(self.spec, node.profile_name), offload.capacity,
+                [op.name for op in run.configs[gateway].operators]))
+        self.watcher = OffloadWatcher(run.control, offload, gauges,
+                                      offload_target(offload, topology), self.strategy,
+                                      self.settings, run.clock, run.timing.duration,
+                                      api=run.cluster.client.api)
+        self.watcher.start(epoch)
+
+    def stop(self) -> None:
+        if self.watcher is not None:
+            self.records = self.watcher.finish()
+
+    def left(self, node: str) -> set[str]:
+        return self.watcher.left(node) if self.watcher is not None else set()
+
+    def migrations(self) -> list:
+        return self.records
 
     def results(self, run: Run, tables: dict, facts: dict) -> None:
         topology, spec = run.topology, self.spec
@@ -119,6 +188,8 @@ class EnergyFeature(Feature):
         facts["energy"] = ledger.facts(_delivered(run.messages), {},
                                        load_prices(spec.prices))
         facts["energy"]["calibration"] = spec.calibration or DEFAULT_CALIBRATION
+        if self.watcher is not None:
+            facts["energy"]["offloads"] = self.watcher.facts()
 
 
 def _delivered(messages) -> int:
@@ -126,3 +197,31 @@ def _delivered(messages) -> int:
     if not messages or "state" not in messages:
         return 0
     return int(np.count_nonzero(np.asarray(messages["state"], dtype=object) == "delivered"))
+
+
+def _check_offload_on_containers(experiment, topology, offload) -> None:
+    """What the containers add to workloads.energy's checks of an offload (made at load on
+    every backend): each operator it moves runs on one node (emu.migration moves one instance
+    between two agents; two gateways sending one operator's instances to one VM would start
+    it there twice)."""
+    gateways = set(topology.select(offload.gateways))
+    for op in experiment.pipeline:
+        placed = placement(topology, op.on)
+        if gateways & set(placed) and len(placed) > 1:
+            raise SpecError(("scenario", "energy", "offload", "gateways"), offload.gateways,
+                            f"on emu, gateways whose operators run on one node each: "
+                            f"{op.name} runs on {len(placed)} ({', '.join(placed)}), and the "
+                            "emulation moves one instance to a node that does not run it "
+                            "(the model moves them in turn: run it on sim)")
+
+
+def _offload_targets(plans: list, settings, cluster, configs: dict) -> None:
+    """emu.features.migrations.check_targets for the offload's moves, the refusal placed at
+    the offload's `to`."""
+    from emu.features.migrations import check_targets
+
+    try:
+        check_targets(plans, settings, cluster, configs)
+    except SpecError as error:
+        raise SpecError(("scenario", "energy", "offload", "to"), error.value,
+                        error.expected) from None

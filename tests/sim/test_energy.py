@@ -232,14 +232,13 @@ def test_a_profile_without_power_and_a_bad_price_list_are_refused(tmp_path) -> N
             "vm_per_hour.vm.small: a price >= 0 (got -0.1)") in str(caught.value)
 
 
-def test_emu_refuses_batteries_and_hybrid_energy_before_anything_starts() -> None:
+def test_the_containers_refuse_devices_batteries_before_anything_starts() -> None:
     point(text(), overrides=["run.backend=emu"])
-    with pytest.raises(SpecError) as caught:
-        point(text(BATTERY), overrides=["run.backend=emu"])
-    assert "scenario.energy.batteries: no batteries on emu" in str(caught.value)
-    with pytest.raises(SpecError) as caught:
-        point(text(), overrides=["run.backend=hybrid"])
-    assert "scenario.energy" in str(caught.value)
+    for backend, extra in (("emu", []), ("hybrid", [
+            "scenario.mobility={model: {kind: random_waypoint}}"])):
+        with pytest.raises(SpecError) as caught:
+            point(text(BATTERY), overrides=[f"run.backend={backend}", *extra])
+        assert "scenario.energy.batteries: no batteries on emu" in str(caught.value)
 
 
 def test_a_calibrated_model_counts_the_hardware_not_the_containers_share() -> None:

@@ -62,3 +62,44 @@ def test_an_emulated_runs_tables_become_the_energy_table() -> None:
     assert table["t_start"][vm_rows][0] == pytest.approx(0.1)
     assert table["t_end"][vm_rows][-1] == 10.0
     assert float(np.sum(table["joules"])) == pytest.approx(energy["total_j"], rel=1e-12)
+
+
+TWO_GATEWAYS = """
+name: two
+topology:
+  name: two
+  nodes:
+    - {name: sensor, kind: device, replicas: 2}
+    - {name: gw, kind: gateway, replicas: 2, profile: rpi4}
+    - {name: broker, kind: broker}
+    - {name: cloud-1, kind: cloud_vm}
+  links:
+    - {from: sensor-1, to: gw-1}
+    - {from: sensor-2, to: gw-2}
+    - {from: gw-*, to: broker}
+    - {from: broker, to: cloud-1}
+workload:
+  name: w
+  streams: [{name: s, sources: sensor-*, rate: 1/s}]
+pipeline:
+  - {name: filter, task: passthrough, on: gw-*, reads: s}
+scenario:
+  energy:
+    offload: {gateways: gw-1, joules: 40, to: cloud-1, strategy: pause_drain}
+run: {backend: BACKEND, duration: 5s}
+"""
+
+
+@pytest.mark.parametrize("backend", ["emu", "hybrid"])
+def test_on_containers_an_offload_of_an_operator_on_several_nodes_is_refused(backend) -> None:
+    from topologies.errors import SpecError
+
+    point(TWO_GATEWAYS.replace("BACKEND", "sim"))  # the model moves them in turn
+    text = TWO_GATEWAYS.replace("BACKEND", backend)
+    if backend == "hybrid":
+        text = text.replace("scenario:\n", "scenario:\n  mobility: {model: {kind: "
+                            "random_waypoint}}\n")
+    with pytest.raises(SpecError) as caught:
+        point(text)
+    assert ("scenario.energy.offload.gateways: on emu, gateways whose operators run on one "
+            "node each: filter runs on 2 (gw-1, gw-2)") in str(caught.value)

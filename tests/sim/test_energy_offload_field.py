@@ -122,10 +122,6 @@ def refused(*overrides: str) -> str:
     (["scenario.energy.offload.interval=0s"], "interval"),
     (["scenario.migrations=[{at: 5s, operator: filter, to: cloud-1, strategy: pause_drain}]"],
      "scenario.migrations[0].operator: an operator the offload does not move"),
-    (["run.backend=emu"], "scenario.energy.offload: no offload on emu: it is the model's "
-     "decision"),
-    (["run.backend=hybrid"], "scenario.energy: a backend that runs scenario.energy (sim or "
-     "emu): it is not yet on hybrid"),
 ])
 def test_a_bad_offload_is_refused_naming_the_field_and_value(overrides, expected):
     assert expected in refused(*overrides)
