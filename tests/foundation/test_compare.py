@@ -72,6 +72,22 @@ def test_each_figure_with_its_error_and_the_issues_targets() -> None:
     assert result.unsaturated is None and not any(f.doubts for f in result.figures)
 
 
+def test_energy_in_all_and_per_node_with_a_cpu_with_its_relative_error() -> None:
+    sim = run("sim", messages([5.0] * 10), {"gw-1": 0.05, "cloud": 0.2})
+    emu = run("emu", messages([5.0] * 10), {"gw-1": 0.06, "cloud": 0.2})
+    assert not any(f.key.startswith("energy") for f in compare({"sim": sim,
+                                                                 "emu": emu}).figures)
+    sim.energy = {"total_j": 90.0, "by_node": {"gw-1": 27.0, "cloud": 8.0, "sensor": 0.7}}
+    emu.energy = {"total_j": 100.0, "by_node": {"gw-1": 30.0, "cloud": 8.0, "sensor": 0.7}}
+    result = compare({"sim": sim, "emu": emu})
+    energy = [f.key for f in result.figures if f.key.startswith("energy")]
+    assert energy == ["energy", "energy:gw-1", "energy:cloud"]  # a device has no CPU row
+    assert result.figure("energy").errors["sim"] == pytest.approx(-0.10)
+    assert result.figure("energy:gw-1").values == {"sim": 27.0, "emu": 30.0}
+    assert result.figure("energy:gw-1").errors["sim"] == pytest.approx(-0.10)
+    assert result.figure("energy:cloud").errors["sim"] == 0.0
+
+
 def test_latency_per_path_length_when_messages_cross_different_numbers_of_links() -> None:
     hops = [2] * 50 + [3] * 50
     sim = run("sim", messages([10.0] * 50 + [30.0] * 50, hops=hops), {})
