@@ -37,32 +37,6 @@ def one_cpu_heavy_file_at_a_time(request: pytest.FixtureRequest,
         yield
 
 
-# The CPU_HEAVY files as one work unit, given out first: they run one after another on one
-# worker from the session's start, while the others share the rest. (xdist's own order gives
-# out files with the most tests first, so the heavy chain began minutes in, its files waited
-# for the lock on workers that could have run others, and it ended the session.)
-HEAVY_UNIT = "cpu-heavy"
-
-
-@pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log) -> Any:
-    if config.getvalue("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
-
-    class HeavyFirst(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            path = super()._split_scope(nodeid)
-            return HEAVY_UNIT if path in CPU_HEAVY else path
-
-        def _assign_work_unit(self, node) -> None:
-            if HEAVY_UNIT in self.workqueue:
-                self.workqueue.move_to_end(HEAVY_UNIT, last=False)
-            super()._assign_work_unit(node)
-
-    return HeavyFirst(config, log)
-
-
 # Where CI's minutes go, per file: (first start, last stop, seconds in its tests, worker),
 # from the reports the controller receives; printed at the end of the session.
 _FILES: dict[str, list] = {}
