@@ -113,7 +113,10 @@ def test_a_cloud_vm_runs_a_spark_operator(tmp_path: Path) -> None:
     facts = json.loads((outcome.folder / "manifest.json").read_text())["facts"]
     received = facts["messages"]["received"]
     assert received == facts["messages"]["sent"] > 0  # arrivals at the node Spark reads on
-    # Spark's source handed it every message that reached the node, each once.
+    # Spark's source handed it every message that reached the node. QoS 1 is at least once
+    # into the source: on a loaded host a late PUBACK (or the source's client reconnecting)
+    # has the broker hand some over again (a dry run beside the CPU-heavy chain: 517 of 480),
+    # never fewer.
     assert facts["spark_caught_up"]["cloud-1/stats"] is not None
     batches = facts["spark"]["cloud-1/stats"]
-    assert max(batch["read"] for batch in batches) == received
+    assert received <= max(batch["read"] for batch in batches) <= 1.1 * received

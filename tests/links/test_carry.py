@@ -43,6 +43,8 @@ def test_a_receiver_that_does_not_read_stops_the_relay_reading_its_sender() -> N
     run(scenario(), timeout_s=30)
 
 
+# Timed to 50 ms on the host: beside CI's CPU-heavy files the same relay took 0.82 s for 0.4.
+@pytest.mark.alone
 def test_at_most_the_window_of_chunks_is_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(carry, "IN_FLIGHT_CHUNKS", 1)
 
