@@ -56,8 +56,8 @@ host: setup
 run: setup-run
 	$(VENV)/bin/foglab run quickstart
 
-# The test files on TEST_WORKERS processes, then the few that need the host to themselves
-# (marked `alone`); each run ends with its 15 slowest tests (pyproject's --durations), and the
+# The test files on TEST_WORKERS processes, then those that need the host to themselves one
+# at a time (marked `alone`, and the CPU-heavy files: tests/conftest.py); each run ends with its 15 slowest tests (pyproject's --durations), and the
 # total time closes the output: where CI's minutes go.
 test: setup host
 	@start=$$(date +%s); status=0; \

@@ -14,12 +14,21 @@ import yaml
 # Test files that each start several JVMs (Spark on cloud VMs' containers or in job processes)
 # or measure the host. `make test` runs the files on several workers (pytest-xdist, --dist
 # loadfile: a file's tests on one worker, so a module's fixture, a cluster or a Spark job, is
-# made once); these files take a lock first, so two of them never compete for the two cores.
+# made once), then the tests marked `alone` one at a time: these files are marked `alone`
+# (below), so their JVMs never load the host under the other workers' timed emulations (beside
+# them, CI's loaded host broke a different few of those in each run). Run on workers anyway
+# (`pytest -n 3` without `-m`), they take a lock first, so two of them never compete.
 # (pytest-xdist's own grouping, loadgroup, does not work with pytest 9: it renames items
 # through an attribute pytest 9 no longer reads.)
 CPU_HEAVY = {"tests/emu_run/test_spark_migration.py", "tests/spark_apps/test_migration.py",
              "tests/emu_run/test_emulate.py", "tests/emu_host/test_calibrate.py",
              "tests/spark_cluster/test_cluster.py", "tests/emu_run/test_spark_cluster_run.py"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.split("::", 1)[0] in CPU_HEAVY:
+            item.add_marker(pytest.mark.alone)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -167,11 +167,14 @@ def test_relay_thread_serves_synchronous_callers() -> None:
         threading.Thread(target=echo.serve_forever, daemon=True).start()
         try:
             with LinkRelayThread(LinkRelay(HOST, echo.server_address[1], LinkShape(0.02))) as link:
-                assert _blocking_round_trip(link.port) == pytest.approx(0.04, abs=0.015)
+                # The fastest of three: the relay holds at least the shaped time, a loaded host
+                # only adds (CI's parallel phase saw one at 60 ms for these 40).
+                shaped = min(_blocking_round_trip(link.port) for _ in range(3))
+                assert shaped == pytest.approx(0.04, abs=0.015) and shaped >= 0.039
                 link.reshape(LinkShape(0.0))
-                assert _blocking_round_trip(link.port) < 0.015
+                assert min(_blocking_round_trip(link.port) for _ in range(3)) < 0.015
                 port = link.port
-            assert link.counters().bytes_up == 8
+            assert link.counters().bytes_up == 6 * 4  # six pings of 4 bytes
             with pytest.raises(ConnectionRefusedError):
                 socket.create_connection((HOST, port), timeout=1).close()
         finally:
