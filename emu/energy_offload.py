@@ -159,23 +159,16 @@ class OffloadWatcher:
                 next_read += policy.interval
 
     def _move(self) -> None:
-        from emu.migration import MigrationRecord, migrate
+        from emu import migration
 
         while True:
             item = self._moves.get()
             if item is None:
                 return
             gauge, operator = item
-            number = len(self.records)
-            try:
-                record = migrate(self.control, operator, gauge.gateway, self.target,
-                                 self.strategy, self.settings, record_id=number,
-                                 clock=self.clock)
-            except Exception as error:  # noqa: BLE001 - recorded, the run goes on
-                now = self.clock.now()
-                record = MigrationRecord(number, operator, self.strategy, gauge.gateway,
-                                         self.target, now, now, status="failed",
-                                         error=str(error))
+            record = migration.attempt(self.control, operator, gauge.gateway, self.target,
+                                       self.strategy, self.settings,
+                                       record_id=len(self.records), clock=self.clock)
             if record.status == "done":
                 gauge.moved.append(operator)
             else:

@@ -116,6 +116,20 @@ def migrate(control, operator: str, source: str, target: str,
     return _Migration(control, record, chunk, timeout, progress, clock).run()
 
 
+def attempt(control, operator: str, source: str, target: str, strategy: str,
+            settings: Any = None, **options) -> MigrationRecord:
+    """`migrate`, with a move refused before it began (a MigrationError, an agent that
+    is gone) recorded as failed too, at the clock's time: what a run that moves operators
+    while it measures records and goes on with. `options`: migrate's."""
+    clock = options.get("clock") or clock_of(control)
+    try:
+        return migrate(control, operator, source, target, strategy, settings, **options)
+    except Exception as error:  # noqa: BLE001 - recorded, the run goes on
+        now = clock.now()
+        return MigrationRecord(options.get("record_id", 0), operator, strategy, source,
+                               target, now, now, status="failed", error=str(error))
+
+
 class _Failed(Exception):
     pass
 

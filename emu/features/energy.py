@@ -30,6 +30,7 @@ are the emulation's).
 
 from __future__ import annotations
 
+from functools import cached_property
 from types import SimpleNamespace
 
 import numpy as np
@@ -92,6 +93,12 @@ class EnergyFeature(Feature):
         self.watcher: OffloadWatcher | None = None
         self.records: list = []
 
+    @cached_property
+    def calibration(self):
+        """The profile whose QEMU speed turns a gateway container's CPU into the Pi's (read
+        once: the offload's gauges and the table use it)."""
+        return load(self.spec.calibration or DEFAULT_CALIBRATION).calibration
+
     # -- the offload (emu.energy_offload) ---------------------------------------------------
 
     def prepare(self, setup: Setup) -> None:
@@ -117,7 +124,7 @@ class EnergyFeature(Feature):
         if offload is None:
             return
         topology = run.topology
-        calibration = load(self.spec.calibration or DEFAULT_CALIBRATION).calibration
+        calibration = self.calibration
         gauges = []
         for gateway in topology.select(offload.gateways):
             node = topology.nodes[gateway]
@@ -147,7 +154,7 @@ class EnergyFeature(Feature):
     def results(self, run: Run, tables: dict, facts: dict) -> None:
         topology, spec = run.topology, self.spec
         duration, interval = run.timing.duration, run.timing.sample
-        calibration = load(spec.calibration or DEFAULT_CALIBRATION).calibration
+        calibration = self.calibration
         ledger = Ledger(spec, topology, duration)
         containers = run.plan.containers
         factor: dict[str, float] = {}

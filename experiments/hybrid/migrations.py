@@ -62,17 +62,11 @@ class PolicyMigrations:
 
     def _move(self, name: str, target: str, strategy: str, under_way,
               done: Callable[[bool], None]) -> dict:
-        from emu.migration import MigrationRecord, migrate
+        from emu.migration import attempt
 
         source = under_way.source = self.where[name]
-        record_id = under_way.id
-        try:
-            record = migrate(self.control, name, source, target, strategy, self.settings,
-                             record_id=record_id, clock=self.clock)
-        except Exception as error:  # a move refused before it began: recorded as failed
-            now = self.clock.now()
-            record = MigrationRecord(record_id, name, strategy, source, target, now, now,
-                                     status="failed", error=str(error))
+        record = attempt(self.control, name, source, target, strategy, self.settings,
+                         record_id=under_way.id, clock=self.clock)
         ok = record.status == "done"
         with self._lock:
             self.records = [record if r is under_way else r for r in self.records]
