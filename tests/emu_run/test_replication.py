@@ -37,7 +37,7 @@ pipeline:
   - {name: work, task: kalman_filter, on: gw-1, reads: s, slo: 200ms}
 scenario:
   replication: {interval: 1s, up: 2, down: 3, max: 2}
-run: {backend: emu, duration: 28s, seed: 3, drain: 3s}
+run: {backend: emu, duration: 36s, seed: 3, drain: 3s}
 """
 
 
@@ -60,6 +60,7 @@ def test_a_replica_starts_over_the_bound_shares_the_input_and_retires(tmp_path,
     # The burst (600 readings/s from 2 s to 10 s) is more than gw-1 keeps up with: one
     # replica, on gw-2 (3 ms from the broker; gw-3 is 9 ms away), then retired once the
     # backlog is gone and the readings come at 12/s.
+    assert len(rows) == 2, (rows, facts)  # a CI host slow to drain the backlog ran out of run
     start, retire = rows
     assert (start["action"], start["node"], start["instances"]) == ("start", "gw-2", 2), facts
     # During the burst or its backlog (gw-1 saturated answers the controller's readings
