@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import os
 import signal
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -10,6 +11,14 @@ from typing import Any
 
 import pytest
 import yaml
+
+from workloads.spark.jvm import JVM_OPTIONS_VARIABLE, SHORT_RUN_OPTIONS
+
+# The tests' Spark JVMs (the session's, job processes', a cluster's, and through the emulation
+# a cloud VM's) live a few minutes at low rates: the JIT's first tier only, which costs a
+# quarter less of the host's CPU for that (workloads.spark.jvm has the figures). Set before
+# any JVM starts; a value in the environment wins.
+os.environ.setdefault(JVM_OPTIONS_VARIABLE, SHORT_RUN_OPTIONS)
 
 # Test files that each start several JVMs (Spark on cloud VMs' containers or in job processes)
 # or measure the host. `make test` runs the files on several workers (pytest-xdist, --dist
@@ -84,6 +93,27 @@ def pytest_terminal_summary(terminalreporter) -> None:
         write("the CPU_HEAVY files, one at a time:")
         for path in heavy:
             write(row(path))
+    write("the files with the most time in tests:")
+    for path in sorted(_FILES, key=lambda p: -_FILES[p][2])[:12]:
+        write(row(path))
+    busy = _cpu_busy()
+    if busy is not None and _CPU_AT_START:
+        (busy0, total0), (busy1, total1) = _CPU_AT_START, busy
+        write(f"host CPU busy {(busy1 - busy0) / max(total1 - total0, 1):.0%} of "
+              f"{os.cpu_count()} cores over the session (/proc/stat)")
+
+
+def _cpu_busy() -> tuple[int, int] | None:
+    """The host's busy and total CPU ticks since boot (Linux), or None."""
+    try:
+        ticks = [int(v) for v in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    except (OSError, ValueError):
+        return None
+    idle = ticks[3] + ticks[4]  # idle and iowait
+    return sum(ticks[:8]) - idle, sum(ticks[:8])
+
+
+_CPU_AT_START = _cpu_busy()
 
 
 def pytest_configure(config: pytest.Config) -> None:

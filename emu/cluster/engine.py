@@ -53,6 +53,7 @@ from emu.cluster.zygote import (
 from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape
+from workloads.spark.jvm import JVM_OPTIONS_VARIABLE, jvm_options
 
 if TYPE_CHECKING:
     import docker
@@ -322,7 +323,10 @@ class Cluster:
         config = replace(config, mqtt=mqtt[0] if mqtt else config.mqtt,
                          zookeeper=",".join(zookeeper), records=RECORDS_DIR, spares=spares,
                          other_brokers=others)
-        return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1"}
+        environment = {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1"}
+        if jvm_options():  # the host's Spark JVM options for the node's jobs (workloads.spark.jvm)
+            environment[JVM_OPTIONS_VARIABLE] = jvm_options()
+        return environment
 
     def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
         """Create and start one container; the least work per container the engine allows."""

@@ -32,6 +32,8 @@ from collections.abc import Mapping
 
 from pyspark.sql import SparkSession
 
+from workloads.spark.jvm import jvm_options
+
 ROCKSDB_PROVIDER = "org.apache.spark.sql.execution.streaming.state.RocksDBStateStoreProvider"
 CHECKPOINT_FILE_MANAGER = ("org.apache.spark.sql.execution.streaming.checkpointing."
                            "FileSystemBasedCheckpointFileManager")
@@ -82,7 +84,7 @@ def dilated_conf(dilation: float) -> dict[str, str]:
 def spark_session(master: str = "local[*]", app_name: str = "foglab",
                   conf: Mapping[str, str] | None = None) -> SparkSession:
     """The process's SparkSession on `master` ("local[2]", "spark://host:7077", ...), built with
-    DEFAULTS overridden by `conf`.
+    DEFAULTS and the JVM options of workloads.spark.jvm, overridden by `conf`.
 
     Spark keeps one session per process: a second call returns the first session, with only
     its runtime (SQL) settings changed.
@@ -91,7 +93,12 @@ def spark_session(master: str = "local[*]", app_name: str = "foglab",
     # pyarrow; an explicit PYSPARK_PYTHON (a cluster's interpreter) still wins.
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     builder = SparkSession.builder.master(master).appName(app_name)
-    for key, value in (DEFAULTS | dict(conf or {})).items():
+    # The JVMs' options (workloads.spark.jvm): the driver's must be given before it starts,
+    # which is at this process's first session.
+    options = jvm_options()
+    jvm = {f"spark.{side}.extraJavaOptions": options
+           for side in ("driver", "executor")} if options else {}
+    for key, value in (DEFAULTS | jvm | dict(conf or {})).items():
         builder = builder.config(key, value)
     return builder.getOrCreate()
 

@@ -48,6 +48,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from workloads.spark.jvm import jvm_options
+
 MASTER_CLASS = "org.apache.spark.deploy.master.Master"
 WORKER_CLASS = "org.apache.spark.deploy.worker.Worker"
 START_WAIT_S = 90.0
@@ -124,7 +126,8 @@ class Daemon:
             (self.dir / sub).mkdir(parents=True, exist_ok=True)
         # A port taken fails the daemon at once: Spark would otherwise try the next 16 ports
         # and come up where nobody looks for it.
-        options = f"{os.environ.get('SPARK_DAEMON_JAVA_OPTS', '')} -Dspark.port.maxRetries=0"
+        options = (f"{os.environ.get('SPARK_DAEMON_JAVA_OPTS', '')} {jvm_options()} "
+                   "-Dspark.port.maxRetries=0")
         env = os.environ | env | {"SPARK_DAEMON_JAVA_OPTS": options.strip(),
                                   "SPARK_CONF_DIR": str(self.dir / "conf"),
                                   "SPARK_LOCAL_DIRS": str(self.dir / "local"),
