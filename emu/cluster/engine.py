@@ -323,10 +323,10 @@ class Cluster:
         config = replace(config, mqtt=mqtt[0] if mqtt else config.mqtt,
                          zookeeper=",".join(zookeeper), records=RECORDS_DIR, spares=spares,
                          other_brokers=others)
-        environment = {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1"}
-        if jvm_options():  # the host's Spark JVM options for the node's jobs (workloads.spark.jvm)
-            environment[JVM_OPTIONS_VARIABLE] = jvm_options()
-        return environment
+        # The host's Spark JVM options, for the node's jobs (workloads.spark.jvm).
+        options = jvm_options()
+        return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1",
+                **({JVM_OPTIONS_VARIABLE: options} if options else {})}
 
     def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
         """Create and start one container; the least work per container the engine allows."""
