@@ -57,6 +57,26 @@ def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
     return Settings(**values)
 
 
+def unused_costs(spec: ExperimentSpec, topology: Topology) -> list[str]:
+    """The operators' written `cost`s that the run will not charge, each with where and why
+    (`foglab validate` says them): on sim those a calibration's measure replaces (sim.costs);
+    on the containers every one (the agents run the tasks; the model, which `run.dilation:
+    auto` and `foglab compare` run, still charges them)."""
+    written = [f"pipeline[{i}] ({op.name})" for i, op in enumerate(spec.pipeline)
+               if op.cost is not None]
+    if spec.run.backend != "sim":
+        if not written:
+            return []
+        return [f"{', '.join(written)}: cost is not charged on {spec.run.backend}: the "
+                "containers run the tasks (the model still charges it, as run.dilation: auto "
+                "and foglab compare run it)"]
+    from sim.costs import Costs
+    from workloads.calibration import load
+
+    calibration = load(spec.run.calibration).calibration if spec.run.calibration else None
+    return Costs(topology, spec.run.driver_cost, calibration).unused_written(spec.pipeline)
+
+
 class SimBackend:
     """The SimPy model: virtual time, as fast as the host allows."""
 

@@ -32,15 +32,14 @@ def instance(model, spec: OperatorSpec, node: str, state: OpenWindow | None = No
              group: str | None = None):
     """An instance of `spec` on `node` (a window operator's with `state` when it moved)."""
     cost = model.costs.operator(spec, node)
-    made = _instance(model, spec, node, cost, state, group)
-    batch = model.costs.spark_batch(spec, node)
+    made = _instance(model, spec, node, cost.message, state, group)
+    batch = cost.batch
     if batch is not None:
         # From now to the run's end: a migration's new instance starts charging when made.
-        cost, trigger, threads, per_message = batch
         settings = model.settings
-        model.env.process(spark_batches(model.env, made, cost, trigger,
-                                        settings.duration + settings.drain, threads,
-                                        per_message))
+        model.env.process(spark_batches(model.env, made, batch.cost, batch.trigger,
+                                        settings.duration + settings.drain, batch.threads,
+                                        batch.per_message))
     return made
 
 

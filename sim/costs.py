@@ -15,9 +15,14 @@ emulation, the model stands for the emulation of the topology rather than its ha
 - brokers serve each message in Mosquitto's measured service time, on one core (Mosquitto
   is single-threaded), in place of the topology's `broker.service_time`; a broker of kind
   rabbitmq in RabbitMQ's (the profile's `rabbitmq`), where the profile has it;
-- a Spark operator's node pays the job's measured fixed CPU per micro-batch (`spark.batch`)
-  once per trigger interval that had input, beside its per-message cost (uncalibrated, the
-  default profile's figure: the JVM plans every batch whatever the hardware);
+- a Spark operator's node pays the job's fixed CPU per micro-batch (`spark.batch`) once per
+  trigger interval that had input (the JVM plans every batch whatever the hardware); per
+  message, a calibration that measured Spark (`spark.measured`) charges its measured figure
+  with each batch, in place of the written `cost`; otherwise (no calibration, or one measured
+  before Spark was) the written `cost` is charged per message on the operator's node, as for
+  any operator, and only an operator without one takes the default profile's per-message
+  figure with its batches (workloads.calibration.DEFAULT_SPARK). `foglab validate` names a
+  written cost that is not charged; a run's facts (`costs`) say which figure applied where;
 - each leg a node that runs a container sends (a publish, a broker's delivery) pays the link
   layer's measured `hop_overhead` on top of its path's latency: the emulation shapes a
   node's connection to its broker as one relay (or one netem interface), whatever the hops;
@@ -39,15 +44,53 @@ Other nodes and costs are as without a calibration.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from sim.stations import Cpu
 from topologies.model import Node, Topology
 from topologies.spec import BrokerSpec
-from workloads.calibration import DEFAULT_SPARK, Calibration
-from workloads.pipeline import OperatorSpec
+from workloads.calibration import DEFAULT_SPARK, Calibration, Spark
+from workloads.pipeline import OperatorSpec, placement
 from workloads.riot.costs import task_cost
 
 # Node kinds that run a container on the emulation, so their legs cross its link layer.
 CONTAINERS = ("gateway", "broker", "cloud_vm", "coordinator")
+
+
+@dataclass(frozen=True)
+class SparkBatch:
+    """A Spark job's micro-batches (sim.operators.spark_batches): the fixed cost of each, its
+    trigger interval, the threads a batch spreads over, the batch's cost per message it read,
+    and where the figures came from."""
+
+    cost: float
+    trigger: float
+    threads: int
+    per_message: float
+    source: str
+
+
+@dataclass(frozen=True)
+class OperatorCost:
+    """What an operator's instance on a node costs: `message` per message it takes (its
+    node's CPU queues it, as any operator's), and a Spark job's batches."""
+
+    message: float
+    source: str  # where `message` came from: written, task reference, calibration, ...
+    batch: SparkBatch | None = None
+
+    def key(self) -> tuple:
+        """The figures as the run's facts give them (`Costs.applied`)."""
+        figures = [("per_message_s", self.message), ("from", self.source)]
+        if self.batch is not None:
+            figures += [("per_batch_s", self.batch.cost), ("batch_per_message_s",
+                        self.batch.per_message), ("trigger_s", self.batch.trigger),
+                        ("batch_from", self.batch.source)]
+        return tuple(figures)
+
+
+def _few(nodes: list[str]) -> str:
+    return ", ".join(nodes[:3]) + (f" and {len(nodes) - 3} more" if len(nodes) > 3 else "")
 
 
 class Costs:
@@ -60,6 +103,7 @@ class Costs:
         self.calibration = calibration
         # Only a calibrated model stands for the emulation, and so for its dilation.
         self.dilation = dilation if calibration is not None else 1.0
+        self._applied: dict[tuple[str, str], OperatorCost] = {}  # (operator, node) -> cost
 
     def qemu(self, node: str) -> bool:
         """Whether the node stands for an arm64 container under QEMU, as calibrated: the
@@ -102,42 +146,79 @@ class Costs:
         measured = qemu or node.kind == "broker"
         return limit if measured else limit / speed
 
-    def operator(self, spec: OperatorSpec, node: str) -> float:
-        """An instance's cost per message: measured on a calibrated node for its task, else
-        the written cost, else the task's reference cost (workloads.riot.costs), else 0."""
+    def operator(self, spec: OperatorSpec, node: str) -> OperatorCost:
+        """What an instance of `spec` on `node` costs, and where each figure came from (the
+        rule in the module's docstring, for every engine): remembered per operator and node
+        for the run's facts (`applied`)."""
+        key = (spec.name, node)
+        found = self._applied.get(key)
+        if found is None:
+            found = self._applied[key] = self._operator(spec, node)
+        return found
+
+    def _operator(self, spec: OperatorSpec, node: str) -> OperatorCost:
         if self.qemu(node):
             measured = self.calibration.gateway.operators.get(spec.task)
             if measured is not None:
-                return measured * self.calibration.gateway.speed
-        if spec.engine == "spark" and self._spark().message:
-            return 0.0  # measured with the job's batches, which charge it (spark_batch)
-        if spec.cost is not None:
-            return spec.cost
-        return task_cost(spec.task) or 0.0
-
-    def spark_batch(self, spec: OperatorSpec,
-                    node: str) -> tuple[float, float, int, float] | None:
-        """A Spark operator's fixed cost per micro-batch on `node`, its trigger interval, the
-        threads the job spreads a batch over, and the batch's cost per message it read (None
-        for another engine): the calibration's costs (host seconds, which the node's Cpu
-        divides by its speed, as a broker's service time) over the host's cores (the
-        emulation's job runs local[N] on the N cores its container sees: all the host's), or
-        without one the default profile's figures as reference seconds over the node's cores
-        (Spark plans every batch on any hardware)."""
+                return OperatorCost(measured * self.calibration.gateway.speed,
+                                    "calibration (the task measured on the gateway)")
         if spec.engine != "spark":
-            return None
+            return self._written(spec)
         profile = self.topology.nodes[node].profile
-        if self.calibration is None:
-            return (DEFAULT_SPARK.batch, DEFAULT_SPARK.trigger, max(1, profile.cores),
-                    DEFAULT_SPARK.message)
-        spark = self.calibration.spark
-        threads = max(1, min(profile.cores, self.calibration.host.cores))
-        return (spark.batch * profile.speed, spark.trigger, threads,
-                spark.message * profile.speed)
+        spark = self._spark()
+        if self.calibration is None:  # reference seconds over the node's own cores
+            cost, threads = spark.batch, max(1, profile.cores)
+            per_message, speed = spark.message, 1.0
+        else:  # host seconds, over the cores the job sees (local[N]: the host's)
+            threads = max(1, min(profile.cores, self.calibration.host.cores))
+            cost, per_message, speed = spark.batch * profile.speed, spark.message, profile.speed
+        batch_from = "calibration (Spark measured)" if spark.measured else "default Spark profile"
+        if spark.measured or spec.cost is None:
+            # The job's batches charge the measured (or default) part per message.
+            return OperatorCost(0.0, f"{batch_from}, per message", SparkBatch(
+                cost, spark.trigger, threads, per_message * speed, batch_from))
+        # Nothing measured the job: the written cost per message, as for any operator.
+        return OperatorCost(spec.cost, "written",
+                            SparkBatch(cost, spark.trigger, threads, 0.0, batch_from))
 
-    def _spark(self):
-        """The Spark job's measured costs: the calibration's, else the default profile's."""
+    @staticmethod
+    def _written(spec: OperatorSpec) -> OperatorCost:
+        """The written cost, else the task's reference cost (workloads.riot.costs), else 0."""
+        if spec.cost is not None:
+            return OperatorCost(spec.cost, "written")
+        reference = task_cost(spec.task)
+        if reference is not None:
+            return OperatorCost(reference, "task reference")
+        return OperatorCost(0.0, "none")
+
+    def _spark(self) -> Spark:
+        """The Spark job's costs: the calibration's (measured, or its default), else the
+        default profile's."""
         return self.calibration.spark if self.calibration is not None else DEFAULT_SPARK
+
+    def applied(self) -> dict[str, list[dict]]:
+        """The run's facts `costs`: each operator's cost as the model charged it, by node
+        (nodes charged alike together), with where each figure came from."""
+        grouped: dict[str, dict[tuple, list[str]]] = {}
+        for (operator, node), cost in self._applied.items():
+            grouped.setdefault(operator, {}).setdefault(cost.key(), []).append(node)
+        return {operator: [{**dict(key), "nodes": nodes} for key, nodes in rules.items()]
+                for operator, rules in grouped.items()}
+
+    def unused_written(self, pipeline: list[OperatorSpec]) -> list[str]:
+        """The written `cost`s the model does not charge, each with where and why (what
+        `foglab validate` says): a calibration's measure stands in their place."""
+        notes = []
+        for index, spec in enumerate(pipeline):
+            if spec.cost is None:
+                continue
+            nodes = [node for node in placement(self.topology, spec.on)
+                     if self._operator(spec, node).source != "written"]
+            if nodes:
+                why = self._operator(spec, nodes[0]).source
+                notes.append(f"pipeline[{index}] ({spec.name}): cost {spec.cost * 1e6:g}us is "
+                             f"not charged on {_few(nodes)}: the {why} stands in its place")
+        return notes
 
     def driver(self, gateway: str) -> float:
         """A gateway's driver's cost per reading."""

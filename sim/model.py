@@ -417,7 +417,8 @@ class Model:
         facts = {"emitted": sum(by_device.values()), "emitted_by_device": by_device,
                  "handovers": self.mobility.handovers if self.mobility else 0,
                  "end": self.env.now, "brokers": {b.name: b.received
-                                                  for b in self.brokers.values()}}
+                                                  for b in self.brokers.values()},
+                 "costs": self.costs.applied()}  # which figure each operator was charged
         # Messages a TCP link held back by a retransmission (sim.stations), per link direction,
         # as the emulation's relays count their stalls: only where there were some.
         stalls = {f"{c.src}>{c.dst}": c.stalls for c in self.network.channels.values()

@@ -42,7 +42,7 @@ def vm_cores(batch: float | None, engine: str = "spark", rate: str = "10/s",
     changes = {}
     if batch is not None:
         spark = REFERENCE.spark.model_copy(update={"batch": batch, "trigger": 1.0,
-                                                   "message": message})
+                                                   "message": message, "measured": True})
         changes["calibration"] = REFERENCE.model_copy(update={"spark": spark})
     nodes = run(text, **changes).tables["nodes"]
     mine = (np.asarray(nodes["node"]) == "vm") & (np.asarray(nodes["t"]) <= 20)
@@ -53,9 +53,62 @@ def vm_cores(batch: float | None, engine: str = "spark", rate: str = "10/s",
 
 def test_each_trigger_with_input_costs_the_calibrated_batch() -> None:
     base = vm_cores(0.0)
-    assert base == pytest.approx(10 * 1e-3, rel=0.05)  # 10 messages/s at 1 ms
+    # A profile that measured Spark replaces the written 1 ms a message: measured 0 here.
+    assert base == pytest.approx(0.0, abs=1e-3)
     # 0.2 s a batch, one a second: 0.2 cores more.
     assert vm_cores(0.2) - base == pytest.approx(0.2, rel=0.06)
+
+
+def spark_run(cost: str, calibration=None):
+    text = ONE_VM.replace("ENGINE", "spark").replace("TASK", "stats").replace(
+        "RATE", "10/s").replace("cost: 1ms", f"cost: {cost}")
+    return run(text, **({"calibration": calibration} if calibration else {}))
+
+
+def mean_cpu(result, node: str = "vm") -> float:
+    nodes = result.tables["nodes"]
+    mine = (np.asarray(nodes["node"]) == node) & (np.asarray(nodes["t"]) <= 20)
+    return float(np.asarray(nodes["cpu"])[mine].mean())
+
+
+@pytest.mark.parametrize("calibrated", [False, True], ids=["uncalibrated", "spark-unmeasured"])
+def test_without_a_spark_measure_the_written_cost_is_charged_per_message(calibrated) -> None:
+    # Issue 38, 1: the written cost did nothing (1 us and 50 ms gave the same CPU and
+    # latency). Uncalibrated, or with a profile measured before Spark was (the reference),
+    # it is charged per message on the operator's node, beside the default batches.
+    calibration = REFERENCE if calibrated else None
+    cheap, dear = spark_run("1us", calibration), spark_run("50ms", calibration)
+    # 10 messages/s x 50 ms: half a core more, of vm.large's 4 (uncalibrated) or of the
+    # container's limit of the host's 2 cores (calibrated).
+    cores = 2 if calibrated else 4
+    assert (mean_cpu(dear) - mean_cpu(cheap)) * cores == pytest.approx(0.5, rel=0.05)
+    assert np.median(dear.tables["messages"]["latency"]) - np.median(
+        cheap.tables["messages"]["latency"]) == pytest.approx(0.05, rel=0.05)
+    [rule] = dear.facts["costs"]["stats"]
+    assert rule["from"] == "written" and rule["per_message_s"] == pytest.approx(0.05)
+    assert rule["batch_from"] == "default Spark profile" and rule["batch_per_message_s"] == 0
+
+
+def test_a_profile_that_measured_spark_replaces_the_written_cost_and_says_so() -> None:
+    from experiments.backends import unused_costs
+    from tests.foundation.helpers import point
+
+    spark = REFERENCE.spark.model_copy(update={"message": 2e-3, "measured": True})
+    measured = REFERENCE.model_copy(update={"spark": spark})
+    cheap, dear = spark_run("1us", measured), spark_run("50ms", measured)
+    assert mean_cpu(dear) == pytest.approx(mean_cpu(cheap))
+    [rule] = dear.facts["costs"]["stats"]
+    assert rule["from"] == "calibration (Spark measured), per message"
+    assert rule["per_message_s"] == 0 and rule["batch_per_message_s"] == pytest.approx(2e-3)
+    # validate names the figure not charged, where and why; none when it is charged.
+    text = ONE_VM.replace("ENGINE", "spark").replace("TASK", "stats").replace("RATE", "10/s")
+    found = point(text)
+    assert unused_costs(found.spec, found.topology) == []
+    from sim.costs import Costs
+
+    notes = Costs(found.topology, 0.0, measured).unused_written(found.spec.pipeline)
+    assert notes == ["pipeline[0] (stats): cost 1000us is not charged on vm: the calibration "
+                     "(Spark measured), per message stands in its place"]
 
 
 def test_a_measured_cost_per_message_is_charged_with_the_batch_instead_of_the_written_one(
