@@ -256,17 +256,23 @@ class Coordinator:
     def consumed_twice(self, messages: dict) -> None:
         """Add to each migration's `duplicates` the readings its operator's source and target
         both consumed on record (the messages table's delivered rows at the two nodes, from
-        the migration's start to its end): what the sink counts twice, as emu counts the
-        messages both processed."""
+        the migration's start to its end plus a window): what the sink counts twice, as emu
+        counts the messages both processed. Counted in one sort of the table
+        (sim.duplicates), restricted to the rows the table can tell are the operator's: of
+        the streams it reads, and a follow operator's of its user's device; two sink
+        operators reading one stream on one node are not told apart."""
         if not self.records:
             return
-        sink, ids, t = messages["sink"], messages["id"], messages["t_received"]
+        from sim.duplicates import Span, count_twice, readings_of
+
+        spans = []
         for record in self.records:
-            end = record.end if not math.isnan(record.end) else math.inf
-            mine = ((sink == record.source) | (sink == record.target)) & (
-                t >= record.start) & (t <= end + self.model.window_size(record.operator))
-            _, counts = np.unique(ids[mine], return_counts=True)
-            record.duplicates += int((counts - 1).sum())
+            end = record.end if not math.isnan(record.end) else np.inf
+            spans.append(Span((record.source, record.target), record.start,
+                              end + self.model.window_size(record.operator),
+                              *readings_of(self.model, record.operator)))
+        for record, twice in zip(self.records, count_twice(messages, spans), strict=True):
+            record.duplicates += twice
 
     def finish(self, window_size) -> None:
         """Downtime and consistency of each migration from what the instances processed and
