@@ -27,6 +27,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.summary import _percentiles as percentiles
+from experiments.summary import throughputs
 
 REFERENCE = "emu"
 DEFAULT_BACKENDS = "sim,emu"
@@ -103,7 +104,7 @@ class Figure:
 
     key: str
     label: str
-    unit: str  # how it is shown: ms, msg/s, %, or "" for counts
+    unit: str  # how it is shown: ms, readings/s (delivered, each once), %, or "" for counts
     values: dict[str, float | None]
     errors: dict[str, float | None] = field(default_factory=dict)
     target: float | None = None
@@ -253,8 +254,8 @@ def compare(data: dict[str, RunData], experiment: str = "",
     figures = [
         Figure("delivered", "delivered", "", {b: r.summary["delivered"] for b, r in data.items()}),
         Figure("lost", "lost", "", {b: r.summary["lost"] for b, r in data.items()}),
-        Figure("throughput", "throughput", "msg/s",
-               {b: r.summary["throughput_per_s"] for b, r in data.items()}),
+        Figure("throughput", "throughput", "readings/s",
+               {b: throughputs(r.summary)[0] for b, r in data.items()}),
         *_latency_rows(data), *_cpu_rows(data), *_migration_rows(data),
         *_energy_rows(data),
     ]
@@ -379,7 +380,7 @@ def shown(value: float | None, unit: str) -> str:
         return f"{value * 1000:.1f}"
     if unit == "%":
         return f"{value:.2%}" if abs(value) < 0.01 else f"{value:.1%}"
-    if unit == "msg/s":
+    if unit == "readings/s":
         return f"{value:.1f}"
     return f"{value:,.0f}"
 

@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 from experiments.results import Run, load_run
+from experiments.summary import throughputs
 
 # The measures of a point, each from a run's summary; the optional ones only where a run has
 # them (downtime where runs migrated; in flight at the end where the summary counts it).
@@ -27,7 +28,7 @@ MEASURES = ("delivered", "lost", "in_flight", "throughput", "latency_p50", "late
             "downtime")
 OPTIONAL = ("in_flight", "downtime")
 UNITS = {"delivered": "messages", "lost": "messages", "in_flight": "messages",
-         "throughput": "msg/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
+         "throughput": "readings/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
 POINTS_FILE = "points.parquet"
 # Student's t at 97.5 % (a two-sided 95 % interval) for 1..30 degrees of freedom.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
@@ -68,7 +69,7 @@ def measures(summary: dict) -> dict[str, float]:
                  if m.get("downtime") is not None]
     return {"delivered": _number(summary.get("delivered")), "lost": _number(summary.get("lost")),
             "in_flight": _number(summary.get("in_flight")),
-            "throughput": _number(summary.get("throughput_per_s")),
+            "throughput": _number(throughputs(summary)[0]),
             "latency_p50": _number(latency.get("p50")),
             "latency_p95": _number(latency.get("p95")),
             "downtime": float(np.mean(downtimes)) if downtimes else math.nan}
@@ -152,7 +153,7 @@ def shown(row: dict, measure: str) -> str:
     if mean is None or math.isnan(mean):
         return "-"
     scale = 1000.0 if UNITS[measure] == "s" else 1.0
-    digits = 1 if UNITS[measure] in ("s", "msg/s") else 0
+    digits = 1 if UNITS[measure] in ("s", "readings/s") else 0
     text = f"{mean * scale:,.{digits}f}"
     low, high = row.get(f"{measure}_low", math.nan), row.get(f"{measure}_high", math.nan)
     if low is None or math.isnan(low):

@@ -44,30 +44,53 @@ def saturation_lines(manifest: dict) -> list[str]:
             f"the queue growing to the end: {nodes}"]
 
 
+def rate(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
+def copies_counted(summaries: list[dict]) -> bool:
+    """Whether a sink's copies outnumber the readings delivered in any of `summaries`: then
+    the tables show deliveries/s beside readings/s."""
+    return any(s.get("deliveries") is not None and s["deliveries"] != s.get("delivered")
+               for s in summaries if s)
+
+
+# Said under a table that shows deliveries/s (docs/results.md: throughput).
+COPIES_NOTE = ("readings/s: readings delivered a second (the throughput), each once; "
+               "deliveries/s: every copy a sink took (a reading N sinks read counts N times)")
+
+
 def run_summary(name: str, backend: str, outcomes: list) -> None:
     """The table of a run's repetitions and sweep points, then each run's folder, warnings
     and its features' own figures."""
+    from experiments.summary import throughputs
+
     keys = list(outcomes[0].point) if outcomes else []
+    copies = copies_counted([o.summary for o in outcomes if o.summary])
     table = Table(title=f"{escape(name)} ({backend})")
-    for column in ["rep", *keys, "emitted", "delivered", "filtered", "lost", "in flight",
-                   "msg/s", "p50 ms", "p95 ms", "p99 ms", "jitter"]:
+    columns = ["emitted", "delivered", "filtered", "lost", "in flight", "readings/s",
+               *(["deliveries/s"] if copies else []), "p50 ms", "p95 ms", "p99 ms", "jitter"]
+    for column in ["rep", *keys, *columns]:
         table.add_column(escape(column.rsplit(".", 1)[-1]), justify="right")
     for outcome in outcomes:
         cells = [str(outcome.repetition), *(escape(str(outcome.point[k])) for k in keys)]
         s = outcome.summary
         if s is None:
-            table.add_row(*cells, "[red]failed[/red]", *[""] * 9)
+            table.add_row(*cells, "[red]failed[/red]", *[""] * (len(columns) - 1))
             continue
         lat = s["latency_s"]
         jitter = s["jitter"]["mean_abs"]
+        readings, deliveries = throughputs(s)
         # An emulated run's figures taken on an overloaded host are marked (emu.fidelity).
         mark = "*" if fidelity_lines(manifest_of(outcome.folder)) else ""
         table.add_row(*cells, count(s.get("emitted")), count(s["delivered"]),
                       count(s.get("filtered")), count(s["lost"]), count(s.get("in_flight")),
-                      f"{s['throughput_per_s']:.1f}", *(ms(lat[q]) + mark
-                                                        for q in ("p50", "p95", "p99")),
+                      rate(readings), *([rate(deliveries)] if copies else []),
+                      *(ms(lat[q]) + mark for q in ("p50", "p95", "p99")),
                       f"{jitter:.3f}" if jitter is not None else "-")
     console.print(table)
+    if copies:
+        say(COPIES_NOTE)
     for outcome in outcomes:
         say(f"results: {outcome.folder}")
         manifest = manifest_of(outcome.folder)
@@ -198,18 +221,26 @@ def show_run(manifest: dict, summary: dict, folder: Path) -> None:
     if not summary:
         say("no summary: the run wrote no tables", style="yellow")
         return
+    from experiments.summary import throughputs
+
+    copies = copies_counted([summary])
     figures = Table(title="figures", title_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("emitted", "delivered", "filtered", "lost", "in flight", "loss", "msg/s",
+    for column in ("emitted", "delivered", "filtered", "lost", "in flight", "loss",
+                   "readings/s", *(["deliveries/s"] if copies else []),
                    "mean ms", "p50 ms", "p95 ms", "p99 ms", "max ms", "jitter"):
         figures.add_column(column, justify="right")
     latency, jitter = summary["latency_s"], summary["jitter"]["mean_abs"]
+    readings, deliveries = throughputs(summary)
     figures.add_row(count(summary.get("emitted")), count(summary["delivered"]),
                     count(summary.get("filtered")), count(summary["lost"]),
                     count(summary.get("in_flight")),
-                    f"{summary['loss_rate']:.2%}", f"{summary['throughput_per_s']:.1f}",
+                    f"{summary['loss_rate']:.2%}", rate(readings),
+                    *([rate(deliveries)] if copies else []),
                     *(ms(latency[k]) for k in ("mean", "p50", "p95", "p99", "max")),
                     f"{jitter:.3f}" if jitter is not None else "-")
     console.print(figures)
+    if copies:
+        say(COPIES_NOTE)
     if summary.get("nodes"):
         nodes = Table(title="nodes", title_justify="left", box=box.SIMPLE_HEAD)
         for column in ("node", "cpu mean", "cpu max", "memory MB", "queue max"):

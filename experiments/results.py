@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from experiments.schema import TABLES
+from experiments.summary import throughputs
 
 PACKAGES = ("foglab", "simpy", "numpy", "pandas", "pyarrow", "pydantic", "networkx")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -252,8 +253,9 @@ def load_summaries(runs_: list[Run]) -> pd.DataFrame:
                "repetition": run.manifest.get("repetition"), "seed": run.manifest.get("seed"),
                **(run.manifest.get("point") or {})}
         if s:
+            readings, deliveries = throughputs(s)
             row.update(delivered=s["delivered"], lost=s["lost"], loss_rate=s["loss_rate"],
-                       throughput_per_s=s["throughput_per_s"],
+                       throughput_per_s=readings, deliveries_per_s=deliveries,
                        **{f"latency_{k}": v for k, v in s["latency_s"].items()},
                        jitter_mean_abs=s["jitter"]["mean_abs"])
         rows.append(row)

@@ -13,8 +13,10 @@ def summarise(tables: dict[str, pa.Table], duration: float, sample: float,
     """The headline figures. Each reading counts once, in the state its best copy ended in
     (delivered, else in flight, else filtered, else lost): delivered + filtered + lost +
     in_flight = emitted. `deliveries` counts every copy a sink took (a reading two sinks read
-    counts twice there), and throughput and latency are over those. `facts`: the run's, for
-    the features' figures that need them (workloads.features: each feature's `summary`)."""
+    counts twice there), and latency is over those. Throughput (`throughput_per_s`) is of
+    readings delivered a second, `deliveries_per_s` of the sinks' copies. `facts`: the run's,
+    for the features' figures that need them (workloads.features: each feature's
+    `summary`)."""
     messages = tables["messages"]
     state = message_states(messages)
     delivered_rows = state == "delivered"
@@ -27,13 +29,28 @@ def summarise(tables: dict[str, pa.Table], duration: float, sample: float,
         **counts,
         "deliveries": int(delivered_rows.sum()),
         "loss_rate": counts["lost"] / emitted if emitted else 0.0,
-        "throughput_per_s": int(delivered_rows.sum()) / duration if duration else 0.0,
+        "throughput_per_s": counts["delivered"] / duration if duration else 0.0,
+        "deliveries_per_s": int(delivered_rows.sum()) / duration if duration else 0.0,
         "latency_s": _percentiles(latency),
         "jitter": _jitter(received, duration, sample),
         "nodes": _nodes(tables["nodes"]),
         "migrations": _migrations(tables.get("migrations")),
         "features": feature_figures(tables, facts or {}),
     }
+
+
+def throughputs(summary: dict) -> tuple[float | None, float | None]:
+    """Readings delivered a second and the sinks' copies a second, from a summary. One written
+    before `deliveries_per_s` had the copies under `throughput_per_s`; its readings a second
+    are those scaled by delivered / deliveries (before `deliveries`, `delivered` counted the
+    copies too)."""
+    throughput = summary.get("throughput_per_s")
+    if throughput is None or "deliveries_per_s" in summary:
+        return throughput, summary.get("deliveries_per_s")
+    delivered, deliveries = summary.get("delivered"), summary.get("deliveries")
+    if deliveries and delivered is not None:
+        return throughput * delivered / deliveries, throughput
+    return throughput, throughput
 
 
 # A reading's state is its best copy's: the first of these its copies reached.

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pyarrow as pa
 
 from workloads.broker_scaling import ACTION as BROKER_JOIN
@@ -45,8 +46,9 @@ def migrations(tables: dict, facts: dict) -> dict:
 
 
 def faults(tables: dict, facts: dict) -> dict:
-    """The faults injected (by kind) and the readings sent while one was in force that were
-    lost."""
+    """The faults injected (by kind) and the readings lost that were sent while one was in
+    force (`lost_in_spans`): each lost reading once, however many faults overlapped it, so
+    never more than the summary's `lost`."""
     rows = _rows(tables, "faults")
     if not rows:
         return {}
@@ -57,13 +59,55 @@ def faults(tables: dict, facts: dict) -> dict:
                "kinds": ", ".join(f"{kind} x{n}" for kind, n in sorted(kinds.items()))}
     messages = tables.get("messages")
     if isinstance(messages, pa.Table) and messages.num_rows:
-        lost = messages.column("lost").to_numpy(zero_copy_only=False).astype(bool)
-        sent = messages.column("t_sent").to_numpy(zero_copy_only=False)
-        during = sum(int((lost & (sent >= r["t_start"]) & (
-            sent <= (r["t_end"] if r["t_end"] is not None else math.inf))).sum())
-                     for r in rows)
-        figures["lost while in force"] = during
+        figures["lost while in force"] = lost_in_spans(
+            messages, [(r["t_start"], r["t_end"]) for r in rows])
     return figures
+
+
+def merged_spans(spans) -> tuple[np.ndarray, np.ndarray]:
+    """The union of closed spans [start, end] as disjoint ones, in order (starts, ends); an end
+    that is None or NaN lasts for good. Spans that touch are one."""
+    starts = np.array([math.nan if a is None else a for a, _ in spans], dtype=float)
+    ends = np.array([math.inf if b is None else b for _, b in spans], dtype=float)
+    ends[np.isnan(ends)] = math.inf
+    keep = ~np.isnan(starts)
+    starts, ends = starts[keep], ends[keep]
+    if not starts.size:
+        return starts, ends
+    order = np.argsort(starts, kind="stable")
+    starts, ends = starts[order], np.maximum.accumulate(ends[order])
+    # A span begins a new piece where it starts after every earlier one has ended.
+    new = np.ones(starts.shape, dtype=bool)
+    new[1:] = starts[1:] > ends[:-1]
+    last = np.r_[np.flatnonzero(new)[1:] - 1, starts.size - 1]
+    return starts[new], ends[last]
+
+
+def lost_readings(messages: pa.Table) -> np.ndarray:
+    """When each lost reading was sent (a reading is lost when every copy of it is: the
+    summary's `lost`, experiments.summary), one time per reading."""
+    ids = messages.column("id").to_numpy(zero_copy_only=False)
+    lost = messages.column("lost").to_numpy(zero_copy_only=False).astype(bool)
+    sent = messages.column("t_sent").to_numpy(zero_copy_only=False).astype(float)
+    order = np.argsort(ids, kind="stable")
+    ids, lost, sent = ids[order], lost[order], sent[order]
+    first = np.ones(ids.shape, dtype=bool)
+    first[1:] = ids[1:] != ids[:-1]
+    group = np.cumsum(first) - 1
+    kept = np.bincount(group, weights=~lost, minlength=int(first.sum())) > 0  # a copy not lost
+    return sent[first][~kept]
+
+
+def lost_in_spans(messages: pa.Table, spans) -> int:
+    """How many lost readings were sent within the union of `spans` (start, end: None or NaN
+    for good), each once: the spans merged, then the sorted send times counted in each."""
+    starts, ends = merged_spans(spans)
+    sent = np.sort(lost_readings(messages))
+    if not starts.size or not sent.size:
+        return 0
+    inside = (np.searchsorted(sent, ends, side="right")
+              - np.searchsorted(sent, starts, side="left"))
+    return int(inside.sum())
 
 
 def recovery(tables: dict, facts: dict) -> dict:

@@ -272,7 +272,7 @@ def test_piped_tables_are_full_width(tmp_path: Path) -> None:
     output, _ = process.communicate(timeout=300)
     assert process.returncode == 0, output
     header = next(line for line in output.splitlines() if "delivered" in line)
-    for column in ("rep", "rate", "seed", "delivered", "lost", "msg/s", "p50 ms", "p95 ms",
+    for column in ("rep", "rate", "seed", "delivered", "lost", "readings/s", "p50 ms", "p95 ms",
                    "p99 ms", "jitter"):
         assert column in header, header
     assert "…" not in output

@@ -72,6 +72,20 @@ def test_each_figure_with_its_error_and_the_issues_targets() -> None:
     assert result.unsaturated is None and not any(f.doubts for f in result.figures)
 
 
+def test_throughput_compares_readings_a_second_of_summaries_old_and_new() -> None:
+    # Three sinks read each reading: the new summary says 10 readings/s beside 30 copies/s;
+    # one written before deliveries_per_s has the 30 copies/s under throughput_per_s.
+    new = run("emu", messages([5.0] * 100), {})
+    new.summary.update(delivered=100, deliveries=300, throughput_per_s=10.0,
+                       deliveries_per_s=30.0)
+    old = run("sim", messages([5.0] * 100), {})
+    old.summary.update(delivered=100, deliveries=300, throughput_per_s=30.0)
+    throughput = compare({"sim": old, "emu": new}, "tiny").figure("throughput")
+    assert throughput.unit == "readings/s"
+    assert throughput.values == {"sim": 10.0, "emu": 10.0}
+    assert throughput.errors["sim"] == 0.0
+
+
 def test_energy_in_all_and_per_node_with_a_cpu_with_its_relative_error() -> None:
     sim = run("sim", messages([5.0] * 10), {"gw-1": 0.05, "cloud": 0.2})
     emu = run("emu", messages([5.0] * 10), {"gw-1": 0.06, "cloud": 0.2})

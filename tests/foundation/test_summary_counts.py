@@ -3,13 +3,14 @@ emitted; each feature's own figures; and what `foglab run` and `results show` pr
 
 from __future__ import annotations
 
+import json
 import math
 
 from typer.testing import CliRunner
 
 from experiments.cli import app
 from experiments.schema import conform
-from experiments.summary import reading_counts, summarise
+from experiments.summary import reading_counts, summarise, throughputs
 
 cli = CliRunner()
 
@@ -43,7 +44,9 @@ def test_the_summary_adds_up_to_emitted_and_keeps_every_copy_delivered() -> None
     summary = summarise(tables, 10.0, 1.0)
     assert (summary["emitted"], summary["delivered"], summary["filtered"], summary["lost"],
             summary["in_flight"], summary["deliveries"]) == (4, 1, 1, 1, 1, 2)
-    assert summary["loss_rate"] == 0.25 and summary["throughput_per_s"] == 0.2
+    assert summary["loss_rate"] == 0.25
+    # Throughput is of readings (one delivered in 10 s), the sinks' copies beside it (two).
+    assert summary["throughput_per_s"] == 0.1 and summary["deliveries_per_s"] == 0.2
 
 
 def test_a_table_written_before_states_counts_delivered_unless_lost() -> None:
@@ -96,3 +99,90 @@ def test_results_show_prints_each_feature_s_figures(tmp_path) -> None:
     assert "detect mean s" in shown.output
 
 
+
+
+def _lost_readings(sent: list[float]) -> dict:
+    """One lost reading (one copy) sent at each time in `sent`."""
+    n = len(sent)
+    return {"id": list(range(1, n + 1)), "stream": ["s"] * n, "source": ["d"] * n,
+            "sink": [None] * n, "t_sent": sent, "t_received": [math.nan] * n,
+            "latency": [math.nan] * n, "hops": [1] * n, "lost": [True] * n,
+            "state": ["lost"] * n}
+
+
+def _faults(spans: list[tuple[float, float | None]]) -> dict:
+    return {"kind": ["battery"] * len(spans), "target": [f"d-{i}" for i in range(len(spans))],
+            "t_start": [a for a, _ in spans], "t_end": [b for _, b in spans],
+            "params": ["{}"] * len(spans)}
+
+
+def test_a_lost_reading_counts_once_however_many_faults_were_in_force() -> None:
+    # Three faults over [1, 5] at once, one for good from 8: a reading sent in both spans
+    # counts once, a reading sent between them or before not at all.
+    messages = _lost_readings([0.5, 1.0, 2.0, 3.0, 5.0, 6.0, 8.0, 9.0])
+    tables = conform({"messages": messages,
+                      "faults": _faults([(1.0, 5.0), (1.0, 4.0), (2.0, 5.0), (8.0, None),
+                                         (8.5, 9.5)])})
+    summary = summarise(tables, 10.0, 1.0)
+    figure = summary["features"]["faults"]["lost while in force"]
+    assert figure == 6  # 1, 2, 3, 5, 8, 9
+    assert figure <= summary["lost"] == 8
+
+
+def test_a_reading_one_sink_had_is_not_lost_while_a_fault_was_in_force() -> None:
+    # Reading 1: one copy lost, one delivered (delivered, in the summary); reading 2: both
+    # copies lost (one lost reading, one figure).
+    rows = _messages([(1, "a", "delivered"), (1, None, "lost"), (2, None, "lost"),
+                      (2, None, "lost")])
+    tables = conform({"messages": rows, "faults": _faults([(0.0, 2.0), (0.5, None)])})
+    summary = summarise(tables, 10.0, 1.0)
+    assert summary["lost"] == 1
+    assert summary["features"]["faults"]["lost while in force"] == 1
+
+
+def test_battery_deaths_attribute_no_more_than_the_run_lost(tmp_path) -> None:
+    # The issue's case: a hundred batteries dying one after the other, each in force to the
+    # end, said 1,443 lost while in force of 45 lost.
+    result = cli.invoke(app, ["run", "quickstart", "--set", "run.duration=60s", "--set",
+                              "scenario.energy={batteries: [{devices: sensor-1*, joules: 2}]}",
+                              "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    (folder,) = (tmp_path / "quickstart").iterdir()
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    faults = summary["features"]["faults"]
+    assert faults["faults"] > 1
+    assert 0 < faults["lost while in force"] <= summary["lost"]
+
+
+def test_a_summary_written_when_throughput_counted_copies_reads_as_readings() -> None:
+    # Before deliveries_per_s, throughput_per_s counted every sink's copy.
+    old = {"delivered": 10, "deliveries": 120, "throughput_per_s": 12.0}
+    assert throughputs(old) == (1.0, 12.0)
+    new = {"delivered": 10, "deliveries": 120, "throughput_per_s": 1.0,
+           "deliveries_per_s": 12.0}
+    assert throughputs(new) == (1.0, 12.0)
+    assert throughputs({"delivered": 5, "throughput_per_s": 0.5}) == (0.5, 0.5)
+
+
+def _header(output: str) -> str:
+    return next(line for line in output.splitlines() if "delivered" in line)
+
+
+def test_run_and_results_show_head_throughput_with_what_it_counts(tmp_path) -> None:
+    # speck-jobs: twelve sinks read each reading; msg/s said 12 times the readings a second.
+    result = cli.invoke(app, ["run", "speck-jobs", "--out", str(tmp_path)], terminal_width=200)
+    assert result.exit_code == 0, result.output
+    (folder,) = (tmp_path / "speck-jobs").iterdir()
+    summary = json.loads((folder / "summary.json").read_text(encoding="utf-8"))
+    assert summary["deliveries"] > 10 * summary["delivered"]
+    assert summary["throughput_per_s"] == summary["delivered"] / 60.0
+    assert summary["deliveries_per_s"] == summary["deliveries"] / 60.0
+    shown = cli.invoke(app, ["results", "show", str(folder)], terminal_width=200)
+    assert shown.exit_code == 0, shown.output
+    for output in (result.output, shown.output):
+        header = _header(output)
+        assert "msg/s" not in header
+        assert "readings/s" in header and "deliveries/s" in header
+        row = output.splitlines()[output.splitlines().index(header) + 2]
+        assert f"{summary['throughput_per_s']:.1f}" in row
+        assert f"{summary['deliveries_per_s']:.1f}" in row
