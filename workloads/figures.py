@@ -145,23 +145,37 @@ def broker_scaling(tables: dict, facts: dict) -> dict:
             "brokers serving max": max(r["instances"] for r in rows)}
 
 
+def strategy(mode: str, fanout: int) -> str:
+    """A broadcast's strategy as its figures name it: naive, or tree fanout 2."""
+    return "naive" if mode == "naive" else f"{mode} fanout {fanout}"
+
+
 def broadcasts(tables: dict, facts: dict) -> dict:
-    """Broadcasts sent, workers reached, and the completion (the last worker's latency) of
-    the slowest; a broadcast some worker never had is counted incomplete."""
+    """Broadcasts sent, how many every worker had (complete), and per strategy (naive, tree
+    fanout k) its completion in ms: the last worker's latency, of the slowest of that
+    strategy's broadcasts where there are several; None where one of them some worker never
+    had. Without the facts, each broadcast's last worker reached (whether every worker had it
+    is unknown)."""
     rows = _rows(tables, "broadcasts")
     planned = facts.get("broadcasts") if isinstance(facts.get("broadcasts"), list) else None
     if not rows and not planned:
         return {}
-    figures = {"broadcasts": len(planned) if planned else len({r["broadcast"] for r in rows}),
-               "workers reached": len(rows),
-               "latency max s": _max(r["latency"] for r in rows)}
+    completions: dict[str, list[float | None]] = {}
     if planned:
-        done = [b["completion"] for b in planned if b.get("completion") is not None]
-        figures["complete"] = len(done)
-        figures["completion max s"] = max(done) if done else None
-    else:  # the facts were not at hand: each broadcast's last worker reached
-        last: dict[int, float] = {}
+        figures = {"broadcasts": len(planned),
+                   "complete": sum(b.get("completion") is not None for b in planned)}
+        for b in planned:
+            completions.setdefault(strategy(b["mode"], b["fanout"]), []).append(
+                b.get("completion"))
+    else:
+        last: dict[int, tuple[str, float]] = {}
         for r in rows:
-            last[r["broadcast"]] = max(last.get(r["broadcast"], 0.0), r["latency"])
-        figures["completion max s"] = max(last.values()) if last else None
+            seen = last.get(r["broadcast"], (None, 0.0))[1]
+            last[r["broadcast"]] = (strategy(str(r["mode"]), r["fanout"]),
+                                    max(seen, r["latency"]))
+        figures = {"broadcasts": len(last)}
+        for name, latency in last.values():
+            completions.setdefault(name, []).append(latency)
+    for name, done in completions.items():
+        figures[f"{name} completion ms"] = None if None in done else max(done) * 1000
     return figures
