@@ -43,6 +43,7 @@ from emu.cluster.plan import plan_cluster  # noqa: E402
 from emu.control import Controller, wait_registered  # noqa: E402
 from emu.links.probe import choose_shaper  # noqa: E402
 from emu.metrics import ContainerCgroup  # noqa: E402
+from experiments.hybrid.figures import figure_line  # noqa: E402
 from topologies.terminal import stop_on_signals  # noqa: E402
 
 BENCH_LABEL = "foglab.bench"
@@ -245,7 +246,8 @@ def main() -> int:
     print(f"startup_s={startup_s:.2f}")
     print(f"serial_docker_s={serial_docker_s:.2f}")
     print(f"rss_mb_per_gateway={rss_mb:.1f}")
-    print(f"install_s={installed.duration:.3f}" if installed else "install_s=nan")
+    print(figure_line("install_s", installed.duration if installed else None,
+                      "the install timed out (install failed, above)"))
     print(f"ratio={startup_s / serial_docker_s:.3f}")
     torn_down = not any(line.startswith("teardown_failed") for line in lines)
     return 0 if installed is not None and installed.ok and torn_down else 1

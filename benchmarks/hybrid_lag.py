@@ -7,10 +7,17 @@ One hybrid run (experiments.hybrid): G arm64 gateways under QEMU on a grid 300 m
 broker, and U users walking among them (random waypoint, 1-15 m/s, position updates every
 second), each carrying a device whose driver runs on its gateway (a reading a minute) and whose
 radio link and handovers the model applies to the containers. Prints the model's lag per event
-(p50, p99, max), the decision-to-action time of the couplings (p95: from the model's decision
-to the first command to the containers), the handovers and link updates carried out, and, as a
-baseline measured in the same run, the processor time of one mobility step for U users with no
-containers (`step_ms`), so that `ratio=lag_p99_ms / step_ms` tells the host from the coupling.
+(p50, p99, max, over `lag_events`), the decision-to-action time of the couplings (p95: from the
+model's decision to the first command to the containers, over the `_n` actions that began,
+failed or not; `_not_begun`: those still queued when the run ended, whose wait the end cut
+short: no measure, not in the p95), the handovers and link updates decided, the actions and
+`actions_failed`, then a line per cause of failure (`actions_failed_cause="timeout"`, `"not
+ok"` with the agent's message, `"not begun"`, an exception's type such as
+ConnectionRefusedError) with its count and first example, and, as a baseline measured in the
+same run, the processor time of one mobility step for U users with no containers (`step_ms`),
+so that `ratio=lag_p99_ms / step_ms` tells the host from the coupling. A figure with nothing
+measured prints `=unmeasured reason=...` (no action of its kind began, the model processed no
+event), never nan (facts.hybrid in the manifest: experiments.hybrid.backend).
 Targets (issue 18): users >= 5,000 with lag_p99_ms <= 10 and decision_to_action_ms_p95 <= 100.
 `--dilation` is the run's `run.dilation` (a number K, `auto` or `real-speed`; default 1, real
 time): the containers and the model run K times slower than the host's clock, the K used is
@@ -63,6 +70,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.sim_vs_emu import dilation  # noqa: E402  (--dilation, checked once)
+from experiments.hybrid.figures import figure_line  # noqa: E402
 from experiments.loader import parse_text  # noqa: E402
 from experiments.runner import run_experiment  # noqa: E402
 
@@ -132,17 +140,37 @@ def main() -> None:
             raise SystemExit(f"the hybrid run failed: {outcome.error}")
         run_facts = json.loads((outcome.folder / "manifest.json").read_text())["facts"]
     facts, k = run_facts["hybrid"], run_facts.get("dilation", 1.0)
-    lag = facts["lag"]
     print(f"users={args.users} gateways={args.gateways} duration_s={args.duration} "
           f"K={k:g} dilation={args.dilation} wall_s={wall:.0f}")
-    print(f"handovers={facts['handovers']} link_updates={facts['link_updates']} "
-          f"actions={facts['actions']} actions_failed={facts['actions_failed']}")
-    print(f"lag_p50_ms={lag['lag_p50_ms']:.2f} lag_p99_ms={lag['lag_p99_ms']:.2f} "
-          f"lag_max_ms={lag['lag_max_ms']:.2f}")
-    print(f"decision_to_action_ms_p95={facts['decision_to_action_ms_p95']}")
-    print(f"handover_decision_to_action_ms_p95={facts['handover_decision_to_action_ms_p95']}")
-    print(f"step_ms={baseline:.2f}")
-    print(f"ratio={lag['lag_p99_ms'] / baseline:.2f}")
+    for printed in lines(facts, baseline):
+        print(printed)
+
+
+def lines(facts: dict, baseline: float) -> list[str]:
+    """The run's figures from its `facts.hybrid` (experiments.hybrid.backend), as key=value
+    lines: each percentile with the count it is over, or `unmeasured reason=...`; each cause
+    of failed actions on a line of its own, with its first example."""
+    lag = facts["lag"]
+    found = [f"handovers={facts['handovers']} link_updates={facts['link_updates']} "
+             f"actions={facts['actions']} actions_failed={facts['actions_failed']}"]
+    for cause, failed in (facts.get("action_failures") or {}).items():
+        first = failed["examples"][0]
+        on = f" on {first['node']}" if first.get("node") else ""
+        found.append(f"actions_failed_cause=\"{cause}\" count={failed['count']} first: "
+                     f"t={first['t']:.1f} s {first['action']} {first['subject']}{on}: "
+                     f"{first['error']}")
+    why = lag.get("lag_unmeasured")
+    found.append(" ".join(figure_line(f"lag_{q}_ms", lag[f"lag_{q}_ms"], why, "{:.2f}")
+                          for q in ("p50", "p99", "max")) + f" lag_events={lag['events']}")
+    for name in ("decision_to_action", "handover_decision_to_action"):
+        p95 = figure_line(f"{name}_ms_p95", facts[f"{name}_ms_p95"],
+                          facts.get(f"{name}_unmeasured"), "{:.1f}")
+        found.append(f"{p95} {name}_n={facts[f'{name}_n']} "
+                     f"{name}_not_begun={facts[f'{name}_not_begun']}")
+    found.append(f"step_ms={baseline:.2f}")
+    found.append(figure_line("ratio", lag["lag_p99_ms"] / baseline if lag["lag_p99_ms"] is not None
+                      and baseline > 0 else None, why or "no step time measured", "{:.2f}"))
+    return found
 
 
 if __name__ == "__main__":

@@ -8,7 +8,8 @@ devices spread over G gateways at each per-device rate in turn (periodic, 200-by
 readings, the device link 2 ms), for `duration` seconds each, publishing batched to the
 gateways' load topics; a subscriber on those topics counts the readings that arrive. Per rate
 it prints the offered and achieved rate (readings emitted per second), the readings that
-arrived, and the lag of the emissions behind their schedule (p50/p99/max). The baseline,
+arrived, and the lag of the emissions behind their schedule (p50/p99/max over `lag_n`
+emissions; `unmeasured reason=...` when none came due). The baseline,
 measured in the same run on the same broker: raw paho, one client publishing one 277-byte
 envelope per call as fast as it can (QoS as given), `baseline_rate=`. Last:
 `sustained_rate=` (the highest offered rate achieved within 5 % with p99 lag under 100 ms) and
@@ -55,6 +56,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from emu.agent.config import DriverConfig  # noqa: E402
 from emu.agent.mqtt import new_client  # noqa: E402
 from emu.agent.protocol import Envelope  # noqa: E402
+from experiments.hybrid.figures import figure_line  # noqa: E402
 from experiments.hybrid.load import LoadGenerator, Target  # noqa: E402
 from workloads.spark.local_broker import LocalMosquitto  # noqa: E402
 
@@ -160,11 +162,14 @@ def main(argv: list[str] | None = None) -> int:
             facts = one_rate(address, args.devices, args.gateways, rate, args.qos,
                              args.duration, Path(scratch))
             lag = facts["lag_ms"]
-            print(f"offered={facts['offered']:.0f} achieved={facts['rate']:.0f} "
-                  f"sent={facts['sent']} arrived={facts['arrived']} "
-                  f"batches={facts['batches']} lag_p50_ms={lag['p50']} lag_p99_ms={lag['p99']} "
-                  f"lag_max_ms={lag['max']}", flush=True)
-            if facts["rate"] >= 0.95 * facts["offered"] and lag["p99"] < 100.0:
+            achieved = figure_line("achieved", facts["rate"], "no time from start to stop",
+                                   "{:.0f}")
+            print(f"offered={facts['offered']:.0f} {achieved} sent={facts['sent']} "
+                  f"arrived={facts['arrived']} batches={facts['batches']} "
+                  + " ".join(figure_line(f"lag_{q}_ms", lag[q], lag.get("unmeasured"))
+                             for q in ("p50", "p99", "max")) + f" lag_n={lag['n']}", flush=True)
+            if (lag["p99"] is not None and facts["rate"] is not None
+                    and facts["rate"] >= 0.95 * facts["offered"] and lag["p99"] < 100.0):
                 sustained = max(sustained, facts["offered"])
         print(f"sustained_rate={sustained:.0f}")
         print(f"ratio={sustained / raw:.3f}")

@@ -11,6 +11,10 @@ it was decided (model time and wall clock), when it began and ended, and how it 
 `decision_to_action` is the time from the decision to the start of the action's first
 step on the containers, on `clock`: a hybrid run gives the emulated run's clock
 (emu.agent.timebase), so at a dilation K it is in emulated seconds (host seconds / K).
+An action that never began (still queued when the run ended) has no start: its
+`decision_to_action` is NaN, not a sample (experiments.hybrid.figures). A failed action keeps
+its cause (`cause`: TIMEOUT, NOT_OK, NOT_BEGUN, a coupling's own, or the exception's type) and
+the node it was sent to; `failures` counts them by cause, with examples, for the run's facts.
 """
 
 from __future__ import annotations
@@ -22,6 +26,19 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
+
+TIMEOUT = "timeout"        # the node's agent did not answer within the request's timeout
+NOT_OK = "not ok"          # the agent answered with an error (the message is the error)
+NOT_BEGUN = "not begun"    # still queued when the run ended: never carried out
+
+
+class ActionFailed(RuntimeError):
+    """An action the containers did not carry out, with its cause (TIMEOUT, NOT_OK, or one a
+    coupling names) and the node it was sent to."""
+
+    def __init__(self, message: str, cause: str, node: str = "") -> None:
+        super().__init__(message)
+        self.cause, self.node = cause, node
 
 
 @dataclass
@@ -35,6 +52,8 @@ class Action:
     t_done: float = float("nan")
     ok: bool = False
     error: str = ""
+    cause: str = ""      # why it failed (see ActionFailed); "" when it went well
+    node: str = ""       # the node a failed action's request went to, when known
     result: dict = field(default_factory=dict)
 
     @property
@@ -70,6 +89,7 @@ class Actions:
                 return
             if self._abandon.is_set():  # the run is over: no action on containers going down
                 action.error = "not carried out: the run ended before its turn"
+                action.cause = NOT_BEGUN
                 action.t_done = self.clock()
                 with self._lock:
                     self.done.append(action)
@@ -78,9 +98,12 @@ class Actions:
             try:
                 action.result = action.run(action) or {}
                 action.ok = True
+            except ActionFailed as error:
+                action.error, action.cause, action.node = str(error), error.cause, error.node
             except Exception as error:  # noqa: BLE001 - recorded; the run goes on
                 action.error = f"{type(error).__name__}: {error}" if not isinstance(
                     error, RuntimeError) else str(error)
+                action.cause = type(error).__name__  # ConnectionRefusedError, TimeoutError...
             action.t_done = self.clock()
             with self._lock:
                 self.done.append(action)
@@ -104,3 +127,18 @@ class Actions:
                 thread.join(max(0.0, deadline - time.monotonic()))
         with self._lock:
             return sorted(self.done, key=lambda action: action.t_decided)
+
+
+def failures(done: list[Action], examples: int = 3) -> dict[str, dict]:
+    """The failed actions by cause, the most frequent first: {cause: {"count": n,
+    "examples": the first few as {"t": model time of the decision, "action", "subject",
+    "node", "error"}}}."""
+    found: dict[str, dict] = {}
+    for action in sorted((a for a in done if not a.ok), key=lambda a: a.t_decided):
+        cause = found.setdefault(action.cause or "unknown", {"count": 0, "examples": []})
+        cause["count"] += 1
+        if len(cause["examples"]) < examples:
+            cause["examples"].append({"t": round(action.t_model, 3), "action": action.kind,
+                                      "subject": action.subject, "node": action.node or None,
+                                      "error": action.error})
+    return dict(sorted(found.items(), key=lambda item: -item[1]["count"]))

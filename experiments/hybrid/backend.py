@@ -8,9 +8,11 @@ handover couplings, whose actions a worker carries out in order (experiments.hyb
 Devices named in `scenario.load` are not emulated: a generator on the host publishes their
 readings into their gateways on the same schedule (experiments.hybrid.load), from before the
 epoch until the run's time is over. The run writes the emulation's tables, the model's
-`positions`, and `handovers`; its manifest gets the model's lag, the couplings' counts and the
-load generator's facts. A model that falls too far behind stops the
-run with a LagError (nothing is left running: the emulation's clean-up runs as for any error).
+`positions`, and `handovers`; its manifest gets the model's lag, the couplings' counts, the
+decision-to-action p95 over the actions that began (with their count; why not, when none did:
+experiments.hybrid.figures), the failed actions by cause and the load generator's facts. A
+model that falls too far behind stops the run with a LagError (nothing is left running: the
+emulation's clean-up runs as for any error).
 
 At a dilation K (`run.dilation`, resolved by experiments.dilation; the emulated run's `clock`,
 emu.agent.timebase) the whole hybrid side runs on the run's clock: the model K times slower
@@ -21,13 +23,12 @@ records, and the couplings' request timeouts (the controller waits K times as lo
 
 from __future__ import annotations
 
-import numpy as np
-
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.access import host_login
 from emu.features.base import Feature
 from experiments.backends import RunOutput, RunPlan
-from experiments.hybrid.actions import Actions
+from experiments.hybrid.actions import Actions, failures
+from experiments.hybrid.figures import Measured
 from experiments.hybrid.handover import Handovers
 from experiments.hybrid.links import RadioLinks
 from experiments.hybrid.load import RECORDS, LoadGenerator, simulated_devices, targets_of
@@ -144,10 +145,6 @@ class _Coupled:
 
     def facts(self) -> dict:
         lag = self.lag
-        def p95_ms(kinds: tuple[str, ...]) -> float | None:
-            delays = [a.decision_to_action for a in self.done if a.kind in kinds]
-            return round(float(np.percentile(delays, 95)) * 1e3, 3) if delays else None
-
         failed = [a for a in self.done if not a.ok]
         movers = self.parts.get("movers", []) if self.parts else []
         return {"lag": lag.facts(), "lag_warning": lag.p99 > WARN_S,
@@ -155,15 +152,36 @@ class _Coupled:
                 + (["load"] if self.load is not None else []),
                 "load": self.load.facts() if self.load is not None else None,
                 "actions": len(self.done), "actions_failed": len(failed),
-                "first_failures": [f"{a.kind} {a.subject}: {a.error}" for a in failed[:5]],
+                "action_failures": failures(self.done),
                 # From a policy's decision to the migration's first step on the containers
                 # (or, with no policy, any coupling's decision to its first command).
-                "decision_to_action_ms_p95": p95_ms(("migration",) if movers else
-                                                    ("handover", "link")),
-                "handover_decision_to_action_ms_p95": p95_ms(("handover",)),
+                **decision_to_action(self.done, "decision_to_action",
+                                     ("migration",) if movers else ("handover", "link")),
+                **decision_to_action(self.done, "handover_decision_to_action", ("handover",)),
                 "migrations": sum(len(m.moves) for m in movers),
                 "link_updates": self.parts["links"].updates if self.parts else 0,
                 "handovers": len(self.parts["handovers"].moves) if self.parts else 0}
+
+
+def decision_to_action(done: list, name: str, kinds: tuple[str, ...]) -> dict:
+    """`<name>_ms_p95` over the actions of `kinds` that began (failed or not: each waited
+    that long for its first command), with their count (`<name>_n`) and how many never began
+    (`<name>_not_begun`: still queued when the run ended, their wait cut short by it: no
+    measure, not in the p95). None with `<name>_unmeasured`, why, when none began."""
+    chosen = [a for a in done if a.kind in kinds]
+    if not chosen:
+        why = f"no {' or '.join(f'{kind}s' for kind in kinds)} decided"
+    else:
+        label = " or ".join(f"{kind}s" for kind in kinds if any(a.kind == kind for a in chosen))
+        causes = ", ".join(f"{cause} x{found['count']}"
+                           for cause, found in failures(chosen).items())
+        why = f"none of the {len(chosen)} {label} decided began ({causes})"
+    delays = Measured.of([a.decision_to_action for a in chosen], why)
+    facts = {f"{name}_ms_p95": delays.percentile(95, 1e3, 3), f"{name}_n": delays.n,
+             f"{name}_not_begun": delays.dropped}
+    if delays.reason:
+        facts[f"{name}_unmeasured"] = delays.reason
+    return facts
 
 
 class _Coupling(Feature):

@@ -12,6 +12,8 @@ request's `timeout` is, which the controller waits K times as long on the host).
 
 from __future__ import annotations
 
+from experiments.hybrid.actions import NOT_OK, TIMEOUT, ActionFailed
+
 
 class Handovers:
     def __init__(self, mobility, actions, control, where: dict[str, str],
@@ -49,10 +51,10 @@ class Handovers:
         result = self.control.send([node], command, args, timeout=self.timeout)
         reply = result.replies.get(node)
         if reply is None:
-            raise RuntimeError(f"{command} {args.get('device')}: {node} did not answer within "
-                               f"{self.timeout:g} s")
+            raise ActionFailed(f"{command} {args.get('device')}: {node} did not answer within "
+                               f"{self.timeout:g} s", TIMEOUT, node)
         if not reply.ok:
-            raise RuntimeError(f"{node}: {reply.error}")
+            raise ActionFailed(f"{node}: {reply.error}", NOT_OK, node)
         return reply.result or {}
 
     def table(self) -> dict[str, list]:

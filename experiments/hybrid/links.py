@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from experiments.hybrid.actions import NOT_OK, TIMEOUT, ActionFailed
+
 LATENCY_TOLERANCE_S = 0.0002   # 0.2 ms: below the link layer's own accuracy
 # A 100 B message takes 0.08 ms at 10 Mbit/s: 10 % of the bandwidth moves its delay by less
 # than the latency tolerance (at 2 % nearly every moving user was sent anew every step).
@@ -72,5 +74,6 @@ class RadioLinks:
                                    timeout=self.timeout)
         reply = result.replies.get(gateway)
         if reply is None or not reply.ok:
-            raise RuntimeError(f"device.link on {gateway}: {result.summary()}")
+            raise ActionFailed(f"device.link on {gateway}: {result.summary()}",
+                               TIMEOUT if reply is None else NOT_OK, gateway)
         return {"devices": len(links), "applied": (reply.result or {}).get("applied", 0)}

@@ -62,6 +62,7 @@ from emu.agent.protocol import LOAD_SEQUENCE, Envelope, load_batch, load_topic
 from emu.agent.records import Records
 from emu.agent.scheduler import Scheduler
 from emu.agent.timebase import UNDILATED, TimeBase
+from experiments.hybrid.figures import Measured
 from topologies.errors import SpecError
 from topologies.model import Topology
 from topologies.routing import gateway_of
@@ -318,23 +319,23 @@ class LoadGenerator:
     def facts(self) -> dict:
         """For the manifest: devices, messages emitted and published, the achieved rate
         (emitted per second from the epoch to the stop) and the lag of the emissions behind
-        their schedule (p50/p99/max, ms)."""
-        lags = np.frombuffer(self.timed.lags, dtype="float64") if len(self.timed.lags) else None
+        their schedule (p50/p99/max, ms, over `n` emissions; None with `unmeasured`, why,
+        when none came due)."""
+        lags = Measured.of(np.frombuffer(self.timed.lags, dtype="float64")
+                           if len(self.timed.lags) else [],
+                           "the generator emitted nothing (no emission came due)")
         end = self.stopped_at or self.clock()
         span = end - max(self.epoch, self.started_at or self.epoch)
         base = sum(c.rate * len(c.devices) for t in self.targets for c in t.drivers)
-
-        def ms(q: float) -> float | None:
-            return None if lags is None else round(float(np.percentile(lags, q)) * 1e3, 3)
-
         return {"devices": self.devices, "gateways": len(self.targets),
                 "sent": self.records.sent_count, "published": self.published,
                 "batches": self.batches, "refused": self.refused,
                 "unacknowledged": getattr(self, "unacknowledged", 0),
                 "rate": round(self.records.sent_count / span, 3) if span > 0 else None,
                 "base_rate": round(base, 3),
-                "lag_ms": {"p50": ms(50), "p99": ms(99),
-                           "max": None if lags is None else round(float(lags.max()) * 1e3, 3)}}
+                "lag_ms": {"p50": lags.percentile(50, 1e3, 3),
+                           "p99": lags.percentile(99, 1e3, 3), "max": lags.max(1e3, 3), "n": lags.n,
+                           **({"unmeasured": lags.reason} if lags.reason else {})}}
 
 
 def planned(target: Target, epoch: float, duration: float) -> list[tuple[int, str, str, float,

@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 
 from emu.agent.timebase import UNDILATED, TimeBase
+from experiments.hybrid.actions import ActionFailed
 
 
 class PolicyMigrations:
@@ -74,7 +75,8 @@ class PolicyMigrations:
                 self.where[name] = target
         self._ended.append((done, ok))
         if not ok:
-            raise RuntimeError(f"{name} {source} -> {target}: {record.error}")
+            raise ActionFailed(f"{name} {source} -> {target}: {record.error}",
+                               f"migration {record.status}", target)
         return {"downtime": record.downtime, "source": source, "target": target}
 
     def settle(self, t: float = 0.0) -> None:

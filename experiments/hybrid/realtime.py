@@ -45,7 +45,12 @@ class Lag:
     p99: float
     max: float
 
-    def facts(self) -> dict[str, float]:
+    def facts(self) -> dict[str, float | str | None]:
+        """p50/p99/max in ms over `events`; with no event, None and why (`lag_unmeasured`)."""
+        if not self.events:
+            return {"events": 0, "lag_p50_ms": None, "lag_p99_ms": None, "lag_max_ms": None,
+                    "lag_unmeasured": "the model processed no event (it stopped before its "
+                                      "first, or never started)"}
         return {"events": self.events, "lag_p50_ms": round(self.p50 * 1e3, 3),
                 "lag_p99_ms": round(self.p99 * 1e3, 3), "lag_max_ms": round(self.max * 1e3, 3)}
 
