@@ -10,8 +10,7 @@ the emulation instead.
 
 from __future__ import annotations
 
-import random
-
+from sim.draws import Draws
 from sim.operators import OperatorInstance, spark_batches
 from sim.policy import FollowPolicy
 from sim.pubsub import Group
@@ -94,10 +93,11 @@ def follow_groups(model, spec: OperatorSpec, policy_spec, strategy: str
     return groups, placer
 
 
-def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
+def sources(model, workload: WorkloadSpec, seed: int) -> list[Source]:
     """A source per device and stream; devices send to their gateway's driver, or publish
     to the nearest broker themselves when no gateway is linked to them. A moving user's
-    sources are attached (path, topic, driver) at the first mobility step."""
+    sources are attached (path, topic, driver) at the first mobility step. Each source draws
+    from its own stream (sim.draws), so no change in the order events run moves its times."""
     made = []
     per_device: dict[str, int] = {}
     devices_of = []
@@ -113,6 +113,7 @@ def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
         for device in devices_of[index]:
             if device in mobile:
                 user = mobile[device]
+                rng = Draws(seed, "sources", device, stream.name)
                 source = Source(model.env, stream, index, model.node_index[device], "", rng,
                                 duration, mobility.path_of(user), model.unattached(user),
                                 model.network, model.new_id, False)
@@ -132,6 +133,7 @@ def sources(model, workload: WorkloadSpec, rng: random.Random) -> list[Source]:
             moves = gateway is None and bool(model.spares)
             private = (per_device[device] == 1 and not model.links_change and not moves
                        and (stream.qos == 0 or not path[0].loss if path else False))
+            rng = Draws(seed, "sources", device, stream.name)
             made.append(Source(model.env, stream, index, model.node_index[device],
                                stream.topic(device, gateway), rng, duration, path, deliver,
                                model.network, model.new_id, private))

@@ -131,7 +131,7 @@ class Model:
                                      settings.mobility, devices, seed)
             self.mobility.on_attach = self._attach
             self.user_sources = [[] for _ in devices]
-        self.sources = assembly.sources(self, workload, random.Random(f"{seed}:sources"))
+        self.sources = assembly.sources(self, workload, seed)
         if self.mobility is not None:
             self.mobility.start()
             self._follow(pipeline)

@@ -49,28 +49,51 @@ class MessageLog:
     def columns(self, streams: list[str], nodes: list[str],
                 end: float = float("inf")) -> dict[str, np.ndarray]:
         """The messages table; a sink's job that finishes after `end` (the run's end) was
-        still queued then: in flight, not delivered."""
+        still queued then: in flight, not delivered.
+
+        Its rows are in a canonical order, by time sent, source, stream, then sink, time
+        received and hops, and the ids number the messages in that order (copies of one
+        message keep one id): the table says what happened, not the order the model's
+        events ran in, so a change that only reorders events (a feature that does nothing,
+        the private link's shortcut) leaves it byte-identical."""
         sink = np.frombuffer(self.sink, dtype=np.int32).copy()
-        t_sent = np.frombuffer(self.t_sent, dtype=np.float64)
         t_received = np.frombuffer(self.t_received, dtype=np.float64).copy()
         late = t_received > end
         if late.any():
             sink[late], t_received[late] = IN_FLIGHT, np.nan
+        t_sent = np.frombuffer(self.t_sent, dtype=np.float64)
+        source = np.frombuffer(self.source, dtype=np.int32)
+        stream = np.frombuffer(self.stream, dtype=np.int32)
+        hops = np.frombuffer(self.hops, dtype=np.int32)
+        ids = np.frombuffer(self.id, dtype=np.int64)
+        order = np.lexsort((ids, hops, t_received, sink, stream, source, t_sent))
+        sink, t_received = sink[order], t_received[order]
+        t_sent, source, stream, hops = t_sent[order], source[order], stream[order], hops[order]
         state = np.array(["delivered", "in_flight", "filtered", "lost"],
                          dtype=object)[np.minimum(sink, 0)]  # 0, -3, -2, -1
         node_names = np.array(nodes + [None], dtype=object)  # index -1 picks None
         return {
-            "id": np.frombuffer(self.id, dtype=np.int64).copy(),
-            "stream": np.array(streams, dtype=object)[np.frombuffer(self.stream, dtype=np.int32)],
-            "source": node_names[np.frombuffer(self.source, dtype=np.int32)],
+            "id": _numbered(ids[order]),
+            "stream": np.array(streams, dtype=object)[stream],
+            "source": node_names[source],
             "sink": node_names[np.maximum(sink, -1)],
-            "t_sent": t_sent.copy(),
-            "t_received": t_received.copy(),
+            "t_sent": t_sent,
+            "t_received": t_received,
             "latency": t_received - t_sent,
-            "hops": np.frombuffer(self.hops, dtype=np.int32).copy(),
+            "hops": hops,
             "lost": sink == LOST,
             "state": state,
         }
+
+
+def _numbered(ids: np.ndarray) -> np.ndarray:
+    """Ids renumbered 0, 1, 2, ... in the order each first appears (copies keep one id)."""
+    if not len(ids):
+        return ids.copy()
+    unique, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    rank = np.empty(len(unique), dtype=np.int64)
+    rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
+    return rank[inverse]
 
 
 class SeriesLog:
@@ -102,7 +125,7 @@ class SeriesLog:
 def migration_columns(records: list) -> dict[str, np.ndarray]:
     """The migrations table from the coordinator's records."""
     names = COLUMNS
-    text = ("operator", "strategy", "source", "target", "synchronised")
+    text = ("operator", "strategy", "source", "target", "synchronised", "spark_way", "status")
     return {name: np.array([getattr(r, name) for r in records],
                            dtype=object if name in text else None)
             for name in names}

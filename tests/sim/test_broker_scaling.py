@@ -115,7 +115,7 @@ def test_the_latency_falls_back_after_the_join(ramp) -> None:
     before, peak, after = p95(messages, 0, 10), p95(messages, 11, 12), p95(messages, 14, 30)
     assert peak > 3 * before  # broker-1's queue while it is over
     assert after < before  # broker-1 at 60 to 70 %, broker-2 with gw-2's share
-    assert (before, peak, after) == pytest.approx((0.0261, 0.1076, 0.0189), abs=5e-4)
+    assert (before, peak, after) == pytest.approx((0.0266, 0.1089, 0.0197), abs=5e-4)
 
 
 def test_no_overload_no_join_and_the_spare_stays_idle() -> None:

@@ -74,7 +74,7 @@ pipeline:
 scenario:
   energy: {}
   migration: {strategy: pause_drain}
-run: {duration: 20s, seed: 1, driver_cost: DRIVER, drain: 2s}
+run: {duration: 20s, seed: 2, driver_cost: DRIVER, drain: 2s}
 """
 
 
