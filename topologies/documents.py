@@ -19,15 +19,44 @@ class DuplicateKey(yaml.YAMLError):
         self.key, self.first, self.second, self.mapping = key, first, second, mapping
 
 
-class _Strict:
-    """YAML 1.2 booleans: only true and false. Under YAML 1.1, `on: gateways` would read as
-    `True: gateways`, and `no`, `off` or `y` would turn into booleans too. A key written twice
-    in one mapping is refused (DuplicateKey) rather than the last one kept."""
+_BOOL, _INT, _FLOAT = (f"tag:yaml.org,2002:{name}" for name in ("bool", "int", "float"))
+# YAML 1.2's core schema, in place of PyYAML's YAML 1.1 forms: `on`, `no`, `y` are no booleans,
+# `1:30` no sexagesimal 90, `010` no octal 8 (a decimal 10; octal is `0o10`), `1_000` no
+# number, and `1e3` a float without needing a dot. An int is tried before a float.
+_YAML_1_2 = (
+    (_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), "tTfF"),
+    (_INT, re.compile(r"^(?:[-+]?[0-9]+|0o[0-7]+|0x[0-9a-fA-F]+)$"), "-+0123456789"),
+    (_FLOAT, re.compile(r"^(?:[-+]?(?:\.[0-9]+|[0-9]+(?:\.[0-9]*)?)(?:[eE][-+]?[0-9]+)?"
+                        r"|[-+]?\.(?:inf|Inf|INF)|\.(?:nan|NaN|NAN))$"), "-+0123456789."),
+)
 
-    yaml_implicit_resolvers = {
-        first: [(tag, regexp) for tag, regexp in resolvers if tag != "tag:yaml.org,2002:bool"]
-        for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
-    }
+
+def _resolvers() -> dict:
+    """PyYAML's safe resolvers without its booleans and numbers, then YAML 1.2's."""
+    found = {first: [(tag, regexp) for tag, regexp in resolvers
+                     if tag not in (_BOOL, _INT, _FLOAT)]
+             for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()}
+    for tag, regexp, firsts in _YAML_1_2:
+        for first in firsts:
+            found.setdefault(first, []).append((tag, regexp))
+    return found
+
+
+def _int(loader, node) -> int:
+    """A YAML 1.2 int: decimal (a leading zero too), 0o octal or 0x hexadecimal."""
+    text = loader.construct_scalar(node)
+    if text[:2] in ("0o", "0x"):
+        return int(text[2:], 8 if text[1] == "o" else 16)
+    return int(text, 10)
+
+
+class _Strict:
+    """YAML 1.2 booleans and numbers (_YAML_1_2): only true and false are booleans. Under YAML
+    1.1, `on: gateways` would read as `True: gateways`, and `no`, `off` or `y` would turn into
+    booleans too; `1:30` into 90 and `010` into 8. A key written twice in one mapping is
+    refused (DuplicateKey) rather than the last one kept."""
+
+    yaml_implicit_resolvers = _resolvers()
 
     def construct_mapping(self, node, deep=False):
         if isinstance(node, yaml.MappingNode):
@@ -55,15 +84,23 @@ class Loader(_Strict, yaml.SafeLoader):
 FastLoader = type("FastLoader", (_Strict, getattr(yaml, "CSafeLoader", yaml.SafeLoader)),
                   {"__doc__": "The project's rules on libyaml's parser, where there is one."})
 for _loader in (Loader, FastLoader):
-    _loader.add_implicit_resolver(
-        "tag:yaml.org,2002:bool",
-        re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"),
-        list("tTfF"),
-    )
+    _loader.add_constructor(_INT, _int)
+
+
+class Dumper(yaml.SafeDumper):
+    """YAML the loaders read back as written: a string they would read as a number or a
+    boolean (`1e5`, `0o17`) is quoted, as PyYAML quotes what YAML 1.1 would read so."""
+
+    yaml_implicit_resolvers = _resolvers()
+
+
+def dump(data: object, **options) -> str:
+    """`data` as YAML text that `parse` reads back the same (PyYAML's safe_dump's options)."""
+    return yaml.dump(data, Dumper=Dumper, **options)
 
 
 def load_text(text: str) -> object:
-    """One YAML value, with YAML 1.2 booleans (for --set values and the like)."""
+    """One YAML value, with YAML 1.2 booleans and numbers (for --set values and the like)."""
     return yaml.load(text, Loader=FastLoader)  # noqa: S506 - a SafeLoader
 
 

@@ -13,8 +13,11 @@ _QUANTITY_TEXT = re.compile(rf"^\s*{_NUMBER}\s*([^\s\d.eE].*?)\s*$")
 _DURATION = {"": 1.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9,
              "m": 60.0, "min": 60.0, "h": 3600.0, "d": 86400.0}
 # Bandwidths are in bits per second; "MB/s" style units are bytes and count eight bits each.
+# Sizes are in bytes, with an upper-case B (a lower-case b is a bit, as a bandwidth reads it:
+# `_bits` refuses it); the prefix in either case (kB or KB).
 _SIZE = {"": 1, "b": 1, "kb": 1000, "mb": 1000**2, "gb": 1000**3,
          "kib": 1024, "mib": 1024**2, "gib": 1024**3}
+_BITS = re.compile(r"^([kKmMgG]i?)?(b|bits?)$")
 _FREQUENCY = {"": 1.0, "hz": 1.0, "khz": 1e3, "mhz": 1e6, "ghz": 1e9}
 
 
@@ -115,8 +118,27 @@ def bandwidth(text: object) -> float:
 
 
 def size(text: object) -> int:
-    """Bytes from `200B`, `1KB`, `4MiB` or a bare number of bytes."""
+    """Bytes from `200B`, `1KB`, `4MiB` or a bare number of bytes; bits (`1Mb`, `8bit`: a
+    lower-case b, as a bandwidth writes them) are refused."""
+    _bits(text)
     return int(round(_scaled(text, _SIZE, "a size", "200B, 4KB or 1GiB")))
+
+
+def _bits(text: object) -> None:
+    """Refuse a size written in bits: `1Mb` is a million bits as a bandwidth, and read as a
+    size it would silently have been a million bytes."""
+    match = _QUANTITY.match(text) if isinstance(text, str) else None
+    bits = _BITS.match(match.group(2)) if match else None
+    if bits is None:
+        return
+    prefix = bits.group(1) or ""
+    prefix = prefix[:1].upper() + prefix[1:] if prefix[:1] in "mMgG" else prefix
+    number, eighth = match.group(1), f"{float(match.group(1)) / 8:g}{prefix}B"
+    if bits.group(2) != "b":  # `bit` said so: the bytes it is
+        raise ValueError(f"{text!r} is in bits; a size is in bytes: write B for bytes, "
+                         f"{eighth}")
+    raise ValueError(f"{text!r} is in bits (a lower-case b); a size is in bytes: write B for "
+                     f"bytes, {number}{prefix}B ({eighth} if you meant bits)")
 
 
 def ratio(text: object) -> float:

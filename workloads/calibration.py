@@ -36,7 +36,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from topologies.documents import parse
+from topologies.documents import dump, parse
 from topologies.errors import SpecError, first_error
 from topologies.fields import WRITTEN, Name, NonNegativeDuration, PositiveDuration, Rate, Size
 from workloads.pipeline import known_tasks
@@ -277,13 +277,10 @@ def problem(name: str) -> str | None:
 def write(calibration: Calibration, path: Path) -> Path:
     """The profile as YAML, durations and rates with units and every figure to four digits,
     into a file made whole at once."""
-    import yaml
-
     data = calibration.model_dump(mode="json")
     text = ("# foglab calibration profile, written by `foglab calibrate`: durations are CPU "
             "time per message\n# (or reading) on one core of the machine named, except links "
-            "(one-way delays).\n" + yaml.safe_dump(_with_units(data, ()), sort_keys=False,
-                                                   width=100))
+            "(one-way delays).\n" + dump(_with_units(data, ()), sort_keys=False, width=100))
     path.parent.mkdir(parents=True, exist_ok=True)
     scratch = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:

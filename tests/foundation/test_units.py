@@ -174,3 +174,36 @@ def test_infinite_size_is_a_value_error(text: object) -> None:
     # found by fuzzing: it raised OverflowError, which pydantic does not turn into an error
     with pytest.raises(ValueError):
         units.size(text)
+
+
+@pytest.mark.parametrize("text", ["1Mb", "1mb", "1kb", "1Kb", "100b", "1Gb", "1Mib", "2gib",
+                                  "1Mbit", "8bit", "1 Mb"])
+def test_a_size_in_bits_is_refused_saying_to_write_b_for_bytes(text: str) -> None:
+    # 1Mb is a million bits as a bandwidth; as a size it read as a million bytes.
+    with pytest.raises(ValueError) as caught:
+        units.size(text)
+    said = str(caught.value)
+    assert repr(text) in said and "B for bytes" in said, said
+
+
+@pytest.mark.parametrize(("text", "size"), [("1kB", 1000), ("1KB", 1000), ("1MB", 10**6),
+                                            ("3B", 3), ("1KiB", 1024), ("1GB", 10**9)])
+def test_a_size_in_bytes_has_an_upper_case_b(text: str, size: int) -> None:
+    assert units.size(text) == size
+
+
+@pytest.mark.parametrize(("text", "bits_per_s"), [("1Mb", 1e6), ("1Mbit", 1e6),
+                                                  ("1MB/s", 8e6), ("1kb", 1e3)])
+def test_a_bandwidth_keeps_its_bits(text: str, bits_per_s: float) -> None:
+    assert units.bandwidth(text) == pytest.approx(bits_per_s)
+
+
+def test_a_size_in_bits_in_an_experiment_names_the_field_and_value() -> None:
+    from experiments.loader import load
+    from topologies.errors import SpecError
+
+    with pytest.raises(SpecError) as caught:
+        load("quickstart", overrides=["workload.streams.0.size=1Mb"])
+    said = str(caught.value)
+    assert caught.value.file == "--set workload.streams.0.size=1Mb"
+    assert "workload.streams[0].size" in said and "'1Mb'" in said and "1MB" in said, said
