@@ -112,7 +112,9 @@ def lost_in_spans(messages: pa.Table, spans) -> int:
 
 def recovery(tables: dict, facts: dict) -> dict:
     """Operators re-placed after a crash: how long noticing and recovering took, and the
-    inputs held, rolled back and lost."""
+    operators' inputs held, rolled back and lost. Inputs, not readings: a reading two
+    re-placed operators read counts for each, and one an operator lost may have reached its
+    sink by another way, so `inputs lost` is no part of the summary's `lost`."""
     rows = _rows(tables, "recoveries")
     if not rows:
         return {}
@@ -120,9 +122,9 @@ def recovery(tables: dict, facts: dict) -> dict:
             "detect mean s": _mean(r["detect"] for r in rows),
             "recover mean s": _mean(r["recover"] for r in rows),
             "recover max s": _max(r["recover"] for r in rows),
-            "held": sum(r["held"] or 0 for r in rows),
-            "rolled back": sum(r["rolled_back"] or 0 for r in rows),
-            "lost": sum(r["lost"] or 0 for r in rows)}
+            "inputs held": sum(r["held"] or 0 for r in rows),
+            "inputs rolled back": sum(r["rolled_back"] or 0 for r in rows),
+            "inputs lost": sum(r["lost"] or 0 for r in rows)}
 
 
 def replication(tables: dict, facts: dict) -> dict:

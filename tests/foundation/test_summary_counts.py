@@ -236,3 +236,21 @@ def test_broadcast_tree_shows_the_tree_s_completion(tmp_path) -> None:
     assert "naive completion ms" in text and "tree fanout 2 completion ms" in text
     # 20 workers: the tree 6.9 ms; 200: naive 200.2 ms, the tree 14.5 ms (docs/faults.md).
     assert "6.864" in text and "200.216" in text and "14.512" in text
+
+
+def test_recovery_figures_count_operators_inputs_not_readings() -> None:
+    # Two operators on the crashed gateway each lost their copy of reading 1; a third copy
+    # reached its sink: the run lost no reading, the operators two inputs.
+    tables = conform({
+        "messages": _messages([(1, "a", "delivered"), (1, None, "lost"), (1, None, "lost")]),
+        "recoveries": {"node": ["gw-1", "gw-1"], "operator": ["f", "g"],
+                       "target": ["gw-2", "gw-2"], "t_crash": [1.0, 1.0],
+                       "t_detected": [2.0, 2.0], "t_recovered": [3.0, 3.0],
+                       "detect": [1.0, 1.0], "recover": [2.0, 2.0],
+                       "t_checkpoint": [math.nan, math.nan], "state_bytes": [0, 0],
+                       "held": [3, 4], "rolled_back": [0, 1], "lost": [1, 1]}})
+    summary = summarise(tables, 10.0, 1.0)
+    figures = summary["features"]["recovery"]
+    assert summary["lost"] == 0 and "lost" not in figures
+    assert (figures["inputs held"], figures["inputs rolled back"],
+            figures["inputs lost"]) == (7, 1, 2)
