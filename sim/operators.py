@@ -177,7 +177,7 @@ def spark_batches(env, instance: OperatorInstance, cost: float, trigger: float, 
         if instance.processed != seen:
             read, seen = instance.processed - seen, instance.processed
             service = (cost + per_message * read) / cpu.speed
-            cpu.work += service
+            cpu.beside(env.now, service, threads)
             done = env.now + service / threads
             if done > t:
                 t = done

@@ -27,23 +27,27 @@ class Sampler:
         self.links_log = SeriesLog("t", "link", "src", "dst", "bytes", "utilisation", "latency")
 
     def run(self):
+        """A sample every `interval`, and one at the run's end for the part of an interval
+        left when `interval` does not divide the run: the rows cover the run whole (a row's
+        figures are over its own span, from the sample before it)."""
         interval, nodes = self.interval, self.nodes
-        cpus = [(cpu, cpu.name, cpu.capacity * interval, nodes[cpu.name].profile.base_memory)
+        cpus = [(cpu, cpu.name, cpu.capacity, nodes[cpu.name].profile.base_memory)
                 for cpu in self.cpus]
         done_work = [0.0] * len(cpus)
         links = _LinkCounters(self.channels)
         node_row = self.nodes_log.add
         t = 0.0
-        while t + interval <= self.until + 1e-9:
-            yield self.env.timeout(interval)
+        while t < self.until - 1e-9:
+            span = interval if t + interval <= self.until + 1e-9 else self.until - t
+            yield self.env.timeout(span)
             t = self.env.now
             for i, (cpu, name, capacity, base_memory) in enumerate(cpus):
                 work = cpu.work - cpu.backlog(t)
                 queue = cpu.queue_length(t)
-                node_row(t, name, (work - done_work[i]) / capacity,
+                node_row(t, name, (work - done_work[i]) / (capacity * span),
                          base_memory + queue * self.mean_size, queue, True)
                 done_work[i] = work
-            links.sample(t, interval, self.links_log)
+            links.sample(t, span, self.links_log)
 
 
 class _LinkCounters:

@@ -28,7 +28,8 @@ MSS = 1460  # bytes of payload per TCP segment
 class Cpu:
     """A node's cores as a FIFO multi-server queue; costs are scaled by the node's speed."""
 
-    __slots__ = ("name", "cores", "speed", "free", "_heap", "work", "starts", "capacity")
+    __slots__ = ("name", "cores", "speed", "free", "_heap", "work", "starts", "capacity",
+                 "_beside")
 
     def __init__(self, name: str, cores: int, speed: float, capacity: float | None = None):
         """`capacity`: the cores (of this CPU's speed) its utilisation is a share of, when not
@@ -41,6 +42,14 @@ class Cpu:
         self._heap = [0.0] * cores  # several cores: when each is next free (a heap)
         self.work = 0.0  # seconds of service admitted so far
         self.starts: list[float] = []  # start times not yet reached by the sampler
+        self._beside: list[tuple[float, float, float]] = []  # (start, end, cores) not done
+
+    def beside(self, now: float, service: float, threads: int) -> None:
+        """Work that holds no core from the queue (a Spark batch: sim.operators), done from
+        now over `threads` at once: it counts in the CPU's work as it is done, not at once,
+        so that no sampling interval takes a whole batch that runs past its end."""
+        self.work += service
+        self._beside.append((now, now + service / threads, float(threads)))
 
     def admit(self, now: float, cost: float) -> float:
         """Queue a job of `cost` reference-CPU seconds arriving now; returns its finish time."""
@@ -60,8 +69,14 @@ class Cpu:
     def backlog(self, t: float) -> float:
         """Service seconds admitted but not yet done at time t."""
         if self.cores == 1:
-            return self.free - t if self.free > t else 0.0
-        return sum(f - t for f in self._heap if f > t)
+            queued = self.free - t if self.free > t else 0.0
+        else:
+            queued = sum(f - t for f in self._heap if f > t)
+        if self._beside:
+            self._beside = [job for job in self._beside if job[1] > t]
+            queued += sum((end - max(start, t)) * threads
+                          for start, end, threads in self._beside)
+        return queued
 
     def drop(self, now: float) -> None:
         """The node crashed: what it had admitted and not done is gone, its cores idle now."""
@@ -69,6 +84,7 @@ class Cpu:
         self.free = now
         self._heap = [now] * self.cores
         self.starts.clear()
+        self._beside.clear()
 
     def queue_length(self, t: float) -> int:
         """Jobs waiting or in service at time t (FIFO start times never decrease)."""

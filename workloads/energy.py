@@ -470,6 +470,16 @@ class Ledger:
             column.extend(values)
         self.node_j[node] = float(sum(joules))
 
+    def unsampled(self) -> None:
+        """Every node with a power profile that no backend samples or counts as a device (a
+        switch given a profile: no CPU of its own is measured) draws its idle power for the
+        run: a port draws it whether traffic flows or not. Called once, before `table`."""
+        for name, power in self.power.items():
+            if name not in self.node_j and self.topology.nodes[name].kind == "switch":
+                joules = power.idle * self.duration
+                self.node_j[name] = joules
+                self._row(0.0, self.duration, name, None, "switch", 0.0, 0, joules)
+
     def table(self) -> dict:
         return {name: np.array(values, dtype=float if name in _FLOATS else (
                     np.int64 if name == "bytes" else object))

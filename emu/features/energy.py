@@ -191,6 +191,7 @@ class EnergyFeature(Feature):
             gateway = gateway_of(topology, node.name)
             if gateway is not None:
                 ledger.link(0.0, duration, node.name, gateway, sent)
+        ledger.unsampled()
         tables["energy"] = ledger.table()
         facts["energy"] = ledger.facts(_delivered(run.messages), {},
                                        load_prices(spec.prices))

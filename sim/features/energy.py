@@ -56,6 +56,17 @@ from workloads.faults import columns as fault_columns
 FAULT_COLUMNS = ("kind", "target", "t_start", "t_end", "params")
 
 
+def _spans(times) -> list[float]:
+    """Each sample row's start: the sample before it (sim.sampler: every interval, and the
+    run's end when the interval does not divide it), 0 for the first."""
+    times = np.asarray(times, dtype=float)
+    if not len(times):
+        return []
+    samples = np.unique(times)
+    starts = np.concatenate(([0.0], samples[:-1]))
+    return starts[np.searchsorted(samples, times)].tolist()
+
+
 class _Battery:
     """One device's battery: what it drew so far and when it died."""
 
@@ -203,12 +214,13 @@ class Energy(Feature):
         ledger = self.ledger
         interval = model.settings.sample
         nodes, factor = tables["nodes"], self.factor
-        for t, name, share in zip(nodes["t"], nodes["node"], nodes["cpu"], strict=True):
-            ledger.cpu(float(t) - interval, float(t), name, float(share) * factor[name])
+        for t0, t, name, share in zip(_spans(nodes["t"]), nodes["t"], nodes["node"],
+                                      nodes["cpu"], strict=True):
+            ledger.cpu(t0, float(t), name, float(share) * factor[name])
         links = tables["links"]
-        for t, src, dst, count in zip(links["t"], links["src"], links["dst"], links["bytes"],
-                                      strict=True):
-            ledger.link(float(t) - interval, float(t), src, dst, int(count))
+        for t0, t, src, dst, count in zip(_spans(links["t"]), links["t"], links["src"],
+                                          links["dst"], links["bytes"], strict=True):
+            ledger.link(t0, float(t), src, dst, int(count))
         radio: dict[str, float] = {}
         sent: dict[str, int] = {}
         for source in model.sources:
@@ -227,6 +239,7 @@ class Energy(Feature):
         for (src, dst), channel in model.network.channels.items():
             if topology.nodes[src].kind == "device" or topology.nodes[dst].kind == "device":
                 ledger.link(0.0, self.duration, src, dst, channel.bytes)
+        ledger.unsampled()
         tables["energy"] = ledger.table()
         if self.deaths:
             self._record_deaths(tables)

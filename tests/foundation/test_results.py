@@ -171,14 +171,16 @@ def test_two_runs_started_in_the_same_second_each_get_a_folder(
     assert first.folder != second.folder
 
 
-def test_a_run_shorter_than_one_sample_writes_empty_series_tables(tmp_path: Path) -> None:
-    # no sample falls within 0.5 s: the nodes and links tables have no rows, but a schema
+def test_a_run_shorter_than_one_sample_has_one_sample_at_its_end(tmp_path: Path) -> None:
+    # The series cover the run whole: a run of 0.5 s at 1 s samples has one row per node and
+    # per link direction, at 0.5 s (issue 38, 5: the sampler wrote whole intervals only).
     experiment = load("quickstart", overrides=["run.duration=0.5s"])
     (outcome,) = run_experiment(experiment, tmp_path, sweep_id="short")
     assert outcome.error is None
-    for name in ("nodes", "links"):
+    for name, rows in (("nodes", 6), ("links", 10)):  # 4 gateways, broker-1, cloud-1
         table = pq.read_table(outcome.folder / f"{name}.parquet")
-        assert table.num_rows == 0
+        assert table.num_rows == rows
+        assert set(table.column("t").to_pylist()) == {0.5}
         assert table.schema.remove_metadata().equals(TABLES[name])
 
 
