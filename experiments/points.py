@@ -7,6 +7,11 @@ A swept value is typed as the experiment's schema reads it, from the run's resol
 a column is headed by the key as swept. A point with one usable repetition has NaN bounds: one
 sample has no spread. Runs that are not `ok` (failed, degraded, interrupted) are left out of the
 figures, as their figures are of part of the workload, and counted in the `broken` column.
+
+Each measure says how many runs it covers (`<measure>_runs`: those with a figure), and downtime
+how many migrations (`migrations` in the point's runs, `migrations_done` of them finished: the
+downtime is over those); `shown` adds `(4 of 5 migrations finished)` or `(2 of 3 runs)` where
+a figure covers fewer than all: nothing is dropped silently.
 """
 
 from __future__ import annotations
@@ -20,13 +25,14 @@ import numpy as np
 import pandas as pd
 
 from experiments.results import Run, load_run
-from experiments.summary import throughputs
+from experiments.summary import migration_status, throughputs
 
 # The measures of a point, each from a run's summary; the optional ones only where a run has
 # them (downtime where runs migrated; in flight at the end where the summary counts it).
 MEASURES = ("delivered", "lost", "in_flight", "throughput", "latency_p50", "latency_p95",
             "downtime")
 OPTIONAL = ("in_flight", "downtime")
+COUNTS = ("migrations", "migrations_done")  # over a point's usable runs
 UNITS = {"delivered": "messages", "lost": "messages", "in_flight": "messages",
          "throughput": "readings/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
 POINTS_FILE = "points.parquet"
@@ -63,16 +69,19 @@ def interval(values: Iterable[float]) -> tuple[float, float, float]:
 
 def measures(summary: dict) -> dict[str, float]:
     """A run's measures from its summary (NaN where it has none: no latency without delivered
-    messages, no downtime without migrations; downtime is the mean of the run's migrations)."""
+    messages, no downtime without a finished migration; downtime is the mean of the run's
+    finished migrations'), with its `migrations` and `migrations_done` (finished) counts."""
     latency = summary.get("latency_s") or {}
-    downtimes = [m.get("downtime") for m in summary.get("migrations") or []
-                 if m.get("downtime") is not None]
+    moved = summary.get("migrations") or []
+    done = [m for m in moved if migration_status(m) == "done"]
+    downtimes = [m.get("downtime") for m in done if m.get("downtime") is not None]
     return {"delivered": _number(summary.get("delivered")), "lost": _number(summary.get("lost")),
             "in_flight": _number(summary.get("in_flight")),
             "throughput": _number(throughputs(summary)[0]),
             "latency_p50": _number(latency.get("p50")),
             "latency_p95": _number(latency.get("p95")),
-            "downtime": float(np.mean(downtimes)) if downtimes else math.nan}
+            "downtime": float(np.mean(downtimes)) if downtimes else math.nan,
+            "migrations": len(moved), "migrations_done": len(done)}
 
 
 def _number(value) -> float:
@@ -104,7 +113,8 @@ def typed_value(config: dict, key: str, written):
 def frame(runs: list[Run]) -> pd.DataFrame:
     """One row per point of the runs' sweep, in point order: the swept keys (typed), `runs`
     (the repetitions in the figures), `broken` (those left out), and per measure its mean,
-    `<measure>_low` and `<measure>_high` (NaN bounds for a single repetition). Downtime's
+    `<measure>_low` and `<measure>_high` (NaN bounds for a single repetition) and
+    `<measure>_runs` (the runs with a figure); `migrations` and `migrations_done`. Downtime's
     columns only where a run migrated, in flight's where the summaries count it."""
     groups: dict[int, list[Run]] = {}
     for run in runs:
@@ -120,20 +130,32 @@ def frame(runs: list[Run]) -> pd.DataFrame:
         row["runs"], row["broken"] = len(usable), len(members) - len(usable)
         figures = [measures(r.summary) for r in usable]
         for measure in MEASURES:
-            mean, low, high = interval(f[measure] for f in figures)
-            row.update({measure: mean, f"{measure}_low": low, f"{measure}_high": high})
+            values = [f[measure] for f in figures]
+            mean, low, high = interval(values)
+            row.update({measure: mean, f"{measure}_low": low, f"{measure}_high": high,
+                        f"{measure}_runs": sum(1 for v in values if not math.isnan(v))})
+        for count in COUNTS:
+            row[count] = sum(f[count] for f in figures)
         rows.append(row)
     table = pd.DataFrame(rows)
     for measure in OPTIONAL:
-        if not table.empty and table[measure].isna().all():
-            table = table.drop(columns=[measure, f"{measure}_low", f"{measure}_high"])
+        if table.empty:
+            break
+        # Downtime's columns wherever a run migrated, even if none finished (then `-` with
+        # how many did not): an unfinished migration never makes the measure vanish.
+        unused = ((table["migrations"] == 0).all() if measure == "downtime"
+                  else table[measure].isna().all())
+        if unused:
+            table = table.drop(columns=[measure, f"{measure}_low", f"{measure}_high",
+                                        f"{measure}_runs",
+                                        *(COUNTS if measure == "downtime" else ())])
     return table
 
 
 def swept_keys(columns: Iterable[str]) -> list[str]:
     """The swept keys among a points table's columns (or a row's keys)."""
-    fixed = {"point", "runs", "broken"} | {f"{m}{s}" for m in MEASURES
-                                          for s in ("", "_low", "_high")}
+    fixed = {"point", "runs", "broken", *COUNTS} | {f"{m}{s}" for m in MEASURES
+                                                   for s in ("", "_low", "_high", "_runs")}
     return [c for c in columns if c not in fixed]
 
 
@@ -148,17 +170,34 @@ def write(folders: list[Path], sweep_folder: Path) -> Path:
 
 def shown(row: dict, measure: str) -> str:
     """A measure of a row as a person reads it: `12.3 ± 0.4` (latency in ms), the mean alone
-    with `(1 run)` when it has no interval, `-` when there is no figure."""
+    with `(1 run)` when it has no interval, `-` when there is no figure; then what it covers
+    when that is less than all (`coverage`)."""
     mean = row.get(measure, math.nan)
     if mean is None or math.isnan(mean):
-        return "-"
+        return "-" + coverage(row, measure)
     scale = 1000.0 if UNITS[measure] == "s" else 1.0
     digits = 1 if UNITS[measure] in ("s", "readings/s") else 0
     text = f"{mean * scale:,.{digits}f}"
     low, high = row.get(f"{measure}_low", math.nan), row.get(f"{measure}_high", math.nan)
     if low is None or math.isnan(low):
-        return text + (" (1 run)" if row.get("runs") == 1 else "")
-    return text + f" ± {(high - low) / 2 * scale:,.{digits}f}"
+        return text + (" (1 run)" if row.get("runs") == 1 else "") + coverage(row, measure)
+    return text + f" ± {(high - low) / 2 * scale:,.{digits}f}" + coverage(row, measure)
+
+
+def coverage(row: dict, measure: str) -> str:
+    """` (4 of 5 migrations finished)` for a downtime over fewer than all of its point's
+    migrations, ` (2 of 3 runs)` for a measure some usable runs had no figure for; '' when it
+    covers all (or a points table written before these counts)."""
+    def known(value) -> bool:
+        return value is not None and not (isinstance(value, float) and math.isnan(value))
+
+    total, done = row.get("migrations"), row.get("migrations_done")
+    if measure == "downtime" and known(total) and known(done) and done < total:
+        return f" ({int(done)} of {int(total)} migrations finished)"
+    covered, runs = row.get(f"{measure}_runs"), row.get("runs")
+    if known(covered) and known(runs) and covered < runs:
+        return f" ({int(covered)} of {int(runs)} runs)"
+    return ""
 
 
 def rows(folders: list[Path]) -> list[dict]:

@@ -101,6 +101,8 @@ def run_summary(name: str, backend: str, outcomes: list) -> None:
                 style="yellow")
         for line in saturation_lines(manifest):
             say(f"  saturated: {line}", style="yellow")
+        for line in (outcome.summary or {}).get("warnings") or []:
+            say(f"  warning: {escape(line)}", style="yellow")
         if outcome.summary and outcome.summary.get("in_flight"):
             s = outcome.summary
             say(f"  {s['in_flight']:,} of {count(s.get('emitted'))} readings were still "
@@ -181,15 +183,15 @@ def _value(value) -> str:
 
 def migration_table(rows: list[dict]) -> None:
     moved = Table(title="migrations", title_justify="left", box=box.SIMPLE_HEAD)
-    for column in ("operator", "strategy", "source", "target", "start s", "downtime ms",
-                   "execution ms", "state bytes", "lost", "duplicates"):
+    for column in ("operator", "strategy", "source", "target", "status", "start s",
+                   "downtime ms", "execution ms", "state bytes", "lost", "duplicates"):
         moved.add_column(column, justify="left" if column in (
-            "operator", "strategy", "source", "target") else "right")
+            "operator", "strategy", "source", "target", "status") else "right")
     for row in rows:
         moved.add_row(*(escape(str(row[k])) for k in (
-            "operator", "strategy", "source", "target")), f"{row['start']:.2f}",
-            ms(row["downtime"]), ms(row["execution"]), f"{row['state_bytes']:,}",
-            str(row["lost"]), str(row["duplicates"]))
+            "operator", "strategy", "source", "target")), escape(str(row.get("status", "-"))),
+            f"{row['start']:.2f}", ms(row["downtime"]), ms(row["execution"]),
+            f"{row['state_bytes']:,}", str(row["lost"]), str(row["duplicates"]))
     console.print(moved)
 
 
@@ -218,6 +220,8 @@ def show_run(manifest: dict, summary: dict, folder: Path) -> None:
         say(f"figures taken while the testbed was overloaded: {reason}", style="yellow")
     for line in saturation_lines(manifest):
         say(f"saturated: {line}", style="yellow")
+    for line in manifest.get("warnings") or (summary or {}).get("warnings") or []:
+        say(f"warning: {escape(line)}", style="yellow")
     if not summary:
         say("no summary: the run wrote no tables", style="yellow")
         return

@@ -194,6 +194,9 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
             latency_plot(writer.folder)
         if output.failed:
             writer.manifest["failed_nodes"] = output.failed
+        # What the figures do not cover (a migration that did not finish): the run stays ok,
+        # its figures whole, and says so (docs/results.md, warnings).
+        writer.manifest["warnings"] = summary.get("warnings", [])
         writer.finish("degraded" if output.failed else "ok", facts=output.facts)
     except KeyboardInterrupt as stop:
         how = getattr(stop, "signal", None)

@@ -40,6 +40,10 @@ TABLES: dict[str, pa.Schema] = {
         ("reordered", pa.int64()), ("synchronised", _name),
         # How a Spark query's state moved (emu.spark_migration): checkpoint or export.
         ("spark_way", _name),
+        # How it ended (workloads.migration.record.STATUSES): done, unfinished (under way
+        # when the run ended: no end), failed (rolled back, or it could not begin), refused
+        # (its turn came at or after the run's end: start is when it was decided).
+        ("status", _name),
     ]),
     "windows": pa.schema([
         ("t", pa.float64()), ("operator", _name), ("node", _name), ("window", pa.int64()),
@@ -242,6 +246,19 @@ def _faults(name: str, table: pa.Table) -> None:
           pc.less_equal(table.column("t_end"), table.column("t_start")))
 
 
+def _migrations(name: str, table: pa.Table) -> None:
+    from workloads.migration.record import STATUSES
+
+    _required(name, table, ["id", "operator", "strategy", "start", "status"])
+    status = pc.cast(table.column("status"), pa.string())
+    _fail(name, table, f"status is {', '.join(STATUSES[:-1])} or {STATUSES[-1]}",
+          pc.invert(pc.is_in(status, pa.array(list(STATUSES)))))
+    _fail(name, table, "end is null exactly where the status is unfinished",
+          pc.not_equal(_null(table, "end"), pc.equal(status, "unfinished")))
+    _fail(name, table, "end is not before start", pc.less(
+        table.column("end"), pc.subtract(table.column("start"), TIME_TOLERANCE_S)))
+
+
 def _broadcasts(name: str, table: pa.Table) -> None:
     _required(name, table, list(TABLES[name].names))
     _fail(name, table, "latency is t_received - t_sent", pc.greater(pc.abs(pc.subtract(
@@ -265,4 +282,4 @@ def _energy(name: str, table: pa.Table) -> None:
 
 
 _CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links, "faults": _faults,
-           "broadcasts": _broadcasts, "energy": _energy}
+           "migrations": _migrations, "broadcasts": _broadcasts, "energy": _energy}

@@ -34,8 +34,11 @@ def summarise(tables: dict[str, pa.Table], duration: float, sample: float,
         "latency_s": _percentiles(latency),
         "jitter": _jitter(received, duration, sample),
         "nodes": _nodes(tables["nodes"]),
-        "migrations": _migrations(tables.get("migrations")),
+        "migrations": (migrations := _migrations(tables.get("migrations"))),
         "features": feature_figures(tables, facts or {}),
+        # What the figures above do not cover, said where they are read (the run stays
+        # `ok`: docs/results.md, warnings).
+        "warnings": migration_warnings(migrations),
     }
 
 
@@ -138,15 +141,50 @@ def _migrations(migrations: pa.Table | None) -> list[dict]:
     if migrations is None:
         return []
     keep = ("operator", "strategy", "source", "target", "start", "end", "downtime",
-            "state_bytes", "lost", "duplicates")
-    rows = migrations.select(list(keep)).to_pylist()
+            "state_bytes", "lost", "duplicates", "status")
+    rows = migrations.select([k for k in keep if k in migrations.column_names]).to_pylist()
     for row in rows:
+        row["status"] = migration_status(row)
         # A migration still under way when the run ended has no end (nor execution).
         row["execution"] = (row["end"] - row["start"] if row["end"] is not None
                             and row["start"] is not None else None)
         row["operator"], row["strategy"] = str(row["operator"]), str(row["strategy"])
         row["source"], row["target"] = str(row["source"]), str(row["target"])
     return rows
+
+
+def migration_status(row: dict) -> str:
+    """A migration's status (workloads.migration.record.STATUSES); a row written before the
+    table had one: unfinished where its end is null, else done."""
+    status = row.get("status")
+    if status:
+        return str(status)
+    return "unfinished" if "end" in row and row["end"] is None else "done"
+
+
+_HOW = {"unfinished": "was still under way when the run ended (no end, downtime or execution)",
+        "failed": "failed (rolled back to its source, or it could not begin)",
+        "refused": "was refused: its turn came after the run's end"}
+
+
+def migration_warnings(rows: list[dict], shown: int = 3) -> list[str]:
+    """A line for the migrations that did not finish (the summary's `migrations` rows): how
+    many of all, and the first `shown` of them; none when every one finished."""
+    missed = [row for row in rows if migration_status(row) != "done"]
+    if not missed:
+        return []
+    said = []
+    for row in missed[:shown]:
+        status = migration_status(row)
+        when = "decided at" if status == "refused" else "from"
+        start = row.get("start")
+        said.append(f"{row.get('operator')} {row.get('source')} -> {row.get('target')} "
+                    f"({row.get('strategy')}) {when} "
+                    + (f"{start:.2f} s" if start is not None else "?")
+                    + f" {_HOW.get(status, status)}")
+    more = f"; and {len(missed) - shown} more" if len(missed) > shown else ""
+    return [f"{len(missed)} of {len(rows)} migrations did not finish: " + "; ".join(said)
+            + more + " (migrations.parquet's status)"]
 
 
 def lost_workload(manifest: dict, summary: dict | None = None) -> str | None:

@@ -19,6 +19,10 @@ operator's input) until the target has processed the first held event, or until 
 nothing was held; 0 for parallel migration, where the target processes before the source
 stops. `output_gap` is what a consumer downstream sees: the longest gap between consecutive
 window outputs that overlaps the migration, beyond the window size.
+
+A migration still under way when the run (its duration and drain) ends is recorded `unfinished`,
+with no end. Nothing starts at or after the run's duration, whoever asks (a scheduled move, a
+policy's, an offload's): such a move is recorded `refused` and never begins.
 """
 
 from __future__ import annotations
@@ -120,20 +124,35 @@ class Coordinator:
         yield from self._migrate(group, source, plan.target,
                                  plan.strategy or self.settings.strategy)
 
-    def start(self, group, source, target: str, strategy: str | None, done=None) -> None:
-        """A migration a policy decided, now; `done()` is called when it has ended."""
+    def start(self, group, source, target: str, strategy: str | None, done=None,
+              decided: float | None = None) -> None:
+        """A migration a policy decided, now; `done(ok)` is called when it has ended
+        (`done(False)`: refused). `decided`: when it was decided, if before now (a move
+        queued behind another): a refused one's start."""
         self.env.process(self._migrate(group, source, target, strategy or self.settings.strategy,
-                                       done))
+                                       done, decided))
 
-    def _migrate(self, group, source, target: str, strategy: str, done=None):
+    def _migrate(self, group, source, target: str, strategy: str, done=None,
+                 decided: float | None = None):
+        now = self.env.now
+        if now >= self.model.settings.duration:
+            # Nothing starts at or after the run's end (the drain only lets what is in flight
+            # arrive): whoever asked for it, the move is recorded refused and never begins.
+            self.records.append(SharedRecord.refused(
+                len(self.records), group.name, strategy, source.node, target,
+                now if decided is None else decided, now))
+            if done is not None:
+                done(False)
+            return
         record = MigrationRecord(len(self.records), group.name, strategy, source.node, target,
-                                 self.env.now)
+                                 now, status="unfinished")
         self.records.append(record)
         self._active[group.name] = record
         protocol = {"pause_drain": self._pause_drain, "pause_transfer": self._pause_transfer,
                     "parallel": self._parallel}[strategy]
         yield from protocol(group, source, target, record)
         record.end = self.env.now
+        record.status = "done"
         del self._active[group.name]
         if done is not None:
             done()
@@ -281,6 +300,8 @@ class Coordinator:
         rows_of = forwarded.rows_of({record.operator for record in self.records})
         t, last_sn, count = forwarded.t, forwarded.last_sn, forwarded.count
         for record in self.records:
+            if record.status == "refused":
+                continue  # it never began: nothing to measure
             if not math.isnan(record.paused):
                 back = record.resumed
                 if record.held and record.target_instance is not None:

@@ -10,14 +10,22 @@ from typing import Any
 # The columns of experiments.schema's migrations table, in its order.
 COLUMNS = ("id", "operator", "strategy", "source", "target", "start", "end", "downtime",
            "output_gap", "state_bytes", "chunks", "held", "duplicates", "lost", "reordered",
-           "synchronised", "spark_way")
+           "synchronised", "spark_way", "status")
+# How a migration ended (the table's `status`): done (the target has the operator), unfinished
+# (still under way when the run ended: no end), failed (rolled back to the source, or it could
+# not begin: `error` says why), refused (its turn came at or after the run's end, so it never
+# began: `start` is when it was decided or planned, `end` when it was refused).
+STATUSES = ("done", "unfinished", "failed", "refused")
+# Why a move whose turn came at or after the run's end was refused (`error`).
+AFTER_THE_END = "its turn came after the run ended: nothing starts after the run's end"
 
 
 @dataclass
 class MigrationRecord:
     """Downtime runs from the pause (the broker starts holding the operator's input) until
     the target has processed the first held event (sim.migration, emu.migration say how each
-    measures it); `status` is done, or failed (rolled back to the source, `error` says why)."""
+    measures it); `status` is one of STATUSES (`error` says why one failed or was
+    refused)."""
 
     id: int
     operator: str
@@ -41,6 +49,13 @@ class MigrationRecord:
     status: str = "done"
     error: str = ""
     phases: dict[str, float] = field(default_factory=dict)  # phase -> when it began
+
+    @classmethod
+    def refused(cls, id: int, operator: str, strategy: str, source: str, target: str,
+                decided: float, now: float, error: str = AFTER_THE_END) -> MigrationRecord:
+        """A move that never began: decided (or planned) at `decided`, refused at `now`."""
+        return cls(id, operator, strategy, source, target, decided, now, status="refused",
+                   error=error)
 
     def row(self, epoch: float = 0.0) -> dict[str, Any]:
         """The migrations table's columns, times in seconds since `epoch`."""
