@@ -17,7 +17,9 @@ charge crosses the threshold, as on the model.
 The moves are made on a thread of their own, one at a time, in the order the gateways
 decided (the watcher keeps reading the others meanwhile): each operator the gateway runs, by
 `emu.migration.migrate` with the offload's strategy, the records the run's `migrations`
-table gets. No way back: the battery does not recharge, the operators stay where they went.
+table gets. Nothing is decided at or after the run's end (its last read is recorded), and a
+move whose turn comes then is recorded refused (its start when its gateway decided). No way
+back: the battery does not recharge, the operators stay where they went.
 """
 
 from __future__ import annotations
@@ -134,7 +136,7 @@ class OffloadWatcher:
             if wake > now and clock.wait(self._stop, wake - now):
                 return
             now = clock.now() - self.epoch
-            if crossing <= now and crossing < next_read:
+            if crossing <= now and crossing < next_read and now < self.duration:
                 # A hair of float slack: at the crossing the charge left equals the threshold.
                 drawn = first.drawn + (now - first.read_at) * first.watts
                 reason = offload_reason(policy, first.capacity, drawn + 1e-9, first.watts)
@@ -150,6 +152,8 @@ class OffloadWatcher:
             early.clear()
             for gauge in list(waiting):
                 self._read(gauge, min(now, self.duration))
+                if now >= self.duration:
+                    continue  # the run's last read: nothing is decided at its end
                 reason = offload_reason(policy, gauge.capacity, gauge.drawn + 1e-9,
                                         gauge.watts)
                 if reason is not None:
@@ -166,9 +170,15 @@ class OffloadWatcher:
             if item is None:
                 return
             gauge, operator = item
-            record = migration.attempt(self.control, operator, gauge.gateway, self.target,
-                                       self.strategy, self.settings,
-                                       record_id=len(self.records), clock=self.clock)
+            now = self.clock.now()
+            if now - self.epoch >= self.duration:  # its turn came after the run's end
+                record = migration.MigrationRecord.refused(
+                    len(self.records), operator, self.strategy, gauge.gateway, self.target,
+                    self.epoch + gauge.t, now)
+            else:
+                record = migration.attempt(self.control, operator, gauge.gateway, self.target,
+                                           self.strategy, self.settings,
+                                           record_id=len(self.records), clock=self.clock)
             if record.status == "done":
                 gauge.moved.append(operator)
             else:

@@ -41,22 +41,25 @@ class OneAtATime:
         self.waiting: dict[str, deque] = {}  # group -> moves queued behind the running one
 
     def start(self, group, instance, target: str, strategy: str | None) -> None:
+        decided = self.model.env.now
         queued = self.waiting.get(group.name)
         if queued is not None:
-            queued.append((group, instance, target, strategy))
+            queued.append((group, instance, target, strategy, decided))
             return
         self.waiting[group.name] = deque()
-        self._run(group, instance, target, strategy)
+        self._run(group, instance, target, strategy, decided)
 
-    def _run(self, group, instance, target: str, strategy: str | None) -> None:
-        def done() -> None:
+    def _run(self, group, instance, target: str, strategy: str | None, decided: float) -> None:
+        def done(ok: bool = True) -> None:
             queued = self.waiting[group.name]
             if queued:
                 self._run(*queued.popleft())
             else:
                 del self.waiting[group.name]
 
-        self.model.coordinator.start(group, instance, target, strategy, done)
+        # A move whose turn comes at or after the run's end the coordinator refuses, its
+        # start the time it was decided.
+        self.model.coordinator.start(group, instance, target, strategy, done, decided)
 
 
 class EnergyOffload:
@@ -118,6 +121,8 @@ class EnergyOffload:
             self.watts = self.power.watts(u * self.factor)
             self.drawn += (env.now - last_t) * self.watts
             last_t, last_work = env.now, self.cpu.work
+            if env.now >= duration:
+                return  # the last interval measured; nothing is decided at the run's end
             reason = offload_reason(policy, self.capacity, self.drawn + 1e-9, self.watts)
             if reason is not None:
                 self._offload(reason)

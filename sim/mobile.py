@@ -59,10 +59,14 @@ class RadioChannel(Channel):
 
 class Mobility:
     """The users' movement, attachments and radio links, stepped every `spec.update` seconds
-    in `env`; `gateways`: the topology's gateway nodes (their positions)."""
+    in `env` until `until` (the run's duration: no step at or after it, so nobody moves, hands
+    over or has a policy decide then; the drain only lets what is in flight arrive);
+    `gateways`: the topology's gateway nodes (their positions)."""
 
-    def __init__(self, env, gateways: list, spec: MobilitySpec, devices: list[str], seed: int):
+    def __init__(self, env, gateways: list, spec: MobilitySpec, devices: list[str], seed: int,
+                 until: float = float("inf")):
         self.env = env
+        self.until = until
         self.spec = spec
         self.devices = devices
         self.gateway_names = [g.name for g in gateways]
@@ -96,7 +100,7 @@ class Mobility:
         self.env.process(self._run())
 
     def _run(self):
-        while True:
+        while self.env.now + self.spec.update < self.until:
             yield self.env.timeout(self.spec.update)
             self.step()
 

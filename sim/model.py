@@ -128,7 +128,7 @@ class Model:
             devices = self.topology.select(settings.mobility.devices or [
                 n.name for n in self.topology.of_kind("device")])
             self.mobility = Mobility(self.env, self.topology.of_kind("gateway"),
-                                     settings.mobility, devices, seed)
+                                     settings.mobility, devices, seed, settings.duration)
             self.mobility.on_attach = self._attach
             self.user_sources = [[] for _ in devices]
         self.sources = assembly.sources(self, workload, seed)

@@ -21,7 +21,8 @@ thread of its own while the run measures, per entry:
 - Figure: at each `interval` from the epoch, the 95th percentile
   (workloads.replication.percentile) of the probes sent in the interval just gone; one still
   out counts with its age then (the broker is at least that slow); none sent: no figure.
-- Decision: workloads.broker_scaling.Scaler. On a join the readers (the agents of the
+- Decision: workloads.broker_scaling.Scaler (no join at or after the run's end: the last
+  interval's figure is recorded, and starts nothing). On a join the readers (the agents of the
   watched broker that run operators) get `readers.broker` (emu.agent.brokers: their node
   session's subscriptions on the spare too), and once all have answered, `movers` of the
   publishers (the agents whose broker is the watched one and that run drivers, in the
@@ -178,8 +179,10 @@ class BrokerScaling:
                  standing: dict[str, str] | None = None,
                  clock: Callable[[], float] | None = None, readers: list[str] = (),
                  timebase: TimeBase = UNDILATED,
-                 credentials: tuple[str, str] | None = None) -> None:
+                 credentials: tuple[str, str] | None = None,
+                 duration: float = math.inf) -> None:
         self.control = control
+        self.duration = duration  # the run's, from the epoch: no join at or after it
         self.credentials = credentials  # the host's login on a closed cluster's brokers
         self.entries = list(entries)
         self.routes = Routes(topology)
@@ -247,7 +250,8 @@ class BrokerScaling:
             figure = percentile(delays) if delays else None
             self.figures[i].append([round(decision - self.epoch, 3),
                                     None if figure is None else round(figure, 6)])
-            if scaler.observe(figure):
+            # The run's last interval is measured, but no join starts at or after its end.
+            if scaler.observe(figure) and self.clock() - self.epoch < self.duration:
                 # Its own thread: the request goes through the slow broker, and the probes
                 # go on meanwhile.
                 joining = threading.Thread(target=self._join_noting, args=(i, figure),
@@ -394,7 +398,7 @@ class BrokerScalingFeature(Feature):
             plan.brokers, [a.node for a in plan.agents() if a.agent.drivers],
             {a: plan.link(a, b).path[0] for a, b in plan.brokers.items()},
             readers=[a.node for a in plan.agents() if a.agent.operators], timebase=run.clock,
-            credentials=host_login(plan))
+            credentials=host_login(plan), duration=run.timing.duration)
         self.scaling.start(epoch)
 
     def stop(self) -> None:

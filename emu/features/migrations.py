@@ -10,6 +10,7 @@ the run (`check_targets`)."""
 
 from __future__ import annotations
 
+import math
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -63,12 +64,14 @@ class MigrationSchedule:
     """The scenario's migrations, each at its time after the epoch, on a thread of its own
     while the run measures; `finish` waits for one under way and gives the table's columns.
     `clock`: the run's time base (emu.agent.timebase; the controller's by default): `epoch`,
-    `at` and the records' times are emulated, a wait of s lasts K*s host seconds."""
+    `at` and the records' times are emulated, a wait of s lasts K*s host seconds. Nothing
+    starts at or after `duration` (s after the epoch, the run's): a move whose turn comes
+    then (the one before it ran late) is recorded refused, its start when it was due."""
 
     def __init__(self, control, migrations: list, settings, configs: dict[str, AgentConfig],
                  epoch: float, seed: int = 0,
                  records_dir: Callable[[str], Path] | None = None,
-                 clock: TimeBase | None = None) -> None:
+                 clock: TimeBase | None = None, duration: float = math.inf) -> None:
         from emu.migration import clock_of
         from workloads.migration.schedule import migration_starts
 
@@ -86,6 +89,7 @@ class MigrationSchedule:
                       if op.engine == "spark"}
         self.records_dir = records_dir
         self.epoch = epoch
+        self.duration = duration
         self.records: list = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="foglab-migrations",
@@ -107,13 +111,21 @@ class MigrationSchedule:
         from emu.migration import MigrationRecord, migrate
 
         where: dict[str, str] = {}  # operator -> its node now
+        stopped = False
         for number, (at, plan) in enumerate(self.plans):
-            # One due already (the one before ran late: a Spark query's move takes minutes on
-            # a busy host) runs even once the run's time is up; a later one does not.
             due = self.epoch + at
-            if self.clock.now() < due and self.clock.wait(self._stop, due - self.clock.now()):
-                return
+            if not stopped and self.clock.now() < due:
+                stopped = self.clock.wait(self._stop, due - self.clock.now())
             strategy = plan.strategy or getattr(self.settings, "strategy", "pause_transfer")
+            now = self.clock.now()
+            if stopped or now >= self.epoch + self.duration:
+                # Its turn came at or after the run's end (the one before ran late: a Spark
+                # query's move takes minutes on a busy host), or the run stopped first: it
+                # never begins.
+                self.records.append(MigrationRecord.refused(
+                    number, plan.operator, strategy, plan.source or where.get(plan.operator)
+                    or "", plan.target, due, max(now, due)))
+                continue
             try:
                 source = plan.source or where.get(plan.operator) or self._source(plan.operator)
                 record = migrate(self.control, plan.operator, source, plan.target, strategy,
@@ -235,7 +247,7 @@ class Migrations(Feature):
     def start(self, run, epoch: float) -> None:
         self.schedule = MigrationSchedule(run.control, self.spec, self.settings, run.configs,
                                           epoch, run.seed, run.cluster.records_dir,
-                                          clock=run.clock)
+                                          clock=run.clock, duration=run.timing.duration)
         self.schedule.start()
 
     def stop(self) -> None:

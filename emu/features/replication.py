@@ -17,7 +17,9 @@ Scaler decide:
 - retire: the newest replica leaves (`replica.retire`): its session unsubscribes, it
   processes what the broker had sent it, then it goes: nothing it was given is dropped.
 
-A `replicas` row per decision, at the time the agent answered (s from the epoch).
+A `replicas` row per decision, at the time the agent answered (s from the epoch). Nothing
+starts or retires at or after the run's end (`duration`): a reading then is recorded, and
+decides nothing.
 
 A saturated node answers late: its requests wait on its scheduler behind the input it has
 not processed (4.5 s once in a CI run), and the controller's readings of every operator wait
@@ -54,8 +56,9 @@ class Replication:
     def __init__(self, control, spec: ReplicationSpec, topology: Topology, workload,
                  configs: dict[str, AgentConfig],
                  clock: Callable[[], float] | None = None,
-                 timebase: TimeBase = UNDILATED) -> None:
+                 timebase: TimeBase = UNDILATED, duration: float = math.inf) -> None:
         self.control = control
+        self.duration = duration  # the run's, from the epoch
         self.spec = spec
         self.topology = topology
         self.workload = workload
@@ -108,6 +111,8 @@ class Replication:
                              None if latency is None else round(latency, 4),
                              sum(map(len, delays))])
         decision = self.scalers[operator].observe(latency, len(nodes))
+        if self.clock() - self.epoch >= self.duration:
+            return  # nothing starts or retires at or after the run's end
         if decision == "start":
             self._start(operator, latency)
         elif decision == "retire":
@@ -183,7 +188,8 @@ class ReplicationFeature(Feature):
         # The planned configs: a replica joins the shared subscription on the broker that
         # holds the operator's input, whatever broker its node has (emu.cluster.plan).
         self.replication = Replication(run.control, self.spec, run.topology, run.workload,
-                                       run.plan.agent_configs(), timebase=run.clock)
+                                       run.plan.agent_configs(), timebase=run.clock,
+                                       duration=run.timing.duration)
         self.replication.start(epoch)
 
     def stop(self) -> None:

@@ -66,7 +66,10 @@ class _Coupled:
         scenario = spec.scenario
 
         def build(env) -> None:
-            mobility = Mobility(env, gateways, self.mobility_spec, begin.devices, plan.seed)
+            # Users move, hand over and have the policy decide until the run's end, not in
+            # its drain (the model stops there too).
+            mobility = Mobility(env, gateways, self.mobility_spec, begin.devices, plan.seed,
+                                spec.run.duration)
             handovers = Handovers(mobility, self.actions, control, begin.gateway)
             links = RadioLinks(mobility, self.actions, control, handovers.where)
             handovers.moved = links.forget
@@ -81,7 +84,7 @@ class _Coupled:
                 mover = PolicyMigrations(mobility, self.actions, control, operator, where,
                                          scenario.migration,
                                          len(scenario.migrations) + 1000 * len(movers),
-                                         self.clock)
+                                         self.clock, until=epoch + spec.run.duration)
                 policy = follow_policy(scenario, operator, mobility, plan.topology,
                                        mover.start)
                 if policy is None:

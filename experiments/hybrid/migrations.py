@@ -7,14 +7,17 @@ the model's thread (latency threshold or nearest gateway, capacity, cloud fallba
 on `sim`; its `start` is this coupling's, which queues the move as an action: emu.migration's
 `migrate()` on the real containers, with the scenario's strategy and settings. The policy
 hears how it went (`done(ok)`) back on the model's thread, at its next step, so its room
-counts stay its own. Each move is a record of the `migrations` table, with the emulation's
-definitions of downtime and output gap; the decision's model time and the time from the
-decision to the move's first step (decision to action) are in the action's record. The
-records' times are on the run's `clock` (emu.agent.timebase: emulated at a dilation).
+counts stay its own. A move whose turn in the queue comes after the run's end never begins:
+its record says `refused` (its start the decision's time). Each move is a record of the
+`migrations` table, with the emulation's definitions of downtime and output gap; the
+decision's model time and the time from the decision to the move's first step (decision to
+action) are in the action's record. The records' times are on the run's `clock`
+(emu.agent.timebase: emulated at a dilation).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 from collections import deque
 from collections.abc import Callable
@@ -25,10 +28,13 @@ from experiments.hybrid.actions import ActionFailed
 
 class PolicyMigrations:
     def __init__(self, mobility, actions, control, operator: str, where: dict[str, str],
-                 settings, first_id: int, clock: TimeBase = UNDILATED) -> None:
+                 settings, first_id: int, clock: TimeBase = UNDILATED,
+                 until: float = math.inf) -> None:
         """`where`: each device's instance's node at the start; `first_id`: the first record
-        id (after the scenario's scheduled migrations'); `clock`: the run's time base."""
+        id (after the scenario's scheduled migrations'); `clock`: the run's time base;
+        `until`: the run's end on it (a move whose turn comes then is refused)."""
         self.clock = clock
+        self.until = until
         self.mobility = mobility
         self.actions = actions
         self.control = control
@@ -63,11 +69,16 @@ class PolicyMigrations:
 
     def _move(self, name: str, target: str, strategy: str, under_way,
               done: Callable[[bool], None]) -> dict:
-        from emu.migration import attempt
+        from emu.migration import MigrationRecord, attempt
 
         source = under_way.source = self.where[name]
-        record = attempt(self.control, name, source, target, strategy, self.settings,
-                         record_id=under_way.id, clock=self.clock)
+        now = self.clock.now()
+        if now >= self.until:  # its turn came after the run's end: it never begins
+            record = MigrationRecord.refused(under_way.id, name, strategy, source, target,
+                                             under_way.start, now)
+        else:
+            record = attempt(self.control, name, source, target, strategy, self.settings,
+                             record_id=under_way.id, clock=self.clock)
         ok = record.status == "done"
         with self._lock:
             self.records = [record if r is under_way else r for r in self.records]

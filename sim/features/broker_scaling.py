@@ -17,7 +17,8 @@ workloads.broker_scaling on the model's clock and brokers, deciding as the emula
   little to move its queue; a slow broker feels it (2 ms a message: 2 %). The node's sampled
   utilisation and queue length count the probes.
 - Decision: workloads.broker_scaling.Scaler, one per entry; an entry whose broker's figure
-  stays over `bound` for `up` intervals in a row joins its spare, once.
+  stays over `bound` for `up` intervals in a row joins its spare, once (not at the run's end:
+  the last interval's figure is recorded, and nothing starts then).
 - Join: the broker's publishers at the decision, in the topology's order: the gateways
   running drivers and the devices publishing straight to it, whose broker is the watched one
   (less those moved already). `movers` of them (a `share`, the nearest the spare first) are
@@ -150,7 +151,8 @@ class BrokerScaling(Feature):
         figure = percentile(delays) if delays else None
         entry.probes = []
         entry.figures.append([round(now, 3), None if figure is None else round(figure, 6)])
-        if entry.scaler.observe(figure):
+        # The run's last interval is measured, but nothing starts at its end.
+        if entry.scaler.observe(figure) and now < self.end:
             self.env.process(self._join(entry, figure))
 
     def publishers(self, broker: str) -> list[str]:

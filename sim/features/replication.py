@@ -12,7 +12,8 @@ emulation's (emu.features.replication) from the same measure.
   start until its end, the controller takes each instance's inputs that finished in the
   interval just gone; the operator's latency is the worst instance's 95th percentile of them
   (workloads.replication.percentile), None when none finished.
-- Decision: workloads.replication.Scaler, one per operator, its deployed instances as `first`.
+- Decision: workloads.replication.Scaler, one per operator, its deployed instances as `first`;
+  the reading at the run's end is recorded, but nothing starts or retires then.
 - Start: on `place` over `candidates` (the nodes of `replication.to`, less those down and
   those running the operator), weighed by the path latency from the operator's input devices.
   The instance is installed into the node's running agent: one coordinator command (sim.
@@ -97,6 +98,8 @@ class Replication(Feature):
         self.samples.append([round(now, 3), watched.name, instances,
                              None if latency is None else round(latency, 4), inputs])
         action = watched.scaler.observe(latency, instances)
+        if now >= self.model.settings.duration:
+            return  # the run's last interval measured; nothing starts at its end
         if action == "start":
             self.env.process(self._start(watched, latency))
         elif action == "retire" and watched.replicas:
