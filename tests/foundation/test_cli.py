@@ -191,8 +191,8 @@ def test_results_show_lists_migrations_with_their_downtime(tmp_path: Path) -> No
     (moved,) = json.loads((folder / "summary.json").read_text(encoding="utf-8"))["migrations"]
     row = next(line.split() for line in shown.output.splitlines()
                if line.split()[:2] == ["count", "pause_transfer"])
-    assert row[2:4] == [moved["source"], moved["target"]]
-    assert row[5] == f"{moved['downtime'] * 1000:.1f}"
+    assert row[2:5] == [moved["source"], moved["target"], "done"]
+    assert row[6] == f"{moved['downtime'] * 1000:.1f}"
 
 
 def test_results_show_of_a_folder_that_is_not_a_run_exits_2(tmp_path: Path) -> None:
