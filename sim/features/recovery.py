@@ -176,6 +176,8 @@ class Recovery(Feature):
         self.rows.extend(rows)
         t_detected = expiry(now, self.spec.session_timeout, self.phase[node], ZK_TICK_S,
                             self.tick_phase)
+        if t_detected >= self.model.settings.duration:
+            return  # the controller stops watching at the run's end (as emu's): not detected
         self.env.event_at(t_detected).callbacks.append(lambda _: self._detected(rows))
 
     def _rolled_back(self, old) -> int:
@@ -230,9 +232,11 @@ class Recovery(Feature):
             self.env.process(self._controller())
 
     def _controller(self):
-        """One re-placement after the other, as the emulation's controller does them."""
-        while self._queue:
+        """One re-placement after the other, as the emulation's controller does them; none
+        begins at or after the run's end (one under way then finishes)."""
+        while self._queue and self.env.now < self.model.settings.duration:
             yield from self._recover(self._queue.pop(0))
+        self._queue.clear()
         self._busy = False
 
     def _recover(self, row: Row):

@@ -402,3 +402,23 @@ def test_an_emulated_broker_join_is_not_started_at_the_end() -> None:
     watching.join()
     assert [t for t, _ in scaling.figures[0]] == [0.2, 0.4]
     assert asked == [] and scaling.joins == [None] and scaling.rows == []
+
+
+@pytest.mark.parametrize("crash", [19.0, 17.5])
+def test_a_crash_noticed_after_the_end_is_not_recovered_in_the_drain(crash: float) -> None:
+    # The controller stops watching at the run's end, as emu's does: a crash whose session
+    # expires after it (2 s timeout) is not detected and its operator is not re-placed in the
+    # drain; one noticed before the end is (17.5 s: ZooKeeper's expiry within 2 s and a tick).
+    run_point = load("recovery", ["run.duration=20s", f"scenario.faults=[{{at: {crash}s, "
+                                  "crash: gw-1}]"]).points[0]
+    result = simulate_point(run_point)
+    rows = result.tables["recoveries"]
+    assert list(rows["node"]) == ["gw-1"]
+    detected = float(rows["t_detected"][0])
+    if crash == 19.0:
+        assert np.isnan(detected) and rows["target"][0] == ""
+        assert np.isnan(float(rows["t_recovered"][0]))
+    else:
+        assert crash < detected < 20.0 and rows["target"][0] in ("gw-2", "cloud")
+    migrations = result.tables["migrations"]
+    assert all(t < 20.0 for t in migrations["start"])
