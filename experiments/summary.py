@@ -90,6 +90,7 @@ def reading_counts(ids: np.ndarray, state: np.ndarray) -> dict[str, int]:
 def feature_figures(tables: dict[str, pa.Table], facts: dict) -> dict[str, dict]:
     """Each scenario feature's own figures (workloads.features' `summary`), for the features
     whose tables say they ran."""
+    from experiments.hybrid.figures import summary as hybrid
     from workloads.features import FEATURES
 
     found = {}
@@ -98,6 +99,9 @@ def feature_figures(tables: dict[str, pa.Table], facts: dict) -> dict[str, dict]
             figures = feature.summary(tables, facts)
             if figures:
                 found[feature.key] = figures
+    figures = hybrid(tables, facts)  # the hybrid backend's couplings, where it ran
+    if figures:
+        found["hybrid"] = figures
     return found
 
 

@@ -36,7 +36,14 @@ def migrations(tables: dict, facts: dict) -> dict:
     rows = _rows(tables, "migrations")
     if not rows:
         return {}
+    # Downtime and execution are measured on the moves that finished: the count says so.
+    statuses: dict[str, int] = {}
+    for row in rows:
+        status = row.get("status") or ("unfinished" if row["end"] is None else "done")
+        statuses[status] = statuses.get(status, 0) + 1
     return {"migrations": len(rows),
+            "finished": statuses.get("done", 0),
+            **{status: n for status, n in sorted(statuses.items()) if status != "done"},
             "downtime max s": _max(r["downtime"] for r in rows),
             "execution max s": _max((r["end"] - r["start"]) for r in rows
                                     if r["end"] is not None and r["start"] is not None),

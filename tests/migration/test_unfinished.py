@@ -210,3 +210,18 @@ def test_the_summary_keeps_a_refused_and_a_failed_migration_apart() -> None:
 def test_arrow_reads_the_status_as_a_name() -> None:
     table = conform({"migrations": _row()})["migrations"]
     assert pa.types.is_dictionary(table.schema.field("status").type)
+
+
+def test_the_migrations_figures_say_how_many_finished() -> None:
+    # Downtime and execution are over the moves that finished: the figures count them.
+    from workloads.figures import migrations
+
+    rows = {"operator": ["a", "a", "b"], "start": [1.0, 5.0, 2.0], "end": [2.0, None, None],
+            "downtime": [0.5, None, None], "state_bytes": [10, 0, 0], "lost": [0, 0, 0],
+            "duplicates": [0, 0, 0], "status": ["done", "unfinished", "refused"]}
+    import pyarrow as pa
+
+    figures = migrations({"migrations": pa.table(rows)}, {})
+    assert figures["migrations"] == 3 and figures["finished"] == 1
+    assert figures["unfinished"] == 1 and figures["refused"] == 1
+    assert figures["downtime max s"] == 0.5
