@@ -126,7 +126,7 @@ class _Coupled:
 
     def migrations(self) -> list:
         """The records of the moves the policy decided (emu.migration's)."""
-        return [record for mover in self.parts.get("movers", []) for record in mover.records]
+        return [record for mover in self.parts.get("movers", []) for record in mover.closed()]
 
     def handovers(self) -> dict[str, list[str]]:
         """Each device handed over: the gateways it went to, in order (emu reads the

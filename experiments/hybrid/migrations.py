@@ -45,6 +45,7 @@ class PolicyMigrations:
         self.records: list = []
         self.moves: list = []  # the actions
         self._ended: deque = deque()  # (done, ok), for the model's thread
+        self._begun: set[int] = set()  # the records whose turn came (_move ran)
         self._lock = threading.Lock()
 
     def start(self, user: int, target: str, strategy: str,
@@ -71,6 +72,7 @@ class PolicyMigrations:
               done: Callable[[bool], None]) -> dict:
         from emu.migration import MigrationRecord, attempt
 
+        self._begun.add(under_way.id)
         source = under_way.source = self.where[name]
         now = self.clock.now()
         if now >= self.until:  # its turn came after the run's end: it never begins
@@ -89,6 +91,21 @@ class PolicyMigrations:
             raise ActionFailed(f"{name} {source} -> {target}: {record.error}",
                                f"migration {record.status}", target)
         return {"downtime": record.downtime, "source": source, "target": target}
+
+    def closed(self) -> list:
+        """The records once the actions' queue is closed: a move whose turn never came (the
+        queue gave up waiting at the end) never began, so it is `refused`, not unfinished."""
+        from emu.migration import MigrationRecord
+
+        now = self.clock.now()
+        with self._lock:
+            self.records = [
+                MigrationRecord.refused(r.id, r.operator, r.strategy, r.source, r.target,
+                                        r.start, now, "not begun: the run's queue of actions "
+                                        "closed before its turn")
+                if r.status == "unfinished" and r.id not in self._begun else r
+                for r in self.records]
+            return list(self.records)
 
     def settle(self, t: float = 0.0) -> None:
         """On the model's thread (each step, before the policy checks): tell the policy

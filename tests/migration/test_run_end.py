@@ -422,3 +422,28 @@ def test_a_crash_noticed_after_the_end_is_not_recovered_in_the_drain(crash: floa
         assert crash < detected < 20.0 and rows["target"][0] in ("gw-2", "cloud")
     migrations = result.tables["migrations"]
     assert all(t < 20.0 for t in migrations["start"])
+
+
+def test_a_hybrid_policy_move_whose_turn_never_came_reads_refused_not_unfinished() -> None:
+    # The queue of actions gave up at the end (Actions.close) before the move's turn: it never
+    # began, so it is not `unfinished` (a move under way), it is refused.
+    from emu.agent.timebase import UNDILATED
+    from experiments.hybrid.migrations import PolicyMigrations
+
+    class Env:
+        now = 12.0
+
+    class Mobility:
+        devices = ["p-1", "p-2"]
+        env = Env()
+
+    class Actions:
+        def put(self, kind, subject, t_model, run):
+            return run  # never run: the queue closed first
+
+    movers = PolicyMigrations(Mobility(), Actions(), None, "trail",
+                              {"p-1": "gw-1", "p-2": "gw-1"}, None, 3, UNDILATED)
+    movers.start(0, "gw-2", "pause_transfer", lambda ok: None)
+    (record,) = movers.closed()
+    assert record.status == "refused" and record.id == 3
+    assert "not begun" in record.error and np.isfinite(record.end)
