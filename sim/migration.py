@@ -144,6 +144,16 @@ class Coordinator:
             if done is not None:
                 done(False)
             return
+        down = [node for node in (source.node, target) if node in self.model.down]
+        if down:
+            # A crashed node answers no command (emu.migration.attempt: a move that could not
+            # begin is failed): the operator stays where it is.
+            self.records.append(SharedRecord(
+                len(self.records), group.name, strategy, source.node, target, now, now,
+                status="failed", error=f"{' and '.join(down)} down (crashed) when it began"))
+            if done is not None:
+                done(False)
+            return
         record = MigrationRecord(len(self.records), group.name, strategy, source.node, target,
                                  now, status="unfinished")
         self.records.append(record)

@@ -7,6 +7,15 @@ import numpy as np
 from sim.recorder import SeriesLog
 
 
+def row_starts(times) -> np.ndarray:
+    """Each row's start, from the rows' times: the sample before it (every interval, and the
+    run's end when the interval does not divide it), 0 for the first."""
+    times = np.asarray(times, dtype=float)
+    samples = np.unique(times)
+    starts = np.concatenate(([0.0], samples[:-1]))
+    return starts[np.searchsorted(samples, times)]
+
+
 class Sampler:
     """CPU, memory, queue and whether it is up (always, in the model), per node; bytes,
     utilisation and latency per link between infrastructure nodes (device links would swamp

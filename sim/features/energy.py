@@ -42,6 +42,7 @@ import numpy as np
 
 from sim.energy_policy import EnergyOffload, OneAtATime
 from sim.features.base import Feature
+from sim.sampler import row_starts
 from workloads.energy import (
     EnergySpec,
     Ledger,
@@ -54,17 +55,6 @@ from workloads.energy import (
 from workloads.faults import columns as fault_columns
 
 FAULT_COLUMNS = ("kind", "target", "t_start", "t_end", "params")
-
-
-def _spans(times) -> list[float]:
-    """Each sample row's start: the sample before it (sim.sampler: every interval, and the
-    run's end when the interval does not divide it), 0 for the first."""
-    times = np.asarray(times, dtype=float)
-    if not len(times):
-        return []
-    samples = np.unique(times)
-    starts = np.concatenate(([0.0], samples[:-1]))
-    return starts[np.searchsorted(samples, times)].tolist()
 
 
 class _Battery:
@@ -214,11 +204,11 @@ class Energy(Feature):
         ledger = self.ledger
         interval = model.settings.sample
         nodes, factor = tables["nodes"], self.factor
-        for t0, t, name, share in zip(_spans(nodes["t"]), nodes["t"], nodes["node"],
+        for t0, t, name, share in zip(row_starts(nodes["t"]), nodes["t"], nodes["node"],
                                       nodes["cpu"], strict=True):
             ledger.cpu(t0, float(t), name, float(share) * factor[name])
         links = tables["links"]
-        for t0, t, src, dst, count in zip(_spans(links["t"]), links["t"], links["src"],
+        for t0, t, src, dst, count in zip(row_starts(links["t"]), links["t"], links["src"],
                                           links["dst"], links["bytes"], strict=True):
             ledger.link(t0, float(t), src, dst, int(count))
         radio: dict[str, float] = {}

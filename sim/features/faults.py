@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from sim.features.base import Feature
+from sim.sampler import row_starts
 from workloads.faults import Injected, columns, resolve
 
 
@@ -210,11 +211,11 @@ class FaultSchedule(Feature):
         nodes = tables["nodes"]
         if not self.crashes or not len(nodes["t"]):
             return
-        interval = model.settings.sample
         t = np.asarray(nodes["t"], dtype=float)
+        began = row_starts(t)
         up = np.asarray(nodes["up"], dtype=bool).copy()
         for name, spans in self.crashes.items():
             mine = nodes["node"] == name
             for start, end in spans:
-                up[mine & (t - interval >= start - 1e-9) & (t <= end + 1e-9)] = False
+                up[mine & (began >= start - 1e-9) & (t <= end + 1e-9)] = False
         nodes["up"] = up

@@ -225,3 +225,23 @@ def test_the_migrations_figures_say_how_many_finished() -> None:
     assert figures["migrations"] == 3 and figures["finished"] == 1
     assert figures["unfinished"] == 1 and figures["refused"] == 1
     assert figures["downtime max s"] == 0.5
+
+
+def test_a_move_to_or_from_a_crashed_node_fails_and_the_run_checks() -> None:
+    # hybrid-mobility on sim with gw-2 crashed 10-20 s: the follow policy moved instances to
+    # and from the dead gateway ("done"), whose CPU then worked while down, and the nodes
+    # table's check refused the run. A move that begins with its source or target down fails
+    # (as emu's attempt does: a crashed agent answers nothing) and the operator stays.
+    from experiments.schema import conform
+    from tests.foundation.helpers import simulate_point
+
+    run_point = load("hybrid-mobility", ["run.backend=sim", "run.duration=40s",
+                                         "scenario.faults=[{at: 10s, crash: gw-2, for: 10s}]"]
+                     ).points[0]
+    result = simulate_point(run_point)
+    tables = conform(result.tables)  # a down node's CPU is 0
+    moves = tables["migrations"].to_pandas()
+    during = moves[(moves["start"] >= 10) & (moves["start"] < 20)]
+    touching = during[(during["source"] == "gw-2") | (during["target"] == "gw-2")]
+    assert len(touching) > 0 and set(touching["status"]) == {"failed"}
+    assert set(moves.drop(touching.index)["status"]) == {"done"}
