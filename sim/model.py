@@ -403,7 +403,8 @@ class Model:
             self.env.run(until=t)
             if progress:
                 progress(t)
-        self.env.run(until=settings.duration + settings.drain)
+        if settings.drain > 0:
+            self.env.run(until=settings.duration + settings.drain)
         self.coordinator.finish(self.window_size)
         tables = {"nodes": self.sampler.nodes_log.columns(),
                   "links": self.sampler.links_log.columns(),

@@ -42,6 +42,8 @@ class Sampler:
         interval, nodes = self.interval, self.nodes
         cpus = [(cpu, cpu.name, cpu.capacity, nodes[cpu.name].profile.base_memory)
                 for cpu in self.cpus]
+        # A CPU does at most its cores' work in a span: work admitted beside its queue (a Spark
+        # batch, Cpu.beside) while every core is busy is done after, in the next spans.
         done_work = [0.0] * len(cpus)
         links = _LinkCounters(self.channels)
         node_row = self.nodes_log.add
@@ -51,7 +53,7 @@ class Sampler:
             yield self.env.timeout(span)
             t = self.env.now
             for i, (cpu, name, capacity, base_memory) in enumerate(cpus):
-                work = cpu.work - cpu.backlog(t)
+                work = min(cpu.work - cpu.backlog(t), done_work[i] + cpu.cores * span)
                 queue = cpu.queue_length(t)
                 node_row(t, name, (work - done_work[i]) / (capacity * span),
                          base_memory + queue * self.mean_size, queue, True)

@@ -447,3 +447,11 @@ def test_a_hybrid_policy_move_whose_turn_never_came_reads_refused_not_unfinished
     (record,) = movers.closed()
     assert record.status == "refused" and record.id == 3
     assert "not begun" in record.error and np.isfinite(record.end)
+
+
+def test_a_run_without_a_drain_ends_at_its_duration() -> None:
+    # run.drain=0s crashed the model ("until (21.0) must be greater than the current
+    # simulation time"): what is on its way at the end is in flight.
+    result = simulate_point(load("quickstart", ["run.duration=20s", "run.drain=0s"]).points[0])
+    states = result.tables["messages"]["state"]
+    assert result.facts["end"] == 20.0 and (states == "in_flight").sum() > 0
