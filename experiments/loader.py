@@ -170,6 +170,9 @@ def _load(document: Document, overrides: list[str], sweeps: list[str]) -> Experi
         if path in set_paths:
             raise SpecError((), option, "--set or --sweep for one key, not both",
                             f"--sweep {option}")
+        # A --sweep of a key the file sweeps (by any of its names) replaces the file's values.
+        for key in [k for k in plan if _swept_path(merged, k) == path]:
+            del plan[key]
         plan[".".join(str(p) for p in path)] = values
         sources.overrides[path] = f"--sweep {option}"
     merged["sweep"] = plan

@@ -227,3 +227,16 @@ def test_foglab_run_prints_a_row_per_point_with_its_interval(tmp_path: Path) -> 
     rows = [line.split() for line in lines[rule + 1:rule + 3]]
     assert [row[:2] for row in rows] == [["1.0", "2"], ["2.0", "2"]]  # rate, runs
     assert all("±" in row for row in rows)
+
+
+def test_a_sweep_option_replaces_the_files_sweep_of_the_same_key_by_any_name() -> None:
+    # iotcloud-scaling sweeps topology.nodes.driver.replicas; --sweep of the same key (by its
+    # name here, by its index in the option's path) added a second axis: 20 points whose
+    # labels said 1,000 drivers while the run had 250.
+
+    experiment = load("iotcloud-scaling", sweeps=["topology.nodes.driver.replicas=[4, 250]"])
+    assert len(experiment.points) == 4
+    for found in experiment.points:
+        (replicas,) = [v for k, v in found.values.items() if k.endswith("replicas")]
+        drivers = [n for n in found.topology.nodes.values() if n.name.startswith("driver")]
+        assert len(drivers) == replicas
