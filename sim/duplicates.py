@@ -103,10 +103,13 @@ class _Index:
                          first + np.searchsorted(times, stop, "right")]
 
 
-def count_twice(messages: dict[str, np.ndarray], spans: list[Span]) -> list[int]:
-    """For each span, the deliveries beyond the first of each reading among its rows."""
+def count_twice(messages: dict[str, np.ndarray], spans: list[Span],
+                rows: np.ndarray | None = None) -> list[int]:
+    """For each span, the deliveries beyond the first of each reading among its rows;
+    `rows`: the table's repeated_rows when they are known."""
     counts = [0] * len(spans)
-    rows = repeated_rows(messages["id"], messages["t_received"])
+    if rows is None:
+        rows = repeated_rows(messages["id"], messages["t_received"])
     if not len(rows) or not spans:
         return counts
     ids, t = messages["id"][rows], messages["t_received"][rows]

@@ -292,15 +292,18 @@ class Coordinator:
         operators reading one stream on one node are not told apart."""
         if not self.records:
             return
-        from sim.duplicates import Span, count_twice, readings_of
+        from sim.duplicates import Span, count_twice, readings_of, repeated_rows
 
+        rows = repeated_rows(messages["id"], messages["t_received"])
+        if not len(rows):  # no reading was delivered twice: most runs
+            return
         spans = []
         for record in self.records:
             end = record.end if not math.isnan(record.end) else np.inf
             spans.append(Span((record.source, record.target), record.start,
                               end + self.model.window_size(record.operator),
                               *readings_of(self.model, record.operator)))
-        for record, twice in zip(self.records, count_twice(messages, spans), strict=True):
+        for record, twice in zip(self.records, count_twice(messages, spans, rows), strict=True):
             record.duplicates += twice
 
     def finish(self, window_size) -> None:
