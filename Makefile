@@ -12,7 +12,7 @@ NOTEBOOK_STAMP := $(VENV)/.installed-notebooks
 # see tests/conftest.py): most emulation tests wait on real time, not on the CPU.
 TEST_WORKERS ?= 3
 
-.PHONY: setup setup-run host run test test-fast notebook lint bench clean
+.PHONY: setup setup-run host run test test-fast notebook lint bench bench-guard clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -80,6 +80,14 @@ bench: setup
 	$(PY) benchmarks/sim_throughput.py
 	$(PY) benchmarks/sim_scale.py
 	$(PY) benchmarks/link_accuracy.py
+
+# The model's benchmarks on this working tree against BASE (a revision; by default the last
+# commit: what the uncommitted changes cost), in alternating rounds within GUARD_BUDGET
+# seconds; fails on a benchmark over 10 % slower (docs/benchmarks.md, the slowdown guard).
+BASE ?= HEAD
+GUARD_BUDGET ?= 600
+bench-guard: setup
+	$(PY) benchmarks/guard.py --base $(BASE) --budget $(GUARD_BUDGET)
 
 clean:
 	rm -rf $(VENV) results .pytest_cache .hypothesis *.egg-info
