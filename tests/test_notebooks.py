@@ -29,7 +29,7 @@ PROBES = {"thesis-migration": ("print(ch5_figure.get_suptitle())",
                                "edge/cloud WAN bytes: [0.2, 0.2]"),
           "lesson-brokers": ("print('kafka-like teeth (ms):', "
                              "[round(v) for v in table.xs('kafka-like')['max']])",
-                             "kafka-like teeth (ms): [8, 106, 409]"),
+                             "kafka-like teeth (ms): [1, 100, 404]"),
           "lesson-mobility": ("print('a migration per handover:', len(moves) == len(handed) > 0)",
                               "a migration per handover: True"),
           "lesson-energy": ("print('edge/cloud WAN joules:', round(wan, 1))",
