@@ -34,4 +34,8 @@ class Draws:
         return ((x ^ (x >> 31)) >> 11) * _UNIT
 
     def expovariate(self, rate: float) -> float:
-        return -math.log(1.0 - self.random()) / rate
+        # random() written out: this runs once per message of a Poisson source.
+        x = self.state = (self.state + _GOLDEN) & _MASK
+        x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & _MASK
+        x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & _MASK
+        return -math.log(1.0 - ((x ^ (x >> 31)) >> 11) * _UNIT) / rate

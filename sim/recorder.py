@@ -66,7 +66,7 @@ class MessageLog:
         stream = np.frombuffer(self.stream, dtype=np.int32)
         hops = np.frombuffer(self.hops, dtype=np.int32)
         ids = np.frombuffer(self.id, dtype=np.int64)
-        order = np.lexsort((ids, hops, t_received, sink, stream, source, t_sent))
+        order = _canonical(t_sent, (source, stream, ids, sink, t_received, hops))
         sink, t_received = sink[order], t_received[order]
         t_sent, source, stream, hops = t_sent[order], source[order], stream[order], hops[order]
         state = np.array(["delivered", "in_flight", "filtered", "lost"],
@@ -86,13 +86,37 @@ class MessageLog:
         }
 
 
+def _canonical(first: np.ndarray, then: tuple) -> np.ndarray:
+    """The rows' order by `first`, rows equal in it by the `then` columns in turn: one sort of
+    `first` (times sent: ties are a message's copies, mostly), then the tied rows alone."""
+    order = np.argsort(first, kind="stable")
+    ordered = first[order]
+    same = ordered[1:] == ordered[:-1]
+    if same.any():
+        tied = np.flatnonzero(np.concatenate(([False], same)) | np.concatenate((same, [False])))
+        group = np.cumsum(np.concatenate(([True], ~same)))[tied]
+        rows = order[tied]
+        keys = [column[rows] for column in reversed(then)]
+        order[tied] = rows[np.lexsort((*keys, group))]
+    return order
+
+
 def _numbered(ids: np.ndarray) -> np.ndarray:
-    """Ids renumbered 0, 1, 2, ... in the order each first appears (copies keep one id)."""
+    """Ids renumbered 0, 1, 2, ... in the order each first appears (copies keep one id).
+    A message's copies are next to each other in the canonical order (a copy keeps its
+    time sent, source and stream, and the id comes next): a count of the changes, unless a
+    message came apart (then a sort)."""
     if not len(ids):
         return ids.copy()
-    unique, first, inverse = np.unique(ids, return_index=True, return_inverse=True)
+    change = np.empty(len(ids), dtype=bool)
+    change[0] = True
+    np.not_equal(ids[1:], ids[:-1], out=change[1:])
+    first = ids[change]
+    if first.min() >= 0 and np.bincount(first).max() <= 1:
+        return np.cumsum(change) - 1
+    unique, where, inverse = np.unique(ids, return_index=True, return_inverse=True)
     rank = np.empty(len(unique), dtype=np.int64)
-    rank[np.argsort(first, kind="stable")] = np.arange(len(unique))
+    rank[np.argsort(where, kind="stable")] = np.arange(len(unique))
     return rank[inverse]
 
 
