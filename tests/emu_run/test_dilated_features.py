@@ -20,6 +20,9 @@ pytestmark = [pytest.mark.emu, pytest.mark.slow]
 K = 2.0
 CRASH_AT, CRASH_FOR, MOVE_AT, SESSION = 7.5, 4.0, 3.0, 2.0
 DURATION = 16.0
+# How late a scheduled kill may land in emulated seconds on a loaded host (see below): under
+# half of what a schedule in the host's seconds would be off by at K = 2.
+LATE = 2.5
 FEATURES = f"""
 name: dilated-features
 topology:
@@ -81,12 +84,15 @@ def test_a_crash_keeps_its_emulated_time(runs) -> None:
     rows = [run["tables"]["faults"] for run in runs]
     for (fault,), run in zip(rows, runs, strict=True):
         assert fault["kind"] == "crash", fault
-        # the kill is done 0.2-0.4 s of the host's time after it is asked (less emulated at
-        # K = 2); its return (the agent forked again) within 2 s of the engine's time
-        assert CRASH_AT <= fault["t_start"] < CRASH_AT + 0.8, (fault, run["facts"]["faults"])
-        assert CRASH_AT + CRASH_FOR <= fault["t_end"] < CRASH_AT + CRASH_FOR + 2.0, fault
+        # The kill is done 0.2-0.4 s of the host's time after it is asked on a quiet host
+        # (less emulated at K = 2), its return (the agent forked again) within 2 s; CI's
+        # loaded parallel phase (load 6) made one kill 1.15 s late. The bounds hold at that
+        # worst with room, and still tell a schedule kept in the host's seconds, which would
+        # put the crash at CRASH_AT / K (3.75 s) on the dilated run.
+        assert CRASH_AT <= fault["t_start"] < CRASH_AT + LATE, (fault, run["facts"]["faults"])
+        assert CRASH_AT + CRASH_FOR <= fault["t_end"] < CRASH_AT + CRASH_FOR + 2.0 + LATE, fault
     (plain,), (dilated,) = rows
-    assert abs(dilated["t_start"] - plain["t_start"]) < 0.5, (plain, dilated)
+    assert abs(dilated["t_start"] - plain["t_start"]) < LATE, (plain, dilated)
 
 
 def test_a_migration_keeps_its_emulated_time(runs) -> None:
@@ -95,12 +101,12 @@ def test_a_migration_keeps_its_emulated_time(runs) -> None:
         (move,) = run["tables"]["migrations"]
         assert run["facts"]["migrations"][0]["status"] == "done", run["facts"]["migrations"]
         assert (move["source"], move["target"]) == ("gw-3", "gw-2")
-        assert MOVE_AT <= move["start"] < MOVE_AT + 0.5, move
+        assert MOVE_AT <= move["start"] < MOVE_AT + LATE, move  # as the crash's, below
         assert move["start"] < move["end"] < DURATION and 0 < move["downtime"] < 5.0, move
         assert (move["lost"], move["duplicates"]) == (0, 0), move
         moved.append(move)
     plain, dilated = moved
-    assert abs(dilated["start"] - plain["start"]) < 0.5, (plain, dilated)
+    assert abs(dilated["start"] - plain["start"]) < LATE, (plain, dilated)
 
 
 def test_a_recovery_detects_in_emulated_seconds_as_undilated(runs) -> None:
