@@ -21,7 +21,7 @@ K = 2.0
 CRASH_AT, CRASH_FOR, MOVE_AT, SESSION = 7.5, 4.0, 3.0, 2.0
 DURATION = 16.0
 # How late a scheduled kill may land in emulated seconds on a loaded host (see below): under
-# half of what a schedule in the host's seconds would be off by at K = 2.
+# what a schedule in the host's seconds would be off by at K = 2 (3.75 s for the crash).
 LATE = 2.5
 FEATURES = f"""
 name: dilated-features
