@@ -12,6 +12,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 from foundation.helpers import run
+from foundation.test_summary import UNFINISHED
 from typer.testing import CliRunner
 
 from experiments import points
@@ -21,29 +22,8 @@ from experiments.schema import SchemaError, conform
 from experiments.summary import summarise
 from workloads.migration.record import COLUMNS, MigrationRecord
 
-# A parallel migration whose target takes 30 s to start: still under way at the run's end
-# (10 s, and 1 s of drain), whatever the seed.
-UNFINISHED = """
-name: unfinished
-topology:
-  name: t
-  nodes:
-    - {name: s, kind: device}
-    - {name: gw, kind: gateway, replicas: 2}
-    - {name: broker, kind: broker}
-  links:
-    - {from: s, to: gw-1, latency: 1ms}
-    - {from: gw-*, to: broker, latency: 1ms}
-workload:
-  name: w
-  streams: [{name: e, sources: s, rate: 10/s}]
-pipeline:
-  - {name: count, on: gw-1, reads: e, window: {size: 2s}}
-scenario:
-  migration: {strategy: parallel, launch: 30s}
-  migrations: [{at: 5s, operator: count, to: gw-2}]
-run: {duration: 10s, drain: 1s, seed: 1}
-"""
+# UNFINISHED (the summary tests'): a parallel migration whose target takes 30 s to start,
+# still under way at the run's end (10 s, and 1 s of drain), whatever the seed.
 FINISHED = UNFINISHED.replace("launch: 30s", "launch: 100ms").replace("parallel", "pause_transfer")
 
 
