@@ -35,11 +35,9 @@ CPU_HEAVY = {"tests/emu_run/test_spark_migration.py", "tests/spark_apps/test_mig
 
 
 # Files whose timed claims CI's loaded parallel phase broke (dry run of 2026-11-29: a tree
-# broadcast slower than the naive one, RabbitMQ's latency at 100 drivers 3.6 times that at 4,
-# and a crashed gateway's operator running twice when the recovery's re-placement lands after
-# the gateway's restart, a race not yet fixed): one at a time too, until each holds under load.
-LOAD_SENSITIVE = {"tests/emu_run/test_broadcast.py", "tests/emu_rabbitmq/test_iotcloud_emu.py",
-                  "tests/emu_run/test_recovery.py"}
+# broadcast slower than the naive one, RabbitMQ's latency at 100 drivers 3.6 times that at 4):
+# one at a time too, until each holds under load.
+LOAD_SENSITIVE = {"tests/emu_run/test_broadcast.py", "tests/emu_rabbitmq/test_iotcloud_emu.py"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

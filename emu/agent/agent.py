@@ -590,9 +590,11 @@ class Agent:
     # What the node tells ------------------------------------------------------------------------
 
     def _describe(self) -> bytes:
-        """The gateway znode's data."""
+        """The gateway znode's data (its incarnation tells the host's failure detector an
+        old start's loss from this one's: emu.features.recovery)."""
         return json.dumps({
             "kind": self.config.kind, "arch": self.arch, "pid": os.getpid(),
+            "incarnation": self.config.incarnation,
             "started": self.started, "mqtt": self.config.mqtt,
             "operators": {name: {"task": op.config.task, "running": op.running}
                           for name, op in self.operators.items()},

@@ -103,8 +103,9 @@ class Feature:
     def stop(self) -> None:
         """The run's time is over (or it stops early): end its threads."""
 
-    def left(self, node: str) -> set[str]:
-        """Operators that left `node` (a crashed agent that comes back does not start them)."""
+    def left(self, node: str, incarnation: int) -> set[str]:
+        """When `node`'s crashed agent is about to start again as its `incarnation`-th
+        restart: the operators that left `node`, which it does not start."""
         return set()
 
     def migrations(self) -> list:

@@ -145,7 +145,7 @@ class EnergyFeature(Feature):
         if self.watcher is not None:
             self.records = self.watcher.finish()
 
-    def left(self, node: str) -> set[str]:
+    def left(self, node: str, incarnation: int) -> set[str]:
         return self.watcher.left(node) if self.watcher is not None else set()
 
     def migrations(self) -> list:

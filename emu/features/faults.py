@@ -423,7 +423,8 @@ class Faults(Feature):
     def _revival(self, run, node: str) -> dict:
         """What a crashed agent starts again with (emu.agent.config.revived)."""
         self._incarnations[node] = self._incarnations.get(node, 0) + 1
-        away = set().union(*(feature.left(node) for feature in run.features.values()))
+        away = set().union(*(feature.left(node, self._incarnations[node])
+                             for feature in run.features.values()))
         return {"epoch": run.epoch, "incarnation": self._incarnations[node],
                 "away": sorted(away)}
 

@@ -254,7 +254,7 @@ class Migrations(Feature):
         if self.schedule is not None:
             self.records = self.schedule.finish()
 
-    def left(self, node: str) -> set[str]:
+    def left(self, node: str, incarnation: int) -> set[str]:
         away: set[str] = set()
         records = list(self.schedule.records) if self.schedule is not None else []
         for record in records:  # operators that left the node, in order

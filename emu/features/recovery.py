@@ -19,6 +19,17 @@ controller knows where instances run from the deployment, and from its own re-pl
 a scheduled migration of the same operator during a crash is not followed (a run that
 migrates and recovers one operator at once is not supported yet).
 
+One decision, under one lock, says where an instance runs when its node crashes and comes
+back, so it never runs twice: the detection takes the node's instances off it at once (they
+are the re-placement's, even while their target has not answered yet), and the revival
+(`revive`, before the crashed agent starts again) hands the new incarnation what is still
+placed on the node, which is everything when it comes back before its loss was detected. The
+detector then tells the old incarnation's loss from the new one's by the incarnation each
+agent publishes in its znode (a per-node data watch, which also sees an agent that replaced
+its own old znode without a gap): the loss of an incarnation older than the node's revival
+is stale and re-places nothing. Instances re-placed onto a node that crashed too, which its
+revived agent does not know, are re-placed again at its revival.
+
 What the controller measures goes into the `recoveries` table (`rows`): the detection at the
 watch's wake-up, and from the target's answer the first held input processed (`t_first`),
 the checkpoint's time and bytes, and the held inputs. RecoveryFeature adds the crash's time (from
@@ -35,6 +46,7 @@ seconds, the scenario's `session_timeout`.
 from __future__ import annotations
 
 import contextlib
+import json
 import math
 import queue
 import threading
@@ -42,7 +54,7 @@ from collections.abc import Callable
 from dataclasses import asdict
 
 from emu.agent.config import AGENT_KINDS, AgentConfig, OperatorConfig
-from emu.agent.registry import GATEWAYS
+from emu.agent.registry import GATEWAYS, gateway_path
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.access import kazoo_options
 from emu.features.base import Feature
@@ -89,7 +101,11 @@ class Recovery:
         # Operator -> the streams it reads (also for one left with no node to go to).
         self.streams = {op.name: input_streams(op.reads, workload)
                         for ops in self.placed.values() for op in ops}
+        self.planned = {node: {op.name for op in configs[node].operators}
+                        for node in self.nodes}
         self.live = set(self.nodes)
+        self.seen: dict[str, int] = {}         # node -> the incarnation its znode names
+        self.incarnation: dict[str, int] = {}  # node -> its agent's latest start (revive)
         self.rows: list[dict] = []
         self.errors: list[str] = []
         self._lock = threading.Lock()
@@ -100,7 +116,7 @@ class Recovery:
 
     def start(self) -> None:
         from kazoo.client import KazooClient
-        from kazoo.recipe.watchers import ChildrenWatch
+        from kazoo.recipe.watchers import DataWatch
 
         host = self.timebase.host_seconds
         self._client = KazooClient(hosts=self.zk_hosts, timeout=host(WATCH_SESSION_S),
@@ -108,33 +124,67 @@ class Recovery:
         self._client.start(timeout=host(WATCH_START_S))
         self._client.ensure_path(GATEWAYS)
         self._thread.start()
-        ChildrenWatch(self._client, GATEWAYS, self._changed)
+        for node in sorted(self.nodes):
+            DataWatch(self._client, gateway_path(node), self._watch(node))
 
-    def _changed(self, children: list[str]) -> bool:
-        """On kazoo's thread: a node whose znode went is down from now."""
+    def _watch(self, node: str) -> Callable[..., bool]:
+        # Three parameters: kazoo calls a watch of two again when it raises a TypeError.
+        def changed(data: bytes | None, stat: object, event: object = None) -> bool:
+            return self._changed(node, data)
+        return changed
+
+    def _changed(self, node: str, data: bytes | None) -> bool:
+        """On kazoo's thread: the node's znode changed. Gone: its instances leave it now,
+        unless the loss is of an incarnation older than the node's revival."""
         now = self.clock()
-        present = set(children)
+        if data is not None:
+            with self._lock:
+                self.live.add(node)
+                self.seen[node] = _incarnation(data, self.seen.get(node, 0))
+            return True
         with self._lock:
-            gone = sorted((self.live - present) & self.nodes)
-            self.live = (self.live & present) | (present & self.nodes)
-        for node in gone:
-            self._work.put((node, now))
+            if node not in self.live:
+                return True
+            self.live.discard(node)
+            if self.incarnation.get(node, 0) > self.seen.get(node, 0):
+                return True  # the old incarnation's session went: the revived one runs them
+            instances = self.placed.pop(node, [])
+        if instances:
+            self._work.put((node, now, instances))
         return True
+
+    def revive(self, node: str, incarnation: int) -> set[str]:
+        """Before the crashed node's agent starts again as `incarnation`: the operators of
+        its planned config it must not start (re-placed, or being re-placed, elsewhere).
+        What is still placed on the node from its plan stays there; what recovery had
+        placed on it from other nodes is re-placed again (the revived agent does not know
+        it)."""
+        now = self.clock()
+        with self._lock:
+            self.incarnation[node] = incarnation
+            on_node = self.placed.get(node, [])
+            own = [op for op in on_node if op.name in self.planned.get(node, set())]
+            foreign = [op for op in on_node if op.name not in self.planned.get(node, set())]
+            if node in self.nodes:
+                self.placed[node] = own
+            away = self.planned.get(node, set()) - {op.name for op in own}
+        if foreign:
+            self._work.put((node, now, foreign))
+        return away
 
     def _worker(self) -> None:
         while True:
             item = self._work.get()
             if item is None:
                 return
-            node, t_detected = item
+            node, t_detected, instances = item
             try:
-                self._recover(node, t_detected)
+                self._recover(node, t_detected, instances)
             except Exception as error:  # noqa: BLE001 - recorded, the run goes on
                 self.errors.append(f"recovering {node}: {error}")
 
-    def _recover(self, node: str, t_detected: float) -> None:
-        with self._lock:
-            instances = self.placed.pop(node, [])
+    def _recover(self, node: str, t_detected: float,
+                 instances: list[OperatorConfig]) -> None:
         for config in instances:
             with self._lock:
                 hosting = {n for n, ops in self.placed.items()
@@ -193,6 +243,14 @@ class Recovery:
             if row["target"]:
                 moved.setdefault(row["operator"], []).append(row["target"])
         return moved
+
+
+def _incarnation(data: bytes, default: int) -> int:
+    """The incarnation an agent's gateway znode names (emu.agent.agent), else `default`."""
+    try:
+        return int(json.loads(data).get("incarnation", default))
+    except (ValueError, TypeError, AttributeError):
+        return default
 
 
 def measure(rows: list[dict], crashes: dict[str, list[float]], messages, epoch: float,
@@ -265,9 +323,8 @@ class RecoveryFeature(Feature):
         if self.recovery is not None:
             self.rows = self.recovery.finish()
 
-    def left(self, node: str) -> set[str]:
-        rows = list(self.recovery.rows) if self.recovery is not None else []
-        return {row["operator"] for row in rows if row["node"] == node and row["target"]}
+    def left(self, node: str, incarnation: int) -> set[str]:
+        return self.recovery.revive(node, incarnation) if self.recovery is not None else set()
 
     def moves(self) -> dict[str, list[str]]:
         return self.recovery.targets() if self.recovery is not None else {}

@@ -451,3 +451,145 @@ def test_the_agent_runs_in_the_arm64_gateway_image(gateway: str, bridge_broker: 
         assert rows[0] == "id,stream,source,t_sent,dropped" and len(rows) > 10
     finally:
         listener.close()
+
+
+# The host's failure detector and re-placer (emu.features.recovery) against the real server:
+# where an instance runs when its node crashes and comes back is decided once. The agents'
+# control plane is a stand-in here (it answers `migrate.recover` when the test lets it):
+# what is under test is the order of the detection, the revival and the re-placement.
+
+RECOVERY = """
+name: races
+topology:
+  name: races
+  nodes:
+    - {name: sensor, kind: device, replicas: 2}
+    - {name: gw-r, kind: gateway, replicas: 2}
+    - {name: broker, kind: broker}
+  links:
+    - {from: sensor-*, to: gw-r-2, latency: 2ms}
+    - {from: gw-r-1, to: broker, latency: 5ms}
+    - {from: gw-r-2, to: broker, latency: 2ms}
+workload:
+  name: w
+  streams: [{name: s, sources: sensor-*, rate: 10/s, size: 100B, qos: 1}]
+pipeline:
+  - {name: count, on: gw-r-1, reads: s, window: {size: 2s}, checkpoint: 2s}
+scenario:
+  recovery: {session_timeout: 2s}
+run: {backend: emu, duration: 10s}
+"""
+
+
+class HeldControl:
+    """Answers `migrate.recover` once `go` is set (a target slow to restore); keeps what it
+    was sent."""
+
+    def __init__(self) -> None:
+        self.go = threading.Event()
+        self.sent: list[tuple[str, str]] = []
+
+    def send(self, nodes, command: str, args=None, timeout: float = 0.0):
+        from emu.control import CommandResult, Reply
+
+        (node,) = nodes
+        self.sent.append((node, args["operator"]))
+        assert self.go.wait(30), "the test never let the re-placement answer"
+        return CommandResult(command, {node: Reply(node, True, None, 0.0, 0.0, 0.0,
+                                                   {"t_first": 1.0, "held": 3})})
+
+
+@pytest.fixture
+def recovery(zookeeper: str, zk) -> Iterator[tuple[Any, HeldControl, Callable[..., None]]]:
+    """A Recovery on RECOVERY's run, its control held, and `register(node, incarnation)`,
+    which makes the node's gateway znode as that start of its agent would (the test's own
+    session stands in for the agent's; deleting the znode is its session's end)."""
+    from kazoo.exceptions import NoNodeError as KazooNoNode
+
+    from emu.features.recovery import Recovery
+    from experiments.loader import parse_text
+
+    point = parse_text(RECOVERY).points[0]
+    for node in ("gw-r-1", "gw-r-2"):
+        with contextlib.suppress(KazooNoNode):
+            zk.delete(gateway_path(node))
+
+    def register(node: str, incarnation: int) -> None:
+        zk.create(gateway_path(node), json.dumps({"incarnation": incarnation}).encode(),
+                  makepath=True)
+
+    for node in ("gw-r-1", "gw-r-2"):
+        register(node, 0)
+    configs = {node: AgentConfig(node=node, mqtt="", operators=[
+        OperatorConfig(name="count", reads=["s/#"], window=2.0,
+                       session="foglab-op-count-0")] if node == "gw-r-1" else [])
+        for node in ("gw-r-1", "gw-r-2")}
+    control = HeldControl()
+    recovery = Recovery(control, zookeeper, point.spec.scenario.recovery, point.topology,
+                        point.spec.workload, configs, clock=time.monotonic)
+    recovery.start()
+    try:
+        yield recovery, control, register
+    finally:
+        control.go.set()
+        recovery.finish(timeout=5)
+        for node in ("gw-r-1", "gw-r-2"):
+            with contextlib.suppress(KazooNoNode):
+                zk.delete(gateway_path(node))
+
+
+def test_a_node_back_while_its_instance_is_being_re_placed_does_not_start_it(recovery,
+                                                                          zk) -> None:
+    """The failure CI's loaded host showed (tests/emu_run/test_recovery.py): gw-1 came back
+    after its loss was detected but before the re-placement's target answered, and started
+    the window operator again beside its new instance."""
+    recovery, control, register = recovery
+    zk.delete(gateway_path("gw-r-1"))  # its session expired
+    wait_for(lambda: control.sent == [("gw-r-2", "count")], timeout=10)
+    assert recovery.revive("gw-r-1", 1) == {"count"}  # the target has not answered yet
+    control.go.set()
+    wait_for(lambda: recovery.rows, timeout=10)
+    assert [(r["node"], r["target"], r["error"]) for r in recovery.rows] == [
+        ("gw-r-1", "gw-r-2", None)]
+    register("gw-r-1", 1)
+    wait_for(lambda: recovery.seen.get("gw-r-1") == 1, timeout=10)
+    assert recovery.placed == {"gw-r-1": [], "gw-r-2": [recovery.placed["gw-r-2"][0]]}
+    assert recovery.placed["gw-r-2"][0].name == "count"
+
+
+def test_a_node_back_before_its_loss_was_seen_keeps_its_instance(recovery, zk) -> None:
+    """Back before ZooKeeper ended its old session: the revived agent runs the instance, and
+    the old session's end, seen after, re-places nothing; the new start's own loss does."""
+    recovery, control, register = recovery
+    assert recovery.revive("gw-r-1", 1) == set()
+    zk.delete(gateway_path("gw-r-1"))  # the old session's end, after the revival
+    register("gw-r-1", 1)
+    wait_for(lambda: recovery.seen.get("gw-r-1") == 1, timeout=10)
+    # The watch saw the deletion before the new znode (one path's events come in order),
+    # and the detection takes a node's instances off it there and then: they stayed.
+    assert [op.name for op in recovery.placed["gw-r-1"]] == ["count"]
+    assert recovery._work.empty() and control.sent == [] and recovery.rows == []
+    control.go.set()
+    zk.delete(gateway_path("gw-r-1"))  # the revived agent crashed in turn
+    wait_for(lambda: recovery.rows, timeout=10)
+    assert control.sent == [("gw-r-2", "count")]
+    assert recovery.revive("gw-r-1", 2) == {"count"}
+
+
+def test_an_instance_re_placed_onto_a_node_that_crashes_too_is_re_placed_at_its_revival(
+        recovery, zk) -> None:
+    recovery, control, register = recovery
+    control.go.set()
+    zk.delete(gateway_path("gw-r-1"))
+    wait_for(lambda: recovery.rows, timeout=10)
+    register("gw-r-1", 1)
+    assert recovery.revive("gw-r-1", 1) == {"count"}
+    wait_for(lambda: recovery.seen.get("gw-r-1") == 1 and "gw-r-1" in recovery.live,
+             timeout=10)
+    # gw-r-2, which took the instance, comes back before its loss is seen: its revived agent
+    # does not know the instance (its plan had none), so it goes to the live gw-r-1.
+    assert recovery.revive("gw-r-2", 1) == set()
+    wait_for(lambda: len(recovery.rows) == 2, timeout=10)
+    assert [(r["node"], r["target"]) for r in recovery.rows] == [
+        ("gw-r-1", "gw-r-2"), ("gw-r-2", "gw-r-1")]
+    assert [op.name for op in recovery.placed["gw-r-1"]] == ["count"]

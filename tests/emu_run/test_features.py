@@ -110,7 +110,7 @@ class Left(Feature):
         super().__init__(None)
         self.key, self.operators = key, operators
 
-    def left(self, node: str) -> set[str]:
+    def left(self, node: str, incarnation: int) -> set[str]:
         return self.operators.get(node, set())
 
 

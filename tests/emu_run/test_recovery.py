@@ -59,12 +59,14 @@ def test_a_crashed_gateways_operator_runs_again_elsewhere_from_its_checkpoint(tm
     facts = json.loads((folder / "manifest.json").read_text())["facts"]
     row, late = table.to_pylist()
     assert (row["node"], row["operator"], row["target"]) == ("gw-1", "count", "gw-2"), facts
-    # t_crash: when the kill was done (0.2-0.4 s after it is asked on this host, more if busy)
-    assert 7.4 < row["t_crash"] < 8.4
+    # The bounds on times below hold on a loaded host (CI's parallel phase at load 6: a kill
+    # landed 1.15 s late, a watch's wake-up up to a second): the order of events is the claim.
+    # t_crash: when the kill was done (0.2-0.4 s after it is asked on a quiet host)
+    assert 7.4 < row["t_crash"] < 7.5 + 1.5
     # the session's 2 s, less up to a third (the last ping) and the kill's own time, plus up
-    # to a 0.2 s tick
-    assert 1.0 < row["detect"] < 2.0 + 0.2 + 0.5, row
-    assert row["detect"] < row["recover"] < 5.0, row
+    # to a 0.2 s tick and the detector's wake-up
+    assert 1.0 < row["detect"] < 2.0 + 0.2 + 1.5, row
+    assert row["detect"] < row["recover"] < row["detect"] + 5.0, row
     # the checkpoint at 7 s (every 2 s, half a period off the windows' grid), the last
     # before the crash
     assert 6.9 < row["t_checkpoint"] < row["t_crash"] and row["state_bytes"] > 0
@@ -80,16 +82,18 @@ def test_a_crashed_gateways_operator_runs_again_elsewhere_from_its_checkpoint(tm
     assert len(after) > 0 and set(after["node"]) == {"gw-2"}
     assert after["window"].is_unique
     assert set(windows[windows["t"] < row["t_crash"]]["node"]) == {"gw-1"}
-    # 40 readings a second, 80 per full window, on the new node as on the old
-    assert after["count"].iloc[:-1].between(78, 82).all(), after
+    # 40 readings a second, 80 per full window, on the new node as on the old (periodic
+    # drivers keep their schedule; a loaded host moves a reading across a window's edge now
+    # and then: 76-84 seen in CI)
+    assert after["count"].iloc[:-1].between(70, 90).all(), after
 
     # `late` crashed at 10.5 s, after window 4 (8 to 10 s) went out and before the next
     # checkpoint (11 s): restored from the one at 9 s, which holds window 4, it does not send
     # window 4 again (the agent marked it sent); window 5 died with gw-3 (its held readings
     # are processed after 12 s, in window 6, on gw-2).
     assert (late["node"], late["operator"], late["target"]) == ("gw-3", "late", "gw-2")
-    assert 8.9 < late["t_checkpoint"] < 9.5 and late["lost"] == 0, late
+    assert 8.9 < late["t_checkpoint"] < 10.5 and late["lost"] == 0, late
     late_windows = every[every["operator"] == "late"].sort_values("t")
     assert list(late_windows["window"])[:6] == [0, 1, 2, 3, 4, 6], late_windows
     (four,) = late_windows[late_windows["window"] == 4].to_dict("records")
-    assert four["node"] == "gw-3" and four["count"] >= 78
+    assert four["node"] == "gw-3" and four["count"] >= 70
