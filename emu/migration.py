@@ -281,7 +281,8 @@ class _Parallel(_Migration):
                     "epoch": described.get("epoch")}})
             self._phase("divert")
             diverted = True
-            self._step(source, "migrate.divert", {"tag": self.tag, "migration": record.id})
+            self._step(source, "migrate.divert", {"tag": self.tag, "migration": record.id,
+                                                  "target": target})
             self._phase("sync")
             synced = self._step(target, "migrate.sync", {},
                                 timeout=self._sync_timeout(described["config"]))

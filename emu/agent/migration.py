@@ -437,17 +437,24 @@ class Migrations:
         agent.scheduler.call(answer, done)
 
     def _rollback(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
-        agent = self.agent
         name = operator_name(args)
-        operator = agent.operator(name)
-        # A parallel migration's source: mirroring stops, what was not covered goes downstream.
-        taken = self.parallel.take_back(name, args.get("covered"))
+        self.agent.operator(name)
+        # A parallel migration's source: mirroring stops, what did not go downstream goes.
+        if not self.parallel.take_back(name, args.get("covered"),
+                                       lambda taken: self._take_up(name, taken, answer)):
+            if name not in self.paused:
+                raise ValueError(f"operator {name!r} is not paused on {self.agent.node}")
+            self._take_up(name, None, answer)
+
+    def _take_up(self, name: str, taken: dict[str, Any] | None,
+                 answer: Callable[..., None]) -> None:
+        """The rest of a rollback on the source: a paused session is taken up again."""
+        agent = self.agent
         result = taken or {}
         if self.paused.pop(name, None) is None:
-            if taken is not None:
-                answer({"t": agent.clock(), **result})
-                return
-            raise ValueError(f"operator {name!r} is not paused on {agent.node}")
+            answer({"t": agent.clock(), **result})
+            return
+        operator = agent.operator(name)
         old = agent.sessions[name]
         if old.on_disconnected is not None:  # the pause never finished: wait no more for it
             old.on_disconnected = None

@@ -33,7 +33,8 @@ The steps, in the order emu.migration sends them:
   goes and the outputs leave as the instance's own. `migrate.rollback` with `parallel` (to the
   source, on a failure): mirroring stops, outputs go downstream again, after the uncovered
   ones it kept (those partly covered cut to the SNs above `covered`, as Alg. 6.3 trims),
-  and a paused session is taken up again; the target's part goes with `release` + `abort`.
+  once a barrier it sent itself came back through the broker (`_Diverted` says why), and a
+  paused session is taken up again; the target's part goes with `release` + `abort`.
 
 Why the checker runs in the target's agent, not in the broker's node as in the thesis: the
 broker here is Mosquitto, which runs no code of ours, and a third process would add a hop
@@ -61,7 +62,7 @@ from emu.agent.mqtt import (
     session_present,
 )
 from emu.agent.operators import Operator
-from emu.agent.protocol import Envelope
+from emu.agent.protocol import Envelope, output_topic
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
@@ -73,9 +74,16 @@ LINK_EXPIRY_S = 120
 
 
 def topics(tag: str) -> dict[str, str]:
-    """A parallel migration's topics: the mirrored input, the source's diverted outputs, and
-    the highest SN that went downstream (the checker's word to the source)."""
-    return {part: f"{MIGRATION_TOPICS}/{tag}/{part}" for part in ("input", "old", "covered")}
+    """A parallel migration's topics: the mirrored input, the source's diverted outputs, the
+    highest SN that went downstream (the checker's word to the source), and the source's
+    rollback barrier (a message to itself through the broker)."""
+    return {part: f"{MIGRATION_TOPICS}/{tag}/{part}"
+            for part in ("input", "old", "covered", "barrier")}
+
+
+# How long (emulated s) a rollback waits for its barrier to come back through the broker
+# before it sends what it kept anyway (a broker that does not answer cannot take it either).
+BARRIER_TIMEOUT_S = 2.0
 
 
 class _Link:
@@ -155,20 +163,31 @@ class _Link:
 
 class _Diverted:
     """A parallel migration's source: it stamps and mirrors its input, and sends its window
-    outputs to the checker, keeping those not yet covered downstream."""
+    outputs to the checker, keeping those not yet covered downstream.
+
+    What went downstream it learns from downstream itself: its link reads the target's output
+    topic (`watch`, on the broker they share), where each window output says its last SN,
+    besides the checker's `covered` word. The checker publishes that word after the output,
+    from another client: a target killed between the two, or a word still on its way, would
+    otherwise make a rollback send a window downstream twice. A rollback first sends itself a
+    barrier through the broker: every output the broker took from the target before it comes
+    back first (the broker hands one subscriber its messages in the order it took them)."""
 
     def __init__(self, agent: Agent, operator: Operator, session: InputSession, tag: str,
-                 migration: int) -> None:
+                 migration: int, watch: str | None = None) -> None:
         self.agent = agent
         self.operator = operator
         self.session = session
         self.topics = topics(tag)
         self.migration = migration
+        self.watch = watch
         self.pending: list[tuple[Envelope, tuple]] = []  # diverted outputs not covered yet
         self.covered = 0  # the highest SN that went downstream, as the checker said
         self.mirrored = 0
-        self.link = _Link(agent, f"foglab-mirror-{tag}-source", [self.topics["covered"]],
-                          self._covered, lambda: None)
+        self.barrier: Callable[[], None] | None = None  # a rollback waiting for its barrier
+        filters = [self.topics["covered"], self.topics["barrier"], *([watch] if watch else [])]
+        self.link = _Link(agent, f"foglab-mirror-{tag}-source", filters, self._heard,
+                          lambda: None)
 
     def mirror(self, envelope: Envelope) -> None:
         """Stamp the input with the SN the window gives it and mirror it to the target."""
@@ -185,14 +204,58 @@ class _Diverted:
         self.link.publish(self.topics["old"], json.dumps(
             {"row": row, "message": output.encode().decode()}, separators=(",", ":")).encode())
 
-    def _covered(self, topic: str, payload: bytes, qos: int) -> None:
+    def _heard(self, topic: str, payload: bytes, qos: int) -> None:
+        if topic == self.topics["barrier"]:
+            go, self.barrier = self.barrier, None
+            if go is not None:
+                go()
+            return
         try:
-            covered = int(json.loads(payload)["covered"])
+            if topic == self.watch:  # a window output of the target, as downstream has it
+                covered = int(json.loads(Envelope.decode(payload).body)["last_sn"])
+            else:
+                covered = int(json.loads(payload)["covered"])
         except (ValueError, TypeError, KeyError):
             return
+        self.cover(covered)
+
+    def cover(self, covered: int) -> None:
+        """Everything up to SN `covered` went downstream: what is kept below it goes."""
         if covered > self.covered:
             self.covered = covered
             self.pending = [(o, row) for o, row in self.pending if row[7] > covered]
+
+    def hold(self, output: Envelope, row: tuple) -> None:
+        """A window that closes while a rollback waits for its barrier: kept, to go
+        downstream after the older ones kept, in order."""
+        self.pending.append((output, row))
+
+    def roll_back(self, then: Callable[[int], None]) -> None:
+        """Mirroring stops; once the barrier came back through the broker (or after
+        BARRIER_TIMEOUT_S), what was not covered goes downstream and outputs go straight
+        there again; `then(how many went)` on the scheduler thread."""
+        agent = self.agent
+        self.session.mirror = None
+        window = self.operator.window
+        assert window is not None
+        window.divert = self.hold
+
+        def go() -> None:
+            if self.barrier is not go and self.barrier is not None:
+                return
+            self.barrier = None
+            sent = self.take_back()
+            window.divert = None
+            self.link.close()
+            then(sent)
+
+        self.barrier = go
+        if not self.link.started or self.link.closed:
+            go()
+            return
+        self.link.publish(self.topics["barrier"], b"{}")
+        agent.scheduler.at(agent.clock() + BARRIER_TIMEOUT_S,
+                           lambda: go() if self.barrier is go else None)
 
     def stop(self) -> None:
         self.session.mirror = None
@@ -421,8 +484,13 @@ class ParallelSteps:
         refused = parallel_refusal(operator, 0)
         if refused:
             raise ValueError(refused)
+        target = args.get("target")
+        if target is not None and (not isinstance(target, str) or not target):
+            raise ValueError(f"'target' must name the migration's target node, not {target!r}")
+        watch = (output_topic(operator.config.writes, target)
+                 if target and operator.config.writes else None)
         part = self.diverted[operator.name] = _Diverted(agent, operator, session, tag,
-                                                        int(args.get("migration", -1)))
+                                                        int(args.get("migration", -1)), watch)
 
         def start() -> None:
             window = operator.window
@@ -446,18 +514,20 @@ class ParallelSteps:
                 "mirrored": self.diverted[operator.name].mirrored,
                 "seen": seen, "last": seen[-64:]}
 
-    def take_back(self, name: str, covered: Any) -> dict[str, Any] | None:
-        """A rollback on the source: mirroring stops and what the checker did not cover goes
-        downstream from here; None if the operator was not diverted. The host passes on
-        what a live target said it `covered`: its last word to this agent may still be on
-        its way."""
+    def take_back(self, name: str, covered: Any,
+                  then: Callable[[dict[str, Any]], None]) -> bool:
+        """A rollback on the source: mirroring stops and what did not go downstream goes from
+        here, then `then(what the rollback answers)`; False (and `then` not called) if the
+        operator was not diverted. The host passes on what a live target said it `covered`:
+        its last word to this agent may still be on its way."""
         diverted = self.diverted.pop(name, None)
         if diverted is None:
-            return None
-        diverted.stop()
-        if isinstance(covered, int) and covered > diverted.covered:
-            diverted.covered = covered
-        return {"taken_back": diverted.take_back(), "covered": diverted.covered}
+            return False
+        if isinstance(covered, int) and not isinstance(covered, bool):
+            diverted.cover(covered)
+        diverted.roll_back(lambda sent: then({"taken_back": sent,
+                                              "covered": diverted.covered}))
+        return True
 
     def stop(self, name: str) -> None:
         """The source's instance goes (release): it mirrors and diverts no more."""

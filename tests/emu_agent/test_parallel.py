@@ -139,6 +139,61 @@ def test_a_target_killed_rolls_back_losing_nothing(
 
 
 @pytest.mark.emu
+@pytest.mark.parametrize("word", ["none", "late"])
+def test_a_rollback_sends_nothing_the_target_sent_downstream_before_it_died(
+        word: str, broker, config, agents, controller: Controller, publisher: Publisher,  # noqa: F811
+        listen) -> None:
+    """The target forwarded the source's first windows downstream and died before its
+    `covered` word reached the source (`none`: never sent; `late`: on its way, arriving after
+    the rollback began): the source sends none of them again. The race CI's loaded host
+    showed at the handover (141 readings, one window, went downstream twice). The dead target
+    is the test's own client here, publishing what the target's checker forwards."""
+    import paho.mqtt.client as mqtt
+
+    epoch = time.time()
+    source = agents(config("gw-src", epoch=epoch, operators=[counter()]))
+    listener = listen("counter/#", "foglab/migration/t39/old")
+    feeding = threading.Thread(target=publisher.publish, args=(int(RATE * 5), RATE))
+    feeding.start()
+    time.sleep(0.6)
+    divert = controller.send(["gw-src"], "migrate.divert",
+                             {"operator": "counter", "tag": "t39", "migration": 7,
+                              "target": "gw-dst"}, timeout=5)
+    assert divert.ok, divert.summary()
+    # Two windows diverted to the checker; the dead target forwarded both downstream.
+    wait_for(lambda: len(listener.snapshot("foglab/migration/t39/old")) >= 2, timeout=6)
+    diverted = [json.loads(h.payload) for h in listener.snapshot("foglab/migration/t39/old")]
+    target = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
+    target.connect(broker.host, broker.port)
+    target.loop_start()
+    try:
+        for item in diverted[:2]:
+            target.publish("counter/gw-dst", item["message"].encode(), qos=1).wait_for_publish(5)
+        if word == "late":  # the checker's word, published after the rollback's barrier
+            threading.Timer(0.5, lambda: target.publish(
+                "foglab/migration/t39/covered",
+                json.dumps({"covered": diverted[1]["row"][7]}).encode(), qos=1)).start()
+        rollback = controller.send(["gw-src"], "migrate.rollback",
+                                   {"operator": "counter", "covered": None}, timeout=5)
+        assert rollback.ok, rollback.summary()
+        taken = rollback.replies["gw-src"].result
+        assert taken["covered"] == diverted[1]["row"][7], taken
+        feeding.join()
+        sent = len(publisher.sent)
+        wait_for(lambda: heard_outputs(listener) and heard_outputs(listener)[-1][0] >= sent,
+                 timeout=3 * WINDOW + 5)
+        time.sleep(0.3)
+    finally:
+        target.disconnect()
+        target.loop_stop()
+    outputs = heard_outputs(listener)
+    covers_every_input(outputs, sent)  # nothing twice, nothing missing
+    assert [h.topic for h in listener.snapshot("counter/")][:2] == ["counter/gw-dst"] * 2
+    assert source.operators["counter"].running
+    assert not source.migrations.parallel.diverted
+
+
+@pytest.mark.emu
 def test_operators_parallel_migration_cannot_pair_are_refused(
         broker, config, agents, controller: Controller) -> None:
     agents(config("gw-src", operators=[
