@@ -301,7 +301,7 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                   moving: Collection[str] = (), hold: bool = False,
                   follow: Mapping[str, Mapping[str, str]] | None = None,
                   load: Collection[str] = (),
-                  session_timeout: float = DEFAULT_SESSION_TIMEOUT,
+                  session_timeout: float = DEFAULT_SESSION_TIMEOUT, fence: bool = False,
                   clock: TimeBase = UNDILATED) -> dict[str, AgentConfig]:
     """An AgentConfig per gateway and cloud VM, and per device group that links to no gateway
     (`device_hosts`, kind device), without broker and ZooKeeper addresses (the cluster's plan
@@ -314,7 +314,8 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
     the node each moving device's instance starts on (the hybrid backend's policy decides).
     `load`: devices the host's load generator emits (the hybrid backend's simulated load):
     their gateways' agents take their readings from it (DriverConfig.load).
-    `session_timeout`: the agents' ZooKeeper sessions (scenario.recovery's detector).
+    `session_timeout`: the agents' ZooKeeper sessions (scenario.recovery's detector);
+    `fence`: an agent whose session expired stops its movable instances (AgentConfig.fence).
     `clock`: the run's time base (emu.agent.timebase), every agent's clock.
     """
     drivers = _drivers(topology, workload, load) if workload is not None else {}
@@ -330,6 +331,6 @@ def agent_configs(topology: Topology, workload: WorkloadSpec | None = None,
                 drivers=[_forwarding(driver, name, placed) for driver in drivers.get(name, [])],
                 operators=placed[name],
                 seed=seed, epoch=epoch, index=index, hold=hold,
-                session_timeout=session_timeout, dilation=clock.dilation,
+                session_timeout=session_timeout, fence=fence, dilation=clock.dilation,
                 time_anchor=clock.anchor)
             for index, (name, kind) in enumerate(hosts, start=1)}

@@ -155,6 +155,7 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
     configs = agent_configs(request.topology, request.workload, request.pipeline, request.seed,
                             0.0, moving=setup.moving, hold=True, follow=request.follow,
                             load=request.load, session_timeout=setup.session_timeout,
+                            fence=setup.fence,
                             clock=clock)
     name = f"run-{int(time.time() * 1000) % 10**10:010d}"
     stage = getattr(progress, "stage", lambda text: None)

@@ -38,7 +38,8 @@ def summarise(tables: dict[str, pa.Table], duration: float, sample: float,
         "features": feature_figures(tables, facts or {}),
         # What the figures above do not cover, said where they are read (the run stays
         # `ok`: docs/results.md, warnings).
-        "warnings": migration_warnings(migrations),
+        "warnings": migration_warnings(migrations)
+        + suspicion_warnings(tables.get("recoveries")),
     }
 
 
@@ -189,6 +190,24 @@ def migration_warnings(rows: list[dict], shown: int = 3) -> list[str]:
     more = f"; and {len(missed) - shown} more" if len(missed) > shown else ""
     return [f"{len(missed)} of {len(rows)} migrations did not finish: " + "; ".join(said)
             + more + " (migrations.parquet's status)"]
+
+
+def suspicion_warnings(recoveries: pa.Table | None) -> list[str]:
+    """A line for each node recovery took for dead with no crash of it in the fault schedule
+    (its `t_crash` is NaN): on a loaded host a ZooKeeper session shorter than the host's
+    stalls expires while the agent runs. Its instances were fenced and re-placed (the
+    figures stand), at the cost of what they had processed since their checkpoint."""
+    if recoveries is None or recoveries.num_rows == 0:
+        return []
+    said = {}
+    for row in recoveries.to_pylist():
+        crash = row.get("t_crash")
+        if crash is None or (isinstance(crash, float) and math.isnan(crash)):
+            said.setdefault(row["node"], row.get("t_detected"))
+    return [f"{node} was taken for dead at {when:.2f} s with no crash scheduled: its "
+            "ZooKeeper session expired while it ran (a host too loaded for "
+            "scenario.recovery.session_timeout); its instances were fenced and re-placed from "
+            "their checkpoints (recoveries.parquet)" for node, when in said.items()]
 
 
 def lost_workload(manifest: dict, summary: dict | None = None) -> str | None:

@@ -136,6 +136,9 @@ class Agent:
         self._taken_copy: dict[str, int] = {}
         self.unreadable = 0   # broker messages that were no envelope
         self.unpublished = 0  # QoS 0 publishes the client refused (not connected)
+        # Instances stopped because another took their session over (emu.agent.migration's
+        # fence): operator -> when, on the agent's clock.
+        self.fenced: dict[str, float] = {}
         self.looped = 0       # outputs dropped after MAX_HOPS operators
         self.loaded = 0       # simulated devices' readings taken from the load topic
         # Instances reading through a session of their own (emu.agent.migration): movable.
@@ -181,6 +184,8 @@ class Agent:
             self.registration = Registration(config.zookeeper, self.node,
                                              self.host_seconds(config.session_timeout),
                                              lambda: self.description, sensors)
+            if config.fence:
+                self.registration.on_expired = lambda: self.scheduler.call(self._expired)
 
     # Time ------------------------------------------------------------------------------------
 
@@ -571,6 +576,36 @@ class Agent:
             threading.Thread(target=session.close, daemon=True).start()
         self._changed()
 
+    def _expired(self) -> None:
+        """The node's ZooKeeper session expired: the host took it for dead and re-places its
+        instances that read through a session of their own (AgentConfig.fence)."""
+        from emu.agent.migration import InputSession
+
+        for name, session in list(self.sessions.items()):
+            if isinstance(session, InputSession) and name in self.operators:
+                self.fence(name, session)
+
+    def fence(self, name: str, session: Any) -> None:
+        """The fence: the instance leaves its input session without ending it (a half-close:
+        what the broker sent before is processed here, the rest it holds for the instance the
+        host re-placed), then goes; said on stderr and in `status`."""
+        self.fenced[name] = self.clock()
+        print(f"foglab agent {self.node}: its ZooKeeper session expired at "
+              f"{self.fenced[name]:.3f} (taken for dead): {name} stops here (fenced)",
+              file=sys.stderr, flush=True)
+
+        def drained() -> None:
+            if self.sessions.get(name) is not session or name not in self.operators:
+                return
+            operator = self.operators.pop(name)
+            operator.running = False
+            operator.token += 1
+            del self.sessions[name]
+            threading.Thread(target=session.stop_loop, daemon=True).start()
+            self._changed()
+
+        session.pause(drained)
+
     def set_running(self, name: str, running: bool) -> None:
         operator = self._operator(name)
         if operator.running == running:
@@ -612,5 +647,6 @@ class Agent:
             "rates": {stream: d.rate for stream, d in self.drivers.by_stream.items()},
             "sent": self.records.sent_count, "received": self.records.received_count,
             "unreadable": self.unreadable, "unpublished": self.unpublished,
+            "fenced": dict(self.fenced),
             "loaded": self.loaded,
         }

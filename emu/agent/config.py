@@ -148,6 +148,11 @@ class AgentConfig:
     epoch: float = 0.0                 # the agent's clock (timebase().now()) at the run's t = 0
     index: int = 0                     # this node's number in the run: message ids start here
     session_timeout: float = 10.0      # ZooKeeper session: how long a dead agent stays registered
+    # The fence (scenario.recovery): when the node's ZooKeeper session expired, the host took
+    # the node for dead and re-places its instances that read through a session of their own;
+    # the agent, alive after all (a loaded host stalled it), stops them, leaving their input
+    # in their sessions for the instances that take them over (emu.agent.agent.Agent.fence).
+    fence: bool = False
     # Drivers wait for a `set run.epoch` request: every node of a run starts at one epoch.
     hold: bool = False
     # Starts of this node's agent before this one in the run (0: the first; `revived`).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import sys
 import threading
 from collections.abc import Callable
@@ -43,6 +44,10 @@ class Registration:
         self.sensors = sensors
         self.registered = threading.Event()
         self.registrations = 0  # how many sessions this node registered in (1 + re-registrations)
+        # Sessions of this node ZooKeeper expired (it was taken for dead meanwhile); each is
+        # told to `on_expired` on the connection thread, before the node registers again.
+        self.expired = 0
+        self.on_expired: Callable[[], None] = lambda: None
         self._lock = threading.Lock()
         self._closing = False
         self.client: ZooKeeper | None = None
@@ -55,6 +60,9 @@ class Registration:
     def _connected(self, new_session: bool) -> None:
         # Called on the client's connection thread, which reads the replies: call on another.
         if new_session:
+            if self.registrations and self.registered.is_set():
+                self.expired += 1
+                self.on_expired()
             self.registered.clear()
         if not self._closing:
             threading.Thread(target=self._register, name="foglab-register", daemon=True).start()
@@ -79,7 +87,7 @@ class Registration:
                         reply.get()
                     except (NoNodeError, NodeExistsError):  # deleted meanwhile, or an old znode
                         self._make(path, data)
-                self._make(self.path, self.description())
+                self._make(self.path, self._data())
             except (ZooKeeperError, OSError) as error:
                 # Tried again on the next connection.
                 print(f"foglab agent {self.node}: registration failed: {error!r}",
@@ -125,7 +133,20 @@ class Registration:
         if self.client is not None and self.registered.is_set():
             # Lost with the connection, it goes again when the session resumes.
             with contextlib.suppress(ZooKeeperError):
-                self.client.set_async(self.path, self.description())
+                self.client.set_async(self.path, self._data())
+
+    def _data(self) -> bytes:
+        """The gateway znode's data: the node's description, with the sessions it lost
+        (the host's failure detector tells a loss it did not see by them)."""
+        description = self.description()
+        try:
+            data = json.loads(description)
+        except ValueError:
+            return description
+        if not isinstance(data, dict):
+            return description
+        data["expired"] = self.expired
+        return json.dumps(data, separators=(",", ":")).encode()
 
     def close(self, timeout: float = 1.0) -> None:
         """End the session, which removes the znodes; give up waiting after timeout."""

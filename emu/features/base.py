@@ -34,6 +34,9 @@ class Setup:
     scenario: dict[str, object]
     moving: set[str] = field(default_factory=set)
     session_timeout: float = DEFAULT_SESSION_TIMEOUT
+    # Whether an agent whose ZooKeeper session expired stops its instances that read through
+    # a session of their own (AgentConfig.fence): the host re-places them (recovery).
+    fence: bool = False
     spares: dict[str, str] = field(default_factory=dict)  # spare broker -> the broker it helps
     checks: list[Callable[[Any, dict], None]] = field(default_factory=list)
     # The run's time dilation: its times and timings above are emulated seconds.

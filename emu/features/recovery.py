@@ -104,7 +104,8 @@ class Recovery:
         self.planned = {node: {op.name for op in configs[node].operators}
                         for node in self.nodes}
         self.live = set(self.nodes)
-        self.seen: dict[str, int] = {}         # node -> the incarnation its znode names
+        # node -> (incarnation, sessions lost) its znode names
+        self.seen: dict[str, tuple[int, int]] = {}
         self.incarnation: dict[str, int] = {}  # node -> its agent's latest start (revive)
         self.rows: list[dict] = []
         self.errors: list[str] = []
@@ -137,16 +138,21 @@ class Recovery:
         """On kazoo's thread: the node's znode changed. Gone: its instances leave it now,
         unless the loss is of an incarnation older than the node's revival."""
         now = self.clock()
-        if data is not None:
-            with self._lock:
-                self.live.add(node)
-                self.seen[node] = _incarnation(data, self.seen.get(node, 0))
-            return True
         with self._lock:
-            if node not in self.live:
+            incarnation, expired = self.seen.get(node, (0, 0))
+            if data is not None:
+                seen = self.seen[node] = _identity(data, (incarnation, expired))
+                was_live = node in self.live
+                self.live.add(node)
+                # A session of this start that expired, its znode made again before the
+                # watch read it (the agent fenced its instances: AgentConfig.fence).
+                if not (was_live and seen[0] == incarnation and seen[1] > expired):
+                    return True
+            elif node in self.live:
+                self.live.discard(node)
+            else:
                 return True
-            self.live.discard(node)
-            if self.incarnation.get(node, 0) > self.seen.get(node, 0):
+            if self.incarnation.get(node, 0) > incarnation:
                 return True  # the old incarnation's session went: the revived one runs them
             instances = self.placed.pop(node, [])
         if instances:
@@ -245,10 +251,12 @@ class Recovery:
         return moved
 
 
-def _incarnation(data: bytes, default: int) -> int:
-    """The incarnation an agent's gateway znode names (emu.agent.agent), else `default`."""
+def _identity(data: bytes, default: tuple[int, int]) -> tuple[int, int]:
+    """The start (incarnation) and the sessions it lost (expired) an agent's gateway znode
+    names (emu.agent.agent, emu.agent.registry), else `default`."""
     try:
-        return int(json.loads(data).get("incarnation", default))
+        found = json.loads(data)
+        return int(found.get("incarnation", default[0])), int(found.get("expired", default[1]))
     except (ValueError, TypeError, AttributeError):
         return default
 
@@ -309,6 +317,7 @@ class RecoveryFeature(Feature):
         setup.moving |= {op.name for op in setup.pipeline
                          if op.engine == "python" and not op.follow}
         setup.session_timeout = self.spec.session_timeout
+        setup.fence = True
 
     def start(self, run, epoch: float) -> None:
         zk_hosts = ",".join(f"{run.status[z].ip}:2181" for z in run.plan.zookeeper)

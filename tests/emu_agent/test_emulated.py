@@ -183,8 +183,10 @@ def test_a_registration_takes_two_round_trips_whatever_its_sensors(zookeeper, zk
         assert registration.registered.wait(30)
         took = time.monotonic() - started
         # Connect (one round trip of 0.2 s), parents and sensors (one), the gateway (one or
-        # two: its create, and only if an old znode was there, more); one at a time: 48 s.
-        assert took < 1.6, f"registration took {took:.2f} s"
+        # two: its create, and only if an old znode was there, more): 0.8 s; one at a time:
+        # 48 s. A tenth of that tells the two apart and holds at CI's worst (load 6 on two
+        # cores), where the round trips are the relay's, not CPU.
+        assert took < 4.8, f"registration took {took:.2f} s"
         assert len(zk.get_children(f"/iot/sensors/{stream}")) == 40
         assert zk.exists(gateway_path(f"gw-{stream}")).ephemeralOwner == (
             registration.client.session_id)
@@ -350,7 +352,9 @@ def test_the_zookeeper_client_fails_calls_while_it_has_no_connection() -> None:
         client.create("/x", b"")
     started = time.monotonic()
     client.close(timeout=1.0)
-    assert time.monotonic() - started < 1.5
+    # Its timeout at most (1 s), with a margin for a loaded host's late wake-up (CI's worst,
+    # load 6 on two cores: tens of ms).
+    assert time.monotonic() - started < 3.0
 
 
 # The agent in the arm64 gateway image ------------------------------------------------------------
@@ -514,8 +518,9 @@ def recovery(zookeeper: str, zk) -> Iterator[tuple[Any, HeldControl, Callable[..
         with contextlib.suppress(KazooNoNode):
             zk.delete(gateway_path(node))
 
-    def register(node: str, incarnation: int) -> None:
-        zk.create(gateway_path(node), json.dumps({"incarnation": incarnation}).encode(),
+    def register(node: str, incarnation: int, expired: int = 0) -> None:
+        zk.create(gateway_path(node), json.dumps({"incarnation": incarnation,
+                                                  "expired": expired}).encode(),
                   makepath=True)
 
     for node in ("gw-r-1", "gw-r-2"):
@@ -552,7 +557,7 @@ def test_a_node_back_while_its_instance_is_being_re_placed_does_not_start_it(rec
     assert [(r["node"], r["target"], r["error"]) for r in recovery.rows] == [
         ("gw-r-1", "gw-r-2", None)]
     register("gw-r-1", 1)
-    wait_for(lambda: recovery.seen.get("gw-r-1") == 1, timeout=10)
+    wait_for(lambda: recovery.seen.get("gw-r-1") == (1, 0), timeout=10)
     assert recovery.placed == {"gw-r-1": [], "gw-r-2": [recovery.placed["gw-r-2"][0]]}
     assert recovery.placed["gw-r-2"][0].name == "count"
 
@@ -564,7 +569,7 @@ def test_a_node_back_before_its_loss_was_seen_keeps_its_instance(recovery, zk) -
     assert recovery.revive("gw-r-1", 1) == set()
     zk.delete(gateway_path("gw-r-1"))  # the old session's end, after the revival
     register("gw-r-1", 1)
-    wait_for(lambda: recovery.seen.get("gw-r-1") == 1, timeout=10)
+    wait_for(lambda: recovery.seen.get("gw-r-1") == (1, 0), timeout=10)
     # The watch saw the deletion before the new znode (one path's events come in order),
     # and the detection takes a node's instances off it there and then: they stayed.
     assert [op.name for op in recovery.placed["gw-r-1"]] == ["count"]
@@ -584,7 +589,7 @@ def test_an_instance_re_placed_onto_a_node_that_crashes_too_is_re_placed_at_its_
     wait_for(lambda: recovery.rows, timeout=10)
     register("gw-r-1", 1)
     assert recovery.revive("gw-r-1", 1) == {"count"}
-    wait_for(lambda: recovery.seen.get("gw-r-1") == 1 and "gw-r-1" in recovery.live,
+    wait_for(lambda: recovery.seen.get("gw-r-1") == (1, 0) and "gw-r-1" in recovery.live,
              timeout=10)
     # gw-r-2, which took the instance, comes back before its loss is seen: its revived agent
     # does not know the instance (its plan had none), so it goes to the live gw-r-1.
@@ -593,3 +598,67 @@ def test_an_instance_re_placed_onto_a_node_that_crashes_too_is_re_placed_at_its_
     assert [(r["node"], r["target"]) for r in recovery.rows] == [
         ("gw-r-1", "gw-r-2"), ("gw-r-2", "gw-r-1")]
     assert [op.name for op in recovery.placed["gw-r-1"]] == ["count"]
+
+
+def test_a_session_lost_and_made_again_unseen_is_a_loss(recovery, zk) -> None:
+    """The agent's session expired and it registered again before the watch read the znode
+    (a loaded host): the znode says one more session lost, and the instances, which the
+    agent fenced, are re-placed."""
+    recovery, control, register = recovery
+    control.go.set()
+    zk.set(gateway_path("gw-r-1"), json.dumps({"incarnation": 0, "expired": 0,
+                                               "operators": {}}).encode())
+    assert recovery._work.empty() and control.sent == []  # a description changed: nothing
+    zk.set(gateway_path("gw-r-1"), json.dumps({"incarnation": 0, "expired": 1}).encode())
+    wait_for(lambda: recovery.rows, timeout=10)
+    assert control.sent == [("gw-r-2", "count")] and "gw-r-1" in recovery.live
+
+
+def test_an_agent_whose_session_expired_fences_its_instances(config, agents, zookeeper, zk,
+                                                             listen) -> None:
+    """Alive after all (a stalled host let its session expire), the agent stops each instance
+    that reads through a session of its own, leaving the session to the broker, which holds
+    what comes meanwhile for the instance the host re-placed; its znode says the loss."""
+    from kazoo.client import KazooClient
+
+    from emu.agent.mqtt import end_session, new_client, session_args
+
+    operator = OperatorConfig("count", reads=["fence/#"], window=1.0,
+                              session=f"foglab-op-fence-{secrets.token_hex(3)}")
+    agent = agents(gateway_config(config, zookeeper, "gw-z6", operators=[operator],
+                                  fence=True))
+    wait_registered(zookeeper, ["gw-z6"], timeout=60)
+    wait_for(lambda: agent.sessions["count"].subscribed.is_set(), timeout=10)
+    registration = agent.registration
+    session_id, password = registration.client.client_id
+    thief = KazooClient(hosts=zookeeper, client_id=(session_id, password), timeout=10)
+    thief.start(timeout=60)
+    thief.stop()
+    thief.close()
+    wait_for(lambda: "count" in agent.fenced and "count" not in agent.operators, timeout=30)
+    wait_for(lambda: registration.registrations == 2, timeout=30, step=0.2)
+    assert json.loads(zk.get(gateway_path("gw-z6"))[0])["expired"] == 1
+    # The broker kept the instance's session: what is published now waits there for it.
+    host, port = config("x").mqtt.rsplit(":", 1)
+    publisher = new_client(f"fence-pub-{secrets.token_hex(3)}")
+    publisher.connect(host, int(port))
+    publisher.loop_start()
+    try:
+        publisher.publish("fence/a", b"x", qos=1).wait_for_publish(5)
+    finally:
+        publisher.disconnect()
+        publisher.loop_stop()
+    present = threading.Event()
+    taker = new_client(operator.session, persistent=True)
+    got: list[bytes] = []
+    taker.on_connect = lambda c, u, flags, *rest: (
+        flags.session_present and present.set())
+    taker.on_message = lambda c, u, message: got.append(message.payload)
+    taker.connect(host, int(port), **session_args())
+    taker.loop_start()
+    try:
+        assert present.wait(10), "the fenced instance ended its session"
+        wait_for(lambda: got == [b"x"], timeout=10)
+    finally:
+        taker.disconnect(properties=end_session())
+        taker.loop_stop()
