@@ -11,6 +11,7 @@ import pytest
 from experiments.loader import parse_text
 from experiments.runner import run_experiment
 from tests.engine import docker_engine
+from tests.foundation.helpers import arrivals_per_window
 
 HOP_MS = 10  # each link's latency: device to switch, switch to broker, and back to the VM
 
@@ -75,11 +76,17 @@ def test_producers_on_a_switch_deliver_to_a_window_count_on_a_cloud_vm(tmp_path)
     assert set(emu["source"]) == {"producer-1", "producer-2"} and set(emu["sink"]) == {"vm"}
     # producer -> datacentre -> broker -> datacentre -> vm, on both backends
     assert set(emu["hops"]) == set(messages["sim"]["hops"]) == {4}
-    # The link layer holds each message on both paths: 2 x 20 ms at least.
+    # The link layer holds each message on both paths: 2 x 20 ms at least. (No bound above:
+    # a loaded host only adds; the links' accuracy is benchmarks/link_accuracy.py's.)
     assert emu["latency"].min() >= 4 * HOP_MS / 1000 - 0.002
-    assert emu["latency"].median() < 4 * HOP_MS / 1000 + 0.1
+    # Each window counted what reached the VM in its span, as the VM's records say (not 80
+    # +- a margin: a loaded host bunches arrivals across a window's edge; CI counted one full
+    # window outside 76-84), and the windows together counted every message that arrived
+    # before the last one closed.
     windows = pq.read_table(folders["emu"] / "windows.parquet").to_pandas()
-    full = windows[(windows["t"] > 2.5) & (windows["t"] < 8.5)]
-    assert len(full) >= 2 and full["count"].between(76, 84).all(), windows
+    got = arrivals_per_window(windows, emu, 2.0)
+    assert len(got) >= 4 and all(count == arrived for _, count, arrived in got), got
+    assert [w for w, *_ in got] == list(range(len(got)))  # each 2 s window once, in order
+    assert windows["count"].sum() == (emu["t_received"] < 2.0 * len(got)).sum()
     nodes = pq.read_table(folders["emu"] / "nodes.parquet").to_pandas()
     assert "producer" in set(nodes["node"])  # the group's container, sampled

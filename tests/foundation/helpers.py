@@ -77,3 +77,21 @@ def tables_differ(a: dict[str, np.ndarray], b: dict[str, np.ndarray]) -> bool:
     except AssertionError:
         return True
     return False
+
+
+def arrivals_per_window(windows, messages, size: float) -> list[tuple[int, int, int]]:
+    """For each row of an emulation's windows table (a tumbling time window of `size` s on an
+    operator that is its node's sink), (window, count, arrived): `arrived` is how many of the
+    messages table's rows reached that node (`sink`) with `t_received` in the window's span
+    [window * size, (window + 1) * size). The agent stamps a message's record and its window
+    event with the same clock reading, so the two agree however late the host let the messages
+    in: a window count's check that no load can break."""
+    sink, t_received = np.asarray(messages["sink"]), np.asarray(messages["t_received"])
+    got = []
+    for window, node, count in zip(windows["window"], windows["node"], windows["count"],
+                                   strict=True):
+        start = int(window) * size
+        arrived = int(((sink == node) & (t_received >= start) & (t_received < start + size))
+                      .sum())
+        got.append((int(window), int(count), arrived))
+    return got
