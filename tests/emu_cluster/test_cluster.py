@@ -7,7 +7,6 @@ import json
 import os
 import secrets
 import socket
-import statistics
 import subprocess
 import sys
 import time
@@ -161,11 +160,15 @@ def test_agents_are_told_the_relays_on_their_site_bridge(cluster) -> None:
 def test_a_gateway_reaches_the_broker_with_the_configured_latency(cluster) -> None:
     rtts = json.loads(run_python(cluster, "gw-1", MQTT_PINGS, cluster.address("gw-1", "broker"),
                                  "12"))
-    # Each way crosses the relay once: a round trip costs twice the one-way latency.
+    # Each way crosses the relay once: a round trip costs twice the one-way latency, never
+    # less, and the fastest of 12 not a third crossing more (a loaded host only adds: at CI's
+    # worst, load 6 on two cores, 20 ms to a round trip; the median's accuracy is
+    # benchmarks/link_accuracy.py's figure).
     assert min(rtts) >= 2 * GW_LATENCY_S - 0.001
-    assert statistics.median(rtts) == pytest.approx(2 * GW_LATENCY_S, abs=0.012)
+    assert min(rtts) < 3 * GW_LATENCY_S
     vm = json.loads(run_python(cluster, "vm", MQTT_PINGS, cluster.address("vm", "broker"), "12"))
-    assert statistics.median(vm) == pytest.approx(2 * VM_LATENCY_S, abs=0.006)
+    # The VM's 1 ms link, not the gateway's 25: below the gateway's floor, however loaded.
+    assert 2 * VM_LATENCY_S - 0.001 <= min(vm) < 2 * GW_LATENCY_S - 0.001
 
 
 def test_a_gateway_reaches_zookeeper_through_its_relay(cluster) -> None:
@@ -179,7 +182,9 @@ def test_a_link_is_reshaped_while_it_runs(cluster) -> None:
     try:
         rtts = json.loads(run_python(cluster, "gw-2", MQTT_PINGS,
                                      cluster.address("gw-2", "broker"), "12"))
-        assert statistics.median(rtts) == pytest.approx(0.010, abs=0.008)
+        # The new 5 ms each way, never less; the fastest of 12 below the old shape's floor
+        # (50 ms a round trip), however loaded the host: the reshape took effect.
+        assert 0.010 - 0.001 <= min(rtts) < 2 * GW_LATENCY_S - 0.001
     finally:
         cluster.reshape("gw-2", "broker", cluster.plan.link("gw-2", "broker").shape)
 
@@ -291,7 +296,9 @@ def test_netem_shapes_the_clients_where_the_kernel_has_it_else_up_fails_cleanly(
         address = forced.address("gw-1", "broker")
         assert address == f"foglab-{plan.cluster}-broker:1883"
         rtts = json.loads(run_python(forced, "gw-1", MQTT_PINGS, address, "12"))
-        assert statistics.median(rtts) == pytest.approx(2 * GW_LATENCY_S, abs=0.012)
+        # netem's delay, never less; the fastest of 12 not a third crossing more (CI's worst,
+        # load 6 on two cores, added 20 ms to a round trip).
+        assert 2 * GW_LATENCY_S - 0.001 <= min(rtts) < 3 * GW_LATENCY_S
     assert leftovers(client, plan.cluster) == ([], [])
 
 

@@ -119,7 +119,10 @@ def test_a_relay_shaped_round_trip_to_the_broker_lasts_k_times_the_emulated_one(
     median = statistics.median(rtts)
     print(f"\nPINGREQ through the relay of a {GW_LATENCY_S * 1000:g} ms link at K={K}: "
           f"{median * 1000:.1f} ms on the host, {median / K * 1000:.1f} ms emulated")
-    assert min(rtts) >= K * 2 * GW_LATENCY_S - 0.001
-    assert median == pytest.approx(K * 2 * GW_LATENCY_S, abs=0.015)
+    # K times the emulated round trip, never less; the fastest of 12 not K times a third
+    # crossing more, nor the undilated round trip (a loaded host only adds: at CI's worst,
+    # load 6 on two cores, 20 ms to a round trip). The median's accuracy is
+    # benchmarks/link_accuracy.py's and benchmarks/dilation.py's.
+    assert K * 2 * GW_LATENCY_S - 0.001 <= min(rtts) < K * 3 * GW_LATENCY_S
     # The plan keeps the emulated shape; the relay runs it dilated.
     assert cluster.plan.link("gw-1", "broker").shape.latency_s == pytest.approx(GW_LATENCY_S)

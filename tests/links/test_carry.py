@@ -43,8 +43,6 @@ def test_a_receiver_that_does_not_read_stops_the_relay_reading_its_sender() -> N
     run(scenario(), timeout_s=30)
 
 
-# Timed to 50 ms on the host: beside CI's CPU-heavy files the same relay took 0.82 s for 0.4.
-@pytest.mark.alone
 def test_at_most_the_window_of_chunks_is_in_flight(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(carry, "IN_FLIGHT_CHUNKS", 1)
 
@@ -62,9 +60,10 @@ def test_at_most_the_window_of_chunks_is_in_flight(monkeypatch: pytest.MonkeyPat
     # One chunk on the link at a time: the second, read while the first is on it, goes on when
     # the first arrives (0.1 s), the third at 0.2 s and reaches the echo at 0.3 s; its answer
     # is back 0.1 s later. With a window of 256 all three would be back by about 0.22 s.
+    # So a bound below tells the window of one from 256; none above (beside CI's CPU-heavy
+    # files the same relay took 0.82 s for 0.4: a loaded host only adds).
     elapsed = run(scenario())
     assert elapsed >= 0.4 - 0.002
-    assert elapsed < 0.4 + 0.05
 
 
 def test_a_reset_client_ends_the_upstream_connection() -> None:

@@ -135,9 +135,12 @@ def test_the_links_of_a_plan_run_on_a_node_agent_shaped_and_reshaped(routes) -> 
         key = next(k for k in addresses if k[0] == "gw-1" and plan.link(*k).role == "mqtt")
         local = local_address(addresses[key], routes)
         # A round trip pays the link's one-way latency twice (never less).
-        assert 2 * GW_LATENCY_S <= round_trip(local) <= 2 * GW_LATENCY_S + 0.03
+        # Above, a bound at CI's worst (load 6 on two cores added 20 ms to a round trip, and a
+        # single one here): not the reshaped link's 200 ms, and after the reshape not a third
+        # crossing.
+        assert 2 * GW_LATENCY_S <= round_trip(local) < 2 * GW_LATENCY_S + 0.1
         links.reshape(*key, LinkShape(0.1))
-        assert 0.2 <= round_trip(local) <= 0.23
+        assert 0.2 <= round_trip(local) < 0.3
         assert links.shapes[key] == LinkShape(0.1)
         counters = links.counters()
         assert counters[key].connections == 2 and counters[key].bytes_up == 2 * 5 * 32
