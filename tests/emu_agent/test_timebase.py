@@ -50,10 +50,13 @@ def test_a_wait_on_an_emulated_span_lasts_k_times_longer() -> None:
     event = threading.Event()
     start = time.monotonic()
     assert base.wait(event, 0.1) is False
-    assert 0.29 <= time.monotonic() - start < 0.45
+    # K times the span, never less; above, under K x K times it (a span dilated twice), a
+    # bound a loaded host's late wake-up stays under at CI's worst (load 6 on two cores: tens
+    # of ms, where the margin is 0.6 s).
+    assert 0.29 <= time.monotonic() - start < 0.9
     start = time.monotonic()
     base.sleep(0.05)
-    assert 0.14 <= time.monotonic() - start < 0.3
+    assert 0.14 <= time.monotonic() - start < 0.45
 
 
 def test_the_scheduler_runs_an_action_k_times_later_on_the_host() -> None:
