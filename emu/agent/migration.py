@@ -237,11 +237,17 @@ class InputSession:
         no_delay(client)
         self.t_connected = self.agent.clock()
         self.present = session_present(flags)
-        if self.present:
+        # A new session (or one the broker lost): subscribe; a held one kept them, but for
+        # its shared subscriptions: Mosquitto 2.0 restores a session from its database after
+        # a restart without them (measured on 2.0.11: session present, nothing delivered;
+        # the nemesis's replication runs lost every reading after a broker restart).
+        wanted = (self.filters if not self.present else
+                  [f for f in self.filters if f.startswith("$share/")])
+        if wanted:
+            client.subscribe([(f, 1) for f in wanted])  # _on_subscribe: ready
+        else:
             self.subscribed.set()
             self.agent.scheduler.call(self.agent.session_ready)
-        else:  # a new session (or one the broker lost): subscribe; a held one kept them
-            client.subscribe([(f, 1) for f in self.filters])
 
     def _on_subscribe(self, *args: Any) -> None:
         self.subscribed.set()
