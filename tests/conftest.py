@@ -33,17 +33,16 @@ CPU_HEAVY = {"tests/emu_run/test_spark_migration.py", "tests/spark_apps/test_mig
              "tests/spark_cluster/test_cluster.py", "tests/emu_run/test_spark_cluster_run.py"}
 
 # Files that need the host to themselves: `alone`, after the others, one at a time.
-# - test_calibrate measures the host (the CPU an agent, a broker and each operator cost on it)
-#   and holds those figures to bounds: other files' load is in what it measures;
-# - test_recovery: a crashed gateway's operator ran twice when the recovery's re-placement
-#   landed after the gateway's restart under CI's load, a race being fixed.
+# test_calibrate measures the host (the CPU an agent, a broker and each operator cost on it)
+# and holds those figures to bounds: other files' load is in what it measures. (test_recovery
+# was alone too while a crashed gateway's operator could run twice under load: fixed, its
+# order driven by tests/emu_agent/test_emulated.py.)
 MEASURES_THE_HOST = {"tests/emu_host/test_calibrate.py"}
-LOAD_SENSITIVE = {"tests/emu_run/test_recovery.py"}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if item.nodeid.split("::", 1)[0] in MEASURES_THE_HOST | LOAD_SENSITIVE:
+        if item.nodeid.split("::", 1)[0] in MEASURES_THE_HOST:
             item.add_marker(pytest.mark.alone)
 
 
