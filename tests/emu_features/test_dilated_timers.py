@@ -144,7 +144,10 @@ def test_the_dilated_models_seconds_last_k_host_seconds_and_its_lag_is_emulated(
     assert len(seen) >= 6
     late = sorted(wall - clock.host(epoch + t_model) for t_model, wall in seen)
     assert late[0] > -0.005  # never early, on the host's clock K times slower
-    assert statistics.median(late) < 0.05
+    # On time give or take the host's scheduling: a quarter second holds on CI's loaded
+    # parallel phase (an idle relay set's timers ran 67 ms late there); a clock that ignored
+    # K would be early (above) or K times 0.1 s late.
+    assert statistics.median(late) < 0.25
     # the lag is reported in emulated seconds: the host's over K
     assert lag.max == pytest.approx(max(late) / K, abs=0.05 / K)
 

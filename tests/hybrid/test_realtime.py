@@ -28,7 +28,9 @@ def test_the_model_keeps_to_the_wall_clock_from_the_epoch():
     assert len(seen) >= 10
     late = sorted(wall - (epoch + t_model) for t_model, wall in seen)
     assert late[0] > -0.005  # never early
-    assert late[len(late) // 2] < 0.05  # on time, give or take a busy host's scheduling
+    # On time, give or take a busy host's scheduling: a quarter second holds on CI's loaded
+    # parallel phase (an idle relay set's timers ran 67 ms late there).
+    assert late[len(late) // 2] < 0.25
     assert lag.events >= 10 and lag.max == pytest.approx(max(late), abs=0.05)
 
 
