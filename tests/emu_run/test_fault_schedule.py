@@ -382,9 +382,18 @@ def test_a_run_goes_through_its_fault_schedule_on_the_containers(tmp_path) -> No
     assert (cut["t_sent"] + cut["latency"]).min() >= PARTITION[1] - 0.02
     healed = c[c["t_sent"].between(PARTITION[1] + 1.5, RESTART[0] - 0.5)]["latency"]
     assert healed.quantile(0.2) < EXTRA_S / 2
-    # restart at QoS 1: the live gateways' devices lose nothing, each message once.
+    # restart at QoS 1: the live gateways' devices lose nothing, each message once. The
+    # crashed gateway's devices run in its agent: what they had recorded and not yet handed
+    # to the broker died with it, in the moment before the kill (a loaded host's publishing
+    # thread lags: 3 of 1,369 once in CI), and nothing else of theirs is lost.
     counts = facts["messages"]
-    assert counts["lost"] == 0 and counts["dropped"] == 0, counts
+    assert counts["dropped"] == 0, counts
+    lost = messages[messages["state"] == "lost"]
+    lost_group = lost["source"].str[0]
+    assert not lost_group.isin(["a", "c"]).any(), lost.to_dict("records")
+    died = lost[lost_group == "b"]["t_sent"]
+    assert died.between(killed - 1.5, killed + 0.1).all(), lost.to_dict("records")
+    assert counts["lost"] == len(lost) and len(lost) <= DEVICES * RATE * 1.5, counts
     (outage,) = facts["outages"]["broker-1"]
     assert RESTART[0] <= outage[0] and outage[1] <= RESTART[1] + TOLERANCE_S + 1.0, outage
     expected = DEVICES * RATE * DURATION
