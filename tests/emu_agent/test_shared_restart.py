@@ -19,22 +19,22 @@ pytestmark = pytest.mark.emu
 
 def test_a_shared_subscription_of_a_held_session_goes_on_after_a_broker_restart(
         broker, config, agents) -> None:  # noqa: F811
-    reads = [f"$share/work/{TOPIC.split('/')[0]}/+"]
+    reads = [f"$share/filter/{TOPIC.split('/')[0]}/+"]
     agent = agents(config("gw-1", operators=[OperatorConfig(
-        name="work", reads=reads, session="foglab-op-work-0")]))
-    wait_for(lambda: agent.sessions["work"].subscribed.is_set(), timeout=10)
+        name="filter", reads=reads, session="foglab-op-filter-0")]))
+    wait_for(lambda: agent.sessions["filter"].subscribed.is_set(), timeout=10)
     publisher = Publisher(broker)
     try:
         publisher.publish(10)
-        wait_for(lambda: agent.operators["work"].processed == 10, timeout=10)
+        wait_for(lambda: agent.operators["filter"].processed == 10, timeout=10)
         publisher.close()
         restart(broker)
-        wait_for(lambda: agent.sessions["work"].present, timeout=20)  # the held session
+        wait_for(lambda: agent.sessions["filter"].present, timeout=20)  # the held session
         time.sleep(0.5)
         sent = publisher.sent
         publisher = Publisher(broker)
         publisher.sent = sent  # its readings numbered on from the first ten's
         publisher.publish(10)
-        wait_for(lambda: agent.operators["work"].processed == 20, timeout=15)
+        wait_for(lambda: agent.operators["filter"].processed == 20, timeout=15)
     finally:
         publisher.close()
