@@ -3,9 +3,14 @@ an operator's own (filtered inputs, window outputs) written row by row."""
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import os
+import stat
+import warnings
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 FLUSH_INTERVAL = 1.0
 SENT = ("id", "stream", "source", "t_sent", "dropped")
@@ -160,17 +165,171 @@ class RowLog:
             self.fd = None
 
 
+class UnsafeRecord(OSError):
+    """A name in a node's records folder that the host will not open: a symbolic link (to a
+    file or a folder), or anything but a regular file (a FIFO, a device, a socket)."""
+
+
+class UnsafeRecordWarning(UserWarning):
+    """A records file the host skipped (UnsafeRecord); the message names the node and file."""
+
+
+# Host side. A node's records folder is writable from its container, where anything the
+# experiment runs may plant a link there (`sent.csv -> /etc/passwd`) or a FIFO; the host
+# works there as root, so it opens every name without following a link, at each folder on
+# the way (O_NOFOLLOW), and works only on a regular file (fstat): a FIFO is opened without
+# waiting for a writer (O_NONBLOCK) and refused.
+_SAFE = os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK
+TAIL_BLOCK = 64 * 1024
+
+
+def open_record(directory: str | Path, name: str | Path, flags: int = os.O_RDONLY,
+                mode: int = 0o644) -> int:
+    """A descriptor of `directory`/`name` (name may hold folders: `op/progress.jsonl`), each
+    step opened without following a link; raises UnsafeRecord naming the path when a step is
+    a link or the file is no regular file (the descriptor is then closed; `flags` never hold
+    O_TRUNC: truncate after the check). FileNotFoundError when it is not there."""
+    if flags & os.O_TRUNC:
+        raise ValueError("open_record truncates nothing before its check: ftruncate after")
+    parts = Path(name).parts
+    folder = _open_folder(directory, directory, ".")
+    try:
+        for part in parts[:-1]:
+            inner = _open_folder(part, directory, name, folder)
+            os.close(folder)
+            folder = inner
+        try:
+            descriptor = os.open(parts[-1], flags | _SAFE, mode, dir_fd=folder)
+        except OSError as error:
+            if error.errno in (errno.ELOOP, errno.ENXIO, errno.EISDIR):
+                raise _unsafe(error.errno, directory, name, "a link or no regular file"
+                              ) from None
+            raise
+    finally:
+        os.close(folder)
+    kind = os.fstat(descriptor).st_mode
+    if not stat.S_ISREG(kind):
+        os.close(descriptor)
+        raise _unsafe(errno.EINVAL, directory, name,
+                      f"no regular file ({stat.filemode(kind)})")
+    os.set_blocking(descriptor, True)
+    return descriptor
+
+
+def _open_folder(step: str | Path, directory: str | Path, name: str | Path,
+                 folder: int | None = None) -> int:
+    try:
+        return os.open(step, os.O_RDONLY | os.O_DIRECTORY | _SAFE, dir_fd=folder)
+    except OSError as error:
+        if error.errno in (errno.ELOOP, errno.ENOTDIR):
+            raise _unsafe(error.errno, directory, name,
+                          f"behind {Path(step).name!r}, a link or no folder") from None
+        raise
+
+
+def _unsafe(number: int, directory: str | Path, name: str | Path, what: str) -> UnsafeRecord:
+    """The error naming the node (its records folder's name), the file and the folder."""
+    path = Path(directory) / name
+    return UnsafeRecord(number, f"node {Path(directory).name}: {str(name)!r} in its records "
+                        f"({path}) is {what}; not opened", str(path))
+
+
+def write_record(directory: str | Path, name: str, data: bytes) -> None:
+    """Write a whole file into a node's records folder as the host: into a new file of a
+    random name (O_EXCL, never a link), then renamed over `name`, which replaces a link or
+    file planted there rather than following it."""
+    import secrets
+
+    folder = _open_folder(directory, directory, name)
+    temporary = f".{name}.{secrets.token_hex(6)}"
+    try:
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | _SAFE, 0o644,
+                             dir_fd=folder)
+        try:
+            view = memoryview(data)
+            while view:
+                view = view[os.write(descriptor, view):]
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, name, src_dir_fd=folder, dst_dir_fd=folder)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=folder)
+        raise
+    finally:
+        os.close(folder)
+
+
+def warn_unsafe(error: UnsafeRecord) -> None:
+    """Say what was skipped: a planted link must not be read into the results, nor end the
+    reading of everyone else's."""
+    warnings.warn(f"records skipped: {error.strerror}", UnsafeRecordWarning, stacklevel=3)
+
+
+def read_record(directory: str | Path, name: str | Path) -> BinaryIO | None:
+    """A node's records file opened to read, or None when it is missing or unsafe (a link,
+    no regular file: skipped with an UnsafeRecordWarning)."""
+    try:
+        return os.fdopen(open_record(directory, name), "rb")
+    except FileNotFoundError:
+        return None
+    except UnsafeRecord as error:
+        warn_unsafe(error)
+        return None
+
+
+def record_names(directory: str | Path, suffix: str = "") -> list[str]:
+    """The regular files directly in a node's records folder whose names end in `suffix`,
+    listed without following the folder or any entry if it is a link; any other entry of
+    such a name (a link, a FIFO) is skipped with a warning."""
+    folder = _open_folder(directory, directory, ".")
+    try:
+        with os.scandir(folder) as entries:
+            found = [e for e in entries if e.name.endswith(suffix)]
+    finally:
+        os.close(folder)
+    for entry in found:
+        if not entry.is_file(follow_symlinks=False):
+            kind = stat.filemode(entry.stat(follow_symlinks=False).st_mode)
+            warn_unsafe(_unsafe(errno.EINVAL, directory, entry.name, f"no regular file ({kind})"))
+    return sorted(e.name for e in found if e.is_file(follow_symlinks=False))
+
+
 def trim_cut_lines(directory: str | Path) -> None:
     """Drop a last line cut short in a node's CSV records (an agent killed amid a write):
-    before they are read, and before an agent started again appends to them."""
-    for path in Path(directory).glob("*.csv"):
-        with path.open("rb+") as records:
-            size = records.seek(0, 2)
-            if size == 0:
-                continue
-            records.seek(max(0, size - 1))
-            if records.read(1) == b"\n":
-                continue
-            records.seek(0)
-            data = records.read()
-            records.truncate(data.rfind(b"\n") + 1)
+    before they are read, and before an agent started again appends to them. A link or any
+    other file that is not regular is left alone, with a warning (UnsafeRecord); the last
+    newline is looked for backwards from the end, a block at a time, never the whole file."""
+    try:
+        names = record_names(directory, ".csv")
+    except UnsafeRecord as error:
+        warn_unsafe(error)
+        return
+    for name in names:
+        try:
+            descriptor = open_record(directory, name, os.O_RDWR)
+        except UnsafeRecord as error:  # replaced by a link since it was listed
+            warn_unsafe(error)
+            continue
+        try:
+            end = _after_last_newline(descriptor)
+            if end is not None:
+                os.ftruncate(descriptor, end)
+        finally:
+            os.close(descriptor)
+
+
+def _after_last_newline(descriptor: int) -> int | None:
+    """Where the file's last whole line ends (0: none), or None when it ends in a newline
+    (or is empty): read backwards from the end, TAIL_BLOCK bytes at a time."""
+    end = os.fstat(descriptor).st_size
+    if end == 0 or os.pread(descriptor, 1, end - 1) == b"\n":
+        return None
+    while end > 0:
+        start = max(0, end - TAIL_BLOCK)
+        block = os.pread(descriptor, end - start, start)
+        cut = block.rfind(b"\n")
+        if cut >= 0:
+            return start + cut + 1
+        end = start
+    return 0

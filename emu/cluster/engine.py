@@ -423,18 +423,19 @@ class Cluster:
         """Start the container of an agent node that was killed (a crash healed) with its
         agent: the records' last line the kill cut is dropped, the revival (the run's epoch,
         the agent's incarnation, the operators that left the node: emu.agent.config.revived)
-        written beside them; a container whose process is the agent starts it again itself,
-        a forked agent's container is given one by the zygote again."""
+        written beside them (never through a link the container planted: emu.agent.records);
+        a container whose process is the agent starts it again itself, a forked agent's
+        container is given one by the zygote again."""
         import json
 
         from emu.agent.config import REVIVAL_FILE
-        from emu.agent.records import trim_cut_lines
+        from emu.agent.records import trim_cut_lines, write_record
 
         assert self._made is not None
         plan = self.plan.containers[node]
         records = self.records_dir(node)
         trim_cut_lines(records)
-        (records / REVIVAL_FILE).write_text(json.dumps(revival))
+        write_record(records, REVIVAL_FILE, json.dumps(revival).encode())
         self.client.api.start(self._made.ids[node])
         if self._forked(plan):
             assert self.zygote is not None
