@@ -9,13 +9,26 @@ The local registry serves plain HTTP, which Docker allows by default only on 127
 nodes reach the host on their bridge, whose subnet they treat as insecure (emu.swarm.nodes).
 The registry binds one address: so two docker-registry processes share one storage folder, one
 on 127.0.0.1 (the host's engine pushes there) and one on the bridge's gateway (the nodes pull
-there); pulls start after pushes end, and the filesystem store is the only state. Neither
-listens on the host's other interfaces: the registry has no authentication.
+there; read-only: nothing is pushed there); pulls start after pushes end, and the filesystem
+store is the only state. Neither listens on the host's other interfaces.
+
+Both take only a login (htpasswd, bcrypt): a user `foglab` with a password from `secrets`, made
+for the registry's life and held in this process alone. Any local user reaches 127.0.0.1, and
+a task container in a node reaches the bridge's gateway (its node routes it there): without the
+login neither can read, push or overwrite a tag. Deletes are off. The nodes pull by digest
+(`image@sha256:...`), never by tag, so what they run is what the host pushed: a tag moved by
+anyone later changes nothing. The password reaches a node's engine only in the header of the
+pull the host asks of it (`pull_on`), never in a file, an environment or a command line.
 """
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import ctypes
+import ctypes.util
+import os
+import secrets
 import shutil
 import socket
 import subprocess
@@ -23,6 +36,8 @@ import tempfile
 import time
 import urllib.request
 from collections import deque
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -36,6 +51,9 @@ REGISTRY_BINARY = "docker-registry"
 READY_S = 15
 STOP_S = 10
 LOG_TAIL = 15
+USER = "foglab"
+BCRYPT_COST = 10  # the registry checks a login once per connection: 10 costs about 70 ms
+# `readonly` on the nodes' side: they pull only. No `delete`: a manifest or blob stays.
 CONFIG = """version: 0.1
 log:
   level: warn
@@ -45,7 +63,14 @@ storage:
   filesystem:
     rootdirectory: {root}
   delete:
-    enabled: true
+    enabled: false
+  maintenance:
+    readonly:
+      enabled: {readonly}
+auth:
+  htpasswd:
+    realm: foglab
+    path: {htpasswd}
 http:
   addr: {address}
 """
@@ -63,8 +88,10 @@ def _split(tag: str) -> tuple[str, str]:
     return repository, version
 
 
-def push_image(host: docker.DockerClient, local_tag: str, push_ref: str) -> None:
-    """Tag the host's image local_tag as push_ref, push it, drop the extra tag."""
+def push_image(host: docker.DockerClient, local_tag: str, push_ref: str,
+               auth: dict[str, str] | None = None) -> str:
+    """Tag the host's image local_tag as push_ref, push it (with `auth`, a login), drop the
+    extra tag; the manifest's digest the registry stored (sha256:...)."""
     from docker.errors import ImageNotFound
 
     try:
@@ -74,16 +101,27 @@ def push_image(host: docker.DockerClient, local_tag: str, push_ref: str) -> None
                             "(`foglab emu build` makes foglab's)") from None
     repository, version = _split(push_ref)
     image.tag(repository, version)
+    digest = None
     try:
-        for line in host.api.push(repository, version, stream=True, decode=True):
+        for line in host.api.push(repository, version, stream=True, decode=True,
+                                  auth_config=auth):
             if "error" in line:
                 detail = line.get("error")
                 hint = (" (an insecure registry must be in the engine's insecure-registries)"
                         if "HTTPS" in str(detail) else "")
                 raise RegistryError(f"push {local_tag!r} to {push_ref!r}: {detail}{hint}")
+            digest = (line.get("aux") or {}).get("Digest") or digest
     finally:
         if push_ref != local_tag:
             host.images.remove(push_ref, noprune=True)
+    if not digest:
+        raise RegistryError(f"push {local_tag!r} to {push_ref!r}: the registry named no digest")
+    return digest
+
+
+def by_digest(ref: str, digest: str) -> str:
+    """HOST:PORT/REPO:TAG and its digest -> HOST:PORT/REPO@sha256:...: what a node pulls."""
+    return f"{_split(ref)[0]}@{digest}"
 
 
 @dataclass
@@ -102,10 +140,10 @@ class ExternalRegistry:
             raise ValueError(f"registry {self.address!r}: HOST:PORT, e.g. registry.lab:5000")
 
     def push(self, local_tag: str) -> str:
-        """Push the host's image local_tag; return the reference the nodes pull."""
+        """Push the host's image local_tag; return the reference the nodes pull, by digest.
+        A login is the host engine's own (its config file)."""
         ref = f"{self.address}/{local_tag}"
-        push_image(self.host or _host(), local_tag, ref)
-        return ref
+        return by_digest(ref, push_image(self.host or _host(), local_tag, ref))
 
     def stop(self) -> None:
         """Nothing to stop: the registry is the user's."""
@@ -130,6 +168,8 @@ class LocalRegistry:
     outlive: bool = False
     _processes: list[tuple[subprocess.Popen, Path]] = field(default_factory=list, init=False)
     _scratch: Path | None = field(default=None, init=False)
+    _password: str = field(default_factory=lambda: secrets.token_urlsafe(24), init=False,
+                           repr=False)
 
     def __enter__(self) -> LocalRegistry:
         return self.start()
@@ -151,6 +191,11 @@ class LocalRegistry:
         """Where the host's engine pushes to (loopback: insecure-allowed by default)."""
         return f"127.0.0.1:{self.port}"
 
+    @property
+    def auth(self) -> dict[str, str]:
+        """The login, as the Docker SDK's auth_config: sent in a request's header only."""
+        return {"username": USER, "password": self._password}
+
     def start(self) -> LocalRegistry:
         binary = shutil.which(REGISTRY_BINARY)
         if binary is None:
@@ -164,14 +209,19 @@ class LocalRegistry:
         return self
 
     def _start(self, binary: str) -> None:
-        self._scratch = Path(tempfile.mkdtemp(prefix="foglab-registry-"))
+        self._scratch = Path(tempfile.mkdtemp(prefix="foglab-registry-"))  # 0700
         root = self.storage or self._scratch / "storage"
         root.mkdir(parents=True, exist_ok=True)
+        htpasswd = self._scratch / "htpasswd"
+        fd = os.open(htpasswd, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+        with os.fdopen(fd, "w") as out:
+            out.write(f"{USER}:{bcrypt(self._password)}\n")
         self.port = self.port or _free_port(self.bridge_ip)
-        for address in ("127.0.0.1", self.bridge_ip):
+        for address, readonly in (("127.0.0.1", "false"), (self.bridge_ip, "true")):
             name = address.replace(".", "-")
             config = self._scratch / f"{name}.yml"
-            config.write_text(CONFIG.format(root=root, address=f"{address}:{self.port}"))
+            config.write_text(CONFIG.format(root=root, address=f"{address}:{self.port}",
+                                            readonly=readonly, htpasswd=htpasswd))
             log = self._scratch / f"{name}.log"
             with log.open("wb") as out:
                 process = subprocess.Popen(
@@ -184,10 +234,14 @@ class LocalRegistry:
             self._wait(process, log, address)
 
     def _wait(self, process: subprocess.Popen, log: Path, address: str) -> None:
+        """Until the registry answers the login (200): it is up, and the login works."""
+        login = base64.b64encode(f"{USER}:{self._password}".encode()).decode()
+        request = urllib.request.Request(f"http://{address}/v2/",
+                                         headers={"Authorization": f"Basic {login}"})
         deadline = time.monotonic() + self.ready_s
         while time.monotonic() < deadline and process.poll() is None:
             with contextlib.suppress(OSError), \
-                    urllib.request.urlopen(f"http://{address}/v2/", timeout=2) as answer:
+                    urllib.request.urlopen(request, timeout=2) as answer:
                 if answer.status == 200:
                     return
             time.sleep(0.2)
@@ -198,12 +252,29 @@ class LocalRegistry:
         raise RegistryError(f"{REGISTRY_BINARY} on {address} {state}; its log's last lines:\n"
                             f"{tail}")
 
-    def push(self, local_tag: str) -> str:
-        """Push the host's image local_tag; return the reference the nodes pull."""
+    def push(self, local_tag: str, pull_on: Sequence[docker.DockerClient] = ()) -> str:
+        """Push the host's image local_tag; return the reference the nodes pull, by digest.
+        `pull_on`: node engines that pull it now, with the login (in parallel); a swarm task
+        naming an image by digest that its node has is not pulled again, so Swarm itself
+        never needs the login."""
         if not self._processes:
             raise RegistryError("the registry is not started")
-        push_image(self.host or _host(), local_tag, f"{self.push_address}/{local_tag}")
-        return f"{self.pull_address}/{local_tag}"
+        pushed = f"{self.push_address}/{local_tag}"
+        ref = by_digest(f"{self.pull_address}/{local_tag}",
+                        push_image(self.host or _host(), local_tag, pushed, self.auth))
+        if pull_on:
+            with ThreadPoolExecutor(len(pull_on)) as pool:
+                list(pool.map(lambda client: self._pull(client, ref), pull_on))
+        return ref
+
+    def _pull(self, client: docker.DockerClient, ref: str) -> None:
+        for line in client.api.pull(ref, stream=True, decode=True, auth_config=self.auth):
+            if "error" in line:
+                raise RegistryError(f"pull {ref!r} on {client.api.base_url}: {line['error']}")
+
+    def image_ref(self, pull_on: Sequence[docker.DockerClient]) -> Callable[[str], str]:
+        """A swarm target's image_ref: push a tag, have every node in `pull_on` pull it."""
+        return lambda local_tag: self.push(local_tag, pull_on)
 
     def stop(self) -> None:
         """End the registry's processes and remove its temporary folder (not `storage`)."""
@@ -219,6 +290,24 @@ class LocalRegistry:
         if self._scratch is not None:
             shutil.rmtree(self._scratch, ignore_errors=True)
             self._scratch = None
+
+
+def bcrypt(password: str, cost: int = BCRYPT_COST) -> str:
+    """The bcrypt hash ($2b$) the registry's htpasswd takes, from the C library's libcrypt
+    (libxcrypt: Debian's, with bcrypt), not a Python package."""
+    name = ctypes.util.find_library("crypt")
+    if name is None:
+        raise RegistryError("no libcrypt on this host: the registry's login needs its bcrypt")
+    lib = ctypes.CDLL(name, use_errno=True)
+    lib.crypt_gensalt.restype = lib.crypt.restype = ctypes.c_char_p
+    lib.crypt_gensalt.argtypes = [ctypes.c_char_p, ctypes.c_ulong, ctypes.c_char_p,
+                                  ctypes.c_int]
+    lib.crypt.argtypes = [ctypes.c_char_p, ctypes.c_char_p]
+    salt = lib.crypt_gensalt(b"$2b$", cost, None, 0)
+    hashed = lib.crypt(password.encode(), salt) if salt else None
+    if not hashed or not hashed.startswith(b"$2b$"):
+        raise RegistryError("this host's libcrypt makes no bcrypt hash (the registry's login)")
+    return hashed.decode()
 
 
 def _end_with_parent() -> None:
