@@ -347,6 +347,7 @@ class Cluster:
         environment = self._environment(plan, addresses)
         host_config = api.create_host_config(
             nano_cpus=plan.nano_cpus, mem_limit=plan.mem_limit, binds=binds,
+            pids_limit=plan.pids_limit,
             network_mode=plan.network, log_config=LOG_CONFIG,
             # A cloud VM's agent runs Spark jobs as its children: an init reaps what they
             # leave, or the engine cannot kill a container whose process is a zombie.
@@ -370,7 +371,7 @@ class Cluster:
         api.start(container)
         if forked:
             assert self.zygote is not None
-            self.zygote.start_agent(self._pid(plan.node), environment, plan.node)
+            self.zygote.start_agent(container, environment, plan.node)
         elif plan.role == "agent":
             self._set_shares(plan, STARTING_CPU_SHARES)
         return container
@@ -439,7 +440,8 @@ class Cluster:
         self.client.api.start(self._made.ids[node])
         if self._forked(plan):
             assert self.zygote is not None
-            self.zygote.start_agent(self._pid(node), self._environment(plan, self.addresses),
+            self.zygote.start_agent(self._made.ids[node],
+                                    self._environment(plan, self.addresses),
                                     node)
 
     def _wait_ready(self) -> None:

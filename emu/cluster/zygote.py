@@ -5,23 +5,52 @@ The mechanism is in emu.agent.zygote. Here, the host's side: whether this host c
 the request that starts an agent in a node's container.
 
 The zygote's container runs the gateway image with the host's PID and network namespaces and
-cgroup tree and CAP_SYS_ADMIN (for setns): what it needs to enter the other containers. It
-carries the cluster's label, so `down` removes it with the rest; an agent it started lives in
-its node's container and dies with it.
+cgroup tree: what it needs to enter the other containers. Of the capabilities it keeps only
+SYS_ADMIN (setns), SYS_CHROOT (chroot into the node's root) and SYS_PTRACE (the kernel opens
+another process's /proc/<pid>/ns, fd and root only to a process whose capabilities include
+that process's, or that holds SYS_PTRACE: a node's process has Docker's default set, which the
+three do not cover); its memory, CPU and pids are limited (ZYGOTE_LIMITS). It carries the
+cluster's label, so `down` removes it with the rest; an agent it started lives in its node's
+container and dies with it.
+
+Only the host's root talks to it. Its socket and the files the host gives it (the secret of
+the handshake, the containers allowed) are in a directory (0700) of the zygote's own
+container, written before it starts: the host reaches it through `/proc/<zygote pid>/root`,
+which the kernel lets only root through, and it goes with the container at `down` (from this
+process or any other) or on a failed `up`, with nothing left on the host's disk. A host
+directory bind-mounted in would need its own removal, and the cluster's scratch folder, where
+it could live, exists only when no records folder is given.
 """
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+import io
 import json
+import os
+import secrets
 import socket
 import struct
+import tarfile
+import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emu.agent.zygote import AGENT_EXIT_FILE, AGENT_FIFO, AGENT_PID_FILE, HOST_CGROUP, read_line
-from emu.cluster.inventory import ZYGOTE_ROLE
+from emu.agent.zygote import (
+    AGENT_EXIT_FILE,
+    AGENT_FIFO,
+    AGENT_PID_FILE,
+    ALLOWED_FILE,
+    CHALLENGE_BYTES,
+    HOST_CGROUP,
+    SECRET_FILE,
+    SOCKET_FILE,
+    read_line,
+)
+from emu.cluster.inventory import CLUSTER, ZYGOTE_ROLE
 
 if TYPE_CHECKING:
     import docker
@@ -33,6 +62,17 @@ ZYGOTE_COMMAND = ("python3", "-m", "emu.agent.zygote")
 LISTEN_TIMEOUT_S = 120.0  # the zygote's imports under QEMU on a loaded host
 REQUEST_TIMEOUT_S = 60.0
 PT_INTERP = 3  # an ELF program header naming a dynamic loader
+# In the zygote's container: its directory, holding the socket, the secret and the allow-list.
+ZYGOTE_DIR = "/run/foglab-zygote"
+SECRET_BYTES = 32
+ZYGOTE_CAPABILITIES = ("SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE")  # why: the module docstring
+# The zygote's own limits (its children leave its cgroups for their node's before they fork
+# the agent). Memory: the warm interpreter measured 44 MiB under QEMU (cgroup v1, 20 and 200
+# gateways alike: a child's pages are charged to its node); 256 MiB leaves room for a start
+# of hundreds of requests. CPU: it serves one request at a time on one thread, so one core is
+# what it can use. Pids: itself, and the children still answering (one a request, gone
+# within a second; at most the engine's workers wait at once).
+ZYGOTE_LIMITS = {"mem_limit": "256m", "nano_cpus": 1_000_000_000, "pids_limit": 128}
 
 
 class ZygoteError(RuntimeError):
@@ -60,6 +100,8 @@ def static_busybox(path: Path = BUSYBOX) -> str | None:
 
 
 def socket_name(cluster: str) -> str:
+    """The abstract socket name the zygote bound before it listened on a file in its
+    directory: nothing binds it now (tests check that none is left)."""
     return f"foglab-zygote-{cluster}"
 
 
@@ -105,55 +147,163 @@ def waiter_binds() -> dict[str, dict[str, str]]:
 
 @dataclass
 class Zygote:
-    """A running zygote container of one cluster."""
+    """A running zygote container of one cluster: `pid`, its process on the host; `secret`,
+    what it proves it knows before the host sends it anything."""
 
     cluster: str
     container: str
+    pid: int
+    secret: bytes = field(repr=False)
+    client: docker.DockerClient = field(repr=False)
+    _allowed: set[str] = field(default_factory=set, repr=False)
+    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
-    def start_agent(self, pid: int, environment: dict[str, str], node: str = "") -> int:
-        """Start `node`'s agent in the container whose process has host pid `pid`; the
-        agent's host pid."""
-        request = json.dumps({"pid": pid, "environment": environment}).encode() + b"\n"
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
-                connection.settimeout(REQUEST_TIMEOUT_S)
-                connection.connect("\0" + socket_name(self.cluster))
-                connection.sendall(request)
-                reply = json.loads(read_line(connection))
-        except OSError as error:
-            reply = {"error": f"no answer ({error})"}
-        except ValueError:
-            reply = {"error": "the zygote closed the request without an answer"}
+    @property
+    def directory(self) -> str:
+        """The zygote's directory as the host's root reaches it."""
+        return f"/proc/{self.pid}/root{ZYGOTE_DIR}"
+
+    @property
+    def socket_path(self) -> str:
+        return f"{self.directory}/{SOCKET_FILE}"
+
+    def start_agent(self, container: str, environment: dict[str, str], node: str = "") -> int:
+        """Start `node`'s agent in `container` (an id), one of this cluster's; the agent's
+        host pid."""
+        pid = self._member(container, node)
+        self.allow(container)
+        request = {"container": container, "pid": pid, "environment": environment}
+        reply = self.ask(request)
         if "agent" not in reply:
             raise ZygoteError(f"the zygote of cluster {self.cluster} could not start the agent "
-                              f"of {node or '?'} in its container (pid {pid}): "
+                              f"of {node or '?'} in its container {container[:12]} (pid {pid}): "
                               f"{reply.get('error')}")
         return int(reply["agent"])
+
+    def _member(self, container: str, node: str) -> int:
+        """The host pid of `container`'s process, once the engine says it carries this
+        cluster's label and runs."""
+        info = self.client.api.inspect_container(container)
+        labels = info["Config"].get("Labels") or {}
+        if labels.get(CLUSTER) != self.cluster or labels.get("foglab.role") == ZYGOTE_ROLE:
+            raise ZygoteError(f"container {container[:12]} (for {node or '?'}) is not a node of "
+                              f"cluster {self.cluster}: its label {CLUSTER} is "
+                              f"{labels.get(CLUSTER)!r}")
+        if not info["State"]["Running"]:
+            raise ZygoteError(f"container {container[:12]} (for {node or '?'}) of cluster "
+                              f"{self.cluster} is {info['State']['Status']}, not running")
+        return int(info["State"]["Pid"])
+
+    def allow(self, container: str) -> None:
+        """Add a container to the zygote's allow-list (its file, replaced whole)."""
+        with self._lock:
+            if container in self._allowed:
+                return
+            self._allowed.add(container)
+            text = "".join(f"{c}\n" for c in sorted(self._allowed))
+            path = f"{self.directory}/{ALLOWED_FILE}"
+            staged = f"{path}.{secrets.token_hex(4)}"
+            file = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(file, "w") as out:
+                out.write(text)
+            os.replace(staged, path)
+
+    def ask(self, request: dict[str, object]) -> dict:
+        """Send one request (after the handshake) and return the zygote's answer; an answer
+        `{"error": ...}` when there is none."""
+        try:
+            with self._connect() as connection:
+                connection.sendall(json.dumps(request).encode() + b"\n")
+                return json.loads(read_line(connection))
+        except OSError as error:
+            return {"error": f"no answer ({error})"}
+        except ValueError:
+            return {"error": "the zygote closed the request without an answer"}
+
+    def _connect(self, timeout_s: float = REQUEST_TIMEOUT_S) -> socket.socket:
+        """A connection to the zygote, which has proved it knows the secret."""
+        connection = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            connection.settimeout(timeout_s)
+            connection.connect(self.socket_path)
+            prove(connection, self.secret, f"the zygote of cluster {self.cluster} "
+                                           f"({self.socket_path})")
+        except BaseException:
+            connection.close()
+            raise
+        return connection
+
+    def answers(self) -> bool:
+        """Whether the zygote listens and proves it knows the secret (its readiness); False
+        while its socket is not there yet."""
+        try:
+            self._connect().close()
+        except (FileNotFoundError, ConnectionRefusedError):
+            return False
+        return True
+
+
+def prove(connection: socket.socket, secret: bytes, who: str) -> None:
+    """The host's side of the handshake: a fresh challenge, whose HMAC the peer must answer;
+    a ZygoteError, with nothing sent but the challenge, when it does not."""
+    challenge = secrets.token_bytes(CHALLENGE_BYTES)
+    connection.sendall(json.dumps({"challenge": challenge.hex()}).encode() + b"\n")
+    try:
+        answer = json.loads(read_line(connection))
+    except ValueError:
+        answer = {}
+    expected = hmac.new(secret, challenge, hashlib.sha256).hexdigest()
+    proof = answer.get("proof") if isinstance(answer, dict) else None
+    if not isinstance(proof, str) or not hmac.compare_digest(proof, expected):
+        why = answer.get("error") if isinstance(answer, dict) else None
+        raise ZygoteError(f"{who} did not prove it knows the zygote's secret"
+                          + (f" ({why})" if why else "")
+                          + ": not this cluster's zygote; nothing was sent to it")
+
+
+def _directory_archive(secret: bytes) -> bytes:
+    """The zygote's directory as a tar for put_archive: root's, 0700; the secret 0400; the
+    allow-list, empty, 0600."""
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        folder = tarfile.TarInfo(ZYGOTE_DIR.lstrip("/"))
+        folder.type, folder.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(folder)
+        for name, content, mode in ((SECRET_FILE, secret, 0o400), (ALLOWED_FILE, b"", 0o600)):
+            entry = tarfile.TarInfo(f"{folder.name}/{name}")
+            entry.size, entry.mode = len(content), mode
+            tar.addfile(entry, io.BytesIO(content))
+    return data.getvalue()
 
 
 def start_zygote(client: docker.DockerClient, cluster: str, image: str, labels: dict[str, str],
                  log_config: dict) -> Zygote:
-    """Create and start the zygote's container from the gateway image; `wait_listening`
-    before the first request."""
+    """Create the zygote's container from the gateway image, give it its directory and
+    secret, start it; `wait_listening` before the first request."""
     api = client.api
     host_config = api.create_host_config(
-        pid_mode="host", network_mode="host", cgroupns="host", cap_add=["SYS_ADMIN"],
-        binds={"/sys/fs/cgroup": {"bind": HOST_CGROUP, "mode": "rw"}}, log_config=log_config)
+        pid_mode="host", network_mode="host", cgroupns="host", cap_drop=["ALL"],
+        cap_add=list(ZYGOTE_CAPABILITIES),
+        binds={"/sys/fs/cgroup": {"bind": HOST_CGROUP, "mode": "rw"}}, log_config=log_config,
+        **ZYGOTE_LIMITS)
     created = api.create_container(
-        image, [*ZYGOTE_COMMAND, socket_name(cluster)], name=f"foglab-{cluster}.zygote",
+        image, [*ZYGOTE_COMMAND, ZYGOTE_DIR], name=f"foglab-{cluster}.zygote",
         labels={**labels, "foglab.role": ZYGOTE_ROLE, "foglab.kind": ZYGOTE_ROLE},
         environment={"PYTHONUNBUFFERED": "1"}, host_config=host_config, detach=True)
+    secret = secrets.token_bytes(SECRET_BYTES)
+    api.put_archive(created["Id"], "/", _directory_archive(secret))
     api.start(created["Id"])
-    return Zygote(cluster, created["Id"])
+    pid = int(api.inspect_container(created["Id"])["State"]["Pid"])
+    return Zygote(cluster, created["Id"], pid, secret, client)
 
 
 def wait_listening(client: docker.DockerClient, zygote: Zygote,
                    timeout_s: float = LISTEN_TIMEOUT_S) -> None:
-    """Wait until the zygote listens (its socket shows in the host's /proc/net/unix once it
-    has imported the agent); fail with its log if its container ends or the time runs out."""
-    name = "@" + socket_name(zygote.cluster)
+    """Wait until the zygote answers the handshake (it listens once it has imported the
+    agent); fail with its log if its container ends or the time runs out, and at once if
+    what listens does not know the secret."""
     deadline = time.monotonic() + timeout_s
-    while not _listening(name):
+    while not zygote.answers():
         state = client.api.inspect_container(zygote.container)["State"]
         if not state["Running"] or time.monotonic() > deadline:
             why = (f"its container is {state['Status']}" if not state["Running"] else
@@ -162,9 +312,3 @@ def wait_listening(client: docker.DockerClient, zygote: Zygote,
             raise ZygoteError(f"the zygote of cluster {zygote.cluster} did not start: {why}; "
                               f"its log ends:\n{log}")
         time.sleep(0.2)
-
-
-def _listening(name: str) -> bool:
-    """Whether /proc/net/unix lists a socket bound to `name` (its last field, the path)."""
-    with open("/proc/net/unix") as table:
-        return any(line.rstrip("\n").endswith(" " + name) for line in table)

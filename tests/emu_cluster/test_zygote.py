@@ -11,7 +11,7 @@ import pytest
 
 from emu.agent.zygote import AGENT_PID_FILE
 from emu.cluster.engine import Cluster
-from emu.cluster.zygote import WAITER_BUSYBOX, ZygoteError, static_busybox
+from emu.cluster.zygote import WAITER_BUSYBOX, static_busybox
 from emu.control import wait_registered
 from emu.metrics import ContainerCgroup
 from tests.emu_cluster.test_cluster import leftovers, new_plan
@@ -59,8 +59,9 @@ def test_forked_agents_live_in_their_containers_and_leave_with_them(
         assert memory < IDLE_GATEWAY_MB * MiB
 
         assert cluster.zygote is not None
-        with pytest.raises(ZygoteError, match=r"agent of gw-9 .*\(pid 999999999\): bad request"):
-            cluster.zygote.start_agent(999999999, {}, "gw-9")
+        # A request for a pid that is gone: answered, and the zygote serves on.
+        gone = {"container": status["gw-1"].container, "pid": 999999999, "environment": {}}
+        assert cluster.zygote.ask(gone) == {"error": "refused: no process 999999999"}
         assert client.api.inspect_container(cluster.zygote.container)["State"]["Running"]
 
         # SIGTERM to the container: the waiter passes it on, the agent stops cleanly.
