@@ -4,9 +4,16 @@ Relay (hosts without netem, like foglab's own). One LinkRelay per (client, servi
 one event loop thread (RelaySet). A relay listens on the host's address on the client's site
 network (its bridge's gateway address) and carries connections to the service container's
 address; the client's AgentConfig names the relay, so its traffic, and only it, takes the
-pair's shape. Relays whose paths cross one topology hop with a bandwidth share a token bucket
-per direction of it, so gateways behind one uplink share its bandwidth as they would on the
-real link. The relays live in the process that brought the cluster up.
+pair's shape. A relay takes connections from its client only (emu.links.peers): one from
+outside the client's bridge network (a container of another run reaching the host's address)
+is closed at once, one from the network is checked against the client's address, which the
+relay looks up from the engine at its client's first connection (the container is given its
+address only once it starts) and again when a connection from another address comes, at
+most once a second (a revived container may come back with another address). Refusals are
+counted (`RelayCounters.refused`) and logged once per relay. Relays whose paths cross one
+topology hop with a bandwidth share a token bucket per direction of it, so gateways behind
+one uplink share its bandwidth as they would on the real link. The relays live in the
+process that brought the cluster up.
 
 Netem. Clients use the services' addresses directly (Docker DNS by container name), so each
 service joins its clients' site networks. netem shapes what leaves an interface: the client's
@@ -25,19 +32,28 @@ netem drops real packets instead, so a loss there costs the kernel's RTO, which 
 
 from __future__ import annotations
 
+import functools
 import secrets
+import threading
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
+from typing import TYPE_CHECKING
 
 from emu.cluster.plan import ClusterPlan, LinkPlan
 from emu.cluster.relays import RelaySet
 from emu.links.netem import NetemShaper, netns_of_pid
+from emu.links.peers import Network, Peers, network
 from emu.links.relay import LinkRelay, RelayCounters, TokenBucket, hop_bucket
 from emu.links.spec import LinkShape
 
+if TYPE_CHECKING:
+    import docker
+
 Key = tuple[str, str]  # (client, service)
+Locate = Callable[[str, str], "str | None"]  # (container, network) -> its address there
+LOCATE_TIMEOUT_S = 10
 
 
 class Links(ABC):
@@ -109,29 +125,64 @@ class Links(ABC):
 class RelayLinks(Links):
     shaper = "relay"
 
-    def __init__(self, plan: ClusterPlan, seed: int | None = None) -> None:
+    def __init__(self, plan: ClusterPlan, seed: int | None = None,
+                 locate: Locate | None = None) -> None:
+        """`locate(container name, network)`: a client container's address on its network
+        now, None if it has none (default: asked of the local Docker Engine)."""
         super().__init__(plan)
         self.relays = RelaySet(f"relays-{plan.cluster}", plan.dilation)
         self.seed = secrets.randbits(32) if seed is None else seed
         self.listening: dict[Key, str] = {}
+        self.peers: dict[str, Peers] = {}  # client -> who may use its relays
+        self._locate = locate
+        self._docker: docker.DockerClient | None = None
+        self._docker_lock = threading.Lock()
 
     def addresses(self, services: Mapping[str, str], bridges: Mapping[str, str]) -> dict[Key, str]:
+        """Each link's relay on its client's bridge, open to its client only: from the
+        bridge's network at once, from the client's own address once located."""
         relays: dict[Key, LinkRelay] = {}
         hosts: dict[Key, str] = {}
         shared = self._shared_hops()
+        networks = {host: interface_network(host) for host in set(bridges.values())}
         for index, link in enumerate(self.plan.links):
-            host = bridges[self.plan.containers[link.client].segment]
+            client = self.plan.containers[link.client]
+            host = bridges[client.segment]
             hosts[link.key] = host
+            if link.client not in self.peers:
+                self.peers[link.client] = Peers(
+                    [networks[host]], locate=functools.partial(self.locate, client.name,
+                                                               client.network),
+                    name=link.client)
             hops = [(shared[a, b], shared[b, a]) for a, b in pairwise(link.path)
                     if (a, b) in shared]
             relays[link.key] = LinkRelay(services[link.service], link.port, link.shape,
                                          listen_host=host, seed=self.seed + index, hops=hops,
-                                         dilation=self.plan.dilation, protocol=link.role)
+                                         dilation=self.plan.dilation, protocol=link.role,
+                                         peers=self.peers[link.client])
         if not self.relays.running:
             self.relays.start()
         ports = self.relays.add(relays)
         self.listening = {key: f"{hosts[key]}:{port}" for key, port in ports.items()}
         return dict(self.listening)
+
+    def locate(self, container: str, network: str) -> str | None:
+        """A container's address on a network now (a relay's lookup, off its loop)."""
+        if self._locate is not None:
+            return self._locate(container, network)
+        import docker
+        from docker.errors import NotFound
+
+        with self._docker_lock:
+            if self._docker is None:
+                self._docker = docker.from_env(timeout=LOCATE_TIMEOUT_S)
+            client = self._docker
+        try:
+            found = client.api.inspect_container(container)
+        except NotFound:
+            return None
+        networks = (found.get("NetworkSettings") or {}).get("Networks") or {}
+        return (networks.get(network) or {}).get("IPAddress") or None
 
     def _shared_hops(self) -> dict[tuple[str, str], TokenBucket]:
         """A bucket per direction of each topology hop with a bandwidth that two or more
@@ -164,7 +215,24 @@ class RelayLinks(Links):
         return self.relays.lag()
 
     def close(self) -> None:
-        self.relays.stop()
+        try:
+            self.relays.stop()
+        finally:
+            if self._docker is not None:
+                self._docker.close()
+                self._docker = None
+
+
+def interface_network(address: str) -> Network:
+    """The network of the host's interface that holds `address` (a bridge's gateway): the
+    addresses a relay listening there may be reached from on that bridge."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        for message in ipr.get_addr(address=address):
+            return network(f"{address}/{message['prefixlen']}")
+    raise LookupError(f"no interface of this host has address {address}: a relay cannot "
+                      f"listen there")
 
 
 def host_side_veth(pid: int, ifname: str = "eth0") -> str:

@@ -254,15 +254,38 @@ class Connection:
         self.transports.append(transport)
         side.reads.source = side.writes.sink = transport
         if side is self.client:
+            relay = self.relay
+            admitted = True
+            if relay._peers is not None:  # only the link's client (emu.links.peers)
+                host = transport.get_extra_info("peername")[0]
+                admitted = relay._peers.check(host)
+                if admitted is False:
+                    relay._refuse(host)
+                    self.close()
+                    return
             transport.pause_reading()  # until upstream is connected
-            self.relay._connections += 1
-            self.relay._live.add(self)
-            self.connecting = self.loop.create_task(self._connect())
+            relay._live.add(self)
+            if admitted:
+                relay._connections += 1
+                self.connecting = self.loop.create_task(self._connect())
+            else:  # from the client's network, not its known address: look it up first
+                self.connecting = self.loop.create_task(self._confirm_then_connect(host))
         else:
             self.down.reading = True  # a new transport reads
             if self.up.holding and self.up.held is None and not self.up.window_full:
                 self.up._release()  # what was read before upstream was connected
             self.up.update_reading()
+
+    async def _confirm_then_connect(self, host: str) -> None:
+        relay = self.relay
+        assert relay._peers is not None
+        if not await relay._peers.confirm(host):
+            relay._refuse(host)
+            self.connecting = None
+            self.close()
+            return
+        relay._connections += 1
+        await self._connect()
 
     async def _connect(self) -> None:
         try:

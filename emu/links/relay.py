@@ -61,6 +61,7 @@ Limits.
 """
 
 import asyncio
+import logging
 import math
 import random
 import threading
@@ -70,6 +71,7 @@ from typing import Self, TypeVar
 
 from emu.links.carry import IN_FLIGHT_CHUNKS, Connection  # noqa: F401 - IN_FLIGHT_CHUNKS: re-exported
 from emu.links.framing import frames
+from emu.links.peers import Peers
 from emu.links.spec import LinkShape, check_dilation, host_rate
 
 RETRANSMISSION_STALL_S = 0.2
@@ -78,6 +80,7 @@ GRAIN_S = 0.01
 MAX_CHUNK = 65536
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -91,6 +94,7 @@ class RelayCounters:
     chunks_down: int
     stalls_up: int
     stalls_down: int
+    refused: int = 0  # connections from other than the relay's client (emu.links.peers)
 
 
 class TokenBucket:
@@ -184,13 +188,17 @@ class LinkRelay:
         hops: Sequence[tuple[TokenBucket, TokenBucket]] = (),
         dilation: float = 1.0,
         protocol: str | None = None,
+        peers: Peers | None = None,
     ) -> None:
         """``hops``: (toward upstream, toward the client) buckets of shared hops on the path,
         made with ``hop_bucket`` (at the dilation's host rate); the relay's own shape still
         applies on top of them. ``shape`` and ``stall_s`` are emulated; at ``dilation`` K the
         relay installs ``shape.dilated(K)`` and stalls K * ``stall_s`` host seconds.
         ``protocol`` ("mqtt", "zookeeper"): what the connections speak; a lossy relay then
-        counts each chunk's messages as the sender's segments (emu.links.framing)."""
+        counts each chunk's messages as the sender's segments (emu.links.framing).
+        ``peers``: who may connect (emu.links.peers); a connection from anyone else is closed
+        at once, counted in ``refused`` and logged once per relay. None: anyone who reaches
+        the listening address (loopback, the calibration's)."""
         self._upstream = (upstream_host, upstream_port)
         self._listen = (listen_host, listen_port)
         self._dilation = check_dilation(dilation)
@@ -204,6 +212,8 @@ class LinkRelay:
         self._server: asyncio.Server | None = None
         self._live: set[Connection] = set()
         self._connections = 0
+        self._peers = peers
+        self._refused = 0
         self._chunk = _chunk_size(self._installed)
         rate = _bytes_per_second(self._installed)
         self._up = _Direction(rate, [up for up, _ in hops])
@@ -249,8 +259,8 @@ class LinkRelay:
     def counters(self) -> RelayCounters:
         up, down = self._up, self._down
         return RelayCounters(
-            self._connections, up.bytes, down.bytes, up.chunks, down.chunks, up.stalls, down.stalls
-        )
+            self._connections, up.bytes, down.bytes, up.chunks, down.chunks, up.stalls, down.stalls,
+            self._refused)
 
     async def close(self) -> None:
         """Stop listening and end every connection."""
@@ -274,6 +284,15 @@ class LinkRelay:
     def _accept(self) -> asyncio.Protocol:
         assert self._loop is not None
         return Connection(self, self._loop).client
+
+    def _refuse(self, host: str) -> None:
+        """Count a connection from other than the client; log the first."""
+        self._refused += 1
+        if self._refused == 1:
+            peers = self._peers
+            log.warning("relay to %s:%d (client %s) refused a connection from %s, not its "
+                        "client (further refusals are counted, not logged)", *self._upstream,
+                        peers.name if peers else "?", host)
 
     def _delay(self, shape: LinkShape) -> float:
         if not shape.jitter_s:

@@ -114,13 +114,17 @@ def test_relay_links_listen_on_each_clients_bridge_and_reach_the_services(echo: 
     plan = plan_cluster(topo, "c", host_cpus=2)
     # Stand-ins: the echo server plays both services, loopback plays the edge bridge.
     plan.links = [replace(link, port=echo) for link in plan.links]
-    links = make_links("relay", plan, seed=1)
-    assert isinstance(links, RelayLinks) and links.service_networks() == {}
+    assert isinstance(make_links("relay", plan, seed=1), RelayLinks)
+    # The client's address, which a cluster asks of the engine: loopback's here.
+    links = RelayLinks(plan, seed=1, locate=lambda container, network: HOST)
+    assert links.service_networks() == {}
     try:
         addresses = links.addresses({"broker": HOST, "zookeeper": HOST}, {"edge": HOST})
         assert set(addresses) == {("gw", "broker"), ("gw", "zookeeper")}
         ports = {key: int(address.split(":")[1]) for key, address in addresses.items()}
         assert all(address.startswith(f"{HOST}:") for address in addresses.values())
+        # The relays of one client share who may use them: the bridge's network (loopback's).
+        assert [str(n) for n in links.peers["gw"].networks] == ["127.0.0.0/8"]
         assert round_trip(ports[("gw", "broker")]) == pytest.approx(0.02, abs=0.008)
         links.reshape("gw", "broker", LinkShape(0.001))
         assert round_trip(ports[("gw", "broker")]) == pytest.approx(0.002, abs=0.004)
