@@ -4,26 +4,47 @@ For the tests and for users without a cluster: the same Swarm code path as on re
 a manager and workers that are separate engines (their own images, containers, overlay
 endpoints), joined over a bridge network of their own.
 
-Each node's engine listens on TCP 2375 without TLS. That is only acceptable because the bridge
-is private to this host (nothing is published on the host's interfaces); a real swarm's engines
-are reached the way their owner set them up (see docs/swarm-nodes.md).
+Each node's engine listens on unix sockets only, no TCP: one inside the node, and one in a
+folder of the host's (0700, root's; one per node, removed at close) bind-mounted into it,
+which the host's client uses (`unix://<folder>/docker.sock`). A task container of the swarm,
+which reaches its node at its default route, finds no engine there; another local user cannot
+pass the folder. The swarm's own ports (2377 control, 7946 gossip, 4789 VXLAN) stay on the
+bridge: the nodes need them among themselves. A real swarm's engines are reached the way their
+owner set them up (see docs/swarm-nodes.md).
+
+The nodes are not privileged: Docker's default capabilities (which the tasks inside get, so
+the node must have them) and two more, SYS_ADMIN (dockerd and runc mount and make namespaces)
+and NET_ADMIN (dockerd's bridges, iptables, the overlay's VXLAN); Docker's default devices;
+a seccomp profile of foglab's own that allows what dockerd and runc need (mount, namespaces,
+keyrings: Docker's default refuses runc's session keyring) and refuses what no node needs
+(modules, kexec, open_by_handle_at, bpf, ptrace, the clock, swap, reboot, ...).
 """
 
 from __future__ import annotations
 
+import json
+import platform
 import re
 import shlex
+import shutil
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emu.images import DOCKER_TIMEOUT_S, SWARM_NODE, ensure_image
+from emu.swarm.target import SwarmTarget
 
 if TYPE_CHECKING:
     import docker
 
-ENGINE_PORT = 2375
+    from emu.swarm.registry import LocalRegistry
+
+SOCKETS = "/run/foglab"  # in a node: its engine's socket for the host (a host folder's bind)
+SOCKETS_LABEL = "foglab.swarm-sockets"  # the host's folder, for remove() after a killed run
+SOCKETS_PREFIX = "foglab-swarm-"
 CGROUPS = "/sys/fs/cgroup"
 SWARM_PORT = 2377
 READY_S = 180  # a node's dockerd under CI's load took over 60 s to answer
@@ -32,12 +53,33 @@ SWARM_READY_S = 60
 LOG_TAIL = 20
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,39}$")
 LABEL = "foglab.swarm-nodes"
-# --privileged asks for every capability, and a host whose bounding set lacks one (this one
-# lacks CAP_SYS_RESOURCE) refuses the container: so every capability the host has, no
-# confinement, every device; what --privileged adds besides (/sys, /proc/sys and the
-# container's own cgroups writable) the node's start script does itself.
-CAP_DROP = ("SYS_RESOURCE",)
-SECURITY = ("seccomp=unconfined", "apparmor=unconfined")
+# What a node needs besides Docker's default capabilities (which its tasks get, and runc cannot
+# give what the node lacks: without MKNOD, NET_RAW, SYS_CHROOT, SETFCAP or AUDIT_WRITE a task
+# fails "unable to apply caps"). Without SYS_ADMIN a node's dockerd cannot unpack an image
+# ("creating mount namespace before pivot: operation not permitted"); without NET_ADMIN it
+# does not start (iptables: "Permission denied"). Tried and not needed: SYS_PTRACE,
+# SYS_RESOURCE, SYS_MODULE, every device (Docker's default devices do: the storage is overlay2
+# on the node's volume, no loop or device-mapper).
+CAP_ADD = ("SYS_ADMIN", "NET_ADMIN")
+# Refused in a node with EPERM (seccomp, the node and every task in it). Everything else is
+# allowed: dockerd and runc need mount, unshare, setns, pivot_root and keyctl, which Docker's
+# default profile refuses to a container (keyctl at all; runc's "unable to join session
+# keyring"), and an allow-list of dockerd's, containerd's, runc's and the tasks' calls (arm64
+# under QEMU too) is more than this module can keep right.
+DENIED_SYSCALLS = (
+    "_sysctl", "acct", "bpf", "clock_adjtime", "clock_settime", "delete_module",
+    "finit_module", "init_module", "ioperm", "iopl", "kcmp", "kexec_file_load", "kexec_load",
+    "lookup_dcookie", "name_to_handle_at", "nfsservctl", "open_by_handle_at",
+    "perf_event_open", "process_vm_readv", "process_vm_writev", "ptrace", "quotactl",
+    "reboot", "settimeofday", "swapoff", "swapon", "syslog", "uselib", "userfaultfd", "vm86",
+    "vm86old")
+# Every ABI of the host's architecture: a denied call is denied through each (a 32-bit call
+# on x86_64 too).
+ARCHITECTURES = {"x86_64": ("SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"),
+                 "aarch64": ("SCMP_ARCH_AARCH64", "SCMP_ARCH_ARM")}
+# AppArmor: none on foglab's host. Docker's docker-default profile refuses mount, which a
+# node's dockerd needs; so unconfined where AppArmor is (not tested here).
+APPARMOR = "apparmor=unconfined"
 # Before dockerd: make /sys, /proc/sys (dockerd sets forwarding there) and the cgroup
 # hierarchies writable, and forget a swarm of a previous run kept in the volume (its manager is
 # gone; the node joins the new one). The node shares the host's cgroup namespace and sees the
@@ -50,8 +92,17 @@ mount -o remount,rw /sys
 mount -o remount,bind,rw /proc/sys
 for d in /sys/fs/cgroup/*; do [ -L "$d" ] || mount -o remount,bind,rw "$d"; done
 rm -rf /var/lib/docker/swarm
-exec dockerd -H unix:///var/run/docker.sock -H tcp://0.0.0.0:{port} --tls=false {flags}
+exec dockerd -H unix:///var/run/docker.sock -H unix://{sockets}/docker.sock --group root {flags}
 """
+
+
+def seccomp_profile() -> str:
+    """The nodes' seccomp profile (JSON): allow by default, DENIED_SYSCALLS refused."""
+    return json.dumps({
+        "defaultAction": "SCMP_ACT_ALLOW",
+        "architectures": list(ARCHITECTURES.get(platform.machine(), ())),
+        "syscalls": [{"names": list(DENIED_SYSCALLS), "action": "SCMP_ACT_ERRNO",
+                      "errnoRet": 1}]})
 
 
 class SwarmNodesError(RuntimeError):
@@ -60,17 +111,15 @@ class SwarmNodesError(RuntimeError):
 
 @dataclass
 class Node:
-    """One node: its container (also its hostname), its address on the bridge, its engine."""
+    """One node: its container (also its hostname), its address on the bridge, its engine
+    (reached by the host at engine_url, a unix socket)."""
 
     index: int
     name: str
     address: str
     client: docker.DockerClient
+    engine_url: str
     site: str | None = None
-
-    @property
-    def engine_url(self) -> str:
-        return f"tcp://{self.address}:{ENGINE_PORT}"
 
 
 @dataclass
@@ -93,6 +142,7 @@ class SwarmNodes:
     host: docker.DockerClient | None = None
     nodes: list[Node] = field(default_factory=list, init=False)
     network: str | None = field(default=None, init=False)
+    sockets: Path | None = field(default=None, init=False)  # the engines' sockets' folder
     _made: list[tuple[str, str]] = field(default_factory=list, init=False)
 
     def __post_init__(self) -> None:
@@ -115,6 +165,13 @@ class SwarmNodes:
     def manager(self) -> docker.DockerClient:
         """The manager's engine: services and node listings go there."""
         return self.nodes[0].client
+
+    def target(self, registry: LocalRegistry) -> SwarmTarget:
+        """The swarm target of these nodes (emu.swarm.target): each node's engine socket and
+        address, the manager, and images pushed to `registry` and pulled by every node."""
+        return SwarmTarget({n.name: n.engine_url for n in self.nodes}, self.nodes[0].name,
+                           registry.image_ref([n.client for n in self.nodes]),
+                           addresses={n.name: n.address for n in self.nodes})
 
     @property
     def gateway(self) -> str:
@@ -142,6 +199,8 @@ class SwarmNodes:
         host = self._host()
         self._refuse_existing(host)
         image = ensure_image(SWARM_NODE, client=host).tag
+        # 0700, root's (this process's): only root reaches the engines' sockets in it.
+        self.sockets = Path(tempfile.mkdtemp(prefix=f"{SOCKETS_PREFIX}{self.name}-"))
         labels = {"foglab": "1", LABEL: self.name}
         network = host.networks.create(self.name, driver="bridge", labels=labels)
         self._made.append(("network", network.id))
@@ -176,16 +235,20 @@ class SwarmNodes:
             host.volumes.create(name, labels=labels)
             if not self.keep_volumes:
                 self._made.append(("volume", name))
+        assert self.sockets is not None
+        sockets = self.sockets / str(index)
+        sockets.mkdir(mode=0o700)
         # Named before it exists: a failure while the engine creates it still finds it.
         self._made.append(("container", name))
         return host.containers.run(
-            image, ["sh", "-c", START.format(port=ENGINE_PORT, flags=flags)], name=name,
+            image, ["sh", "-c", START.format(sockets=SOCKETS, flags=flags)], name=name,
             hostname=name, detach=True, init=True, network=self.network,
-            labels={**labels, "foglab.swarm-node": str(index)},
+            labels={**labels, "foglab.swarm-node": str(index), SOCKETS_LABEL: str(self.sockets)},
             volumes={name: {"bind": "/var/lib/docker", "mode": "rw"},
-                     CGROUPS: {"bind": CGROUPS, "mode": "rw"}},
-            cap_add=["ALL"], cap_drop=list(CAP_DROP), security_opt=list(SECURITY),
-            device_cgroup_rules=["a *:* rwm"], cgroupns="host")
+                     CGROUPS: {"bind": CGROUPS, "mode": "rw"},
+                     str(sockets): {"bind": SOCKETS, "mode": "rw"}},
+            cap_add=list(CAP_ADD), security_opt=[f"seccomp={seccomp_profile()}", APPARMOR],
+            cgroupns="host")
 
     def _wait_for_engine(self, container, index: int) -> Node:
         """The node once its engine answers, its leftover containers of a previous run removed."""
@@ -200,20 +263,21 @@ class SwarmNodes:
                 break
             address = address or container.attrs["NetworkSettings"]["Networks"][
                 self.network]["IPAddress"]
-            if address:
+            socket = self.sockets / str(index) / "docker.sock" if self.sockets else None
+            if address and socket and socket.exists():
+                url = f"unix://{socket}"
                 try:  # the client asks the engine its API version when made
-                    client = docker.DockerClient(base_url=f"tcp://{address}:{ENGINE_PORT}",
-                                                 timeout=DOCKER_TIMEOUT_S)
+                    client = docker.DockerClient(base_url=url, timeout=DOCKER_TIMEOUT_S)
                 except DockerException:
                     pass
                 else:
                     # Tasks of a previous swarm, kept in the volume, stopped with their node.
                     client.containers.prune()
                     site = self.sites[index] if index < len(self.sites) else None
-                    return Node(index, container.name, address, client, site)
+                    return Node(index, container.name, address, client, url, site)
             time.sleep(0.5)
         tail = container.logs(tail=LOG_TAIL).decode(errors="replace").rstrip()
-        why = (f"does not answer on port {ENGINE_PORT} within {self.ready_s:g} s"
+        why = (f"does not answer on its socket within {self.ready_s:g} s"
                if container.status == "running" else f"{container.status} before it answered")
         raise SwarmNodesError(f"swarm node {container.name}: its dockerd {why}; the last lines "
                               f"of its log:\n{tail}")
@@ -260,10 +324,12 @@ class SwarmNodes:
         for node in self.nodes:
             node.client.close()
         self.nodes.clear()
-        if not self._made:
-            return
-        _remove(self._host(), self._made)
-        self._made.clear()
+        if self._made:
+            _remove(self._host(), self._made)
+            self._made.clear()
+        if self.sockets is not None:
+            shutil.rmtree(self.sockets, ignore_errors=True)
+            self.sockets = None
 
 
 def _remove(host: docker.DockerClient, made: list[tuple[str, str]]) -> None:
@@ -297,9 +363,17 @@ def remove(name: str, *, keep_volumes: bool = True,
 
     host = host or docker.from_env(timeout=DOCKER_TIMEOUT_S)
     selector = {"label": f"{LABEL}={name}"}
-    made = [("container", c.name) for c in host.containers.list(all=True, filters=selector)]
+    containers = host.containers.list(all=True, filters=selector)
+    made = [("container", c.name) for c in containers]
     made += [("network", n.id) for n in host.networks.list(filters=selector)]
     if not keep_volumes:
         made += [("volume", v.name) for v in host.volumes.list(filters=selector)]
     _remove(host, made)
+    folders = {c.labels.get(SOCKETS_LABEL) for c in containers} - {None}
+    for folder in folders:  # only a folder start() made: in the temporary folder, by its name
+        path = Path(folder)
+        if (path.parent == Path(tempfile.gettempdir())
+                and path.name.startswith(f"{SOCKETS_PREFIX}{name}-")
+                and not path.is_symlink() and path.is_dir()):
+            shutil.rmtree(path, ignore_errors=True)
     return [ident for _, ident in made]

@@ -29,19 +29,29 @@ REGISTRY_ENV = "FOGLAB_SWARM_REGISTRY"
 @dataclass(frozen=True)
 class SwarmTarget:
     """A multi-node swarm: `engines` node hostname -> engine URL, `manager` one of them,
-    `image_ref` tag -> the nodes' reference."""
+    `image_ref` tag -> the nodes' reference; `addresses` node hostname -> its address where
+    its engine URL names none (a unix socket: emu.swarm.nodes)."""
 
     engines: Mapping[str, str]
     manager: str
     image_ref: Callable[[str], str] = field(compare=False)
+    addresses: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.manager not in self.engines:
             raise ValueError(f"swarm target: manager {self.manager!r} is not one of the "
                              f"engines {sorted(self.engines)}")
+        unaddressed = sorted(node for node, url in self.engines.items()
+                             if url.startswith("unix://") and node not in self.addresses)
+        if unaddressed:
+            raise ValueError(f"swarm target: node(s) {', '.join(unaddressed)} have an engine on "
+                             f"a unix socket and no address (addresses=...)")
 
     def address_of(self, node: str) -> str:
-        """A node's address (its engine URL's host): where its published ports answer."""
+        """A node's address (given, else its engine URL's host): where its published ports
+        answer."""
+        if node in self.addresses:
+            return self.addresses[node]
         url = self.engines[node]
         return url.split("://", 1)[-1].rsplit(":", 1)[0].strip("[]")
 

@@ -2,18 +2,28 @@
 Ready nodes with their labels, a gateway image pulled through the local registry runs as a
 service on the worker it is constrained to (arm64 under the host's QEMU), services on two
 workers talk over an overlay network, a node whose engine fails is named with its log and
-nothing of it stays, and close() leaves nothing on the host."""
+nothing of it stays, and close() leaves nothing on the host.
+
+And as an attacker would try them (issue 40): a task reaching its node's engine (none: the
+engines listen on root's unix sockets only), a node reading the host's disk (its devices are
+Docker's default), and the registry without the login, a delete, a tag."""
 
 from __future__ import annotations
 
+import base64
+import json
+import os
+import stat
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Iterator
 
 import pytest
 from docker.types import EndpointSpec, RestartPolicy
 
 from emu.images import CACHE_DIR, GATEWAY, ensure_image
-from emu.swarm.nodes import LABEL, Node, SwarmNodes, SwarmNodesError, remove
+from emu.swarm.nodes import CAP_ADD, LABEL, Node, SwarmNodes, SwarmNodesError, remove
 from emu.swarm.registry import ExternalRegistry, LocalRegistry
 from tests.engine import docker_engine
 
@@ -32,6 +42,23 @@ for attempt in range(60):
         break
     except OSError:
         time.sleep(0.5)
+"""
+# From a task: its node's engine, at the task's default route and at the node's address, on
+# the port the nodes' engines listened on before (tcp://0.0.0.0:2375, no TLS).
+KNOCK = """
+import socket, struct
+for line in open("/proc/net/route").read().splitlines()[1:]:
+    fields = line.split()
+    if fields[1] == "00000000":
+        gateway = socket.inet_ntoa(struct.pack("<L", int(fields[2], 16)))
+for host in (gateway, "{node}"):
+    try:
+        socket.create_connection((host, 2375), timeout=5).close()
+        print("open")
+    except ConnectionRefusedError:
+        print("refused")
+    except OSError as error:
+        print(type(error).__name__)
 """
 
 
@@ -93,13 +120,14 @@ def _output(node: Node, service) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def gateway_ref(registry: LocalRegistry, host) -> str:
-    return registry.push(ensure_image(GATEWAY, client=host).tag)
+def gateway_ref(swarm: SwarmNodes, registry: LocalRegistry, host) -> str:
+    return swarm.target(registry).image_ref(ensure_image(GATEWAY, client=host).tag)
 
 
 def test_a_gateway_service_pulled_from_the_registry_runs_on_its_worker(
         swarm: SwarmNodes, registry: LocalRegistry, gateway_ref: str) -> None:
-    assert gateway_ref.startswith(f"{swarm.gateway}:{registry.port}/foglab/gateway:")
+    # By digest: what the nodes run is what the host pushed, whatever a tag says later.
+    assert gateway_ref.startswith(f"{swarm.gateway}:{registry.port}/foglab/gateway@sha256:")
     service = swarm.manager.services.create(
         gateway_ref, ["python3", "-c", "import platform; print(platform.machine())"],
         name="arch", constraints=["node.labels.foglab.node==2"],
@@ -138,6 +166,82 @@ def test_services_on_two_workers_talk_over_an_overlay(swarm: SwarmNodes,
         for service in services:
             service.remove()
         _remove_when_free(network)
+
+
+def test_a_task_cannot_reach_its_nodes_engine(swarm: SwarmNodes, gateway_ref: str) -> None:
+    """The exploit: a task (code an experiment names) connects to its node's engine at its
+    default route (or at the node's address) and starts a privileged container, root on the
+    host. Now nothing listens there; only the host reaches the engines, on unix sockets in a
+    folder only root may enter."""
+    node = swarm.nodes[2]
+    service = swarm.manager.services.create(
+        gateway_ref, ["python3", "-c", KNOCK.format(node=node.address)], name="knock",
+        constraints=["node.labels.foglab.node==2"], restart_policy=RestartPolicy(condition="none"))
+    try:
+        task = _finished(service)
+        assert task["Status"]["State"] == "complete", task["Status"]
+        assert _output(node, service) == ["refused\nrefused"]
+    finally:
+        service.remove()
+    assert swarm.sockets is not None
+    folder = os.stat(swarm.sockets)
+    assert (folder.st_uid, stat.S_IMODE(folder.st_mode)) == (0, 0o700)
+    for each in swarm.nodes:
+        assert each.engine_url == f"unix://{swarm.sockets}/{each.index}/docker.sock"
+        assert each.client.ping()
+
+
+def test_a_node_has_the_least_privileges_that_run_its_tasks(swarm: SwarmNodes, host) -> None:
+    """Not privileged: two capabilities besides Docker's defaults, a seccomp filter, Docker's
+    default devices. The exploit of a node's root (were a task to become it): make the host's
+    disk's device node and read it. Refused by the node's device cgroup (it was every device)."""
+    node = host.containers.get(swarm.nodes[1].name)
+    config = node.attrs["HostConfig"]
+    assert config["Privileged"] is False
+    assert sorted(config["CapAdd"]) == sorted(CAP_ADD) and not config["CapDrop"]
+    assert not config["DeviceCgroupRules"] and not config["Devices"]
+    status = node.exec_run(["grep", "^Seccomp:", "/proc/1/status"]).output.decode()
+    assert status.split() == ["Seccomp:", "2"]  # a filter, not unconfined (0)
+    disk = os.stat("/").st_dev
+    read = node.exec_run(["sh", "-c", f"mknod /tmp/disk b {os.major(disk)} {os.minor(disk)} && "
+                                      "head -c 512 /tmp/disk | wc -c"])
+    # Bytes read: 512 when the node had every device.
+    assert read.output.split()[-1] == b"0" and b"Operation not permitted" in read.output, (
+        read.output)
+    # A denied call (open_by_handle_at's sibling, the kernel's log) fails in the node.
+    assert node.exec_run(["dmesg"]).exit_code != 0
+
+
+def test_the_registry_takes_only_its_login_and_deletes_nothing(
+        swarm: SwarmNodes, registry: LocalRegistry, gateway_ref: str) -> None:
+    """The exploits: a node (or a task, routed there by its node) pulling without the login;
+    any local user reading the host's side; a delete of what the nodes run."""
+    from docker.errors import APIError
+
+    # A tag no node has: the engine must ask the registry, which wants the login first.
+    with pytest.raises(APIError, match="no basic auth credentials"):
+        swarm.nodes[1].client.api.pull(gateway_ref.split("@")[0], tag="not-pulled")
+    for address in (registry.push_address, registry.pull_address):
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(f"http://{address}/v2/_catalog", timeout=5)
+        assert refused.value.code == 401
+    repository, digest = gateway_ref.split("/", 1)[1].split("@")
+    login = base64.b64encode(f"{registry.auth['username']}:{registry.auth['password']}"
+                             .encode()).decode()
+    for address in (registry.push_address, registry.pull_address):
+        delete = urllib.request.Request(f"http://{address}/v2/{repository}/manifests/{digest}",
+                                        method="DELETE",
+                                        headers={"Authorization": f"Basic {login}"})
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            urllib.request.urlopen(delete, timeout=5)
+        assert refused.value.code == 405
+    # The password is in no node's environment nor command line, nor in any file of a node.
+    for node in swarm.nodes:
+        container = swarm._host().containers.get(node.name)
+        assert registry.auth["password"] not in json.dumps(container.attrs)
+        found = container.exec_run(["grep", "-rl", registry.auth["password"], "/root", "/etc",
+                                    "/var/lib/docker/image"])
+        assert found.output == b"", found.output
 
 
 def _remove_when_free(network) -> None:
@@ -184,7 +288,9 @@ def test_close_leaves_nothing_on_the_host(swarm: SwarmNodes, registry: LocalRegi
                                           host) -> None:
     """Last in the file: it closes the module's swarm (the fixture's close is then a no-op)."""
     registry.stop()
+    sockets = swarm.sockets
     swarm.close()
+    assert sockets is not None and not sockets.exists()  # the engines' sockets' folder
     selector = {"label": f"{LABEL}={NAME}"}
     assert host.containers.list(all=True, filters=selector) == []
     assert host.networks.list(names=[NAME]) == []
