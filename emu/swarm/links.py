@@ -124,6 +124,10 @@ class NodeLinks(Links):
         if not self.agents:
             raise LinkAgentError("no link agent is connected")
         links, hops = self._requests(services)
+        # The agents relay to the run's services only (emu.links.agent: fixed at the first).
+        targets = sorted({f"{link['host']}/32" for link in links})
+        for agent in self.agents.values():
+            agent.request("networks", targets=targets)
         low, high = PORTS
         if len(links) > high - low:
             raise LinkAgentError(f"{len(links)} links do not fit ports {low} to {high - 1}")

@@ -45,6 +45,12 @@ def agent_on_loopback(token: str) -> Iterator[tuple[LinkAgent, int]]:
         async def close() -> None:
             server.close()
             await asyncio.gather(*(r.close() for r in agent.relays.values()))
+            # Control connections still open (and the lag probe) end here, not at the loop's
+            # close, where their writer.close() would find the loop closed.
+            others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+            for task in others:
+                task.cancel()
+            await asyncio.gather(*others, return_exceptions=True)
 
         asyncio.run_coroutine_threadsafe(close(), loop).result()
         loop.call_soon_threadsafe(loop.stop)
