@@ -18,9 +18,10 @@ from rich import box
 from rich.table import Table
 
 from experiments import catalog
-from experiments.loader import Experiment, load_document
+from experiments.loader import Experiment, load_document, reference_file
 from topologies.documents import read
 from topologies.errors import SpecError
+from topologies.files import Files
 from topologies.terminal import console, error, escape, say
 from workloads.apply import DELETE, DEPLOY, Plan, diff, state
 from workloads.jobs import KEYS, compose
@@ -32,25 +33,27 @@ NO_CHANGES, ERROR, CHANGES = 0, 1, 2
 def load_composed(source: str | Path) -> tuple[Experiment, dict[str, list[OperatorSpec]]]:
     """An experiment and its jobs (job -> its operators, the validated pipeline's own
     objects); a flat pipeline is one job per operator. Jobs are expanded here before the
-    loader validates the pipeline they make."""
+    loader validates the pipeline they make; the files they name are confined as the
+    loader's are (topologies.files; FOGLAB_ALLOW_FILES widens it)."""
     path = catalog.experiment_path(source)
     document = read(path)
+    files = Files.confined(path.parent)
     data = document.data
     if not (isinstance(data, dict) and "jobs" in data):
-        experiment = load_document(document)
+        experiment = load_document(document, files=files)
         return experiment, {op.name: [op] for op in experiment.spec.pipeline}
     checked = dict(data)
     if isinstance(checked.get("topology"), str):  # its sites, for `on: site:NAME`
         try:
-            checked["topology"] = read(catalog.reference_path(
-                "topology", checked["topology"], path.parent, SpecError((), None, ""))).data
+            checked["topology"] = read(reference_file(
+                "topology", checked["topology"], document, files), confidential=True).data
         except SpecError:
             checked["topology"] = None  # the loader refuses it, with its line
-    composition = compose(checked, path.parent, document)
+    composition = compose(checked, path.parent, document, files)
     expanded = {key: value for key, value in data.items() if key not in KEYS}
     expanded["pipeline"] = composition.pipeline
     try:
-        experiment = load_document(dataclasses.replace(document, data=expanded))
+        experiment = load_document(dataclasses.replace(document, data=expanded), files=files)
     except SpecError as failure:  # found in the pipeline: placed at the job that made it
         placed = composition.placed(failure)
         raise placed if placed.file else document.error(placed) from None

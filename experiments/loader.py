@@ -11,6 +11,7 @@ import hashlib
 import itertools
 import json
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,8 +23,9 @@ from experiments.checks import check
 from experiments.spec import ExperimentSpec
 from topologies import units
 from topologies.documents import Document, DuplicateKey, load_text, parse, read
-from topologies.errors import SpecError, format_path
+from topologies.errors import SpecError, Withheld, format_path
 from topologies.fields import WRITTEN
+from topologies.files import Files, Refused
 from topologies.model import Topology
 from workloads.features import FEATURES
 from workloads.jobs import expand as expand_jobs
@@ -64,6 +66,13 @@ class _Sources:
 
     documents: dict[str, Document]  # "" for the experiment file, else its key
     overrides: dict[tuple, str] = field(default_factory=dict)  # path -> the option as typed
+    files: Files = field(default_factory=Files.anywhere)  # where the file may read
+
+    def typed(self, path: tuple) -> bool:
+        """Whether the command line (--set, --sweep) wrote `path` or a field above it: a path
+        typed there is the user's own, relative to where the command runs, not confined."""
+        return any(path[:len(at)] == at and option.startswith("--")
+                   for at, option in self.overrides.items())
 
     def place(self, error: SpecError) -> SpecError:
         for path, option in self.overrides.items():
@@ -93,22 +102,28 @@ class _Sources:
         return isinstance(node, dict | list)
 
 
-def load(source: str | Path, overrides: list[str] = (), sweeps: list[str] = ()) -> Experiment:
-    """Load and validate an experiment from a path or a catalog name."""
-    return load_document(read(catalog.experiment_path(source)), overrides, sweeps)
+def load(source: str | Path, overrides: list[str] = (), sweeps: list[str] = (),
+         allow_files: Iterable[str | Path] = ()) -> Experiment:
+    """Load and validate an experiment from a path or a catalog name. The files it names are
+    read from its folder only, and from the folders `allow_files` (and FOGLAB_ALLOW_FILES)
+    allow: topologies.files."""
+    path = catalog.experiment_path(source)
+    return load_document(read(path), overrides, sweeps, Files.confined(path.parent, allow_files))
 
 
-def load_document(document: Document, overrides: list[str] = (),
-                  sweeps: list[str] = ()) -> Experiment:
-    """Validate a parsed experiment file with its references, overrides and sweeps."""
+def load_document(document: Document, overrides: list[str] = (), sweeps: list[str] = (),
+                  files: Files | None = None) -> Experiment:
+    """Validate a parsed experiment file with its references, overrides and sweeps; the files
+    it names confined to `files` (by default its own folder: topologies.files)."""
+    files = files or Files.confined(Path(document.file).parent)
     try:
-        return _load(document, overrides, sweeps)
+        return _load(document, overrides, sweeps, files)
     except SpecError as error:
-        raise _blamed(error, document, overrides, sweeps) from None
+        raise _blamed(error, document, overrides, sweeps, files) from None
 
 
 def _blamed(error: SpecError, document: Document, overrides: list[str],
-            sweeps: list[str]) -> SpecError:
+            sweeps: list[str], files: Files) -> SpecError:
     """An error placed in a file that the file alone does not have is the options' doing (a
     --set run.duration shorter than a migration's time): it names the first option that
     brings it on its own, else all of them, rather than a line the user did not change."""
@@ -118,7 +133,7 @@ def _blamed(error: SpecError, document: Document, overrides: list[str],
 
     def same(overrides: list[str], sweeps: list[str]) -> bool:
         try:
-            _load(document, overrides, sweeps)
+            _load(document, overrides, sweeps, files)
         except SpecError as other:
             return other.path == error.path and other.expected == error.expected
         return False
@@ -130,12 +145,13 @@ def _blamed(error: SpecError, document: Document, overrides: list[str],
     return SpecError(error.path, error.value, error.expected, cause)
 
 
-def _load(document: Document, overrides: list[str], sweeps: list[str]) -> Experiment:
+def _load(document: Document, overrides: list[str], sweeps: list[str],
+          files: Files) -> Experiment:
     data = document.data
     if not isinstance(data, dict):
-        raise SpecError((), data, "a mapping with name, topology, workload, pipeline and run",
-                        document.file, 1)
-    sources = _Sources({"": document})
+        raise SpecError((), Withheld(data), "a mapping with name, topology, workload, pipeline "
+                        "and run", document.file, 1)
+    sources = _Sources({"": document}, files=files)
     merged = copy.deepcopy(data)
     assignments = [(*_assignment(option, "--set"), f"--set {option}") for option in overrides]
     # `--set topology=<name or file>` replaces a reference before it is resolved.
@@ -144,7 +160,6 @@ def _load(document: Document, overrides: list[str], sweeps: list[str]) -> Experi
             merged[path[0]] = value
             sources.overrides[path] = option
     references = _resolve_references(merged, document, sources)
-    _resolve_files(merged, document)
     for i, (path, value, option) in enumerate(assignments):
         if path not in REFERENCE_PATHS:
             # Names resolve against what the file and the options before this one made.
@@ -184,17 +199,47 @@ def _load(document: Document, overrides: list[str], sweeps: list[str]) -> Experi
 def _resolve_references(merged: dict, document: Document, sources: _Sources) -> dict[str, str]:
     """Replace `topology: <name or file>` (and workload) by the referenced file's content."""
     references: dict[str, str] = {}
-    base = Path(document.file).parent
     for key in REFERENCES:
         if isinstance(merged.get(key), str):
-            path = catalog.reference_path(key, merged[key], base, document.error(
-                SpecError((key,), merged[key], f"the name of a {key} in the catalog "
-                          f"({', '.join(catalog.names(key)) or 'none'}) or a path to a file")))
-            referenced = read(path)
+            path = reference_file(key, merged[key], document, sources.files,
+                                  typed=sources.typed((key,)))
+            # A file the experiment names is not shown in errors; a catalog entry is foglab's.
+            referenced = read(path, confidential=path.parent != catalog.FOLDERS[key])
             references[key] = merged[key]
             merged[key] = referenced.data
             sources.documents[key] = referenced
     return references
+
+
+def reference_file(key: str, written: str, document: Document, files: Files,
+                   typed: bool = False) -> Path:
+    """The file `topology: <written>` (or workload) of `document` stands for: a catalog name,
+    or a file the rule of topologies.files lets the experiment read (`typed`: a --set of it,
+    the user's own, unconfined)."""
+    base = Path(document.file).parent
+    unknown = document.error(SpecError(
+        (key,), written, f"the name of a {key} in the catalog "
+        f"({', '.join(catalog.names(key)) or 'none'}) or a path to a file"))
+    if files.folder is None or typed:
+        return catalog.reference_path(key, written, base, unknown)
+    named = "/" not in written and not written.endswith((".yaml", ".yml"))
+    if named and not _present(base / written):  # a file of that name beside it comes first
+        entry = catalog.FOLDERS[key] / f"{written}.yaml"
+        if not _present(entry):
+            raise unknown
+        return entry
+    try:
+        return files.resolve(written, base)
+    except Refused as refused:
+        raise document.error(SpecError((key,), written, str(refused))) from None
+
+
+def _present(path: Path) -> bool:
+    """Whether there is something at `path` (a link too, even a broken one)."""
+    try:
+        return path.is_symlink() or path.exists()
+    except (OSError, ValueError):  # a name too long for the file system, or with a NUL
+        return False
 
 
 def _file_fields(data: dict) -> list[tuple]:
@@ -211,26 +256,24 @@ def _file_fields(data: dict) -> list[tuple]:
     return fields
 
 
-def _resolve_files(merged: dict, document: Document) -> None:
-    """Files the experiment file names, relative to its folder (as topology and workload
-    references are), rewritten as resolved; one that is not there is refused with the path
-    as written and as resolved. Paths given on the command line stay relative to where the
-    command runs (the schema and the features check those)."""
-    base = Path(document.file).parent
-    for path in _file_fields(merged):
-        node = merged
+def _resolve_files(data: dict, sources: _Sources) -> None:
+    """Files the experiment file names (its sweep too), relative to its folder (as topology
+    and workload references are) and confined to it (topologies.files), rewritten as
+    resolved; one refused or not there is named with the path as written and as resolved.
+    Paths typed on the command line stay relative to where the command runs (the schema and
+    the features check those)."""
+    base = Path(sources.documents[""].file).parent
+    for path in _file_fields(data):
+        node = data
         for part in path[:-1]:
             node = node.get(part) if isinstance(node, dict) else None
-        if not isinstance(node, dict) or not isinstance(node.get(path[-1]), str):
+        if not isinstance(node, dict) or not isinstance(node.get(path[-1]), str) or (
+                sources.typed(path)):
             continue
-        written = node[path[-1]]
-        resolved = Path(written).expanduser()
-        resolved = resolved if resolved.is_absolute() else base / resolved
-        if not resolved.is_file():
-            raise document.error(SpecError(path, written, f"an existing file, relative to the "
-                                           f"experiment file's folder: {written!r} resolves "
-                                           f"to {str(resolved)!r}, which is not there"))
-        node[path[-1]] = str(resolved)
+        try:
+            node[path[-1]] = str(sources.files.resolve(node[path[-1]], base))
+        except Refused as refused:
+            raise sources.place(SpecError(path, node[path[-1]], str(refused))) from None
 
 
 def _product(plan: dict, sources: _Sources) -> list[dict[str, object]]:
@@ -254,8 +297,10 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
             _assign(data, path, value, f"sweep.{key}")
         except SpecError as error:
             raise sources.place(SpecError(("sweep", key), value, error.expected)) from None
+    _resolve_files(data, sources)
     try:  # jobs (workloads.jobs) become the pipeline they make; an include's errors are its own
-        data, composition = expand_jobs(data, Path(sources.documents[""].file).parent)
+        data, composition = expand_jobs(data, Path(sources.documents[""].file).parent,
+                                        files=sources.files)
     except SpecError as error:
         raise (error if error.file else sources.place(error)) from None
     try:
@@ -436,6 +481,12 @@ def _assign(data: dict, path: tuple, value: object, option: str) -> None:
 
 
 def parse_text(text: str, file: str = "<text>", overrides: list[str] = (),
-               sweeps: list[str] = ()) -> Experiment:
-    """Load an experiment from YAML text (tests and notebooks); references resolve from here."""
-    return load_document(parse(text, file), overrides, sweeps)
+               sweeps: list[str] = (), confined: bool = False,
+               allow_files: Iterable[str | Path] = ()) -> Experiment:
+    """Load an experiment from YAML text (tests and notebooks); references resolve from the
+    folder of `file`. Text handed over from Python is the caller's own: the files it names
+    are read wherever they are, unless `confined` (to that folder and `allow_files`, as
+    `load` does: topologies.files). Their content is kept out of errors either way."""
+    files = (Files.confined(Path(file).parent, allow_files) if confined or allow_files
+             else Files.anywhere())
+    return load_document(parse(text, file), overrides, sweeps, files)

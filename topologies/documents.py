@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from topologies.errors import SpecError
+from topologies.errors import SpecError, Withheld, withheld
 
 
 class DuplicateKey(yaml.YAMLError):
@@ -106,28 +106,40 @@ def load_text(text: str) -> object:
 
 @dataclass
 class Document:
-    """A parsed YAML file and the node tree that knows where each value was written."""
+    """A parsed YAML file and the node tree that knows where each value was written.
+    `confidential`: a file an experiment names (not the experiment file itself, nor foglab's
+    own catalog): its errors give the line and column and not the value there
+    (topologies.errors.Withheld)."""
 
     file: str
     data: object
     _root: yaml.Node | None = field(default=None, repr=False)
+    confidential: bool = False
 
     def line(self, path: tuple) -> int | None:
         """The 1-based line of the deepest part of `path` found in the file."""
-        node, line = self._root, None
+        mark = self._mark(path)
+        return None if mark is None else mark.line + 1
+
+    def _mark(self, path: tuple) -> yaml.Mark | None:
+        node, mark = self._root, None
         for part in path:
             if node is None:
                 break
-            line = node.start_mark.line + 1
+            mark = node.start_mark
             node = _child(node, part)
-        if node is not None:
-            line = node.start_mark.line + 1
-        return line
+        return node.start_mark if node is not None else mark
 
     def error(self, error: SpecError, prefix: tuple = ()) -> SpecError:
         """Place an error in this file; `prefix` is where this document sits in a larger one."""
         path = error.path[len(prefix):] if error.path[:len(prefix)] == prefix else error.path
-        return SpecError(path, error.value, error.expected, self.file, self.line(path))
+        mark = self._mark(path)
+        line = None if mark is None else mark.line + 1
+        if not self.confidential:
+            return SpecError(path, error.value, error.expected, self.file, line)
+        value, expected = withheld(error.value, error.expected)
+        return SpecError(path, value, expected, self.file, line,
+                         None if mark is None else mark.column + 1)
 
 
 def _child(node: yaml.Node, part: object) -> yaml.Node | None:
@@ -141,8 +153,9 @@ def _child(node: yaml.Node, part: object) -> yaml.Node | None:
     return None
 
 
-def parse(text: str, file: str) -> Document:
-    """Parse YAML text; syntax errors become SpecError with the line."""
+def parse(text: str, file: str, confidential: bool = False) -> Document:
+    """Parse YAML text; syntax errors become SpecError with the line (and, for a confidential
+    file, the column and the kind of problem without the text: Document.confidential)."""
     root = None
     loader = FastLoader(text)
     try:  # one parse: the node tree (its lines), then the data built from it
@@ -150,25 +163,39 @@ def parse(text: str, file: str) -> Document:
         data = loader.construct_document(root) if root is not None else None
     except DuplicateKey as exc:
         path = _path_to(root, exc.mapping) if root is not None else ()
-        raise SpecError((*path, exc.key) if isinstance(exc.key, str | int) else path, exc.key,
-                        f"a key written once in a mapping, but {exc.key!r} is on line "
+        key = (f"{exc.key!r} is" if not confidential else "a key is")
+        raise SpecError((*path, exc.key) if isinstance(exc.key, str | int) else path,
+                        Withheld(exc.key) if confidential else exc.key,
+                        f"a key written once in a mapping, but {key} on line "
                         f"{exc.first.line + 1} and again on line {exc.second.line + 1} (YAML "
-                        "would keep the last silently)", file, exc.second.line + 1) from None
+                        "would keep the last silently)", file, exc.second.line + 1,
+                        exc.second.column + 1 if confidential else None) from None
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
-        raise SpecError((), (exc.problem or "").strip() or "invalid YAML", "valid YAML", file,
-                        mark.line + 1 if mark else None) from None
+        problem = (exc.problem or "").strip() or "invalid YAML"
+        raise SpecError((), _QUOTED.sub("(text not shown)", problem) if confidential else problem,
+                        "valid YAML", file, mark.line + 1 if mark else None,
+                        mark.column + 1 if mark and confidential else None) from None
+    except yaml.reader.ReaderError as exc:  # its message quotes the character
+        raise SpecError((), f"a character YAML does not allow (character {exc.position + 1})",
+                        "valid YAML text", file) from None
     except yaml.YAMLError as exc:
-        raise SpecError((), str(exc).splitlines()[0] if str(exc) else "invalid YAML",
-                        "valid YAML", file) from None
+        raise SpecError((), "invalid YAML" if confidential or not str(exc) else
+                        str(exc).splitlines()[0], "valid YAML", file) from None
     except RecursionError:
         raise SpecError((), "nesting too deep", "valid YAML of reasonable depth", file) from None
     except (ValueError, TypeError, AttributeError, OverflowError) as exc:
         # PyYAML's constructors raise these for bad dates, tagged values or huge integers.
-        raise SpecError((), str(exc).splitlines()[0][:120], "valid YAML values", file) from None
+        raise SpecError((), "a date, number or tag YAML cannot build" if confidential else
+                        str(exc).splitlines()[0][:120], "valid YAML values", file) from None
     finally:
         loader.dispose()
-    return Document(file, data, root)
+    return Document(file, data, root, confidential)
+
+
+# A quoted piece of the text in PyYAML's problem (`found character '\t'`, `found undefined
+# alias 'x'`), not its token names (`'<block end>'`).
+_QUOTED = re.compile(r"'(?!<)[^']*'|\"[^\"]*\"")
 
 
 def _path_to(root: yaml.Node, mark: yaml.Mark) -> tuple:
@@ -186,11 +213,31 @@ def _path_to(root: yaml.Node, mark: yaml.Mark) -> tuple:
     return ()
 
 
-def read(path: Path) -> Document:
+def read(path: Path, confidential: bool = False) -> Document:
+    """A YAML file parsed (`confidential`: Document.confidential)."""
+    return parse(read_text(path), str(path), confidential)
+
+
+def read_text(path: Path) -> str:
+    """A description file's text: UTF-8 without NUL bytes (a binary file is refused by what
+    it is, not shown)."""
     try:
-        text = path.read_text(encoding="utf-8")
+        data = path.read_bytes()
     except FileNotFoundError:
         raise SpecError((), str(path), "an existing file", str(path)) from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise SpecError((), str(path), f"a readable UTF-8 file ({exc})", str(path)) from None
-    return parse(text, str(path))
+    except OSError as exc:
+        raise SpecError((), str(path), f"a readable file ({exc.strerror})", str(path)) from None
+    return text_of(data, str(path))
+
+
+def text_of(data: bytes, file: str) -> str:
+    """`data` as text, or a SpecError saying where it is not text (never what is there)."""
+    nul = data.find(b"\0")
+    if nul >= 0:
+        raise SpecError((), f"a binary file (a NUL byte at offset {nul})",
+                        "a UTF-8 text file", file) from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise SpecError((), f"bytes that are not UTF-8 at offset {exc.start}",
+                        "a UTF-8 text file", file) from None

@@ -11,23 +11,58 @@ def format_path(path: tuple) -> str:
     return text
 
 
+class Withheld:
+    """A value read from a file an experiment names (an include, a topology file, a trace),
+    kept out of messages: an experiment may point at a file it should not read (a CI log
+    would show `/etc/shadow`'s hash), and where a file's folder was allowed its content is
+    still no one's to print. Its kind is said; the line and column say where it stands."""
+
+    def __init__(self, value: object):
+        self.kind = value.kind if isinstance(value, Withheld) else _kind(value)
+
+    def __repr__(self) -> str:
+        return f"{self.kind}: not shown, it is a file's content"
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Withheld) and other.kind == self.kind
+
+    __hash__ = None  # type: ignore[assignment]
+
+
+def _kind(value: object) -> str:
+    kinds = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
+             dict: "a mapping", list: "a list", type(None): "nothing"}
+    return next((kind for cls, kind in kinds.items() if isinstance(value, cls)), "a value")
+
+
+def withheld(value: object, expected: str) -> tuple[Withheld, str]:
+    """`value` as its kind, and `expected` without the value quoted in it (a unit's parser
+    says `got '20 furlongs'`): for an error placed in a file whose content is not shown."""
+    if isinstance(value, str) and value:
+        expected = expected.replace(repr(value), "the value")
+        if len(value) >= 4:
+            expected = expected.replace(value, "the value")
+    return Withheld(value), expected
+
+
 class SpecError(ValueError):
     """A bad experiment, topology or workload description."""
 
     def __init__(self, path: tuple | str, value: object, expected: str, file: str | None = None,
-                 line: int | None = None):
+                 line: int | None = None, column: int | None = None):
         self.path = tuple(path.split(".")) if isinstance(path, str) and path else (
             path if isinstance(path, tuple) else ())
         self.value = value
         self.expected = expected
         self.file = file
         self.line = line
+        self.column = column  # given where the value is not shown (Withheld)
         super().__init__(str(self))
 
     def __str__(self) -> str:
         where = self.file or "<input>"
         if self.line is not None:
-            where += f":{self.line}"
+            where += f":{self.line}" + (f":{self.column}" if self.column is not None else "")
         field = format_path(self.path) or "(top level)"
         shown = repr(self.value)
         if shown in self.expected:

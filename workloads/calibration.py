@@ -36,8 +36,8 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
-from topologies.documents import dump, parse
-from topologies.errors import SpecError, first_error
+from topologies.documents import dump, parse, text_of
+from topologies.errors import SpecError, Withheld, first_error
 from topologies.fields import WRITTEN, Name, NonNegativeDuration, PositiveDuration, Rate, Size
 from workloads.pipeline import known_tasks
 
@@ -235,7 +235,8 @@ _loaded: dict[tuple[str, str, str], Loaded] = {}
 
 def load(name: str) -> Loaded:
     """The profile a name or path finds; a SpecError names the file, line, field and value
-    of what is missing or malformed, or lists the profiles there are."""
+    of what is missing or malformed (a profile named by its path, as an experiment may name
+    one: not the value, its column instead), or lists the profiles there are."""
     path = find(name)
     if path is None:
         known = ", ".join(names()) or "none"
@@ -247,9 +248,9 @@ def load(name: str) -> Loaded:
     # the same clock tick as the last read is still read afresh.
     key = (name, str(path), hashlib.sha256(data).hexdigest())
     if key not in _loaded:
-        document = parse(data.decode("utf-8", errors="replace"), str(path))
+        document = parse(text_of(data, str(path)), str(path), confidential=is_path(name))
         if not isinstance(document.data, dict):
-            raise SpecError((), document.data, "a calibration profile: a mapping with "
+            raise SpecError((), Withheld(document.data), "a calibration profile: a mapping with "
                             + ", ".join(Calibration.model_fields), str(path), 1)
         try:
             calibration = Calibration.model_validate(document.data, context=WRITTEN)

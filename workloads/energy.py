@@ -32,7 +32,7 @@ from typing import Literal
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from topologies.errors import SpecError, first_error
+from topologies.errors import SpecError, Withheld, first_error
 from topologies.fields import PositiveDuration, Ratio
 from topologies.profiles import BUILTIN_PROFILES
 from workloads.faults import Patterns
@@ -328,18 +328,14 @@ def battery_of(spec: EnergySpec, topology) -> dict[str, float]:
 
 def load_prices(path: str | None) -> Prices:
     """The price list at `path` (the shipped one when None); a SpecError names the file,
-    line, field and value of what is wrong."""
-    from topologies.documents import parse
+    line, field and what is wrong (a list the experiment names: not the value there, its
+    column instead, topologies.documents.Document.confidential)."""
+    from topologies.documents import read
 
     file = Path(path) if path else PRICES
-    try:
-        text = file.read_text()
-    except OSError as exc:
-        raise SpecError(("scenario", "energy", "prices"), str(file),
-                        f"a readable price list ({exc.strerror})") from None
-    document = parse(text, str(file))
+    document = read(file, confidential=path is not None)
     if not isinstance(document.data, dict):
-        raise SpecError((), document.data, "a price list: a mapping with "
+        raise SpecError((), Withheld(document.data), "a price list: a mapping with "
                         + ", ".join(Prices.model_fields), str(file), 1)
     try:
         prices = Prices.model_validate(document.data)

@@ -13,7 +13,8 @@ An experiment with jobs:
 
     params: {window: 10s}                      # values for ${name} in this file's jobs
     jobs:
-      - include: speck-jobs/edge.yaml          # relative to the experiment file's folder
+      - include: speck-jobs/edge.yaml          # relative to the experiment file's folder,
+                                               # and inside it (topologies.files)
         with: {site: north}                    # the include's declared parameters
       - name: merge                            # a job of one operator: its fields inline
         on: site:cloud
@@ -39,6 +40,7 @@ from pydantic import ValidationError
 from topologies.documents import Document, read
 from topologies.errors import SpecError, first_error
 from topologies.fields import WRITTEN
+from topologies.files import Files, Refused
 from workloads.pipeline import SITE, SITE_KINDS, OperatorSpec, topic_filter
 from workloads.topics import matches
 
@@ -82,6 +84,7 @@ class _Source:
 
     document: Document | None
     base: Path
+    files: Files  # where includes may be read from (the experiment's folder: topologies.files)
     chain: tuple[Path, ...] = ()  # the includes that led here, to refuse a loop
 
     def fail(self, path: tuple, value: object, expected: str) -> SpecError:
@@ -89,28 +92,30 @@ class _Source:
         return self.document.error(error) if self.document is not None else error
 
 
-def expand(data: dict, base: Path, document: Document | None = None) -> tuple[
-        dict, Composition | None]:
+def expand(data: dict, base: Path, document: Document | None = None,
+           files: Files | None = None) -> tuple[dict, Composition | None]:
     """The experiment's data with `jobs` (and `params`) expanded into `pipeline`, and the
     composition (to place the later checks' errors: `Composition.placed`); the data as it
     was and None when it has no jobs. `base` is the experiment file's folder, where includes
-    resolve."""
+    resolve; `files` where they may be (by default inside `base`: topologies.files)."""
     if not isinstance(data, dict) or "jobs" not in data:
         if isinstance(data, dict) and "params" in data:
-            raise _Source(document, base).fail(("params",), data["params"],
-                                               "params only beside jobs (they fill ${name} "
-                                               "in the jobs)")
+            raise _Source(document, base, Files.anywhere()).fail(
+                ("params",), data["params"], "params only beside jobs (they fill ${name} "
+                "in the jobs)")
         return data, None
-    composition = compose(data, base, document)
+    composition = compose(data, base, document, files)
     expanded = {key: value for key, value in data.items() if key not in KEYS}
     expanded["pipeline"] = composition.pipeline
     return expanded, composition
 
 
-def compose(data: dict, base: Path, document: Document | None = None) -> Composition:
+def compose(data: dict, base: Path, document: Document | None = None,
+            files: Files | None = None) -> Composition:
     """The jobs of an experiment's data, expanded and checked: every refusal names the file
-    (the include's, or the experiment's through its loader), the field path and the value."""
-    source = _Source(document, base)
+    (the include's, or the experiment's through its loader), the field path and the value
+    (an include's values by their line and column only: Document.confidential)."""
+    source = _Source(document, base, files or Files.confined(base))
     if "pipeline" in data:
         raise source.fail(("pipeline",), "pipeline and jobs",
                           "either a pipeline or jobs, not both")
@@ -179,18 +184,17 @@ def _include(written: object, given: dict, path: tuple, source: _Source,
     if not isinstance(written, str) or not written.strip():
         raise source.fail((*path, "include"), written, "a file of jobs (YAML), relative to "
                           "the file that includes it")
-    resolved = Path(written).expanduser()
-    resolved = (resolved if resolved.is_absolute() else source.base / resolved).resolve()
-    if not resolved.is_file():
-        raise source.fail((*path, "include"), written, f"an existing file of jobs, relative "
-                          f"to the including file's folder: {written!r} resolves to "
-                          f"{str(resolved)!r}, which is not there")
+    try:  # relative to the including file's folder, inside the experiment's
+        resolved = source.files.resolve(written, source.base)
+    except Refused as refused:
+        raise source.fail((*path, "include"), written, f"{refused} (an include is relative "
+                          "to the including file's folder)") from None
     if resolved in source.chain or len(source.chain) >= MAX_INCLUDE_DEPTH:
         raise source.fail((*path, "include"), written, "an include that does not include "
                           "itself again (it is already open: "
                           + " -> ".join(p.name for p in source.chain) + ")")
-    document = read(resolved)
-    inner = _Source(document, resolved.parent, (*source.chain, resolved))
+    document = read(resolved, confidential=True)  # its values stay out of errors
+    inner = _Source(document, resolved.parent, source.files, (*source.chain, resolved))
     data = document.data
     if not isinstance(data, dict) or "jobs" not in data:
         raise inner.fail((), data if not isinstance(data, dict) else sorted(data),

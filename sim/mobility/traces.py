@@ -1,4 +1,8 @@
-"""Recorded user paths from CSV (time,user,x,y in seconds and metres) or GPX (lat/lon/time)."""
+"""Recorded user paths from CSV (time,user,x,y in seconds and metres) or GPX (lat/lon/time).
+
+A trace is a file an experiment names (read only from inside its folder: topologies.files):
+an error says the file, the line (or track point) and the field, never the text there.
+"""
 
 from __future__ import annotations
 
@@ -32,13 +36,15 @@ def load_trace(path: str | Path) -> dict[str, Track]:
     raise ValueError(f"{path}: a trace is a .csv or .gpx file")
 
 
-def _number(text: str | None, where: str, what: str) -> float:
+def _number(text: str | None, where: str, what: str, field: int | None = None) -> float:
+    """`text` as a finite number; an error names `where`, `what` and the CSV field's place."""
+    place = f" (field {field})" if field is not None else ""
     try:
         value = float(text)
     except (TypeError, ValueError):
-        raise ValueError(f"{where}: {what} is not a number: {text!r}") from None
+        raise ValueError(f"{where}: {what} is not a number{place}") from None
     if not math.isfinite(value):
-        raise ValueError(f"{where}: {what} is not a finite number: {text!r}")
+        raise ValueError(f"{where}: {what} is not a finite number{place}")
     return value
 
 
@@ -46,8 +52,8 @@ def _append(points: dict[str, list], user: str, time: float, x: float, y: float,
             where: str) -> None:
     path = points.setdefault(user, [])
     if path and time <= path[-1][0]:
-        raise ValueError(f"{where}: user {user!r} goes back in time: each user's points come "
-                         f"in strictly increasing time")
+        raise ValueError(f"{where}: the user's point goes back in time: each user's points "
+                         "come in strictly increasing time")
     path.append((time, x, y))
 
 
@@ -60,7 +66,16 @@ def _tracks(points: dict[str, list]) -> dict[str, Track]:
 
 
 def _load_csv(path: Path) -> dict[str, Track]:
-    with path.open(newline="") as file:
+    try:
+        return _read_csv(path)
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except csv.Error as exc:  # a NUL byte, a field over the csv module's limit
+        raise ValueError(f"{path}: not a CSV file the reader takes ({exc})") from None
+
+
+def _read_csv(path: Path) -> dict[str, Track]:
+    with path.open(newline="", encoding="utf-8") as file:
         reader = csv.DictReader(file)
         columns = reader.fieldnames or []
         missing = [name for name in ("time", "x", "y") if name not in columns]
@@ -75,8 +90,8 @@ def _load_csv(path: Path) -> dict[str, Track]:
             if None in row.values():
                 raise ValueError(f"{where}: fewer fields than the header has columns")
             user = row.get("user", path.stem)
-            _append(points, user, _number(row["time"], where, "time"),
-                    _number(row["x"], where, "x"), _number(row["y"], where, "y"), where)
+            _append(points, user, *(_number(row[name], where, name, columns.index(name) + 1)
+                                    for name in ("time", "x", "y")), where)
     if not points:
         raise ValueError(f"{path}: no rows after the header")
     return _tracks(points)
@@ -99,7 +114,7 @@ def _timestamp(point: ET.Element, where: str) -> float:
     try:
         moment = datetime.fromisoformat(text)
     except ValueError:
-        raise ValueError(f"{where}: <time> is not an ISO 8601 time: {text!r}") from None
+        raise ValueError(f"{where}: <time> is not an ISO 8601 time") from None
     # GPX times are UTC; a time written without a zone is read as UTC too, not as local time.
     return (moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp()
 
@@ -115,7 +130,7 @@ def _load_gpx(path: Path) -> dict[str, Track]:
         user = (names[0].text or "").strip() if names else ""
         user = user or f"track-{i + 1}"
         if user in raw:
-            raise ValueError(f"{path}: trk[{i}]: a second track named {user!r}")
+            raise ValueError(f"{path}: trk[{i}]: a second track of an earlier track's <name>")
         raw[user] = []
         points = [p for segment in _children(track, "trkseg") for p in _children(segment, "trkpt")]
         for j, point in enumerate(points):
@@ -126,7 +141,7 @@ def _load_gpx(path: Path) -> dict[str, Track]:
                 raise ValueError(f"{where}: lat {lat:g}, lon {lon:g} is not on Earth")
             _append(raw, user, _timestamp(point, where), lat, lon, where)
         if not raw[user]:
-            raise ValueError(f"{path}: trk[{i}] ({user!r}) has no <trkpt>")
+            raise ValueError(f"{path}: trk[{i}] has no <trkpt>")
     if not raw:
         raise ValueError(f"{path}: no <trk> in the file")
     return _projected(raw)

@@ -83,11 +83,11 @@ def test_build_movement_replays_a_trace_file_with_one_track_per_user() -> None:
 
 @pytest.mark.parametrize(("text", "message"), [
     ("time,user,x\n0,a,1\n", r"bad\.csv:1: .*missing y"),
-    ("time,user,x,y\n0,a,1,2\n1,a,x1,2\n", r"bad\.csv:3: x is not a number: 'x1'"),
+    ("time,user,x,y\n0,a,1,2\n1,a,x1,2\n", r"bad\.csv:3: x is not a number \(field 3\)$"),
     ("time,user,x,y\n0,a,1,2\n1,a,1\n", r"bad\.csv:3: fewer fields"),
     ("time,user,x,y\n0,a,1,2,9\n", r"bad\.csv:2: more fields"),
     ("time,user,x,y\n0,a,1,nan\n", r"bad\.csv:2: y is not a finite number"),
-    ("time,user,x,y\n5,a,1,2\n6,b,0,0\n5,a,1,3\n", r"bad\.csv:4: user 'a' goes back in time"),
+    ("time,user,x,y\n5,a,1,2\n6,b,0,0\n5,a,1,3\n", r"bad\.csv:4: the user's point goes back in time"),
     ("time,user,x,y\n", r"bad\.csv: no rows"),
 ])
 def test_a_malformed_csv_is_named_with_its_line(tmp_path: Path, text: str, message: str) -> None:
@@ -108,16 +108,16 @@ GOOD = '<trkpt lat="1" lon="2"><time>2024-01-01T00:00:00</time></trkpt>'
 @pytest.mark.parametrize(("text", "message"), [
     ("<gpx><trk>\n<trkseg>\n</trk></gpx>", r"bad\.gpx:3: not well-formed"),
     ("<gpx></gpx>", r"bad\.gpx: no <trk>"),
-    (_gpx(""), r"bad\.gpx: trk\[0\] \('track-1'\) has no <trkpt>"),
+    (_gpx(""), r"bad\.gpx: trk\[0\] has no <trkpt>"),
     (_gpx(GOOD + '<trkpt lat="1" lon="2"></trkpt>'), r"trk\[0\]/trkpt\[1\]: .*needs a <time>"),
     (_gpx('<trkpt lat="1" lon="2"><time>noon</time></trkpt>'), r"trkpt\[0\]: <time> is not"),
     (_gpx('<trkpt lat="north" lon="2"><time>2024-01-01T00:00:00Z</time></trkpt>'),
-     r"trkpt\[0\]: lat is not a number: 'north'"),
+     r"trkpt\[0\]: lat is not a number$"),
     (_gpx('<trkpt lon="2"><time>2024-01-01T00:00:00Z</time></trkpt>'),
-     r"trkpt\[0\]: lat is not a number: None"),
+     r"trkpt\[0\]: lat is not a number$"),
     (_gpx('<trkpt lat="95" lon="2"><time>2024-01-01T00:00:00Z</time></trkpt>'),
      r"trkpt\[0\]: lat 95, lon 2 is not on Earth"),
-    (_gpx(GOOD + GOOD), r"trkpt\[1\]: user 'track-1' goes back in time"),
+    (_gpx(GOOD + GOOD), r"trkpt\[1\]: the user's point goes back in time"),
 ])
 def test_a_malformed_gpx_is_named_with_its_element(tmp_path: Path, text: str,
                                                    message: str) -> None:
