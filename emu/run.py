@@ -124,6 +124,7 @@ class Request:
     facts: dict = field(default_factory=dict)  # the caller's, for the run's facts
     engine: str = "docker"  # run.engine: emu.swarm.engine.engine_class
     closed: bool = False  # the brokers and ZooKeeper take only the run's own clients
+    swarm_encrypted: bool = False  # run.swarm_encrypted: emu.swarm.engine.engine_options
 
 
 def scenario_features(scenario: Mapping[str, object]) -> list[Feature]:
@@ -144,7 +145,7 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
     base.Feature) beside the scenario's, started after them (the hybrid backend's coupling).
     """
     from emu.cluster.plan import plan_cluster
-    from emu.swarm.engine import engine_class
+    from emu.swarm.engine import engine_class, engine_options
 
     active = [*scenario_features(request.scenario), *features]
     clock = TimeBase.starting_now(request.timing.dilation)
@@ -167,8 +168,9 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
                         dilation=clock.dilation, closed=request.closed)
     for check in setup.checks:
         check(plan, configs)
-    cluster = engine_class(request.engine)(plan, records=records, seed=request.seed,
-                                           progress=up_progress)
+    cluster = engine_class(request.engine)(
+        plan, records=records, seed=request.seed, progress=up_progress,
+        **engine_options(request.engine, encrypted=request.swarm_encrypted))
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
     with stop_on_signals():
         try:

@@ -127,7 +127,8 @@ class EmuBackend:
                        plan.seed, dict(spec.scenario),
                        facts={"dilation_choice": dilation.facts(), "access": run.access,
                               "capacity": capacity.figures() if capacity else None},
-                       closed=run.access == "closed", engine=run.engine, **extra)
+                       closed=run.access == "closed", engine=run.engine,
+                       swarm_encrypted=run.swarm_encrypted, **extra)
 
 
 def backend(name: str) -> Backend:

@@ -56,6 +56,12 @@ class RunSpec(BaseModel):
         "own topics and read those and the pipeline's, ZooKeeper's znodes carry the run's "
         "digest ACL (emu.cluster.access). Nothing on sim")
 
+    swarm_encrypted: bool = Field(
+        default=False, description="run.engine swarm: the overlay network between the swarm's "
+        "nodes encrypted (IPsec ESP with AES-GCM, Docker's `--opt encrypted`). Refused, before "
+        "anything starts, where the nodes' kernel (this host's) cannot encrypt: its traffic "
+        "between nodes would be dropped (emu.swarm.ipsec, docs/swarm.md)")
+
     @field_validator("dilation", mode="before")
     @classmethod
     def _dilation(cls, value: object) -> object:

@@ -1,4 +1,5 @@
-"""`python3 -m emu.agent`: run the node described by $FOGLAB_AGENT until SIGTERM or SIGINT."""
+"""`python3 -m emu.agent`: run the node described by $FOGLAB_AGENT (its secrets from
+emu.agent.config.SECRETS_FILE) until SIGTERM or SIGINT."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import sys
 import time
 import types
 
-from emu.agent.config import CONFIG_VARIABLE, AgentConfig, localized, revived
+from emu.agent.config import CONFIG_VARIABLE, load_config, localized, revived
 
 STOP_SIGNALS = {signal.SIGTERM, signal.SIGINT}
 M_ARENA_MAX = -8  # glibc's mallopt parameter
@@ -63,18 +64,18 @@ def without_openssl() -> None:
 
 
 def main() -> int:
-    text = os.environ.get(CONFIG_VARIABLE)
-    if not text:
+    if not os.environ.get(CONFIG_VARIABLE):
         print(f"foglab agent: set {CONFIG_VARIABLE} to the node's AgentConfig JSON",
               file=sys.stderr)
         return BAD_CONFIG
     try:
-        config = localized(revived(AgentConfig.from_json(text)))
+        config = localized(revived(load_config(os.environ)))
     except OSError as error:
         print(f"foglab agent: {error}", file=sys.stderr)
         return BAD_CONFIG
     except (ValueError, TypeError) as error:
-        print(f"foglab agent: {CONFIG_VARIABLE} is not an AgentConfig: {error}", file=sys.stderr)
+        print(f"foglab agent: {CONFIG_VARIABLE} (with its secrets file) is not an AgentConfig: "
+              f"{error}", file=sys.stderr)
         return BAD_CONFIG
     # Blocked before any thread starts, so every thread inherits the mask and the signals
     # wait for sigwait below; this works as a container's PID 1 too, which ignores signals

@@ -3,13 +3,23 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from emu.agent.timebase import TimeBase
 
-# The environment variable that carries an AgentConfig into a container.
+# The environment variable that carries an AgentConfig into a container, without its
+# secrets: those are in SECRETS_FILE.
 CONFIG_VARIABLE = "FOGLAB_AGENT"
+# A closed cluster's secrets for the agent (SECRET_FIELDS, JSON), in a file the host writes
+# into the container before it starts, root's and 0400 (emu.cluster.engine), not in the
+# environment: `docker inspect` shows a container's environment to anyone who may use the
+# engine, and its child processes inherit it. SECRETS_VARIABLE may name another path (a
+# swarm's Docker secret).
+SECRETS_FILE = "/run/foglab/secrets.json"
+SECRETS_VARIABLE = "FOGLAB_SECRETS"
+SECRET_FIELDS = ("mqtt_password", "zookeeper_auth")
 # Where a node's records live inside its container (a host directory is mounted there).
 RECORDS_DIR = "/records"
 # The topology's node kinds that run an agent on emu (emu.cluster.plan gives each a container
@@ -230,3 +240,46 @@ def revived(config: AgentConfig) -> AgentConfig:
     except (ValueError, TypeError, KeyError, AttributeError) as error:
         raise ValueError(f"{path} is no revival (epoch, incarnation, away): {error!r}"
                          ) from None
+
+
+def without_secrets(config: AgentConfig) -> tuple[AgentConfig, dict[str, str]]:
+    """The config with its secrets blanked, for the environment, and the secrets set, for
+    SECRETS_FILE (empty for an open cluster's)."""
+    found = {name: getattr(config, name) for name in SECRET_FIELDS if getattr(config, name)}
+    return replace(config, **dict.fromkeys(found, "")), found
+
+
+def secrets_text(config: AgentConfig) -> str | None:
+    """SECRETS_FILE's text for a config, None when it has no secrets."""
+    found = without_secrets(config)[1]
+    return json.dumps(found, sort_keys=True) if found else None
+
+
+def with_secrets(config: AgentConfig, path: str = SECRETS_FILE) -> AgentConfig:
+    """The config with the secrets of `path` filled in; as it is when there is no such file
+    (an open cluster). A file that is no secrets' object is an error naming the path and the
+    field, never its content."""
+    try:
+        with open(path) as file:
+            text = file.read()
+    except FileNotFoundError:
+        return config
+    try:
+        found = json.loads(text)
+    except ValueError:
+        raise ValueError(f"{path} is not JSON: an object of {', '.join(SECRET_FIELDS)}"
+                         ) from None
+    if not isinstance(found, dict):
+        raise ValueError(f"{path} is not a JSON object of {', '.join(SECRET_FIELDS)}")
+    for name, value in found.items():
+        if name not in SECRET_FIELDS or not isinstance(value, str):
+            raise ValueError(f"{path}: field {name!r} is not one of {', '.join(SECRET_FIELDS)} "
+                             f"with a string value")
+    return replace(config, **found)
+
+
+def load_config(environ: Mapping[str, str]) -> AgentConfig:
+    """The agent's config: CONFIG_VARIABLE's JSON with the secrets of its secrets file
+    (SECRETS_VARIABLE's path, or SECRETS_FILE). KeyError if CONFIG_VARIABLE is not set."""
+    config = AgentConfig.from_json(environ[CONFIG_VARIABLE])
+    return with_secrets(config, environ.get(SECRETS_VARIABLE) or SECRETS_FILE)

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import posixpath
 import secrets
 import signal
 import tarfile
@@ -36,7 +37,14 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
-from emu.agent.config import CONFIG_VARIABLE, RECORDS_DIR
+from emu.agent.config import (
+    CONFIG_VARIABLE,
+    RECORDS_DIR,
+    SECRETS_FILE,
+    secrets_text,
+    without_secrets,
+)
+from emu.capacity import check_host_cap
 from emu.cluster import inventory
 from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import Links, make_links
@@ -154,10 +162,12 @@ class Cluster:
     # -- up ------------------------------------------------------------------------------------
 
     def up(self) -> Self:
-        """Make and start everything; on any failure remove what was made, then raise."""
+        """Make and start everything; on any failure remove what was made, then raise. A
+        plan beyond what this host takes is refused first (emu.capacity.check_host_cap)."""
         if self._made is not None:
             raise ClusterError(f"cluster {self.name} is already up")
         if inventory.containers(self.client, self.name) or inventory.networks(self.client,
+        check_host_cap(self.plan)
                                                                              self.name):
             raise ClusterError(f"a cluster named {self.name} exists already: "
                                f"foglab emu down --cluster {self.name}, or choose another name")
@@ -327,6 +337,9 @@ class Cluster:
         options = jvm_options()
         return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1",
                 **({JVM_OPTIONS_VARIABLE: options} if options else {})}
+        # Its secrets go in a 0400 file instead (SECRETS_FILE, put by `_run`): the
+        # environment is in `docker inspect` for anyone who may use the engine.
+        config = without_secrets(config)[0]
 
     def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
         """Create and start one container; the least work per container the engine allows."""
@@ -362,8 +375,10 @@ class Cluster:
         container = created["Id"]
         assert self._made is not None
         self._made.ids[plan.node] = container
-        if plan.files:
-            api.put_archive(container, "/", _archive(plan.files))
+        secret = secrets_text(plan.agent) if plan.agent is not None else None
+        if plan.files or secret:
+            api.put_archive(container, "/", _archive(
+                plan.files, ((SECRETS_FILE, secret),) if secret else ()))
         for network in plan.extra_networks:
             api.connect_container_to_network(container, network, aliases=[plan.node])
         if self._cancel.is_set():
@@ -568,14 +583,21 @@ def run_in(client: docker.DockerClient, container: str,
     return ExecResult(api.exec_inspect(execution["Id"])["ExitCode"], output)
 
 
-def _archive(files: tuple[tuple[str, str], ...]) -> bytes:
+def _archive(files: tuple[tuple[str, str], ...],
+             private: tuple[tuple[str, str], ...] = ()) -> bytes:
+    """A tar of `files` (0644) and `private` ones (root's, 0400, in a 0700 folder)."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path, text in files:
-            data = text.encode()
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-            archive.addfile(info, io.BytesIO(data))
+        for folder in sorted({posixpath.dirname(path.lstrip("/")) for path, _ in private}):
+            info = tarfile.TarInfo(folder)
+            info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o700, int(time.time())
+            archive.addfile(info)
+        for mode, entries in ((0o644, files), (0o400, private)):
+            for path, text in entries:
+                data = text.encode()
+                info = tarfile.TarInfo(path.lstrip("/"))
+                info.size, info.mode, info.mtime = len(data), mode, int(time.time())
+                archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
 
 

@@ -100,6 +100,37 @@ def engine_class(name: object, where: str = "run.engine") -> type[Cluster]:
     raise SpecError(where, name, f"an engine is one of {', '.join(ENGINES)}")
 
 
+def engine_options(engine: object, *, encrypted: bool = False,
+                   where: str = "run.swarm_encrypted") -> dict[str, object]:
+    """The options of the engine class a run's spec sets besides its plan: an encrypted
+    overlay (`run.swarm_encrypted`), a swarm's alone."""
+    if not encrypted:
+        return {}
+    if engine != "swarm":
+        raise SpecError(where, encrypted, f"an encrypted overlay network is a swarm's: set "
+                        f"run.engine swarm (it is {engine}), or drop {where}")
+    return {"encrypted": True}
+
+
+def check_encryption(client: docker.DockerClient, target: SwarmTarget | None,
+                     where: str = "run.swarm_encrypted") -> None:
+    """Refuse an encrypted overlay where this host's kernel, which the nodes share, cannot
+    encrypt it (emu.swarm.ipsec): its traffic between nodes would be dropped, not encrypted.
+    Nodes on other kernels (a target of other hosts) are their owners' to know."""
+    from emu.swarm import ipsec
+
+    engines = getattr(client.api, "engines", None) or {"this host": client.api}
+    kernels = [api.info().get("KernelVersion", "") for api in engines.values()]
+    if not ipsec.on_this_kernel(kernels):
+        return
+    refusal = ipsec.kernel_refusal()
+    if refusal is not None:
+        nodes = "this host's engine" if target is None else f"{len(engines)} nodes on this host"
+        raise ClusterError(f"{where}: the overlay cannot be encrypted here ({nodes}): "
+                           f"{refusal}; on a kernel with CONFIG_INET_ESP and AES-GCM it can, "
+                           f"or drop {where}")
+
+
 def overlay_name(cluster: str) -> str:
     return f"foglab-{cluster}"
 
@@ -242,6 +273,8 @@ class SwarmCluster(Cluster):
                                f"Spark VMs' shared work folder ({shared.node} mounts "
                                f"{', '.join(shared.shared_records)}'s) is not built on a swarm; "
                                f"run it on engine docker")
+        if self.encrypted:  # before anything: a kernel that cannot encrypt is the first
+            check_encryption(self.client, self.target)
         nodes = swarm_nodes(self.client)
         self._check_nodes(nodes)
         label = {"label": [f"{inventory.CLUSTER}={self.name}"]}

@@ -96,15 +96,18 @@ class RoutedAPI:
         return True
 
     def _lister(self, node: str) -> Any:
-        """The node's engine with a short timeout (over plain TCP; TLS or SSH engines are asked
-        through their own client)."""
+        """The node's engine with a short timeout (over plain TCP or a unix socket, as
+        emu.swarm.nodes' engines; TLS or SSH engines are asked through their own client)."""
         if node not in self._listers:
             api = self.engines[node]
             base = getattr(api, "base_url", "")
-            if isinstance(base, str) and base.startswith("http://"):
+            socket = getattr(getattr(api, "_custom_adapter", None), "socket_path", None)
+            url = (base if isinstance(base, str) and base.startswith("http://")
+                   else f"unix://{socket}" if isinstance(socket, str) else None)
+            if url is not None:
                 from docker import APIClient
 
-                api = APIClient(base_url=base, timeout=LIST_TIMEOUT_S)
+                api = APIClient(base_url=url, timeout=LIST_TIMEOUT_S)
             self._listers[node] = api
         return self._listers[node]
 
