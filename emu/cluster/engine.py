@@ -166,8 +166,8 @@ class Cluster:
         plan beyond what this host takes is refused first (emu.capacity.check_host_cap)."""
         if self._made is not None:
             raise ClusterError(f"cluster {self.name} is already up")
-        if inventory.containers(self.client, self.name) or inventory.networks(self.client,
         check_host_cap(self.plan)
+        if inventory.containers(self.client, self.name) or inventory.networks(self.client,
                                                                              self.name):
             raise ClusterError(f"a cluster named {self.name} exists already: "
                                f"foglab emu down --cluster {self.name}, or choose another name")
