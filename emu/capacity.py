@@ -64,6 +64,22 @@ RESIDENT = {"gateway": 24 * MIB, "agent": 48 * MIB, "broker": 8 * MIB,
 SPARK_RESIDENT = 768 * MIB
 ZYGOTE_RESIDENT = 64 * MIB
 TESTBED = ("relays", "engine")
+# The hard cap on the containers one host takes (host_cap), refused before anything starts.
+# Each container costs the host more than its own processes: its containerd-shim (3 MiB
+# proportional set, 11-12 threads: /proc here, 2026-12-06) and the engine's and the kernel's
+# state for it (its network namespace, veth, cgroups), rounded up to ENGINE_RESIDENT; and
+# its pids at work (pids.current, measured on the quickstart at 40 s: a gateway's agent 8-9,
+# a cloud VM's agent with its Spark job 164, ZooKeeper 24, RabbitMQ 26, Mosquitto 1).
+ENGINE_RESIDENT = 8 * MIB
+ENGINE_PIDS = 12
+PIDS = {"gateway": 10, "agent": 10, "broker": 32, "zookeeper": 32, "idle": 1}
+SPARK_PIDS = 192
+ZYGOTE_PIDS = 8
+# A Linux bridge has at most 1024 ports (BR_MAX_PORTS), port 0 never used: the containers a
+# site's network holds.
+BRIDGE_PORTS = 1023
+# What the host keeps for itself: its own processes, the engine, the relays, page cache.
+HOST_RESERVE = 0.2
 
 
 class CapacityRefused(ValueError):
@@ -333,3 +349,92 @@ def host_memory() -> int:
     import os
 
     return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+
+
+@dataclass(frozen=True)
+class HostCap:
+    """How many containers this host takes (`cap`), and what bounds it: the host's memory
+    (less HOST_RESERVE) over a container's (its resident memory by role, RESIDENT, plus the
+    engine's ENGINE_RESIDENT), and the pids free under the kernel's pid_max over a
+    container's (PIDS plus its shim's ENGINE_PIDS). The plan's own mix of containers sets the
+    per-container figures (their mean)."""
+
+    containers: int
+    memory: int
+    per_container_memory: float
+    pids_free: int
+    per_container_pids: float
+    largest_network: tuple[str, int] = ("", 0)
+
+    @property
+    def by_memory(self) -> int:
+        return int(self.memory * (1 - HOST_RESERVE) // self.per_container_memory)
+
+    @property
+    def by_pids(self) -> int:
+        return int(self.pids_free // self.per_container_pids)
+
+    @property
+    def cap(self) -> int:
+        return min(self.by_memory, self.by_pids)
+
+    def refusal(self) -> str | None:
+        """Why the host cannot take the plan, with the figures; None when it can."""
+        network, members = self.largest_network
+        if self.containers <= self.cap:
+            if members > BRIDGE_PORTS:
+                return (f"network {network} would hold {members} containers; a Linux bridge "
+                        f"holds at most {BRIDGE_PORTS}: spread the nodes over more sites")
+            return None
+        return (f"the experiment asks for {self.containers} containers on this host, which "
+                f"takes at most {self.cap}: by memory {self.by_memory} "
+                f"({self.memory / GIB:.1f} GiB, {HOST_RESERVE:.0%} kept for the host, at "
+                f"{self.per_container_memory / MIB:.0f} MiB a container: its resident memory "
+                f"and the engine's {ENGINE_RESIDENT // MIB} MiB), by pids {self.by_pids} "
+                f"({self.pids_free} free under kernel.pid_max, at "
+                f"{self.per_container_pids:.0f} a container with its shim's): make the "
+                "topology smaller, or spread it over several hosts (run.engine swarm)")
+
+
+def pids_at_work(container: ContainerPlan) -> int:
+    """The processes and threads a container holds at work, by role (PIDS; Spark's more)."""
+    if container.role == "agent":
+        spark = sum(1 for op in container.agent.operators if op.engine == "spark")
+        return PIDS["agent"] + spark * SPARK_PIDS
+    return PIDS.get(container.role, PIDS["idle"])
+
+
+def host_cap(cluster: ClusterPlan, memory: int | None = None,
+             pids_free: int | None = None) -> HostCap:
+    """The cap on containers for this host (its memory and free pids unless given) and the
+    plan's figures against it."""
+    containers = list(cluster.containers.values())
+    count = max(1, len(containers))
+    forked = any(_forked(c) for c in containers)
+    memory_each = (sum(resident(c) for c in containers) + (ZYGOTE_RESIDENT if forked else 0)
+                   ) / count + ENGINE_RESIDENT
+    pids_each = (sum(pids_at_work(c) for c in containers) + (ZYGOTE_PIDS if forked else 0)
+                 ) / count + ENGINE_PIDS
+    members: dict[str, int] = {}
+    for container in containers:
+        members[container.network] = members.get(container.network, 0) + 1
+    largest = max(members.items(), key=lambda kv: kv[1], default=("", 0))
+    return HostCap(len(containers), host_memory() if memory is None else memory, memory_each,
+                   free_pids() if pids_free is None else pids_free, pids_each, largest)
+
+
+def check_host_cap(cluster: ClusterPlan) -> HostCap:
+    """Refuse (CapacityRefused, with the figures) a plan this host cannot take."""
+    cap = host_cap(cluster)
+    if (why := cap.refusal()) is not None:
+        raise CapacityRefused(f"cluster {cluster.cluster}: {why}")
+    return cap
+
+
+def free_pids() -> int:
+    """The pids the kernel can still hand out: pid_max less the threads running now."""
+    from pathlib import Path
+
+    limit = int(Path("/proc/sys/kernel/pid_max").read_text())
+    running = sum(1 for task in Path("/proc").glob("[0-9]*/task/*"))
+    return max(0, limit - running)

@@ -168,6 +168,14 @@ HOST_ARCH = "amd64"
 # A device group's container whose devices are microcontrollers: the agent's own needs.
 DEVICE_CPUS = 1.0
 DEVICE_MEMORY = 256 * 1024**2
+# The most processes and threads each container may hold (its cgroup's pids.max), so that a
+# fork bomb in one ends against it instead of taking the host's pids. Measured at work
+# (pids.current, the quickstart on emu; docs/capacity.md) and given headroom: a gateway's
+# agent 8-9, a cloud VM's agent with its Spark job (JVM and Python workers) 164, ZooKeeper's
+# JVM 24, RabbitMQ's Erlang VM 26, Mosquitto 1; an idle coordinator 1.
+PIDS_AGENT = 256
+PIDS_SPARK = 1024  # a cloud VM or device group (cloud image): its agent may start Spark jobs
+PIDS_SERVICE = {"broker": 512, "zookeeper": 512, "idle": 32}
 
 Role = Literal["agent", "broker", "zookeeper", "idle"]
 
@@ -204,6 +212,7 @@ class ContainerPlan:
     # Nodes whose records folder this container also mounts at SPARK_WORK/<node>: a Spark
     # cluster's VMs see each driver's work (its source's journal) at one path.
     shared_records: tuple[str, ...] = ()
+    pids_limit: int = PIDS_AGENT       # the container's pids.max (PIDS_*)
 
     @property
     def address(self) -> str:
@@ -742,7 +751,7 @@ class _Planner:
             node=name, kind=kind, role=role, name=container_name(self.cluster, name),
             image=image, command=tuple(command), segment=segment,
             network=network_name(self.cluster, segment), nano_cpus=int(cpus * 1e9),
-            mem_limit=int(memory),
+            mem_limit=int(memory), pids_limit=_pids_limit(role, image),
             labels={**self.labels, "foglab.node": name, "foglab.kind": kind,
                     "foglab.role": role, "foglab.network": network_name(self.cluster, segment),
                     **({"foglab.broker": broker} if broker else {})},
@@ -759,6 +768,14 @@ class _Planner:
         if profile.arch not in ("arm64", "amd64") or profile.memory < MIN_MEMORY:
             return DEVICE_CPUS, DEVICE_MEMORY
         return profile.cores * profile.speed * devices, profile.memory * devices
+
+
+def _pids_limit(role: Role, image: ImageSpec) -> int:
+    """A container's pids.max: an agent's, with room for Spark jobs where its image runs
+    them (the cloud image), or its service's."""
+    if role == "agent":
+        return PIDS_AGENT if image == GATEWAY else PIDS_SPARK
+    return PIDS_SERVICE[role]
 
 
 def container_name(cluster: str, node: str) -> str:
