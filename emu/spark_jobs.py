@@ -7,6 +7,7 @@ import json
 import time
 from pathlib import Path
 
+from emu.agent.records import read_record
 from emu.errors import EmuError
 
 # A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.
@@ -27,7 +28,7 @@ def wait_spark_jobs(cluster, standbys: list[Path] = ()) -> None:
             if not late:
                 return
             log = late[0].parent / "job.log"
-            tail = log.read_text(errors="replace").splitlines()[-10:] if log.exists() else []
+            tail = _text(log).splitlines()[-10:]
             raise EmuError("Spark operators " + ", ".join(
                 f"{p.parent.parent.name}/{p.parent.name}" for p in late) + " did not start "
                 f"within {SPARK_START_TIMEOUT_S:.0f} s; the first one's log ends:\n"
@@ -68,8 +69,25 @@ def drain_spark_jobs(cluster, end: float, dead: set[str], moved: list = (),
     return caught_up
 
 
+def _text(path: Path) -> str:
+    """A file of a node's records, never through a link planted there (emu.agent.records:
+    skipped with a warning, as a missing file): `path` is the node's folder, then its own."""
+    node = _node_folder(path)
+    found = read_record(node, path.relative_to(node))
+    if found is None:
+        return ""
+    with found:
+        return found.read().decode(errors="replace")
+
+
+def _node_folder(path: Path) -> Path:
+    """The node's records folder a Spark file lies in: its operator's work folder's parent
+    (`<node>/<work>/progress.jsonl`), or the file's own (`<node>/received.csv`)."""
+    return path.parent.parent if path.suffix == ".jsonl" or path.name == "job.log" else path.parent
+
+
 def _last_read(path: Path) -> int:
-    lines = path.read_text().splitlines() if path.exists() else []
+    lines = _text(path).splitlines()
     reads = [json.loads(line).get("read") for line in lines if line.strip()]
     return max((r for r in reads if r is not None), default=0)
 
@@ -81,8 +99,9 @@ def _distinct_ids(*paths: Path) -> int:
     drops most of its own), so rows would count copies Spark never reads."""
     ids: set[bytes] = set()
     for path in paths:
-        if path.exists():
-            with path.open("rb") as rows:
+        found = read_record(path.parent, path.name)  # never a planted link: emu.agent.records
+        if found is not None:
+            with found as rows:
                 next(rows, None)
                 ids.update(row.split(b",", 1)[0] for row in rows if row.strip())
     return len(ids)
@@ -92,7 +111,7 @@ def spark_progress(root: Path) -> dict[str, list]:
     """Each Spark operator's micro-batch progress, by node and operator."""
     found = {}
     for path in sorted(root.glob("*/*/progress.jsonl")):
-        lines = path.read_text().splitlines()
+        lines = _text(path).splitlines()
         found[f"{path.parent.parent.name}/{path.parent.name}"] = [
             json.loads(line) for line in lines if line.strip()]
     return found

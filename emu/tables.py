@@ -30,12 +30,14 @@ paths differ in length, the shortest counts.
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
 
 from emu.agent.protocol import SEQUENCE_BITS, matches, output_topic, stream_topic
+from emu.agent.records import read_record
 
 SENT_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "t_sent": "float64",
                 "dropped": "int64"}
@@ -56,16 +58,24 @@ PAST_DEVICE_LINK = 1
 
 
 def _read(directories: list[Path], name: str, columns: dict[str, str]) -> pd.DataFrame:
-    frames = [pd.read_csv(path, dtype=columns, keep_default_na=False)
-              for directory in directories
-              if (path := directory / name).exists() and path.stat().st_size > 0]
+    """Each node's `name`, opened as emu.agent.records.read_record opens it (a link planted
+    in the node's writable records folder is skipped with a warning, never followed)."""
+    frames = []
+    for directory in directories:
+        rows = read_record(directory, name)
+        if rows is None:
+            continue
+        with rows:
+            if os.fstat(rows.fileno()).st_size > 0:
+                frames.append(pd.read_csv(rows, dtype=columns, keep_default_na=False))
     if not frames:
         return pd.DataFrame({c: pd.Series(dtype=t) for c, t in columns.items()})
     return pd.concat(frames, ignore_index=True)
 
 
 def _node_directories(root: Path) -> list[Path]:
-    directories = sorted(p for p in Path(root).iterdir() if p.is_dir())
+    """The nodes' records folders under `root`: folders, not links to one (skipped)."""
+    directories = sorted(p for p in Path(root).iterdir() if p.is_dir() and not p.is_symlink())
     if not directories:
         raise FileNotFoundError(f"no node records under {root}")
     return directories

@@ -26,12 +26,14 @@ scheduler; a forwarding worker's reception so costs more than sim's hop.
 from __future__ import annotations
 
 import csv
+import io
 import math
 from collections.abc import Callable
 from pathlib import Path
 
 from emu.agent.broadcast import RECORDS
 from emu.agent.config import AGENT_KINDS
+from emu.agent.records import read_record
 from emu.features.base import Feature
 from topologies.errors import SpecError
 from topologies.model import Topology
@@ -119,10 +121,11 @@ class Broadcaster:
         duplicates = 0
         nodes = {n for plan in self.planned for n in (plan.source, *plan.workers)}
         for node in sorted(nodes):
-            path = records_dir(node) / RECORDS
-            if not path.exists():
+            # Never through a link planted in the node's records (emu.agent.records).
+            found = read_record(records_dir(node), RECORDS)
+            if found is None:
                 continue
-            with path.open(newline="") as rows:
+            with io.TextIOWrapper(found, newline="") as rows:
                 for row in csv.DictReader(rows):
                     key = (int(row["broadcast"]), row["node"], row["event"])
                     if key[2] == "duplicate":
