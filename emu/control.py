@@ -17,7 +17,7 @@ from emu.agent.mqtt import end_session, new_client, no_delay, session_args, sess
 from emu.agent.protocol import ALL_REQUESTS, MANAGEMENT, Request, request_topic
 from emu.agent.registry import GATEWAYS, gateway_path
 from emu.agent.timebase import UNDILATED, TimeBase
-from emu.cluster.access import host_login
+from emu.cluster.tls import tls_login
 from emu.mqtt_loop import SelectorLoop
 
 CONNECT_TIMEOUT = 10.0
@@ -200,7 +200,7 @@ class Controller:
                              f"{', '.join(missing)}")
         return cls({agent: f"{status[broker].ip}:{MQTT_PORT}"
                     for agent, broker in plan.brokers.items()}, client_id, clock,
-                   host_login(plan), plan.mqtt5)
+                   tls_login(plan), plan.mqtt5)
 
     @property
     def brokers(self) -> list[str]:

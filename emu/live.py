@@ -24,7 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from emu.agent.timebase import UNDILATED, TimeBase
-from emu.cluster.access import host_login, kazoo_options
+from emu.cluster.access import kazoo_options
+from emu.cluster.tls import tls_login, tls_options
 from topologies.errors import SpecError
 
 # Labels of `foglab emu up --experiment`'s containers: the experiment and its --set options.
@@ -137,7 +138,7 @@ def wait_agents_registered(cluster, status: dict[str, Any], agents: Iterable[str
 
     zookeeper = ",".join(f"{status[z].ip}:2181" for z in cluster.plan.zookeeper)
     wait_registered(zookeeper, list(agents), timeout=timeout, check=check,
-                    kazoo=kazoo_options(cluster.plan))
+                    kazoo={**kazoo_options(cluster.plan), **tls_options(cluster.plan)})
 
 
 def next_epoch(clock: TimeBase = UNDILATED) -> float:
@@ -160,7 +161,7 @@ def start_drivers(running) -> float:
     epoch = next_epoch()
     for broker in sorted(set(plan.brokers.values())):
         mine = [a for a in agents if plan.brokers[a] == broker]
-        with Controller(f"{status[broker].ip}:1883", credentials=host_login(plan),
+        with Controller(f"{status[broker].ip}:1883", credentials=tls_login(plan),
                         mqtt5=plan.mqtt5) as control:
             started = control.send(mine, "set", {"key": "run.epoch", "value": epoch},
                                    timeout=START_TIMEOUT_S)

@@ -135,6 +135,9 @@ class SelectorLoop:
                     continue
                 if mask & selectors.EVENT_READ:
                     self.client.loop_read()
+                    # TLS (emu.cluster.tls): what OpenSSL read ahead is no longer the socket's.
+                    while getattr(self.client.socket(), "pending", int)():
+                        self.client.loop_read()
                 if mask & selectors.EVENT_WRITE:
                     self.client.loop_write()
             self.client.loop_misc()

@@ -53,7 +53,6 @@ from emu.fidelity import assess
 from emu.health import Health, cluster_states
 from emu.live import next_epoch, wait_agents_registered
 from emu.metrics import NodeSampler
-from emu.records_watch import RecordsWatch
 from emu.spark_jobs import drain_spark_jobs, spark_jobs, spark_progress, wait_spark_jobs
 from emu.tables import run_messages, windows_table
 from topologies.model import Topology
@@ -125,9 +124,7 @@ class Request:
     facts: dict = field(default_factory=dict)  # the caller's, for the run's facts
     engine: str = "docker"  # run.engine: emu.swarm.engine.engine_class
     closed: bool = False  # the brokers and ZooKeeper take only the run's own clients
-    # The most the nodes' records may take on the host (bytes; None: emu.records_watch's
-    # default, FOGLAB_RECORDS_LIMIT or half the free disk): past it the run stops.
-    records_limit: int | None = None
+    tls: bool = False  # run.tls: with closed, the brokers and ZooKeeper speak TLS only
     swarm_encrypted: bool = False  # run.swarm_encrypted: emu.swarm.engine.engine_options
 
 
@@ -169,7 +166,8 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
         stage(f"{step} {done}/{total}" if total else step)
 
     plan = plan_cluster(request.topology, name, agents=configs, spares=setup.spares,
-                        dilation=clock.dilation, closed=request.closed)
+                        dilation=clock.dilation, closed=request.closed,
+                        tls=request.tls)
     for check in setup.checks:
         check(plan, configs)
     cluster = engine_class(request.engine)(
@@ -222,8 +220,7 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
         # Where the host's CPU goes from the epoch to the run's end (emu.accounting).
         began = begin_accounting(cluster)
         relayed = cluster.links.counters()
-        watch = RecordsWatch(cluster.records_root, request.records_limit)
-        tables, fidelity = _during(run, progress, watch.poll)
+        tables, fidelity = _during(run, progress)
         containers, since = began or (None, None)
         host_cpu = account(cluster, since, containers=containers)
         # Devices fall silent at the end, as the simulator's sources do; what is under way
@@ -269,14 +266,12 @@ def _begin(run: Run, agents: list[str], stage) -> None:
         feature.start(run, run.epoch)
 
 
-def _during(run: Run, progress, watch=lambda: None) -> tuple[dict[str, dict], dict]:
-    """Measure until the run's end, polling the features and the records' size (`watch`:
-    emu.records_watch, records past their limit stop the run); stop the features whatever
-    happens (then poll once more: a fault that failed while stopping stops the run)."""
+def _during(run: Run, progress) -> tuple[dict[str, dict], dict]:
+    """Measure until the run's end, polling the features; stop them whatever happens (then
+    poll once more: a fault that failed while stopping stops the run)."""
     features = list(run.features.values())
 
     def poll() -> None:
-        watch()
         for feature in features:
             feature.poll()
 
@@ -418,5 +413,5 @@ def _trim_cut_lines(root: Path) -> None:
     from emu.agent.records import trim_cut_lines
 
     for directory in root.iterdir():
-        if directory.is_dir() and not directory.is_symlink():
+        if directory.is_dir():
             trim_cut_lines(directory)

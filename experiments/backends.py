@@ -127,8 +127,9 @@ class EmuBackend:
                        plan.seed, dict(spec.scenario),
                        facts={"dilation_choice": dilation.facts(), "access": run.access,
                               "capacity": capacity.figures() if capacity else None},
-                       closed=run.access == "closed", engine=run.engine,
-                       swarm_encrypted=run.swarm_encrypted, **extra)
+                       closed=run.access == "closed", tls=run.tls, engine=run.engine,
+                       swarm_encrypted=run.swarm_encrypted,
+                       **extra)
 
 
 def backend(name: str) -> Backend:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, create_model, field_validator, model_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
@@ -55,6 +55,18 @@ class RunSpec(BaseModel):
         "run's own: each node logs in with a password of its own and may publish only its "
         "own topics and read those and the pipeline's, ZooKeeper's znodes carry the run's "
         "digest ACL (emu.cluster.access). Nothing on sim")
+    tls: bool = Field(
+        default=False, description="with access closed: the brokers and ZooKeeper speak TLS "
+        "only, on their usual ports, with certificates of an authority made for the run, which "
+        "the agents and the host trust alone (emu.cluster.tls); costs each gateway's agent "
+        "loading OpenSSL at its start (docs/access.md). Refused with access open")
+
+    @model_validator(mode="after")
+    def _tls_needs_closed(self) -> RunSpec:
+        if self.tls and self.access != "closed":
+            raise ValueError(f"run.tls is true but run.access is {self.access}: TLS protects "
+                             "a closed run's logins, set access: closed (or tls: false)")
+        return self
 
     swarm_encrypted: bool = Field(
         default=False, description="run.engine swarm: the overlay network between the swarm's "

@@ -85,7 +85,12 @@ def main() -> int:
     # cannot be attached to by a debugger.
     faulthandler.register(signal.SIGUSR1, all_threads=True)
     one_malloc_arena()
-    without_openssl()
+    if config.tls_ca:  # a cluster with TLS: the real ssl, which emu.agent.tls imports
+        from emu.agent.tls import use_tls
+
+        use_tls(config.tls_ca)
+    else:
+        without_openssl()
     from emu.agent.agent import Agent
     from emu.agent.mqtt import use_credentials, use_mqtt5
     from emu.agent.zookeeper import use_auth

@@ -192,6 +192,10 @@ class AgentConfig:
     # Whether the node's persistent MQTT sessions speak MQTT 5 (emu.agent.mqtt.use_mqtt5):
     # false in a cluster with a RabbitMQ broker (emu.cluster.plan), MQTT 3.1.1 then.
     mqtt5: bool = True
+    # A cluster with TLS (emu.cluster.tls): the run's authority's certificate (PEM, public),
+    # which the node's MQTT and ZooKeeper clients trust alone (emu.agent.tls). Empty: plain,
+    # and the agent keeps OpenSSL out of its process (emu.agent.__main__.without_openssl).
+    tls_ca: str = ""
     # A Spark standalone cluster (a topology's `spark:`; emu.agent.spark_cluster): this VM's
     # daemon (`spark_role`'s mapping, empty: none), the master's URL its `engine: spark` jobs
     # drive (empty: local mode), and where their work goes, a folder every VM of the cluster

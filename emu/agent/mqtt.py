@@ -24,6 +24,16 @@ _credentials: tuple[str, str] | None = None
 _mqtt5 = True
 
 
+class Login(tuple):
+    """A client's (user, password) and the ssl context it connects with, for the host's
+    clients on a cluster with TLS (emu.cluster.tls.tls_login); None: plain."""
+
+    def __new__(cls, login: tuple[str, str], tls: Any = None) -> Login:
+        made = super().__new__(cls, login)
+        made.tls = tls
+        return made
+
+
 def use_mqtt5(on: bool) -> None:
     """Make this process's persistent clients MQTT 5 (on) or MQTT 3.1.1 without a clean
     session (off); `new_client` and `session_args` follow it unless told otherwise."""
@@ -54,7 +64,9 @@ def new_client(client_id: str, persistent: bool = False,
     Callbacks written as `on_connect(client, userdata, flags, rc, *rest)` and
     `on_disconnect(client, userdata, *rest)` suit both versions and protocols; `connected(rc)`
     reads rc, `session_present(flags)` the flags. `credentials` (user, password): its login
-    on a closed broker, by default the process's (`use_credentials`); none: anonymous.
+    on a closed broker, by default the process's (`use_credentials`); none: anonymous. A
+    Login with a context connects with TLS; an agent's clients do on a cluster with TLS
+    (emu.agent.tls), checking that the server is a broker of the run.
     `mqtt5` false (default: the process's, `use_mqtt5`): a persistent client is MQTT 3.1.1
     with clean session off, for a broker without MQTT 5; the broker keeps its session as
     long as it keeps such sessions (RabbitMQ: mqtt.subscription_ttl), and paho leaves out the
@@ -72,7 +84,23 @@ def new_client(client_id: str, persistent: bool = False,
     login = credentials or _credentials
     if login is not None:
         client.username_pw_set(*login)
+    tls = getattr(login, "tls", None)
+    if tls is None and credentials is None and _tls_on():
+        from emu.agent.tls import BROKER_NAME, context
+
+        tls = context(BROKER_NAME)
+    if tls is not None:
+        client.tls_set_context(tls)
     return client
+
+
+def _tls_on() -> bool:
+    """Whether this process's clients use TLS (emu.agent.tls), without importing ssl when
+    they do not."""
+    import sys
+
+    module = sys.modules.get("emu.agent.tls")
+    return module is not None and module.enabled()
 
 
 def session_args(mqtt5: bool | None = None) -> dict[str, Any]:

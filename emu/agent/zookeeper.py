@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import random
+import select
 import socket
 import struct
 import threading
@@ -320,6 +321,10 @@ class ZooKeeper:
         sock = socket.create_connection((host, port), timeout=min(self.timeout, CALL_TIMEOUT))
         try:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if _tls_on():  # a cluster with TLS (emu.agent.tls): only a server of the run
+                from emu.agent.tls import ZOOKEEPER_NAME, context
+
+                sock = context(ZOOKEEPER_NAME).wrap_socket(sock)
             request = (struct.pack(">iqiq", 0, self._zxid, int(self.timeout * 1000),
                                    self.session_id) + _buffer(self.password) + b"\0")
             sock.sendall(_INT.pack(len(request)) + request)
@@ -365,9 +370,8 @@ class ZooKeeper:
                 with self._lock:
                     self._send(sock, _HEADER.pack(PING_XID, PING))
                 continue
-            sock.settimeout(wait)
             try:
-                chunk = sock.recv(65536)
+                chunk = self._receive(sock, wait)
             except TimeoutError:
                 continue
             if not chunk:
@@ -380,6 +384,19 @@ class ZooKeeper:
                     break
                 self._reply(bytes(buffer[4:end]))
                 del buffer[:end]
+
+    def _receive(self, sock: socket.socket, wait: float) -> bytes:
+        """What came within `wait` (TimeoutError if nothing). A TLS socket is read under the
+        lock the writers hold: OpenSSL's connection may not read and write in two threads at
+        once. Its record is read whole once select says it began (or OpenSSL holds some)."""
+        if not hasattr(sock, "pending"):
+            sock.settimeout(wait)
+            return sock.recv(65536)
+        if not sock.pending() and not select.select([sock], [], [], wait)[0]:
+            raise TimeoutError
+        with self._lock:
+            sock.settimeout(CALL_TIMEOUT)
+            return sock.recv(65536)
 
     def _reply(self, frame: bytes) -> None:
         xid, zxid, code = _REPLY.unpack_from(frame)
@@ -421,6 +438,15 @@ class ZooKeeper:
             reply.done.set()
         for callback in watches:
             callback(LOST)
+
+
+def _tls_on() -> bool:
+    """Whether this process's sessions use TLS (emu.agent.tls), without importing ssl when
+    they do not."""
+    import sys
+
+    module = sys.modules.get("emu.agent.tls")
+    return module is not None and module.enabled()
 
 
 def _shut(sock: socket.socket) -> None:

@@ -102,6 +102,8 @@ from typing import Literal
 from emu.agent.config import AGENT_KINDS, AgentConfig
 from emu.agent.spark_cluster import MASTER_PORT as SPARK_MASTER_PORT
 from emu.cluster.access import Access, closed_conf
+from emu.cluster.rabbitmq_access import closed_rabbitmq
+from emu.cluster.tls import TLSPlan, tls_plan
 from emu.images import (
     CLOUD,
     GATEWAY,
@@ -251,6 +253,7 @@ class ClusterPlan:
     spares: dict[str, str] = field(default_factory=dict)  # spare broker -> the one it backs
     dilation: float = 1.0              # K: the shapers install links and services' timers at K
     access: Access | None = None       # a closed cluster's secrets (emu.cluster.access)
+    tls: TLSPlan | None = None         # a cluster with TLS: its authority (emu.cluster.tls)
 
     def services(self) -> list[ContainerPlan]:
         return [c for c in self.containers.values() if c.role != "agent"]
@@ -312,7 +315,8 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
                  host_cpus: int | None = None, labels: dict[str, str] | None = None,
                  spares: Mapping[str, str] | None = None,
                  targets: Mapping[str, Collection[str]] | None = None,
-                 dilation: float = 1.0, closed: bool = False) -> ClusterPlan:
+                 dilation: float = 1.0, closed: bool = False, tls: bool = False
+                 ) -> ClusterPlan:
     """Plan the containers, networks and links of a topology; raise SpecError naming the node
     and field for anything Docker would refuse, before anything is made.
 
@@ -326,7 +330,9 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     holds the session; None: every gateway and cloud VM may take any. `dilation`: the run's
     K (at least 1): the services' timers are scaled by it and the links installed dilated
     (see the module docstring); the links' shapes in the plan stay emulated. `closed`: the
-    brokers and ZooKeeper take only the cluster's own clients (emu.cluster.access).
+    brokers and ZooKeeper take only the cluster's own clients (emu.cluster.access; a RabbitMQ
+    broker in its own terms, emu.cluster.rabbitmq_access). `tls` (closed only): they speak TLS
+    only (emu.cluster.tls).
     """
     dilation = check_dilation(dilation, "plan_cluster's dilation")
     check_broker_kinds(topology, dilation=dilation, closed=closed, spares=spares or {})
@@ -337,7 +343,11 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     plan = _Planner(topology, cluster or topology.name, zookeeper, agents,
                     host_cpus or os.cpu_count() or 1, labels or {}, dict(spares or {}),
                     targets, dilation).plan()
-    return closed_plan(plan) if closed else plan
+    if tls and not closed:
+        raise ValueError("plan_cluster: tls needs closed (run.access: closed)")
+    if closed:
+        plan = closed_rabbitmq(plan, closed_plan(plan), ACL_FILE, RABBITMQ_CONFIG)
+    return tls_plan(plan) if tls else plan
 
 
 def broker_kind(node: Node | None) -> str:
@@ -350,7 +360,7 @@ def check_broker_kinds(topology: Topology, *, dilation: float | str = 1.0,
                        spares: Collection[str] = ()) -> None:
     """Refuse, naming the broker's `kind`, a RabbitMQ broker where the emulation only knows
     Mosquitto's ways: a time dilation (its timers are not scaled: heartbeats, the session
-    queues' expiry), a closed run (access's password file and ACL are Mosquitto's), a swarm
+    queues' expiry), a swarm
     (not tried), a spare (the host reads a spare's $SYS counters, which are Mosquitto's); and
     one whose profile has less memory than the Erlang node needs. `dilation` as written
     (`auto` and `real-speed` may choose K > 1: refused too). `experiments.checks` calls this
@@ -364,9 +374,6 @@ def check_broker_kinds(topology: Topology, *, dilation: float | str = 1.0,
             shown = dilation if isinstance(dilation, str) else f"{dilation:g}"
             why = (f"run.dilation is {shown}: RabbitMQ's timers are not scaled with it, "
                    "run it at dilation 1")
-        elif closed:
-            why = ("run.access is closed: the closed cluster's logins and ACL are Mosquitto's "
-                   "files, run it with access open")
         elif engine != "docker":
             why = f"run.engine is {engine}: a RabbitMQ broker runs on the docker engine only"
         elif node.name in spares:

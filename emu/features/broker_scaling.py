@@ -55,7 +55,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from emu.agent.mqtt import connected, new_client, no_delay
 from emu.agent.timebase import UNDILATED, TimeBase
-from emu.cluster.access import host_login
+from emu.cluster.tls import tls_login
 from emu.features.base import Feature
 from topologies.model import Topology
 from topologies.routing import Routes
@@ -398,7 +398,7 @@ class BrokerScalingFeature(Feature):
             plan.brokers, [a.node for a in plan.agents() if a.agent.drivers],
             {a: plan.link(a, b).path[0] for a, b in plan.brokers.items()},
             readers=[a.node for a in plan.agents() if a.agent.operators], timebase=run.clock,
-            credentials=host_login(plan), duration=run.timing.duration)
+            credentials=tls_login(plan), duration=run.timing.duration)
         self.scaling.start(epoch)
 
     def stop(self) -> None:

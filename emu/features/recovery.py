@@ -57,6 +57,7 @@ from emu.agent.config import AGENT_KINDS, AgentConfig, OperatorConfig
 from emu.agent.registry import GATEWAYS, gateway_path
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.access import kazoo_options
+from emu.cluster.tls import tls_options
 from emu.features.base import Feature
 from topologies.model import Topology
 from workloads.recovery import (
@@ -325,7 +326,7 @@ class RecoveryFeature(Feature):
         # which a node behind another broker takes it over on (emu.cluster.plan).
         self.recovery = Recovery(run.control, zk_hosts, self.spec, run.topology, run.workload,
                                  run.plan.agent_configs(), timebase=run.clock,
-                                 kazoo=kazoo_options(run.plan))
+                                 kazoo={**kazoo_options(run.plan), **tls_options(run.plan)})
         self.recovery.start()
 
     def stop(self) -> None:

@@ -24,7 +24,7 @@ records, and the couplings' request timeouts (the controller waits K times as lo
 from __future__ import annotations
 
 from emu.agent.timebase import UNDILATED, TimeBase
-from emu.cluster.access import host_login
+from emu.cluster.tls import tls_login
 from emu.features.base import Feature
 from experiments.backends import RunOutput, RunPlan
 from experiments.hybrid.actions import Actions, failures
@@ -45,7 +45,7 @@ class _Coupled:
         self.clock = clock
         # The simulated load first: connected before the epoch, stopped if the model fails.
         self.load = (LoadGenerator(targets_of(cluster), epoch, cluster.records_root / RECORDS,
-                                   timebase=clock, credentials=host_login(cluster.plan)).start()
+                                   timebase=clock, credentials=tls_login(cluster.plan)).start()
                      if load else None)
         try:
             self._couple(plan, begin, control, epoch)
