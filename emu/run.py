@@ -53,6 +53,7 @@ from emu.fidelity import assess
 from emu.health import Health, cluster_states
 from emu.live import next_epoch, wait_agents_registered
 from emu.metrics import NodeSampler
+from emu.records_watch import RecordsWatch
 from emu.spark_jobs import drain_spark_jobs, spark_jobs, spark_progress, wait_spark_jobs
 from emu.tables import run_messages, windows_table
 from topologies.model import Topology
@@ -125,6 +126,9 @@ class Request:
     engine: str = "docker"  # run.engine: emu.swarm.engine.engine_class
     closed: bool = False  # the brokers and ZooKeeper take only the run's own clients
     tls: bool = False  # run.tls: with closed, the brokers and ZooKeeper speak TLS only
+    # The most the nodes' records may take on the host (bytes; None: emu.records_watch's
+    # default, FOGLAB_RECORDS_LIMIT or half the free disk): past it the run stops.
+    records_limit: int | None = None
     swarm_encrypted: bool = False  # run.swarm_encrypted: emu.swarm.engine.engine_options
 
 
@@ -220,7 +224,8 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
         # Where the host's CPU goes from the epoch to the run's end (emu.accounting).
         began = begin_accounting(cluster)
         relayed = cluster.links.counters()
-        tables, fidelity = _during(run, progress)
+        watch = RecordsWatch(cluster.records_root, request.records_limit)
+        tables, fidelity = _during(run, progress, watch.poll)
         containers, since = began or (None, None)
         host_cpu = account(cluster, since, containers=containers)
         # Devices fall silent at the end, as the simulator's sources do; what is under way
@@ -266,12 +271,14 @@ def _begin(run: Run, agents: list[str], stage) -> None:
         feature.start(run, run.epoch)
 
 
-def _during(run: Run, progress) -> tuple[dict[str, dict], dict]:
-    """Measure until the run's end, polling the features; stop them whatever happens (then
-    poll once more: a fault that failed while stopping stops the run)."""
+def _during(run: Run, progress, watch=lambda: None) -> tuple[dict[str, dict], dict]:
+    """Measure until the run's end, polling the features and the records' size (`watch`:
+    emu.records_watch, records past their limit stop the run); stop the features whatever
+    happens (then poll once more: a fault that failed while stopping stops the run)."""
     features = list(run.features.values())
 
     def poll() -> None:
+        watch()
         for feature in features:
             feature.poll()
 
@@ -413,5 +420,5 @@ def _trim_cut_lines(root: Path) -> None:
     from emu.agent.records import trim_cut_lines
 
     for directory in root.iterdir():
-        if directory.is_dir():
+        if directory.is_dir() and not directory.is_symlink():
             trim_cut_lines(directory)
