@@ -67,7 +67,7 @@ def emu_apply(
     )
     from emu.cli import _cluster_name, _docker, _which_cluster, load_experiment
     from emu.control import Controller
-    from emu.live import agents_and_brokers
+    from emu.live import agents_and_brokers, cluster_login
     from topologies.terminal import positive
 
     try:  # refused as every command refuses them, but with apply's error code (1, not 2)
@@ -87,6 +87,11 @@ def emu_apply(
     client = _docker()
     name = _which_cluster(client, cluster)
     agents, brokers, _ = agents_and_brokers(client, name)
+    try:
+        login = cluster_login(client, name)
+    except PermissionError as refused:
+        error(refused)
+        raise typer.Exit(ERROR) from None
     nodes = agent_nodes(agents)
     absent = sorted({node for _, node in wanted.configs} - set(nodes))
     if absent:
@@ -105,7 +110,7 @@ def emu_apply(
     job_of = {config.name: config.job for config in wanted.configs.values()}
     applied = Applied()
     try:
-        with Controller(routes) as control:
+        with Controller(routes, credentials=login) as control:
             started = time.perf_counter()
             running = read_running(control, nodes, job_of)
             applied.read_s = time.perf_counter() - started

@@ -243,6 +243,7 @@ class _Deployed:
     agents: dict[str, AgentConfig] | None = None  # None: idle agents
     experiment: Path | None = None
     sets: list[str] = field(default_factory=list)
+    closed: bool = True  # run.access (closed by default, a bare topology's too)
 
     @property
     def labels(self) -> dict[str, str]:
@@ -285,7 +286,8 @@ def deployed_or_exit(topology: str | None, experiment: str | None, sets: list[st
     # Every operator instance reads through its own input session, so that it can move.
     agents = agent_configs(point.topology, spec.workload, spec.pipeline, spec.run.seed, 0.0,
                            moving={op.name for op in spec.pipeline}, hold=True)
-    return _Deployed(point.topology, agents, path, list(sets))
+    return _Deployed(point.topology, agents, path, list(sets),
+                     closed=spec.run.access == "closed")
 
 
 @app.command("up")
@@ -376,7 +378,8 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
 
     try:
         plan = plan_cluster(deployed.topology, cluster, agents=deployed.agents,
-                            zookeeper=zookeeper, labels={**labels, **deployed.labels})
+                            zookeeper=zookeeper, labels={**labels, **deployed.labels},
+                            closed=deployed.closed)
     except SpecError as failure:
         error(failure)
         raise typer.Exit(2) from None
@@ -690,7 +693,7 @@ def emu_migrate(
     emu up --experiment`), showing the migration's phases, and print its record."""
     import time
 
-    from emu.live import ExperimentGone, agents_and_brokers, experiment_settings
+    from emu.live import ExperimentGone, agents_and_brokers, cluster_login, experiment_settings
     from emu.live import where_operators_run as where_running
     from emu.migration import STRATEGIES, MigrationError, migrate
 
@@ -701,6 +704,11 @@ def emu_migrate(
     client = _docker()
     name = _which_cluster(client, cluster)
     agents, brokers, kinds = agents_and_brokers(client, name)
+    try:
+        login = cluster_login(client, name)
+    except PermissionError as refused:
+        error(refused)
+        raise typer.Exit(1) from None
     if to not in kinds:
         error(f"no node {to!r} in cluster {name}; its nodes: {', '.join(kinds)}")
         raise typer.Exit(1)
@@ -716,7 +724,7 @@ def emu_migrate(
         settings = None
     strategy = strategy or getattr(settings, "strategy", None) or "pause_transfer"
     with console.status("asking the agents what they run"):
-        running, silent = where_running(agents, brokers)
+        running, silent = where_running(agents, brokers, credentials=login)
     if not running and silent and len(silent) == len(agents):
         error(f"no agent of cluster {name} answered a ping within {PING_TIMEOUT_S:g} s "
               f"({', '.join(silent)}): are they agents (not --agent-command)?")
@@ -757,7 +765,7 @@ def emu_migrate(
             say(f"[{time.time() - started:6.2f} s] {step}", style="dim")
 
         try:
-            with _controller(brokers[agents[source].broker]) as control:
+            with _controller(brokers[agents[source].broker], login) as control:
                 record = migrate(control, operator, source, to, strategy, settings,
                                  timeout=timeout, progress=progress)
         except MigrationError as failure:
@@ -773,10 +781,10 @@ def emu_migrate(
     say(f"{operator} runs on {to} now")
 
 
-def _controller(broker: str):
+def _controller(broker: str, login: tuple[str, str] | None = None):
     from emu.control import Controller
 
-    return Controller(broker)
+    return Controller(broker, credentials=login)
 
 
 @contextlib.contextmanager

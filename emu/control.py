@@ -14,7 +14,15 @@ from typing import Any
 
 from emu.agent.config import OperatorConfig
 from emu.agent.mqtt import end_session, new_client, no_delay, session_args, session_present
-from emu.agent.protocol import ALL_REQUESTS, MANAGEMENT, Request, request_topic
+from emu.agent.protocol import (
+    ALL_REQUESTS,
+    NODE_LEVEL,
+    Request,
+    replier,
+    replies_filter,
+    reply_topic,
+    request_topic,
+)
 from emu.agent.registry import GATEWAYS, gateway_path
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.tls import tls_login
@@ -168,7 +176,8 @@ class Controller:
                  credentials: tuple[str, str] | None = None, mqtt5: bool = True) -> None:
         self.clock = clock
         self._token = secrets.token_hex(4)
-        self.reply_topic = f"{MANAGEMENT}/controller/{self._token}/res"
+        # Each request names its reply topic, with the node's name in it (protocol.reply_topic).
+        self.reply_topic = replies_filter(self._token)
         routes = {} if isinstance(broker, str) else dict(broker)
         addresses = [broker] if isinstance(broker, str) else list(dict.fromkeys(
             routes[node] for node in sorted(routes)))
@@ -247,11 +256,14 @@ class Controller:
 
     def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
         t_replied = self.clock.now()
+        named = replier(message.topic)
         try:
             data = json.loads(message.payload)
             request_id, node = data["id"], data["node"]
         except (ValueError, KeyError, TypeError):
             return
+        if named != (node, request_id):
+            return  # a node answers for itself only, on the topic of the request it got
         with self._lock:
             waiting = self._waiting.get(request_id)
             if waiting is None:
@@ -290,7 +302,8 @@ class Controller:
         now = self.clock.now
         result.t_sent = now()
         for request_id, node in requests:
-            payload = Request(request_id, command, self.reply_topic, args or {}).encode()
+            reply = reply_topic(NODE_LEVEL if node is None else node, self._token, request_id)
+            payload = Request(request_id, command, reply, args or {}).encode()
             t_sent[node] = now()
             if node is None:  # every agent hears its own broker only
                 for session in self._sessions.values():

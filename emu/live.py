@@ -79,6 +79,24 @@ def agents_and_brokers(client, cluster: str) -> tuple[dict[str, Agent], dict[str
     return agents, brokers, kinds
 
 
+def cluster_login(client, cluster: str) -> tuple[str, str] | None:
+    """The host's MQTT login on a cluster up (from the secrets its engine kept in the
+    cluster's scratch folder, emu.cluster.access.save); None for an open cluster. A user who
+    may not read that folder (0700, root's) gets a PermissionError naming it."""
+    from emu.cluster import inventory
+    from emu.cluster.access import host_login
+    from emu.cluster.access import load as load_access
+
+    scratch = next((labels[inventory.SCRATCH] for summary in inventory.containers(client, cluster)
+                    if (labels := summary.get("Labels") or {}).get(inventory.SCRATCH)), None)
+    try:
+        access = load_access(scratch)
+    except PermissionError:
+        raise PermissionError(f"cluster {cluster} is closed and its secrets in {scratch} are "
+                              "root's: run the command as the user who brought it up") from None
+    return host_login(access) if access is not None else None
+
+
 def experiment_settings(client, cluster: str,
                         load: Callable[[str, list[str]], tuple[Any, Any]]):
     """The scenario's migration settings of the experiment the cluster was brought up with
@@ -100,10 +118,12 @@ def experiment_settings(client, cluster: str,
 
 
 def where_operators_run(agents: dict[str, Agent], brokers: dict[str, str],
-                        timeout: float = PING_TIMEOUT_S
+                        timeout: float = PING_TIMEOUT_S,
+                        credentials: tuple[str, str] | None = None
                         ) -> tuple[dict[str, list[str]], list[str]]:
     """Operator -> the nodes where an instance of it runs, from a ping of every agent through
-    its broker; and the agents that did not answer."""
+    its broker; and the agents that did not answer. `credentials`: the host's login on a
+    closed cluster (`cluster_login`)."""
     from emu.control import Controller
 
     running: dict[str, list[str]] = {}
@@ -118,7 +138,7 @@ def where_operators_run(agents: dict[str, Agent], brokers: dict[str, str],
         if broker not in brokers:
             silent += nodes
             continue
-        with Controller(brokers[broker]) as control:
+        with Controller(brokers[broker], credentials=credentials) as control:
             pinged = control.ping(nodes, timeout=timeout)
         silent += pinged.missing
         for node, reply in pinged.replies.items():

@@ -277,7 +277,7 @@ class _Parallel(_Migration):
                               "with pause_drain or pause_transfer")
             self._step(target, "migrate.prepare", {
                 "role": "target", "config": described["config"], "parallel": {
-                    "tag": self.tag, "sync": self.sync, "migration": record.id,
+                    "tag": self.tag, "source": source, "sync": self.sync, "migration": record.id,
                     "epoch": described.get("epoch")}})
             self._phase("divert")
             diverted = True

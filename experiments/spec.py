@@ -50,11 +50,13 @@ class RunSpec(BaseModel):
         "the model stands for the emulation at that K; without one it changes nothing")
 
     access: Literal["open", "closed"] = Field(
-        default="open", description="who may use a run's brokers and ZooKeeper on the "
-        "containers (emu, hybrid): `open`, any client on the networks; `closed`, only the "
-        "run's own: each node logs in with a password of its own and may publish only its "
-        "own topics and read those and the pipeline's, ZooKeeper's znodes carry the run's "
-        "digest ACL (emu.cluster.access). Nothing on sim")
+        default="closed", description="who may use a run's brokers and ZooKeeper on the "
+        "containers (emu, hybrid): `closed` (the default), only the run's own: each node logs "
+        "in with a password of its own, publishes only its own topics and reads those and "
+        "what its operators read, and makes znodes only it and the host may change "
+        "(emu.cluster.access); `open`, by choice for a quick look: any client on the host or "
+        "the run's networks may publish, read, command agents and change znodes. Nothing on "
+        "sim")
     tls: bool = Field(
         default=False, description="with access closed: the brokers and ZooKeeper speak TLS "
         "only, on their usual ports, with certificates of an authority made for the run, which "

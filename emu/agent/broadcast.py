@@ -3,7 +3,7 @@ what they are, emu.features.broadcasts how the host sets them up and reads them 
 
 The messages are MQTT messages between agents through their broker, as IoTCloud sends its
 control messages: QoS 1, the broadcast's `size` bytes, each on its receiver's own topic
-(`topic(index, node)`, under the `foglab/` prefix of the testbed's own topics, which no
+(`topic(index, sender, node)`, under the `foglab/` prefix of the testbed's own topics, which no
 stream's topic has). The agent subscribes to its own (`node_filter`) with its requests, and
 takes them apart from the data (a callback of their own on the MQTT client).
 
@@ -42,14 +42,16 @@ COLUMNS = ("broadcast", "node", "event", "t", "peer")
 _BLOCK = bytes(16 * 1024)  # hashed in tens of microseconds, the GIL released (over 2 KiB)
 
 
-def topic(index: int, node: str) -> str:
-    """Where broadcast `index`'s message for `node` goes."""
-    return f"{PREFIX}/{index}/{node}"
+def topic(index: int, sender: str, node: str) -> str:
+    """Where broadcast `index`'s message from `sender` for `node` goes: the sender's name at
+    the third level, which a closed cluster's ACL lets only the sender write (%u), so no node
+    sends a message as another (emu.cluster.access)."""
+    return f"{PREFIX}/{sender}/{index}/{node}"
 
 
 def node_filter(node: str) -> str:
-    """What `node` subscribes to: its messages of every broadcast."""
-    return f"{PREFIX}/+/{node}"
+    """What `node` subscribes to: its messages of every broadcast, from any sender."""
+    return f"{PREFIX}/+/+/{node}"
 
 
 def spend(seconds: float) -> None:
@@ -109,7 +111,7 @@ class Broadcasts:
 
     def _received(self, name: str, t: float) -> None:
         try:
-            index = int(name.split("/")[2])
+            index = int(name.split("/")[3])
         except (IndexError, ValueError):
             self.agent.unreadable += 1
             return
@@ -133,7 +135,8 @@ class Broadcasts:
             return
         spend(part["cost"])
         child = children[k]
-        self.agent.client.publish(topic(index, child), bytes(part["size"]), qos=1)
+        self.agent.client.publish(topic(index, self.agent.node, child), bytes(part["size"]),
+                                  qos=1)
         self._log.write((index, self.agent.node, "sent", self.agent.clock(), child))
         self.agent.scheduler.call(self._send, index, k + 1)
 

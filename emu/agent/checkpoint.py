@@ -29,7 +29,7 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from emu.agent.zookeeper import NoNodeError, ZooKeeper, ZooKeeperError, connect
+from emu.agent.zookeeper import NodeExistsError, NoNodeError, ZooKeeper, ZooKeeperError, connect
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
@@ -89,7 +89,11 @@ def mark_closed(zk: ZooKeeper, operator: str, window: int) -> None:
     try:
         zk.set(path, str(window).encode())
     except NoNodeError:
-        zk.create(path, str(window).encode(), makepath=True)
+        # The instance's znode first, its own (not a SHARED parent: it writes the commit
+        # there); a recovery's target is handed both (emu.features.recovery).
+        with contextlib.suppress(NodeExistsError):
+            zk.create(checkpoint_path(operator), b"", makepath=True)
+        zk.create(path, str(window).encode())
 
 
 def read(zk: ZooKeeper, operator: str) -> tuple[bytes, dict] | None:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from emu.agent.brokers import move, read
 from emu.agent.migration import COMMANDS as MIGRATION_COMMANDS
 from emu.agent.operators import Operator, operator_config
-from emu.agent.protocol import SETTINGS, Request, RequestError, response
+from emu.agent.protocol import SETTINGS, Request, RequestError, reply_for, response
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
@@ -114,9 +114,10 @@ class Management:
                 t_received: float, error: str | None, result: Any) -> None:
         agent = self.agent
         t_done = agent.clock()
-        if reply:
-            agent.client.publish(reply, response(request_id, agent.node, error is None, error,
-                                                  t_done, result), qos=1)
+        if reply:  # with this node's name where the request left it out (one to all)
+            agent.client.publish(reply_for(reply, agent.node),
+                                 response(request_id, agent.node, error is None, error, t_done,
+                                          result), qos=1)
         agent.records.command(request_id, command, t_received, t_done, error is None)
         self.answered += 1
 

@@ -73,8 +73,10 @@ from emu.agent.operators import Operator, operator_config
 from emu.agent.protocol import COMMANDS as ALL_COMMANDS
 from emu.agent.protocol import Envelope
 from emu.agent.zookeeper import (
+    HANDED,
     LOST,
     NODE_DELETED,
+    OWN,
     NoNodeError,
     ZooKeeper,
     ZooKeeperError,
@@ -416,9 +418,10 @@ class Migrations:
         size = chunk - 1  # the tag byte
         pieces = [state[i:i + size] for i in range(0, len(state), size)] or [b""]
         chunks = 0
+        handed, path = path, state_path(path)
         try:
             with _session(agent.config.zookeeper) as zk:
-                zk_make_parents(zk, path)
+                zk_make_parents(zk, path, handed)
                 for number, piece in enumerate(pieces + [None], start=1):
                     what = (f"chunk {number} of {len(pieces)}" if piece is not None
                             else "the 'end' flag")
@@ -478,6 +481,7 @@ class Migrations:
         """Alg. 5.2: watch the znode, read a chunk and delete it (the source may then write
         the next), until the 'end' flag."""
         parts: list[bytes] = []
+        path = state_path(path)
         try:
             with _session(self.agent.config.zookeeper) as zk:
                 while not prepared.cancelled.is_set():
@@ -727,11 +731,21 @@ def _session(hosts: str, timeout: float = 10.0):
         zk.close()
 
 
-def zk_make_parents(zk: ZooKeeper, path: str) -> None:
+def state_path(path: str) -> str:
+    """The znode a state transfer's chunks take turns at, under the migration's `path`: the
+    source makes `path` (HANDED: on a closed cluster only it creates there, the run may
+    read and delete, so the target deletes each chunk it took and no other node can put
+    one in its place)."""
+    return f"{path}/state"
+
+
+def zk_make_parents(zk: ZooKeeper, path: str, handed: str | None = None) -> None:
+    """`path`'s parent made (with its own, SHARED); `handed` (an ancestor of path, its
+    parent by default) HANDED."""
     parent = path.rsplit("/", 1)[0]
     if parent and zk.exists(parent) is None:
         with contextlib.suppress(ZooKeeperError):
-            zk.create(parent, b"", makepath=True)
+            zk.create(parent, b"", makepath=True, acl=HANDED if handed == parent else OWN)
 
 
 def _host_timeout(agent: Agent, args: dict[str, Any]) -> float:

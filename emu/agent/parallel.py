@@ -9,7 +9,8 @@ The steps, in the order emu.migration sends them:
 
 - `migrate.prepare` with `parallel` (to the target): builds and starts the instance on a
   client of its own (`_Link`) subscribed to the migration's mirror topic
-  (`foglab/migration/<tag>/input`) and to the source's diverted outputs (`.../old`), with the
+  (`foglab/migration/<source>/<target>/<tag>/input`) and to the source's diverted outputs
+  (`.../old`), with the
   consistency checker (workloads.migration.Synchroniser, S = `sync`); answers once the broker
   has confirmed those subscriptions, so nothing the source sends from then is missed.
 - `migrate.divert` (to the source): from now the source is the sequencer. Mosquitto cannot
@@ -73,12 +74,17 @@ MIGRATION_TOPICS = "foglab/migration"
 LINK_EXPIRY_S = 120
 
 
-def topics(tag: str) -> dict[str, str]:
+def topics(tag: str, source: str, target: str) -> dict[str, str]:
     """A parallel migration's topics: the mirrored input, the source's diverted outputs, the
     highest SN that went downstream (the checker's word to the source), and the source's
-    rollback barrier (a message to itself through the broker)."""
-    return {part: f"{MIGRATION_TOPICS}/{tag}/{part}"
-            for part in ("input", "old", "covered", "barrier")}
+    rollback barrier (a message to itself through the broker). Each names its writer, then
+    its reader (`<prefix>/<writer>/<reader>/<tag>/<part>`): a closed cluster's ACL lets a
+    node write under its own name and read what is meant for it (emu.cluster.access), so no
+    node forges a hand-off it is not part of."""
+    ways = {"input": (source, target), "old": (source, target),
+            "covered": (target, source), "barrier": (source, source)}
+    return {part: f"{MIGRATION_TOPICS}/{writer}/{reader}/{tag}/{part}"
+            for part, (writer, reader) in ways.items()}
 
 
 # How long (emulated s) a rollback waits for its barrier to come back through the broker
@@ -174,11 +180,11 @@ class _Diverted:
     back first (the broker hands one subscriber its messages in the order it took them)."""
 
     def __init__(self, agent: Agent, operator: Operator, session: InputSession, tag: str,
-                 migration: int, watch: str | None = None) -> None:
+                 migration: int, watch: str | None = None, target: str = "") -> None:
         self.agent = agent
         self.operator = operator
         self.session = session
-        self.topics = topics(tag)
+        self.topics = topics(tag, agent.node, target)
         self.migration = migration
         self.watch = watch
         self.pending: list[tuple[Envelope, tuple]] = []  # diverted outputs not covered yet
@@ -288,7 +294,7 @@ class _Parallel:
     checker that decides which window outputs, the source's or its own, go downstream."""
 
     def __init__(self, agent: Agent, operator: Operator, tag: str, sync: int, migration: int,
-                 ready: Callable[[], None]) -> None:
+                 ready: Callable[[], None], source: str = "") -> None:
         from workloads.migration import Side, Synchroniser  # only a target loads it
 
         self.agent = agent
@@ -296,7 +302,7 @@ class _Parallel:
         self.migration = migration
         self.side = Side
         self.checker = Synchroniser(sync)
-        self.topics = topics(tag)
+        self.topics = topics(tag, source, agent.node)
         self.link = _Link(agent, f"foglab-mirror-{tag}-target",
                           [self.topics["input"], self.topics["old"]], self._mirrored, ready)
         self.mirror_sn = 0       # the last SN taken from the mirror
@@ -453,8 +459,12 @@ class ParallelSteps:
         def ready() -> None:
             answer({"t": agent.clock()})
 
+        source = parallel.get("source")
+        if not isinstance(source, str) or not source:
+            raise ValueError(f"parallel 'source' must name the migration's source node (its "
+                             f"topics name it), not {source!r}")
         part = self.targets[name] = _Parallel(agent, operator, parallel["tag"], sync,
-                                              int(parallel.get("migration", -1)), ready)
+                                              int(parallel.get("migration", -1)), ready, source)
         agent.sessions[name] = part.link  # it reads the mirror, not the node's session
         try:
             agent.install(operator)  # connects the link
@@ -485,12 +495,13 @@ class ParallelSteps:
         if refused:
             raise ValueError(refused)
         target = args.get("target")
-        if target is not None and (not isinstance(target, str) or not target):
-            raise ValueError(f"'target' must name the migration's target node, not {target!r}")
-        watch = (output_topic(operator.config.writes, target)
-                 if target and operator.config.writes else None)
+        if not isinstance(target, str) or not target:
+            raise ValueError(f"args need 'target', the migration's target node (its topics "
+                             f"name it), not {target!r}")
+        watch = output_topic(operator.config.writes, target) if operator.config.writes else None
         part = self.diverted[operator.name] = _Diverted(agent, operator, session, tag,
-                                                        int(args.get("migration", -1)), watch)
+                                                        int(args.get("migration", -1)), watch,
+                                                        target)
 
         def start() -> None:
             window = operator.window

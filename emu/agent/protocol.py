@@ -48,6 +48,37 @@ def request_topic(node: str) -> str:
     return f"{MANAGEMENT}/{node}/req"
 
 
+# Replies go to the controller on a topic of the request's, with the replying node's name at
+# the fourth level: `foglab/mgmt/controller/<node>/<controller>/<request id>`. A closed
+# cluster's ACL lets a node write there under its own name only (emu.cluster.access), and the
+# controller takes a reply for the node its topic names: no node answers for another. A
+# request to every node names NODE_LEVEL there, which each node replaces with its name.
+CONTROLLER = f"{MANAGEMENT}/controller"
+NODE_LEVEL = "{node}"
+
+
+def reply_topic(node: str, controller: str, request_id: str) -> str:
+    return f"{CONTROLLER}/{node}/{controller}/{request_id}"
+
+
+def replies_filter(controller: str) -> str:
+    """What a controller reads: every node's replies to its requests."""
+    return f"{CONTROLLER}/+/{controller}/+"
+
+
+def replier(topic: str) -> tuple[str, str] | None:
+    """(node, request id) a reply's topic names; None for a topic not a reply's."""
+    levels = topic.split("/")
+    if len(levels) != 6 or "/".join(levels[:3]) != CONTROLLER:
+        return None
+    return levels[3], levels[5]
+
+
+def reply_for(reply: str, node: str) -> str:
+    """The topic `node` answers a request on: its `reply`, NODE_LEVEL made the node's name."""
+    return "/".join(node if level == NODE_LEVEL else level for level in reply.split("/"))
+
+
 # The host's load generator (hybrid's simulated load, experiments.hybrid.load) numbers a
 # gateway's simulated devices' messages from here in the gateway's own index: ids as its
 # drivers', apart from its emulated devices' (which count from 0).

@@ -9,7 +9,14 @@ import threading
 from collections.abc import Callable
 from urllib.parse import quote
 
-from emu.agent.zookeeper import NodeExistsError, NoNodeError, ZooKeeper, ZooKeeperError
+from emu.agent.zookeeper import (
+    SHARED,
+    NoAuthError,
+    NodeExistsError,
+    NoNodeError,
+    ZooKeeper,
+    ZooKeeperError,
+)
 
 GATEWAYS = "/iot/gateways"
 SENSORS = "/iot/sensors"
@@ -76,7 +83,8 @@ class Registration:
                 return
             client = self.client
             try:
-                parents = [client.create_async(parent) for parent in self._parents()]
+                parents = [client.create_async(parent, acl=SHARED)
+                           for parent in self._parents()]
                 pending = [(path, data, client.create_async(path, data, ephemeral=True))
                            for path, data in self.sensors]
                 for reply in parents:
@@ -113,7 +121,10 @@ class Registration:
 
     def _make(self, path: str, data: bytes) -> None:
         """Make path ours, with its parents: an ephemeral znode of an earlier session (an agent
-        restarted before its old session timed out) is deleted and made again."""
+        restarted before its old session timed out) is deleted and made again; on a closed
+        cluster, where no node may delete a child of the shared parents (not even its own:
+        ZooKeeper checks a delete on the parent), waited for until ZooKeeper ends that
+        session (`_gone`)."""
         client = self.client
         try:
             client.create(path, data, ephemeral=True, makepath=True)
@@ -124,9 +135,25 @@ class Registration:
         if stat is not None and stat.ephemeral_owner == client.session_id:
             client.set(path, data)
             return
-        with contextlib.suppress(NoNodeError):
+        try:
             client.delete(path)
+        except NoNodeError:
+            pass
+        except NoAuthError:
+            self._gone(path)
         client.create(path, data, ephemeral=True, makepath=True)
+
+    def _gone(self, path: str) -> None:
+        """Until the znode an earlier session left goes with that session (its timeout, at
+        most twice the node's own), watched."""
+        deadline = 2 * self.session_timeout + 10
+        while True:
+            gone = threading.Event()
+            if self.client.exists(path, watch=lambda event, gone=gone: gone.set()) is None:
+                return
+            if not gone.wait(deadline):
+                raise ZooKeeperError(0, f"{path}: an earlier session's znode, not ours, "
+                                     f"stayed {deadline:g} s")
 
     def update(self) -> None:
         """Publish the node's description again (its operators changed)."""

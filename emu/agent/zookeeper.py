@@ -27,7 +27,7 @@ from emu.agent.config import local_address
 
 CREATE, DELETE, EXISTS, GET_DATA, SET_DATA, PING, AUTH, CLOSE = 1, 2, 3, 4, 5, 11, 100, -11
 WATCH_XID, PING_XID, AUTH_XID = -1, -2, -4
-CONNECTION_LOSS, NO_NODE, NODE_EXISTS = -4, -101, -110
+CONNECTION_LOSS, NO_NODE, NO_AUTH, NODE_EXISTS = -4, -101, -102, -110
 EPHEMERAL = 1
 # A watch's event types; LOST is ours: the connection went, and with it the server's watches.
 NODE_CREATED, NODE_DELETED, NODE_DATA_CHANGED, LOST = 1, 2, 3, -1
@@ -54,16 +54,32 @@ def _buffer(data: bytes) -> bytes:
 
 
 ALL_PERMISSIONS = 31
+# ZooKeeper's permissions: a child is created and deleted with its parent's CREATE and DELETE.
+READ, WRITE, CREATE_CHILD, DELETE_CHILD, ADMIN = 1, 2, 4, 8, 16
+READ_CREATE = READ | CREATE_CHILD
 # One ACL: every permission for world:anyone (kazoo's OPEN_ACL_UNSAFE).
 OPEN_ACL = _INT.pack(1) + _INT.pack(ALL_PERMISSIONS) + _string("world") + _string("anyone")
-# A closed cluster's identity (emu.cluster.access), `user:password`, for every session this
-# process makes unless told otherwise: set once by an agent (`use_auth`).
+# A closed cluster's identities (emu.cluster.access), `user:password[,user:password]`, for
+# every session this process makes unless told otherwise: set once by an agent (`use_auth`).
+# The first is the node's own, the second the run's shared one.
 _auth = ""
+# The ACLs a znode gets (`ZooKeeper.create`'s `acl`), with a node's identity and the run's:
+# OWN, a znode of the node's: it every permission, the run read; SHARED, a parent every node
+# makes children under: the run read and create, no one delete (a node cannot delete
+# another's child); HANDED, a parent of what the node hands over (a migration's state): it
+# every permission, the run read and delete (the taker deletes each chunk; only the node
+# creates there, so no other node can put a chunk of its own in).
+OWN, SHARED, HANDED = "own", "shared", "handed"
 
 
 def use_auth(auth: str) -> None:
     global _auth
     _auth = auth
+
+
+def identities(auth: str) -> list[str]:
+    """The `user:password` identities of a use_auth string (none: open)."""
+    return [part for part in auth.split(",") if part]
 
 
 def digest_id(auth: str) -> str:
@@ -75,10 +91,30 @@ def digest_id(auth: str) -> str:
     return f"{user}:{base64.b64encode(hashlib.sha1(auth.encode()).digest()).decode()}"
 
 
+def _digest_acl(entries: list[tuple[int, str]]) -> bytes:
+    return _INT.pack(len(entries)) + b"".join(
+        _INT.pack(perms) + _string("digest") + _string(digest_id(auth))
+        for perms, auth in entries)
+
+
 def digest_acl(auth: str) -> bytes:
     """One ACL: every permission for the identity alone."""
-    return (_INT.pack(1) + _INT.pack(ALL_PERMISSIONS) + _string("digest")
-            + _string(digest_id(auth)))
+    return _digest_acl([(ALL_PERMISSIONS, auth)])
+
+
+def acls(auth: str) -> dict[str, bytes]:
+    """The ACLs (OWN, SHARED, HANDED) a session with `auth`'s identities gives what it makes:
+    open, every one world:anyone's; one identity (the run's, a cluster closed as before), every
+    permission for it."""
+    found = identities(auth)
+    if not found:
+        return dict.fromkeys((OWN, SHARED, HANDED), OPEN_ACL)
+    if len(found) == 1:
+        return dict.fromkeys((OWN, SHARED, HANDED), digest_acl(found[0]))
+    own, run = found[0], found[1]
+    return {OWN: _digest_acl([(ALL_PERMISSIONS, own), (READ, run)]),
+            SHARED: _digest_acl([(READ_CREATE, run)]),
+            HANDED: _digest_acl([(ALL_PERMISSIONS, own), (READ | DELETE_CHILD, run)])}
 
 
 class ZooKeeperError(Exception):
@@ -102,7 +138,11 @@ class NodeExistsError(ZooKeeperError):
     pass
 
 
-_ERRORS = {NO_NODE: NoNodeError, NODE_EXISTS: NodeExistsError}
+class NoAuthError(ZooKeeperError):
+    """The znode's ACL does not let this session's identities do that."""
+
+
+_ERRORS = {NO_NODE: NoNodeError, NODE_EXISTS: NodeExistsError, NO_AUTH: NoAuthError}
 
 
 class Stat:
@@ -168,9 +208,9 @@ class ZooKeeper:
                  on_connected: Callable[[bool], None] = lambda new_session: None,
                  auth: str | None = None) -> None:
         self.hosts = parse_hosts(hosts)
-        # A closed cluster: every connection adds the identity, every znode made names it.
+        # A closed cluster: every connection adds the identities, every znode made names them.
         self.auth = _auth if auth is None else auth
-        self._acl = digest_acl(self.auth) if self.auth else OPEN_ACL
+        self._acls = acls(self.auth)
         self.timeout = timeout
         self.on_connected = on_connected
         self.session_id = 0
@@ -212,16 +252,19 @@ class ZooKeeper:
 
     # Calls --------------------------------------------------------------------------------------
 
-    def create_async(self, path: str, data: bytes = b"", ephemeral: bool = False) -> Reply:
+    def create_async(self, path: str, data: bytes = b"", ephemeral: bool = False,
+                     acl: str = OWN) -> Reply:
+        """`acl`: OWN, SHARED or HANDED (see there)."""
         flags = EPHEMERAL if ephemeral else 0
-        return self._request(CREATE, _string(path) + _buffer(data) + self._acl
+        return self._request(CREATE, _string(path) + _buffer(data) + self._acls[acl]
                              + _INT.pack(flags), path)
 
     def create(self, path: str, data: bytes = b"", ephemeral: bool = False,
-               makepath: bool = False) -> None:
-        """Create path; with makepath its missing parents first (persistent, empty)."""
+               makepath: bool = False, acl: str = OWN) -> None:
+        """Create path; with makepath its missing parents first (persistent, empty, SHARED:
+        every node of the run may make its children there)."""
         try:
-            self.create_async(path, data, ephemeral).get()
+            self.create_async(path, data, ephemeral, acl).get()
             return
         except NoNodeError:
             if not makepath:
@@ -230,8 +273,8 @@ class ZooKeeper:
         for part in path.strip("/").split("/")[:-1]:
             parent += "/" + part
             with contextlib.suppress(NodeExistsError):
-                self.create_async(parent).get()
-        self.create_async(path, data, ephemeral).get()
+                self.create_async(parent, acl=SHARED).get()
+        self.create_async(path, data, ephemeral, acl).get()
 
     def exists(self, path: str, watch: Callable[[int], None] | None = None) -> Stat | None:
         """The znode's Stat, None if there is none. `watch(event type)` is called once, on the
@@ -355,9 +398,10 @@ class ZooKeeper:
         with self._lock:
             self._sock = sock
             self._last_sent = heard
-            if self.auth:  # served before any request after it (a wrong one ends the session)
+            # Served before any request after them (a wrong one ends the session).
+            for identity in identities(self.auth):
                 self._send(sock, _HEADER.pack(AUTH_XID, AUTH) + _INT.pack(0)
-                           + _string("digest") + _buffer(self.auth.encode()))
+                           + _string("digest") + _buffer(identity.encode()))
         self.connected.set()
         self.on_connected(new_session)
         buffer = bytearray()

@@ -1,23 +1,29 @@
 """Who may use a closed cluster's brokers and ZooKeeper: credentials per node, Mosquitto's
-password file and ACL, ZooKeeper's digest identity. Plain data and text, without Docker.
+password file and ACL, ZooKeeper's digest identities. Plain data and text, without Docker.
 
-Closed (`run.access: closed`; a shared host or a swarm where other tenants reach the networks):
+Closed (`run.access: closed`, the default on the containers; docs/access.md):
 - Mosquitto refuses anonymous clients. Every agent logs in as its node (a password of its own);
   the host's controller as HOST_USER, with every topic.
 - A node publishes only its own topics, those with its name at the second level
-  (`<stream>/<node>[/...]`, `<writes>/<node>`, `foglab/load/<node>`), and reads those, the
-  topics its requests come on, and the pipeline's: what any operator of the run reads (an
-  operator may be moved to any node by a migration, a recovery or a replica). The run's
-  control families every node takes part in (a request's reply, migrations' hand-offs,
-  broadcasts) are open to every node. A publish outside its ACL is dropped by Mosquitto; a
-  subscription outside it is granted (Mosquitto 2.0's SUBACK says QoS 1) but nothing the ACL
-  forbids is delivered on it.
-- ZooKeeper: every znode foglab makes carries one digest ACL, the run's identity
-  (ZOOKEEPER_USER and a password per run), which the agents and the host add to their
-  sessions; a client without it is refused (NoAuth) on foglab's paths. ZooKeeper's own
-  (`/zookeeper`) stay as they are.
+  (`<stream>/<node>[/...]`, `<writes>/<node>`, `foglab/load/<node>`), and reads those, its
+  requests, and what the operators that run on it, or may come to it, read (`read_grants`):
+  not every operator's filter for every node. The run's control families name their writer
+  at a level Mosquitto's ACL checks (`%u`): a reply (`foglab/mgmt/controller/<node>/...`), a
+  migration's hand-off (`foglab/migration/<writer>/<reader>/...`), a broadcast's message
+  (`foglab/broadcast/<sender>/<index>/<receiver>`); so no node writes another's. A publish
+  outside its ACL is dropped by Mosquitto; a subscription outside it is granted (Mosquitto
+  2.0's SUBACK says QoS 1) but nothing the ACL forbids is delivered on it.
+- ZooKeeper: every agent logs in as its node (digest, its MQTT password) and adds the run's
+  shared identity (ZOOKEEPER_USER); the host logs in as HOST_USER, ZooKeeper's super user
+  (`superDigest` in zoo.cfg). A znode a node makes carries two entries: its node, every
+  permission; the shared identity, read. The parents every node makes children under
+  (`/iot/gateways`, `/foglab/checkpoints`, ...) give the shared identity read and create, not
+  delete: a node cannot delete or change another's znodes, nor one it does not own. A
+  client without the run's identities is refused (NoAuth). Paths one node makes and another
+  must change are granted where they are handed over (emu.agent.zookeeper's `handed` ACL,
+  the host's `zookeeper_acl` at a recovery's takeover).
 
-Open (the default on one host): anonymous, as before; nothing here applies.
+Open (by choice, for a quick look): anonymous, as before; nothing here applies.
 The passwords are in each container's environment or config, which anyone who can inspect the
 containers can read: closed keeps out other tenants of a network, not the cluster's operator.
 """
@@ -26,47 +32,64 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import json
+import os
 import secrets
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
-from emu.agent.zookeeper import digest_id  # noqa: F401 - the one source, re-exported
+from emu.agent.zookeeper import (
+    READ,
+    READ_CREATE,
+    digest_id,  # noqa: F401 - the one source, re-exported
+)
 from workloads.topics import shared
 
 HOST_USER = "foglab-host"
 ZOOKEEPER_USER = "foglab"
 MODES = ("open", "closed")
+DEFAULT_MODE = "closed"
+# Where a closed cluster's secrets wait for the host's later `foglab emu` commands: a file of
+# the cluster's scratch folder (0700, removed at `down`), 0600.
+ACCESS_FILE = "access.json"
 # Mosquitto 2's password hash (mosquitto_passwd's): PBKDF2-HMAC-SHA512, 101 rounds, 12 bytes
 # of salt, written `$7$<rounds>$<salt, base64>$<hash, base64>`.
 PBKDF2_ROUNDS = 101
 SALT_BYTES = 12
-# Every node may write replies to the controller, migration hand-offs and broadcasts to its
-# children (their topics name the request, the migration or the receiver, not the writer),
-# and read the requests to all nodes and migrations' hand-offs.
-# A Spark standby's warm-up runs on a topic of its own (workloads.spark.job.warm_up).
-CONTROL_WRITES = ("foglab/mgmt/controller/#", "foglab/migration/#", "foglab/broadcast/#",
-                  "foglab/warmup/#")
-CONTROL_READS = ("foglab/mgmt/all/#", "foglab/migration/#", "foglab/warmup/#")
-# A node's own topics: its name at the second level (emu.agent.protocol's topic rules), its
-# requests, its simulated load, its part of a broadcast.
-OWN = ("+/%u", "+/%u/#", "foglab/mgmt/%u/#", "foglab/load/%u", "foglab/broadcast/+/%u")
+# Every node, by pattern (%u: its name). Its own topics (its name at the second level,
+# emu.agent.protocol's topic rules), its simulated load.
+OWN = ("+/%u", "+/%u/#", "foglab/load/%u")
+# What it writes with its name at a level: replies to the controller, migrations' hand-offs
+# it sends, broadcast messages it sends. A Spark standby's warm-up runs on a topic of its own
+# (workloads.spark.job.warm_up), synthetic readings.
+CONTROL_WRITES = ("foglab/mgmt/controller/%u/#", "foglab/migration/%u/#",
+                  "foglab/broadcast/%u/#")
+# What it reads: its requests and those to all, hand-offs and broadcast messages meant for it.
+CONTROL_READS = ("foglab/mgmt/%u/#", "foglab/mgmt/all/#", "foglab/migration/+/%u/#",
+                 "foglab/broadcast/+/+/%u")
+CONTROL_READWRITE = ("foglab/warmup/#",)
 
 
 @dataclass(frozen=True)
 class Access:
-    """A closed cluster's secrets: a password per node and the host's, ZooKeeper's identity."""
+    """A closed cluster's secrets, and what each node reads beyond its own topics: `reads`,
+    node -> filters for it alone; `common_reads`, filters every node reads (%u its name)."""
 
-    passwords: Mapping[str, str]   # node -> its MQTT password
+    passwords: Mapping[str, str]   # node -> its MQTT and ZooKeeper password
     host_password: str
-    zookeeper_password: str
-    pipeline_reads: tuple[str, ...] = ()  # every topic filter an operator of the run reads
+    zookeeper_password: str        # the run's shared identity's (ZOOKEEPER_USER)
+    reads: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    common_reads: tuple[str, ...] = ()
 
     @classmethod
-    def make(cls, nodes: Iterable[str], pipeline_reads: Iterable[str] = ()) -> Access:
+    def make(cls, nodes: Iterable[str], common_reads: Iterable[str] = (),
+             reads: Mapping[str, Iterable[str]] | None = None) -> Access:
         # A shared subscription is checked on its filter (`$share/g/clean/#`: clean/#).
-        reads = {shared(topic)[1] for topic in pipeline_reads}
         return cls({node: _password() for node in nodes}, _password(), _password(),
-                   tuple(sorted(reads)))
+                   {node: _filters(filters) for node, filters in (reads or {}).items()},
+                   _filters(common_reads))
 
     def credentials(self, node: str) -> tuple[str, str]:
         """(user, password) the node's MQTT clients log in with."""
@@ -78,8 +101,31 @@ class Access:
 
     @property
     def zookeeper_auth(self) -> str:
-        """`user:password`, as ZooKeeper's digest scheme takes it (addauth)."""
+        """The run's shared identity, `user:password` as ZooKeeper's digest scheme takes it."""
         return f"{ZOOKEEPER_USER}:{self.zookeeper_password}"
+
+    @property
+    def host_zookeeper_auth(self) -> str:
+        """The host's identity: ZooKeeper's super user (`zookeeper_super`)."""
+        return f"{HOST_USER}:{self.host_password}"
+
+    def zookeeper_identities(self, node: str) -> str:
+        """What a node's sessions add (AgentConfig.zookeeper_auth, emu.agent.zookeeper.use_auth):
+        its own identity first (its znodes' every permission), then the run's (read)."""
+        return f"{node}:{self.passwords[node]},{self.zookeeper_auth}"
+
+    def zookeeper_acl(self, node: str) -> list:
+        """kazoo ACLs of a znode handed to `node` (a checkpoint a recovery's target takes
+        over): the node every permission, the run read."""
+        from kazoo.security import ACL, Id
+
+        owner, reader = digest_id(f"{node}:{self.passwords[node]}"), digest_id(self.zookeeper_auth)
+        return [ACL(31, Id("digest", owner)), ACL(READ, Id("digest", reader))]
+
+    def zookeeper_super(self) -> str:
+        """zoo.cfg's line making the host ZooKeeper's super user (an unknown key is read as the
+        system property `zookeeper.<key>`, which DigestAuthenticationProvider reads)."""
+        return f"DigestAuthenticationProvider.superDigest={digest_id(self.host_zookeeper_auth)}"
 
     def password_file(self, salt: bytes | None = None) -> str:
         """Mosquitto's password_file: each user with its hash (a fixed `salt` for tests)."""
@@ -88,15 +134,41 @@ class Access:
                        for user, password in sorted(users.items()))
 
     def acl_file(self) -> str:
-        """Mosquitto's acl_file: the host everything, every node its own and the pipeline's."""
+        """Mosquitto's acl_file: the host everything; every node its own topics and the run's
+        control by pattern, the filters every node reads; then each node's own reads."""
         lines = ["# foglab's closed cluster (emu.cluster.access): the host reads and writes all",
-                 f"user {HOST_USER}", "topic readwrite #", "topic read $SYS/#", "",
-                 "# every node: its own topics, the run's control, the pipeline's inputs"]
-        lines += [f"pattern readwrite {topic}" for topic in OWN]
+                 f"user {HOST_USER}", "topic readwrite #", "topic read $SYS/#", ""]
+        for node, filters in sorted(self.reads.items()):
+            if filters:
+                lines += [f"user {node}", *(f"topic read {topic}" for topic in filters), ""]
+        lines += ["# every node (%u: its name): its own topics, the run's control it takes "
+                  "part in, the pipeline's inputs every node reads"]
+        lines += [f"pattern readwrite {topic}" for topic in (*OWN, *CONTROL_READWRITE)]
         lines += [f"pattern write {topic}" for topic in CONTROL_WRITES]
-        lines += [f"pattern read {topic}" for topic in CONTROL_READS]
-        lines += [f"pattern read {topic}" for topic in self.pipeline_reads]
+        lines += [f"pattern read {topic}" for topic in (*CONTROL_READS, *self.common_reads)]
         return "\n".join(lines) + "\n"
+
+    # Kept for the host's later commands ----------------------------------------------------
+
+    def to_json(self) -> str:
+        return json.dumps({"passwords": dict(self.passwords), "host": self.host_password,
+                           "zookeeper": self.zookeeper_password,
+                           "reads": {n: list(f) for n, f in self.reads.items()},
+                           "common_reads": list(self.common_reads)}, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str, where: str = "access") -> Access:
+        try:
+            data = json.loads(text)
+            return cls(dict(data["passwords"]), str(data["host"]), str(data["zookeeper"]),
+                       {n: tuple(f) for n, f in data.get("reads", {}).items()},
+                       tuple(data.get("common_reads", ())))
+        except (ValueError, TypeError, KeyError, AttributeError) as error:
+            raise ValueError(f"{where}: not a closed cluster's access file ({error!r})") from None
+
+
+def _filters(topics: Iterable[str]) -> tuple[str, ...]:
+    return tuple(sorted({shared(topic)[1] for topic in topics}))
 
 
 def _password() -> str:
@@ -117,24 +189,101 @@ def closed_conf(conf: str, password_file: str, acl_file: str) -> str:
                       f"password_file {password_file}", f"acl_file {acl_file}"]) + "\n"
 
 
+# Per-node reads -------------------------------------------------------------------------------
+
+
+def read_grants(configs: Mapping[str, Any],
+                targets: Mapping[str, Collection[str]] | None = None
+                ) -> tuple[dict[str, set[str]], set[str]]:
+    """What each node reads beyond its own topics, from the pipeline's placement: (node ->
+    filters, filters every node reads by pattern).
+
+    `configs`: each agent's AgentConfig (its operators as placed). An operator's filters go to
+    the nodes it runs on and those it may come to: a migration's, a recovery's or a
+    replica's targets for an instance that reads through a session of its own or has a
+    latency bound (`targets` as emu.cluster.plan.plan_cluster takes it; None: every gateway
+    and cloud VM). An operator with an instance on each of several gateways, reading in
+    process there and through no session of its own, takes its own gateway's readings, its
+    own topics (`<stream>/<gateway>/...`, OWN): it is granted nothing more.
+    A filter granted to every gateway and cloud VM is one pattern line, not one per node:
+    the ACL stays linear in the nodes."""
+    from emu.agent.config import AGENT_KINDS
+
+    movers = sorted(n for n, c in configs.items() if c.kind in AGENT_KINDS)
+    placed: dict[str, list[str]] = {}
+    operators: dict[str, Any] = {}
+    for node, config in configs.items():
+        for op in config.operators:
+            placed.setdefault(op.name, []).append(node)
+            operators.setdefault(op.name, op)
+    per_node: dict[str, set[str]] = {}
+    common: set[str] = set()
+    for name, nodes in placed.items():
+        op = operators[name]
+        filters = {shared(f)[1] for f in op.reads}
+        moves = bool(op.session) or op.slo is not None
+        if op.session and op.writes:  # a parallel migration's source watches the target's
+            filters.add(f"{op.writes}/+")  # outputs (emu.agent.parallel)
+        if not moves and len(nodes) > 1 and all(configs[n].kind == "gateway" for n in nodes):
+            continue  # each instance its own gateway's: its own topics (OWN) already
+        readers = set(nodes)
+        if moves:
+            readers |= set(movers if targets is None else targets.get(name, ()))
+        if movers and set(movers) <= readers:
+            common |= filters
+            continue
+        for node in readers:
+            per_node.setdefault(node, set()).update(filters)
+    return per_node, common
+
+
+# Where the host finds them --------------------------------------------------------------------
+
+
+def save(access: Access, folder: Path | str) -> Path:
+    """Write the secrets into a cluster's scratch folder (0700), as a file 0600 made anew
+    (never through a link planted there)."""
+    path = Path(folder) / ACCESS_FILE
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW
+    descriptor = os.open(path, flags, 0o600)
+    with os.fdopen(descriptor, "w") as file:
+        file.write(access.to_json())
+    return path
+
+
+def load(folder: Path | str | None) -> Access | None:
+    """A cluster's secrets from its scratch folder; None when it has none (an open cluster)."""
+    if not folder:
+        return None
+    path = Path(folder) / ACCESS_FILE
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        return None
+    with os.fdopen(descriptor) as file:
+        return Access.from_json(file.read(), str(path))
+
+
 def host_login(plan) -> tuple[str, str] | None:
-    """The host's MQTT login on a cluster's brokers (an emu.cluster.plan.ClusterPlan): None
-    when the cluster is open."""
-    access = getattr(plan, "access", None)
+    """The host's MQTT login on a cluster's brokers (an emu.cluster.plan.ClusterPlan, or an
+    Access): None when the cluster is open."""
+    access = plan if isinstance(plan, Access) else getattr(plan, "access", None)
     return access.host if access is not None else None
 
 
 def kazoo_options(plan) -> dict:
-    """KazooClient's arguments for the host's sessions on a cluster's ZooKeeper: on a closed
-    one, its identity added and every znode made with its digest ACL."""
-    access = getattr(plan, "access", None)
+    """KazooClient's arguments for the host's sessions on a cluster's ZooKeeper (a plan, or an
+    Access): on a closed one, the host's identity (ZooKeeper's super user) added, and the
+    znodes it makes (the parents the agents make theirs under) readable by the run and open
+    to its children."""
+    access = plan if isinstance(plan, Access) else getattr(plan, "access", None)
     if access is None:
         return {}
-    from kazoo.security import make_digest_acl
+    from kazoo.security import ACL, Id
 
-    return {"auth_data": [("digest", access.zookeeper_auth)],
-            "default_acl": [make_digest_acl(ZOOKEEPER_USER, access.zookeeper_password,
-                                            all=True)]}
+    reader = digest_id(access.zookeeper_auth)
+    return {"auth_data": [("digest", access.host_zookeeper_auth)],
+            "default_acl": [ACL(READ_CREATE, Id("digest", reader))]}
 
 
 def check_mode(value: str, where: str = "run.access") -> str:

@@ -46,6 +46,7 @@ from emu.agent.config import (
 )
 from emu.capacity import check_host_cap
 from emu.cluster import inventory
+from emu.cluster.access import save as save_access
 from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import Links, make_links
 from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
@@ -257,11 +258,14 @@ class Cluster:
 
     def _make_records(self) -> None:
         assert self._made is not None
-        if self.records is None:
+        access = self.plan.access
+        if self.records is None or access is not None:
             # Named before it is made: a Ctrl-C between the two leaves nothing `down` misses.
             scratch = Path(tempfile.gettempdir()) / f"foglab-{self.name}-{secrets.token_hex(4)}"
             self._made.scratch = scratch
             scratch.mkdir(mode=0o700)
+        if access is not None:  # a closed cluster's secrets, for the host's `foglab emu`
+            save_access(access, self._made.scratch)  # commands from another process
         for node in self.plan.containers:
             self.records_dir(node).mkdir(parents=True, exist_ok=True)
 

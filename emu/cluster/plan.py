@@ -101,7 +101,7 @@ from typing import Literal
 
 from emu.agent.config import AGENT_KINDS, AgentConfig
 from emu.agent.spark_cluster import MASTER_PORT as SPARK_MASTER_PORT
-from emu.cluster.access import Access, closed_conf
+from emu.cluster.access import Access, closed_conf, read_grants
 from emu.cluster.rabbitmq_access import closed_rabbitmq
 from emu.cluster.tls import TLSPlan, tls_plan
 from emu.images import (
@@ -346,7 +346,7 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     if tls and not closed:
         raise ValueError("plan_cluster: tls needs closed (run.access: closed)")
     if closed:
-        plan = closed_rabbitmq(plan, closed_plan(plan), ACL_FILE, RABBITMQ_CONFIG)
+        plan = closed_rabbitmq(plan, closed_plan(plan, targets), ACL_FILE, RABBITMQ_CONFIG)
     return tls_plan(plan) if tls else plan
 
 
@@ -387,13 +387,16 @@ def check_broker_kinds(topology: Topology, *, dilation: float | str = 1.0,
                             f"topology {topology.name}")
 
 
-def closed_plan(plan: ClusterPlan) -> ClusterPlan:
+def closed_plan(plan: ClusterPlan,
+                targets: Mapping[str, Collection[str]] | None = None) -> ClusterPlan:
     """The plan closed to outsiders (emu.cluster.access): each broker's conf refuses anonymous
-    clients and reads the cluster's password file and ACL; each agent logs in as its node and
-    adds the run's ZooKeeper identity."""
+    clients and reads the cluster's password file and ACL, where each node reads what the
+    operators that run on it, or may come to it (`targets`, plan_cluster's), read; each agent
+    logs in as its node, to the broker and to ZooKeeper (and adds the run's identity there);
+    each ZooKeeper server takes the host as its super user."""
     configs = plan.agent_configs()
-    access = Access.make(configs, [topic for config in configs.values()
-                                   for op in config.operators for topic in op.reads])
+    reads, common = read_grants(configs, targets)
+    access = Access.make(configs, common, reads)
     files = ((PASSWORD_FILE, access.password_file()), (ACL_FILE, access.acl_file()))
     containers = dict(plan.containers)
     for name, container in plan.containers.items():
@@ -405,11 +408,15 @@ def closed_plan(plan: ClusterPlan) -> ClusterPlan:
                 container, command=("mosquitto", "-c", CLOSED_CONFIG),
                 files=(*written.items(),
                        (CLOSED_CONFIG, closed_conf(text, PASSWORD_FILE, ACL_FILE)), *files))
+        elif container.role == "zookeeper":
+            containers[name] = replace(container, files=tuple(
+                (path, text + access.zookeeper_super() + "\n" if path == ZOOKEEPER_CONFIG
+                 else text) for path, text in container.files))
         elif container.agent is not None:
             user, password = access.credentials(name)
             containers[name] = replace(container, agent=replace(
                 container.agent, mqtt_user=user, mqtt_password=password,
-                zookeeper_auth=access.zookeeper_auth))
+                zookeeper_auth=access.zookeeper_identities(name)))
     return replace(plan, containers=containers, access=access)
 
 

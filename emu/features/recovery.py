@@ -84,10 +84,13 @@ class Recovery:
     def __init__(self, control, zk_hosts: str, spec: RecoverySpec, topology: Topology,
                  workload, configs: dict[str, AgentConfig],
                  clock: Callable[[], float] | None = None,
-                 timebase: TimeBase = UNDILATED, kazoo: dict | None = None) -> None:
+                 timebase: TimeBase = UNDILATED, kazoo: dict | None = None,
+                 zookeeper_acl: Callable[[str], list] | None = None) -> None:
         self.control = control
         self.zk_hosts = zk_hosts
         self.kazoo = kazoo or {}  # a closed cluster's identity (emu.cluster.access)
+        # A closed cluster: node -> the ACL of a znode handed to it (Access.zookeeper_acl).
+        self.zookeeper_acl = zookeeper_acl
         self.spec = spec
         self.topology = topology
         self.workload = workload
@@ -208,6 +211,7 @@ class Recovery:
                 row["error"] = f"no live node of {self.spec.to} to take {config.name!r}"
                 self.rows.append(row)
                 continue
+            self._hand_checkpoints(config, target)
             result = self.control.send([target], "migrate.recover",
                                        {"operator": config.name, "config": asdict(config)},
                                        timeout=RECOVER_TIMEOUT_S)
@@ -227,6 +231,22 @@ class Recovery:
             with self._lock:
                 self.placed.setdefault(target, []).append(config)
             self.rows.append(row)
+
+    def _hand_checkpoints(self, config: OperatorConfig, target: str) -> None:
+        """On a closed cluster, the instance's checkpoint znodes (emu.agent.checkpoint), which
+        its crashed node made its own, handed to the target, which writes them from now: the
+        host is ZooKeeper's super user (emu.cluster.access). Two calls per takeover."""
+        if self.zookeeper_acl is None or not config.checkpoint or self._client is None:
+            return
+        from kazoo.exceptions import NoNodeError
+
+        from emu.agent.checkpoint import checkpoint_key, checkpoint_path
+
+        acl = self.zookeeper_acl(target)
+        path = checkpoint_path(checkpoint_key(config))
+        for znode in (path, f"{path}/closed"):
+            with contextlib.suppress(NoNodeError):  # none written yet
+                self._client.set_acls(znode, acl)
 
     def finish(self, timeout: float = RECOVER_TIMEOUT_S) -> list[dict]:
         """Stop watching; wait for a re-placement under way; the rows."""
@@ -326,7 +346,8 @@ class RecoveryFeature(Feature):
         # which a node behind another broker takes it over on (emu.cluster.plan).
         self.recovery = Recovery(run.control, zk_hosts, self.spec, run.topology, run.workload,
                                  run.plan.agent_configs(), timebase=run.clock,
-                                 kazoo={**kazoo_options(run.plan), **tls_options(run.plan)})
+                                 kazoo={**kazoo_options(run.plan), **tls_options(run.plan)},
+                                 zookeeper_acl=getattr(run.plan.access, "zookeeper_acl", None))
         self.recovery.start()
 
     def stop(self) -> None:

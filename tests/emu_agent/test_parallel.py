@@ -17,6 +17,7 @@ import pytest
 from emu.agent.config import OperatorConfig
 from emu.agent.operators import Operator
 from emu.agent.parallel import _Parallel, parallel_refusal
+from emu.agent.parallel import topics as migration_topics
 from emu.agent.protocol import Envelope
 from emu.control import Controller
 from emu.migration import migrate
@@ -152,7 +153,8 @@ def test_a_rollback_sends_nothing_the_target_sent_downstream_before_it_died(
 
     epoch = time.time()
     source = agents(config("gw-src", epoch=epoch, operators=[counter()]))
-    listener = listen("counter/#", "foglab/migration/t39/old")
+    ways = migration_topics("t39", "gw-src", "gw-dst")
+    listener = listen("counter/#", ways["old"])
     feeding = threading.Thread(target=publisher.publish, args=(int(RATE * 5), RATE))
     feeding.start()
     time.sleep(0.6)
@@ -161,8 +163,8 @@ def test_a_rollback_sends_nothing_the_target_sent_downstream_before_it_died(
                               "target": "gw-dst"}, timeout=5)
     assert divert.ok, divert.summary()
     # Two windows diverted to the checker; the dead target forwarded both downstream.
-    wait_for(lambda: len(listener.snapshot("foglab/migration/t39/old")) >= 2, timeout=6)
-    diverted = [json.loads(h.payload) for h in listener.snapshot("foglab/migration/t39/old")]
+    wait_for(lambda: len(listener.snapshot(ways["old"])) >= 2, timeout=6)
+    diverted = [json.loads(h.payload) for h in listener.snapshot(ways["old"])]
     target = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2)
     target.connect(broker.host, broker.port)
     target.loop_start()
@@ -171,7 +173,7 @@ def test_a_rollback_sends_nothing_the_target_sent_downstream_before_it_died(
             target.publish("counter/gw-dst", item["message"].encode(), qos=1).wait_for_publish(5)
         if word == "late":  # the checker's word, published after the rollback's barrier
             threading.Timer(0.5, lambda: target.publish(
-                "foglab/migration/t39/covered",
+                ways["covered"],
                 json.dumps({"covered": diverted[1]["row"][7]}).encode(), qos=1)).start()
         rollback = controller.send(["gw-src"], "migrate.rollback",
                                    {"operator": "counter", "covered": None}, timeout=5)

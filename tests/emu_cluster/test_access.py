@@ -21,6 +21,7 @@ from emu.cluster.plan import (
     CLOSED_CONFIG,
     MOSQUITTO_DEFAULTS,
     PASSWORD_FILE,
+    ZOOKEEPER_CONFIG,
     plan_cluster,
 )
 from topologies.catalog import load
@@ -39,14 +40,20 @@ def test_the_password_file_holds_mosquittos_pbkdf2_hash_of_each_password() -> No
     assert access.passwords["gw-1"] != access.passwords["gw-2"] != access.host_password
 
 
-def test_the_acl_gives_each_node_its_own_topics_and_the_pipelines_reads() -> None:
-    access = Access.make(["gw-1"], ["clean/#", "$share/g/alerts/#", "clean/#"])
+def test_the_acl_gives_each_node_its_own_topics_and_its_operators_reads() -> None:
+    access = Access.make(["gw-1", "cloud-1"], ["$share/g/alerts/#"],
+                         {"cloud-1": ["clean/#", "$share/s/clean/#"]})
     acl = access.acl_file().splitlines()
-    assert access.pipeline_reads == ("alerts/#", "clean/#")
+    assert access.common_reads == ("alerts/#",) and access.reads == {"cloud-1": ("clean/#",)}
     assert acl[1:4] == [f"user {HOST_USER}", "topic readwrite #", "topic read $SYS/#"]
     assert "pattern readwrite +/%u" in acl and "pattern readwrite +/%u/#" in acl
-    assert "pattern read clean/#" in acl and "pattern read alerts/#" in acl
+    # clean/# is cloud-1's alone: under its user, not a pattern every node gets.
+    assert acl[acl.index("user cloud-1") + 1] == "topic read clean/#"
+    assert "pattern read clean/#" not in acl and "pattern read alerts/#" in acl
     assert not any(line.startswith("pattern write clean") for line in acl)
+    # The run's control: each node writes under its own name only.
+    assert "pattern write foglab/mgmt/controller/%u/#" in acl
+    assert not any(line.endswith("foglab/mgmt/controller/#") for line in acl)
 
 
 def test_a_closed_plan_closes_every_broker_and_logs_every_agent_in() -> None:
@@ -63,7 +70,12 @@ def test_a_closed_plan_closes_every_broker_and_logs_every_agent_in() -> None:
     for agent in plan.agents():
         config = agent.agent
         assert (config.mqtt_user, config.mqtt_password) == plan.access.credentials(agent.node)
-        assert config.zookeeper_auth == plan.access.zookeeper_auth
+        own, run = config.zookeeper_auth.split(",")
+        assert own == f"{agent.node}:{config.mqtt_password}"
+        assert run == plan.access.zookeeper_auth
+    zoo = dict(plan.containers["zookeeper"].files)[ZOOKEEPER_CONFIG].splitlines()
+    assert zoo[-1] == plan.access.zookeeper_super()
+    assert zoo[-1].startswith(f"DigestAuthenticationProvider.superDigest={HOST_USER}:")
     assert all(c.agent.mqtt_user == "" for c in open_plan.agents())
 
 
@@ -75,7 +87,7 @@ def closed_broker() -> Iterator[tuple[int, Access]]:
     # Not under pytest's folder (0700): run as root, Mosquitto reads the files as its own user.
     folder = Path(tempfile.mkdtemp(prefix="foglab-closed-"))
     folder.chmod(0o755)
-    access = Access.make(["gw-1", "gw-2", "cloud-1"], ["clean/#"])
+    access = Access.make(["gw-1", "gw-2", "cloud-1"], reads={"cloud-1": ["clean/#"]})
     port = _free_port("127.0.0.1")
     conf = (MOSQUITTO_DEFAULTS.read_text().replace("listener 1883 0.0.0.0",
                                                    f"listener {port} 127.0.0.1")
@@ -141,13 +153,14 @@ def test_a_client_without_the_clusters_login_is_refused(closed_broker) -> None:
     assert _connect(port, *access.credentials("gw-1"))[1] == 0
 
 
-def test_a_gateway_publishes_and_reads_only_its_own_topics_and_the_pipelines(
-        closed_broker) -> None:
+def test_a_gateway_publishes_and_reads_only_its_own_topics(closed_broker) -> None:
     port, access = closed_broker
     host, _ = _connect(port, *access.host)
     gw1, _ = _connect(port, *access.credentials("gw-1"))
+    cloud, _ = _connect(port, *access.credentials("cloud-1"))
     at_host = _heard(host, ["#"])
-    at_gw1 = _heard(gw1, ["city/gw-2", "clean/#", "city/gw-1"])
+    at_gw1 = _heard(gw1, ["city/gw-2", "clean/#", "city/gw-1", "#"])
+    at_cloud = _heard(cloud, ["clean/#"])
     for topic in ("city/gw-1", "clean/gw-1", "city/gw-2", "clean/gw-2", "foglab/mgmt/gw-2/req"):
         gw1.publish(topic, b"x", qos=1).wait_for_publish(5)
     host.publish("city/gw-2", b"y", qos=1).wait_for_publish(5)
@@ -156,9 +169,12 @@ def test_a_gateway_publishes_and_reads_only_its_own_topics_and_the_pipelines(
     # Its own topics reach the host; another gateway's and another's requests do not.
     assert sorted(set(at_host) - {"city/gw-2", "clean/cloud-1"}) == ["city/gw-1", "clean/gw-1"]
     assert at_host.count("city/gw-2") == 1  # the host's own publish only
-    # It reads its own and the pipeline's (clean/#), not another gateway's readings.
-    assert sorted(at_gw1) == ["city/gw-1", "clean/cloud-1", "clean/gw-1"]
-    for client in (host, gw1):
+    # It reads its own, not another gateway's readings nor the cloud's input (once per
+    # matching subscription: Mosquitto sends a copy for each).
+    assert sorted(set(at_gw1)) == ["city/gw-1", "clean/gw-1"]
+    # The cloud reads what its operator reads, clean/#, from every gateway.
+    assert sorted(set(at_cloud)) == ["clean/cloud-1", "clean/gw-1"]
+    for client in (host, gw1, cloud):
         client.loop_stop()
         client.disconnect()
 
