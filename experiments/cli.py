@@ -19,7 +19,7 @@ from emu.cli import topology_or_exit
 from experiments.apply_cli import apply
 from experiments.compare_cli import compare
 from experiments.emu_commands import app as emu_app
-from experiments.running import Sets, Sweeps, execute, load_or_exit
+from experiments.running import AllowFiles, Sets, Sweeps, execute, load_or_exit
 from topologies.errors import SpecError
 from topologies.terminal import (
     bars,
@@ -102,11 +102,12 @@ def list_catalog(kind: Annotated[str | None, typer.Argument(
 @app.command()
 def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name")],
         set_: Sets = None, sweep: Sweeps = None,
-        out: Annotated[Path, typer.Option(help="results folder")] = Path("results")) -> None:
+        out: Annotated[Path, typer.Option(help="results folder")] = Path("results"),
+        allow_files: AllowFiles = None) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
 
-    loaded = load_or_exit(experiment, set_, sweep)
+    loaded = load_or_exit(experiment, set_, sweep, allow_files)
     outcomes = execute(loaded, out)
     report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
     if any(o.error for o in outcomes):
@@ -114,9 +115,10 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
 
 
 @app.command()
-def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None) -> None:
+def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None,
+             allow_files: AllowFiles = None) -> None:
     """Check an experiment file without running it."""
-    loaded = load_or_exit(experiment, set_, sweep)
+    loaded = load_or_exit(experiment, set_, sweep, allow_files)
     spec = loaded.spec
     counts = ", ".join(f"{n} {k}" for k, n in sorted(loaded.points[0].topology.counts().items()))
     console.print(f"[green]valid[/green]: {escape(str(loaded.file))}: {len(loaded.points)} "

@@ -244,15 +244,16 @@ def _present(path: Path) -> bool:
 
 def _file_fields(data: dict) -> list[tuple]:
     """Where the experiment names files: each feature's `files` (workloads.features) under
-    its scenario key, and run.calibration when it is a path rather than a profile's name."""
+    its scenario key, and a calibration (run.calibration, scenario.energy.calibration) when
+    it is a path rather than a profile's name (a name is foglab's own store, not confined)."""
     from workloads.calibration import is_path
 
     fields = [("scenario", feature.key, *inner) for feature in FEATURES
               for inner in feature.files]
-    calibration = data.get("run", {}).get("calibration") if isinstance(
-        data.get("run"), dict) else None
-    if isinstance(calibration, str) and is_path(calibration):
-        fields.append(("run", "calibration"))
+    for path in (("run", "calibration"), ("scenario", "energy", "calibration")):
+        written = _written(data, path)
+        if isinstance(written, str) and is_path(written):
+            fields.append(path)
     return fields
 
 

@@ -13,11 +13,13 @@ import typer
 from experiments.loader import Experiment, load
 from experiments.runner import Estimate, Reporter, run_experiment, shown_duration
 from topologies.errors import SpecError
+from topologies.files import VARIABLE
 from topologies.terminal import (
     bars,
     error,
     escape,
     exit_code,
+    folder_to_read,
     folder_to_write,
     say,
     stop_on_signals,
@@ -30,9 +32,18 @@ Sweeps = Annotated[list[str] | None, typer.Option(
     "--sweep", help=escape("KEY=[v1,v2]: one run per value, e.g. run.seed=[1,2,3]"))]
 
 
-def load_or_exit(experiment: str, sets: list[str] | None, sweeps: list[str] | None) -> Experiment:
+AllowFiles = Annotated[list[Path] | None, typer.Option(
+    "--allow-files", metavar="DIR", help=f"a folder outside the experiment's own whose files it "
+    f"may name (includes, topology files, traces); repeatable, also {VARIABLE} (folders "
+    "separated by :); by default an experiment reads files from its own folder only")]
+
+
+def load_or_exit(experiment: str, sets: list[str] | None, sweeps: list[str] | None,
+                 allow_files: list[Path] | None = None) -> Experiment:
+    for folder in allow_files or []:
+        folder_to_read("--allow-files", folder)
     try:
-        return load(experiment, sets or [], sweeps or [])
+        return load(experiment, sets or [], sweeps or [], allow_files or [])
     except SpecError as failure:
         error(failure)
         raise typer.Exit(2) from None

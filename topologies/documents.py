@@ -8,7 +8,7 @@ from pathlib import Path
 
 import yaml
 
-from topologies.errors import SpecError, Withheld, withheld
+from topologies.errors import SpecError, Withheld, shown_path, withheld
 
 
 class DuplicateKey(yaml.YAMLError):
@@ -138,7 +138,7 @@ class Document:
         if not self.confidential:
             return SpecError(path, error.value, error.expected, self.file, line)
         value, expected = withheld(error.value, error.expected)
-        return SpecError(path, value, expected, self.file, line,
+        return SpecError(shown_path(path), value, expected, self.file, line,
                          None if mark is None else mark.column + 1)
 
 
@@ -164,7 +164,8 @@ def parse(text: str, file: str, confidential: bool = False) -> Document:
     except DuplicateKey as exc:
         path = _path_to(root, exc.mapping) if root is not None else ()
         key = (f"{exc.key!r} is" if not confidential else "a key is")
-        raise SpecError((*path, exc.key) if isinstance(exc.key, str | int) else path,
+        path = (*path, exc.key) if isinstance(exc.key, str | int) else path
+        raise SpecError(shown_path(path) if confidential else path,
                         Withheld(exc.key) if confidential else exc.key,
                         f"a key written once in a mapping, but {key} on line "
                         f"{exc.first.line + 1} and again on line {exc.second.line + 1} (YAML "

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 
 def format_path(path: tuple) -> str:
     """`('nodes', 2, 'replicas')` -> `nodes[2].replicas`."""
@@ -33,6 +35,18 @@ def _kind(value: object) -> str:
     kinds = {bool: "a boolean", int: "a number", float: "a number", str: "a string",
              dict: "a mapping", list: "a list", type(None): "nothing"}
     return next((kind for cls, kind in kinds.items() if isinstance(value, cls)), "a value")
+
+
+# A key of such a file shown in a field's path: a name (a shadow line ending in `:` is a
+# YAML key too, and a token is longer than a name).
+_NAME = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,31}")
+HIDDEN_KEY = "(a key, not shown)"
+
+
+def shown_path(path: tuple) -> tuple:
+    """`path` with each key that is not a name (`_NAME`) replaced by HIDDEN_KEY."""
+    return tuple(part if isinstance(part, int) or (
+        isinstance(part, str) and _NAME.fullmatch(part)) else HIDDEN_KEY for part in path)
 
 
 def withheld(value: object, expected: str) -> tuple[Withheld, str]:

@@ -87,7 +87,8 @@ class Files:
     def _outside(self, written: str, resolved: Path) -> str:
         how = ("a path in a home folder" if written.startswith("~") else
                "an absolute path" if Path(written).is_absolute() else "a relative path")
-        allowed = "".join(f", {root}" for root in self.allowed)
+        allowed = (f" (or the allowed {', '.join(str(root) for root in self.allowed)})"
+                   if self.allowed else "")
         return (f"a file inside the experiment's folder {self.folder}{allowed}, but {written!r}"
                 f" ({how}) resolves, links followed, to {str(resolved)!r}, outside it; to "
                 f"allow it, pass {FLAG} {resolved.parent} (or set {VARIABLE})")

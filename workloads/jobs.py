@@ -197,8 +197,8 @@ def _include(written: object, given: dict, path: tuple, source: _Source,
     inner = _Source(document, resolved.parent, source.files, (*source.chain, resolved))
     data = document.data
     if not isinstance(data, dict) or "jobs" not in data:
-        raise inner.fail((), data if not isinstance(data, dict) else sorted(data),
-                         "a file of jobs: a mapping with jobs (and params it declares)")
+        raise inner.fail((), data, "a file of jobs: a mapping with jobs (and params it "
+                         "declares)")
     extra = sorted(set(data) - set(KEYS))
     if extra:
         raise inner.fail((extra[0],), data[extra[0]], "a file of jobs has only params and "
