@@ -285,14 +285,15 @@ def record_names(directory: str | Path, suffix: str = "") -> list[str]:
     folder = _open_folder(directory, directory, ".")
     try:
         with os.scandir(folder) as entries:
-            found = [e for e in entries if e.name.endswith(suffix)]
+            found = {e.name: e.stat(follow_symlinks=False).st_mode for e in entries
+                     if e.name.endswith(suffix)}
     finally:
         os.close(folder)
-    for entry in found:
-        if not entry.is_file(follow_symlinks=False):
-            kind = stat.filemode(entry.stat(follow_symlinks=False).st_mode)
-            warn_unsafe(_unsafe(errno.EINVAL, directory, entry.name, f"no regular file ({kind})"))
-    return sorted(e.name for e in found if e.is_file(follow_symlinks=False))
+    for name, kind in found.items():
+        if not stat.S_ISREG(kind):
+            warn_unsafe(_unsafe(errno.EINVAL, directory, name,
+                                f"no regular file ({stat.filemode(kind)})"))
+    return sorted(name for name, kind in found.items() if stat.S_ISREG(kind))
 
 
 def trim_cut_lines(directory: str | Path) -> None:
