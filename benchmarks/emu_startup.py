@@ -38,6 +38,12 @@ from deploy_timing import gateway_topology  # noqa: E402 - benchmarks/deploy_tim
 
 from emu import images  # noqa: E402
 from emu.agent.config import CONFIG_VARIABLE, OperatorConfig  # noqa: E402
+from emu.cluster.access import (  # noqa: E402
+    DEFAULT_MODE,
+    MODES,
+    host_login,
+    kazoo_options,
+)
 from emu.cluster.engine import LOG_CONFIG, WORKERS, Cluster  # noqa: E402
 from emu.cluster.plan import plan_cluster  # noqa: E402
 from emu.control import Controller, wait_registered  # noqa: E402
@@ -101,12 +107,12 @@ def memory_split(cgroup: ContainerCgroup) -> tuple[int, int] | None:
 class Registered:
     """Counts /iot/gateways children as they come, for the progress bar."""
 
-    def __init__(self, hosts: str, bars: Progress, total: int):
+    def __init__(self, hosts: str, bars: Progress, total: int, kazoo: dict | None = None):
         from kazoo.client import KazooClient
         from kazoo.recipe.watchers import ChildrenWatch
 
         self.task = bars.add_task("registered in ZooKeeper", total=total)
-        self.client = KazooClient(hosts=hosts, timeout=10.0)
+        self.client = KazooClient(hosts=hosts, timeout=10.0, **(kazoo or {}))
         self.client.start(timeout=30)
         self.client.ensure_path("/iot/gateways")
         self.done = threading.Event()
@@ -134,6 +140,8 @@ def main() -> int:
                         help="start each agent afresh, not forked from the cluster's zygote")
     parser.add_argument("--workers", type=int, default=WORKERS,
                         help="containers created and started at once")
+    parser.add_argument("--access", choices=MODES, default=DEFAULT_MODE,
+                        help="run.access of the cluster (closed: a run's default)")
     options = parser.parse_args()
     if options.no_pyc:
         images.precompiles = lambda: False  # the image's tag and build both ask this
@@ -145,13 +153,15 @@ def main() -> int:
     name = f"bench-{run_label}"
     n = options.gateways
     plan = plan_cluster(gateway_topology(n, "startup-bench"), name,
-                        labels={"foglab.test": "emu_startup", BENCH_LABEL: run_label})
+                        labels={"foglab.test": "emu_startup", BENCH_LABEL: run_label},
+                        closed=options.access == "closed")
+    kazoo = kazoo_options(plan)
     gateways = [a.node for a in plan.agents()]
     made: list[str] = []
     cluster: Cluster | None = None
     bars = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=True)
-    lines: list[str] = []
+    lines: list[str] = [f"access={options.access}"]
     with stop_on_signals(), bars:
         try:
             with console.status("images and link shaper"):
@@ -183,12 +193,12 @@ def main() -> int:
             status = {s.node: s for s in cluster.status()}
             zookeeper = ",".join(f"{status[z].ip}:2181" for z in plan.zookeeper)
             try:
-                watch = Registered(zookeeper, bars, n)
+                watch = Registered(zookeeper, bars, n, kazoo)
             except Exception as error:  # noqa: BLE001 - only the progress bar is lost
                 console.print(f"no registration progress: {error!r}")
                 watch = None
             try:
-                wait_registered(zookeeper, gateways, timeout=REGISTER_TIMEOUT_S)
+                wait_registered(zookeeper, gateways, timeout=REGISTER_TIMEOUT_S, kazoo=kazoo)
             finally:
                 if watch is not None:
                     watch.close()
@@ -212,7 +222,8 @@ def main() -> int:
 
             broker = sorted(set(plan.brokers.values()))[0]
             try:
-                with Controller(f"{status[broker].ip}:1883") as control:
+                with Controller(f"{status[broker].ip}:1883",
+                                credentials=host_login(plan)) as control:
                     installed = control.install(gateways, OperatorConfig(
                         "bench", task="passthrough", reads=["bench/#"]),
                         timeout=INSTALL_TIMEOUT_S)

@@ -73,6 +73,8 @@ class TopicWatch(Feature):
     def warm(self, run) -> list[Path]:
         import paho.mqtt.client as mqtt
 
+        from emu.cluster.access import host_login
+
         for node in run.topology.of_kind("broker"):
             seen = self.topics.setdefault(node.name, {})
             subscribed = threading.Event()
@@ -86,6 +88,9 @@ class TopicWatch(Feature):
                 with self._lock:
                     seen[message.topic] = seen.get(message.topic, 0) + 1
             client.on_message = received
+            login = host_login(run.plan)  # a closed run (the default): the host's login
+            if login is not None:
+                client.username_pw_set(*login)
             client.connect(run.status[node.name].ip, MQTT_PORT)
             client.loop_start()
             self._clients.append(client)
