@@ -4,9 +4,10 @@ Under QEMU an arm64 Python pays about a second of CPU to start and import the ag
 process keeps its own copy of what it loaded and of QEMU's translated code. The zygote pays
 that once: it imports the agent, then listens on a Unix socket. For each request it forks a
 child that joins the node's container (its cgroups, then its IPC, UTS, network and PID
-namespaces, and its root directory) and forks the agent there. The agent shares the zygote's
-pages copy-on-write, runs under the container's CPU and memory limits, shows in `docker top`,
-writes to the container's log, and dies with the container.
+namespaces, and its root directory), gives up every capability (drop_privileges) and forks
+the agent there. The agent shares the zygote's pages copy-on-write, runs under the
+container's CPU and memory limits, shows in `docker top`, writes to the container's log, and
+dies with the container.
 
 The container's own process is a waiter (emu.cluster.zygote.waiter_script, run by the host's
 static busybox, mounted into the container) that passes SIGTERM and SIGINT to the agent and ends
@@ -63,6 +64,8 @@ from emu.agent.config import CONFIG_VARIABLE
 NAMESPACES = (("ipc", 0x08000000), ("uts", 0x04000000), ("net", 0x40000000),
               ("pid", 0x20000000))
 HOST_CGROUP = "/host-cgroup"  # where the zygote's container mounts the host's /sys/fs/cgroup
+PR_SET_NO_NEW_PRIVS = 38
+CAPABILITY_VERSION_3 = 0x20080522  # capset(2)'s header: two 32-bit words of each set
 # Inside the node's container: the agent's pid (in the container's PID namespace) for the
 # waiter, and its exit code when it ends.
 AGENT_PID_FILE = "/run/foglab-agent.pid"
@@ -206,6 +209,24 @@ def join_container(libc: ctypes.CDLL, request: Request) -> tuple[int, int]:
     return output, errors
 
 
+def drop_privileges(libc: ctypes.CDLL) -> None:
+    """Give up every capability, for good, before the agent is forked: it runs the node's
+    operators as root in the node's root directory, and with the zygote's SYS_CHROOT a second
+    chroot would take it out into the zygote's container (the host's /proc, the host's cgroup
+    tree), with SYS_ADMIN and SYS_PTRACE into any container. No new privileges: an exec (of
+    a program the node's files hold, run as uid 0) gains none back. (Not the node's mount
+    namespace instead of chroot: QEMU's own thread shares this process's filesystem context,
+    and the kernel joins no mount namespace then.)"""
+    if libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        number = ctypes.get_errno()
+        raise JoinError(number, f"prctl(PR_SET_NO_NEW_PRIVS): {os.strerror(number)}")
+    header = (ctypes.c_uint32 * 2)(CAPABILITY_VERSION_3, 0)
+    nothing = (ctypes.c_uint32 * 6)()  # effective, permitted, inheritable; twice
+    if libc.capset(header, nothing) != 0:
+        number = ctypes.get_errno()
+        raise JoinError(number, f"capset: {os.strerror(number)}")
+
+
 def hold_fifo(path: str, timeout_s: float = FIFO_WAIT_S) -> int:
     """Open the waiter's FIFO for writing and keep it (not inherited by children); wait for
     the waiter to make it, then for its reader (opening blocks until one is there)."""
@@ -289,6 +310,7 @@ def serve_one(libc: ctypes.CDLL, connection: socket.socket, request: Request) ->
     try:
         os.setsid()
         output, errors = join_container(libc, request)
+        drop_privileges(libc)
         agent = os.fork()
         if agent == 0:
             connection.close()

@@ -21,9 +21,15 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from emu.agent.zygote import read_line
+from emu.agent.zygote import AGENT_PID_FILE, read_line
 from emu.cluster.engine import Cluster
-from emu.cluster.zygote import Zygote, ZygoteError, static_busybox, wait_listening
+from emu.cluster.zygote import (
+    WAITER_BUSYBOX,
+    Zygote,
+    ZygoteError,
+    static_busybox,
+    wait_listening,
+)
 from emu.images import GATEWAY
 from tests.emu_cluster.test_cluster import leftovers, new_plan
 
@@ -73,7 +79,10 @@ os.setresuid(65534, 65534, 0)
 with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
     connection.settimeout(30)
     connection.connect(sys.argv[1])
-    connection.sendall(json.dumps({"challenge": "00" * 32}).encode() + b"\n")
+    try:  # the zygote may have refused and closed already
+        connection.sendall(json.dumps({"challenge": "00" * 32}).encode() + b"\n")
+    except OSError:
+        pass
     print(connection.recv(4096).decode().strip())
 """
 
@@ -188,6 +197,21 @@ def test_requests_for_processes_outside_the_cluster_are_refused(
     assert Path(f"/proc/{outsider.host_pid}/task/{outsider.host_pid}/children").read_text() == ""
     assert client.api.inspect_container(zygote.container)["State"]["Running"]
     assert zygote.answers()
+
+
+@pytest.mark.emu
+def test_a_forked_agent_holds_none_of_the_zygote_s_capabilities(cluster: Cluster) -> None:
+    """The zygote's SYS_CHROOT, SYS_ADMIN and SYS_PTRACE would let an agent's operator leave
+    its node's root for the zygote's container (the host's /proc and cgroup tree)."""
+    for gateway in ("gw-1", "gw-2"):
+        pid = int(cluster.exec(gateway, [WAITER_BUSYBOX, "cat", AGENT_PID_FILE]).output)
+        status = cluster.exec(gateway, [WAITER_BUSYBOX, "cat", f"/proc/{pid}/status"])
+        fields = dict(line.split(":", 1) for line in status.output.decode().splitlines())
+        assert "emu.agent.zygote" in cluster.exec(
+            gateway, [WAITER_BUSYBOX, "cat", f"/proc/{pid}/cmdline"]).output.decode()
+        assert {k: int(fields[k], 16) for k in ("CapEff", "CapPrm", "CapInh", "CapAmb")} == {
+            "CapEff": 0, "CapPrm": 0, "CapInh": 0, "CapAmb": 0}
+        assert fields["NoNewPrivs"].strip() == "1"
 
 
 class _AtPath(Zygote):
