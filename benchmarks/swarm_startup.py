@@ -95,18 +95,15 @@ def three_nodes(client, topology, command, timings: list[float]):
     from emu.images import CACHE_DIR, GATEWAY, SERVICES, ensure_image
     from emu.swarm.nodes import SwarmNodes, remove
     from emu.swarm.registry import LocalRegistry
-    from emu.swarm.target import SwarmTarget, use_target
+    from emu.swarm.target import use_target
 
     remove(NODES, host=client)
     with (SwarmNodes(3, name=NODES, keep_volumes=True, host=client) as nodes,
           LocalRegistry(nodes.gateway, storage=CACHE_DIR / "test-registry",
                         host=client) as registry):
-        target = SwarmTarget({n.name: n.engine_url for n in nodes.nodes}, nodes.nodes[0].name,
-                             registry.push)
+        target = nodes.target(registry)  # pushes, and every node pulls by digest
         for spec in (GATEWAY, SERVICES):  # pulled by every node once, before the timing
-            ref = registry.push(ensure_image(spec, client=client).tag)
-            for node in nodes.nodes:
-                node.client.images.pull(ref)
+            target.image_ref(ensure_image(spec, client=client).tag)
         with use_target(target):
             run = secrets.token_hex(3)
             swarm = SwarmCluster(plan_cluster(topology, f"ss3-{run}", labels=LABELS),

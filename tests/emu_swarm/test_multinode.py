@@ -47,8 +47,7 @@ def nodes(host) -> Iterator[SwarmNodes]:
 @pytest.fixture(scope="module")
 def target(nodes: SwarmNodes, host) -> Iterator[SwarmTarget]:
     with LocalRegistry(nodes.gateway, storage=CACHE_DIR / "test-registry", host=host) as registry:
-        yield SwarmTarget({n.name: n.engine_url for n in nodes.nodes}, nodes.nodes[0].name,
-                          registry.push)
+        yield nodes.target(registry)  # each node's socket and address; images by digest
 
 
 def _run(text: str, root):
@@ -125,6 +124,12 @@ def test_a_target_from_the_environment_names_bad_input() -> None:
         current_target({k: v for k, v in environ.items() if k != "FOGLAB_SWARM_REGISTRY"})
     with pytest.raises(ValueError, match=r"manager 'c' is not one of"):
         SwarmTarget({"a": "tcp://x:1"}, "c", str)
+    with pytest.raises(ValueError, match=r"node\(s\) b have an engine on a unix socket and "
+                                         r"no address"):
+        SwarmTarget({"a": "unix:///s/a.sock", "b": "unix:///s/b.sock"}, "a", str,
+                    addresses={"a": "10.0.0.1"})
+    assert SwarmTarget({"a": "unix:///s/a.sock"}, "a", str,
+                       addresses={"a": "10.0.0.1"}).address_of("a") == "10.0.0.1"
     assert SwarmCluster.__init__.__kwdefaults__["target"] is None
 
 
