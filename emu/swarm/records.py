@@ -9,31 +9,49 @@ have put the files, so emu.tables reads them as on one host.
 
 from __future__ import annotations
 
-import io
 import tarfile
+import tempfile
 from pathlib import Path, PurePosixPath
-from typing import Any
+from typing import IO, Any
 
 from emu.agent.config import RECORDS_DIR
 
+CHUNK = 1024 * 1024  # bytes of the engine's tar stream read at a time
 
-def copy_records(api: Any, container: str, destination: Path) -> int:
+
+class RecordsTooLarge(RuntimeError):
+    """A task's records pass the limit the copy was given."""
+
+
+def copy_records(api: Any, container: str, destination: Path, limit: int | None = None) -> int:
     """Extract the container's RECORDS_DIR into `destination`; the bytes copied (0 when the
-    container has no such folder). Members are extracted with tarfile's "data" filter: no
-    absolute paths, links out of the folder, or devices."""
+    container has no such folder). The engine's tar stream goes to an unnamed file beside the
+    destination a chunk at a time, never whole into memory, and stops past `limit` bytes
+    (RecordsTooLarge); members are extracted with tarfile's "data" filter: no absolute paths,
+    links out of the folder, or devices."""
     from docker.errors import NotFound
 
     try:
-        stream, _ = api.get_archive(container, RECORDS_DIR)
+        stream, _ = api.get_archive(container, RECORDS_DIR, chunk_size=CHUNK)
     except NotFound:
         return 0
-    buffer = io.BytesIO()
-    for chunk in stream:
-        buffer.write(chunk)
-    buffer.seek(0)
-    top = PurePosixPath(RECORDS_DIR).name
     destination.mkdir(parents=True, exist_ok=True)
-    with tarfile.open(fileobj=buffer, mode="r") as archive:
+    with tempfile.TemporaryFile(dir=destination.parent) as spool:
+        copied = 0
+        for chunk in stream:
+            copied += len(chunk)
+            if limit is not None and copied > limit:
+                raise RecordsTooLarge(f"the records of container {container[:12]} pass "
+                                      f"{limit / 1024**2:.1f} MiB: not copied to {destination}")
+            spool.write(chunk)
+        spool.seek(0)
+        _extract(spool, destination)
+    return copied
+
+
+def _extract(spool: IO[bytes], destination: Path) -> None:
+    top = PurePosixPath(RECORDS_DIR).name
+    with tarfile.open(fileobj=spool, mode="r") as archive:
         members = []
         for member in archive.getmembers():
             parts = PurePosixPath(member.name).parts
@@ -42,4 +60,3 @@ def copy_records(api: Any, container: str, destination: Path) -> int:
             member.name = str(PurePosixPath(*parts[1:]))
             members.append(member)
         archive.extractall(destination, members=members, filter="data")
-    return buffer.getbuffer().nbytes
