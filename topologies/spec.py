@@ -9,6 +9,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 from topologies.fields import Bandwidth, Name, NonNegativeDuration, PositiveDuration, Ratio
 from topologies.profiles import NodeKind, Profile
 
+# The model (sim) takes large topologies; the emulation refuses, before it starts anything,
+# what its host cannot take (emu.capacity.check_host_cap, docs/capacity.md).
 MAX_REPLICAS = 1_000_000
 
 
