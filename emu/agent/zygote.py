@@ -44,8 +44,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import gc
-import hashlib
-import hmac
 import json
 import os
 import random
@@ -390,6 +388,11 @@ class Door:
         if not 16 <= len(challenge) <= 256:
             _answer(connection, {"error": f"a challenge of {len(challenge)} bytes"})
             return False
+        # Imported here, after preload: hashlib imported first would load OpenSSL into the
+        # zygote and every agent (emu.agent.__main__.without_openssl; 17 MiB more measured).
+        import hashlib
+        import hmac
+
         _answer(connection, {"proof": hmac.new(self.secret, challenge, hashlib.sha256)
                              .hexdigest()})
         return True

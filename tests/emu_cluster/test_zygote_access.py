@@ -270,3 +270,14 @@ def test_a_squatter_without_the_secret_fails_the_host_s_handshake_and_hears_no_r
     assert len(heard) == 3
     assert all(set(json.loads(line)) == {"challenge"} for line in heard)
     assert not any(b"node-secret" in line for line in heard)
+
+
+def test_the_zygote_s_handshake_loads_no_openssl() -> None:
+    """The HMAC uses hashlib's own SHA-256: OpenSSL loaded before the agent's preload would be
+    in the zygote and every agent (emu.agent.__main__.without_openssl)."""
+    code = ("import sys; from emu.agent import zygote; zygote.preload(); import hashlib, hmac; "
+            "hmac.new(b'k' * 32, b'c', hashlib.sha256).hexdigest(); "
+            "print(sorted(m for m in ('_hashlib', '_ssl') if sys.modules.get(m)))")
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                            check=True, cwd=Path(__file__).resolve().parents[2])
+    assert loaded.stdout.strip() == "[]"
