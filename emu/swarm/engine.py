@@ -42,6 +42,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Self
 
+from emu.agent.config import SECRETS_FILE, SECRETS_VARIABLE, secrets_text
 from emu.cluster import inventory
 from emu.cluster.engine import (
     READY_TIMEOUT_S,
@@ -55,7 +56,7 @@ from emu.cluster.engine import (
 from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.plan import ClusterPlan, ContainerPlan
 from emu.images import DOCKER_TIMEOUT_S, SERVICES, ensure_image
-from emu.links.agent import CONTROL_LINE, TOKEN_VARIABLE
+from emu.links.agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
 from emu.links.probe import ShaperChoice
 from emu.swarm.links import NodeLinks
 from emu.swarm.records import copy_records
@@ -82,6 +83,10 @@ RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays by a link agent o
 # The link agents' global service (emu.links.agent), run from the services image.
 LINK_AGENT_COMMAND = ("python3", "-m", "emu.links.agent")
 LINKS_NODE = "(links)"  # its key among the cluster's services
+# Docker secrets' file names under /run/secrets: an agent's (emu.agent.config.SECRETS_FILE's
+# content), the link agents' token.
+AGENT_SECRET = "foglab-agent.json"
+LINK_TOKEN = "foglab-link-token"
 REMOVE_RETRY_S = 15
 # How long Swarm may take to remove the containers of a cluster's removed services: about 0.2 s
 # each on foglab's loaded 2-core host (200 in 40 s).
@@ -178,11 +183,13 @@ def remove_swarm_objects(client: docker.DockerClient, cluster: str) -> tuple[int
     while services and inventory.containers(client, cluster) and time.monotonic() < deadline:
         time.sleep(0.5)
     configs = client.api.configs(filters=label)
+    stored = [(client.api.remove_config, c["ID"]) for c in configs] + [
+        (client.api.remove_secret, s["ID"]) for s in client.api.secrets(filters=label)]
     deadline = time.monotonic() + REMOVE_RETRY_S
-    for config in configs:
+    for remove, stored_id in stored:
         while True:
             try:
-                client.api.remove_config(config["ID"])
+                remove(stored_id)
                 break
             except NotFound:
                 break
@@ -377,9 +384,15 @@ class SwarmCluster(Cluster):
         image = self.refs.get(SERVICES.name) or self.image_ref(self._services_image())
         labels = {**self._labels(self.plan.labels), "foglab.role": inventory.LINK_AGENT_ROLE,
                   "foglab.kind": inventory.LINK_AGENT_ROLE}
+        with _interrupts_deferred():  # the token as a Docker secret, not in the environment
+            token = self.client.api.create_secret(f"foglab-{self.name}--link-token",
+                                                  self.links.token.encode(), labels=labels)
         task = types.TaskTemplate(
             types.ContainerSpec(image, command=list(LINK_AGENT_COMMAND), labels=labels,
-                                env={TOKEN_VARIABLE: self.links.token},
+                                env={TOKEN_FILE_VARIABLE: f"/run/secrets/{LINK_TOKEN}"},
+                                secrets=[types.SecretReference(token["ID"], f"foglab-{self.name}"
+                                                               f"--link-token", LINK_TOKEN,
+                                                               mode=0o400)],
                                 stop_grace_period=STOP_GRACE_NS),
             restart_policy=types.RestartPolicy(condition="none"),
             log_driver=types.DriverConfig("json-file", LOG_OPTIONS))
@@ -466,6 +479,13 @@ class SwarmCluster(Cluster):
                     created = self.client.api.create_config(
                         name, text.encode(), labels=self._labels(self.plan.labels))
                 self.configs[name] = created["ID"]
+            secret = secrets_text(plan.agent) if plan.agent is not None else None
+            if secret:  # the agent's secrets: a Docker secret, not its environment
+                name = config_name(self.name, plan.node, SECRETS_FILE, secret)
+                with _interrupts_deferred():
+                    created = self.client.api.create_secret(
+                        name, secret.encode(), labels=self._labels(self.plan.labels))
+                self.configs[name] = created["ID"]
 
     def spec(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> ServiceSpec:
         """The service standing for a container plan, its agent's config pointing at links."""
@@ -473,13 +493,19 @@ class SwarmCluster(Cluster):
             plan.command)
         labels = {**self._labels(plan.labels), "foglab.network": self.host_network}
         several = self.target is not None
-        return service_spec(plan, cluster=self.name,
+        secret = secrets_text(plan.agent) if plan.agent is not None else None
+        spec = service_spec(plan, cluster=self.name,
                             image=self.refs[plan.image.name],
                             command=command, env=self._environment(plan, addresses),
                             labels=labels,
                             records=None if several else str(self.records_dir(plan.node)),
                             overlay=self.overlay, host_network=self.host_network,
                             node_sites=self.node_sites, publish=several)
+        if not secret:
+            return spec
+        name = config_name(self.name, plan.node, SECRETS_FILE, secret)
+        return replace(spec, secrets=((name, AGENT_SECRET),),
+                       env={**spec.env, SECRETS_VARIABLE: f"/run/secrets/{AGENT_SECRET}"})
 
     def _start(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
                done: int, total: int) -> None:

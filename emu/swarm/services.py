@@ -60,21 +60,26 @@ class ServiceSpec:
     networks: tuple[tuple[str, tuple[str, ...]], ...]  # (network, aliases)
     constraints: tuple[str, ...] = ()
     configs: tuple[tuple[str, str], ...] = ()  # (config name, path in the container)
+    # (secret name, file name under /run/secrets): Docker secrets, root's and 0400, which no
+    # API call reads back (the agent's MQTT password and ZooKeeper identity: not in `env`).
+    secrets: tuple[tuple[str, str], ...] = ()
     init: bool = False
     published: tuple[int, ...] = ()  # ports published in host mode on the task's node
     extra: dict[str, object] = field(default_factory=dict)
 
     def create_arguments(self, config_ids: Mapping[str, str]) -> dict[str, object]:
-        """Keyword arguments of APIClient.create_service; `config_ids`: config name -> id.
-        The command replaces the image's CMD (`args`), as a plain container's does."""
+        """Keyword arguments of APIClient.create_service; `config_ids`: config (and secret)
+        name -> id. The command replaces the image's CMD (`args`), as a plain container's does."""
         from docker import types
 
         references = [types.ConfigReference(config_ids[name], name, filename=path, mode=0o444)
                       for name, path in self.configs]
+        secrets = [types.SecretReference(config_ids[name], name, filename=file, mode=0o400)
+                   for name, file in self.secrets]
         container = types.ContainerSpec(
             self.image, args=list(self.command) or None, env=self.env,
             hostname=self.hostname, labels=self.labels, mounts=list(self.mounts),
-            configs=references or None, init=self.init or None,
+            configs=references or None, secrets=secrets or None, init=self.init or None,
             stop_grace_period=STOP_GRACE_NS)
         task = types.TaskTemplate(
             container, resources=types.Resources(cpu_limit=self.nano_cpus,
