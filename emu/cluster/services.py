@@ -20,7 +20,7 @@ def _exchange(host: str, port: int, request: bytes, size: int) -> bytes:
     sock = socket.create_connection((host, port), timeout=PROBE_TIMEOUT_S)
     try:
         answer = _ask(sock, request, size)
-    except ConnectionResetError:  # a TLS server reset what it could not read as TLS
+    except (ConnectionResetError, TimeoutError):  # a TLS server: reset, or waiting for TLS
         answer = b""
     if answer:
         return answer

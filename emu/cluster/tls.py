@@ -41,6 +41,11 @@ KEYSTORE_FILE = f"{TLS_DIR}/keystore.pem"
 ROLE_NAMES = {"broker": "broker.foglab", "zookeeper": "zookeeper.foglab"}
 VALID_DAYS = 365
 ZOOKEEPER_FACTORY = "org.apache.zookeeper.server.NettyServerCnxnFactory"
+# Netty's jars, which Debian's zookeeper.jar does not list in its manifest (its NIO factory,
+# the plain one, needs none): added to the server's class path with TLS.
+NETTY_JARS = tuple(f"/usr/share/java/netty-{name}.jar" for name in (
+    "common", "buffer", "transport", "resolver", "codec", "handler",
+    "transport-native-unix-common", "transport-native-epoll"))
 
 
 @dataclass(frozen=True)
@@ -163,15 +168,18 @@ def _conf_path(container) -> str:
 def _server(container, cert: str, key: str, ca: str):
     path = _conf_path(container)
     files = dict(container.files)
+    command = container.command
     if container.role == "zookeeper":
         files[path] = zookeeper_tls_conf(files[path])
         files[KEYSTORE_FILE] = key + cert
+        at = command.index("-cp") + 1
+        command = (*command[:at], ":".join((command[at], *NETTY_JARS)), *command[at + 1:])
     elif container.image.name == "rabbitmq":
         files[path] = rabbitmq_tls_conf(files[path])
     else:
         files[path] = mosquitto_tls_conf(files[path])
     files.update({CA_FILE: ca, CERT_FILE: cert, KEY_FILE: key})
-    return replace(container, files=tuple(files.items()))
+    return replace(container, command=command, files=tuple(files.items()))
 
 
 def tls_plan(plan):
