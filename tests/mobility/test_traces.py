@@ -87,7 +87,8 @@ def test_build_movement_replays_a_trace_file_with_one_track_per_user() -> None:
     ("time,user,x,y\n0,a,1,2\n1,a,1\n", r"bad\.csv:3: fewer fields"),
     ("time,user,x,y\n0,a,1,2,9\n", r"bad\.csv:2: more fields"),
     ("time,user,x,y\n0,a,1,nan\n", r"bad\.csv:2: y is not a finite number"),
-    ("time,user,x,y\n5,a,1,2\n6,b,0,0\n5,a,1,3\n", r"bad\.csv:4: the user's point goes back in time"),
+    ("time,user,x,y\n5,a,1,2\n6,b,0,0\n5,a,1,3\n",
+     r"bad\.csv:4: the user's point goes back in time"),
     ("time,user,x,y\n", r"bad\.csv: no rows"),
 ])
 def test_a_malformed_csv_is_named_with_its_line(tmp_path: Path, text: str, message: str) -> None:
