@@ -4,13 +4,14 @@ Relay (hosts without netem, like foglab's own). One LinkRelay per (client, servi
 one event loop thread (RelaySet). A relay listens on the host's address on the client's site
 network (its bridge's gateway address) and carries connections to the service container's
 address; the client's AgentConfig names the relay, so its traffic, and only it, takes the
-pair's shape. A relay takes connections from its client only (emu.links.peers): one from
-outside the client's bridge network (a container of another run reaching the host's address)
-is closed at once, one from the network is checked against the client's address, which the
-relay looks up from the engine at its client's first connection (the container is given its
-address only once it starts) and again when a connection from another address comes, at
-most once a second (a revived container may come back with another address). Refusals are
-counted (`RelayCounters.refused`) and logged once per relay. Relays whose paths cross one
+pair's shape. A relay takes connections from its client only (emu.links.peers), and from
+the host itself (its address on the bridge, which no container holds): one from outside the
+client's bridge network (a container of another run reaching the host's address) is closed
+at once; one from the network is checked against the client's address, which the relay looks
+up from the engine at its client's first connection (the container is given its address only
+once it starts) and again when a connection from another address comes, at most once a
+second (a revived container may come back with another address). Refusals are counted
+(`RelayCounters.refused`) and logged once per relay. Relays whose paths cross one
 topology hop with a bandwidth share a token bucket per direction of it, so gateways behind
 one uplink share its bandwidth as they would on the real link. The relays live in the
 process that brought the cluster up.
@@ -153,7 +154,7 @@ class RelayLinks(Links):
                 self.peers[link.client] = Peers(
                     [networks[host]], locate=functools.partial(self.locate, client.name,
                                                                client.network),
-                    name=link.client)
+                    name=link.client, host=[host])
             hops = [(shared[a, b], shared[b, a]) for a, b in pairwise(link.path)
                     if (a, b) in shared]
             relays[link.key] = LinkRelay(services[link.service], link.port, link.shape,

@@ -15,6 +15,10 @@ client's address now (the cluster asks the engine), at most once per `REFRESH_S`
 (a neighbour knocking again and again costs one lookup a second, not one a connection). The
 relays of one client share their `Peers`: its MQTT and ZooKeeper links cost one lookup.
 
+The host's own address on the bridge (where the relays listen) is admitted too: a process
+of the host reaches every container directly anyway, and the host's tools measure a link
+through its relay (tests/emu_cluster/test_cluster_dilation.py). A container never holds it.
+
 A swarm's link agent (emu.links.agent) cannot locate its clients (a task's address is the
 swarm's to give): it admits its run's networks only.
 
@@ -48,10 +52,14 @@ class Peers:
     """Who may connect to the relays of one client (see the module's docstring)."""
 
     def __init__(self, networks: Iterable[Network | str], address: str | None = None,
-                 locate: Callable[[], str | None] | None = None, name: str = "") -> None:
+                 locate: Callable[[], str | None] | None = None, name: str = "",
+                 host: Iterable[str] = ()) -> None:
         """`networks`: where a connection may come from; `address`: the client's, if known;
         `locate`: the client's address now (blocking: run off the loop), None if there is
-        none; `name`: the client, for the log."""
+        none; `name`: the client, for the log; `host`: the host's own addresses (the
+        bridge's gateway), always admitted: a process of the host reaches every container
+        directly anyway, and the host's tools measure links through the relays."""
+        self.host = frozenset(host)
         self.networks = tuple(n if not isinstance(n, str) else network(n) for n in networks)
         if not self.networks:
             raise ValueError(f"peers of {name or 'a relay'}: no network to admit from")
@@ -71,7 +79,7 @@ class Peers:
     def check(self, host: str) -> bool | None:
         """True: admit; False: refuse; None: ask `confirm` (from the network, not the known
         address, and the address can be looked up)."""
-        if host == self.address:
+        if host == self.address or host in self.host:
             return True
         if not self.inside(host):
             return False

@@ -164,6 +164,18 @@ def test_a_failing_lookup_refuses_and_peers_need_a_network() -> None:
         Peers(["10.0.0.300/8"])
 
 
+def test_the_hosts_own_address_is_admitted_without_a_lookup() -> None:
+    async def scenario() -> None:
+        locate = Locator(CLIENT)
+        peers = Peers([NETWORK], locate=locate, name="gw-1", host=[NEIGHBOUR])
+        async with upstream() as (_, port), \
+                LinkRelay(HOST, port, LinkShape(0.0), peers=peers) as relay:
+            assert await exchange(relay.port, NEIGHBOUR) == b"CONNECT me"
+            assert locate.calls == 0 and relay.counters().refused == 0
+
+    run(scenario())
+
+
 def test_without_a_lookup_the_network_alone_admits_until_an_address_is_given() -> None:
     async def scenario() -> None:
         peers = Peers([NETWORK], name="agent")
