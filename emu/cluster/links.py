@@ -5,7 +5,7 @@ one event loop thread (RelaySet). A relay listens on the host's address on the c
 network (its bridge's gateway address) and carries connections to the service container's
 address; the client's AgentConfig names the relay, so its traffic, and only it, takes the
 pair's shape. A relay takes connections from its client only (emu.links.peers), and from
-the host itself (its address on the bridge, which no container holds): one from outside the
+the host itself (its own addresses, which no container holds): one from outside the
 client's bridge network (a container of another run reaching the host's address) is closed
 at once; one from the network is checked against the client's address, which the relay looks
 up from the engine at its client's first connection (the container is given its address only
@@ -146,6 +146,7 @@ class RelayLinks(Links):
         hosts: dict[Key, str] = {}
         shared = self._shared_hops()
         networks = {host: interface_network(host) for host in set(bridges.values())}
+        own = local_addresses()
         for index, link in enumerate(self.plan.links):
             client = self.plan.containers[link.client]
             host = bridges[client.segment]
@@ -154,7 +155,7 @@ class RelayLinks(Links):
                 self.peers[link.client] = Peers(
                     [networks[host]], locate=functools.partial(self.locate, client.name,
                                                                client.network),
-                    name=link.client, host=[host])
+                    name=link.client, host=own)
             hops = [(shared[a, b], shared[b, a]) for a, b in pairwise(link.path)
                     if (a, b) in shared]
             relays[link.key] = LinkRelay(services[link.service], link.port, link.shape,
@@ -234,6 +235,17 @@ def interface_network(address: str) -> Network:
             return network(f"{address}/{message['prefixlen']}")
     raise LookupError(f"no interface of this host has address {address}: a relay cannot "
                       f"listen there")
+
+
+def local_addresses() -> frozenset[str]:
+    """The host's own addresses, all of them: the host's connection to a relay on a bridge's
+    address comes out of Docker's masquerade rule for the bridge's subnet (its packets leave
+    by `lo`, not the bridge) with another of them as its source."""
+    from pyroute2 import IPRoute
+
+    with IPRoute() as ipr:
+        return frozenset(message.get_attr("IFA_ADDRESS") for message in ipr.get_addr()
+                         if message.get_attr("IFA_ADDRESS"))
 
 
 def host_side_veth(pid: int, ifname: str = "eth0") -> str:

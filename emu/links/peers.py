@@ -15,9 +15,11 @@ client's address now (the cluster asks the engine), at most once per `REFRESH_S`
 (a neighbour knocking again and again costs one lookup a second, not one a connection). The
 relays of one client share their `Peers`: its MQTT and ZooKeeper links cost one lookup.
 
-The host's own address on the bridge (where the relays listen) is admitted too: a process
-of the host reaches every container directly anyway, and the host's tools measure a link
-through its relay (tests/emu_cluster/test_cluster_dilation.py). A container never holds it.
+The host's own addresses are admitted too: a process of the host reaches every container
+directly anyway, and the host's tools measure a link through its relay
+(tests/emu_cluster/test_cluster_dilation.py). No container holds them, and a container's
+connection to the host's address arrives unchanged (the host's own leaves by `lo`, where
+Docker's masquerade rule for the bridge's subnet gives it another of the host's addresses).
 
 A swarm's link agent (emu.links.agent) cannot locate its clients (a task's address is the
 swarm's to give): it admits its run's networks only.
@@ -56,8 +58,8 @@ class Peers:
                  host: Iterable[str] = ()) -> None:
         """`networks`: where a connection may come from; `address`: the client's, if known;
         `locate`: the client's address now (blocking: run off the loop), None if there is
-        none; `name`: the client, for the log; `host`: the host's own addresses (the
-        bridge's gateway), always admitted: a process of the host reaches every container
+        none; `name`: the client, for the log; `host`: the host's own addresses, always
+        admitted: a process of the host reaches every container
         directly anyway, and the host's tools measure links through the relays."""
         self.host = frozenset(host)
         self.networks = tuple(n if not isinstance(n, str) else network(n) for n in networks)
