@@ -25,11 +25,12 @@ three times over:
   HMAC-SHA256(secret, challenge) before the host sends anything (the host so knows it talks to
   its zygote, not to a process squatting the path, before it gives away a node's passwords);
   the secret is a file the host wrote in `<directory>` (0400), read once and removed;
-- a request names a container (its 64-hex id) and a host pid in it: the id must be in the
-  file `allowed` the host writes in `<directory>` (this cluster's containers, each checked
-  against its labels), the pid's /proc/<pid>/cgroup must name that id (docker's cgroup path,
-  cgroupfs's `/docker/<id>` or systemd's `docker-<id>.scope`), and the environment's keys
-  must be the agent's (AGENT_ENVIRONMENT). The host's pid 1, a host process, another
+- a request names a container (its 64-hex id) and a host pid in it: the id must name a file
+  in `<directory>/allowed`, where the host adds one for each of this cluster's containers
+  (checked against its labels; a file each, so that the check reads no list), the pid's
+  /proc/<pid>/cgroup must name that id (docker's cgroup path, cgroupfs's `/docker/<id>` or
+  systemd's `docker-<id>.scope`), and the environment's keys must be the agent's
+  (AGENT_ENVIRONMENT). The host's pid 1, a host process, another
   cluster's container: refused, with the reason in the answer and the zygote's log.
 
 The protocol, a line of JSON each: the host's `{"challenge": <hex>}`, the zygote's `{"proof":
@@ -53,6 +54,7 @@ import socket
 import struct
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from emu.agent.config import CONFIG_VARIABLE
@@ -75,10 +77,10 @@ FIFO_WAIT_S = 10.0
 REQUEST_LIMIT = 1 << 20
 REQUEST_TIMEOUT_S = 10.0
 # In the zygote's directory (its argument): the socket, the secret the host wrote, and the
-# containers the host allowed, one id a line.
+# folder of the containers the host allowed, an empty file named by each one's id.
 SOCKET_FILE = "zygote.sock"
 SECRET_FILE = "secret"
-ALLOWED_FILE = "allowed"
+ALLOWED_DIR = "allowed"
 CHALLENGE_BYTES = 32
 # What a request's environment may set: what emu.cluster.engine gives an agent, nothing else
 # (no LD_PRELOAD, no PYTHONPATH into the node's files). The Spark JVM options' variable is
@@ -176,8 +178,10 @@ def in_container(paths: dict[str, str], container: str) -> bool:
     container's cgroup by its id, `/docker/<id>` with the cgroupfs driver,
     `/system.slice/docker-<id>.scope` with systemd's. The host's processes, pid 1 among them,
     are in none."""
-    name = re.compile(rf"(^|/)(docker-)?{re.escape(container)}(\.scope)?(/|$)")
-    return bool(paths) and all(name.search(path) for path in paths.values())
+    # Plain string work, no regular expression compiled for each request: what the zygote
+    # allocates between two forks is copied once per agent and charged to it.
+    names = {container, f"docker-{container}.scope"}
+    return bool(paths) and all(names & set(path.split("/")) for path in paths.values())
 
 
 def enter(procs: str | None) -> None:
@@ -266,7 +270,7 @@ def run_agent(environment: dict[str, str], output: int, errors: int) -> None:
             os._exit(code)
 
 
-def check(message: object, allowed: set[str]) -> Request:
+def check(message: object, allowed: Callable[[str], bool]) -> Request:
     """A request's container, pid and environment, checked (module docstring); Refused says
     which is wrong. The caller closes the returned request's /proc descriptor."""
     if not isinstance(message, dict):
@@ -274,7 +278,7 @@ def check(message: object, allowed: set[str]) -> Request:
     container, pid, environment = (message.get(k) for k in ("container", "pid", "environment"))
     if not isinstance(container, str) or not CONTAINER_ID.fullmatch(container):
         raise Refused(f"container {container!r} is not a container id (64 hex digits)")
-    if container not in allowed:
+    if not allowed(container):
         raise Refused(f"container {container[:12]} is not one of this cluster's containers")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0:
         raise Refused(f"pid {pid!r} is not a process id")
@@ -353,7 +357,7 @@ def reap() -> None:
 @dataclass
 class Door:
     """Who gets in: root alone, to whom the zygote proves it knows the host's secret; and
-    into which containers: those the host allowed, in the file it writes beside the socket."""
+    into which containers: those the host allowed, in the folder beside the socket."""
 
     directory: str
     secret: bytearray
@@ -397,9 +401,9 @@ class Door:
                              .hexdigest()})
         return True
 
-    def allowed(self) -> set[str]:
-        with open(os.path.join(self.directory, ALLOWED_FILE)) as file:
-            return set(file.read().split())
+    def allows(self, container: str) -> bool:
+        """Whether the host allowed `container` (an id, checked as one already)."""
+        return os.path.exists(os.path.join(self.directory, ALLOWED_DIR, container))
 
     def forget(self) -> None:
         """In a child: the secret gone from its copy of the zygote's memory (the agent it
@@ -449,7 +453,7 @@ def fork_agent(libc: ctypes.CDLL, listener: socket.socket, connection: socket.so
     """Read a request and fork the child that serves it; answer an error here if there is
     one before the fork (a refused or bad request, a container already gone)."""
     try:
-        request = check(json.loads(read_line(connection)), door.allowed())
+        request = check(json.loads(read_line(connection)), door.allows)
     except Refused as error:
         log(f"refused a request: {error}")
         _answer(connection, {"error": f"refused: {error}"})

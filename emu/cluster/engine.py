@@ -217,8 +217,10 @@ class Cluster:
         if self.agent_start != "zygote":
             return
         with _interrupts_deferred():  # see _create_networks
+            gateways = [a for a in self.plan.agents() if a.image.name == GATEWAY.name]
             self.zygote = start_zygote(self.client, self.name, self.images[GATEWAY.name],
-                                       self._labels(self.plan.labels), LOG_CONFIG)
+                                       self._labels(self.plan.labels), LOG_CONFIG,
+                                       len(gateways))
 
     def _forked(self, plan: ContainerPlan) -> bool:
         return self.zygote is not None and plan.role == "agent" and (

@@ -9,7 +9,7 @@ cgroup tree: what it needs to enter the other containers. Of the capabilities it
 SYS_ADMIN (setns), SYS_CHROOT (chroot into the node's root) and SYS_PTRACE (the kernel opens
 another process's /proc/<pid>/ns, fd and root only to a process whose capabilities include
 that process's, or that holds SYS_PTRACE: a node's process has Docker's default set, which the
-three do not cover); its memory, CPU and pids are limited (ZYGOTE_LIMITS). It carries the
+three do not cover); its memory, CPU and pids are limited (zygote_limits). It carries the
 cluster's label, so `down` removes it with the rest; an agent it started lives in its node's
 container and dies with it.
 
@@ -33,7 +33,6 @@ import secrets
 import socket
 import struct
 import tarfile
-import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,8 +42,9 @@ from emu.agent.zygote import (
     AGENT_EXIT_FILE,
     AGENT_FIFO,
     AGENT_PID_FILE,
-    ALLOWED_FILE,
+    ALLOWED_DIR,
     CHALLENGE_BYTES,
+    CONTAINER_ID,
     HOST_CGROUP,
     SECRET_FILE,
     SOCKET_FILE,
@@ -66,13 +66,18 @@ PT_INTERP = 3  # an ELF program header naming a dynamic loader
 ZYGOTE_DIR = "/run/foglab-zygote"
 SECRET_BYTES = 32
 ZYGOTE_CAPABILITIES = ("SYS_ADMIN", "SYS_CHROOT", "SYS_PTRACE")  # why: the module docstring
-# The zygote's own limits (its children leave its cgroups for their node's before they fork
-# the agent). Memory: the warm interpreter measured 44 MiB under QEMU (cgroup v1, 20 and 200
-# gateways alike: a child's pages are charged to its node); 256 MiB leaves room for a start
-# of hundreds of requests. CPU: it serves one request at a time on one thread, so one core is
-# what it can use. Pids: itself, and the children still answering (one a request, gone
-# within a second; at most the engine's workers wait at once).
-ZYGOTE_LIMITS = {"mem_limit": "256m", "nano_cpus": 1_000_000_000, "pids_limit": 128}
+# The zygote's own limits. Memory: its warm interpreter, 41.7 MiB in its cgroup under QEMU
+# (cgroup v1) with 2 gateways, and what each agent forked keeps of the pages the zygote
+# writes after the fork (each a copy for the zygote, the old page the agent's): 53 MiB with
+# 20 gateways, about 0.6 MiB a gateway. A base of 128 MiB and 1 MiB a gateway leaves twice
+# that (ZYGOTE_MEMORY_*). CPU: it serves one request at a time on one thread, so one core is
+# all it can use. Pids: itself and QEMU's thread (2), and the children still answering (one
+# a request, each with QEMU's thread, gone within a second; they leave its cgroups for their
+# node's before forking the agent).
+ZYGOTE_MEMORY_BASE_MIB = 128
+ZYGOTE_MEMORY_PER_GATEWAY_MIB = 1
+ZYGOTE_CPUS = 1_000_000_000  # nano CPUs
+ZYGOTE_PIDS = 128
 
 
 class ZygoteError(RuntimeError):
@@ -155,8 +160,6 @@ class Zygote:
     pid: int
     secret: bytes = field(repr=False)
     client: docker.DockerClient = field(repr=False)
-    _allowed: set[str] = field(default_factory=set, repr=False)
-    _lock: threading.Lock = field(default_factory=threading.Lock, repr=False)
 
     @property
     def directory(self) -> str:
@@ -195,18 +198,11 @@ class Zygote:
         return int(info["State"]["Pid"])
 
     def allow(self, container: str) -> None:
-        """Add a container to the zygote's allow-list (its file, replaced whole)."""
-        with self._lock:
-            if container in self._allowed:
-                return
-            self._allowed.add(container)
-            text = "".join(f"{c}\n" for c in sorted(self._allowed))
-            path = f"{self.directory}/{ALLOWED_FILE}"
-            staged = f"{path}.{secrets.token_hex(4)}"
-            file = os.open(staged, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-            with os.fdopen(file, "w") as out:
-                out.write(text)
-            os.replace(staged, path)
+        """Add a container to the zygote's allow-list: an empty file named by its id."""
+        if not CONTAINER_ID.fullmatch(container):
+            raise ZygoteError(f"{container!r} is not a container id (64 hex digits)")
+        os.close(os.open(f"{self.directory}/{ALLOWED_DIR}/{container}",
+                         os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW, 0o600))
 
     def ask(self, request: dict[str, object]) -> dict:
         """Send one request (after the handshake) and return the zygote's answer; an answer
@@ -263,29 +259,38 @@ def prove(connection: socket.socket, secret: bytes, who: str) -> None:
 
 def _directory_archive(secret: bytes) -> bytes:
     """The zygote's directory as a tar for put_archive: root's, 0700; the secret 0400; the
-    allow-list, empty, 0600."""
+    allow-list's folder, empty, 0700."""
     data = io.BytesIO()
     with tarfile.open(fileobj=data, mode="w") as tar:
         folder = tarfile.TarInfo(ZYGOTE_DIR.lstrip("/"))
         folder.type, folder.mode = tarfile.DIRTYPE, 0o700
         tar.addfile(folder)
-        for name, content, mode in ((SECRET_FILE, secret, 0o400), (ALLOWED_FILE, b"", 0o600)):
-            entry = tarfile.TarInfo(f"{folder.name}/{name}")
-            entry.size, entry.mode = len(content), mode
-            tar.addfile(entry, io.BytesIO(content))
+        allowed = tarfile.TarInfo(f"{folder.name}/{ALLOWED_DIR}")
+        allowed.type, allowed.mode = tarfile.DIRTYPE, 0o700
+        tar.addfile(allowed)
+        secret_file = tarfile.TarInfo(f"{folder.name}/{SECRET_FILE}")
+        secret_file.size, secret_file.mode = len(secret), 0o400
+        tar.addfile(secret_file, io.BytesIO(secret))
     return data.getvalue()
 
 
+def zygote_limits(gateways: int) -> dict[str, int]:
+    """The zygote's container's memory, CPU and pids limits for a cluster of `gateways`."""
+    memory = ZYGOTE_MEMORY_BASE_MIB + ZYGOTE_MEMORY_PER_GATEWAY_MIB * gateways
+    return {"mem_limit": memory * 1024 ** 2, "nano_cpus": ZYGOTE_CPUS,
+            "pids_limit": ZYGOTE_PIDS}
+
+
 def start_zygote(client: docker.DockerClient, cluster: str, image: str, labels: dict[str, str],
-                 log_config: dict) -> Zygote:
-    """Create the zygote's container from the gateway image, give it its directory and
-    secret, start it; `wait_listening` before the first request."""
+                 log_config: dict, gateways: int) -> Zygote:
+    """Create the zygote's container from the gateway image for `gateways` agents, give it
+    its directory and secret, start it; `wait_listening` before the first request."""
     api = client.api
     host_config = api.create_host_config(
         pid_mode="host", network_mode="host", cgroupns="host", cap_drop=["ALL"],
         cap_add=list(ZYGOTE_CAPABILITIES),
         binds={"/sys/fs/cgroup": {"bind": HOST_CGROUP, "mode": "rw"}}, log_config=log_config,
-        **ZYGOTE_LIMITS)
+        **zygote_limits(gateways))
     created = api.create_container(
         image, [*ZYGOTE_COMMAND, ZYGOTE_DIR], name=f"foglab-{cluster}.zygote",
         labels={**labels, "foglab.role": ZYGOTE_ROLE, "foglab.kind": ZYGOTE_ROLE},
