@@ -222,6 +222,7 @@ class _Agent:
 
     def __init__(self) -> None:
         self.emitted: list[dict] = []
+        self.node = "gw-dst"  # the migration's topics name it
         self.config = type("Config", (), {"mqtt": "127.0.0.1:1"})()
 
     def clock(self) -> float:
@@ -247,7 +248,7 @@ def test_the_target_forwards_what_the_checker_decides_adjusted_included(
     expected = synchronise(old, new, sync, order)
     agent = _Agent()
     operator = Operator(counter(tmp_path), "gw-dst", 0.0)
-    part = _Parallel(agent, operator, "t", sync, 7, lambda: None)
+    part = _Parallel(agent, operator, "t", sync, 7, lambda: None, "gw-src")
     streams = {"old": iter(old), "new": iter(new)}
     for side in ("old", "new") * 6:
         sn, count = next(streams[side], (None, None))
