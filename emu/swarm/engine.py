@@ -82,6 +82,8 @@ FAILED_TASK_STATES = ("failed", "rejected", "complete", "shutdown", "orphaned", 
 RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays by a link agent on each node")
 # The link agents' global service (emu.links.agent), run from the services image.
 LINK_AGENT_COMMAND = ("python3", "-m", "emu.links.agent")
+# A link agent's pids.max: one asyncio loop and the resolver's few threads (issue 40's limits).
+LINK_AGENT_PIDS = 64
 LINKS_NODE = "(links)"  # its key among the cluster's services
 # Docker secrets' file names under /run/secrets: an agent's (emu.agent.config.SECRETS_FILE's
 # content), the link agents' token.
@@ -395,6 +397,7 @@ class SwarmCluster(Cluster):
                                                                mode=0o400)],
                                 stop_grace_period=STOP_GRACE_NS),
             restart_policy=types.RestartPolicy(condition="none"),
+            resources={"Limits": {"Pids": LINK_AGENT_PIDS}},
             log_driver=types.DriverConfig("json-file", LOG_OPTIONS))
         with _interrupts_deferred():
             created = self.client.api.create_service(

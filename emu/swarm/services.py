@@ -64,6 +64,7 @@ class ServiceSpec:
     # API call reads back (the agent's MQTT password and ZooKeeper identity: not in `env`).
     secrets: tuple[tuple[str, str], ...] = ()
     init: bool = False
+    pids_limit: int = 0  # the tasks' pids.max (emu.cluster.plan's per role); 0: none
     published: tuple[int, ...] = ()  # ports published in host mode on the task's node
     extra: dict[str, object] = field(default_factory=dict)
 
@@ -81,9 +82,11 @@ class ServiceSpec:
             hostname=self.hostname, labels=self.labels, mounts=list(self.mounts),
             configs=references or None, secrets=secrets or None, init=self.init or None,
             stop_grace_period=STOP_GRACE_NS)
+        resources = types.Resources(cpu_limit=self.nano_cpus, mem_limit=self.mem_limit)
+        if self.pids_limit:  # Engine API 1.41's Limits.Pids, which the SDK does not name
+            resources["Limits"]["Pids"] = self.pids_limit
         task = types.TaskTemplate(
-            container, resources=types.Resources(cpu_limit=self.nano_cpus,
-                                                  mem_limit=self.mem_limit),
+            container, resources=resources,
             restart_policy=types.RestartPolicy(condition="none"),
             placement=types.Placement(constraints=list(self.constraints)) if self.constraints
             else None,
@@ -119,7 +122,7 @@ def service_spec(plan: ContainerPlan, *, cluster: str, image: str, command: Sequ
     return ServiceSpec(
         name=plan.name, image=image, command=tuple(command), env=dict(env),
         hostname=plan.node, labels=dict(labels), nano_cpus=plan.nano_cpus,
-        mem_limit=plan.mem_limit,
+        mem_limit=plan.mem_limit, pids_limit=plan.pids_limit,
         mounts=(f"{records}:{RECORDS_DIR}:rw",) if records is not None else (),
         networks=((overlay, (plan.node, plan.name)), (host_network, (plan.node,))) if overlay
         else ((host_network, (plan.node, plan.name)),),

@@ -158,7 +158,9 @@ def test_a_service_spec_keeps_the_containers_limits_labels_and_site() -> None:
     assert arguments["endpoint_spec"]["Mode"] == "dnsrr"
     assert task["RestartPolicy"]["Condition"] == "none"
     assert task["Resources"]["Limits"] == {"NanoCPUs": broker.nano_cpus,
-                                           "MemoryBytes": broker.mem_limit}
+                                           "MemoryBytes": broker.mem_limit,
+                                           "Pids": broker.pids_limit}
+    assert broker.pids_limit > 0
     assert task["Placement"]["Constraints"] == ["node.labels.foglab.site==cloud"]
     assert task["ContainerSpec"]["Args"] == list(broker.command)
     assert task["ContainerSpec"]["Labels"]["foglab.cluster"] == "spec"
