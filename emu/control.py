@@ -169,12 +169,20 @@ class Controller:
     the broker lost is subscribed again. `client_id` should be the same for the
     controller's whole life (the default is random per Controller); with several brokers
     each session's id is it with the broker's number.
+
+    `grants` (a closed cluster's emu.cluster.grants.Grants; `of_plan` finds it): a request
+    that starts an operator's instance on a node (an install, a migration's target, a
+    recovery) first has the node granted the instance's reads, in every broker; one the
+    grant fails for is not sent, and its reply says why. After an instance left a node (a
+    migration's source released, an uninstall), what was granted to it there goes.
     """
 
     def __init__(self, broker: str | Mapping[str, str], client_id: str | None = None,
                  clock: TimeBase = UNDILATED,
-                 credentials: tuple[str, str] | None = None, mqtt5: bool = True) -> None:
+                 credentials: tuple[str, str] | None = None, mqtt5: bool = True,
+                 grants: Any = None) -> None:
         self.clock = clock
+        self.grants = grants
         self._token = secrets.token_hex(4)
         # Each request names its reply topic, with the node's name in it (protocol.reply_topic).
         self.reply_topic = replies_filter(self._token)
@@ -199,17 +207,24 @@ class Controller:
 
     @classmethod
     def of_plan(cls, plan: Any, status: Mapping[str, Any], client_id: str | None = None,
-                clock: TimeBase = UNDILATED) -> Controller:
+                clock: TimeBase = UNDILATED, grants: Any = None) -> Controller:
         """A controller reaching every agent of a cluster's plan (emu.cluster.plan.ClusterPlan)
         through the broker routing gave it (`plan.brokers`), at its container's address
-        (`status`: node -> its container's status, with `ip`)."""
+        (`status`: node -> its container's status, with `ip`). A closed cluster's controller
+        makes the run's grants (`grants`; by default those of the cluster up on this host's
+        engine, emu.cluster.grants.Grants.of_cluster)."""
         missing = sorted({b for b in plan.brokers.values() if b not in status})
         if missing:
             raise ValueError(f"cluster {plan.cluster}: no container status for broker "
                              f"{', '.join(missing)}")
+        if grants is None and getattr(plan, "access", None) is not None:
+            from emu.cluster.grants import Grants
+            from emu.cluster.tls import host_context
+
+            grants = Grants.of_cluster(plan.cluster, tls=host_context(plan))
         return cls({agent: f"{status[broker].ip}:{MQTT_PORT}"
                     for agent, broker in plan.brokers.items()}, client_id, clock,
-                   tls_login(plan), plan.mqtt5)
+                   tls_login(plan), plan.mqtt5, grants)
 
     @property
     def brokers(self) -> list[str]:
@@ -288,13 +303,15 @@ class Controller:
         """
         nodes = list(dict.fromkeys(nodes))
         result = CommandResult(command)
+        refused = self._grant(nodes, command, args or {})
         requests: list[tuple[str, str | None]] = []  # (request id, node or None for all)
         with self._lock:
             if broadcast:
                 requests.append((self._new_id(), None))
             else:
-                requests.extend((self._new_id(), node) for node in nodes)
-            collected: dict[str, Reply] = {}
+                requests.extend((self._new_id(), node) for node in nodes
+                                if node not in refused)
+            collected: dict[str, Reply] = dict(refused)
             t_sent: dict[str | None, float] = {}
             for request_id, node in requests:
                 self._waiting[request_id] = {"node": node, "replies": collected,
@@ -335,7 +352,39 @@ class Controller:
         result.t_finished = now()
         result.missing = [node for node in nodes if node not in result.replies]
         result.gone = [node for node in result.missing if node in dead]
+        self._left([n for n, r in result.replies.items() if r.ok], command, args or {})
         return result
+
+    def _grant(self, nodes: list[str], command: str, args: dict[str, Any]
+               ) -> dict[str, Reply]:
+        """Before a request that starts an instance on each node: its reads granted there
+        (`grants`); the nodes it failed for, with a failed reply saying why."""
+        if self.grants is None:
+            return {}
+        from emu.cluster.grants import GrantError
+
+        refused = {}
+        for node in nodes:
+            try:
+                self.grants.before(node, command, args)
+            except GrantError as error:
+                now = self.clock.now()
+                refused[node] = Reply(node, False, f"not granted its reads: {error}", now, now,
+                                      now)
+        return refused
+
+    def _left(self, nodes: list[str], command: str, args: dict[str, Any]) -> None:
+        """After a request that ended an instance on each node: its run-time grants go; a
+        failure only logged (the node keeps reading what it was granted)."""
+        if self.grants is None:
+            return
+        from emu.cluster.grants import GrantError
+
+        for node in nodes:
+            try:
+                self.grants.after(node, command, args)
+            except GrantError as error:
+                logging.getLogger(__name__).warning("%s: grants not revoked: %s", node, error)
 
     def _new_id(self) -> str:
         self._count += 1

@@ -6,8 +6,10 @@ Closed (`run.access: closed`, the default on the containers; docs/access.md):
   the host's controller as HOST_USER, with every topic.
 - A node publishes only its own topics, those with its name at the second level
   (`<stream>/<node>[/...]`, `<writes>/<node>`, `foglab/load/<node>`), and reads those, its
-  requests, and what the operators that run on it, or may come to it, read (`read_grants`):
-  not every operator's filter for every node. The run's control families name their writer
+  requests, and what the operators placed on it read (`read_grants`): not every operator's
+  filter for every node. An instance the host starts on a node later (a migration's,
+  recovery's or replica's target) is granted its reads there just before
+  (emu.cluster.grants: the brokers reload the ACL). The run's control families name their writer
   at a level Mosquitto's ACL checks (`%u`): a reply (`foglab/mgmt/controller/<node>/...`), a
   migration's hand-off (`foglab/migration/<writer>/<reader>/...`), a broadcast's message
   (`foglab/broadcast/<sender>/<index>/<receiver>`); so no node writes another's. A publish
@@ -133,17 +135,23 @@ class Access:
         return "".join(f"{user}:{mosquitto_hash(password, salt)}\n"
                        for user, password in sorted(users.items()))
 
-    def acl_file(self) -> str:
+    def acl_file(self, granted: Mapping[str, Iterable[str]] | None = None,
+                 probe: str | None = None) -> str:
         """Mosquitto's acl_file: the host everything; every node its own topics and the run's
-        control by pattern, the filters every node reads; then each node's own reads."""
+        control by pattern, the filters every node reads; then each node's own reads, with
+        what was `granted` to it while the run goes (emu.cluster.grants). `probe`: a pattern
+        topic every node may use, which says which version of the file a broker runs."""
         lines = ["# foglab's closed cluster (emu.cluster.access): the host reads and writes all",
                  f"user {HOST_USER}", "topic readwrite #", "topic read $SYS/#", ""]
-        for node, filters in sorted(self.reads.items()):
+        granted = granted or {}
+        for node in sorted({*self.reads, *granted}):
+            filters = sorted({*self.reads.get(node, ()), *granted.get(node, ())})
             if filters:
                 lines += [f"user {node}", *(f"topic read {topic}" for topic in filters), ""]
         lines += ["# every node (%u: its name): its own topics, the run's control it takes "
                   "part in, the pipeline's inputs every node reads"]
-        lines += [f"pattern readwrite {topic}" for topic in (*OWN, *CONTROL_READWRITE)]
+        lines += [f"pattern readwrite {topic}"
+                  for topic in (*OWN, *CONTROL_READWRITE, *([probe] if probe else []))]
         lines += [f"pattern write {topic}" for topic in CONTROL_WRITES]
         lines += [f"pattern read {topic}" for topic in (*CONTROL_READS, *self.common_reads)]
         return "\n".join(lines) + "\n"
@@ -192,18 +200,34 @@ def closed_conf(conf: str, password_file: str, acl_file: str) -> str:
 # Per-node reads -------------------------------------------------------------------------------
 
 
+def operator_filters(op: Any) -> set[str]:
+    """What an operator's instance reads through a broker (an OperatorConfig, or its fields
+    as a request carries them): its reads (a shared subscription checked on its filter), and
+    for one reading through a session of its own with outputs, those outputs' every writer
+    (a parallel migration's source watches the target's, emu.agent.parallel)."""
+    get = op.get if isinstance(op, Mapping) else lambda key, default=None: getattr(
+        op, key, default)
+    filters = {shared(f)[1] for f in get("reads") or ()}
+    if get("session") and get("writes"):
+        filters.add(f"{get('writes')}/+")
+    return filters
+
+
 def read_grants(configs: Mapping[str, Any],
-                targets: Mapping[str, Collection[str]] | None = None
-                ) -> tuple[dict[str, set[str]], set[str]]:
+                targets: Mapping[str, Collection[str]] | None = None, *,
+                at_move: bool = True) -> tuple[dict[str, set[str]], set[str]]:
     """What each node reads beyond its own topics, from the pipeline's placement: (node ->
     filters, filters every node reads by pattern).
 
     `configs`: each agent's AgentConfig (its operators as placed). An operator's filters go to
-    the nodes it runs on and those it may come to: a migration's, a recovery's or a
-    replica's targets for an instance that reads through a session of its own or has a
-    latency bound (`targets` as emu.cluster.plan.plan_cluster takes it; None: every gateway
-    and cloud VM). An operator with an instance on each of several gateways, reading in
-    process there and through no session of its own, takes its own gateway's readings, its
+    the nodes it is placed on at the start. `at_move` (the default, Mosquitto brokers on one
+    engine): an instance started elsewhere later (a migration's, a recovery's, a replica's
+    target) is granted its reads there when it starts (emu.cluster.grants), so nothing more
+    is granted here. Not `at_move` (brokers that cannot take a new ACL while they run): an
+    operator that may move (a session of its own, or a latency bound) is granted on the nodes
+    it may come to as well (`targets` as emu.cluster.plan.plan_cluster takes it; None: every
+    gateway and cloud VM). An operator with an instance on each of several gateways, reading
+    in process there and through no session of its own, takes its own gateway's readings, its
     own topics (`<stream>/<gateway>/...`, OWN): it is granted nothing more.
     A filter granted to every gateway and cloud VM is one pattern line, not one per node:
     the ACL stays linear in the nodes."""
@@ -220,14 +244,12 @@ def read_grants(configs: Mapping[str, Any],
     common: set[str] = set()
     for name, nodes in placed.items():
         op = operators[name]
-        filters = {shared(f)[1] for f in op.reads}
+        filters = operator_filters(op)
         moves = bool(op.session) or op.slo is not None
-        if op.session and op.writes:  # a parallel migration's source watches the target's
-            filters.add(f"{op.writes}/+")  # outputs (emu.agent.parallel)
         if not moves and len(nodes) > 1 and all(configs[n].kind == "gateway" for n in nodes):
             continue  # each instance its own gateway's: its own topics (OWN) already
         readers = set(nodes)
-        if moves:
+        if moves and not at_move:
             readers |= set(movers if targets is None else targets.get(name, ()))
         if movers and set(movers) <= readers:
             common |= filters

@@ -395,7 +395,11 @@ def closed_plan(plan: ClusterPlan,
     logs in as its node, to the broker and to ZooKeeper (and adds the run's identity there);
     each ZooKeeper server takes the host as its super user."""
     configs = plan.agent_configs()
-    reads, common = read_grants(configs, targets)
+    # Mosquitto takes a new ACL while it runs (emu.cluster.grants: a move's target is granted
+    # then); a RabbitMQ broker loads its permissions at boot, so a move's targets are now.
+    mosquitto = all(c.image.name != RABBITMQ.name for c in plan.containers.values()
+                    if c.role == "broker")
+    reads, common = read_grants(configs, targets, at_move=mosquitto)
     access = Access.make(configs, common, reads)
     files = ((PASSWORD_FILE, access.password_file()), (ACL_FILE, access.acl_file()))
     containers = dict(plan.containers)

@@ -1,0 +1,384 @@
+"""Read grants made while a closed cluster runs: an operator's instance started on a node
+its plan did not place it on (a migration's target, a recovery's or a replica's node, a
+hybrid run's mobility-decided move, `foglab emu migrate`, `foglab emu apply`) is granted its
+reads on that node just before it starts there, and loses them when it leaves.
+
+Planning (emu.cluster.access.read_grants) grants each node what is placed on it at the
+start; an operator that may move is no longer read by every node. The host's controller
+(emu.control.Controller) asks this module before each request that starts an instance
+(STARTS: the request's arguments hold the instance's config) and after each that ends one
+(LEAVES). One place holds the run's grants (`Grants`): the node -> operator -> filters
+granted at run time, kept in the cluster's scratch folder (GRANTS_FILE, 0600, under a lock)
+so that a later `foglab emu migrate` adds to what the run granted.
+
+A grant rewrites the ACL in every broker of the run and has the broker read it again:
+Mosquitto 2 frees and reloads its `acl_file` on SIGHUP (mosquitto.conf(5): "Existing
+subscriptions will be affected after the reload"; the password file is reloaded too, and
+clients already connected are not affected). The host then waits until each broker has
+loaded this version: every ACL it writes carries a probe topic of its own
+(`foglab/grants/<serial>/%u`), and a client logged in as the granted node publishes there
+until its own message comes back, which happens only under the new ACL (a publish or a
+delivery outside the ACL is dropped). No fixed settle: Mosquitto reloads on its next loop
+turn, and a probe is what says it did.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import io
+import json
+import os
+import secrets
+import tarfile
+import threading
+import time
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from emu.cluster.access import Access, operator_filters
+from emu.cluster.access import load as load_access
+
+GRANTS_FILE = "grants.json"
+LOCK_FILE = "grants.lock"
+ACL_FILE = "/etc/foglab/acl"  # emu.cluster.plan's: where a closed broker's ACL is
+PROBE_ROOT = "foglab/grants"
+PROBE_TIMEOUT_S = 10.0
+PROBE_EVERY_S = 0.01
+MQTT_PORT = 1883
+
+
+class GrantError(RuntimeError):
+    """A grant the host could not make: the instance is not started without it."""
+
+
+# The requests that start an operator's instance on the node they go to: where the
+# instance's config is in the request's arguments (None: this request starts none).
+STARTS: dict[str, Callable[[Mapping[str, Any]], Any]] = {
+    "install": lambda args: args,
+    "migrate.prepare": lambda args: args.get("config") if args.get("role") == "target" else None,
+    "migrate.recover": lambda args: args.get("config"),
+    "migrate.spark.standby": lambda args: args.get("config"),
+}
+# The requests after whose success the node runs the operator (args["operator"]) no more: a
+# migration's source released (a target released with `parallel` keeps it; one released with
+# `abort` drops what it prepared), an uninstalled one.
+LEAVES: dict[str, Callable[[Mapping[str, Any]], bool]] = {
+    "migrate.release": lambda args: not args.get("parallel"),
+    "uninstall": lambda args: True,
+}
+
+
+def covers(granted: str, wanted: str) -> bool:
+    """Whether a subscription to `wanted` is delivered in full under a grant of `granted`
+    (both MQTT filters): level by level, `#` takes the rest, `+` one level but not a `#`."""
+    have, want = granted.split("/"), wanted.split("/")
+    for index, level in enumerate(have):
+        if level == "#":
+            return True
+        if index >= len(want):
+            return False
+        if level == "+":
+            if want[index] == "#":
+                return False
+        elif level != want[index]:
+            return False
+    return len(have) == len(want)
+
+
+class Brokers:
+    """How the ACL reaches a run's brokers: `write(text)` puts it in every broker and has
+    each read it again; `wait(login, topic)` returns once every broker delivers `topic` to
+    `login` (the new ACL is in force). Variations by where the brokers run."""
+
+    def write(self, text: str) -> None:
+        raise NotImplementedError
+
+    def wait(self, login: tuple[str, str], topic: str, timeout: float = PROBE_TIMEOUT_S
+             ) -> None:
+        for address in self.addresses():
+            probe(address, login, topic, timeout, self.tls)
+
+    def addresses(self) -> list[str]:
+        raise NotImplementedError
+
+    tls: Any = None
+
+
+class ContainerBrokers(Brokers):
+    """Mosquitto brokers in containers of one Docker Engine: the ACL put into each
+    (put_archive of ACL_FILE, 0644 as the plan wrote it) and SIGHUP sent
+    (the engine's kill)."""
+
+    def __init__(self, client, containers: Mapping[str, str], addresses: Mapping[str, str],
+                 tls: Any = None) -> None:
+        self.client = client
+        self.containers = dict(containers)   # broker -> container id
+        self._addresses = dict(addresses)    # broker -> host:port the host reaches
+        self.tls = tls
+
+    def write(self, text: str) -> None:
+        archive = _archive(ACL_FILE, text)
+        api = self.client.api
+        for broker, container in sorted(self.containers.items()):
+            try:
+                api.put_archive(container, "/", archive)
+                api.kill(container, "SIGHUP")
+            except Exception as error:  # noqa: BLE001 - named, with the broker
+                raise GrantError(f"broker {broker}: the ACL could not be written and "
+                                 f"reloaded ({error})") from None
+
+    def addresses(self) -> list[str]:
+        return [self._addresses[b] for b in sorted(self._addresses)]
+
+
+class Refused(Brokers):
+    """Brokers the host cannot give a new ACL: every grant fails, saying why."""
+
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+    def write(self, text: str) -> None:
+        raise GrantError(self.why)
+
+    def addresses(self) -> list[str]:
+        return []
+
+
+class ProcessBrokers(Brokers):
+    """A Mosquitto process on this host (its pid, its ACL file, its address): for a broker
+    the host runs itself (tests, `workloads.spark.local_broker`)."""
+
+    def __init__(self, pid: int, acl: Path, address: str) -> None:
+        self.pid, self.acl, self.address = pid, Path(acl), address
+
+    def write(self, text: str) -> None:
+        self.acl.write_text(text)
+        os.kill(self.pid, 1)  # SIGHUP
+
+    def addresses(self) -> list[str]:
+        return [self.address]
+
+
+def probe(address: str, login: tuple[str, str], topic: str, timeout: float,
+          tls: Any = None) -> None:
+    """Log in to the broker at `address` as `login`, subscribe to `topic` and publish there
+    until the broker delivers one back: it then runs an ACL granting `topic` to that login."""
+    import paho.mqtt.client as mqtt
+
+    client = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2,
+                         client_id=f"foglab-grant-{secrets.token_hex(4)}",
+                         protocol=mqtt.MQTTv311)
+    client.username_pw_set(*login)
+    if tls is not None:
+        client.tls_set_context(tls)
+    back, subscribed = threading.Event(), threading.Event()
+    client.on_message = lambda *args: back.set()
+    client.on_subscribe = lambda *args: subscribed.set()
+    host, _, port = address.rpartition(":")
+    deadline = time.monotonic() + timeout
+    try:
+        client.connect(host, int(port or MQTT_PORT), keepalive=30)
+        client.loop_start()
+        client.subscribe(topic, qos=0)
+        if not subscribed.wait(timeout):
+            raise GrantError(f"broker {address}: no SUBACK for the grant's probe in {timeout} s")
+        while not back.wait(PROBE_EVERY_S):
+            if time.monotonic() > deadline:
+                raise GrantError(f"broker {address} did not take the new ACL within "
+                                 f"{timeout} s (its probe {topic} never came back)")
+            client.publish(topic, b"", qos=0)
+    except OSError as error:
+        raise GrantError(f"broker {address}: the grant's probe could not connect "
+                         f"({error})") from None
+    finally:
+        with contextlib.suppress(Exception):
+            client.disconnect()  # first: it wakes the loop, which loop_stop then joins at once
+        client.loop_stop()
+
+
+def _archive(path: str, text: str) -> bytes:
+    buffer = io.BytesIO()
+    data = text.encode()
+    with tarfile.open(fileobj=buffer, mode="w") as archive:
+        info = tarfile.TarInfo(path.lstrip("/"))
+        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
+        archive.addfile(info, io.BytesIO(data))
+    return buffer.getvalue()
+
+
+class Grants:
+    """A closed cluster's read grants at run time: what its plan placed (`access`), what was
+    granted since (node -> operator -> filters, kept in `folder`), and the brokers that
+    take them. `grant` before an instance starts on a node; `revoke` after it left."""
+
+    def __init__(self, access: Access, brokers: Brokers, folder: Path | str | None = None
+                 ) -> None:
+        self.access = access
+        self.brokers = brokers
+        self.folder = Path(folder) if folder is not None else None
+        self.granted: dict[str, dict[str, tuple[str, ...]]] = {}
+        self._lock = threading.Lock()
+        self.reloads = 0  # ACL versions this object wrote
+
+    @classmethod
+    def of_cluster(cls, cluster: str, client=None, tls: Any = None) -> Grants | None:
+        """The grants of a cluster up on this host's engine (found by its labels): None for
+        an open cluster (no secrets in its scratch folder), or one whose brokers are not
+        Mosquitto (a RabbitMQ broker loads its permissions at boot: a closed RabbitMQ run
+        keeps planning's grants for every node an operator may move to)."""
+        from emu.cluster import inventory
+
+        if client is None:
+            import docker
+
+            client = docker.from_env()
+        listed = inventory.containers(client, cluster)
+        labels = [summary.get("Labels") or {} for summary in listed]
+        scratch = next((lab[inventory.SCRATCH] for lab in labels if lab.get(inventory.SCRATCH)),
+                       None)
+        access = load_access(scratch)
+        if access is None:
+            return None
+        from emu.images import SERVICES
+
+        containers, addresses = {}, {}
+        for summary, label in zip(listed, labels, strict=True):
+            if label.get("foglab.role") != "broker":
+                continue
+            if label.get("foglab.image") != SERVICES.name:
+                return None
+            network = label.get("foglab.network", "")
+            attached = (summary.get("NetworkSettings") or {}).get("Networks") or {}
+            ip = (attached.get(network) or {}).get("IPAddress", "")
+            containers[label["foglab.node"]] = summary["Id"]
+            addresses[label["foglab.node"]] = f"{ip}:{MQTT_PORT}"
+        if not containers:  # a swarm's: its brokers' files are Docker configs
+            return cls(access, Refused(f"cluster {cluster}'s brokers are not containers of "
+                                       "this engine (a swarm's read their ACL from a Docker "
+                                       "config, which cannot change while they run)"), scratch)
+        return cls(access, ContainerBrokers(client, containers, addresses, tls), scratch)
+
+    # What a node holds ---------------------------------------------------------------------
+
+    def held(self, node: str) -> list[str]:
+        """Every filter the node may read now: its own topics and control (the patterns),
+        what its plan placed on it, what was granted since."""
+        from emu.cluster.access import CONTROL_READS, CONTROL_READWRITE, OWN
+
+        patterns = (*OWN, *CONTROL_READWRITE, *CONTROL_READS, *self.access.common_reads)
+        return [*(p.replace("%u", node) for p in patterns), *self.access.reads.get(node, ()),
+                *(f for filters in self.granted.get(node, {}).values() for f in filters)]
+
+    def missing(self, node: str, filters: Iterable[str]) -> list[str]:
+        held = self.held(node)
+        return sorted({f for f in filters if not any(covers(h, f) for h in held)})
+
+    # Grant and revoke ----------------------------------------------------------------------
+
+    def grant(self, node: str, operator: str, filters: Iterable[str]) -> bool:
+        """Before `operator`'s instance starts on `node`: the filters it reads that the node
+        does not hold, granted in every broker, returning once each runs the new ACL; False
+        when the node held them all (nothing written)."""
+        if node not in self.access.passwords:
+            raise GrantError(f"no node {node!r} in the cluster's logins: nothing granted")
+        with self._state():
+            wanted = self.missing(node, filters)
+            if not wanted:
+                return False
+            before = {n: dict(ops) for n, ops in self.granted.items()}
+            ops = self.granted.setdefault(node, {})
+            ops[operator] = tuple(sorted({*ops.get(operator, ()), *wanted}))
+            try:
+                self._reload(node, wait=True)
+            except BaseException:
+                self.granted = before  # as it was: the next version is written without it
+                raise
+            return True
+
+    def revoke(self, node: str, operator: str) -> bool:
+        """After `operator`'s instance left `node`: what was granted to it there at run time
+        taken back (what the plan placed stays). The brokers reload; the host does not wait
+        for it (nothing waits on the node reading less)."""
+        with self._state():
+            if operator not in self.granted.get(node, {}):
+                return False
+            del self.granted[node][operator]
+            if not self.granted[node]:
+                del self.granted[node]
+            self._reload(node, wait=False)
+            return True
+
+    def acl(self, serial: str | None = None) -> str:
+        """The ACL of the grants now: the plan's, each node's run-time grants added."""
+        extra = {node: sorted({f for filters in ops.values() for f in filters})
+                 for node, ops in self.granted.items()}
+        return self.access.acl_file(extra, probe=f"{PROBE_ROOT}/{serial}/%u" if serial else None)
+
+    def _reload(self, node: str, wait: bool) -> None:
+        serial = secrets.token_hex(6)
+        self.brokers.write(self.acl(serial))
+        self.reloads += 1
+        self._save()
+        if wait:
+            self.brokers.wait(self.access.credentials(node), f"{PROBE_ROOT}/{serial}/{node}")
+
+    # The controller's hooks ----------------------------------------------------------------
+
+    def before(self, node: str, command: str, args: Mapping[str, Any]) -> None:
+        """Before `command` goes to `node`: if it starts an operator's instance there, the
+        instance's reads granted (a GrantError if that fails: the request must not go)."""
+        config = STARTS[command](args) if command in STARTS else None
+        if config:
+            self.grant(node, str(config["name"]), operator_filters(config))
+
+    def after(self, node: str, command: str, args: Mapping[str, Any]) -> None:
+        """After `node` answered `command` ok: if the instance left, its grants go."""
+        if command in LEAVES and LEAVES[command](args) and args.get("operator"):
+            self.revoke(node, str(args["operator"]))
+
+    # Kept in the scratch folder, for the host's later commands -----------------------------
+
+    @contextlib.contextmanager
+    def _state(self) -> Iterator[None]:
+        """The grants as the folder has them, under its lock, for one change."""
+        with self._lock:
+            if self.folder is None:
+                yield
+                return
+            descriptor = os.open(self.folder / LOCK_FILE,
+                                 os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW, 0o600)
+            try:
+                fcntl.flock(descriptor, fcntl.LOCK_EX)
+                self._load()
+                yield
+            finally:
+                os.close(descriptor)
+
+    def _load(self) -> None:
+        assert self.folder is not None
+        try:
+            descriptor = os.open(self.folder / GRANTS_FILE, os.O_RDONLY | os.O_NOFOLLOW)
+        except FileNotFoundError:
+            return
+        with os.fdopen(descriptor) as file:
+            try:
+                data = json.load(file)
+                self.granted = {str(node): {str(op): tuple(map(str, filters))
+                                            for op, filters in ops.items()}
+                                for node, ops in data.items()}
+            except (ValueError, AttributeError, TypeError) as error:
+                raise GrantError(f"{self.folder / GRANTS_FILE}: not a cluster's grants "
+                                 f"({type(error).__name__})") from None
+
+    def _save(self) -> None:
+        if self.folder is None:
+            return
+        temporary = self.folder / f".{GRANTS_FILE}.{secrets.token_hex(4)}"
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW,
+                             0o600)
+        with os.fdopen(descriptor, "w") as file:
+            json.dump({n: {o: list(f) for o, f in ops.items()} for n, ops in self.granted.items()},
+                      file, sort_keys=True)
+        os.replace(temporary, self.folder / GRANTS_FILE)
