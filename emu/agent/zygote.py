@@ -21,23 +21,24 @@ three times over:
   kernel opens only to a process allowed to ptrace the zygote (root), and a node's container
   not at all; the peer's credentials (SO_PEERCRED) must then say uid 0, or the connection is
   refused and logged;
-- the host proves it knows the zygote's secret: its first line is a challenge, answered with
-  HMAC-SHA256(secret, challenge) before the host sends anything (the host so knows it talks to
-  its zygote, not to a process squatting the path, before it gives away a node's passwords);
-  the secret is a file the host wrote in `<directory>` (0400), read once and removed;
+- the zygote proves it knows the secret the host gave it: the host's first line is a
+  challenge, answered with HMAC-SHA256(secret, challenge), and the host sends nothing more
+  until the answer is right (so it knows it talks to its zygote, not to a process squatting
+  the path, before it sends anything of a node's); the secret is a file the host wrote in
+  `<directory>` (0400), read once and removed;
 - a request names a container (its 64-hex id) and a host pid in it: the id must name a file
   in `<directory>/allowed`, where the host adds one for each of this cluster's containers
   (checked against its labels; a file each, so that the check reads no list), the pid's
   /proc/<pid>/cgroup must name that id (docker's cgroup path, cgroupfs's `/docker/<id>` or
   systemd's `docker-<id>.scope`), and the environment's keys must be the agent's
-  (AGENT_ENVIRONMENT). The host's pid 1, a host process, another
-  cluster's container: refused, with the reason in the answer and the zygote's log.
+  (AGENT_ENVIRONMENT). The host's pid 1, a host process, another cluster's container:
+  refused, with the reason in the answer and the zygote's log.
 
 The protocol, a line of JSON each: the host's `{"challenge": <hex>}`, the zygote's `{"proof":
 <hex>}`; the host's `{"container": <id>, "pid": <host pid>, "environment": {...}}`, the zygote's
 `{"agent": <host pid>}` or `{"error": "..."}`. The zygote runs in a container of the gateway
-image with the host's PID namespace, network namespace and cgroup tree, and the capabilities
-setns and chroot need, limited in memory, CPU and pids: see emu.cluster.zygote.
+image with the host's PID namespace and cgroup tree, no network, and the capabilities setns,
+chroot and /proc need, limited in memory, CPU and pids: see emu.cluster.zygote.
 """
 
 from __future__ import annotations

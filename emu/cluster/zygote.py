@@ -4,8 +4,9 @@ The mechanism is in emu.agent.zygote. Here, the host's side: whether this host c
 (a static busybox for the containers' waiter), the waiter itself, the zygote's container, and
 the request that starts an agent in a node's container.
 
-The zygote's container runs the gateway image with the host's PID and network namespaces and
-cgroup tree: what it needs to enter the other containers. Of the capabilities it keeps only
+The zygote's container runs the gateway image with the host's PID namespace and cgroup tree
+(what it needs to enter the other containers) and no network (it listens on a file, and each
+agent joins its node's network). Of the capabilities it keeps only
 SYS_ADMIN (setns), SYS_CHROOT (chroot into the node's root) and SYS_PTRACE (the kernel opens
 another process's /proc/<pid>/ns, fd and root only to a process whose capabilities include
 that process's, or that holds SYS_PTRACE: a node's process has Docker's default set, which the
@@ -20,6 +21,12 @@ which the kernel lets only root through, and it goes with the container at `down
 process or any other) or on a failed `up`, with nothing left on the host's disk. A host
 directory bind-mounted in would need its own removal, and the cluster's scratch folder, where
 it could live, exists only when no records folder is given.
+
+The containers allowed are files the host adds to that directory, each once the engine has
+said the container carries this cluster's label (Zygote.start_agent), rather than a list sent
+with each request: a request could name whatever it lists, and so check nothing; the
+directory is a statement of the cluster's owner that outlives any one connection, which a
+request can read but not widen.
 """
 
 from __future__ import annotations
@@ -287,7 +294,7 @@ def start_zygote(client: docker.DockerClient, cluster: str, image: str, labels: 
     its directory and secret, start it; `wait_listening` before the first request."""
     api = client.api
     host_config = api.create_host_config(
-        pid_mode="host", network_mode="host", cgroupns="host", cap_drop=["ALL"],
+        pid_mode="host", network_mode="none", cgroupns="host", cap_drop=["ALL"],
         cap_add=list(ZYGOTE_CAPABILITIES),
         binds={"/sys/fs/cgroup": {"bind": HOST_CGROUP, "mode": "rw"}}, log_config=log_config,
         **zygote_limits(gateways))

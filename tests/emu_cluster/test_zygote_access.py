@@ -41,9 +41,10 @@ NOBODY = 65534
 # the standard library only.
 SYSTEM_PYTHON = shutil.which("python3", path="/usr/bin:/bin") or sys.executable
 
-# What a local user runs: every socket /proc/net/unix names after the zygote, tried as the
-# table gives it (an abstract name, a path) and through the /proc/<pid>/root of each process
-# whose command line is the zygote's. Prints each attempt's outcome, a JSON object a line.
+# What a local user runs: every socket /proc/net/unix names after the zygote, and the one the
+# zygote's command line names (its argument: a directory, or an abstract socket's name), tried
+# as given and through the /proc/<pid>/root of each process whose command line is the
+# zygote's. Prints each attempt's outcome, a JSON object a line.
 LOOK_AND_CONNECT = r"""
 import json, os, socket
 names = {line.split()[-1] for line in open("/proc/net/unix").read().splitlines()[1:]
@@ -51,10 +52,13 @@ names = {line.split()[-1] for line in open("/proc/net/unix").read().splitlines()
 zygotes = []
 for pid in filter(str.isdigit, os.listdir("/proc")):
     try:
-        if b"emu.agent.zygote" in open(f"/proc/{pid}/cmdline", "rb").read():
-            zygotes.append(pid)
+        arguments = open(f"/proc/{pid}/cmdline", "rb").read().rstrip(b"\0").split(b"\0")
     except OSError:
-        pass
+        continue
+    if b"emu.agent.zygote" in arguments:
+        zygotes.append(pid)
+        last = arguments[-1].decode()
+        names.add(f"{last}/zygote.sock" if last.startswith("/") else "@" + last)
 for name in sorted(names):
     targets = ["\0" + name[1:]] if name.startswith("@") else (
         [name] + [f"/proc/{pid}/root{name}" for pid in zygotes])
