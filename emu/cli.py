@@ -765,7 +765,8 @@ def emu_migrate(
             say(f"[{time.time() - started:6.2f} s] {step}", style="dim")
 
         try:
-            with _controller(brokers[agents[source].broker], login) as control:
+            with _controller(brokers[agents[source].broker], login,
+                             _grants(client, name, login)) as control:
                 record = migrate(control, operator, source, to, strategy, settings,
                                  timeout=timeout, progress=progress)
         except MigrationError as failure:
@@ -781,10 +782,18 @@ def emu_migrate(
     say(f"{operator} runs on {to} now")
 
 
-def _controller(broker: str, login: tuple[str, str] | None = None):
+def _controller(broker: str, login: tuple[str, str] | None = None, grants=None):
     from emu.control import Controller
 
-    return Controller(broker, credentials=login)
+    return Controller(broker, credentials=login, grants=grants)
+
+
+def _grants(client, cluster: str, login):
+    """A closed cluster's read grants (emu.cluster.grants): the target of a move is granted
+    the operator's reads before its instance starts there. None for an open cluster."""
+    from emu.cluster.grants import Grants
+
+    return Grants.of_cluster(cluster, client, tls=getattr(login, "tls", None))
 
 
 @contextlib.contextmanager

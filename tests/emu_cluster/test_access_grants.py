@@ -204,3 +204,96 @@ def test_a_grant_costs_one_reload_with_a_probe(tmp_path) -> None:
         print(f"a grant on a host Mosquitto: {(time.monotonic() - started) * 1000:.1f} ms")
         assert grants.reloads == 1
 
+
+
+# On real containers --------------------------------------------------------------------------
+
+
+def _received(running, node: str) -> list[str]:
+    import csv
+
+    path = running.records_dir(node) / "received.csv"
+    if not path.exists():
+        return []
+    with path.open() as file:
+        return [row["id"] for row in csv.DictReader(file) if row["stream"] == "s"]
+
+
+def _sent(running) -> list[str]:
+    import csv
+
+    path = running.records_dir("gw-1") / "sent.csv"
+    with path.open() as file:
+        return [row["id"] for row in csv.DictReader(file)
+                if row["stream"] == "s" and row["dropped"] in ("", "0", "False")]
+
+
+@pytest.mark.emu
+def test_a_moved_operator_gets_its_inputs_on_its_new_gateway_and_no_other_before(
+        client, tmp_path) -> None:
+    import secrets
+
+    from emu.cluster.engine import Cluster
+    from emu.live import start_drivers, wait_agents_registered
+    from emu.migration import migrate
+    from tests.emu_cluster.test_cluster import LABELS, leftovers
+
+    spec = parse_text(MOVING).points[0].spec
+    topology = expand(spec.topology)
+    configs = agent_configs(topology, spec.workload, spec.pipeline, moving={"count"},
+                            hold=True)
+    plan = plan_cluster(topology, f"grants-{secrets.token_hex(3)}", agents=configs,
+                        labels=LABELS, closed=True)
+    access = plan.access
+    running = Cluster(plan, client, records=tmp_path)
+    running.up()
+    try:
+        status = {s.node: s for s in running.status()}
+        wait_agents_registered(running, status, [a.node for a in plan.agents()], timeout=120)
+        broker = status["broker"].ip
+        spies = {node: _spy(broker, access.credentials(node)) for node in ("gw-2", "gw-3")}
+        with Controller.of_plan(plan, status).connect() as control:
+            start_drivers(running)
+            time.sleep(3)
+            # Before the move: gw-1's readings flow, and neither other gateway hears one.
+            assert _received(running, "gw-1"), "the operator on gw-1 got nothing"
+            assert [len(heard) for _, heard in spies.values()] == [0, 0]
+            record = migrate(control, "count", "gw-1", "gw-2", "pause_drain", timeout=60)
+            assert record.status == "done", record.error
+            time.sleep(3)
+            stopped = control.set_rate(["gw-1"], 0.0, timeout=30)
+            assert stopped.ok, stopped.summary()
+            time.sleep(3)
+        # After it: gw-2 was granted the operator's reads (its spy, logged in as gw-2, hears
+        # them now), gw-3 still nothing; the grant is in the run's scratch folder.
+        assert len(spies["gw-2"][1]) > 0 and spies["gw-3"][1] == []
+        acl = running.exec("broker", ["cat", "/etc/foglab/acl"]).output.decode()
+        assert "user gw-2\ntopic read s/#" in acl and "user gw-3" not in acl
+        # Nothing lost at QoS 1 across the move: every reading gw-1 sent was taken once, by
+        # gw-1 before the move or gw-2 after it.
+        before, after = _received(running, "gw-1"), _received(running, "gw-2")
+        assert after, "the moved operator got nothing on gw-2"
+        sent = _sent(running)
+        assert sorted(before + after) == sorted(sent), (len(before), len(after), len(sent))
+        print(f"sent {len(sent)}, on gw-1 {len(before)}, on gw-2 {len(after)}, "
+              f"downtime {record.downtime:.3f} s, held {record.held}")
+        for spy, _ in spies.values():
+            spy.loop_stop()
+            spy.disconnect()
+    finally:
+        running.down()
+        assert leftovers(client, running.name) == ([], [])
+
+
+def _spy(host: str, login: tuple[str, str]):
+    """A client logged in as a node, subscribed to everything (`#`); what it hears."""
+    import paho.mqtt.client as mqtt
+
+    heard: list[str] = []
+    spy = mqtt.Client(mqtt.CallbackAPIVersion.VERSION2, protocol=mqtt.MQTTv311)
+    spy.username_pw_set(*login)
+    spy.on_message = lambda c, u, m: heard.append(m.topic) if m.topic.startswith("s/") else None
+    spy.connect(host, 1883)
+    spy.loop_start()
+    spy.subscribe("#", qos=1)
+    return spy, heard
