@@ -97,8 +97,8 @@ class Brokers:
 
     def wait(self, login: tuple[str, str], topic: str, timeout: float = PROBE_TIMEOUT_S
              ) -> None:
-        for address in self.addresses():
-            probe(address, login, topic, timeout, self.tls)
+        _each([lambda a=address: probe(a, login, topic, timeout, self.tls)
+               for address in self.addresses()])
 
     def addresses(self) -> list[str]:
         raise NotImplementedError
@@ -121,13 +121,17 @@ class ContainerBrokers(Brokers):
     def write(self, text: str) -> None:
         archive = _archive(ACL_FILE, text)
         api = self.client.api
-        for broker, container in sorted(self.containers.items()):
+
+        def reload(broker: str, container: str) -> None:
             try:
                 api.put_archive(container, "/", archive)
                 api.kill(container, "SIGHUP")
             except Exception as error:  # noqa: BLE001 - named, with the broker
                 raise GrantError(f"broker {broker}: the ACL could not be written and "
                                  f"reloaded ({error})") from None
+
+        _each([lambda b=broker, c=container: reload(b, c)
+               for broker, container in sorted(self.containers.items())])
 
     def addresses(self) -> list[str]:
         return [self._addresses[b] for b in sorted(self._addresses)]
@@ -196,6 +200,21 @@ def probe(address: str, login: tuple[str, str], topic: str, timeout: float,
         with contextlib.suppress(Exception):
             client.disconnect()  # first: it wakes the loop, which loop_stop then joins at once
         client.loop_stop()
+
+
+def _each(calls: list[Callable[[], None]]) -> None:
+    """Every call, the brokers' at once (each is a round trip to the engine or a broker);
+    the first error raised after all have ended."""
+    if len(calls) <= 1:
+        for call in calls:
+            call()
+        return
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(8, len(calls))) as pool:
+        futures = [pool.submit(call) for call in calls]
+    for future in futures:
+        future.result()
 
 
 def _archive(path: str, text: str) -> bytes:
