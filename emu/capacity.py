@@ -62,7 +62,16 @@ START_ZYGOTE_S = 1.1
 RESIDENT = {"gateway": 24 * MIB, "agent": 48 * MIB, "broker": 8 * MIB,
             "zookeeper": 160 * MIB, "idle": 4 * MIB}
 SPARK_RESIDENT = 768 * MIB
-ZYGOTE_RESIDENT = 64 * MIB
+# The zygote's own: its warm interpreter (42 MiB) and about 0.65 MiB a gateway it forked, the
+# pages it writes after each fork (emu.cluster.zygote; 79 MiB with 60 gateways, 2026-12-06),
+# rounded up.
+ZYGOTE_RESIDENT = 48 * MIB
+ZYGOTE_RESIDENT_PER_AGENT = MIB
+
+
+def zygote_resident(forked: int) -> int:
+    """The resident memory of a host's zygote that forked `forked` agents (none: no zygote)."""
+    return ZYGOTE_RESIDENT + ZYGOTE_RESIDENT_PER_AGENT * forked if forked else 0
 TESTBED = ("relays", "engine")
 # The hard cap on the containers one host takes (host_cap), refused before anything starts.
 # Each container costs the host more than its own processes: its containerd-shim (3 MiB
@@ -249,7 +258,7 @@ def _hosts(bins: _Bins, engine: float, cores: float, dilation: float) -> list[Ho
     for i, items in enumerate(bins.items):
         start = sum(it.start_s for it in items) + (
             START_ZYGOTE_S if any(it.forked for it in items) else 0.0)
-        memory = bins.memory[i] + (ZYGOTE_RESIDENT if any(it.forked for it in items) else 0)
+        memory = bins.memory[i] + zygote_resident(sum(it.forked for it in items))
         found.append(Host(i + 1, tuple(it.name for it in items),
                           tuple(dict.fromkeys(it.site for it in items)),
                           sum(it.demand for it in items) + engine, memory, cores,
@@ -320,8 +329,7 @@ def plan_capacity(cluster: ClusterPlan, demand: Mapping[str, float], hosts: int 
 
 def _check_memory(items: list[_Item], hosts: int, memory: int) -> None:
     # at least one zygote, on the host of the first forked agent
-    total = sum(it.memory for it in items) + (
-        ZYGOTE_RESIDENT if any(it.forked for it in items) else 0)
+    total = sum(it.memory for it in items) + zygote_resident(sum(it.forked for it in items))
     largest = max(items, key=lambda it: it.memory, default=None)
     if largest is not None and largest.memory > memory:
         raise CapacityRefused(
@@ -413,8 +421,8 @@ def host_cap(cluster: ClusterPlan, memory: int | None = None,
     plan's figures against it."""
     containers = list(cluster.containers.values())
     count = max(1, len(containers))
-    forked = any(_forked(c) for c in containers)
-    memory_each = (sum(resident(c) for c in containers) + (ZYGOTE_RESIDENT if forked else 0)
+    forked = sum(1 for c in containers if _forked(c))
+    memory_each = (sum(resident(c) for c in containers) + zygote_resident(forked)
                    ) / count + ENGINE_RESIDENT
     pids_each = (sum(pids_at_work(c) for c in containers) + (ZYGOTE_PIDS if forked else 0)
                  ) / count + ENGINE_PIDS

@@ -13,7 +13,6 @@ from pathlib import Path
 import pytest
 
 from emu.cluster.engine import Cluster
-from emu.cluster.zygote import socket_name
 from tests.emu_cluster.test_cluster import leftovers, new_plan
 
 pytestmark = [pytest.mark.emu, pytest.mark.slow]
@@ -51,6 +50,3 @@ def test_a_ctrl_c_at_any_moment_of_up_leaves_nothing(client, stage: str, delay: 
     assert list(Path(tempfile.gettempdir()).glob(f"foglab-{plan.cluster}-*")) == []
     assert [t for t in threading.enumerate() if t.name == f"relays-{plan.cluster}"] == []
     assert cluster.links is None or not cluster.links.relays.running
-    zygote = "@" + socket_name(plan.cluster)
-    assert not any(line.rstrip().endswith(" " + zygote)
-                   for line in Path("/proc/net/unix").read_text().splitlines())
