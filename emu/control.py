@@ -221,7 +221,8 @@ class Controller:
             from emu.cluster.grants import Grants
             from emu.cluster.tls import host_context
 
-            grants = Grants.of_cluster(plan.cluster, tls=host_context(plan))
+            grants = Grants.of_cluster(plan.cluster, tls=host_context(plan),
+                                       access=plan.access)
         return cls({agent: f"{status[broker].ip}:{MQTT_PORT}"
                     for agent, broker in plan.brokers.items()}, client_id, clock,
                    tls_login(plan), plan.mqtt5, grants)

@@ -242,11 +242,13 @@ class Grants:
         self.reloads = 0  # ACL versions this object wrote
 
     @classmethod
-    def of_cluster(cls, cluster: str, client=None, tls: Any = None) -> Grants | None:
+    def of_cluster(cls, cluster: str, client=None, tls: Any = None,
+                   access: Access | None = None) -> Grants | None:
         """The grants of a cluster up on this host's engine (found by its labels): None for
         an open cluster (no secrets in its scratch folder), or one whose brokers are not
         Mosquitto (a RabbitMQ broker loads its permissions at boot: a closed RabbitMQ run
-        keeps planning's grants for every node an operator may move to)."""
+        keeps planning's grants for every node an operator may move to). `access`: the
+        cluster's secrets when its plan is at hand (its scratch folder's otherwise)."""
         from emu.cluster import inventory
 
         if client is None:
@@ -257,7 +259,7 @@ class Grants:
         labels = [summary.get("Labels") or {} for summary in listed]
         scratch = next((lab[inventory.SCRATCH] for lab in labels if lab.get(inventory.SCRATCH)),
                        None)
-        access = load_access(scratch)
+        access = load_access(scratch) or access
         if access is None:
             return None
         from emu.images import SERVICES
