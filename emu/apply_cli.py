@@ -110,7 +110,11 @@ def emu_apply(
     job_of = {config.name: config.job for config in wanted.configs.values()}
     applied = Applied()
     try:
-        with Controller(routes, credentials=login) as control:
+        # A closed cluster's run-time grants: an install on a node its plan did not place the
+        # operator on grants the node its reads first (emu.cluster.grants).
+        from emu.cluster.grants import Grants
+
+        with Controller(routes, credentials=login, grants=Grants.of_cluster(name)) as control:
             started = time.perf_counter()
             running = read_running(control, nodes, job_of)
             applied.read_s = time.perf_counter() - started

@@ -379,7 +379,8 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
     try:
         plan = plan_cluster(deployed.topology, cluster, agents=deployed.agents,
                             zookeeper=zookeeper, labels={**labels, **deployed.labels},
-                            closed=deployed.closed)
+                            closed=deployed.closed,
+                            live_acl=engine_class(engine, "--engine").live_acl)
     except SpecError as failure:
         error(failure)
         raise typer.Exit(2) from None

@@ -125,11 +125,11 @@ class Request:
     facts: dict = field(default_factory=dict)  # the caller's, for the run's facts
     engine: str = "docker"  # run.engine: emu.swarm.engine.engine_class
     closed: bool = False  # the brokers and ZooKeeper take only the run's own clients
-    tls: bool = False  # run.tls: with closed, the brokers and ZooKeeper speak TLS only
     # The most the nodes' records may take on the host (bytes; None: emu.records_watch's
     # default, FOGLAB_RECORDS_LIMIT or half the free disk): past it the run stops.
     records_limit: int | None = None
     swarm_encrypted: bool = False  # run.swarm_encrypted: emu.swarm.engine.engine_options
+    tls: bool = False  # run.tls: with closed, the brokers and ZooKeeper speak TLS only
 
 
 def scenario_features(scenario: Mapping[str, object]) -> list[Feature]:
@@ -169,12 +169,13 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
     def up_progress(step: str, done: int, total: int, detail: str) -> None:
         stage(f"{step} {done}/{total}" if total else step)
 
+    engine = engine_class(request.engine)
     plan = plan_cluster(request.topology, name, agents=configs, spares=setup.spares,
                         dilation=clock.dilation, closed=request.closed,
-                        tls=request.tls)
+                        tls=request.tls, live_acl=engine.live_acl)
     for check in setup.checks:
         check(plan, configs)
-    cluster = engine_class(request.engine)(
+    cluster = engine(
         plan, records=records, seed=request.seed, progress=up_progress,
         **engine_options(request.engine, encrypted=request.swarm_encrypted))
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.

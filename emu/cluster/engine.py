@@ -111,6 +111,10 @@ class Cluster:
     there (Ctrl-C) aborts `up` and cleans up.
     """
 
+    # Whether a closed cluster's brokers take a new ACL while they run (emu.cluster.grants:
+    # a move's target is granted its reads then, not every possible target from the start).
+    live_acl = True
+
     def __init__(self, plan: ClusterPlan, client: docker.DockerClient | None = None, *,
                  records: Path | None = None, shaper: ShaperChoice | None = None,
                  agent_command: Sequence[str] | None = None, workers: int = WORKERS,
@@ -339,13 +343,13 @@ class Cluster:
         config = replace(config, mqtt=mqtt[0] if mqtt else config.mqtt,
                          zookeeper=",".join(zookeeper), records=RECORDS_DIR, spares=spares,
                          other_brokers=others)
+        # Its secrets go in a 0400 file instead (SECRETS_FILE, put by `_run`): the
+        # environment is in `docker inspect` for anyone who may use the engine.
+        config = without_secrets(config)[0]
         # The host's Spark JVM options, for the node's jobs (workloads.spark.jvm).
         options = jvm_options()
         return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1",
                 **({JVM_OPTIONS_VARIABLE: options} if options else {})}
-        # Its secrets go in a 0400 file instead (SECRETS_FILE, put by `_run`): the
-        # environment is in `docker inspect` for anyone who may use the engine.
-        config = without_secrets(config)[0]
 
     def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
         """Create and start one container; the least work per container the engine allows."""

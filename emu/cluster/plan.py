@@ -315,8 +315,8 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
                  host_cpus: int | None = None, labels: dict[str, str] | None = None,
                  spares: Mapping[str, str] | None = None,
                  targets: Mapping[str, Collection[str]] | None = None,
-                 dilation: float = 1.0, closed: bool = False, tls: bool = False
-                 ) -> ClusterPlan:
+                 dilation: float = 1.0, closed: bool = False, tls: bool = False,
+                 live_acl: bool = True) -> ClusterPlan:
     """Plan the containers, networks and links of a topology; raise SpecError naming the node
     and field for anything Docker would refuse, before anything is made.
 
@@ -346,7 +346,8 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     if tls and not closed:
         raise ValueError("plan_cluster: tls needs closed (run.access: closed)")
     if closed:
-        plan = closed_rabbitmq(plan, closed_plan(plan, targets), ACL_FILE, RABBITMQ_CONFIG)
+        plan = closed_rabbitmq(plan, closed_plan(plan, targets, live_acl=live_acl), ACL_FILE,
+                               RABBITMQ_CONFIG)
     return tls_plan(plan) if tls else plan
 
 
@@ -387,8 +388,8 @@ def check_broker_kinds(topology: Topology, *, dilation: float | str = 1.0,
                             f"topology {topology.name}")
 
 
-def closed_plan(plan: ClusterPlan,
-                targets: Mapping[str, Collection[str]] | None = None) -> ClusterPlan:
+def closed_plan(plan: ClusterPlan, targets: Mapping[str, Collection[str]] | None = None, *,
+                live_acl: bool = True) -> ClusterPlan:
     """The plan closed to outsiders (emu.cluster.access): each broker's conf refuses anonymous
     clients and reads the cluster's password file and ACL, where each node reads what the
     operators that run on it, or may come to it (`targets`, plan_cluster's), read; each agent
@@ -396,10 +397,12 @@ def closed_plan(plan: ClusterPlan,
     each ZooKeeper server takes the host as its super user."""
     configs = plan.agent_configs()
     # Mosquitto takes a new ACL while it runs (emu.cluster.grants: a move's target is granted
-    # then); a RabbitMQ broker loads its permissions at boot, so a move's targets are now.
+    # then) where its engine can rewrite the file (`live_acl`: the engine class's; a swarm's
+    # brokers read it from a Docker config); a RabbitMQ broker loads its permissions at boot.
+    # Otherwise a move's targets are granted now.
     mosquitto = all(c.image.name != RABBITMQ.name for c in plan.containers.values()
                     if c.role == "broker")
-    reads, common = read_grants(configs, targets, at_move=mosquitto)
+    reads, common = read_grants(configs, targets, at_move=mosquitto and live_acl)
     access = Access.make(configs, common, reads)
     files = ((PASSWORD_FILE, access.password_file()), (ACL_FILE, access.acl_file()))
     containers = dict(plan.containers)

@@ -235,6 +235,8 @@ class SwarmCluster(Cluster):
     may only be the relay (the link agents').
     """
 
+    live_acl = False  # the brokers' ACL is a Docker config, fixed while they run
+
     def __init__(self, plan: ClusterPlan, client: docker.DockerClient | None = None, *,
                  records: Path | None = None, shaper: ShaperChoice | None = None,
                  agent_command: Sequence[str] | None = None, workers: int = WORKERS,

@@ -297,3 +297,19 @@ def _spy(host: str, login: tuple[str, str]):
     spy.loop_start()
     spy.subscribe("#", qos=1)
     return spy, heard
+
+
+def test_an_engine_without_a_live_acl_grants_a_movers_targets_at_the_start() -> None:
+    """A swarm's brokers read their ACL from a Docker config, fixed while they run
+    (SwarmCluster.live_acl): a movable operator's reads go to its targets in the plan, or a
+    move there would find its inputs refused; an engine that rewrites the ACL grants none."""
+    from emu.cluster.engine import Cluster
+    from emu.swarm.engine import SwarmCluster
+
+    spec = parse_text(MOVING).points[0].spec
+    topology = expand(spec.topology)
+    configs = agent_configs(topology, spec.workload, spec.pipeline, moving={"count"}, hold=True)
+    plans = {engine: plan_cluster(topology, "grants", agents=configs, closed=True,
+                                  live_acl=engine.live_acl) for engine in (Cluster, SwarmCluster)}
+    assert plans[Cluster].access.common_reads == ()
+    assert plans[SwarmCluster].access.common_reads == ("s/#",)
