@@ -1,7 +1,8 @@
 """Bring up N idle arm64 gateways with a broker and ZooKeeper, against a serial `docker run` loop.
 
     python benchmarks/emu_startup.py [--gateways 200] [--sample 10] [--no-pyc] [--no-zygote]
-                                     [--workers 16]
+                                     [--workers 16] [--access closed|open]
+                                     [--against OLD_TREE [--rounds 2]]
 
 In one run: first a plain serial loop of `docker run -d` of the gateway image (the agent's
 command and environment, idle) for a sample of containers, extrapolated to N; then the cluster
@@ -16,6 +17,16 @@ share of the zygote's (the zygote's cgroup divided by N). Prints, last:
 ratio is startup_s / serial_docker_s. Everything made (containers, networks, relays, scratch
 folders) is removed at the end, on a failure and on Ctrl-C or SIGTERM. `--no-pyc` uses the
 gateway image without precompiled bytecode, for a before/after comparison.
+
+`--access`: the cluster's run.access, by default a run's default (closed since issue 40).
+
+`--against OLD_TREE` pairs this tree with another checkout of foglab (`git worktree add
+/tmp/old <commit>`): each round runs the other tree's benchmark with its own defaults, then
+this one's (the next round in the other order), each in a process of its own with the same
+gateways, sample and workers, and prints both start-ups, their medians, the host's load
+before each, and
+
+    slowdown=  (this tree's median startup_s / the other's)
 """
 
 from __future__ import annotations
@@ -129,6 +140,39 @@ class Registered:
         self.client.close()
 
 
+def paired(options: argparse.Namespace) -> int:
+    """Alternate the other tree's benchmark and this one's (ABBA), each in its own process."""
+    other = Path(options.against).resolve() / "benchmarks" / Path(__file__).name
+    if not other.is_file():
+        console.print(f"--against {options.against}: no {other} (a checkout of foglab?)")
+        return 2
+    common = ["--gateways", str(options.gateways), "--sample", str(options.sample),
+              "--workers", str(options.workers)]
+    ours = [sys.executable, __file__, *common, "--access", options.access]
+    theirs = [sys.executable, str(other), *common]
+    figures: dict[str, list[float]] = {"this": [], "against": []}
+    for round_ in range(options.rounds):
+        order = [("against", theirs), ("this", ours)]
+        for which, command in order if round_ % 2 == 0 else order[::-1]:
+            load = Path("/proc/loadavg").read_text().split()[0]
+            done = subprocess.run(command, capture_output=True, text=True,
+                                  cwd=Path(command[1]).parents[1])
+            found = [line for line in done.stdout.splitlines() if line.startswith("startup_s=")]
+            if done.returncode != 0 or not found:
+                console.print(f"{which} round {round_ + 1} failed ({done.returncode}):\n"
+                              + (done.stdout + done.stderr)[-2000:])
+                return 1
+            figures[which].append(float(found[0].split("=", 1)[1]))
+            print(f"round={round_ + 1} tree={which} startup_s={figures[which][-1]:.2f} "
+                  f"load_before={load}")
+    medians = {which: statistics.median(values) for which, values in figures.items()}
+    print(f"against={options.against} gateways={options.gateways} access={options.access}")
+    print(f"against_startup_s={medians['against']:.2f}")
+    print(f"startup_s={medians['this']:.2f}")
+    print(f"slowdown={medians['this'] / medians['against']:.3f}")
+    return 0
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--gateways", type=int, default=200)
@@ -142,7 +186,13 @@ def main() -> int:
                         help="containers created and started at once")
     parser.add_argument("--access", choices=MODES, default=DEFAULT_MODE,
                         help="run.access of the cluster (closed: a run's default)")
+    parser.add_argument("--against", metavar="OLD_TREE",
+                        help="pair with another checkout of foglab, alternating")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="with --against: runs of each tree (ABBA order)")
     options = parser.parse_args()
+    if options.against:
+        return paired(options)
     if options.no_pyc:
         images.precompiles = lambda: False  # the image's tag and build both ask this
 
