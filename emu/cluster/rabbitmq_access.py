@@ -43,6 +43,11 @@ NOTHING = "^$"
 QUEUES = r"^mqtt-subscription-.*$"
 RESOURCES = r"^(amq\.topic|mqtt-subscription-.*)$"
 ACCESS = {"read": ("read",), "write": ("write",), "readwrite": ("read", "write")}
+# RabbitMQ 3.10 has no shared subscriptions: an operator's `$share/<group>/<filter>` is a
+# literal filter there, on topics no client may publish to, so reading it gives nothing, and
+# a node subscribes to it (the readings it takes come in-process from its own drivers).
+# Refused, the subscription would close the node's connection again at every reconnection.
+SHARED_LITERAL = "$share/#"
 
 
 def rabbitmq_hash(password: str, salt: bytes | None = None) -> str:
@@ -142,7 +147,8 @@ def definitions(passwords: Mapping[str, str], acl: str, salt: bytes | None = Non
                          "write": RESOURCES, "read": RESOURCES} for user in users],
         "topic_permissions": [{"user": user, "vhost": VHOST, "exchange": EXCHANGE,
                                "write": _alternatives(grants[user].write),
-                               "read": _alternatives(grants[user].read)} for user in users],
+                               "read": _alternatives([*grants[user].read, SHARED_LITERAL])}
+                              for user in users],
     }
 
 

@@ -18,7 +18,8 @@ hosts) that reads or alters the run's traffic, passwords included, as closed alo
 - Mosquitto: its listener with cafile, certfile and keyfile. ZooKeeper 3.8: secureClientPort
   on the Netty connection factory, its keystore and truststore PEM files, no client
   certificates (the digest identity is the login). An ensemble's quorum stays plain, on the
-  run's own networks. RabbitMQ: its MQTT plugin's TLS listener (`mqtt.listeners.ssl`).
+  run's own networks. RabbitMQ: refused (its MQTT plugin's TLS listener, `rabbitmq_tls_conf`,
+  is written but a run with it did not start: not finished).
 - The agent imports the real ssl only then (emu.agent.__main__.without_openssl is skipped):
   what that costs a gateway's start is in docs/access.md.
 
@@ -189,6 +190,11 @@ def tls_plan(plan):
     if getattr(plan, "access", None) is None:
         raise ValueError("run.tls is true but run.access is open: TLS needs access: closed "
                          "(the logins it protects)")
+    rabbits = sorted(c.node for c in plan.services() if c.image.name == "rabbitmq")
+    if rabbits:
+        raise ValueError(f"run.tls: broker {', '.join(rabbits)} is of kind rabbitmq, whose MQTT "
+                         "plugin over TLS foglab has not made work (a run with it never "
+                         "started): run it without tls, or make the broker kind mosquitto")
     spark = sorted(c.node for c in plan.agents() if c.agent is not None
                    and any(op.engine == "spark" for op in c.agent.operators))
     if spark:

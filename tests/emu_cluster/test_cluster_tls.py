@@ -83,3 +83,28 @@ def test_kazoo_without_tls_cannot_open_a_session(cluster) -> None:
     with pytest.raises(KazooTimeoutError):
         outsider.start(timeout=10)
     outsider.close()
+
+
+def test_tls_with_a_rabbitmq_broker_is_refused_naming_it() -> None:
+    from tests.emu_rabbitmq.test_kind import topology
+
+    with pytest.raises(ValueError, match="broker b is of kind rabbitmq"):
+        plan_cluster(topology({"kind": "rabbitmq"}), "c", host_cpus=2, closed=True, tls=True)
+
+
+def test_a_run_with_tls_delivers_every_reading_the_radios_kept(tmp_path) -> None:
+    """The quickstart-sized run of tests/emu_rabbitmq/test_run.py on Mosquitto, closed and
+    with TLS: every reading the radios did not lose arrives once."""
+    import json
+
+    from experiments.loader import parse_text
+    from experiments.runner import run_experiment
+    from tests.emu_rabbitmq.test_run import EXPERIMENT
+
+    text = (EXPERIMENT.replace(", broker: {kind: rabbitmq}", "")
+            .replace("drain: 2s}", "drain: 2s, access: closed, tls: true}"))
+    (outcome,) = run_experiment(parse_text(text), tmp_path, sweep_id="tls")
+    assert outcome.error is None, outcome.error
+    counts = json.loads((outcome.folder / "manifest.json").read_text())["facts"]["messages"]
+    assert counts["sent"] > 0 and counts["received"] == counts["sent"] - counts["dropped"]
+    assert counts["lost"] == counts["duplicated"] == 0

@@ -76,6 +76,12 @@ def test_the_plan_closes_a_rabbitmq_broker_in_its_own_terms() -> None:
     # Every user has topic permissions: one without any may use every topic.
     assert {p["user"] for p in definitions["topic_permissions"]} == users
     assert plan.agent_configs()["gw"].mqtt_user == "gw"
+    # A `$share/...` filter is a literal topic on RabbitMQ 3.10, which no one may write: every
+    # node may subscribe to it (an operator reading its own devices does), never publish there.
+    for permission in definitions["topic_permissions"]:
+        assert re.search(permission["read"], "$share.filter.city.#")
+        if permission["user"] != HOST_USER:
+            assert not re.search(permission["write"], "$share.filter.city.x")
 
 
 # On a real RabbitMQ ------------------------------------------------------------------------------
