@@ -324,8 +324,10 @@ class Cluster:
             raise
         pool.shutdown(wait=True)
 
-    def _environment(self, plan: ContainerPlan,
-                     addresses: dict[tuple[str, str], str]) -> dict[str, str]:
+    def _environment(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str], *,
+                     keep_secrets: bool = False) -> dict[str, str]:
+        """The agent's environment; `keep_secrets`: with its secrets in the config, for the
+        zygote's request only (a socket only root reaches), never a container's."""
         if plan.agent is None:
             return {}
         config = plan.agent
@@ -343,9 +345,11 @@ class Cluster:
         config = replace(config, mqtt=mqtt[0] if mqtt else config.mqtt,
                          zookeeper=",".join(zookeeper), records=RECORDS_DIR, spares=spares,
                          other_brokers=others)
-        # Its secrets go in a 0400 file instead (SECRETS_FILE, put by `_run`): the
-        # environment is in `docker inspect` for anyone who may use the engine.
-        config = without_secrets(config)[0]
+        # Its secrets go in a 0400 file instead (SECRETS_FILE, put by `_run`), or in the
+        # zygote's request: the environment is in `docker inspect` for anyone who may use the
+        # engine.
+        if not keep_secrets:
+            config = without_secrets(config)[0]
         # The host's Spark JVM options, for the node's jobs (workloads.spark.jvm).
         options = jvm_options()
         return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1",
@@ -385,7 +389,9 @@ class Cluster:
         container = created["Id"]
         assert self._made is not None
         self._made.ids[plan.node] = container
-        secret = secrets_text(plan.agent) if plan.agent is not None else None
+        # An agent the zygote forks takes its secrets in the request: no file, and no second
+        # call to the engine per gateway (a put_archive each cost 200 gateways 6 s).
+        secret = secrets_text(plan.agent) if plan.agent is not None and not forked else None
         if plan.files or secret:
             api.put_archive(container, "/", _archive(
                 plan.files, ((SECRETS_FILE, secret),) if secret else ()))
@@ -395,8 +401,7 @@ class Cluster:
             return container
         api.start(container)
         if forked:
-            assert self.zygote is not None
-            self.zygote.start_agent(container, environment, plan.node)
+            self._fork_agent(plan, container, addresses)
         elif plan.role == "agent":
             self._set_shares(plan, STARTING_CPU_SHARES)
         return container
@@ -464,10 +469,18 @@ class Cluster:
         write_record(records, REVIVAL_FILE, json.dumps(revival).encode())
         self.client.api.start(self._made.ids[node])
         if self._forked(plan):
-            assert self.zygote is not None
-            self.zygote.start_agent(self._made.ids[node],
-                                    self._environment(plan, self.addresses),
-                                    node)
+            self._fork_agent(plan, self._made.ids[node], self.addresses)
+
+    def _fork_agent(self, plan: ContainerPlan, container: str,
+                    addresses: dict[tuple[str, str], str]) -> None:
+        """Have the zygote start a node's agent in its running container; its relays learn
+        the container's address from the zygote's check of it (no lookup of their own)."""
+        assert self.zygote is not None
+        self.zygote.start_agent(container, self._environment(plan, addresses, keep_secrets=True),
+                                plan.node)
+        address = self.zygote.addresses.pop(container, {}).get(plan.network)
+        if address and self.links is not None:
+            self.links.admit(plan.node, address)
 
     def _wait_ready(self) -> None:
         """Wait until every broker and ZooKeeper server answers, or fail naming the first

@@ -82,6 +82,10 @@ class Links(ABC):
     def attach(self, pids: Mapping[str, int]) -> None:  # noqa: B027 - a no-op unless netem
         """Shape the clients, now running (their init pids by node)."""
 
+    def admit(self, client: str, address: str) -> None:  # noqa: B027 - a no-op unless relays
+        """A client's address, as the engine found it once the client started (its relays
+        need not look it up at its first connection)."""
+
     @abstractmethod
     def reshape(self, client: str, service: str, shape: LinkShape) -> None:
         """Change a link's shape while it runs."""
@@ -167,6 +171,11 @@ class RelayLinks(Links):
         ports = self.relays.add(relays)
         self.listening = {key: f"{hosts[key]}:{port}" for key, port in ports.items()}
         return dict(self.listening)
+
+    def admit(self, client: str, address: str) -> None:
+        peers = self.peers.get(client)
+        if peers is not None:
+            peers.address = address
 
     def locate(self, container: str, network: str) -> str | None:
         """A container's address on a network now (a relay's lookup, off its loop)."""

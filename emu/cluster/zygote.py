@@ -167,6 +167,8 @@ class Zygote:
     pid: int
     secret: bytes = field(repr=False)
     client: docker.DockerClient = field(repr=False)
+    # container -> its address on each network, as the check of its membership found it
+    addresses: dict[str, dict[str, str]] = field(default_factory=dict, repr=False)
 
     @property
     def directory(self) -> str:
@@ -202,6 +204,9 @@ class Zygote:
         if not info["State"]["Running"]:
             raise ZygoteError(f"container {container[:12]} (for {node or '?'}) of cluster "
                               f"{self.cluster} is {info['State']['Status']}, not running")
+        networks = (info.get("NetworkSettings") or {}).get("Networks") or {}
+        self.addresses[container] = {name: network.get("IPAddress") or ""
+                                     for name, network in networks.items()}
         return int(info["State"]["Pid"])
 
     def allow(self, container: str) -> None:

@@ -144,9 +144,27 @@ def test_docker_inspect_shows_no_password_nor_identity(cluster, client) -> None:
 
 
 def test_the_secrets_file_is_roots_alone(cluster) -> None:
+    """An agent started afresh reads its secrets from a file root's alone; one the zygote
+    forks took them in the zygote's request (a socket only root reaches), and has no file."""
     running, _ = cluster
+    forked = [agent.node for agent in running.plan.agents() if running._forked(agent)]
+    assert 0 < len(forked) < len(running.plan.agents())  # both kinds checked
     for agent in running.plan.agents():
         listed = running.exec(agent.node, ["stat", "-c", "%a %u", SECRETS_FILE,
                                            SECRETS_FILE.rsplit("/", 1)[0]])
+        if agent.node in forked:
+            assert listed.exit_code != 0 and b"No such file" in listed.output, listed.output
+            continue
         assert listed.exit_code == 0, listed.output
         assert listed.output.decode().split("\n")[:2] == ["400 0", "700 0"]
+
+
+def test_a_forked_agents_relays_know_its_address_from_its_start(cluster) -> None:
+    """The zygote's check of a forked agent's container found its address: its relays have it
+    from the start, with no lookup of the engine at its first connection (200 gateways' lookups
+    were 200 more calls to the engine as they started)."""
+    running, status = cluster
+    forked = [agent.node for agent in running.plan.agents() if running._forked(agent)]
+    assert forked
+    for node in forked:
+        assert running.links.peers[node].address == status[node].ip
