@@ -23,7 +23,8 @@ gateway image without precompiled bytecode, for a before/after comparison.
 `--against OLD_TREE` pairs this tree with another checkout of foglab (`git worktree add
 /tmp/old <commit>`): each round runs the other tree's benchmark with its own defaults, then
 this one's (the next round in the other order), each in a process of its own with the same
-gateways, sample and workers, and prints both start-ups, their medians, the host's load
+gateways, sample and workers, after the host's load fell under its cores (`--settle`: at most
+that long), and prints both start-ups, their medians, the host's load
 before each, and
 
     slowdown=  (this tree's median startup_s / the other's)
@@ -32,6 +33,7 @@ before each, and
 from __future__ import annotations
 
 import argparse
+import os
 import secrets
 import statistics
 import subprocess
@@ -140,6 +142,18 @@ class Registered:
         self.client.close()
 
 
+def settle(most_s: float) -> str:
+    """Wait (at most `most_s`) until the host's 1-minute load is under its cores, so that a
+    run does not start in the last one's tear-down; the load then, for the figures."""
+    deadline = time.monotonic() + most_s
+    cores = os.cpu_count() or 1
+    while True:
+        load = Path("/proc/loadavg").read_text().split()[0]
+        if float(load) < cores or time.monotonic() > deadline:
+            return load
+        time.sleep(5)
+
+
 def paired(options: argparse.Namespace) -> int:
     """Alternate the other tree's benchmark and this one's (ABBA), each in its own process."""
     other = Path(options.against).resolve() / "benchmarks" / Path(__file__).name
@@ -154,7 +168,7 @@ def paired(options: argparse.Namespace) -> int:
     for round_ in range(options.rounds):
         order = [("against", theirs), ("this", ours)]
         for which, command in order if round_ % 2 == 0 else order[::-1]:
-            load = Path("/proc/loadavg").read_text().split()[0]
+            load = settle(options.settle)
             done = subprocess.run(command, capture_output=True, text=True,
                                   cwd=Path(command[1]).parents[1])
             found = [line for line in done.stdout.splitlines() if line.startswith("startup_s=")]
@@ -190,6 +204,9 @@ def main() -> int:
                         help="pair with another checkout of foglab, alternating")
     parser.add_argument("--rounds", type=int, default=2,
                         help="with --against: runs of each tree (ABBA order)")
+    parser.add_argument("--settle", type=float, default=240.0,
+                        help="with --against: the longest wait, before each run, for the "
+                        "host's load to fall under its cores (s)")
     options = parser.parse_args()
     if options.against:
         return paired(options)
