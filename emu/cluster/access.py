@@ -49,6 +49,10 @@ from emu.agent.zookeeper import (
 )
 from workloads.topics import shared
 
+# Where a closed broker reads its users' hashes and its ACL (closed_plan writes them; the
+# run's grants rewrite the ACL: emu.cluster.grants).
+PASSWORD_FILE = "/etc/foglab/passwd"
+ACL_FILE = "/etc/foglab/acl"
 HOST_USER = "foglab-host"
 ZOOKEEPER_USER = "foglab"
 MODES = ("open", "closed")

@@ -37,12 +37,11 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from emu.cluster.access import Access, operator_filters
+from emu.cluster.access import ACL_FILE, Access, operator_filters
 from emu.cluster.access import load as load_access
 
 GRANTS_FILE = "grants.json"
 LOCK_FILE = "grants.lock"
-ACL_FILE = "/etc/foglab/acl"  # emu.cluster.plan's: where a closed broker's ACL is
 PROBE_ROOT = "foglab/grants"
 PROBE_TIMEOUT_S = 10.0
 PROBE_EVERY_S = 0.01

@@ -101,7 +101,7 @@ from typing import Literal
 
 from emu.agent.config import AGENT_KINDS, AgentConfig
 from emu.agent.spark_cluster import MASTER_PORT as SPARK_MASTER_PORT
-from emu.cluster.access import Access, closed_conf, read_grants
+from emu.cluster.access import ACL_FILE, PASSWORD_FILE, Access, closed_conf, read_grants
 from emu.cluster.rabbitmq_access import closed_rabbitmq
 from emu.cluster.tls import TLSPlan, tls_plan
 from emu.images import (
@@ -136,8 +136,6 @@ DILATED_COMMAND = ("mosquitto", "-c", DILATED_CONFIG)
 SPARK_WORK = "/spark"
 # A closed cluster's broker (closed_plan): its conf, the users' hashes and the ACL.
 CLOSED_CONFIG = "/etc/foglab/closed.conf"
-PASSWORD_FILE = "/etc/foglab/passwd"
-ACL_FILE = "/etc/foglab/acl"
 # Mosquitto's timers foglab's conf leaves at their defaults (s): the persistence database's
 # autosave and the $SYS topics' period (a spare's is SPARE_SYS_INTERVAL_S).
 MOSQUITTO_AUTOSAVE_S = 1800
