@@ -33,6 +33,7 @@ netem drops real packets instead, so a loss there costs the kernel's RTO, which 
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import secrets
 import threading
@@ -40,7 +41,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from emu.cluster.plan import ClusterPlan, LinkPlan
 from emu.cluster.relays import RelaySet
@@ -53,6 +54,7 @@ if TYPE_CHECKING:
     import docker
 
 Key = tuple[str, str]  # (client, service)
+T = TypeVar("T")
 Locate = Callable[[str, str], "str | None"]  # (container, network) -> its address there
 LOCATE_TIMEOUT_S = 10
 
@@ -234,16 +236,31 @@ class RelayLinks(Links):
                 self._docker = None
 
 
+def outside_a_running_loop(function: Callable[[], T]) -> T:
+    """Call `function`, on a thread of its own if this one runs an asyncio loop: pyroute2's
+    synchronous calls run a loop of their own in the calling thread, which fails ("This event
+    loop is already running") in one that runs a loop already, as Jupyter's kernel does."""
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return function()
+    with ThreadPoolExecutor(1) as pool:
+        return pool.submit(function).result()
+
+
 def interface_network(address: str) -> Network:
     """The network of the host's interface that holds `address` (a bridge's gateway): the
     addresses a relay listening there may be reached from on that bridge."""
     from pyroute2 import IPRoute
 
-    with IPRoute() as ipr:
-        for message in ipr.get_addr(address=address):
-            return network(f"{address}/{message['prefixlen']}")
-    raise LookupError(f"no interface of this host has address {address}: a relay cannot "
-                      f"listen there")
+    def find() -> Network:
+        with IPRoute() as ipr:
+            for message in ipr.get_addr(address=address):
+                return network(f"{address}/{message['prefixlen']}")
+        raise LookupError(f"no interface of this host has address {address}: a relay cannot "
+                          f"listen there")
+
+    return outside_a_running_loop(find)
 
 
 def local_addresses() -> frozenset[str]:
@@ -252,25 +269,31 @@ def local_addresses() -> frozenset[str]:
     by `lo`, not the bridge) with another of them as its source."""
     from pyroute2 import IPRoute
 
-    with IPRoute() as ipr:
-        return frozenset(message.get_attr("IFA_ADDRESS") for message in ipr.get_addr()
-                         if message.get_attr("IFA_ADDRESS"))
+    def find() -> frozenset[str]:
+        with IPRoute() as ipr:
+            return frozenset(message.get_attr("IFA_ADDRESS") for message in ipr.get_addr()
+                             if message.get_attr("IFA_ADDRESS"))
+
+    return outside_a_running_loop(find)
 
 
 def host_side_veth(pid: int, ifname: str = "eth0") -> str:
     """The host's end of the veth pair whose other end is `ifname` in a process's netns."""
     from pyroute2 import IPRoute
 
-    with IPRoute(netns=netns_of_pid(pid), flags=0) as ipr:
-        found = list(ipr.get_links(ifname=ifname))
-        if not found:
-            raise LookupError(f"no interface {ifname} in the netns of pid {pid}")
-        peer = found[0].get_attr("IFLA_LINK")
-    with IPRoute() as ipr:
-        links = list(ipr.get_links(peer))
-    if not links:
-        raise LookupError(f"no host interface {peer}, the peer of {ifname} of pid {pid}")
-    return links[0].get_attr("IFLA_IFNAME")
+    def find() -> str:
+        with IPRoute(netns=netns_of_pid(pid), flags=0) as ipr:
+            found = list(ipr.get_links(ifname=ifname))
+            if not found:
+                raise LookupError(f"no interface {ifname} in the netns of pid {pid}")
+            peer = found[0].get_attr("IFLA_LINK")
+        with IPRoute() as ipr:
+            links = list(ipr.get_links(peer))
+        if not links:
+            raise LookupError(f"no host interface {peer}, the peer of {ifname} of pid {pid}")
+        return links[0].get_attr("IFLA_IFNAME")
+
+    return outside_a_running_loop(find)
 
 
 class NetemLinks(Links):

@@ -151,3 +151,18 @@ def test_netem_links_join_services_to_their_clients_networks() -> None:
     assert links.addresses({}, {})[("gw", "broker")] == "foglab-c-broker:1883"
     with pytest.raises(ValueError):
         make_links("tc", plan)
+
+
+def test_the_hosts_addresses_are_read_inside_a_running_asyncio_loop() -> None:
+    """pyroute2's synchronous calls run a loop of their own; in a thread that runs one
+    already (Jupyter's kernel: the notebooks' emu runs) they failed with "This event loop is
+    already running" and so did every run's relays."""
+    import asyncio
+
+    from emu.cluster.links import interface_network, local_addresses
+
+    async def inside() -> tuple[frozenset[str], object]:
+        return local_addresses(), interface_network("127.0.0.1")
+
+    addresses, loopback = asyncio.run(inside())
+    assert "127.0.0.1" in addresses and str(loopback) == "127.0.0.0/8"
