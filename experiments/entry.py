@@ -25,6 +25,9 @@ def main() -> None:
         raise SystemExit(130) from None
     try:
         app()
+    except KeyboardInterrupt:  # while the command line is built, before a command took over
+        sys.stderr.write("interrupted\n")
+        raise SystemExit(130) from None
     except OSError as failure:
         if os.environ.get("FOGLAB_TRACEBACK"):
             raise

@@ -27,7 +27,11 @@ from emu.swarm.nodes import CAP_ADD, LABEL, Node, SwarmNodes, SwarmNodesError, r
 from emu.swarm.registry import ExternalRegistry, LocalRegistry
 from tests.engine import docker_engine
 
-pytestmark = pytest.mark.emu
+# Alone: in the parallel phase of a fresh clone's CI (2026-12-06) every node's pull from the
+# registry's bridge address was refused (connection refused at 172.18.0.1), where the file
+# alone passes (9 of 9, 17 s); another file's swarm on the host's engine may take or drop that
+# bridge's address while the nodes pull. Not found for sure: it runs after the others.
+pytestmark = [pytest.mark.emu, pytest.mark.alone]
 
 NAME = "foglab-test-swarm-nodes"
 SITES = ("cloud", "field", "field")
@@ -206,9 +210,11 @@ def test_a_node_has_the_least_privileges_that_run_its_tasks(swarm: SwarmNodes, h
     # device the node read the log; this host refuses raw reads of its disk even to root.
     disk = os.stat("/").st_dev
     for kind, major, minor in (("b", os.major(disk), os.minor(disk)), ("c", 1, 11)):
+        # The count last, after the refusal (stdout and stderr interleave in any order).
         read = node.exec_run(["sh", "-c", f"rm -f /tmp/dev; mknod /tmp/dev {kind} {major} "
-                                          f"{minor} && timeout 2 head -c 512 /tmp/dev | wc -c"])
-        assert read.output.split()[-1] == b"0", read.output
+                                          f"{minor} && n=$(timeout 2 head -c 512 /tmp/dev "
+                                          f"2>/tmp/err | wc -c); cat /tmp/err; echo count=$n"])
+        assert read.output.split()[-1] == b"count=0", read.output
         assert b"Operation not permitted" in read.output, read.output
     # A call the profile denies (syslog: the kernel's log) fails in the node.
     assert node.exec_run(["dmesg"]).exit_code != 0
