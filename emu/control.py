@@ -364,15 +364,13 @@ class Controller:
             return {}
         from emu.cluster.grants import GrantError
 
-        refused = {}
-        for node in nodes:
-            try:
-                self.grants.before(node, command, args)
-            except GrantError as error:
-                now = self.clock.now()
-                refused[node] = Reply(node, False, f"not granted its reads: {error}", now, now,
-                                      now)
-        return refused
+        try:  # one grant for every node of the request: one ACL, one reload of each broker
+            self.grants.before_all(nodes, command, args)
+        except GrantError as error:
+            now = self.clock.now()
+            return {node: Reply(node, False, f"not granted its reads: {error}", now, now, now)
+                    for node in nodes}
+        return {}
 
     def _left(self, nodes: list[str], command: str, args: dict[str, Any]) -> None:
         """After a request that ended an instance on each node: its run-time grants go; a
@@ -381,11 +379,11 @@ class Controller:
             return
         from emu.cluster.grants import GrantError
 
-        for node in nodes:
-            try:
-                self.grants.after(node, command, args)
-            except GrantError as error:
-                logging.getLogger(__name__).warning("%s: grants not revoked: %s", node, error)
+        try:
+            self.grants.after_all(nodes, command, args)
+        except GrantError as error:
+            logging.getLogger(__name__).warning("%s: grants not revoked: %s",
+                                                ", ".join(nodes), error)
 
     def _new_id(self) -> str:
         self._count += 1

@@ -301,34 +301,50 @@ class Grants:
         """Before `operator`'s instance starts on `node`: the filters it reads that the node
         does not hold, granted in every broker, returning once each runs the new ACL; False
         when the node held them all (nothing written)."""
-        if node not in self.access.passwords:
-            raise GrantError(f"no node {node!r} in the cluster's logins: nothing granted")
+        return bool(self.grant_many(operator, {node: list(filters)}))
+
+    def grant_many(self, operator: str, filters: Mapping[str, Iterable[str]]) -> list[str]:
+        """`grant` for several nodes at once (an install on every gateway): one new ACL and
+        one reload of each broker for them all, not one a node; the nodes granted."""
+        unknown = sorted(node for node in filters if node not in self.access.passwords)
+        if unknown:
+            raise GrantError(f"no node {', '.join(map(repr, unknown))} in the cluster's logins:"
+                             " nothing granted")
         with self._state():
-            wanted = self.missing(node, filters)
+            wanted = {node: missing for node, wants in filters.items()
+                      if (missing := self.missing(node, wants))}
             if not wanted:
-                return False
+                return []
             before = {n: dict(ops) for n, ops in self.granted.items()}
-            ops = self.granted.setdefault(node, {})
-            ops[operator] = tuple(sorted({*ops.get(operator, ()), *wanted}))
-            try:
-                self._reload(node, wait=True)
+            for node, missing in wanted.items():
+                ops = self.granted.setdefault(node, {})
+                ops[operator] = tuple(sorted({*ops.get(operator, ()), *missing}))
+            try:  # one node's probe: every broker reads the one file it was given
+                self._reload(next(iter(wanted)), wait=True)
             except BaseException:
                 self.granted = before  # as it was: the next version is written without it
                 raise
-            return True
+            return sorted(wanted)
 
     def revoke(self, node: str, operator: str) -> bool:
         """After `operator`'s instance left `node`: what was granted to it there at run time
         taken back (what the plan placed stays). The brokers reload; the host does not wait
         for it (nothing waits on the node reading less)."""
+        return bool(self.revoke_many(operator, [node]))
+
+    def revoke_many(self, operator: str, nodes: Iterable[str]) -> list[str]:
+        """`revoke` for several nodes at once: one new ACL for them all; the nodes revoked."""
         with self._state():
-            if operator not in self.granted.get(node, {}):
-                return False
-            del self.granted[node][operator]
-            if not self.granted[node]:
-                del self.granted[node]
-            self._reload(node, wait=False)
-            return True
+            found = [node for node in dict.fromkeys(nodes)
+                     if operator in self.granted.get(node, {})]
+            if not found:
+                return []
+            for node in found:
+                del self.granted[node][operator]
+                if not self.granted[node]:
+                    del self.granted[node]
+            self._reload(found[0], wait=False)
+            return found
 
     def acl(self, serial: str | None = None) -> str:
         """The ACL of the grants now: the plan's, each node's run-time grants added."""
@@ -349,14 +365,23 @@ class Grants:
     def before(self, node: str, command: str, args: Mapping[str, Any]) -> None:
         """Before `command` goes to `node`: if it starts an operator's instance there, the
         instance's reads granted (a GrantError if that fails: the request must not go)."""
+        self.before_all([node], command, args)
+
+    def before_all(self, nodes: Iterable[str], command: str, args: Mapping[str, Any]) -> None:
+        """`before` for a request that goes to several nodes (one grant for them all)."""
         config = STARTS[command](args) if command in STARTS else None
         if config:
-            self.grant(node, str(config["name"]), operator_filters(config))
+            filters = operator_filters(config)
+            self.grant_many(str(config["name"]), {node: filters for node in nodes})
 
     def after(self, node: str, command: str, args: Mapping[str, Any]) -> None:
         """After `node` answered `command` ok: if the instance left, its grants go."""
+        self.after_all([node], command, args)
+
+    def after_all(self, nodes: Iterable[str], command: str, args: Mapping[str, Any]) -> None:
+        """`after` for the nodes that answered a request ok (one revocation for them all)."""
         if command in LEAVES and LEAVES[command](args) and args.get("operator"):
-            self.revoke(node, str(args["operator"]))
+            self.revoke_many(str(args["operator"]), nodes)
 
     # Kept in the scratch folder, for the host's later commands -----------------------------
 

@@ -390,7 +390,9 @@ def closed_plan(plan: ClusterPlan, targets: Mapping[str, Collection[str]] | None
                 live_acl: bool = True) -> ClusterPlan:
     """The plan closed to outsiders (emu.cluster.access): each broker's conf refuses anonymous
     clients and reads the cluster's password file and ACL, where each node reads what the
-    operators that run on it, or may come to it (`targets`, plan_cluster's), read; each agent
+    operators placed on it read (those that may come to it, `targets`, plan_cluster's, are
+    granted at the move, emu.cluster.grants; or here, where the brokers cannot take a new
+    ACL while they run: not `live_acl`, or RabbitMQ); each agent
     logs in as its node, to the broker and to ZooKeeper (and adds the run's identity there);
     each ZooKeeper server takes the host as its super user."""
     configs = plan.agent_configs()

@@ -313,3 +313,26 @@ def test_an_engine_without_a_live_acl_grants_a_movers_targets_at_the_start() -> 
                                   live_acl=engine.live_acl) for engine in (Cluster, SwarmCluster)}
     assert plans[Cluster].access.common_reads == ()
     assert plans[SwarmCluster].access.common_reads == ("s/#",)
+
+
+def test_an_install_on_several_nodes_is_one_grant_and_one_reload(tmp_path) -> None:
+    """A request to many nodes (an install on every gateway) grants them all in one new ACL,
+    one reload of each broker, not one a node (200 gateways at 89 ms each were 18 s); its
+    uninstall revokes them all at once too."""
+    access, count = moving_access()
+    with granting(access, tmp_path) as (port, grants):
+        assert grants.missing("gw-2", count.reads) and grants.missing("gw-3", count.reads)
+        grants.before_all(["gw-1", "gw-2", "gw-3"], "install", asdict(count))
+        assert grants.reloads == 1
+        assert grants.missing("gw-2", count.reads) == grants.missing("gw-3", count.reads) == []
+        assert sorted(grants.granted) == ["gw-2", "gw-3"]  # gw-1 held them: placed there
+        gw3, _ = _connect(port, *access.credentials("gw-3"))
+        heard = _heard(gw3, count.reads)
+        gw1, _ = _connect(port, *access.credentials("gw-1"))
+        _publish(gw1, READINGS, 2)
+        time.sleep(0.5)
+        assert len(heard) == 4  # the new ACL is the broker's: gw-3 reads what it was granted
+        grants.after_all(["gw-2", "gw-3"], "uninstall", {"operator": "count"})
+        assert grants.reloads == 2 and grants.granted == {}
+        assert grants.missing("gw-3", count.reads)
+        _stop(gw1, gw3)
