@@ -228,7 +228,11 @@ def _sent(running) -> list[str]:
                 if row["stream"] == "s" and row["dropped"] in ("", "0", "False")]
 
 
+# Alone: in one of three runs of CI's parallel phase on a fresh clone (load about 2 a core) the
+# move failed at its resume, "operator 'count' was not prepared on gw-2", where alone it
+# passes; not explained yet (the grant's probe logs in with a client id of its own).
 @pytest.mark.emu
+@pytest.mark.alone
 def test_a_moved_operator_gets_its_inputs_on_its_new_gateway_and_no_other_before(
         client, tmp_path) -> None:
     import secrets
