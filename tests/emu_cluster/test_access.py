@@ -4,6 +4,7 @@ Mosquitto on loopback given them: outsiders refused, a gateway kept to its own t
 from __future__ import annotations
 
 import base64
+import contextlib
 import hashlib
 import shutil
 import subprocess
@@ -79,15 +80,15 @@ def test_a_closed_plan_closes_every_broker_and_logs_every_agent_in() -> None:
     assert all(c.agent.mqtt_user == "" for c in open_plan.agents())
 
 
-@pytest.fixture(scope="module")
-def closed_broker() -> Iterator[tuple[int, Access]]:
+@contextlib.contextmanager
+def closed_mosquitto(access: Access) -> Iterator[int]:
+    """A Mosquitto on loopback closed with `access`'s password file and ACL; its port."""
     binary = find_mosquitto()
     if binary is None:
         pytest.skip("mosquitto is not installed (make host installs it)")
     # Not under pytest's folder (0700): run as root, Mosquitto reads the files as its own user.
     folder = Path(tempfile.mkdtemp(prefix="foglab-closed-"))
     folder.chmod(0o755)
-    access = Access.make(["gw-1", "gw-2", "cloud-1"], reads={"cloud-1": ["clean/#"]})
     port = _free_port("127.0.0.1")
     conf = (MOSQUITTO_DEFAULTS.read_text().replace("listener 1883 0.0.0.0",
                                                    f"listener {port} 127.0.0.1")
@@ -100,14 +101,26 @@ def closed_broker() -> Iterator[tuple[int, Access]]:
                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         deadline = time.monotonic() + 10
-        while _connect(port, *access.host)[1] != 0:
+        while True:
+            client, code = _connect(port, *access.host)
+            if code == 0:
+                client.loop_stop()
+                client.disconnect()
+                break
             assert time.monotonic() < deadline, "the closed broker did not answer"
             time.sleep(0.1)
-        yield port, access
+        yield port
     finally:
         process.terminate()
         process.wait(10)
         shutil.rmtree(folder)
+
+
+@pytest.fixture(scope="module")
+def closed_broker() -> Iterator[tuple[int, Access]]:
+    access = Access.make(["gw-1", "gw-2", "cloud-1"], reads={"cloud-1": ["clean/#"]})
+    with closed_mosquitto(access) as port:
+        yield port, access
 
 
 def _connect(port: int, user: str | None = None, password: str | None = None):

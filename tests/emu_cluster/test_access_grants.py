@@ -30,8 +30,8 @@ from emu.cluster.plan import plan_cluster
 from emu.control import Controller
 from emu.deployment import agent_configs
 from experiments.loader import parse_text
-from tests.emu_cluster.test_access import _connect, _heard
-from tests.emu_cluster.test_access_exploits import _stop, closed_mosquitto
+from tests.emu_cluster.test_access import _connect, _heard, closed_mosquitto
+from tests.emu_cluster.test_access_exploits import _stop
 from topologies.model import expand
 
 # An operator that may move (a scheduled migration: a session of its own) on gw-1, reading
