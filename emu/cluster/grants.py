@@ -39,13 +39,13 @@ from typing import Any
 
 from emu.cluster.access import ACL_FILE, Access, operator_filters
 from emu.cluster.access import load as load_access
+from emu.cluster.plan import MQTT_PORT
 
 GRANTS_FILE = "grants.json"
 LOCK_FILE = "grants.lock"
 PROBE_ROOT = "foglab/grants"
 PROBE_TIMEOUT_S = 10.0
 PROBE_EVERY_S = 0.01
-MQTT_PORT = 1883
 
 
 class GrantError(RuntimeError):
