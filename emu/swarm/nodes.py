@@ -22,6 +22,7 @@ keyrings: Docker's default refuses runc's session keyring) and refuses what no n
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import platform
 import re
@@ -82,7 +83,11 @@ ARCHITECTURES = {"x86_64": ("SCMP_ARCH_X86_64", "SCMP_ARCH_X86", "SCMP_ARCH_X32"
 APPARMOR = "apparmor=unconfined"
 # Before dockerd: make /sys, /proc/sys (dockerd sets forwarding there) and the cgroup
 # hierarchies writable, and forget a swarm of a previous run kept in the volume (its manager is
-# gone; the node joins the new one). The node shares the host's cgroup namespace and sees the
+# gone; the node joins the new one) and that run's networks: their subnets were chosen beside
+# the bridge of that run, and the new bridge may have one of them (a docker_gwbridge restored
+# at the bridge's subnet took the host's address on it: every pull from the registry there was
+# refused). Without them the engine chooses its bridges beside the node's new address; the
+# images stay. The node shares the host's cgroup namespace and sees the
 # host's cgroup hierarchies (a bind of /sys/fs/cgroup: Docker would mount the node's own
 # sub-hierarchy there): its tasks' cgroups are then where the host's containers' are
 # (docker/<id>), so foglab's samplers (emu.metrics, emu.accounting), which read cgroups on this
@@ -91,7 +96,7 @@ START = """set -e
 mount -o remount,rw /sys
 mount -o remount,bind,rw /proc/sys
 for d in /sys/fs/cgroup/*; do [ -L "$d" ] || mount -o remount,bind,rw "$d"; done
-rm -rf /var/lib/docker/swarm
+rm -rf /var/lib/docker/swarm /var/lib/docker/network
 exec dockerd -H unix:///var/run/docker.sock -H unix://{sockets}/docker.sock --group root {flags}
 """
 
@@ -130,6 +135,8 @@ class SwarmNodes:
     Each node keeps /var/lib/docker on the volume `<name>-<index>`: with keep_volumes a second
     run finds its pulled images there. The bridge's subnet is an insecure registry for every
     node (a registry on the bridge speaks plain HTTP); `insecure_registries` adds others.
+    `subnet` (CIDR) sets the bridge's, where the host's engine's choice would meet a network
+    of the user's (a VPN's); without it the host's engine chooses.
     Use as a context manager, or call start() then close().
     """
 
@@ -138,6 +145,7 @@ class SwarmNodes:
     sites: Sequence[str | None] = ()
     keep_volumes: bool = False
     insecure_registries: Sequence[str] = ()
+    subnet: str | None = None
     ready_s: float = READY_S
     host: docker.DockerClient | None = None
     nodes: list[Node] = field(default_factory=list, init=False)
@@ -149,6 +157,14 @@ class SwarmNodes:
         if not NAME.match(self.name):
             raise ValueError(f"SwarmNodes name {self.name!r}: lower-case letters, digits and -, "
                              "starting with a letter or digit, at most 40 characters")
+        if self.subnet is not None:
+            try:
+                network = ipaddress.IPv4Network(self.subnet)
+            except ValueError as error:
+                raise ValueError(f"SwarmNodes subnet {self.subnet!r}: {error}") from None
+            if network.num_addresses < 8:
+                raise ValueError(f"SwarmNodes subnet {self.subnet!r}: too small for a bridge "
+                                 "(a /29 at least)")
         if self.count < 1:
             raise ValueError(f"SwarmNodes count {self.count}: at least 1 node")
         if len(self.sites) > self.count:
@@ -202,7 +218,13 @@ class SwarmNodes:
         # 0700, root's (this process's): only root reaches the engines' sockets in it.
         self.sockets = Path(tempfile.mkdtemp(prefix=f"{SOCKETS_PREFIX}{self.name}-"))
         labels = {"foglab": "1", LABEL: self.name}
-        network = host.networks.create(self.name, driver="bridge", labels=labels)
+        ipam = None
+        if self.subnet is not None:
+            from docker.types import IPAMConfig, IPAMPool
+
+            gateway = str(next(ipaddress.ip_network(self.subnet).hosts()))
+            ipam = IPAMConfig(pool_configs=[IPAMPool(subnet=self.subnet, gateway=gateway)])
+        network = host.networks.create(self.name, driver="bridge", labels=labels, ipam=ipam)
         self._made.append(("network", network.id))
         self.network = network.name
         subnet = network.attrs["IPAM"]["Config"][0]["Subnet"]

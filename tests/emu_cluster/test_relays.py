@@ -125,10 +125,12 @@ def test_relay_links_listen_on_each_clients_bridge_and_reach_the_services(echo: 
         assert all(address.startswith(f"{HOST}:") for address in addresses.values())
         # The relays of one client share who may use them: the bridge's network (loopback's).
         assert [str(n) for n in links.peers["gw"].networks] == ["127.0.0.0/8"]
-        assert round_trip(ports[("gw", "broker")]) == pytest.approx(0.02, abs=0.008)
+        # Never shorter than twice the 10 ms one-way delay; longer on a loaded host (CI's
+        # parallel phase once gave 31.8 ms), hence the wider side (as above).
+        assert 0.019 <= round_trip(ports[("gw", "broker")]) < 0.02 + SLACK_S
         links.reshape("gw", "broker", LinkShape(0.001))
-        assert round_trip(ports[("gw", "broker")]) == pytest.approx(0.002, abs=0.004)
-        assert round_trip(ports[("gw", "zookeeper")]) == pytest.approx(0.02, abs=0.008)
+        assert 0.0019 <= round_trip(ports[("gw", "broker")]) < 0.002 + SLACK_S
+        assert 0.019 <= round_trip(ports[("gw", "zookeeper")]) < 0.02 + SLACK_S
         assert links.shapes[("gw", "broker")] == LinkShape(0.001)
         with pytest.raises(KeyError):
             links.reshape("gw", "nobody", LinkShape(0.0))

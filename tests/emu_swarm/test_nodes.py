@@ -27,11 +27,7 @@ from emu.swarm.nodes import CAP_ADD, LABEL, Node, SwarmNodes, SwarmNodesError, r
 from emu.swarm.registry import ExternalRegistry, LocalRegistry
 from tests.engine import docker_engine
 
-# Alone: in the parallel phase of a fresh clone's CI (2026-12-06) every node's pull from the
-# registry's bridge address was refused (connection refused at 172.18.0.1), where the file
-# alone passes (9 of 9, 17 s); another file's swarm on the host's engine may take or drop that
-# bridge's address while the nodes pull. Not found for sure: it runs after the others.
-pytestmark = [pytest.mark.emu, pytest.mark.alone]
+pytestmark = pytest.mark.emu
 
 NAME = "foglab-test-swarm-nodes"
 SITES = ("cloud", "field", "field")
