@@ -152,9 +152,9 @@ def calibrate(quick: bool = False, progress: Progress | None = None,
                            broker=brokered, links=links, spark=spark)
     finally:
         # A second Ctrl-C waits until the containers are gone (then interrupts).
-        from emu.cluster.engine import _interrupts_deferred
+        from emu.engines.base import interrupts_deferred
 
-        with _interrupts_deferred():
+        with interrupts_deferred():
             _remove(client, token)
 
 

@@ -24,6 +24,8 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
+from emu.engines import DEFAULT as DEFAULT_ENGINE
+from emu.engines import ENGINES
 from emu.live import EXPERIMENT_LABEL, PING_TIMEOUT_S, SETS_LABEL
 from topologies.errors import SpecError
 from topologies.terminal import (
@@ -50,6 +52,8 @@ app = typer.Typer(no_args_is_help=True,
 # How `--experiment` and `emu migrate` load an experiment file: the experiment layer hands its
 # loader over as it mounts these commands (emu imports nothing of it).
 _experiments: list[Callable[[str, list[str]], tuple[Path, Any]]] = []
+
+ENGINES_HELP = "; ".join(f"{e.name}: {e.summary}" for e in ENGINES.values())
 
 
 def use_experiments(load: Callable[[str, list[str]], tuple[Path, Any]]) -> None:
@@ -308,9 +312,7 @@ def emu_up(
         help="the cluster's name (default: the topology's)")] = None,
     zookeeper: Annotated[int, typer.Option(help="ZooKeeper servers: 1, or 3 for an ensemble")]
     = 1,
-    engine: Annotated[str, typer.Option(
-        help="docker: plain containers on this host; swarm: Swarm services through this "
-             "engine, a swarm manager (docs/swarm.md)")] = "docker",
+    engine: Annotated[str, typer.Option(help=ENGINES_HELP)] = DEFAULT_ENGINE,
     detach: Annotated[bool, typer.Option(
         help="return once up; the relays stay in a background process that "
              "`foglab emu down` ends")] = False,
@@ -331,8 +333,8 @@ def emu_up(
     _cluster_name(cluster)
     if zookeeper not in (1, 3):
         refuse(f"--zookeeper {zookeeper}: 1 server, or 3 for an ensemble")
-    if engine not in ("docker", "swarm"):
-        refuse(f"--engine {engine}: docker or swarm")
+    if engine not in ENGINES:
+        refuse(f"--engine {engine}: one of {', '.join(ENGINES)}")
     if records is not None:
         folder_to_write("--records", records)
     for item in label or []:
@@ -373,8 +375,8 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
 
     from emu.cluster.hold import hold
     from emu.cluster.plan import plan_cluster
+    from emu.engines import engine_class
     from emu.live import start_drivers
-    from emu.swarm.engine import engine_class
 
     try:
         plan = plan_cluster(deployed.topology, cluster, agents=deployed.agents,

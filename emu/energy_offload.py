@@ -64,18 +64,20 @@ class Gauge:
 class OffloadWatcher:
     """The run's battery gateways, watched from `start` to `finish` (see the module's
     docstring). `gauges`: one per gateway; `control`: the run's controller; `settings`: the
-    scenario's migration settings; `api`: the engine's, for a container whose cgroup is not on
-    this host (a task on another swarm node)."""
+    scenario's migration settings; `node_control`: the engine's (Engine.node), for a
+    container whose cgroup is not on this host (a task on another swarm node)."""
 
     def __init__(self, control, offload: Offload, gauges: list[Gauge], target: str,
                  strategy: str, settings, clock: TimeBase, duration: float,
-                 api=None, cgroups: dict | None = None) -> None:
+                 node_control=None, cgroups: dict | None = None) -> None:
         self.control, self.policy, self.gauges = control, offload, gauges
         self.target, self.strategy, self.settings = target, strategy, settings
         self.clock, self.duration = clock, duration
         # gateway -> its CPU counters (emu.metrics.counters; given: a unit test's stand-ins)
         self.cgroups = cgroups if cgroups is not None else {
-            g.gateway: counters(g.container, api=api) for g in gauges}
+            g.gateway: counters(g.container,
+                                node=node_control(g.gateway) if node_control else None)
+            for g in gauges}
         self.records: list = []
         self.errors: list[str] = []
         self._stop = threading.Event()

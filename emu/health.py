@@ -142,10 +142,9 @@ def engine_time(text: str | None) -> float | None:
 def cluster_states(cluster, services: list[str]) -> dict[str, Seen]:
     """Every node's Seen: one listing for all, an inspection per service for its times."""
     states = {s.node: Seen(s.state, s.status) for s in cluster.status()}
-    api = cluster.client.api
     for node in services:
         try:
-            state = api.inspect_container(cluster.plan.containers[node].name)["State"]
+            state = cluster.node(node).state()
         except Exception:  # noqa: BLE001 - removed, or the engine busy: the listing stands
             continue
         states[node] = Seen(state.get("Status", ""), "", engine_time(state.get("StartedAt")),

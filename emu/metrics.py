@@ -73,13 +73,13 @@ class EngineStats:
 
     cpu_file = None
 
-    def __init__(self, api, container_id: str) -> None:
-        self.api = api
-        self.container = container_id
+    def __init__(self, node) -> None:
+        self.node = node  # its engine's control of it (emu.engines.base.NodeControl)
+        self.container = node.container
 
     def usage(self) -> Usage:
         try:
-            stats = self.api.stats(self.container, stream=False)
+            stats = self.node.stats()
             cpu_s = stats["cpu_stats"]["cpu_usage"]["total_usage"] / 1e9
             return Usage(cpu_s, int((stats.get("memory_stats") or {}).get("usage", 0)))
         except Exception as error:  # noqa: BLE001 - the engine's or the answer's, as a gone cgroup
@@ -88,7 +88,7 @@ class EngineStats:
 
     def down(self) -> str | None:
         try:
-            state = self.api.inspect_container(self.container)["State"]
+            state = self.node.state()
         except Exception:  # noqa: BLE001 - removed, or its node's engine went
             return "gone: its engine does not know it"
         if state.get("Paused"):
@@ -98,14 +98,15 @@ class EngineStats:
         return None
 
 
-def counters(container_id: str, root: Path = CGROUP_ROOT, api=None):
-    """The container's cgroup on this host; without one, its engine's stats (given `api`)."""
+def counters(container_id: str, root: Path = CGROUP_ROOT, node=None):
+    """The container's cgroup on this host; without one, its engine's stats (given `node`, its
+    engine's control of the container: emu.engines.base.NodeControl)."""
     try:
         return ContainerCgroup(container_id, root)
     except FileNotFoundError:
-        if api is None:
+        if node is None:
             raise
-        return EngineStats(api, container_id)
+        return EngineStats(node)
 
 
 class NodeSampler:
@@ -124,9 +125,11 @@ class NodeSampler:
     """
 
     def __init__(self, containers: dict[str, str], cores: dict[str, float], epoch: float,
-                 root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED, api=None):
-        # `api`: the engine's, for containers whose cgroup is elsewhere (`counters`).
-        self.cgroups = {node: counters(cid, root, api) for node, cid in containers.items()}
+                 root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED, control=None):
+        # `control`: node -> its engine's control (Engine.node), for containers whose cgroup
+        # is elsewhere (`counters`).
+        self.cgroups = {node: counters(cid, root, control(node) if control else None)
+                        for node, cid in containers.items()}
         self.cores = cores
         # Rows are stamped in the run's time (`epoch` is on its clock: emulated at dilation
         # K); CPU is a share of the node's cores over host seconds, the same at every K (an
@@ -154,7 +157,7 @@ class NodeSampler:
     @classmethod
     def of_cluster(cls, plan, status: dict, epoch: float,
                    root: Path = CGROUP_ROOT, clock: TimeBase = UNDILATED,
-                   api=None) -> NodeSampler:
+                   control=None) -> NodeSampler:
         """A sampler of a cluster's topology nodes (`plan`: its ClusterPlan; `status`: node ->
         its container's status, with `.container`), each on its container's CPU limit.
 
@@ -165,7 +168,7 @@ class NodeSampler:
         nodes = [node for node in status if plan.containers[node].kind != "zookeeper"]
         return cls({node: status[node].container for node in nodes},
                    {node: plan.containers[node].nano_cpus / 1e9 for node in nodes}, epoch, root,
-                   clock, api)
+                   clock, control)
 
     def sample(self, now: float | None = None) -> None:
         """One row per node at host time `now` (default: this moment)."""

@@ -46,6 +46,7 @@ from emu.accounting import account
 from emu.accounting import begin as begin_accounting
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.deployment import agent_configs
+from emu.engines.base import NodeGone
 from emu.errors import EmuError
 from emu.features import FEATURES
 from emu.features.base import Feature, Run, Setup, wanted
@@ -123,12 +124,12 @@ class Request:
     follow: dict | None = None
     load: Sequence = ()
     facts: dict = field(default_factory=dict)  # the caller's, for the run's facts
-    engine: str = "docker"  # run.engine: emu.swarm.engine.engine_class
+    engine: str = "docker"  # run.engine: emu.engines.ENGINES
     closed: bool = False  # the brokers and ZooKeeper take only the run's own clients
     # The most the nodes' records may take on the host (bytes; None: emu.records_watch's
     # default, FOGLAB_RECORDS_LIMIT or half the free disk): past it the run stops.
     records_limit: int | None = None
-    swarm_encrypted: bool = False  # run.swarm_encrypted: emu.swarm.engine.engine_options
+    swarm_encrypted: bool = False  # run.swarm_encrypted: emu.engines.engine_options
     tls: bool = False  # run.tls: with closed, the brokers and ZooKeeper speak TLS only
 
 
@@ -150,7 +151,7 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
     base.Feature) beside the scenario's, started after them (the hybrid backend's coupling).
     """
     from emu.cluster.plan import plan_cluster
-    from emu.swarm.engine import engine_class, engine_options
+    from emu.engines import engine_class, engine_options
 
     active = [*scenario_features(request.scenario), *features]
     clock = TimeBase.starting_now(request.timing.dilation)
@@ -177,7 +178,7 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
         check(plan, configs)
     cluster = engine(
         plan, records=records, seed=request.seed, progress=up_progress,
-        **engine_options(request.engine, encrypted=request.swarm_encrypted))
+        **engine_options(request.engine, swarm_encrypted=request.swarm_encrypted))
     # SIGTERM and SIGHUP stop a run as Ctrl-C does, so its containers go with it.
     with stop_on_signals():
         try:
@@ -302,7 +303,7 @@ def _after(run: Run, agents: list[str], stage) -> dict:
     run.clock.sleep(timing.drain)
     caught_up = drain_spark_jobs(cluster, run.epoch + timing.duration, set(failed), run.moved,
                                  now=run.clock.now)
-    _stop_agents(cluster.client.api, {a: run.status[a].container for a in agents}, failed)
+    _stop_agents(cluster, agents, failed)
     stage("reading the records")
     _trim_cut_lines(cluster.records_root)
     run.messages, counts = run_messages(cluster.records_root, cluster.plan, run.epoch,
@@ -368,7 +369,7 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
     here is the run's clock's (`epoch` too); a sample waits K times its span on the host."""
     # A task on another node of a swarm has its cgroup there: sampled through its engine.
     sampler = NodeSampler.of_cluster(cluster.plan, status, epoch, clock=clock,
-                                     api=cluster.client.api)
+                                     control=cluster.node)
     shaper = cluster.links
     fidelity = sampler.watch(lag=shaper.lag if shaper is not None and shaper.measures_lag
                              else None)
@@ -389,28 +390,27 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
     return {"nodes": sampler.rows, "links": links}, fidelity.facts()
 
 
-def _stop_agents(api, containers: dict[str, str], failed: dict[str, str]) -> None:
+def _stop_agents(cluster, agents: list[str], failed: dict[str, str]) -> None:
     """SIGTERM every agent at once, then wait for each: they flush records on the way out.
 
     A container already dead or removed is no error (its records are what it flushed); one
     that does not stop within STOP_TIMEOUT_S is failed, and `down` kills it."""
-    from docker.errors import APIError, NotFound
-
-    signalled = {}
-    for agent, container in containers.items():
+    signalled = []
+    for agent in agents:
+        node = cluster.node(agent)
         try:
-            api.kill(container, signal="SIGTERM")
-        except NotFound:
+            node.kill("SIGTERM")
+        except NodeGone:
             failed.setdefault(agent, "its container was removed before the run's end")
             continue
-        except APIError as error:  # 409: the container is not running
+        except Exception as error:  # noqa: BLE001 - NodeNotRunning, or what the engine said
             failed.setdefault(agent, "its container was not running at the run's end: "
-                              f"{error.explanation or error}")
+                              f"{getattr(error, 'explanation', None) or error}")
             continue
-        signalled[agent] = container
-    for agent, container in signalled.items():
+        signalled.append((agent, node))
+    for agent, node in signalled:
         try:
-            api.wait(container, timeout=STOP_TIMEOUT_S)
+            node.wait(STOP_TIMEOUT_S)
         except Exception as error:  # noqa: BLE001 - the SDK raises the transport's errors
             failed.setdefault(agent, f"did not stop within {STOP_TIMEOUT_S} s of SIGTERM "
                               f"({error}); rows after its last flush are lost")

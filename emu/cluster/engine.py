@@ -26,16 +26,15 @@ import contextlib
 import io
 import posixpath
 import secrets
-import signal
 import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from emu.agent.config import (
     CONFIG_VARIABLE,
@@ -49,6 +48,7 @@ from emu.cluster import inventory
 from emu.cluster.access import save as save_access
 from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import Links, make_links
+from emu.cluster.nodes import DockerNode
 from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
 from emu.cluster.services import mqtt_answers, zookeeper_answers
 from emu.cluster.zygote import (
@@ -59,6 +59,7 @@ from emu.cluster.zygote import (
     waiter_binds,
     waiter_command,
 )
+from emu.engines.base import Made, RunOption, interrupts_deferred
 from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape
@@ -71,7 +72,6 @@ if TYPE_CHECKING:
 Progress = Callable[[str, int, int, str], None]
 WORKERS = 16
 READY_TIMEOUT_S = 180
-DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 STARTING_CPU_SHARES = 2
 DEFAULT_CPU_SHARES = 1024
 LOG_CONFIG = {"type": "json-file", "config": {"max-size": "10m", "max-file": "2"}}
@@ -85,14 +85,6 @@ class ClusterError(RuntimeError):
 class ExecResult:
     exit_code: int
     output: bytes
-
-
-@dataclass
-class _Made:
-    """What this process made, beyond what the labels find."""
-
-    scratch: Path | None = None
-    ids: dict[str, str] = field(default_factory=dict)  # node -> container id
 
 
 def _noop(stage: str, done: int, total: int, detail: str) -> None:
@@ -111,9 +103,20 @@ class Cluster:
     there (Ctrl-C) aborts `up` and cleans up.
     """
 
+    engine_name: ClassVar[str] = "docker"  # its name in emu.engines.ENGINES
     # Whether a closed cluster's brokers take a new ACL while they run (emu.cluster.grants:
     # a move's target is granted its reads then, not every possible target from the start).
-    live_acl = True
+    live_acl: ClassVar[bool] = True
+    # The run fields it takes besides the plan (emu.engines.engine_options): none.
+    run_options: ClassVar[Mapping[str, RunOption]] = {}
+
+    @classmethod
+    def before_remove(cls, client: docker.DockerClient, cluster: str) -> None:
+        """`foglab emu down`, before the cluster's containers and networks are removed."""
+
+    @classmethod
+    def after_remove(cls, client: docker.DockerClient, cluster: str) -> None:
+        """`foglab emu down`, after the cluster's containers and networks are removed."""
 
     def __init__(self, plan: ClusterPlan, client: docker.DockerClient | None = None, *,
                  records: Path | None = None, shaper: ShaperChoice | None = None,
@@ -136,7 +139,7 @@ class Cluster:
         self.bridges: dict[str, str] = {}
         self.images: dict[str, str] = {}
         self.facts: dict[str, object] = {}
-        self._made: _Made | None = None
+        self._made: Made | None = None
         self._cancel = threading.Event()
         self._owner = inventory.owner_token()
         self._images_s = 0.0
@@ -178,7 +181,7 @@ class Cluster:
                                f"foglab emu down --cluster {self.name}, or choose another name")
         started = time.monotonic()
         self._cancel.clear()
-        self._made = _Made()
+        self._made = Made()
         try:
             if self.shaper is None:
                 self.progress("shaper", 0, 1, "probing kernel netem")
@@ -195,7 +198,7 @@ class Cluster:
             ips = {s.node: s.ip for s in self.status()}
             for service, joined in self.links.service_networks().items():
                 for network in sorted(joined):
-                    with _interrupts_deferred():
+                    with interrupts_deferred():
                         self.client.api.connect_container_to_network(
                             self._made.ids[service], network, aliases=[service])
             self.addresses = self.links.addresses(ips, self.bridges)
@@ -220,7 +223,7 @@ class Cluster:
         """Start the zygote's container; it imports the agent while the links are made."""
         if self.agent_start != "zygote":
             return
-        with _interrupts_deferred():  # see _create_networks
+        with interrupts_deferred():  # see _create_networks
             gateways = [a for a in self.plan.agents() if a.image.name == GATEWAY.name]
             self.zygote = start_zygote(self.client, self.name, self.images[GATEWAY.name],
                                        self._labels(self.plan.labels), LOG_CONFIG,
@@ -281,7 +284,7 @@ class Cluster:
             # A Ctrl-C waits for the engine's answer: cut short, the request goes on in the
             # engine, which could make the network after `down` looked for it (measured: one
             # network left of eight interrupted starts).
-            with _interrupts_deferred():
+            with interrupts_deferred():
                 created = self.client.api.create_network(network.name, driver="bridge",
                                                          labels=self._labels(network.labels),
                                                          check_duplicate=True)
@@ -319,7 +322,7 @@ class Cluster:
             # a second Ctrl-C must not cut this wait, or one could make a container after
             # `down` listed them.
             self._cancel.set()
-            with _interrupts_deferred():
+            with interrupts_deferred():
                 pool.shutdown(wait=True, cancel_futures=True)
             raise
         pool.shutdown(wait=True)
@@ -561,6 +564,10 @@ class Cluster:
             raise ClusterError(f"cluster {self.name} is not up")
         self.links.reshape(client, service, shape)
 
+    def node(self, name: str) -> DockerNode:
+        """The node's container, to kill, stop, start, limit, inspect (emu.cluster.nodes)."""
+        return DockerNode(self.client.api, self.plan.containers[name].name)
+
     def exec(self, node: str, command: Sequence[str] | str) -> ExecResult:
         """Run a command in a node's container to its end; its stdout and stderr together."""
         return run_in(self.client, self._container(node), command)
@@ -572,7 +579,7 @@ class Cluster:
 
     def down(self) -> Removed:
         """Remove exactly what the cluster made: relays, containers, networks, scratch folder."""
-        with _interrupts_deferred():
+        with interrupts_deferred():
             self._cancel.set()
             try:
                 if self.links is not None:
@@ -622,23 +629,3 @@ def _archive(files: tuple[tuple[str, str], ...],
                 info.size, info.mode, info.mtime = len(data), mode, int(time.time())
                 archive.addfile(info, io.BytesIO(data))
     return buffer.getvalue()
-
-
-@contextlib.contextmanager
-def _interrupts_deferred() -> Iterator[None]:
-    """Hold Ctrl-C (and SIGTERM, SIGHUP) back while cleaning up, so a second one cannot leave
-    strays; raise KeyboardInterrupt after. Only the main thread receives signals, so elsewhere
-    this does nothing."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    caught: list[int] = []
-    previous = {number: signal.signal(number, lambda number, frame: caught.append(number))
-                for number in DEFERRED_SIGNALS}
-    try:
-        yield
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-    if caught:
-        raise KeyboardInterrupt(signal.Signals(caught[0]).name)

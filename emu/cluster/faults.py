@@ -1,8 +1,8 @@
 """Inject a fault into a running emulated run's node: kill its container, or restart it.
 
-The engine calls each fault makes (`kill`, `start`, `stop`, `restart`, `set_cpus`) are here,
-once: this module's `Fault` thread and the scenario's fault
-schedule (emu.features.faults) both use them.
+The engine calls each fault makes (kill, start, stop, restart, set_cpus) are a node's
+(emu.cluster.nodes.DockerNode): this module's `Fault` thread and the scenario's fault schedule
+(emu.features.faults, through the engine's `node`) both use them.
 
 For tests and benchmarks of how a run goes through a dead gateway or a broker restart. The
 fault runs on a thread of its own, beside a run that `experiments.runner` drives on the main
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emu.cluster.inventory import CLUSTER, OWNER, owner_token
+from emu.cluster.nodes import DockerNode
 
 if TYPE_CHECKING:
     import docker
@@ -27,34 +28,6 @@ if TYPE_CHECKING:
 ACTIONS = ("kill", "restart")
 POLL_S = 0.2
 RESTART_TIMEOUT_S = 10  # docker restart's grace before SIGKILL, as its CLI's default
-
-
-def kill(api, container: str) -> None:
-    """SIGKILL the container's processes, as `docker kill`: the node dies at once."""
-    api.kill(container)
-
-
-def start(api, container: str) -> None:
-    """Start a stopped or killed container again, as `docker start`."""
-    api.start(container)
-
-
-def stop(api, container: str, grace: float = RESTART_TIMEOUT_S) -> None:
-    """SIGTERM, then SIGKILL after `grace` seconds, as `docker stop`."""
-    api.stop(container, timeout=max(0, int(round(grace))))
-
-
-def restart(api, container: str, grace: float = RESTART_TIMEOUT_S) -> None:
-    """`stop` then `start` in one call, as `docker restart`."""
-    api.restart(container, timeout=max(0, int(round(grace))))
-
-
-def set_cpus(api, container: str, nano_cpus: int) -> None:
-    """Change the container's CPU limit while it runs (0: no limit). The engine refuses a
-    CPU quota on a container made with NanoCpus, and the SDK's update_container has no
-    NanoCpus: the update request is sent as the engine's API has it."""
-    url = api._url("/containers/{0}/update", container)
-    api._raise_for_status(api._post_json(url, data={"NanoCpus": int(nano_cpus)}))
 
 
 class Fault(threading.Thread):
@@ -98,11 +71,11 @@ class Fault(threading.Thread):
         self.started = time.time()
         if self._cancel.wait(self.at):
             return
-        api = self.client.api
+        node = DockerNode(self.client.api, container)
         if self.action == "kill":
-            kill(api, container)
+            node.kill()
         else:
-            restart(api, container)
+            node.restart(RESTART_TIMEOUT_S)
         self.done = time.time()
 
     def _wait_container(self, deadline: float) -> tuple[str, Path]:

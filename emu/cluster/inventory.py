@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emu.engines import engine_of
+
 if TYPE_CHECKING:
     import docker
 
@@ -205,13 +207,8 @@ def remove(client: docker.DockerClient, cluster: str, end_owner_process: bool = 
     labels = next((n.get("Labels") or {} for n in found), {})
     counts = len(containers(client, cluster)), len(found)
     ended = end_owner(labels.get(OWNER, "")) if end_owner_process else False
-    swarm = labels.get("foglab.engine") == "swarm"
-    if swarm:
-        # A swarm cluster's services (and configs) first: Swarm holds their containers and
-        # networks, and removes the containers itself.
-        from emu.swarm.engine import remove_swarm_objects
-
-        remove_swarm_objects(client, cluster)
+    engine = engine_of(labels).load()  # what its engine removes before and after (Swarm's)
+    engine.before_remove(client, cluster)
     ids = [summary["Id"] for summary in containers(client, cluster)]
 
     def remove_container(container: str) -> None:
@@ -243,10 +240,7 @@ def remove(client: docker.DockerClient, cluster: str, end_owner_process: bool = 
         # Also when a network stays (StuckNetwork): the scratch folder is foglab's alone.
         if scratch and not remove_scratch(scratch):
             scratch = None
-    if swarm:
-        from emu.swarm.engine import wait_networks_gone
-
-        wait_networks_gone(client, cluster)  # Swarm lets a network go after the call returned
+    engine.after_remove(client, cluster)
     # What the cluster had, whether this process or its owner removed it.
     return Removed(*counts, scratch, ended)
 

@@ -138,7 +138,7 @@ class EnergyFeature(Feature):
         self.watcher = OffloadWatcher(run.control, offload, gauges,
                                       offload_target(offload, topology), self.strategy,
                                       self.settings, run.clock, run.timing.duration,
-                                      api=run.cluster.client.api)
+                                      node_control=run.cluster.node)
         self.watcher.start(epoch)
 
     def stop(self) -> None:

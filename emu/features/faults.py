@@ -66,45 +66,37 @@ def _name(fault: Injected) -> str:
 # -- what the faults act on --------------------------------------------------------------------
 
 class ClusterEngine:
-    """The running cluster as the faults act on it (emu.cluster.engine.Cluster): containers by
-    node through the engine's API (emu.cluster.faults), link shapes through its links."""
+    """The running cluster as the faults act on it (emu.engines.base.Engine): containers by
+    node through the engine's node control (`cluster.node`), link shapes through its links."""
 
     def __init__(self, cluster, revival: Callable[[str], dict] | None = None,
                  revived: Callable[[str], None] = lambda node: None) -> None:
         self.cluster = cluster
-        self.api = cluster.client.api
         self.shaper = cluster.links.shaper
         # node -> what its agent starts again with (emu.agent.config.revived), and told once
         # it is back; None: agents do not come back.
         self.revival = revival
         self.revived = revived
 
-    def _container(self, node: str) -> str:
-        return self.cluster.plan.containers[node].name
-
     def kill(self, node: str) -> None:
-        from emu.cluster.faults import kill
-        kill(self.api, self._container(node))
+        self.cluster.node(node).kill()
 
     def start(self, node: str) -> None:
         if self.revival is not None and self.cluster.plan.containers[node].role == "agent":
             self.cluster.revive(node, self.revival(node))
             self.revived(node)
             return
-        from emu.cluster.faults import start
-        start(self.api, self._container(node))
+        self.cluster.node(node).start()
 
     def stop(self, node: str) -> None:
-        from emu.cluster.faults import stop
-        stop(self.api, self._container(node), grace=HEAL_GRACE_S)
+        self.cluster.node(node).stop(grace=HEAL_GRACE_S)
 
     def cpus(self, node: str) -> int:
         """The container's CPU limit in nano CPUs, as it was made (0: none)."""
         return self.cluster.plan.containers[node].nano_cpus or 0
 
     def set_cpus(self, node: str, nano_cpus: int) -> None:
-        from emu.cluster.faults import set_cpus
-        set_cpus(self.api, self._container(node), nano_cpus)
+        self.cluster.node(node).set_cpus(nano_cpus)
 
     def paths(self) -> dict[tuple[str, str], tuple[str, ...]]:
         return {link.key: link.path for link in self.cluster.plan.links}

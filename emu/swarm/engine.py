@@ -37,24 +37,18 @@ from __future__ import annotations
 
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Self
+from typing import TYPE_CHECKING, ClassVar, Self
 
 from emu.agent.config import SECRETS_FILE, SECRETS_VARIABLE, secrets_text
 from emu.cluster import inventory
-from emu.cluster.engine import (
-    READY_TIMEOUT_S,
-    WORKERS,
-    Cluster,
-    ClusterError,
-    Progress,
-    _interrupts_deferred,
-    _Made,
-)
+from emu.cluster.engine import READY_TIMEOUT_S, WORKERS, Cluster, ClusterError, Progress
 from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.plan import ClusterPlan, ContainerPlan
+from emu.engines import ENGINE_LABEL
+from emu.engines.base import Made, RunOption, interrupts_deferred
 from emu.images import DOCKER_TIMEOUT_S, SERVICES, ensure_image
 from emu.links.agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
 from emu.links.probe import ShaperChoice
@@ -70,13 +64,10 @@ from emu.swarm.services import (
     service_spec,
 )
 from emu.swarm.target import SwarmTarget, current_target
-from topologies.errors import SpecError
 
 if TYPE_CHECKING:
     import docker
 
-ENGINES = ("docker", "swarm")
-ENGINE_LABEL = "foglab.engine"
 TASK_POLL_S = 0.2
 FAILED_TASK_STATES = ("failed", "rejected", "complete", "shutdown", "orphaned", "remove")
 RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays by a link agent on each node")
@@ -96,27 +87,6 @@ REMOVE_CONTAINERS_S = 180
 # Containers an overlay of Docker's default size (a /24) holds: 256 less the network's and
 # broadcast addresses, its gateway, and a load balancer's address per node (one node here).
 DEFAULT_OVERLAY_CONTAINERS = 252
-
-
-def engine_class(name: object, where: str = "run.engine") -> type[Cluster]:
-    """The engine class a run's `engine` names; a clear error naming the field otherwise."""
-    if name == "docker" or name is None:
-        return Cluster
-    if name == "swarm":
-        return SwarmCluster
-    raise SpecError(where, name, f"an engine is one of {', '.join(ENGINES)}")
-
-
-def engine_options(engine: object, *, encrypted: bool = False,
-                   where: str = "run.swarm_encrypted") -> dict[str, object]:
-    """The options of the engine class a run's spec sets besides its plan: an encrypted
-    overlay (`run.swarm_encrypted`), a swarm's alone."""
-    if not encrypted:
-        return {}
-    if engine != "swarm":
-        raise SpecError(where, encrypted, f"an encrypted overlay network is a swarm's: set "
-                        f"run.engine swarm (it is {engine}), or drop {where}")
-    return {"encrypted": True}
 
 
 def check_encryption(client: docker.DockerClient, target: SwarmTarget | None,
@@ -235,7 +205,20 @@ class SwarmCluster(Cluster):
     may only be the relay (the link agents').
     """
 
-    live_acl = False  # the brokers' ACL is a Docker config, fixed while they run
+    engine_name: ClassVar[str] = "swarm"
+    live_acl: ClassVar[bool] = False  # the brokers' ACL is a Docker config, fixed while they run
+    run_options: ClassVar[Mapping[str, RunOption]] = {
+        "swarm_encrypted": RunOption("encrypted", "an encrypted overlay network")}
+
+    @classmethod
+    def before_remove(cls, client: docker.DockerClient, cluster: str) -> None:
+        """A swarm cluster's services (and configs) first: Swarm holds their containers and
+        networks, and removes the containers itself."""
+        remove_swarm_objects(client, cluster)
+
+    @classmethod
+    def after_remove(cls, client: docker.DockerClient, cluster: str) -> None:
+        wait_networks_gone(client, cluster)  # Swarm lets a network go after the call returned
 
     def __init__(self, plan: ClusterPlan, client: docker.DockerClient | None = None, *,
                  records: Path | None = None, shaper: ShaperChoice | None = None,
@@ -308,7 +291,7 @@ class SwarmCluster(Cluster):
                                   for n in nodes} - {None})
         started = time.monotonic()
         self._cancel.clear()
-        self._made = _Made()
+        self._made = Made()
         try:
             self.shaper = self.shaper or RELAY_SHAPER
             self.links = NodeLinks(self.plan, self.seed)
@@ -332,7 +315,7 @@ class SwarmCluster(Cluster):
         except BaseException:
             self._abort()
             raise
-        self.facts = {**self._facts(time.monotonic() - started), "engine": "swarm",
+        self.facts = {**self._facts(time.monotonic() - started), "engine": self.engine_name,
                       "swarm_nodes": self._nodes, "placement": dict(self.placement),
                       "overlay": self.overlay, "link_agents": sorted(self.links.agents),
                       "encrypted": self.encrypted, "image_refs": dict(self.refs),
@@ -388,7 +371,7 @@ class SwarmCluster(Cluster):
         image = self.refs.get(SERVICES.name) or self.image_ref(self._services_image())
         labels = {**self._labels(self.plan.labels), "foglab.role": inventory.LINK_AGENT_ROLE,
                   "foglab.kind": inventory.LINK_AGENT_ROLE}
-        with _interrupts_deferred():  # the token as a Docker secret, not in the environment
+        with interrupts_deferred():  # the token as a Docker secret, not in the environment
             token = self.client.api.create_secret(f"foglab-{self.name}--link-token",
                                                   self.links.token.encode(), labels=labels)
         task = types.TaskTemplate(
@@ -401,7 +384,7 @@ class SwarmCluster(Cluster):
             restart_policy=types.RestartPolicy(condition="none"),
             resources={"Limits": {"Pids": LINK_AGENT_PIDS}},
             log_driver=types.DriverConfig("json-file", LOG_OPTIONS))
-        with _interrupts_deferred():
+        with interrupts_deferred():
             created = self.client.api.create_service(
                 task, name=link_service_name(self.name), labels=labels,
                 mode=types.ServiceMode("global"), networks=["host"])
@@ -460,7 +443,7 @@ class SwarmCluster(Cluster):
         return {s.node: api.node_of(s.container) or "" for s in self.status()}
 
     def _labels(self, labels: dict[str, str]) -> dict[str, str]:
-        return {**super()._labels(labels), ENGINE_LABEL: "swarm"}
+        return {**super()._labels(labels), ENGINE_LABEL: self.engine_name}
 
     def _create_networks(self) -> None:
         """The overlay every service joins, and the swarm-scoped bridge the host reaches."""
@@ -470,7 +453,7 @@ class SwarmCluster(Cluster):
         made = [(self.overlay, "overlay", {"encrypted": ""} if self.encrypted else None, ipam),
                 (self.host_network, "bridge", None, None)][0 if self.overlay else 1:]
         for done, (name, driver, options, pool) in enumerate(made):
-            with _interrupts_deferred():  # as Cluster._create_networks: the engine answers
+            with interrupts_deferred():  # as Cluster._create_networks: the engine answers
                 self.client.api.create_network(
                     name, driver=driver, options=options, ipam=pool, attachable=True,
                     scope="swarm", labels=self._labels(self.plan.labels), check_duplicate=True)
@@ -480,14 +463,14 @@ class SwarmCluster(Cluster):
         for plan in self.plan.containers.values():
             for path, text in plan.files:
                 name = config_name(self.name, plan.node, path, text)
-                with _interrupts_deferred():
+                with interrupts_deferred():
                     created = self.client.api.create_config(
                         name, text.encode(), labels=self._labels(self.plan.labels))
                 self.configs[name] = created["ID"]
             secret = secrets_text(plan.agent) if plan.agent is not None else None
             if secret:  # the agent's secrets: a Docker secret, not its environment
                 name = config_name(self.name, plan.node, SECRETS_FILE, secret)
-                with _interrupts_deferred():
+                with interrupts_deferred():
                     created = self.client.api.create_secret(
                         name, secret.encode(), labels=self._labels(self.plan.labels))
                 self.configs[name] = created["ID"]
@@ -654,7 +637,7 @@ class SwarmCluster(Cluster):
     def down(self) -> Removed:
         """Remove exactly what the cluster made: relays, services, configs, containers,
         networks, scratch folder."""
-        with _interrupts_deferred():
+        with interrupts_deferred():
             self._cancel.set()
             try:
                 if self.links is not None:

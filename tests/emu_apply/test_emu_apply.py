@@ -145,11 +145,8 @@ def test_a_job_deleted_one_added_and_a_window_moved_with_its_state(cluster) -> N
 def test_after_an_agent_starts_again_apply_sees_what_it_runs(cluster) -> None:
     """gw-1 killed and revived: its agent starts from its first config (the base's bound),
     so the applied parameter is gone, and apply finds that, not what it did before."""
-    from emu.cluster.faults import kill
-    from emu.cluster.inventory import find_container
-
     running, name, epoch = cluster
-    kill(running.client.api, find_container(running.client, name, "gw-1")["Id"])
+    running.node("gw-1").kill()
     running.revive("gw-1", {"epoch": epoch, "incarnation": 1, "away": []})
     deadline = time.monotonic() + 60
     while True:

@@ -125,17 +125,32 @@ class Api:
         return {"StatusCode": 0}
 
 
+class Nodes:
+    """A cluster's nodes (emu.cluster.nodes.DockerNode) over the stand-in engine's answers."""
+
+    def __init__(self, api: Api, containers: dict[str, str]) -> None:
+        self.api, self.containers = api, containers
+
+    def node(self, name: str):
+        from emu.cluster.nodes import DockerNode
+
+        return DockerNode(self.api, self.containers[name])
+
+
 def test_stopping_agents_goes_past_dead_and_stuck_containers() -> None:
     pytest.importorskip("docker")
-    api = Api({"c1": "running", "c2": "exited", "c3": "removed"})
+    api = Api({"c1": "running", "c2": "exited", "c3": "removed", "c4": "exited"})
     failed: dict[str, str] = {"gw-2": "container exited at t=20.0 s"}
-    _stop_agents(api, {"gw-1": "c1", "gw-2": "c2", "gw-3": "c3"}, failed)
+    nodes = Nodes(api, {"gw-1": "c1", "gw-2": "c2", "gw-3": "c3", "gw-4": "c4"})
+    _stop_agents(nodes, ["gw-1", "gw-2", "gw-3", "gw-4"], failed)
     assert api.killed == ["c1"]
     assert failed["gw-2"] == "container exited at t=20.0 s"
     assert failed["gw-3"] == "its container was removed before the run's end"
+    assert failed["gw-4"] == ("its container was not running at the run's end: "
+                              "Container c4 is not running")
     api = Api({"c1": "stuck"})  # running, and deaf to SIGTERM
     failed = {}
-    _stop_agents(api, {"gw-1": "c1"}, failed)
+    _stop_agents(Nodes(api, {"gw-1": "c1"}), ["gw-1"], failed)
     assert failed["gw-1"].startswith("did not stop within 20 s of SIGTERM")
 
 

@@ -11,16 +11,11 @@ from pathlib import Path
 import pytest
 
 import emu.run
-from emu.cluster.engine import _Made
 from emu.cluster.plan import plan_cluster
+from emu.engines import ENGINE_LABEL, engine_options
+from emu.engines.base import Made
 from emu.swarm import ipsec
-from emu.swarm.engine import (
-    ENGINE_LABEL,
-    RELAY_SHAPER,
-    SwarmCluster,
-    check_encryption,
-    engine_options,
-)
+from emu.swarm.engine import RELAY_SHAPER, SwarmCluster, check_encryption
 from experiments.loader import parse_text
 from experiments.runner import run_experiment
 from tests.emu_cluster.test_cluster import small_topology
@@ -55,7 +50,7 @@ def overlay_options(client: FakeClient, scratch: Path, **options) -> dict | None
     """The options the swarm engine gives its overlay network, as `up` makes it."""
     cluster = SwarmCluster(plan_cluster(small_topology(1), f"enc-{secrets.token_hex(3)}"),
                            client, overlay=True, **options)
-    cluster.shaper, cluster._made = RELAY_SHAPER, _Made(scratch=scratch)  # as up() does
+    cluster.shaper, cluster._made = RELAY_SHAPER, Made(scratch=scratch)  # as up() does
     cluster._create_networks()
     (overlay, _host) = client.api.networks
     assert overlay["driver"] == "overlay" and _host["driver"] == "bridge"
@@ -78,7 +73,7 @@ def test_the_experiments_switch_reaches_the_overlays_options(monkeypatch, tmp_pa
     assert outcome.error is not None and len(requests) == 1
     (request,) = requests
     assert request.engine == "swarm" and request.swarm_encrypted is True
-    options = engine_options(request.engine, encrypted=request.swarm_encrypted)
+    options = engine_options(request.engine, swarm_encrypted=request.swarm_encrypted)
     assert options == {"encrypted": True}
     assert engine_options("swarm") == {} == engine_options("docker")
     # The swarm engine gives the overlay Docker's `--opt encrypted`; none without the switch.
@@ -88,8 +83,9 @@ def test_the_experiments_switch_reaches_the_overlays_options(monkeypatch, tmp_pa
 
 def test_an_encrypted_overlay_on_engine_docker_is_refused_naming_the_field() -> None:
     with pytest.raises(SpecError, match=r"run\.swarm_encrypted: an encrypted overlay network is "
-                                        r"a swarm's: set run\.engine swarm \(it is docker\)"):
-        engine_options("docker", encrypted=True)
+                                        r"not engine docker's: set run\.engine swarm, or drop "
+                                        r"run\.swarm_encrypted \(got True\)"):
+        engine_options("docker", swarm_encrypted=True)
 
 
 @pytest.mark.emu

@@ -16,7 +16,8 @@ import pytest
 from emu.cluster import inventory
 from emu.cluster.engine import Cluster, ClusterError
 from emu.cluster.plan import plan_cluster
-from emu.swarm.engine import SwarmCluster, engine_class
+from emu.engines import engine_class
+from emu.swarm.engine import SwarmCluster
 from emu.swarm.services import service_spec
 from experiments.loader import parse_text
 from experiments.runner import run_experiment

@@ -49,3 +49,14 @@ def test_a_backend_imports_nothing_of_the_experiment_layer(backend):
     upward = sorted(str(path.relative_to(root.parent)) for path in root.rglob("*.py")
                     if "experiments" in _imports_of(path))
     assert upward == [], f"{backend} imports experiments (the layer above it) in {upward}"
+
+
+def test_the_schema_reads_the_engines_from_a_module_of_names_alone():
+    # run.engine is checked against emu.engines.ENGINES, the one list of engines: validating
+    # it loads that module and nothing else of the emulation, nor the Docker SDK.
+    code = ("import json, sys; from experiments.spec import RunSpec; "
+            "RunSpec.model_validate({'duration': 1, 'engine': 'swarm'}); "
+            "print(json.dumps(sorted(m for m in sys.modules "
+            "if m.split('.')[0] in ('emu', 'docker'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout) == ["emu", "emu.engines"]
