@@ -197,11 +197,17 @@ def _items(cluster: ClusterPlan, demand: Mapping[str, float]) -> list[_Item]:
     return items
 
 
+def auto_dilation(demand: float, cores: float) -> float:
+    """`auto`'s K for a host of `cores` whose containers need `demand` host cores at K = 1:
+    the smallest multiple of 1/2 (at least 1) that keeps the demand within TARGET_PRESSURE of
+    the cores. The one formula: experiments.dilation's choice and the capacity planner's."""
+    return max(1.0, math.ceil(2 * demand / (TARGET_PRESSURE * cores) - 1e-9) / 2)
+
+
 def _dilation(asked: float | str, busiest: float, cores: float) -> float:
-    """The run's K: a number as it is; `auto` as experiments.dilation chooses it, for the
-    busiest host (the smallest multiple of 1/2 that keeps it within TARGET_PRESSURE)."""
+    """The run's K: a number as it is; `auto` for the busiest host."""
     if isinstance(asked, str):
-        return max(1.0, math.ceil(2 * busiest / (TARGET_PRESSURE * cores) - 1e-9) / 2)
+        return auto_dilation(busiest, cores)
     return float(asked)
 
 

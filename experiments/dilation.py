@@ -17,11 +17,11 @@ Both need a calibration (the run's `calibration`, else the shipped `reference` p
 
 from __future__ import annotations
 
-import math
 import os
 from dataclasses import dataclass, field
 
-from emu.capacity import TARGET_PRESSURE  # one bound for `auto` and the capacity planner
+# One bound and one formula for `auto` and the capacity planner.
+from emu.capacity import TARGET_PRESSURE, auto_dilation
 from workloads.calibration import Calibration, load
 
 AUTO_MODEL_S = 60.0
@@ -120,7 +120,7 @@ def predicted_demand(spec, topology, calibration: Calibration) -> dict[str, floa
 def _auto(spec, topology, calibration: Calibration, name: str, cores: int) -> Choice:
     demand = predicted_demand(spec, topology, calibration)
     total = sum(demand.values())
-    k = max(1.0, math.ceil(2 * total / (TARGET_PRESSURE * cores)) / 2)
+    k = auto_dilation(total, cores)
     busiest = max(demand, key=demand.get) if demand else None
     return Choice(k, "auto", {
         "calibration": name, "host_cores": cores, "target_pressure": TARGET_PRESSURE,
