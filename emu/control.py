@@ -57,6 +57,14 @@ class Reply:
         return self.t_replied - self.t_sent
 
 
+class NotAnswered(RuntimeError):
+    """A node did not answer a command (`silent`), or answered with an error."""
+
+    def __init__(self, message: str, node: str, silent: bool) -> None:
+        super().__init__(message)
+        self.node, self.silent = node, silent
+
+
 @dataclass
 class CommandResult:
     """The replies of one command sent to many nodes, and the nodes that did not answer:
@@ -68,6 +76,7 @@ class CommandResult:
     gone: list[str] = field(default_factory=list)
     t_sent: float = 0.0
     t_finished: float = 0.0
+    timeout: float = 0.0  # how long the sender waited (the run's seconds)
 
     @property
     def ok(self) -> bool:
@@ -76,6 +85,25 @@ class CommandResult:
     @property
     def failed(self) -> dict[str, str | None]:
         return {node: reply.error for node, reply in self.replies.items() if not reply.ok}
+
+    def problem(self, node: str) -> str | None:
+        """Why `node`'s part did not go through: its error, or that it did not answer; None
+        when it answered ok. The one reading of a reply as done or not."""
+        reply = self.replies.get(node)
+        if reply is None:
+            return f"no answer in {self.timeout:g} s"
+        return None if reply.ok else (reply.error or "not ok")
+
+    def answer(self, node: str, what: str | None = None) -> Any:
+        """`node`'s result, or NotAnswered naming what was asked (default: the command), the
+        node and why."""
+        reply = self.replies.get(node)
+        if reply is None:
+            raise NotAnswered(f"{what or self.command}: {node} did not answer within "
+                              f"{self.timeout:g} s", node, silent=True)
+        if not reply.ok:
+            raise NotAnswered(f"{node}: {reply.error}", node, silent=False)
+        return reply.result
 
     @property
     def silent(self) -> list[str]:
@@ -303,7 +331,7 @@ class Controller:
         node has answered or is gone, and those are the result's `gone`.
         """
         nodes = list(dict.fromkeys(nodes))
-        result = CommandResult(command)
+        result = CommandResult(command, timeout=timeout)
         refused = self._grant(nodes, command, args or {})
         requests: list[tuple[str, str | None]] = []  # (request id, node or None for all)
         with self._lock:

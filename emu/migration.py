@@ -161,13 +161,12 @@ class _Migration:
               timeout: float | None = None) -> dict[str, Any]:
         result = self.control.send([node], command, {"operator": self.record.operator, **args},
                                    timeout=timeout or self.timeout)
-        reply = result.replies.get(node)
-        if reply is None:
-            raise _Failed(f"{command}: {node} did not answer within "
-                          f"{timeout or self.timeout:g} s")
-        if not reply.ok:
-            raise _Failed(f"{node}: {reply.error}")
-        return reply.result or {}
+        from emu.control import NotAnswered
+
+        try:
+            return result.answer(node) or {}
+        except NotAnswered as failure:
+            raise _Failed(str(failure)) from None
 
     def run(self) -> MigrationRecord:
         record = self.record

@@ -188,13 +188,13 @@ class _Failed(Exception):
 
 def _step(control, node: str, command: str, args: dict[str, Any],
           timeout: float) -> dict[str, Any]:
+    from emu.control import NotAnswered
+
     result = control.send([node], command, args, timeout=timeout)
-    reply = result.replies.get(node)
-    if reply is None:
-        raise _Failed(f"{command}: {node} did not answer within {timeout:g} s")
-    if not reply.ok:
-        raise _Failed(f"{node}: {reply.error}")
-    return reply.result or {}
+    try:
+        return result.answer(node) or {}
+    except NotAnswered as failure:
+        raise _Failed(str(failure)) from None
 
 
 def _running(status: dict[str, Any], operator: str, node: str) -> dict[str, Any]:

@@ -101,12 +101,10 @@ class Broadcaster:
                                    {"epoch": epoch, "parts": self.parts},
                                    timeout=PLAN_TIMEOUT_S)
         for node in nodes:
-            reply = result.replies.get(node)
-            if reply is None or not reply.ok:
-                self.errors.append(f"{node}: broadcast.plan: " + (
-                    reply.error if reply is not None else
-                    f"no answer in {PLAN_TIMEOUT_S:g} s"))
+            if (problem := result.problem(node)) is not None:
+                self.errors.append(f"{node}: broadcast.plan: {problem}")
                 continue
+            reply = result.replies[node]
             first = min(part["at"] if part["at"] is not None else math.inf
                         for part in self.parts[node])
             if reply.t_done - epoch > first:

@@ -273,13 +273,10 @@ class BrokerScaling:
         readers = [a for a in self.readers if self.first.get(a) == entry.broker]
         result = self.control.send(readers, "readers.broker", {"broker": entry.spare},
                                    timeout=REQUEST_TIMEOUT_S)
-        failed = [node for node in readers if (reply := result.replies.get(node)) is None
-                  or not reply.ok]
-        for node in failed:
-            reply = result.replies.get(node)
-            self.errors[i].append(f"readers.broker on {node}: " + (
-                reply.error if reply is not None
-                else f"no answer in {REQUEST_TIMEOUT_S:g} s"))
+        failed = {node: problem for node in readers
+                  if (problem := result.problem(node)) is not None}
+        self.errors[i].extend(f"readers.broker on {node}: {problem}"
+                              for node, problem in failed.items())
         if failed:
             return
         with self._lock:
@@ -288,14 +285,12 @@ class BrokerScaling:
         moving = [at[node] for node in movers(list(at), entry.spare, entry.share, self.routes)]
         result = self.control.send(moving, "drivers.broker", {"broker": entry.spare},
                                    timeout=REQUEST_TIMEOUT_S)
-        moved = [node for node in moving
-                 if (reply := result.replies.get(node)) is not None and reply.ok]
+        moved = []
         for node in moving:
-            reply = result.replies.get(node)
-            if reply is None or not reply.ok:
-                self.errors[i].append(f"drivers.broker on {node}: " + (
-                    reply.error if reply is not None
-                    else f"no answer in {REQUEST_TIMEOUT_S:g} s"))
+            if (problem := result.problem(node)) is None:
+                moved.append(node)
+            else:
+                self.errors[i].append(f"drivers.broker on {node}: {problem}")
         # When the last mover switched, by its clock (the host's: containers share it); its
         # answer comes later through the slow broker.
         switched = [result.replies[node].result.get("t") for node in moved

@@ -58,6 +58,7 @@ from emu.agent.registry import GATEWAYS, gateway_path
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.access import kazoo_options
 from emu.cluster.tls import tls_options
+from emu.control import NotAnswered
 from emu.features.base import Feature
 from topologies.model import Topology
 from workloads.recovery import (
@@ -215,13 +216,12 @@ class Recovery:
             result = self.control.send([target], "migrate.recover",
                                        {"operator": config.name, "config": asdict(config)},
                                        timeout=RECOVER_TIMEOUT_S)
-            reply = result.replies.get(target)
-            if reply is None or not reply.ok:
-                row["error"] = (f"{target}: {reply.error}" if reply is not None else
-                                f"{target} did not answer within {RECOVER_TIMEOUT_S:g} s")
+            try:
+                answer = result.answer(target) or {}
+            except NotAnswered as failure:
+                row["error"] = str(failure)
                 self.rows.append(row)
                 continue
-            answer = reply.result or {}
             first = answer.get("t_first") or answer.get("t_connected")
             row.update(t_recovered=first if first is not None else math.nan,
                        t_checkpoint=(answer["t_checkpoint"]

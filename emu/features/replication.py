@@ -137,10 +137,8 @@ class Replication:
     def _request(self, operator: str, node: str, command: str, args: dict, action: str,
                  latency: float | None) -> None:
         result = self.control.send([node], command, args, timeout=REQUEST_TIMEOUT_S)
-        reply = result.replies.get(node)
-        if reply is None or not reply.ok:
-            self.errors.append(f"{operator}: {action} on {node}: " + (
-                reply.error if reply is not None else f"no answer in {REQUEST_TIMEOUT_S:g} s"))
+        if (problem := result.problem(node)) is not None:
+            self.errors.append(f"{operator}: {action} on {node}: {problem}")
             return
         if action == "start":
             self.instances[operator].append(node)

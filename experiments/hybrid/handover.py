@@ -12,6 +12,7 @@ request's `timeout` is, which the controller waits K times as long on the host).
 
 from __future__ import annotations
 
+from emu.control import NotAnswered
 from experiments.hybrid.actions import NOT_OK, TIMEOUT, ActionFailed
 
 
@@ -49,13 +50,11 @@ class Handovers:
 
     def _step(self, node: str, command: str, args: dict) -> dict:
         result = self.control.send([node], command, args, timeout=self.timeout)
-        reply = result.replies.get(node)
-        if reply is None:
-            raise ActionFailed(f"{command} {args.get('device')}: {node} did not answer within "
-                               f"{self.timeout:g} s", TIMEOUT, node)
-        if not reply.ok:
-            raise ActionFailed(f"{node}: {reply.error}", NOT_OK, node)
-        return reply.result or {}
+        try:
+            return result.answer(node, f"{command} {args.get('device')}") or {}
+        except NotAnswered as failure:
+            raise ActionFailed(str(failure), TIMEOUT if failure.silent else NOT_OK,
+                               node) from None
 
     def table(self) -> dict[str, list]:
         """The `handovers` table: model time, device, from, to, ok, error, and the seconds

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from emu.control import NotAnswered
 from experiments.hybrid.actions import NOT_OK, TIMEOUT, ActionFailed
 
 LATENCY_TOLERANCE_S = 0.0002   # 0.2 ms: below the link layer's own accuracy
@@ -72,8 +73,9 @@ class RadioLinks:
     def _apply(self, gateway: str, links: dict) -> dict:
         result = self.control.send([gateway], "device.link", {"links": links},
                                    timeout=self.timeout)
-        reply = result.replies.get(gateway)
-        if reply is None or not reply.ok:
+        try:
+            answer = result.answer(gateway) or {}
+        except NotAnswered as failure:
             raise ActionFailed(f"device.link on {gateway}: {result.summary()}",
-                               TIMEOUT if reply is None else NOT_OK, gateway)
-        return {"devices": len(links), "applied": (reply.result or {}).get("applied", 0)}
+                               TIMEOUT if failure.silent else NOT_OK, gateway) from None
+        return {"devices": len(links), "applied": answer.get("applied", 0)}

@@ -36,7 +36,7 @@ class Noting:
 
     def send(self, nodes, command, args=None, timeout=10.0):
         nodes = list(nodes)
-        result = CommandResult(command)
+        result = CommandResult(command, timeout=timeout)
         for node in nodes:
             if node in self.silent:
                 continue

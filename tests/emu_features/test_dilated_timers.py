@@ -216,7 +216,7 @@ def test_replication_reads_every_interval_of_emulated_time():
     class Control:
         def send(self, nodes, command, args, timeout):
             asked.append(time.time())
-            return CommandResult(command)  # nobody answered: no figure, no decision
+            return CommandResult(command, timeout=timeout)  # nobody answered: no decision
 
     clock = dilated()
     configs = {"gw-1": AgentConfig(node="gw-1", mqtt="127.0.0.1:1", operators=[

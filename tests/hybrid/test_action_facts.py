@@ -45,7 +45,7 @@ class Agents:
         how = self.answers.get(node, "ok")
         if isinstance(how, BaseException):
             raise how
-        result = CommandResult(command)
+        result = CommandResult(command, timeout=timeout)
         if how == "silent":
             result.missing = [node]
         else:
