@@ -28,6 +28,8 @@ import pandas as pd
 
 from experiments.summary import _percentiles as percentiles
 from experiments.summary import throughputs
+from workloads.features import FEATURES
+from workloads.reports import Figure, RunFacts
 
 REFERENCE = "emu"
 DEFAULT_BACKENDS = "sim,emu"
@@ -93,23 +95,7 @@ class RunData:
     messages: pd.DataFrame
     fidelity: dict | None = None
     sample: str | None = None  # what part of the readings its messages are (record.messages)
-    energy: dict | None = None  # the manifest's facts.energy (scenario.energy), None without
-
-
-@dataclass
-class Figure:
-    """One row: a figure on each backend (seconds, counts, shares), each other backend's
-    relative error against the reference, the target it should meet (None: no target) and
-    the reasons to doubt the reference's value (empty: none)."""
-
-    key: str
-    label: str
-    unit: str  # how it is shown: ms, readings/s (delivered, each once), %, or "" for counts
-    values: dict[str, float | None]
-    errors: dict[str, float | None] = field(default_factory=dict)
-    target: float | None = None
-    met: dict[str, bool | None] = field(default_factory=dict)
-    doubts: list[str] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)  # the manifest's facts (features' rows read them)
 
 
 @dataclass
@@ -183,7 +169,7 @@ def _cpu_rows(data: dict[str, RunData]) -> list[Figure]:
         nodes += [n for n in run.summary.get("nodes", {}) if n not in nodes]
     return [Figure(f"cpu:{node}", f"cpu {node}", "%",
                    {b: (run.summary.get("nodes", {}).get(node) or {}).get("cpu_mean")
-                    for b, run in data.items()}) for node in nodes]
+                    for b, run in data.items()}, node=node) for node in nodes]
 
 
 def _migration_rows(data: dict[str, RunData]) -> list[Figure]:
@@ -198,22 +184,12 @@ def _migration_rows(data: dict[str, RunData]) -> list[Figure]:
     return rows
 
 
-def _energy_rows(data: dict[str, RunData]) -> list[Figure]:
-    """scenario.energy's joules, in all and per node that has a CPU (workloads.energy): both
-    backends count them by one ledger, sim from the model's utilisation, emu from each
-    container's measured CPU."""
-    if not any(run.energy for run in data.values()):
-        return []
-    rows = [Figure("energy", "energy", "J",
-                   {b: (r.energy or {}).get("total_j") for b, r in data.items()})]
-    nodes: list[str] = []
-    for run in data.values():  # the nodes with a CPU, as the cpu rows take them
-        nodes += [n for n in (run.energy or {}).get("by_node", {})
-                  if n in run.summary.get("nodes", {}) and n not in nodes]
-    rows += [Figure(f"energy:{node}", f"energy {node}", "J",
-                    {b: ((r.energy or {}).get("by_node") or {}).get(node)
-                     for b, r in data.items()}) for node in nodes]
-    return rows
+def _feature_rows(data: dict[str, RunData]) -> list[Figure]:
+    """Each scenario feature's own rows (workloads.features.Feature.compare: energy's
+    joules, ...), from each run's facts and summary."""
+    runs = {label: RunFacts(run.facts, run.summary) for label, run in data.items()}
+    return [row for feature in FEATURES if feature.compare is not None
+            for row in feature.compare(runs)]
 
 
 def _doubts(fidelity: dict | None) -> tuple[list[str], dict[str, str]]:
@@ -257,7 +233,7 @@ def compare(data: dict[str, RunData], experiment: str = "",
         Figure("throughput", "throughput", "readings/s",
                {b: throughputs(r.summary)[0] for b, r in data.items()}),
         *_latency_rows(data), *_cpu_rows(data), *_migration_rows(data),
-        *_energy_rows(data),
+        *_feature_rows(data),
     ]
     host, per_node = _doubts(ref.fidelity)
     for figure in figures:
@@ -269,8 +245,7 @@ def compare(data: dict[str, RunData], experiment: str = "",
             value = figure.values.get(backend)
             figure.errors[backend] = relative_error(value, base)
             figure.met[backend] = _met(value, base, figure.errors[backend], figure.target)
-        node = (figure.key.split(":", 1)[1] if figure.key.startswith(("cpu:", "energy:"))
-                else None)
+        node = figure.node
         figure.doubts = host + ([per_node[node]] if node in per_node else
                                 [] if node else list(per_node.values()))
     # Latency percentiles of a sampled table are the sample's; counts are of every message.
@@ -366,8 +341,7 @@ def read_run(folder: Path | str) -> RunData:
             sample = run.manifest.get("config", {}).get("run", {}).get("sample", 1.0)
             fidelity = assess(run.nodes.to_dict("list"), sample)
     return RunData(backend, Path(folder), run.summary, messages, fidelity,
-                   sample_note(run.manifest),
-                   (run.manifest.get("facts") or {}).get("energy"))
+                   sample_note(run.manifest), run.manifest.get("facts") or {})
 
 
 # ---------------------------------------------------------------------------- outputs

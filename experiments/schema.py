@@ -1,4 +1,9 @@
-"""The result tables every backend writes, as Arrow schemas: sim and emu read alike."""
+"""The result tables every backend writes, as Arrow schemas: sim and emu read alike.
+
+The core tables are here; each scenario feature declares its own next to its code
+(workloads.features.Feature.tables: faults, recoveries, replicas, broadcasts, energy), and
+TABLES holds them all, the core ones first.
+"""
 
 from __future__ import annotations
 
@@ -6,10 +11,21 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-_name = pa.dictionary(pa.int32(), pa.string())
+from workloads.features import FEATURES
+from workloads.reports import (  # noqa: F401 - SchemaError, tolerances: this module's API too
+    NAME,
+    SHARE_TOLERANCE,
+    TIME_TOLERANCE_S,
+    SchemaError,
+)
+from workloads.reports import fail as _fail
+from workloads.reports import null as _null
+from workloads.reports import required as _required
+
+_name = NAME
 STATES = ("delivered", "filtered", "lost", "in_flight")  # a message's end (messages.state)
 
-TABLES: dict[str, pa.Schema] = {
+CORE: dict[str, pa.Schema] = {
     "messages": pa.schema([
         ("id", pa.int64()), ("stream", _name), ("source", _name), ("sink", _name),
         ("t_sent", pa.float64()), ("t_received", pa.float64()), ("latency", pa.float64()),
@@ -60,51 +76,16 @@ TABLES: dict[str, pa.Schema] = {
         ("t", pa.float64()), ("device", _name), ("source", _name), ("target", _name),
         ("ok", pa.bool_()), ("error", pa.string()), ("duration", pa.float64()),
     ]),
-    # A fault injected on the scenario's schedule (workloads.faults): its kind, its target as
-    # written, when it began and was healed (null: for good), its parameters as JSON.
-    "faults": pa.schema([
-        ("kind", _name), ("target", pa.string()), ("t_start", pa.float64()),
-        ("t_end", pa.float64()), ("params", pa.string()),
-    ]),
-    # An operator re-placed after its node crashed (workloads.recovery): the node, the
-    # operator, where it went; when the node crashed, ZooKeeper noticed (its session expired)
-    # and the new instance processed input again, and the spans from the crash (detect,
-    # recover); the checkpoint restored (its time, NaN: none, the instance began empty) and
-    # its bytes; the held inputs the new instance took, the inputs the crashed one had
-    # processed after its checkpoint (rolled_back) and those that reached no instance (lost).
-    "recoveries": pa.schema([
-        ("node", _name), ("operator", _name), ("target", _name), ("t_crash", pa.float64()),
-        ("t_detected", pa.float64()), ("t_recovered", pa.float64()), ("detect", pa.float64()),
-        ("recover", pa.float64()), ("t_checkpoint", pa.float64()),
-        ("state_bytes", pa.int64()), ("held", pa.int64()), ("rolled_back", pa.int64()),
-        ("lost", pa.int64()),
-    ]),
-    # A replica of an operator started or retired by scenario.replication
-    # (workloads.replication): when, the operator, what, on which node, the operator's
-    # instances after it, and the latency (95th percentile, s) and bound that decided it.
-    "replicas": pa.schema([
-        ("t", pa.float64()), ("operator", _name), ("action", _name), ("node", _name),
-        ("instances", pa.int64()), ("latency", pa.float64()), ("slo", pa.float64()),
-    ]),
-    # A control message of scenario.broadcasts that reached a worker (workloads.broadcast):
-    # the broadcast's index, mode, fanout (0: naive), the worker, its depth in the tree (hops
-    # of forwarding from the sender), when the broadcast began, when the worker had it.
-    "broadcasts": pa.schema([
-        ("broadcast", pa.int64()), ("mode", _name), ("fanout", pa.int64()), ("worker", _name),
-        ("depth", pa.int64()), ("t_sent", pa.float64()), ("t_received", pa.float64()),
-        ("latency", pa.float64()),
-    ]),
-    # Energy (scenario.energy, workloads.energy): a row per node with a CPU per sample
-    # interval (utilisation: its own hardware's, 0 to 1; kind: its node kind), per link
-    # direction per interval (emu: per link, both directions) (bytes; kind: wired, wan or
-    # wireless), per device and radio link for the whole run (a battery device: per
-    # interval); the joules of each.
-    "energy": pa.schema([
-        ("t_start", pa.float64()), ("t_end", pa.float64()), ("node", _name), ("link", _name),
-        ("kind", _name), ("utilisation", pa.float64()), ("bytes", pa.int64()),
-        ("joules", pa.float64()),
-    ]),
 }
+# Every table: the core ones, then each feature's (one name, one owner: checked at import).
+FEATURE_TABLES = {name: table for feature in FEATURES for name, table in feature.tables.items()}
+TABLES: dict[str, pa.Schema] = {
+    **CORE, **{name: table.schema for name, table in FEATURE_TABLES.items()}}
+_twice = sorted({n for f in FEATURES for n in f.tables if n in CORE} |
+                {n for f in FEATURES for n in f.tables
+                 if sum(n in g.tables for g in FEATURES) > 1})
+if _twice:
+    raise ValueError(f"tables named by two owners (the core or two features): {_twice}")
 
 
 # Columns a backend may leave out: what only some backends measure. Left out, they are null.
@@ -152,39 +133,6 @@ def to_table(name: str, columns: dict) -> pa.Table:
         else:
             arrays.append(pa.array(values, type=column.type, from_pandas=True))
     return pa.Table.from_arrays(arrays, schema=schema)
-
-
-class SchemaError(ValueError):
-    """A table that has the schema's columns but breaks what they mean: names the table, the
-    rule, how many rows break it and the first of them."""
-
-
-# Float columns of times and durations: the backends' clocks differ by rounding (emu subtracts
-# an epoch of about 1.7e9 s from the host clock, whose spacing there is 2.4e-7 s).
-TIME_TOLERANCE_S = 1e-6
-# Shares (cpu, utilisation) are differences of running float totals: -1e-17 is a zero.
-SHARE_TOLERANCE = 1e-9
-
-
-def _fail(name: str, table: pa.Table, rule: str, broken: pa.Array) -> None:
-    """Raise SchemaError if any row of `broken` (bool, null counted as false) is true."""
-    broken = pc.fill_null(broken, False)
-    count = pc.sum(broken).as_py() or 0
-    if count:
-        row = pc.index(broken, True).as_py()
-        shown = table.slice(row, 1).to_pylist()[0]
-        raise SchemaError(f"table {name}: {rule}; {count} of {table.num_rows} rows break it, "
-                          f"the first is row {row}: {shown}")
-
-
-def _null(table: pa.Table, column: str) -> pa.Array:
-    """Null, with NaN counted as null for a float column (pandas writes a missing float so)."""
-    return pc.is_null(table.column(column), nan_is_null=True)
-
-
-def _required(name: str, table: pa.Table, columns: list[str]) -> None:
-    for column in columns:
-        _fail(name, table, f"{column} is never null", _null(table, column))
 
 
 def check(name: str, table: pa.Table) -> None:
@@ -240,12 +188,6 @@ def _links(name: str, table: pa.Table) -> None:
         _fail(name, table, f"{column} is >= 0", pc.less(table.column(column), -SHARE_TOLERANCE))
 
 
-def _faults(name: str, table: pa.Table) -> None:
-    _required(name, table, ["kind", "target", "t_start", "params"])
-    _fail(name, table, "t_end is null (for good) or after t_start",
-          pc.less_equal(table.column("t_end"), table.column("t_start")))
-
-
 def _migrations(name: str, table: pa.Table) -> None:
     from workloads.migration.record import STATUSES
 
@@ -259,27 +201,5 @@ def _migrations(name: str, table: pa.Table) -> None:
         table.column("end"), pc.subtract(table.column("start"), TIME_TOLERANCE_S)))
 
 
-def _broadcasts(name: str, table: pa.Table) -> None:
-    _required(name, table, list(TABLES[name].names))
-    _fail(name, table, "latency is t_received - t_sent", pc.greater(pc.abs(pc.subtract(
-        table.column("latency"), pc.subtract(table.column("t_received"),
-                                             table.column("t_sent")))), TIME_TOLERANCE_S))
-    _fail(name, table, "latency is >= 0", pc.less(table.column("latency"), -TIME_TOLERANCE_S))
-    _fail(name, table, "depth is >= 1 (a worker is one send or more from the sender)",
-          pc.less(table.column("depth"), 1))
-
-
-def _energy(name: str, table: pa.Table) -> None:
-    _required(name, table, ["t_start", "t_end", "kind", "bytes", "joules"])
-    _fail(name, table, "t_end is after t_start",
-          pc.less_equal(table.column("t_end"), table.column("t_start")))
-    _fail(name, table, "joules is >= 0", pc.less(table.column("joules"), 0.0))
-    value = table.column("utilisation")
-    _fail(name, table, "utilisation is a share, 0 to 1, or null",
-          pc.or_(pc.less(value, 0.0), pc.greater(value, 1.0)))
-    _fail(name, table, "a row is of a node or of a link, one of them",
-          pc.equal(pc.is_null(table.column("node")), pc.is_null(table.column("link"))))
-
-
-_CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links, "faults": _faults,
-           "migrations": _migrations, "broadcasts": _broadcasts, "energy": _energy}
+_CHECKS = {"messages": _messages, "nodes": _nodes, "links": _links, "migrations": _migrations,
+           **{name: table.check for name, table in FEATURE_TABLES.items() if table.check}}

@@ -20,11 +20,14 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
 
 from topologies.errors import SpecError
 from topologies.fields import NonNegativeDuration, Size
 from topologies.model import Topology
+from workloads.reports import NAME, TIME_TOLERANCE_S, FeatureTable, fail, required
 
 # The broadcasts table's columns (experiments.schema): a row per worker reached.
 COLUMNS = ("broadcast", "mode", "fanout", "worker", "depth", "t_sent", "t_received", "latency")
@@ -152,3 +155,28 @@ def results(planned: list[Planned], rows: list[tuple]) -> tuple[dict, list[dict]
 def check(spec, topology: Topology) -> None:
     """`scenario.broadcasts` against the topology and the run (`resolve`)."""
     resolve(spec.scenario.broadcasts, topology, spec.run.duration)
+
+
+# -- its table ----------------------------------------------------------------------------
+
+# A control message that reached a worker: the broadcast's index, mode, fanout (0: naive), the
+# worker, its depth in the tree (hops of forwarding from the sender), when the broadcast
+# began, when the worker had it.
+SCHEMA = pa.schema([
+    ("broadcast", pa.int64()), ("mode", NAME), ("fanout", pa.int64()), ("worker", NAME),
+    ("depth", pa.int64()), ("t_sent", pa.float64()), ("t_received", pa.float64()),
+    ("latency", pa.float64()),
+])
+
+
+def _check_table(name: str, table: pa.Table) -> None:
+    required(name, table, list(SCHEMA.names))
+    fail(name, table, "latency is t_received - t_sent", pc.greater(pc.abs(pc.subtract(
+        table.column("latency"), pc.subtract(table.column("t_received"),
+                                             table.column("t_sent")))), TIME_TOLERANCE_S))
+    fail(name, table, "latency is >= 0", pc.less(table.column("latency"), -TIME_TOLERANCE_S))
+    fail(name, table, "depth is >= 1 (a worker is one send or more from the sender)",
+         pc.less(table.column("depth"), 1))
+
+
+TABLES = {"broadcasts": FeatureTable(SCHEMA, _check_table)}

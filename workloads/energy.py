@@ -687,28 +687,6 @@ def _check_power(path: tuple, power: PowerProfile, default) -> None:
         raise SpecError(path + ("idle",), idle, f"idle watts <= max watts ({high:g})")
 
 
-# -- the run's figures -------------------------------------------------------------------
-
-def summary(tables: dict, facts: dict) -> dict:
-    """Total energy, per delivered message, nodes against links, battery deaths and cost."""
-    energy = facts.get("energy")
-    if not energy:
-        return {}
-    figures = {"energy J": energy["total_j"], "J per delivered": energy.get("per_delivered_j")}
-    for kind, joules in sorted(energy.get("by_kind", {}).items()):
-        figures[f"{kind} J"] = joules
-    figures["battery deaths"] = len(energy.get("battery_deaths", {}))
-    money = energy.get("cost")
-    if money:
-        figures[f"cost {money['currency']}"] = money["total"]
-    offloads = energy.get("offloads")
-    if offloads is not None:  # scenario.energy.offload: a row per gateway watched
-        times = [o["t"] for o in offloads if o["t"] is not None]
-        figures["offloads"] = len(times)
-        figures["first offload s"] = min(times) if times else None
-    return figures
-
-
 # -- the energy-aware decision (issue 30, item 4) ----------------------------------------
 #
 # One rule for every backend, as workloads.recovery's re-placement is: a node offloads its

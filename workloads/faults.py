@@ -15,11 +15,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Annotated
 
+import pyarrow as pa
+import pyarrow.compute as pc
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
 
 from topologies.errors import SpecError
 from topologies.fields import NonNegativeDuration, PositiveDuration, Ratio
 from topologies.model import Topology
+from workloads.reports import NAME, FeatureTable, fail, required
 
 KINDS = ("crash", "partition", "delay", "loss", "slow", "restart")
 # The node kinds each node fault applies to: a crash stops anything that serves or forwards
@@ -267,3 +270,19 @@ def _overlap(a: Injected, b: Injected) -> bool:
 def check(spec, topology: Topology) -> None:
     """`scenario.faults` against the topology and the run (`resolve`)."""
     resolve(spec.scenario.faults, topology, spec.run.duration)
+
+
+# -- its table ----------------------------------------------------------------------------
+
+def _check_table(name: str, table: pa.Table) -> None:
+    required(name, table, ["kind", "target", "t_start", "params"])
+    fail(name, table, "t_end is null (for good) or after t_start",
+         pc.less_equal(table.column("t_end"), table.column("t_start")))
+
+
+# A fault injected on the scenario's schedule: its kind, its target as written, when it began
+# and was healed (null: for good), its parameters as JSON.
+TABLES = {"faults": FeatureTable(pa.schema([
+    ("kind", NAME), ("target", pa.string()), ("t_start", pa.float64()),
+    ("t_end", pa.float64()), ("params", pa.string()),
+]), _check_table)}

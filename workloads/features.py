@@ -8,7 +8,7 @@ feature is its own module (its pydantic spec and its `check`) and one entry here
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from pydantic import Field
@@ -17,6 +17,7 @@ from workloads import (
     broadcast,
     broker_scaling,
     energy,
+    energy_report,
     faults,
     figures,
     mobility,
@@ -24,6 +25,7 @@ from workloads import (
     replication,
     scenario,
 )
+from workloads.reports import CompareRows, FeatureTable
 
 BACKENDS = ("sim", "emu", "hybrid")
 _NONE = object()  # no default given: the field's default is its factory's
@@ -50,6 +52,10 @@ class Feature:
     # and facts every backend writes alike: `summary(tables, facts) -> dict` (empty: the
     # feature did not run).
     summary: Callable[[dict, dict], dict] | None = None
+    # What it reports beside the core tables (workloads.reports): its tables, by name (every
+    # run writes them, empty where the feature did not run), and its rows in `foglab compare`.
+    tables: Mapping[str, FeatureTable] = field(default_factory=dict)
+    compare: CompareRows | None = None
 
     def field(self):
         """The pydantic field of `ScenarioSpec` for this key."""
@@ -81,19 +87,22 @@ FEATURES: tuple[Feature, ...] = (
         "on sim's schedule instead of emulating them (experiments.hybrid.load); sim and emu "
         "run them as ordinary devices")),
     Feature("faults", list[faults.FaultSpec], default_factory=list, check=faults.check,
-            summary=figures.faults),
+            summary=figures.faults, tables=faults.TABLES),
     Feature("recovery", recovery.RecoverySpec | None, description=(
         "detect crashed gateways through their ZooKeeper sessions "
         "and re-place their operators, restored from their checkpoints (workloads.recovery)"),
-        backends=("sim", "emu"), check=recovery.check, summary=figures.recovery),
+        backends=("sim", "emu"), check=recovery.check, summary=figures.recovery,
+        tables=recovery.TABLES),
     Feature("replication", replication.ReplicationSpec | None, description=(
         "start replicas of operators over their `slo`, retire them "
         "when the load falls (workloads.replication)"),
-        backends=("sim", "emu"), check=replication.check, summary=figures.replication),
+        backends=("sim", "emu"), check=replication.check, summary=figures.replication,
+        tables=replication.TABLES),
     Feature("broadcasts", list[broadcast.BroadcastSpec], default_factory=list, description=(
         "control messages from a coordinator to workers, "
         "naive or over a tree (workloads.broadcast); sim and emu (from a gateway or cloud VM)"),
-        backends=("sim", "emu"), check=broadcast.check, summary=figures.broadcasts),
+        backends=("sim", "emu"), check=broadcast.check, summary=figures.broadcasts,
+        tables=broadcast.TABLES),
     Feature("broker_scaling", list[broker_scaling.BrokerScalingSpec], default_factory=list,
             description="spare brokers that join a broker whose delay stays "
             "over a bound, a share of its publishers moving to them (workloads.broker_scaling)",
@@ -102,7 +111,8 @@ FEATURES: tuple[Feature, ...] = (
     Feature("energy", energy.EnergySpec | None, description=(
         "each node's and link's energy, devices' batteries, and the run's cost "
         "(workloads.energy)"), backends=("sim", "emu", "hybrid"), check=energy.check,
-        files=(("prices",),), summary=energy.summary),
+        files=(("prices",),), summary=energy_report.summary, tables=energy_report.TABLES,
+        compare=energy_report.compare_rows),
 )
 
 BY_KEY = {feature.key: feature for feature in FEATURES}

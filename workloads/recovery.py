@@ -23,11 +23,13 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from topologies.fields import PositiveDuration
 from topologies.routing import NoRoute, Routes
 from workloads.faults import Patterns
+from workloads.reports import NAME, FeatureTable
 
 # ZooKeeper's tickTime in the emulation (emu.cluster.plan writes it into zoo.cfg): a session
 # expires on the first tick after its deadline. Small so that a 2 s session is noticed in
@@ -178,3 +180,18 @@ def check(spec, topology) -> None:
     recovery = spec.scenario.recovery
     if recovery is not None:
         check_hosts(("scenario", "recovery", "to"), recovery.to, topology)
+
+
+# An operator re-placed after its node crashed: the node, the operator, where it went; when
+# the node crashed, ZooKeeper noticed (its session expired) and the new instance processed
+# input again, and the spans from the crash (detect, recover); the checkpoint restored (its
+# time, NaN: none, the instance began empty) and its bytes; the held inputs the new instance
+# took, the inputs the crashed one had processed after its checkpoint (rolled_back) and those
+# that reached no instance (lost).
+TABLES = {"recoveries": FeatureTable(pa.schema([
+    ("node", NAME), ("operator", NAME), ("target", NAME), ("t_crash", pa.float64()),
+    ("t_detected", pa.float64()), ("t_recovered", pa.float64()), ("detect", pa.float64()),
+    ("recover", pa.float64()), ("t_checkpoint", pa.float64()),
+    ("state_bytes", pa.int64()), ("held", pa.int64()), ("rolled_back", pa.int64()),
+    ("lost", pa.int64()),
+]))}

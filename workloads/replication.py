@@ -25,10 +25,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field
 
 from topologies.fields import PositiveDuration
 from workloads.faults import Patterns
+from workloads.reports import NAME, FeatureTable
 
 PERCENTILE = 95
 
@@ -118,3 +120,11 @@ def check(spec, topology) -> None:
                         f"an interval shorter than the run (run.duration: "
                         f"{spec.run.duration:g} s): no decision would be taken")
     check_hosts(("scenario", "replication", "to"), replication.to, topology)
+
+
+# A replica of an operator started or retired: when, the operator, what, on which node, the
+# operator's instances after it, and the latency (95th percentile, s) and bound that decided.
+TABLES = {"replicas": FeatureTable(pa.schema([
+    ("t", pa.float64()), ("operator", NAME), ("action", NAME), ("node", NAME),
+    ("instances", pa.int64()), ("latency", pa.float64()), ("slo", pa.float64()),
+]))}

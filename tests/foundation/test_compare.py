@@ -91,8 +91,8 @@ def test_energy_in_all_and_per_node_with_a_cpu_with_its_relative_error() -> None
     emu = run("emu", messages([5.0] * 10), {"gw-1": 0.06, "cloud": 0.2})
     assert not any(f.key.startswith("energy") for f in compare({"sim": sim,
                                                                  "emu": emu}).figures)
-    sim.energy = {"total_j": 90.0, "by_node": {"gw-1": 27.0, "cloud": 8.0, "sensor": 0.7}}
-    emu.energy = {"total_j": 100.0, "by_node": {"gw-1": 30.0, "cloud": 8.0, "sensor": 0.7}}
+    sim.facts["energy"] = {"total_j": 90.0, "by_node": {"gw-1": 27.0, "cloud": 8.0, "sensor": 0.7}}
+    emu.facts["energy"] = {"total_j": 100.0, "by_node": {"gw-1": 30.0, "cloud": 8.0, "sensor": 0.7}}
     result = compare({"sim": sim, "emu": emu})
     energy = [f.key for f in result.figures if f.key.startswith("energy")]
     assert energy == ["energy", "energy:gw-1", "energy:cloud"]  # a device has no CPU row
