@@ -30,8 +30,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from experiments.backends import sim_settings
 from experiments.loader import parse_text
+from experiments.model_settings import sim_settings
 from sim.model import simulate
 
 EXPERIMENT = """

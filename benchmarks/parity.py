@@ -146,7 +146,7 @@ class Checked:
 def sim_facts(loaded) -> tuple[dict[str, tuple[str, str]], dict[str, int], set[str]]:
     """The model's placement (device -> (gateway, broker)), emitted counts per device, and
     the devices a sink heard."""
-    from experiments.backends import sim_settings
+    from experiments.model_settings import sim_settings
     from sim.model import Model
 
     point = loaded.points[0]

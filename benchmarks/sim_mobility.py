@@ -23,8 +23,8 @@ from __future__ import annotations
 import argparse
 import time
 
-from experiments.backends import sim_settings
 from experiments.loader import parse_text
+from experiments.model_settings import sim_settings
 from sim.model import Model
 
 EXPERIMENT = """

@@ -12,8 +12,8 @@ import argparse
 import resource
 import time
 
-from experiments.backends import sim_settings
 from experiments.loader import parse_text
+from experiments.model_settings import sim_settings
 from experiments.schema import to_table
 from sim.model import simulate
 

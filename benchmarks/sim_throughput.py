@@ -12,8 +12,8 @@ import time
 
 import simpy
 
-from experiments.backends import sim_settings
 from experiments.loader import parse_text
+from experiments.model_settings import sim_settings
 from sim.model import simulate
 
 EXPERIMENT = """

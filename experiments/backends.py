@@ -1,80 +1,11 @@
-"""The seam between an experiment and what runs it: a backend turns one run into result tables."""
+"""The backends: each turns one run into result tables (the seam: experiments.run_plan)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
+import importlib
 
-from experiments.spec import ExperimentSpec
-from topologies.model import Topology
-
-
-@dataclass
-class RunPlan:
-    """Everything one run needs, resolved: the spec of its sweep point and its own seed."""
-
-    spec: ExperimentSpec
-    topology: Topology
-    seed: int
-    repetition: int
-
-
-@dataclass
-class RunOutput:
-    """Columns per table (see experiments.schema), facts for the manifest, and the nodes that
-    failed during the run (node -> what happened): a run with failed nodes still writes what
-    it measured, and ends `degraded`."""
-
-    tables: dict[str, dict]
-    facts: dict = field(default_factory=dict)
-    failed: dict[str, str] = field(default_factory=dict)
-
-
-class Backend(Protocol):
-    name: str
-
-    def run(self, plan: RunPlan, progress) -> RunOutput:
-        """Run; call `progress(seconds_done)` now and then; raise on failure after cleaning up."""
-        ...
-
-
-def sim_settings(spec: ExperimentSpec, seed: int | None = None, **changes):
-    """The simulator's settings for a spec (its own seed unless another is given)."""
-    from sim.features import FEATURES
-    from sim.model import Settings
-    from workloads.calibration import load
-
-    run, scenario = spec.run, spec.scenario
-    # The model's features present in the scenario (an empty list, None: absent).
-    present = {key: value for key in FEATURES
-               if (value := getattr(scenario, key, None))}
-    values = dict(duration=run.duration, seed=run.seed if seed is None else seed,
-                  sample=run.sample, drain=run.drain, driver_cost=run.driver_cost,
-                  calibration=load(run.calibration).calibration if run.calibration else None,
-                  migration=scenario.migration, mobility=scenario.mobility,
-                  policy=scenario.policy, scenario=present)
-    values.update(changes)
-    return Settings(**values)
-
-
-def unused_costs(spec: ExperimentSpec, topology: Topology) -> list[str]:
-    """The operators' written `cost`s that the run will not charge, each with where and why
-    (`foglab validate` says them): on sim those a calibration's measure replaces (sim.costs);
-    on the containers every one (the agents run the tasks; the model, which `run.dilation:
-    auto` and `foglab compare` run, still charges them)."""
-    written = [f"pipeline[{i}] ({op.name})" for i, op in enumerate(spec.pipeline)
-               if op.cost is not None]
-    if spec.run.backend != "sim":
-        if not written:
-            return []
-        return [f"{', '.join(written)}: cost is not charged on {spec.run.backend}: the "
-                "containers run the tasks (the model still charges it, as run.dilation: auto "
-                "and foglab compare run it)"]
-    from sim.costs import Costs
-    from workloads.calibration import load
-
-    calibration = load(spec.run.calibration).calibration if spec.run.calibration else None
-    return Costs(topology, spec.run.driver_cost, calibration).unused_written(spec.pipeline)
+from experiments.model_settings import sim_settings
+from experiments.run_plan import Backend, RunOutput, RunPlan
 
 
 class SimBackend:
@@ -132,14 +63,16 @@ class EmuBackend:
                        **extra)
 
 
-def backend(name: str) -> Backend:
-    if name == "sim":
-        return SimBackend()
-    if name == "emu":
-        return EmuBackend()
-    if name == "hybrid":
-        from experiments.hybrid.backend import HybridBackend
+# The backends by `run.backend`, each a class as `module:Class`, imported on first use (the
+# hybrid backend's modules, and the emulation's, only where a run needs them).
+BACKENDS = {"sim": f"{__name__}:SimBackend", "emu": f"{__name__}:EmuBackend",
+            "hybrid": "experiments.hybrid.backend:HybridBackend"}
 
-        return HybridBackend()
-    # experiments.checks refuses any other backend when the experiment is loaded.
-    raise ValueError(f"no backend {name!r}")
+
+def backend(name: str) -> Backend:
+    where = BACKENDS.get(name)
+    if where is None:
+        # experiments.checks refuses any other backend when the experiment is loaded.
+        raise ValueError(f"no backend {name!r}")
+    module, _, attribute = where.partition(":")
+    return getattr(importlib.import_module(module), attribute)()

@@ -124,7 +124,7 @@ def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None,
     console.print(f"[green]valid[/green]: {escape(str(loaded.file))}: {len(loaded.points)} "
                   f"sweep point(s) x {spec.run.repetitions} repetition(s) on {spec.run.backend}; "
                   f"topology {escape(spec.topology.name)} ({counts})", soft_wrap=True)
-    from experiments.backends import unused_costs
+    from experiments.model_settings import unused_costs
 
     notes = dict.fromkeys(note for point in loaded.points
                           for note in unused_costs(point.spec, point.topology))

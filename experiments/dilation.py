@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 # One bound and one formula for `auto` and the capacity planner.
 from emu.capacity import TARGET_PRESSURE, auto_dilation
+from experiments.model_settings import sim_settings
 from workloads.calibration import Calibration, load
 
 AUTO_MODEL_S = 60.0
@@ -90,7 +91,6 @@ def predicted_demand(spec, topology, calibration: Calibration) -> dict[str, floa
     core on a measured node, a QEMU gateway or a broker, and `speed` host cores on another);
     and the testbed's own: `relays` (two relayed legs per message that crossed the broker)
     and `engine`."""
-    from experiments.backends import sim_settings
     from sim.costs import CONTAINERS, Costs
     from sim.model import simulate
 

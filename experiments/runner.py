@@ -11,9 +11,10 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.backends import RunPlan, backend
+from experiments.backends import backend
 from experiments.loader import Experiment, RunPoint
 from experiments.results import RunWriter, git_revision, host_facts, now_utc, package_versions
+from experiments.run_plan import RunPlan
 from experiments.schema import conform
 from experiments.summary import summarise
 from workloads import calibration

@@ -26,7 +26,6 @@ from __future__ import annotations
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.tls import tls_login
 from emu.features.base import Feature
-from experiments.backends import RunOutput, RunPlan
 from experiments.hybrid.actions import Actions, failures
 from experiments.hybrid.figures import Measured
 from experiments.hybrid.handover import Handovers
@@ -35,6 +34,7 @@ from experiments.hybrid.load import RECORDS, LoadGenerator, simulated_devices, t
 from experiments.hybrid.migrations import PolicyMigrations
 from experiments.hybrid.plan import emulated_topology, follow_policy, start
 from experiments.hybrid.realtime import WARN_S, RealTime
+from experiments.run_plan import RunOutput, RunPlan
 
 
 class _Coupled:

@@ -8,8 +8,9 @@ replication has written its rows. The order also decides which feature's events 
 at one instant (SimPy's order): a new feature goes at the end.
 
 A new feature: its class (sim.features.base.Feature) in a module here and its line below;
-its spec and checks are workloads' (workloads.features), and experiments.backends.sim_settings
-passes every key registered here that the scenario writes.
+its spec and checks are workloads' (workloads.features), and
+experiments.model_settings.sim_settings passes every key registered here that the scenario
+writes.
 """
 
 from __future__ import annotations

@@ -218,7 +218,7 @@ run: {duration: 10s, backend: emu}
                              "cloud-1": ("broker-1", 1)}
     assert {paths.hops("city", f"s-{i}", "cloud-1", 1) for i in range(1, 5)} == {4}
     # The simulator counts the same for the same experiment.
-    from experiments.backends import sim_settings
+    from experiments.model_settings import sim_settings
     from sim.model import simulate
 
     result = simulate(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,

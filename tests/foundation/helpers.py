@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from experiments.backends import sim_settings
 from experiments.loader import RunPoint, parse_text
+from experiments.model_settings import sim_settings
 from sim.model import Model, Settings, SimResult, simulate
 
 # An experiment in block style, so that each field has a line of its own.

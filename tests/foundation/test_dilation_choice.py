@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from experiments.backends import sim_settings
 from experiments.dilation import TARGET_PRESSURE, choose, predicted_demand
 from experiments.loader import load
+from experiments.model_settings import sim_settings
 from sim.model import simulate
 from topologies.errors import SpecError
 from workloads.calibration import load as load_calibration

@@ -315,7 +315,7 @@ def test_an_infinite_rate_is_refused() -> None:
 
 
 def test_a_shared_subscription_prefix_reads_like_the_plain_filter() -> None:
-    from experiments.backends import sim_settings
+    from experiments.model_settings import sim_settings
     from sim.model import simulate
 
     tables = []

@@ -94,7 +94,7 @@ def test_rounding_of_float_totals_is_no_break() -> None:
 
 def test_a_simulated_run_keeps_every_rule() -> None:
     """sim's tables pass the checks: the same rules hold both backends."""
-    from experiments.backends import sim_settings
+    from experiments.model_settings import sim_settings
     from sim.model import simulate
     from tests.foundation.helpers import point
 

@@ -12,8 +12,8 @@ import pandas as pd
 import pytest
 
 from experiments import catalog
-from experiments.backends import sim_settings
 from experiments.loader import load
+from experiments.model_settings import sim_settings
 from experiments.schema import conform
 from sim.model import Model
 from tests.foundation.helpers import assert_tables_equal, point

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from emu.cluster.plan import plan_cluster
-from experiments.backends import sim_settings
 from experiments.loader import load
+from experiments.model_settings import sim_settings
 from sim.costs import CONTAINERS, Costs
 from sim.model import simulate
 from workloads.calibration import load as load_calibration

@@ -90,7 +90,7 @@ def test_without_a_spark_measure_the_written_cost_is_charged_per_message(calibra
 
 
 def test_a_profile_that_measured_spark_replaces_the_written_cost_and_says_so() -> None:
-    from experiments.backends import unused_costs
+    from experiments.model_settings import unused_costs
     from tests.foundation.helpers import point
 
     spark = REFERENCE.spark.model_copy(update={"message": 2e-3, "measured": True})
