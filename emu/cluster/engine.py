@@ -46,7 +46,6 @@ from emu.agent.config import (
 from emu.capacity import check_host_cap
 from emu.cluster import inventory
 from emu.cluster.access import save as save_access
-from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.links import Links, make_links
 from emu.cluster.nodes import DockerNode
 from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
@@ -59,7 +58,7 @@ from emu.cluster.zygote import (
     waiter_binds,
     waiter_command,
 )
-from emu.engines.base import Made, RunOption, interrupts_deferred
+from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
 from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emu.engines import engine_of
+from emu.engines.base import NodeStatus, Removed
 
 if TYPE_CHECKING:
     import docker
@@ -41,22 +42,6 @@ NETWORK_RELEASE_S = 15
 
 
 @dataclass(frozen=True)
-class NodeStatus:
-    """A container of a cluster as the engine reports it."""
-
-    node: str
-    kind: str
-    role: str
-    name: str
-    container: str      # the full id
-    state: str          # created, running, exited, ...
-    status: str         # e.g. "Up 3 minutes"
-    ip: str             # on its own site network
-    image: str
-    network: str
-
-
-@dataclass(frozen=True)
 class ClusterInfo:
     name: str
     topology: str
@@ -67,14 +52,6 @@ class ClusterInfo:
     containers: int
     running: int
     networks: int
-
-
-@dataclass(frozen=True)
-class Removed:
-    containers: int
-    networks: int
-    scratch: str | None  # the scratch folder removed, if any
-    owner_ended: bool
 
 
 def _filters(cluster: str | None) -> dict[str, list[str]]:

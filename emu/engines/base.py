@@ -23,11 +23,36 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, Self, runtime_checkable
 if TYPE_CHECKING:
     import docker
 
-    from emu.cluster.inventory import NodeStatus, Removed
     from emu.cluster.plan import ClusterPlan
     from emu.links.spec import LinkShape
 
 DEFERRED_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+
+
+@dataclass(frozen=True)
+class NodeStatus:
+    """A container of a cluster as the engine reports it."""
+
+    node: str
+    kind: str
+    role: str
+    name: str
+    container: str      # the full id
+    state: str          # created, running, exited, ...
+    status: str         # e.g. "Up 3 minutes"
+    ip: str             # on its own site network
+    image: str
+    network: str
+
+
+@dataclass(frozen=True)
+class Removed:
+    """What `down` removed of a cluster."""
+
+    containers: int
+    networks: int
+    scratch: str | None  # the scratch folder removed, if any
+    owner_ended: bool
 
 
 @dataclass(frozen=True)

@@ -45,10 +45,9 @@ from typing import TYPE_CHECKING, ClassVar, Self
 from emu.agent.config import SECRETS_FILE, SECRETS_VARIABLE, secrets_text
 from emu.cluster import inventory
 from emu.cluster.engine import READY_TIMEOUT_S, WORKERS, Cluster, ClusterError, Progress
-from emu.cluster.inventory import NodeStatus, Removed
 from emu.cluster.plan import ClusterPlan, ContainerPlan
 from emu.engines import ENGINE_LABEL
-from emu.engines.base import Made, RunOption, interrupts_deferred
+from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
 from emu.images import DOCKER_TIMEOUT_S, SERVICES, ensure_image
 from emu.links.agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
 from emu.links.probe import ShaperChoice
