@@ -58,6 +58,7 @@ from emu.cluster.zygote import (
     waiter_binds,
     waiter_command,
 )
+from emu.engines import ENGINE_LABEL
 from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
 from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
 from emu.links.probe import ShaperChoice, choose_shaper
@@ -233,10 +234,11 @@ class Cluster:
             plan.image.name == GATEWAY.name)
 
     def _labels(self, labels: dict[str, str]) -> dict[str, str]:
-        """Labels plus the cluster's facts, which `foglab emu` reads from another process."""
+        """Labels plus the cluster's facts, which `foglab emu` reads from another process (its
+        engine's name: `foglab emu down` removes it through that engine's hooks)."""
         assert self.shaper is not None and self._made is not None
         extra = {"foglab.shaper": self.shaper.shaper, inventory.OWNER: self._owner,
-                 "foglab.records": str(self.records_root)}
+                 "foglab.records": str(self.records_root), ENGINE_LABEL: self.engine_name}
         if self._made.scratch is not None:
             extra[inventory.SCRATCH] = str(self._made.scratch)
         return {**labels, **extra}

@@ -46,7 +46,6 @@ from emu.agent.config import SECRETS_FILE, SECRETS_VARIABLE, secrets_text
 from emu.cluster import inventory
 from emu.cluster.engine import READY_TIMEOUT_S, WORKERS, Cluster, ClusterError, Progress
 from emu.cluster.plan import ClusterPlan, ContainerPlan
-from emu.engines import ENGINE_LABEL
 from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
 from emu.images import DOCKER_TIMEOUT_S, SERVICES, ensure_image
 from emu.links.agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
@@ -440,9 +439,6 @@ class SwarmCluster(Cluster):
             return {}
         api = self.client.api
         return {s.node: api.node_of(s.container) or "" for s in self.status()}
-
-    def _labels(self, labels: dict[str, str]) -> dict[str, str]:
-        return {**super()._labels(labels), ENGINE_LABEL: self.engine_name}
 
     def _create_networks(self) -> None:
         """The overlay every service joins, and the swarm-scoped bridge the host reaches."""
