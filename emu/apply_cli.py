@@ -53,21 +53,7 @@ def emu_apply(
     """Make a cluster that is up run an experiment's jobs: read what its agents run, plan
     (deploy, modify in-place, replace or move, delete), carry the plan out and check it;
     --dry-run prints the plan only (exit 0 nothing would change, 2 something would)."""
-    import time
-
-    from emu.apply import (
-        Applied,
-        ApplyError,
-        agent_nodes,
-        desired,
-        differences,
-        execute,
-        plan_for,
-        read_running,
-    )
-    from emu.cli import _cluster_name, _docker, _which_cluster, load_experiment
-    from emu.control import Controller
-    from emu.live import agents_and_brokers, cluster_login
+    from emu.cli import _cluster_name
     from topologies.terminal import positive
 
     try:  # refused as every command refuses them, but with apply's error code (1, not 2)
@@ -75,8 +61,35 @@ def emu_apply(
         positive("--timeout", timeout)
     except typer.Exit:
         raise typer.Exit(ERROR) from None
+    path, loaded, wanted = _desired(experiment, set_ or [])
+    name, agents, nodes, routes, login = _reached(cluster, path, wanted)
+    spec = loaded.points[0].spec
+    settings = getattr(spec.scenario, "migration", None)
+    strategy = getattr(settings, "strategy", None) or "pause_transfer"
+    job_of = {config.name: config.job for config in wanted.configs.values()}
+    applied, after = _carried_out(name, routes, login, nodes, job_of, wanted, dry_run=dry_run,
+                                  agents=agents, strategy=strategy, settings=settings,
+                                  timeout=timeout)
+    console.print(_times(applied))
+    if not after.empty:
+        from emu.apply import differences
+
+        error(f"applied, but cluster {name} does not run what the experiment describes: "
+              f"{differences(after)}")
+        raise typer.Exit(ERROR)
+    say(f"Applied in {applied.total_s:.3f} s (read {applied.read_s:.3f}, execute "
+        f"{applied.execute_s:.3f}, verify {applied.verify_s:.3f}); cluster {name} runs what "
+        "the experiment describes.")
+
+
+def _desired(experiment: str, overrides: list[str]):
+    """(the experiment's file, its loaded form with the --set `overrides`, what its one sweep
+    point runs: emu.apply's desired state); exit ERROR if it does not load or sweeps."""
+    from emu.apply import desired
+    from emu.cli import load_experiment
+
     try:
-        path, loaded = load_experiment(experiment, set_ or [])
+        path, loaded = load_experiment(experiment, overrides)
         if len(loaded.points) > 1:
             raise SpecError(("sweep",), f"{len(loaded.points)} points", "one sweep point "
                             "(pin it with --set): a cluster runs one", str(loaded.file))
@@ -84,6 +97,17 @@ def emu_apply(
     except SpecError as failure:
         error(failure)
         raise typer.Exit(ERROR) from None
+    return path, loaded, wanted
+
+
+def _reached(cluster: str | None, path, wanted):
+    """The running cluster the experiment goes to: (its name, its agents, their nodes, each
+    node's broker, the login to them); exit ERROR if it cannot place the experiment's
+    operators or no broker of its agents is known."""
+    from emu.apply import agent_nodes
+    from emu.cli import _docker, _which_cluster
+    from emu.live import agents_and_brokers, cluster_login
+
     client = _docker()
     name = _which_cluster(client, cluster)
     agents, brokers, _ = agents_and_brokers(client, name)
@@ -104,10 +128,20 @@ def emu_apply(
     if not routes:
         error(f"cluster {name}: no agent's broker is known")
         raise typer.Exit(ERROR)
-    spec = loaded.points[0].spec
-    settings = getattr(spec.scenario, "migration", None)
-    strategy = getattr(settings, "strategy", None) or "pause_transfer"
-    job_of = {config.name: config.job for config in wanted.configs.values()}
+    return name, agents, nodes, routes, login
+
+
+def _carried_out(name: str, routes, login, nodes, job_of, wanted, *, dry_run: bool, agents,
+                 strategy: str, settings, timeout: float):
+    """Read what the cluster runs, print the plan from it and, but on a dry run, carry it out
+    (emu.apply.execute) and read back: (the steps' times, the plan from what runs then).
+    Exits NO_CHANGES when nothing would change, CHANGES on a dry run that would change
+    something, ERROR when an agent is silent or a step fails."""
+    import time
+
+    from emu.apply import Applied, ApplyError, execute, plan_for, read_running
+    from emu.control import Controller
+
     applied = Applied()
     try:
         # A closed cluster's run-time grants: an install on a node its plan did not place the
@@ -141,14 +175,7 @@ def emu_apply(
     except ApplyError as failure:
         error(failure)
         raise typer.Exit(ERROR) from None
-    console.print(_times(applied))
-    if not after.empty:
-        error(f"applied, but cluster {name} does not run what the experiment describes: "
-              f"{differences(after)}")
-        raise typer.Exit(ERROR)
-    say(f"Applied in {applied.total_s:.3f} s (read {applied.read_s:.3f}, execute "
-        f"{applied.execute_s:.3f}, verify {applied.verify_s:.3f}); cluster {name} runs what "
-        "the experiment describes.")
+    return applied, after
 
 
 def _times(applied) -> Table:

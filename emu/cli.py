@@ -694,11 +694,8 @@ def emu_migrate(
 ) -> None:
     """Move a running operator's instance to another node of a cluster that is up (`foglab
     emu up --experiment`), showing the migration's phases, and print its record."""
-    import time
-
     from emu.live import ExperimentGone, agents_and_brokers, cluster_login, experiment_settings
-    from emu.live import where_operators_run as where_running
-    from emu.migration import STRATEGIES, MigrationError, migrate
+    from emu.migration import STRATEGIES
 
     positive("--timeout", timeout)
     if strategy is not None and strategy not in STRATEGIES:
@@ -712,6 +709,28 @@ def emu_migrate(
     except PermissionError as refused:
         error(refused)
         raise typer.Exit(1) from None
+    _check_move_target(to, name, agents, kinds)
+    try:
+        settings = experiment_settings(client, name, load_experiment)
+    except ExperimentGone as gone:
+        warning(f"{gone}: the migration takes the default settings")
+        settings = None
+    strategy = strategy or getattr(settings, "strategy", None) or "pause_transfer"
+    source = _instance_to_move(operator, source, to, name, agents, brokers, login)
+    record, caught = _migrated(client, name, login, agents, brokers, operator, source, to,
+                               strategy, settings, timeout)
+    console.print(_record_table(record))
+    if caught:
+        say("interrupted: the migration had finished or rolled back first", style="yellow")
+        raise typer.Exit(128 + caught[0])
+    if record.status != "done":
+        error(f"the migration failed and was rolled back to {source}: {record.error}")
+        raise typer.Exit(1)
+    say(f"{operator} runs on {to} now")
+
+
+def _check_move_target(to: str, name: str, agents, kinds) -> None:
+    """Exit 1 unless `to` is a node of cluster `name` whose agent can run an operator."""
     if to not in kinds:
         error(f"no node {to!r} in cluster {name}; its nodes: {', '.join(kinds)}")
         raise typer.Exit(1)
@@ -720,12 +739,14 @@ def emu_migrate(
         error(f"{to} is a {kinds[to]}: an operator moves to a gateway or cloud VM, whose agent "
               f"runs it ({', '.join(movable) or 'none in this cluster'})")
         raise typer.Exit(1)
-    try:
-        settings = experiment_settings(client, name, load_experiment)
-    except ExperimentGone as gone:
-        warning(f"{gone}: the migration takes the default settings")
-        settings = None
-    strategy = strategy or getattr(settings, "strategy", None) or "pause_transfer"
+
+
+def _instance_to_move(operator: str, source: str | None, to: str, name: str, agents, brokers,
+                      login) -> str:
+    """The node whose instance of `operator` moves to `to` (`source`, or the one node that
+    runs it), asked of the agents; exit 1 if there is none, or it cannot move there."""
+    from emu.live import where_operators_run as where_running
+
     with console.status("asking the agents what they run"):
         running, silent = where_running(agents, brokers, credentials=login)
     if not running and silent and len(silent) == len(agents):
@@ -757,6 +778,17 @@ def emu_migrate(
               f"{agents[to].broker}: the emulation does not bridge brokers, so the input "
               f"session cannot move between them")
         raise typer.Exit(1)
+    return source
+
+
+def _migrated(client, name: str, login, agents, brokers, operator: str, source: str, to: str,
+              strategy: str, settings, timeout: float):
+    """Move the instance (emu.migration.migrate), its phases shown as they pass: (its record,
+    the signals caught meanwhile); exit 2 if the migration could not be carried out."""
+    import time
+
+    from emu.migration import MigrationError, migrate
+
     # A migration under way finishes or rolls back (each step has its timeout) before a
     # Ctrl-C takes effect: cut short, it would leave the operator paused.
     with _interrupts_held() as caught, bars(counted=False) as shown:
@@ -775,14 +807,7 @@ def emu_migrate(
         except MigrationError as failure:
             error(failure)
             raise typer.Exit(2) from None
-    console.print(_record_table(record))
-    if caught:
-        say("interrupted: the migration had finished or rolled back first", style="yellow")
-        raise typer.Exit(128 + caught[0])
-    if record.status != "done":
-        error(f"the migration failed and was rolled back to {source}: {record.error}")
-        raise typer.Exit(1)
-    say(f"{operator} runs on {to} now")
+    return record, caught
 
 
 def _controller(broker: str, login: tuple[str, str] | None = None, grants=None):

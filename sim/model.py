@@ -79,16 +79,7 @@ class Model:
         self.stream_names = [stream.name for stream in workload.streams]
         self.log = MessageLog()
         seed = settings.seed
-        self.costs = Costs(topology, settings.driver_cost, settings.calibration,
-                           settings.dilation)
-        self.network = Network(self.env, topology, seed, self._lost, self.costs.lead)
-        self.cpus = {node.name: self.costs.cpu(node)
-                     for node in topology.nodes.values() if node.kind in HOSTS}
-        self.brokers = {node.name: Broker(self.env, node.name, self.costs.broker(node),
-                                          self.cpus[node.name], self.network, self._readers)
-                        for node in topology.of_kind("broker")}
-        for broker in self.brokers.values():
-            broker.in_place = settings.in_place
+        self._set_up_hosts(topology, settings)
         self.workload = workload
         unknown = sorted(set(settings.scenario) - set(FEATURES))
         if unknown:
@@ -121,16 +112,7 @@ class Model:
         # publishers there).
         self._first_brokers = first_brokers(topology, self.spares)
         self.new_id = count().__next__  # message ids, 0, 1, 2, ...
-        self.mobility = None
-        self.policy = None
-        self.user_sources: list[list] = []  # a moving user's sources, attached at handovers
-        if settings.mobility is not None:
-            devices = self.topology.select(settings.mobility.devices or [
-                n.name for n in self.topology.of_kind("device")])
-            self.mobility = Mobility(self.env, self.topology.of_kind("gateway"),
-                                     settings.mobility, devices, seed, settings.duration)
-            self.mobility.on_attach = self._attach
-            self.user_sources = [[] for _ in devices]
+        self._set_up_mobility(settings)
         self.sources = assembly.sources(self, workload, seed)
         if self.mobility is not None:
             self.mobility.start()
@@ -150,6 +132,35 @@ class Model:
                                list(self.network.channels.values()), settings.sample,
                                settings.duration, mean_size)
         self.features = {key: cls(self, settings.scenario[key]) for key, cls in present}
+
+    def _set_up_hosts(self, topology: Topology, settings: Settings) -> None:
+        """The costs, the network, the hosts' CPUs and the brokers on them."""
+        seed = settings.seed
+        self.costs = Costs(topology, settings.driver_cost, settings.calibration,
+                           settings.dilation)
+        self.network = Network(self.env, topology, seed, self._lost, self.costs.lead)
+        self.cpus = {node.name: self.costs.cpu(node)
+                     for node in topology.nodes.values() if node.kind in HOSTS}
+        self.brokers = {node.name: Broker(self.env, node.name, self.costs.broker(node),
+                                          self.cpus[node.name], self.network, self._readers)
+                        for node in topology.of_kind("broker")}
+        for broker in self.brokers.values():
+            broker.in_place = settings.in_place
+
+    def _set_up_mobility(self, settings: Settings) -> None:
+        """The moving users, if the run has them; no policy yet (_follow sets a follow
+        operator's placer, sim.assembly the users' sources)."""
+        seed = settings.seed
+        self.mobility = None
+        self.policy = None
+        self.user_sources: list[list] = []  # a moving user's sources, attached at handovers
+        if settings.mobility is not None:
+            devices = self.topology.select(settings.mobility.devices or [
+                n.name for n in self.topology.of_kind("device")])
+            self.mobility = Mobility(self.env, self.topology.of_kind("gateway"),
+                                     settings.mobility, devices, seed, settings.duration)
+            self.mobility.on_attach = self._attach
+            self.user_sources = [[] for _ in devices]
 
     # -- composing ------------------------------------------------------------------------
 

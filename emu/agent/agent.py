@@ -79,6 +79,19 @@ class Agent:
     def __init__(self, config: AgentConfig, clock: Callable[[], float] | None = None) -> None:
         self.config = config
         self.node = config.node
+        self._set_up_time(clock)
+        self._set_up_drivers()
+        self._set_up_operators()
+        self._set_up_routing()
+        self._set_up_moves()
+        self.description = self._describe()
+        self.management = Management(self)
+        self._set_up_mqtt()
+        self._set_up_registration()
+
+    def _set_up_time(self, clock: Callable[[], float] | None) -> None:
+        """The clock, the run's epoch and the scheduler everything else is set on."""
+        config = self.config
         # The run's emulated clock (emu.agent.timebase; the host's at dilation 1): the drivers'
         # schedules, windows and records run on it, the scheduler waits K host seconds for one.
         self.timebase = config.timebase()
@@ -88,6 +101,10 @@ class Agent:
         self.epoch = config.epoch or self.started
         self.arch = os.uname().machine  # platform.machine(), without importing platform
         self.scheduler = Scheduler(clock, self.timebase.dilation)
+
+    def _set_up_drivers(self) -> None:
+        """The records, the node's drivers and its simulated devices (the load topic's)."""
+        config, clock = self.config, self.clock
         at = self.scheduler.at
         self.records = Records(config.records, at, clock)
         self.drivers = Drivers([d for d in config.drivers if not d.load], self.node,
@@ -98,6 +115,11 @@ class Agent:
         self.load: dict[tuple[str, str], DriverConfig] = {
             (d.stream, device): d for d in config.drivers if d.load for device in d.devices}
         self._load_topic = load_topic(self.node) if self.load else None
+
+    def _set_up_operators(self) -> None:
+        """The node's operators (an `engine: spark` job's a passthrough beside its SparkJob)
+        and this VM's Spark daemon."""
+        config = self.config
         self.operators: dict[str, Operator] = {}
         self.spark_jobs: dict[str, SparkJob] = {}  # by work directory (emu.agent.spark)
         # This VM's part of a Spark standalone cluster (emu.agent.spark_cluster), if any.
@@ -122,6 +144,10 @@ class Agent:
             if operator.name in self.operators:
                 raise ValueError(f"node {self.node}: two operators are named {operator.name!r}")
             self.operators[operator.name] = operator
+
+    def _set_up_routing(self) -> None:
+        """What routes the broker's messages: the node's own topics, readers, subscriptions,
+        and the counts of what was dropped on the way."""
         # Topics this node publishes on: their copies from the broker are its own echo.
         self._own_topics = self.drivers.topics | {
             op.out_topic for op in self.operators.values() if op.out_topic} | {
@@ -141,6 +167,10 @@ class Agent:
         self.fenced: dict[str, float] = {}
         self.looped = 0       # outputs dropped after MAX_HOPS operators
         self.loaded = 0       # simulated devices' readings taken from the load topic
+
+    def _set_up_moves(self) -> None:
+        """The movable instances' sessions, the migrations that move them, the checkpoints."""
+        config = self.config
         # Instances reading through a session of their own (emu.agent.migration): movable.
         self.sessions: dict[str, InputSession] = {
             name: InputSession(self, op) for name, op in self.operators.items()
@@ -152,8 +182,10 @@ class Agent:
         else:
             self.migrations = Migrations(self)
         self.checkpoints = Checkpoints(self)
-        self.description = self._describe()
-        self.management = Management(self)
+
+    def _set_up_mqtt(self) -> None:
+        """The node's broker session (not connected yet: `start`), its sessions on other
+        brokers to be, the broadcasts and the requests' subscription."""
         self.client = new_client(f"foglab-agent-{self.node}", persistent=True)
         self.client.on_connect = self._on_connect
         self.client.on_disconnect = self._on_disconnect
@@ -174,6 +206,10 @@ class Agent:
         self._operators_mids: set[int] = set()
         self.ready = threading.Event()
         self._node_subscribed = False
+
+    def _set_up_registration(self) -> None:
+        """The node's ZooKeeper registration and its sensors' znodes, if the run has one."""
+        config = self.config
         self.registration: Registration | None = None
         if config.zookeeper:
             sensors = [(sensor_path(driver.stream, device.name, device.topic),

@@ -447,15 +447,7 @@ class _Planner:
         return SpecError(path, value, expected, f"topology {self.topology.name}")
 
     def plan(self) -> ClusterPlan:
-        if not CLUSTER_NAME.match(self.cluster):
-            raise self.error(("cluster",), self.cluster,
-                             "a cluster name Docker accepts: letters, digits, _ . or -, starting"
-                             " with a letter or digit, at most 40 characters")
-        if self.servers not in (1, 3):
-            raise self.error(("zookeeper",), self.servers, "1 or 3 ZooKeeper servers")
-        nodes = [n for n in self.topology.nodes.values() if n.kind in CONTAINER_KINDS]
-        for node in nodes:
-            self._check(node)
+        nodes = self._checked_nodes()
         # Each agent container and the topology node it stands at (a device group's: its
         # first device, all of them linked alike).
         standing = {n.name: n for n in nodes if n.kind in AGENT_KINDS}
@@ -470,6 +462,35 @@ class _Planner:
         clients = {spare: [name for name in standing if brokers[name] == watched]
                    for spare, watched in self.spares.items()}
         servers, anchors = self._zookeeper(list(standing.values()))
+        containers = self._service_containers(nodes, servers, anchors)
+        links = self._agent_containers(containers, nodes, standing, brokers, sessions, clients,
+                                       servers, anchors)
+        if self.topology.spark is not None:
+            self._spark_cluster(containers)
+        self._join_quorum(containers, servers)
+        containers = self._in_declaration_order(containers, standing)
+        networks = self._networks(containers)
+        return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
+                           brokers, servers, dict(self.labels), dict(self.spares), self.dilation)
+
+    def _checked_nodes(self) -> list[Node]:
+        """The topology's nodes that become containers, each checked, once the cluster's name
+        and its number of ZooKeeper servers are."""
+        if not CLUSTER_NAME.match(self.cluster):
+            raise self.error(("cluster",), self.cluster,
+                             "a cluster name Docker accepts: letters, digits, _ . or -, starting"
+                             " with a letter or digit, at most 40 characters")
+        if self.servers not in (1, 3):
+            raise self.error(("zookeeper",), self.servers, "1 or 3 ZooKeeper servers")
+        nodes = [n for n in self.topology.nodes.values() if n.kind in CONTAINER_KINDS]
+        for node in nodes:
+            self._check(node)
+        return nodes
+
+    def _service_containers(self, nodes: list[Node], servers: list[str],
+                            anchors: dict[str, str | None]) -> dict[str, ContainerPlan]:
+        """The containers that run no agent: brokers (spares with their own command),
+        ZooKeeper servers (an added one beside its anchor) and idle nodes."""
         containers: dict[str, ContainerPlan] = {}
         for node in nodes:
             if node.kind in AGENT_KINDS:
@@ -487,6 +508,14 @@ class _Planner:
                 containers[name] = self._container(name, ZOOKEEPER_NAME, "zookeeper",
                                                    anchor.site if anchor else None, anchor,
                                                    servers)
+        return containers
+
+    def _agent_containers(self, containers: dict[str, ContainerPlan], nodes: list[Node],
+                          standing: dict[str, Node], brokers: dict[str, str],
+                          sessions: dict[str, set[str]], clients: dict[str, list[str]],
+                          servers: list[str], anchors: dict[str, str | None]) -> list[LinkPlan]:
+        """Each agent's container, added to `containers`, its config told where its broker,
+        ZooKeeper, spares and other brokers are; the links of its sessions to them."""
         links = []
         # One protocol for every session of the cluster: an agent's clients share it.
         mqtt5 = all(broker_kind(n) != "rabbitmq" for n in nodes if n.kind == "broker")
@@ -515,20 +544,30 @@ class _Planner:
                                         for op in config.operators])
             containers[name] = self._container(name, config.kind, "agent", node.site, node,
                                                servers, config, broker)
-        if self.topology.spark is not None:
-            self._spark_cluster(containers)
+        return links
+
+    @staticmethod
+    def _join_quorum(containers: dict[str, ContainerPlan], servers: list[str]) -> None:
+        """Put every ZooKeeper server on the first one's network too (in `containers`)."""
         if len(servers) > 1:
             # The quorum talks directly on the first server's network, unshaped.
             quorum = containers[servers[0]].network
             for name in servers[1:]:
                 if containers[name].network != quorum:
                     containers[name] = replace(containers[name], extra_networks=(quorum,))
+
+    def _in_declaration_order(self, containers: dict[str, ContainerPlan],
+                              standing: dict[str, Node]) -> dict[str, ContainerPlan]:
+        """The containers in the topology's order, each labelled with its place."""
         # Declaration order, whatever the roles: status tables read like the topology file.
         order = {name: i for i, name in enumerate(self.topology.nodes)}
         order.update({name: order[node.name] for name, node in standing.items()})
-        containers = {name: replace(plan, labels={**plan.labels, "foglab.order": str(i)})
-                      for i, (name, plan) in enumerate(sorted(
-                          containers.items(), key=lambda item: order.get(item[0], len(order))))}
+        return {name: replace(plan, labels={**plan.labels, "foglab.order": str(i)})
+                for i, (name, plan) in enumerate(sorted(
+                    containers.items(), key=lambda item: order.get(item[0], len(order))))}
+
+    def _networks(self, containers: dict[str, ContainerPlan]) -> dict[str, NetworkPlan]:
+        """One network per segment the containers stand on, in their order."""
         networks = {}
         for plan in containers.values():
             if plan.segment not in networks:
@@ -536,8 +575,7 @@ class _Planner:
                     plan.segment, plan.network,
                     {**self.labels, "foglab.node": plan.segment, "foglab.kind": "network",
                      "foglab.site": plan.segment})
-        return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
-                           brokers, servers, dict(self.labels), dict(self.spares), self.dilation)
+        return networks
 
     def _spark_cluster(self, containers: dict[str, ContainerPlan]) -> None:
         """The topology's Spark standalone cluster (emu.agent.spark_cluster): the master's and
