@@ -124,9 +124,9 @@ def main() -> None:
     import experiments.emu_commands  # noqa: F401 - hands emu.cli the experiment loader
     from emu.apply import agent_nodes
     from emu.cli import deployed_or_exit
-    from emu.cluster.engine import Cluster
     from emu.cluster.plan import plan_cluster
     from emu.control import Controller
+    from emu.engines.docker.engine import Cluster
     from emu.images import DOCKER_TIMEOUT_S
     from emu.live import agents_and_brokers, start_drivers
 
@@ -185,7 +185,7 @@ def main() -> None:
                     for column, label in ((1, "deploy"), (2, "modify"), (3, "delete")):
                         print(f"{label}_per_job_s={_slope(rows, column):.4f}")
     finally:
-        from emu.cluster import inventory
+        from emu.engines.docker import inventory
 
         inventory.remove(client, name)
         for path in folder.glob("*.yaml"):

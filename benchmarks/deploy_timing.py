@@ -228,9 +228,9 @@ def run_deploy_timing(gateways: Sequence[int] = DEFAULT_GATEWAYS,
     so far). Each N's cluster is removed before the next starts, and on any failure."""
     import pandas as pd
 
-    from emu.cluster.engine import Cluster
-    from emu.cluster.inventory import StuckNetwork
     from emu.cluster.plan import plan_cluster
+    from emu.engines.docker.engine import Cluster
+    from emu.engines.docker.inventory import StuckNetwork
 
     if not gateways or any(n < 1 for n in gateways):
         raise ValueError(f"gateways must be positive counts, not {list(gateways)}")

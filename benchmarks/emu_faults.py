@@ -12,7 +12,7 @@ Spark cloud VM) for `--duration` seconds, several times in one process:
   city stream at QoS 1 (`workload.streams.0.qos=1`), then at QoS 0.
 
 The faults are injected from a thread through the engine's API on this run's own containers
-(emu.cluster.faults, by the cluster's owner label). Each run is driven as `foglab run` drives
+(emu.engines.docker.faults, by the cluster's owner label). Each run is driven as `foglab run` drives
 it (experiments.loader.load, experiments.runner.run_experiment) into a scratch results folder
 removed at the end. Per run it prints `delivered=` (distinct messages that reached the sink),
 `lost=` (sent, not dropped by a device's radio, neither filtered nor delivered), `dropped=`
@@ -46,7 +46,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from emu.cluster.faults import Fault  # noqa: E402
+from emu.engines.docker.faults import Fault  # noqa: E402
 from experiments.loader import load  # noqa: E402
 from experiments.results import load_run  # noqa: E402
 from experiments.runner import run_experiment  # noqa: E402

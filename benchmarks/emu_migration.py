@@ -114,9 +114,9 @@ from deploy_timing import gateway_topology  # noqa: E402 - benchmarks/deploy_tim
 from emu import images  # noqa: E402
 from emu.agent.config import OperatorConfig  # noqa: E402
 from emu.agent.protocol import Envelope, message_id  # noqa: E402
-from emu.cluster.engine import Cluster  # noqa: E402
 from emu.cluster.plan import plan_cluster  # noqa: E402
 from emu.control import Controller, wait_registered  # noqa: E402
+from emu.engines.docker.engine import Cluster  # noqa: E402
 from emu.fidelity import HostPressure  # noqa: E402
 from emu.links.probe import choose_shaper  # noqa: E402
 from emu.migration import migrate  # noqa: E402

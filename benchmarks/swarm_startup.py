@@ -4,9 +4,10 @@
                                        [--overlay] [--nodes 3]
 
 The same plan (gw-1..N, profile rpi4, one broker, ZooKeeper; benchmarks/deploy_timing's
-topology) is brought up by emu.cluster.engine.Cluster (plain containers) and then by
-emu.swarm.engine.SwarmCluster (Swarm services on this host's dockerd as a one-node swarm, made
-for the run and left after it when it was not one before). Each is timed from `up` to every
+topology) is brought up by emu.engines.docker.engine.Cluster (plain containers) and then by
+emu.engines.swarm.engine.SwarmCluster (Swarm services on this host's dockerd as a one-node
+swarm, made for the run and left after it when it was not one before). Each is timed from `up` to
+every
 container running, every service answering and every node's link agent connected, then
 brought down before the next starts. By default the gateways run `sleep infinity` in place of
 their agent: what is timed is the engine's own work per container, which is what Swarm
@@ -17,7 +18,7 @@ CPU, not the engine, is then the limit).
 Two designs of the one-node swarm: its tasks on the node's bridge alone (the default on one
 node), and `--overlay` adds a run with every task on an overlay network as well (the design
 a swarm of several nodes needs; forced on one node here for the comparison). `--nodes 3`
-adds a run spread over three Docker-in-Docker nodes (emu.swarm.nodes, no site labels: Swarm
+adds a run spread over three Docker-in-Docker nodes (emu.engines.swarm.nodes, no site labels: Swarm
 spreads the gateways; images through a local registry, pushed and pulled before the timing).
 
 `--repeat R` alternates them R times (plain, swarm, ..., plain, swarm, ...), so that a load
@@ -46,11 +47,11 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from deploy_timing import gateway_topology  # noqa: E402 - benchmarks/deploy_timing.py
 
-from emu.cluster.engine import Cluster  # noqa: E402
 from emu.cluster.plan import plan_cluster  # noqa: E402
+from emu.engines.docker.engine import Cluster  # noqa: E402
+from emu.engines.swarm.engine import SwarmCluster  # noqa: E402
 from emu.images import DOCKER_TIMEOUT_S  # noqa: E402
 from emu.links.probe import ShaperChoice  # noqa: E402
-from emu.swarm.engine import SwarmCluster  # noqa: E402
 from topologies.terminal import stop_on_signals  # noqa: E402
 
 IDLE = ("sleep", "infinity")
@@ -92,10 +93,10 @@ def timed_up(cluster: Cluster, label: str) -> float:
 def three_nodes(client, topology, command, timings: list[float]):
     """Time the plan on three Docker-in-Docker nodes (made and removed here; their volumes,
     with the pulled images, and the registry's store are kept for the next run)."""
+    from emu.engines.swarm.nodes import SwarmNodes, remove
+    from emu.engines.swarm.registry import LocalRegistry
+    from emu.engines.swarm.target import use_target
     from emu.images import CACHE_DIR, GATEWAY, SERVICES, ensure_image
-    from emu.swarm.nodes import SwarmNodes, remove
-    from emu.swarm.registry import LocalRegistry
-    from emu.swarm.target import use_target
 
     remove(NODES, host=client)
     with (SwarmNodes(3, name=NODES, keep_volumes=True, host=client) as nodes,

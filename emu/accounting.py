@@ -234,7 +234,7 @@ def _docker_total(root: Path) -> float:
 
 
 def cluster_containers(cluster) -> list[Container]:
-    """A cluster's containers (emu.cluster.engine.Cluster), each with its kind."""
+    """A cluster's containers (emu.engines.docker.engine.Cluster), each with its kind."""
     found = []
     for status in cluster.status():
         if status.kind == "zookeeper":
@@ -245,7 +245,7 @@ def cluster_containers(cluster) -> list[Container]:
     zygote = getattr(cluster, "zygote", None)
     if zygote is not None:
         found.append(Container("zygote", zygote.container, MACHINERY, "agents' zygote"))
-    # A swarm's link agents (emu.swarm.links): the links' relays, one container per node.
+    # A swarm's link agents (emu.engines.swarm.links): the links' relays, one container per node.
     for node, container in getattr(cluster, "link_containers", {}).items():
         found.append(Container(f"link-agent@{node}", container, MACHINERY,
                                "link relays (emu.links.agent)"))

@@ -28,7 +28,7 @@ helps). Memory is what the containers hold resident, not their
 limits (Docker does not reserve a limit: 200 Pi 4 gateways are 800 GiB of limits and 4 GiB
 resident): per role, measured with `docker stats` on the smart city here (RESIDENT below).
 
-Start-up: the engine's CPU per container (emu.cluster.engine: about 0.5 s on a user-defined
+Start-up: the engine's CPU per container (emu.engines.docker.engine: about 0.5 s on a user-defined
 network, 0.2 s for an agent the zygote forks, 1.1 s for the zygote itself, a QEMU agent
 started afresh) over the host's cores, the hosts starting in parallel: a lower bound, as the
 services' own start (ZooKeeper's JVM) overlaps it.
@@ -51,7 +51,7 @@ TARGET_PRESSURE = 0.5
 SATURATED = 1.0
 GIB = 1024**3
 MIB = 1024**2
-# The engine's CPU seconds to start one container (emu.cluster.engine's docstring).
+# The engine's CPU seconds to start one container (emu.engines.docker.engine's docstring).
 START_CPU_S = 0.5
 START_FORKED_S = 0.2
 START_ZYGOTE_S = 1.1
@@ -63,7 +63,7 @@ RESIDENT = {"gateway": 24 * MIB, "agent": 48 * MIB, "broker": 8 * MIB,
             "zookeeper": 160 * MIB, "idle": 4 * MIB}
 SPARK_RESIDENT = 768 * MIB
 # The zygote's own: its warm interpreter (42 MiB) and about 0.65 MiB a gateway it forked, the
-# pages it writes after each fork (emu.cluster.zygote; 79 MiB with 60 gateways, 2026-12-06),
+# pages it writes after each fork (emu.engines.docker.zygote; 79 MiB with 60 gateways, 2026-12-06),
 # rounded up.
 ZYGOTE_RESIDENT = 48 * MIB
 ZYGOTE_RESIDENT_PER_AGENT = MIB

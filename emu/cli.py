@@ -150,9 +150,9 @@ ClusterOption = Annotated[str | None, typer.Option(
 
 def _docker():
     """This host's engine; with a multi-node swarm named in the environment
-    (FOGLAB_SWARM_ENGINES, emu.swarm.target), every node's engine as one client, so `down`,
+    (FOGLAB_SWARM_ENGINES, emu.engines.swarm.target), every node's engine as one client, so `down`,
     `status` and `exec` find a cluster's containers on whichever node runs them."""
-    from emu.swarm.target import current_target
+    from emu.engines.swarm.target import current_target
 
     try:
         target = current_target()
@@ -164,7 +164,7 @@ def _docker():
         from emu.images import DOCKER_TIMEOUT_S
 
         if target is not None:
-            from emu.swarm.engine import routed_client
+            from emu.engines.swarm.engine import routed_client
 
             return routed_client(target)
         return docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
@@ -175,7 +175,7 @@ def _docker():
 
 def _which_cluster(client, name: str | None) -> str:
     """The named cluster, or the only one there is."""
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     found = inventory.clusters(client)
     if name is not None:
@@ -191,7 +191,7 @@ def _which_cluster(client, name: str | None) -> str:
 
 
 def _status_table(client, name: str) -> Table:
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     info = inventory.clusters(client).get(name)
     title = f"cluster {escape(name)}"
@@ -580,7 +580,7 @@ def emu_down(cluster: ClusterOption = None,
              ) -> None:
     """Remove a cluster: its containers, networks, relays (ending the process that holds them)
     and scratch folder, all found by the cluster's label."""
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     client = _docker()
     names = list(inventory.clusters(client)) if all_ else [_which_cluster(client, cluster)]
@@ -598,7 +598,7 @@ def emu_status(cluster: Annotated[str | None, typer.Option(
         "--cluster", callback=_cluster_name, help="one cluster (default: all)")] = None
                ) -> None:
     """Each container of a cluster (or of all): node, kind, state, IP, image, container id."""
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     client = _docker()
     names = [_which_cluster(client, cluster)] if cluster else list(inventory.clusters(client))
@@ -615,7 +615,7 @@ def emu_exec(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
     """Run a command in a node's container: foglab emu exec gw-1 -- python3 -V"""
     import sys
 
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     client = _docker()
     name = _which_cluster(client, cluster)
@@ -638,7 +638,7 @@ def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
     """Print a node's container log; --follow keeps printing until Ctrl-C."""
     import sys
 
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     client = _docker()
     name = _which_cluster(client, cluster)

@@ -107,7 +107,7 @@ class Apt:
 
 def dockerd_pids() -> list[int]:
     """Every running Docker Engine of this host: its pid. An engine inside a container (a
-    Docker-in-Docker swarm node, emu.swarm.nodes) is in that container's pid namespace, not
+    Docker-in-Docker swarm node, emu.engines.swarm.nodes) is in that container's pid namespace, not
     this host's, and is not counted."""
     own = os.readlink("/proc/self/ns/pid")
     pids = []
@@ -264,9 +264,9 @@ def check_debootstrap(fix: bool, apt: Apt) -> Check:
 
 
 def check_busybox(fix: bool, apt: Apt) -> Check:
-    """A static busybox lets gateways' agents fork from a zygote (emu.cluster.zygote); without
-    it each agent starts its own interpreter: slower, and more memory per gateway."""
-    from emu.cluster.zygote import BUSYBOX, static_busybox
+    """A static busybox lets gateways' agents fork from a zygote (emu.engines.docker.zygote);
+    without it each agent starts its own interpreter: slower, and more memory per gateway."""
+    from emu.engines.docker.zygote import BUSYBOX, static_busybox
 
     why = static_busybox()
     if why is None:
@@ -284,8 +284,8 @@ def check_busybox(fix: bool, apt: Apt) -> Check:
 
 
 def check_registry(fix: bool, apt: Apt) -> Check:
-    """Debian's docker-registry serves images to a swarm's nodes (emu.swarm.registry); only a
-    swarm needs it, and a user may name a registry of their own instead."""
+    """Debian's docker-registry serves images to a swarm's nodes (emu.engines.swarm.registry);
+    only a swarm needs it, and a user may name a registry of their own instead."""
     name = "docker-registry"
     if shutil.which(name):
         return Check(name, "ok", f"{shutil.which(name)}: images for swarm nodes", required=False)

@@ -106,7 +106,7 @@ SERVICES = ImageSpec(
 SWARM_NODE = ImageSpec(
     name="swarm-node",
     arch="amd64",
-    # A Docker Swarm node in a container (Docker-in-Docker, emu.swarm.nodes): Debian's own
+    # A Docker Swarm node in a container (Docker-in-Docker, emu.engines.swarm.nodes): Debian's own
     # Docker Engine (dockerd, containerd, runc; iptables comes with it). Nothing of the
     # project's: emulated nodes run inside it from images pulled through a registry.
     packages=("docker.io",),

@@ -2,7 +2,7 @@
 
 What `foglab emu` (emu.cli) and a run (emu.run) need to know of, or do to, a cluster whose
 containers are running, as plain functions that raise errors: emu.cli prints and chooses the
-exit codes. The cluster is found by its containers' labels (emu.cluster.inventory); the
+exit codes. The cluster is found by its containers' labels (emu.engines.docker.inventory); the
 agents are asked through their brokers (emu.control).
 
 - `agents_and_brokers`: the agents (node, kind, broker, container state), the brokers'
@@ -57,8 +57,8 @@ def agents_and_brokers(client, cluster: str) -> tuple[dict[str, Agent], dict[str
                                                       dict[str, str]]:
     """The cluster's agents, its brokers' addresses (node -> ip:1883) and every node's kind
     (with its role when it runs no agent)."""
-    from emu.cluster import inventory
     from emu.cluster.plan import MQTT_PORT
+    from emu.engines.docker import inventory
 
     agents, brokers, kinds = {}, {}, {}
     for summary in inventory.containers(client, cluster):
@@ -83,9 +83,9 @@ def cluster_login(client, cluster: str) -> tuple[str, str] | None:
     """The host's MQTT login on a cluster up (from the secrets its engine kept in the
     cluster's scratch folder, emu.cluster.access.save); None for an open cluster. A user who
     may not read that folder (0700, root's) gets a PermissionError naming it."""
-    from emu.cluster import inventory
     from emu.cluster.access import host_login
     from emu.cluster.access import load as load_access
+    from emu.engines.docker import inventory
 
     scratch = next((labels[inventory.SCRATCH] for summary in inventory.containers(client, cluster)
                     if (labels := summary.get("Labels") or {}).get(inventory.SCRATCH)), None)
@@ -103,7 +103,7 @@ def experiment_settings(client, cluster: str,
     (`foglab emu up --experiment`), None for a bare topology; ExperimentGone when its file
     no longer loads. `load(file, sets)`: its file and the experiment, checked as an emu run
     (emu.cli.load_experiment)."""
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     labels = next((s.get("Labels") or {} for s in inventory.containers(client, cluster)
                    if (s.get("Labels") or {}).get(EXPERIMENT_LABEL)), {})
@@ -168,7 +168,7 @@ def next_epoch(clock: TimeBase = UNDILATED) -> float:
 
 
 def start_drivers(running) -> float:
-    """Wait until every agent of a cluster that is up (an emu.cluster.engine.Cluster) has
+    """Wait until every agent of a cluster that is up (an emu.engines.docker.engine.Cluster) has
     registered, then start every driver at one epoch (`set run.epoch`, through each agent's
     broker), as a run does (emu.run); the epoch. A RuntimeError if an agent refused or did
     not answer."""

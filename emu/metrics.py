@@ -67,8 +67,9 @@ class ContainerCgroup:
 
 class EngineStats:
     """A container's CPU and memory from its engine's stats API, for one whose cgroup is not on
-    this host (a task on another node of a swarm, reached through its node's engine: emu.swarm
-    .routing). About a second per call, where a cgroup file takes microseconds; and no
+    this host (a task on another node of a swarm, reached through its node's engine:
+    emu.engines.swarm.routing). About a second per call, where a cgroup file takes microseconds;
+    and no
     throttling counters (`cpu_file` None: the fidelity sampler leaves its column empty)."""
 
     cpu_file = None

@@ -10,7 +10,7 @@ no file read. Past WARN_SHARE of the limit it warns once; past the limit it stop
 2G), else FREE_DISK_SHARE of the disk free under the records when the watch starts.
 
 On a swarm of several nodes the tasks keep their records in their containers until the
-end (emu.swarm.records): the watch sees what is on this host only.
+end (emu.engines.swarm.records): the watch sees what is on this host only.
 """
 
 from __future__ import annotations

@@ -74,7 +74,7 @@ class RunSpec(BaseModel):
         default=False, description="run.engine swarm: the overlay network between the swarm's "
         "nodes encrypted (IPsec ESP with AES-GCM, Docker's `--opt encrypted`). Refused, before "
         "anything starts, where the nodes' kernel (this host's) cannot encrypt: its traffic "
-        "between nodes would be dropped (emu.swarm.ipsec, docs/swarm.md)")
+        "between nodes would be dropped (emu.engines.swarm.ipsec, docs/swarm.md)")
 
     @field_validator("dilation", mode="before")
     @classmethod

@@ -13,7 +13,7 @@ from emu.agent.timebase import TimeBase
 # secrets: those are in SECRETS_FILE.
 CONFIG_VARIABLE = "FOGLAB_AGENT"
 # A closed cluster's secrets for the agent (SECRET_FIELDS, JSON), in a file the host writes
-# into the container before it starts, root's and 0400 (emu.cluster.engine), not in the
+# into the container before it starts, root's and 0400 (emu.engines.docker.engine), not in the
 # environment: `docker inspect` shows a container's environment to anyone who may use the
 # engine, and its child processes inherit it. SECRETS_VARIABLE may name another path (a
 # swarm's Docker secret).
@@ -219,7 +219,7 @@ class AgentConfig:
 
 
 # Written by the host into a crashed node's records directory before its container starts
-# again (emu.cluster.engine.Cluster.revive): what the agent started again needs to know.
+# again (emu.engines.docker.engine.Cluster.revive): what the agent started again needs to know.
 REVIVAL_FILE = "revival.json"
 
 

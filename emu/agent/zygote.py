@@ -9,7 +9,7 @@ the agent there. The agent shares the zygote's pages copy-on-write, runs under t
 container's CPU and memory limits, shows in `docker top`, writes to the container's log, and
 dies with the container.
 
-The container's own process is a waiter (emu.cluster.zygote.waiter_script, run by the host's
+The container's own process is a waiter (emu.engines.docker.zygote.waiter_script, run by the host's
 static busybox, mounted into the container) that passes SIGTERM and SIGINT to the agent and ends
 with the agent's exit code, so `docker stop` stops the agent as it would a PID 1 agent.
 
@@ -38,7 +38,7 @@ The protocol, a line of JSON each: the host's `{"challenge": <hex>}`, the zygote
 <hex>}`; the host's `{"container": <id>, "pid": <host pid>, "environment": {...}}`, the zygote's
 `{"agent": <host pid>}` or `{"error": "..."}`. The zygote runs in a container of the gateway
 image with the host's PID namespace and cgroup tree, no network, and the capabilities setns,
-chroot and /proc need, limited in memory, CPU and pids: see emu.cluster.zygote.
+chroot and /proc need, limited in memory, CPU and pids: see emu.engines.docker.zygote.
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ SOCKET_FILE = "zygote.sock"
 SECRET_FILE = "secret"
 ALLOWED_DIR = "allowed"
 CHALLENGE_BYTES = 32
-# What a request's environment may set: what emu.cluster.engine gives an agent, nothing else
+# What a request's environment may set: what emu.engines.docker.engine gives an agent, nothing else
 # (no LD_PRELOAD, no PYTHONPATH into the node's files). The Spark JVM options' variable is
 # workloads.spark.jvm's, named here: the gateway image has no workloads.spark.
 JVM_OPTIONS_VARIABLE = "FOGLAB_SPARK_JVM_OPTIONS"

@@ -1,18 +1,4 @@
-"""Turn a topology into running containers: plan it, start it, shape its links, remove it."""
-
-from emu.cluster.engine import Cluster, ClusterError, ExecResult
-from emu.cluster.plan import ClusterPlan, ContainerPlan, LinkPlan, path_shape, plan_cluster
-from emu.engines.base import NodeStatus, Removed
-
-__all__ = [
-    "Cluster",
-    "ClusterError",
-    "ClusterPlan",
-    "ContainerPlan",
-    "ExecResult",
-    "LinkPlan",
-    "NodeStatus",
-    "Removed",
-    "path_shape",
-    "plan_cluster",
-]
+"""What an engine brings up, engine-neutral: the cluster plan (plan.py), its links (links.py,
+relays.py), its access (access.py, grants.py, rabbitmq_access.py, tls.py), the services'
+readiness (services.py) and holding a cluster up (hold.py). The engines that run a plan are
+emu.engines'."""

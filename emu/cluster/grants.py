@@ -248,7 +248,7 @@ class Grants:
         Mosquitto (a RabbitMQ broker loads its permissions at boot: a closed RabbitMQ run
         keeps planning's grants for every node an operator may move to). `access`: the
         cluster's secrets when its plan is at hand (its scratch folder's otherwise)."""
-        from emu.cluster import inventory
+        from emu.engines.docker import inventory
 
         if client is None:
             import docker

@@ -56,9 +56,9 @@ def register(name: str, summary: str, where: str) -> EngineEntry:
     return entry
 
 
-register("docker", "plain Docker on this host", "emu.cluster.engine:Cluster")
+register("docker", "plain Docker on this host", "emu.engines.docker.engine:Cluster")
 register("swarm", "Swarm services through this engine as a swarm manager (docs/swarm.md)",
-         "emu.swarm.engine:SwarmCluster")
+         "emu.engines.swarm.engine:SwarmCluster")
 
 
 def engine_names() -> tuple[str, ...]:

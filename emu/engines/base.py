@@ -101,7 +101,7 @@ class NodeControl(Protocol):
 @runtime_checkable
 class Engine(Protocol):
     """A cluster plan brought up on a container engine. Made with the plan (and the keywords
-    of emu.cluster.engine.Cluster: client, records, seed, progress, agent_command, ...)."""
+    of emu.engines.docker.engine.Cluster: client, records, seed, progress, agent_command, ...)."""
 
     engine_name: ClassVar[str]  # its name in the registry (emu.engines.ENGINES)
     live_acl: ClassVar[bool]

@@ -11,7 +11,7 @@ seconds, and the table's times are emulated, as the agents' records are. What ea
 
 - crash NODE: the container is killed (SIGKILL, `docker kill`); healed, it is started again
   (`docker start`). For good: it stays down. A gateway's or cloud VM's agent comes back with
-  it (emu.cluster.engine.Cluster.revive, forked by the zygote again where it was): it goes on
+  it (emu.engines.docker.engine.Cluster.revive, forked by the zygote again where it was): it goes on
   at the run's epoch, its devices emitting on the run's schedule from then on, its messages
   numbered apart from its first incarnation's, its operators started afresh (their state was
   lost with the node; an instance with a persistent session takes what the broker held for

@@ -1,5 +1,5 @@
 """A swarm node's link agent: the link relays of the emulated nodes on this node, run by foglab
-as a global service (one task per node, in the node's own network stack: emu.swarm.links).
+as a global service (one task per node, in the node's own network stack: emu.engines.swarm.links).
 
 On one host foglab's own process runs a relay per (client, service) link (emu.cluster.relays).
 On a swarm of several hosts that would send every link's traffic through foglab's host; here

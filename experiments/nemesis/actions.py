@@ -9,7 +9,7 @@
   persistence file, then start), at its time (a migration's, for the move scenarios).
 
 The run's containers are found by their labels: the owner (this process, as emu's cluster
-writes it: emu.cluster.inventory.owner_token) and the topology's name, which the nemesis
+writes it: emu.engines.docker.inventory.owner_token) and the topology's name, which the nemesis
 makes unique per run. Times are seconds from the run's epoch, which the thread reads from
 the first reading the devices recorded (the earliest `t_sent` of the records folder the
 containers' `foglab.records` label names, less the scenario's `first_reading`): the
@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from emu.cluster.inventory import OWNER, owner_token
+from emu.engines.docker.inventory import OWNER, owner_token
 
 POLL_S = 0.1
 FIND_TIMEOUT_S = 600.0  # the cluster's start, images included, on a loaded host

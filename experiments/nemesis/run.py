@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emu.cluster.inventory import OWNER, owner_token
+from emu.engines.docker.inventory import OWNER, owner_token
 from experiments.loader import parse_text
 from experiments.nemesis.actions import Nemesis
 from experiments.nemesis.checker import Verdict, check

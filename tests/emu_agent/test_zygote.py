@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from emu.agent.zygote import cgroup_files, memory_cgroup
-from emu.cluster.zygote import BUSYBOX, static_busybox, waiter_script
+from emu.engines.docker.zygote import BUSYBOX, static_busybox, waiter_script
 
 PROJECT = Path(__file__).resolve().parents[2]
 

@@ -48,8 +48,8 @@ def cluster():
     """The base experiment's cluster, up with its drivers started: (its Cluster, name)."""
     import experiments.emu_commands  # noqa: F401 - hands emu.cli the experiment loader
     from emu.cli import deployed_or_exit
-    from emu.cluster.engine import Cluster
     from emu.cluster.plan import plan_cluster
+    from emu.engines.docker.engine import Cluster
     from emu.live import start_drivers
 
     client = docker_engine()

@@ -237,7 +237,7 @@ def test_a_moved_operator_gets_its_inputs_on_its_new_gateway_and_no_other_before
         client, tmp_path) -> None:
     import secrets
 
-    from emu.cluster.engine import Cluster
+    from emu.engines.docker.engine import Cluster
     from emu.live import start_drivers, wait_agents_registered
     from emu.migration import migrate
     from tests.emu_cluster.test_cluster import LABELS, leftovers
@@ -307,8 +307,8 @@ def test_an_engine_without_a_live_acl_grants_a_movers_targets_at_the_start() -> 
     """A swarm's brokers read their ACL from a Docker config, fixed while they run
     (SwarmCluster.live_acl): a movable operator's reads go to its targets in the plan, or a
     move there would find its inputs refused; an engine that rewrites the ACL grants none."""
-    from emu.cluster.engine import Cluster
-    from emu.swarm.engine import SwarmCluster
+    from emu.engines.docker.engine import Cluster
+    from emu.engines.swarm.engine import SwarmCluster
 
     spec = parse_text(MOVING).points[0].spec
     topology = expand(spec.topology)

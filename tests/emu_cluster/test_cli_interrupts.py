@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.cluster import inventory
+from emu.engines.docker import inventory
 
 pytestmark = [pytest.mark.emu, pytest.mark.slow]
 

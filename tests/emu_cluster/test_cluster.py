@@ -16,10 +16,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from emu.cluster import inventory
-from emu.cluster.engine import Cluster, ClusterError
 from emu.cluster.links import host_side_veth
 from emu.cluster.plan import ClusterPlan, plan_cluster
+from emu.engines.docker import inventory
+from emu.engines.docker.engine import Cluster, ClusterError
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape
 from topologies.model import Topology, expand

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from emu.cluster.engine import Cluster
 from emu.cluster.plan import CLOSED_CONFIG, plan_cluster
 from emu.cluster.services import MQTT_CONNECT, _exchange
 from emu.control import Controller
+from emu.engines.docker.engine import Cluster
 from emu.live import wait_agents_registered
 from tests.emu_cluster.test_cluster import LABELS, leftovers, small_topology
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.cluster.engine import Cluster
+from emu.engines.docker.engine import Cluster
 from tests.emu_cluster.test_cluster import leftovers, new_plan
 
 pytestmark = [pytest.mark.emu, pytest.mark.slow]

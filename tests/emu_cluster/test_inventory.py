@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from emu.cluster.hold import notify
-from emu.cluster.inventory import end_owner, owner_pid, owner_token, remove_scratch
+from emu.engines.docker.inventory import end_owner, owner_pid, owner_token, remove_scratch
 
 
 def test_an_owner_token_names_this_very_process() -> None:
@@ -73,7 +73,7 @@ class _StuckEngine:
         self.scratch = scratch
 
     def networks(self, filters=None) -> list[dict]:
-        from emu.cluster.inventory import SCRATCH
+        from emu.engines.docker.inventory import SCRATCH
 
         return [{"Id": "abc123", "Name": "foglab-c9-edge", "Labels": {SCRATCH: self.scratch}}]
 
@@ -88,7 +88,7 @@ class _StuckEngine:
 
 
 def test_a_network_the_engine_keeps_is_named_with_the_remedy(monkeypatch) -> None:
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     monkeypatch.setattr(inventory, "NETWORK_RELEASE_S", 0.6)
     engine = _StuckEngine(tempfile.mkdtemp(prefix="foglab-c9-"))

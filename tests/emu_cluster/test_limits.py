@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 
 from emu.capacity import GIB, CapacityRefused, check_host_cap, host_cap
-from emu.cluster import inventory
-from emu.cluster.engine import Cluster
 from emu.cluster.plan import PIDS_AGENT, plan_cluster
+from emu.engines.docker import inventory
+from emu.engines.docker.engine import Cluster
 from tests.emu_cluster.test_cluster import LABELS, small_topology
 from topologies.model import Topology, expand
 from topologies.spec import TopologySpec

@@ -74,8 +74,8 @@ def test_a_bad_cluster_is_refused_naming_the_field(spark, sites, where, value) -
 
 
 def test_the_swarm_engine_refuses_a_spark_cluster_before_making_anything() -> None:
-    from emu.cluster.engine import ClusterError
-    from emu.swarm.engine import SwarmCluster
+    from emu.engines.docker.engine import ClusterError
+    from emu.engines.swarm.engine import SwarmCluster
 
     plan = planned({"master": "vm-2", "workers": ["vm-3"]})
     with pytest.raises(ClusterError, match=r"topology\.spark on run\.engine swarm"):

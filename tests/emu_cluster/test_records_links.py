@@ -15,8 +15,8 @@ import pytest
 
 from emu.agent.config import REVIVAL_FILE
 from emu.agent.records import UnsafeRecordWarning, read_record, trim_cut_lines
-from emu.cluster.engine import Cluster
 from emu.cluster.plan import plan_cluster
+from emu.engines.docker.engine import Cluster
 from emu.run import _trim_cut_lines
 from emu.spark_jobs import spark_progress
 from emu.tables import read_records

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from emu.agent.config import SECRET_FIELDS, SECRETS_FILE
-from emu.cluster import inventory
-from emu.cluster.engine import Cluster
 from emu.cluster.plan import plan_cluster
 from emu.cluster.services import MQTT_CONNECT
+from emu.engines.docker import inventory
+from emu.engines.docker.engine import Cluster
 from emu.images import GATEWAY
 from emu.live import wait_agents_registered
 from tests.emu_cluster.test_cluster import LABELS, leftovers, small_topology

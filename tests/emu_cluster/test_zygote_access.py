@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from emu.agent.zygote import AGENT_PID_FILE, read_line
-from emu.cluster.engine import Cluster
-from emu.cluster.zygote import (
+from emu.engines.docker.engine import Cluster
+from emu.engines.docker.zygote import (
     WAITER_BUSYBOX,
     Zygote,
     ZygoteError,

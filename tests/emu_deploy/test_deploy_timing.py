@@ -77,7 +77,7 @@ def test_an_empty_table_summarises_to_no_rows() -> None:
 
 @pytest.mark.emu
 def test_the_benchmark_on_two_and_three_gateways(tmp_path) -> None:
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     client = docker_engine()
     done = subprocess.run(

@@ -44,7 +44,7 @@ def windows(records: Path) -> pd.DataFrame:
 
 @pytest.mark.slow
 def test_an_experiments_operator_moves_on_a_cluster_that_is_up() -> None:
-    from emu.cluster import inventory
+    from emu.engines.docker import inventory
 
     client = docker_engine()
     name = f"emig-{secrets.token_hex(3)}"

@@ -291,7 +291,7 @@ class CpuWatch(threading.Thread):
         self.stop = threading.Event()
 
     def run(self) -> None:
-        from emu.cluster.inventory import OWNER, owner_token
+        from emu.engines.docker.inventory import OWNER, owner_token
 
         labels = [f"{OWNER}={owner_token()}", "foglab.node=cloud-1",
                   f"foglab.topology={self.topology}"]

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.cluster.faults import Fault
+from emu.engines.docker.faults import Fault
 from experiments.loader import parse_text
 from experiments.results import load_run
 from experiments.runner import run_experiment

@@ -126,13 +126,13 @@ class Api:
 
 
 class Nodes:
-    """A cluster's nodes (emu.cluster.nodes.DockerNode) over the stand-in engine's answers."""
+    """A cluster's nodes (emu.engines.docker.nodes.DockerNode) over the stand-in's answers."""
 
     def __init__(self, api: Api, containers: dict[str, str]) -> None:
         self.api, self.containers = api, containers
 
     def node(self, name: str):
-        from emu.cluster.nodes import DockerNode
+        from emu.engines.docker.nodes import DockerNode
 
         return DockerNode(self.api, self.containers[name])
 

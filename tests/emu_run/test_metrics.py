@@ -140,8 +140,8 @@ def test_a_container_without_a_cgroup_here_is_sampled_through_its_engine(tmp_pat
                                                                           ) -> None:
     v1(tmp_path, 0, 10)  # gw-1's cgroup is on this host, gw-2's is not
     engine = EngineAPI()
-    # Through each node's control (emu.cluster.nodes.DockerNode), as a cluster's `node` gives.
-    from emu.cluster.nodes import DockerNode
+    # Through each node's control (emu.engines.docker.nodes.DockerNode), as `cluster.node` gives.
+    from emu.engines.docker.nodes import DockerNode
 
     sampler = NodeSampler({"gw-1": CID, "gw-2": "f" * 64}, {"gw-1": 4, "gw-2": 2}, epoch=100.0,
                           root=tmp_path, control=lambda node: DockerNode(engine, node))

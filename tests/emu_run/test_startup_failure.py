@@ -10,7 +10,7 @@ import pytest
 
 import emu.live
 import emu.run
-from emu.cluster.engine import Cluster, ClusterError
+from emu.engines.docker.engine import Cluster, ClusterError
 from experiments.loader import parse_text
 
 pytestmark = [pytest.mark.emu]

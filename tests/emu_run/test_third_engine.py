@@ -10,10 +10,10 @@ import secrets
 
 import pytest
 
-from emu.cluster import inventory
-from emu.cluster.engine import Cluster
 from emu.cluster.plan import plan_cluster
 from emu.engines import ENGINE_LABEL, ENGINES, EngineEntry
+from emu.engines.docker import inventory
+from emu.engines.docker.engine import Cluster
 from experiments.loader import parse_text
 from experiments.runner import run_experiment
 from tests.emu_cluster.test_cluster import small_topology

@@ -14,8 +14,8 @@ import emu.run
 from emu.cluster.plan import plan_cluster
 from emu.engines import ENGINE_LABEL, engine_options
 from emu.engines.base import Made
-from emu.swarm import ipsec
-from emu.swarm.engine import RELAY_SHAPER, SwarmCluster, check_encryption
+from emu.engines.swarm import ipsec
+from emu.engines.swarm.engine import RELAY_SHAPER, SwarmCluster, check_encryption
 from experiments.loader import parse_text
 from experiments.runner import run_experiment
 from tests.emu_cluster.test_cluster import small_topology

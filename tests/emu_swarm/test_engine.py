@@ -13,12 +13,12 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from emu.cluster import inventory
-from emu.cluster.engine import Cluster, ClusterError
 from emu.cluster.plan import plan_cluster
 from emu.engines import engine_class
-from emu.swarm.engine import SwarmCluster
-from emu.swarm.services import service_spec
+from emu.engines.docker import inventory
+from emu.engines.docker.engine import Cluster, ClusterError
+from emu.engines.swarm.engine import SwarmCluster
+from emu.engines.swarm.services import service_spec
 from experiments.loader import parse_text
 from experiments.runner import run_experiment
 from tests.emu_cluster.test_cluster import small_topology

@@ -12,13 +12,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from emu.cluster import inventory
+from emu.engines.docker import inventory
+from emu.engines.swarm.engine import SwarmCluster
+from emu.engines.swarm.nodes import SwarmNodes, remove
+from emu.engines.swarm.registry import LocalRegistry
+from emu.engines.swarm.routing import LIST_TIMEOUT_S
+from emu.engines.swarm.target import SwarmTarget, current_target, use_target
 from emu.images import CACHE_DIR
-from emu.swarm.engine import SwarmCluster
-from emu.swarm.nodes import SwarmNodes, remove
-from emu.swarm.registry import LocalRegistry
-from emu.swarm.routing import LIST_TIMEOUT_S
-from emu.swarm.target import SwarmTarget, current_target, use_target
 from experiments.loader import parse_text
 from experiments.results import load_run
 from experiments.runner import run_experiment
@@ -160,7 +160,7 @@ class FakeAPI:
 
 
 def test_a_containers_calls_go_to_the_engine_of_its_node() -> None:
-    from emu.swarm.routing import RoutedAPI
+    from emu.engines.swarm.routing import RoutedAPI
 
     manager, worker = FakeAPI("aaa1"), FakeAPI("bbb2", "bbb3")
     api = RoutedAPI(manager, {"m": manager, "w": worker})
@@ -190,10 +190,10 @@ def test_the_cli_reaches_a_multi_node_swarm_named_in_the_environment(monkeypatch
     assert "FOGLAB_SWARM_ENGINES: 'b' is not NODE=URL" in refused.output
     monkeypatch.setenv("FOGLAB_SWARM_ENGINES", "a=tcp://10.0.0.1:2375,b=tcp://10.0.0.2:2375")
     monkeypatch.setenv("FOGLAB_SWARM_REGISTRY", "reg.lab:5000")
-    import emu.swarm.engine
+    import emu.engines.swarm.engine
 
     made = []
-    monkeypatch.setattr(emu.swarm.engine, "routed_client", made.append)  # no engine to ask
+    monkeypatch.setattr(emu.engines.swarm.engine, "routed_client", made.append)  # no engine to ask
     cli._docker()
     assert [sorted(target.engines) for target in made] == [["a", "b"]]
 
@@ -230,7 +230,7 @@ def test_a_node_that_stops_answering_has_left_only_when_the_manager_has_it_down(
     from requests.exceptions import ConnectionError as Unreachable
     from requests.exceptions import ReadTimeout
 
-    from emu.swarm.routing import NodeLeft, RoutedAPI
+    from emu.engines.swarm.routing import NodeLeft, RoutedAPI
 
     manager, worker = ManagerAPI("aaa1"), VanishingAPI("bbb2", "bbb3")
     api = RoutedAPI(manager, {"m": manager, "w": worker})

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from emu.swarm.nodes import SwarmNodes, remove
+from emu.engines.swarm.nodes import SwarmNodes, remove
 from tests.engine import docker_engine
 
 pytestmark = [pytest.mark.emu, pytest.mark.alone]

@@ -10,7 +10,6 @@ import pytest
 from typer.testing import CliRunner
 
 import emu.engines as engines
-from emu.cluster.engine import Cluster
 from emu.engines import (
     ENGINE_LABEL,
     ENGINES,
@@ -21,7 +20,8 @@ from emu.engines import (
     register,
 )
 from emu.engines.base import Engine
-from emu.swarm.engine import SwarmCluster
+from emu.engines.docker.engine import Cluster
+from emu.engines.swarm.engine import SwarmCluster
 from experiments.spec import RunSpec
 from topologies.errors import SpecError
 
@@ -62,9 +62,9 @@ def test_an_unknown_engine_is_named_with_the_field_and_the_known_ones() -> None:
 
 def test_a_name_is_registered_once_and_where_is_module_and_class() -> None:
     with pytest.raises(ValueError, match=r"engine 'docker' is registered already"):
-        register("docker", "again", "emu.cluster.engine:Cluster")
-    with pytest.raises(ValueError, match=r"where 'emu.cluster.engine' is not module:Class"):
-        register("third", "no class", "emu.cluster.engine")
+        register("docker", "again", "emu.engines.docker.engine:Cluster")
+    with pytest.raises(ValueError, match=r"where 'emu.engines.docker.engine' is not module:Class"):
+        register("third", "no class", "emu.engines.docker.engine")
     assert "third" not in ENGINES
 
 

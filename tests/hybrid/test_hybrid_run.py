@@ -114,7 +114,7 @@ def test_a_walking_users_radio_and_handover_act_on_the_containers(tmp_path, trac
 
 def test_an_overloaded_model_stops_the_run_with_the_lag_error_and_leaves_nothing(
         tmp_path, trace, client, monkeypatch):
-    from emu.cluster.engine import Cluster
+    from emu.engines.docker.engine import Cluster
     from experiments.hybrid.links import RadioLinks
 
     clusters = []

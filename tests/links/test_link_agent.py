@@ -1,5 +1,5 @@
 """A swarm node's link agent (emu.links.agent) driven by the host's NodeLinks
-(emu.swarm.links) on loopback: real relays, a real echo server as the broker; the address an
+(emu.engines.swarm.links) on loopback: real relays, a real echo server as the broker; the address an
 emulated node resolves (emu.agent.config.NODE_HOST); a port taken on a second node, a wrong
 token."""
 
@@ -18,9 +18,9 @@ import pytest
 
 from emu.agent.config import NODE_HOST, AgentConfig, default_gateway, local_address, localized
 from emu.cluster.plan import plan_cluster
+from emu.engines.swarm.links import PORTS, AgentControl, LinkAgentError, NodeLinks
 from emu.links.agent import LinkAgent
 from emu.links.spec import LinkShape
-from emu.swarm.links import PORTS, AgentControl, LinkAgentError, NodeLinks
 from tests.emu_cluster.test_cluster import GW_LATENCY_S, small_topology
 
 SERVICE_HOST = "127.0.0.77"  # the broker and ZooKeeper stand-ins: echo servers on their ports

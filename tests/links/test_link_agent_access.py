@@ -11,9 +11,9 @@ import socket
 import pytest
 
 from emu.cluster.plan import plan_cluster
+from emu.engines.swarm.links import AgentControl, LinkAgentError, NodeLinks
 from emu.links.agent import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE, read_token, shape_data
 from emu.links.spec import LinkShape
-from emu.swarm.links import AgentControl, LinkAgentError, NodeLinks
 from tests.emu_cluster.test_cluster import small_topology
 from tests.links.test_link_agent import SERVICE_HOST, agent_on_loopback, echo_on
 

@@ -1,5 +1,5 @@
 """An agent's secrets travel in a file, not in its environment (emu.agent.config): the host
-blanks them in FOGLAB_AGENT and writes them root's 0400 (emu.cluster.engine._archive); the
+blanks them in FOGLAB_AGENT and writes them root's 0400 (emu.engines.docker.engine._archive); the
 agent fills them back in; a bad file is named with its field, never echoed."""
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from emu.agent.config import (
     with_secrets,
     without_secrets,
 )
-from emu.cluster.engine import _archive
+from emu.engines.docker.engine import _archive
 
 CLOSED = AgentConfig(node="gw-1", mqtt="10.0.0.1:1883", mqtt_user="gw-1",
                      mqtt_password="pw-of-gw-1", zookeeper_auth="foglab:zk-secret")

@@ -1,7 +1,7 @@
 """The Java options of foglab's Spark JVMs (drivers, executors, a standalone cluster's master
 and workers), from one environment variable, FOGLAB_SPARK_JVM_OPTIONS; none by default.
 
-The emulation hands the host's value down to every node's agent (emu.cluster.engine), so a
+The emulation hands the host's value down to every node's agent (emu.engines.docker.engine), so a
 cloud VM's Spark job starts with the options the host was given.
 
 What it is for: a JVM that lives a few minutes at low rates spends most of its CPU on starting

@@ -3,8 +3,9 @@
 On a swarm of several nodes, a service's task container lives in its node's engine: the manager
 creates and lists services, but `inspect_container`, `kill`, `wait`, `logs`, `exec_*` and
 `get_archive` of that container only work on its own node. foglab's run code (emu.run,
-emu.health, emu.cluster.inventory) calls these on `cluster.client.api` with the container's id,
-as on one engine; RoutedClient keeps that working: container listings are merged over every
+emu.health, emu.engines.docker.inventory) calls these on `cluster.client.api` with the
+container's id, as on one engine; RoutedClient keeps that working: container listings are merged
+over every
 node's engine (so inventory sees every node's containers), a call naming a container goes to
 the engine that listed it (or, unknown, to each engine until one knows it), an exec's follow-up
 calls to the engine that made the exec, everything else (services, configs, networks, swarm,
@@ -97,7 +98,7 @@ class RoutedAPI:
 
     def _lister(self, node: str) -> Any:
         """The node's engine with a short timeout (over plain TCP or a unix socket, as
-        emu.swarm.nodes' engines; TLS or SSH engines are asked through their own client)."""
+        emu.engines.swarm.nodes' engines; TLS or SSH engines are asked through their own client)."""
         if node not in self._listers:
             api = self.engines[node]
             base = getattr(api, "base_url", "")

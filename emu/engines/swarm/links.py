@@ -204,7 +204,7 @@ class NodeLinks(Links):
 
     def _ask(self, op: str, **arguments: Any) -> list[tuple[str, dict[str, Any]]]:
         """Each agent's answer, but those of nodes that left (an agent that does not answer
-        is gone with its node, and with it its clients: emu.swarm.routing's NodeLeft)."""
+        is gone with its node, and with it its clients: emu.engines.swarm.routing's NodeLeft)."""
         answers = []
         for node, agent in self.agents.items():
             if node in self.gone:

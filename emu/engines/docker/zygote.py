@@ -57,7 +57,7 @@ from emu.agent.zygote import (
     SOCKET_FILE,
     read_line,
 )
-from emu.cluster.inventory import CLUSTER, ZYGOTE_ROLE
+from emu.engines.docker.inventory import CLUSTER, ZYGOTE_ROLE
 
 if TYPE_CHECKING:
     import docker

@@ -1,8 +1,8 @@
 """Inject a fault into a running emulated run's node: kill its container, or restart it.
 
 The engine calls each fault makes (kill, start, stop, restart, set_cpus) are a node's
-(emu.cluster.nodes.DockerNode): this module's `Fault` thread and the scenario's fault schedule
-(emu.features.faults, through the engine's `node`) both use them.
+(emu.engines.docker.nodes.DockerNode): this module's `Fault` thread and the scenario's fault
+schedule (emu.features.faults, through the engine's `node`) both use them.
 
 For tests and benchmarks of how a run goes through a dead gateway or a broker restart. The
 fault runs on a thread of its own, beside a run that `experiments.runner` drives on the main
@@ -19,8 +19,8 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emu.cluster.inventory import CLUSTER, OWNER, owner_token
-from emu.cluster.nodes import DockerNode
+from emu.engines.docker.inventory import CLUSTER, OWNER, owner_token
+from emu.engines.docker.nodes import DockerNode
 
 if TYPE_CHECKING:
     import docker

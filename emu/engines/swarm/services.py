@@ -4,7 +4,7 @@ One service per container plan: replicas 1 and restart policy `none` (a crashed 
 a fault, as a plain container does; Swarm would otherwise start a fresh task), the same image,
 command, environment, limits and labels as the plain engine's container. The cluster's labels
 go on the service (so `down` finds the services) and on its task's container (so
-emu.cluster.inventory finds the containers as it finds plain ones).
+emu.engines.docker.inventory finds the containers as it finds plain ones).
 
 Networks. Every service joins the cluster's attachable overlay network, under its node name
 and its container name (ZooKeeper's zoo.cfg names servers by container name); sites are not
@@ -117,7 +117,7 @@ def service_spec(plan: ContainerPlan, *, cluster: str, image: str, command: Sequ
                  node_sites: Sequence[str] = (), publish: bool = False) -> ServiceSpec:
     """The service standing for one container plan; `labels` already hold the cluster's.
     `records` None: no mount, the task keeps /records in its container (several nodes: the
-    engine copies them out, emu.swarm.records); `publish`: a service's port is published in
+    engine copies them out, emu.engines.swarm.records); `publish`: a service's port is published in
     host mode on its node, where the host's relays, controller and checks reach it."""
     return ServiceSpec(
         name=plan.name, image=image, command=tuple(command), env=dict(env),

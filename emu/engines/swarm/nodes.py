@@ -35,13 +35,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emu.engines.swarm.target import SwarmTarget
 from emu.images import DOCKER_TIMEOUT_S, SWARM_NODE, ensure_image
-from emu.swarm.target import SwarmTarget
 
 if TYPE_CHECKING:
     import docker
 
-    from emu.swarm.registry import LocalRegistry
+    from emu.engines.swarm.registry import LocalRegistry
 
 SOCKETS = "/run/foglab"  # in a node: its engine's socket for the host (a host folder's bind)
 SOCKETS_LABEL = "foglab.swarm-sockets"  # the host's folder, for remove() after a killed run
@@ -183,7 +183,7 @@ class SwarmNodes:
         return self.nodes[0].client
 
     def target(self, registry: LocalRegistry) -> SwarmTarget:
-        """The swarm target of these nodes (emu.swarm.target): each node's engine socket and
+        """The swarm target of these nodes (emu.engines.swarm.target): each node's engine socket and
         address, the manager, and images pushed to `registry` and pulled by every node."""
         return SwarmTarget({n.name: n.engine_url for n in self.nodes}, self.nodes[0].name,
                            registry.image_ref([n.client for n in self.nodes]),
@@ -243,7 +243,7 @@ class SwarmNodes:
         found += [n.name for n in host.networks.list(names=[self.name]) if n.name == self.name]
         if found:
             raise SwarmNodesError(f"swarm nodes {self.name!r} exist already ({', '.join(found)}):"
-                                  f" close them, or remove them with emu.swarm.nodes.remove"
+                                  f" close them, or remove them with emu.engines.swarm.nodes.remove"
                                   f"({self.name!r})")
 
     def _start_node(self, host: docker.DockerClient, image: str, index: int, flags: str,

@@ -6,7 +6,7 @@ by reference. foglab tags the host's image for the registry, pushes it from the 
 and hands the swarm the reference the nodes pull.
 
 The local registry serves plain HTTP, which Docker allows by default only on 127.0.0.0/8; the
-nodes reach the host on their bridge, whose subnet they treat as insecure (emu.swarm.nodes).
+nodes reach the host on their bridge, whose subnet they treat as insecure (emu.engines.swarm.nodes).
 The registry binds one address: so two docker-registry processes share one storage folder, one
 on 127.0.0.1 (the host's engine pushes there) and one on the bridge's gateway (the nodes pull
 there; read-only: nothing is pushed there); pulls start after pushes end, and the filesystem

@@ -1,7 +1,7 @@
 """Bring a cluster plan up as running containers, and down again leaving nothing behind.
 
 Order: images; a records directory per node; the site networks; the services (brokers,
-ZooKeeper, idle coordinators) and the agents' zygote (emu.cluster.zygote); the links (relays
+ZooKeeper, idle coordinators) and the agents' zygote (emu.engines.docker.zygote); the links (relays
 need the services' addresses, and the agents need the relays' addresses in their config); the
 agents; then wait for the services to answer.
 Containers start in parallel through the engine's API (create then start; for a gateway whose
@@ -44,13 +44,15 @@ from emu.agent.config import (
     without_secrets,
 )
 from emu.capacity import check_host_cap
-from emu.cluster import inventory
 from emu.cluster.access import save as save_access
 from emu.cluster.links import Links, make_links
-from emu.cluster.nodes import DockerNode
 from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
 from emu.cluster.services import mqtt_answers, zookeeper_answers
-from emu.cluster.zygote import (
+from emu.engines import ENGINE_LABEL
+from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
+from emu.engines.docker import inventory
+from emu.engines.docker.nodes import DockerNode
+from emu.engines.docker.zygote import (
     Zygote,
     start_zygote,
     static_busybox,
@@ -58,8 +60,6 @@ from emu.cluster.zygote import (
     waiter_binds,
     waiter_command,
 )
-from emu.engines import ENGINE_LABEL
-from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
 from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape
@@ -553,7 +553,7 @@ class Cluster:
 
     def departed(self) -> dict[str, float]:
         """Hosts of the cluster that left mid-run -> when (time.time()): none on one host
-        (a swarm's nodes may: emu.swarm.engine)."""
+        (a swarm's nodes may: emu.engines.swarm.engine)."""
         return {}
 
     def address(self, client: str, service: str) -> str:
@@ -566,7 +566,7 @@ class Cluster:
         self.links.reshape(client, service, shape)
 
     def node(self, name: str) -> DockerNode:
-        """The node's container, to kill, stop, start, limit, inspect (emu.cluster.nodes)."""
+        """The node's container, to kill, stop, start, limit, inspect (emu.engines.docker.nodes)."""
         return DockerNode(self.client.api, self.plan.containers[name].name)
 
     def exec(self, node: str, command: Sequence[str] | str) -> ExecResult:

@@ -1,7 +1,7 @@
 """Bring a cluster plan up as Docker Swarm services (`run.engine: swarm`), and down again.
 
-The same plan as emu.cluster.engine.Cluster, applied through a swarm manager: each container
-plan a service (emu.swarm.services: replicas 1, restart none, the same image, env, limits,
+The same plan as emu.engines.docker.engine.Cluster, applied through a swarm manager: each container
+plan a service (emu.engines.swarm.services: replicas 1, restart none, the same image, env, limits,
 labels and records mount), on one attachable overlay network for the cluster (optionally
 encrypted) when the swarm has several nodes, plus a swarm-scoped bridge on each node, which on
 foglab's own node the host reaches (the controller, readiness checks). SwarmCluster has
@@ -11,21 +11,21 @@ and inherits those that work on a task's container as on a plain one.
 What differs from the plain engine:
 - No zygote: it forks agents from a privileged container, and a service cannot be privileged;
   each gateway starts its agent itself (the plain engine's "exec" path).
-- Links are relayed by a link agent on every node (emu.swarm.links, emu.links.agent: a global
-  service in each node's network stack), each relaying the links of the clients its node
+- Links are relayed by a link agent on every node (emu.engines.swarm.links, emu.links.agent: a
+  global service in each node's network stack), each relaying the links of the clients its node
   runs; a client names it as emu.agent.config.NODE_HOST, its default route's gateway.
 - No CPU share juggling while containers start (a service spec has no cpu shares).
 - One node: no overlay (every task on the node's bridge: Swarm's per-task overlay work made
   start-up slower); records are a bind mount of the host's folder. A swarm of more than one
   node is refused without a target, naming a link.
 
-Several nodes (a SwarmTarget, emu.swarm.target: each node's engine, a registry): each broker
+Several nodes (a SwarmTarget, emu.engines.swarm.target: each node's engine, a registry): each broker
 and ZooKeeper publishes its port in host mode on its node, where the link agents, the
 controller and the readiness checks reach it (a task's `status().ip` is its node's address);
 the client is a RoutedClient (a container's calls go to its node's engine, listings are
-merged); each task keeps /records in its container, copied out (emu.swarm.records) once it
+merged); each task keeps /records in its container, copied out (emu.engines.swarm.records) once it
 ended, when the records are read, and at `down` before the services go. A node that leaves
-mid-run (emu.swarm.routing: its engine silent, the manager has it down) is a fault: its
+mid-run (emu.engines.swarm.routing: its engine silent, the manager has it down) is a fault: its
 tasks are `lost` in `status()` (the run fails their nodes, naming the node), its records
 are lost with it (`facts["records_lost"]`), and the run's facts say when (`hosts_left`).
 
@@ -43,17 +43,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Self
 
 from emu.agent.config import SECRETS_FILE, SECRETS_VARIABLE, secrets_text
-from emu.cluster import inventory
-from emu.cluster.engine import READY_TIMEOUT_S, WORKERS, Cluster, ClusterError, Progress
 from emu.cluster.plan import ClusterPlan, ContainerPlan
 from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
-from emu.images import DOCKER_TIMEOUT_S, SERVICES, ensure_image
-from emu.links.agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
-from emu.links.probe import ShaperChoice
-from emu.swarm.links import NodeLinks
-from emu.swarm.records import copy_records
-from emu.swarm.routing import NodeLeft, RoutedClient
-from emu.swarm.services import (
+from emu.engines.docker import inventory
+from emu.engines.docker.engine import READY_TIMEOUT_S, WORKERS, Cluster, ClusterError, Progress
+from emu.engines.swarm.links import NodeLinks
+from emu.engines.swarm.records import copy_records
+from emu.engines.swarm.routing import NodeLeft, RoutedClient
+from emu.engines.swarm.services import (
     LOG_OPTIONS,
     SITE_LABEL,
     STOP_GRACE_NS,
@@ -61,7 +58,10 @@ from emu.swarm.services import (
     config_name,
     service_spec,
 )
-from emu.swarm.target import SwarmTarget, current_target
+from emu.engines.swarm.target import SwarmTarget, current_target
+from emu.images import DOCKER_TIMEOUT_S, SERVICES, ensure_image
+from emu.links.agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
+from emu.links.probe import ShaperChoice
 
 if TYPE_CHECKING:
     import docker
@@ -90,9 +90,9 @@ DEFAULT_OVERLAY_CONTAINERS = 252
 def check_encryption(client: docker.DockerClient, target: SwarmTarget | None,
                      where: str = "run.swarm_encrypted") -> None:
     """Refuse an encrypted overlay where this host's kernel, which the nodes share, cannot
-    encrypt it (emu.swarm.ipsec): its traffic between nodes would be dropped, not encrypted.
+    encrypt it (emu.engines.swarm.ipsec): its traffic between nodes would be dropped, not encrypted.
     Nodes on other kernels (a target of other hosts) are their owners' to know."""
-    from emu.swarm import ipsec
+    from emu.engines.swarm import ipsec
 
     engines = getattr(client.api, "engines", None) or {"this host": client.api}
     kernels = [api.info().get("KernelVersion", "") for api in engines.values()]
@@ -192,8 +192,9 @@ class SwarmCluster(Cluster):
     """A topology's services, overlay network and shaped links on a Docker Swarm.
 
     Cluster's options, and: `image_ref(tag)` the reference every node pulls a built image by
-    (a registry's push: emu.swarm.registry); without it, the local image's ID, which serves a
-    one-node swarm: Swarm tries a pull of every task's image named by tag before it starts the
+    (a registry's push: emu.engines.swarm.registry); without it, the local image's ID, which
+    serves a one-node swarm: Swarm tries a pull of every task's image named by tag before it starts
+    the
     task (from Docker Hub, for foglab's local tags), and skips it for an image named by ID;
     `encrypted` makes the overlay network encrypted (IPsec between nodes); `subnet` (CIDR) is
     its address range, which a plan of more than DEFAULT_OVERLAY_CONTAINERS containers needs

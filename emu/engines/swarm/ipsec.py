@@ -9,8 +9,8 @@ encrypted overlay is made, the same kind of state is added in a network namespac
 namespace), and a refusal names what the kernel answered.
 
 The probe speaks for this host's kernel: for a one-node swarm (this host's engine) and for
-Docker-in-Docker nodes (emu.swarm.nodes), which share it. Nodes on other hosts (a target whose
-engines report another kernel) are not probed: their kernels are their owners'.
+Docker-in-Docker nodes (emu.engines.swarm.nodes), which share it. Nodes on other hosts (a target
+whose engines report another kernel) are not probed: their kernels are their owners'.
 """
 
 from __future__ import annotations
