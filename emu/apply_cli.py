@@ -16,6 +16,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from emu.cli_clusters import cluster_name, docker_client, load_experiment, which_cluster
 from topologies.errors import SpecError
 from topologies.terminal import console, error, escape, say
 
@@ -53,11 +54,10 @@ def emu_apply(
     """Make a cluster that is up run an experiment's jobs: read what its agents run, plan
     (deploy, modify in-place, replace or move, delete), carry the plan out and check it;
     --dry-run prints the plan only (exit 0 nothing would change, 2 something would)."""
-    from emu.cli import _cluster_name
     from topologies.terminal import positive
 
     try:  # refused as every command refuses them, but with apply's error code (1, not 2)
-        _cluster_name(cluster)
+        cluster_name(cluster)
         positive("--timeout", timeout)
     except typer.Exit:
         raise typer.Exit(ERROR) from None
@@ -86,7 +86,6 @@ def _desired(experiment: str, overrides: list[str]):
     """(the experiment's file, its loaded form with the --set `overrides`, what its one sweep
     point runs: emu.apply's desired state); exit ERROR if it does not load or sweeps."""
     from emu.apply import desired
-    from emu.cli import load_experiment
 
     try:
         path, loaded = load_experiment(experiment, overrides)
@@ -105,11 +104,10 @@ def _reached(cluster: str | None, path, wanted):
     node's broker, the login to them); exit ERROR if it cannot place the experiment's
     operators or no broker of its agents is known."""
     from emu.apply import agent_nodes
-    from emu.cli import _docker, _which_cluster
     from emu.live import agents_and_brokers, cluster_login
 
-    client = _docker()
-    name = _which_cluster(client, cluster)
+    client = docker_client()
+    name = which_cluster(client, cluster)
     agents, brokers, _ = agents_and_brokers(client, name)
     try:
         login = cluster_login(client, name)

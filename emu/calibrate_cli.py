@@ -37,7 +37,7 @@ def calibrate(
     profile that `run.calibration: NAME` makes the model use (see workloads.calibration)."""
     from emu.calibrate import CalibrationFailed
     from emu.calibrate import calibrate as measure
-    from emu.cli import _docker
+    from emu.cli_clusters import docker_client
     from workloads.calibration import is_path, target, write
 
     try:
@@ -47,7 +47,7 @@ def calibrate(
         raise typer.Exit(2) from None
     if is_path(out):  # a name goes to the user's folder of profiles, made when written
         file_to_write("--out", path)
-    client = _docker()
+    client = docker_client()
     with stop_on_signals():
         try:
             with bars() as shown:

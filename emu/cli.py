@@ -24,6 +24,14 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
+from emu.apply_cli import emu_apply
+from emu.cli_clusters import (
+    ClusterOption,
+    cluster_name,
+    docker_client,
+    load_experiment,
+    which_cluster,
+)
 from emu.engines import DEFAULT as DEFAULT_ENGINE
 from emu.engines import ENGINES
 from emu.live import EXPERIMENT_LABEL, PING_TIMEOUT_S, SETS_LABEL
@@ -49,18 +57,7 @@ if TYPE_CHECKING:
 app = typer.Typer(no_args_is_help=True,
                   help="Prepare the host and images; run topologies as containers.")
 
-# How `--experiment` and `emu migrate` load an experiment file: the experiment layer hands its
-# loader over as it mounts these commands (emu imports nothing of it).
-_experiments: list[Callable[[str, list[str]], tuple[Path, Any]]] = []
-
 ENGINES_HELP = "; ".join(f"{e.name}: {e.summary}" for e in ENGINES.values())
-
-
-def use_experiments(load: Callable[[str, list[str]], tuple[Path, Any]]) -> None:
-    """Take `load(experiment, sets)`: the experiment (a file or catalog name) with its --set
-    options, checked as an emu run: its file and the loaded experiment (`.file`, `.points`),
-    or a SpecError."""
-    _experiments[:] = [load]
 
 
 # How `emu plan` predicts each container's CPU demand: the calibrated model's, which emu
@@ -72,14 +69,6 @@ def use_demand(predict: Callable[[Any, Any], tuple[dict[str, float], float | str
     """Take `predict(spec, topology)`: each container's host cores at K = 1 with the
     testbed's `relays` and `engine`, and the dilation to plan at (a number or `auto`)."""
     _demand[:] = [predict]
-
-
-def load_experiment(experiment: str, sets: list[str]) -> tuple[Path, Any]:
-    """The experiment as the loader handed over (use_experiments) loads it."""
-    if not _experiments:
-        raise SpecError((), experiment, "an experiment loaded through `foglab` (these "
-                        "commands were mounted without the experiment layer)")
-    return _experiments[0](experiment, sets)
 
 
 def topology_or_exit(name: str):
@@ -132,63 +121,6 @@ def emu_build(images: Annotated[list[str] | None, typer.Argument(
 
 
 # -- emulated clusters -----------------------------------------------------------------------
-
-def _cluster_name(name: str | None) -> str | None:
-    """A --cluster that no cluster can have is refused before Docker is asked (exit 2)."""
-    from emu.cluster.plan import CLUSTER_NAME
-
-    if name is not None and not CLUSTER_NAME.match(name):
-        refuse(f"--cluster {name!r}: a cluster name Docker accepts: letters, digits, _ . or -, "
-               "starting with a letter or digit, at most 40 characters")
-    return name
-
-
-ClusterOption = Annotated[str | None, typer.Option(
-    "--cluster", callback=_cluster_name,
-    help="the cluster's name (default: the only cluster there is)")]
-
-
-def _docker():
-    """This host's engine; with a multi-node swarm named in the environment
-    (FOGLAB_SWARM_ENGINES, emu.engines.swarm.target), every node's engine as one client, so `down`,
-    `status` and `exec` find a cluster's containers on whichever node runs them."""
-    from emu.engines.swarm.target import current_target
-
-    try:
-        target = current_target()
-    except ValueError as failure:
-        refuse(str(failure))
-    try:
-        import docker
-
-        from emu.images import DOCKER_TIMEOUT_S
-
-        if target is not None:
-            from emu.engines.swarm.engine import routed_client
-
-            return routed_client(target)
-        return docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
-    except Exception as failure:  # noqa: BLE001 - whatever keeps the SDK from the engine
-        error(f"no Docker Engine: {failure}", hint="foglab emu doctor --fix")
-        raise typer.Exit(1) from None
-
-
-def _which_cluster(client, name: str | None) -> str:
-    """The named cluster, or the only one there is."""
-    from emu.engines.docker import inventory
-
-    found = inventory.clusters(client)
-    if name is not None:
-        if name not in found:
-            error(f"no cluster {name!r}; clusters: {', '.join(found) or 'none'}")
-            raise typer.Exit(1)
-        return name
-    if len(found) != 1:
-        error("no cluster is up" if not found else
-              f"{len(found)} clusters are up ({', '.join(found)}): choose one with --cluster")
-        raise typer.Exit(1)
-    return next(iter(found))
-
 
 def _status_table(client, name: str) -> Table:
     from emu.engines.docker import inventory
@@ -330,7 +262,7 @@ def emu_up(
     """Bring a topology up as containers with idle agents (no drivers, no operators), or an
     experiment's with its devices and operators running from one epoch (--experiment); print
     their status, and hold it until Ctrl-C (or with --detach, until `foglab emu down`)."""
-    _cluster_name(cluster)
+    cluster_name(cluster)
     if zookeeper not in (1, 3):
         refuse(f"--zookeeper {zookeeper}: 1 server, or 3 for an ensemble")
     if engine not in ENGINES:
@@ -390,7 +322,7 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
         _up_detached(topology, deployed, plan.cluster, zookeeper, records, agent_command,
                      label_options, engine)
         return
-    client = _docker()
+    client = docker_client()
     command = shlex.split(agent_command) if agent_command else None
     try:
         with bars() as shown:
@@ -483,7 +415,7 @@ def _up_detached(topology: str | None, deployed: _Deployed, cluster: str, zookee
             process.wait(timeout=60)
         error(f"{outcome.get('error')}\n{tail}")
         raise typer.Exit(130 if outcome.get("error") == "interrupted" else 1)
-    client = _docker()
+    client = docker_client()
     console.print(_status_table(client, cluster))
     facts = outcome["facts"]
     say(f"up in {facts['up_s']:.1f} s; links shaped by {facts['shaper']}; records in "
@@ -582,8 +514,8 @@ def emu_down(cluster: ClusterOption = None,
     and scratch folder, all found by the cluster's label."""
     from emu.engines.docker import inventory
 
-    client = _docker()
-    names = list(inventory.clusters(client)) if all_ else [_which_cluster(client, cluster)]
+    client = docker_client()
+    names = list(inventory.clusters(client)) if all_ else [which_cluster(client, cluster)]
     for name in names:
         removed = inventory.remove(client, name)
         note = "; ended the process holding its relays" if removed.owner_ended else ""
@@ -595,13 +527,13 @@ def emu_down(cluster: ClusterOption = None,
 
 @app.command("status")
 def emu_status(cluster: Annotated[str | None, typer.Option(
-        "--cluster", callback=_cluster_name, help="one cluster (default: all)")] = None
+        "--cluster", callback=cluster_name, help="one cluster (default: all)")] = None
                ) -> None:
     """Each container of a cluster (or of all): node, kind, state, IP, image, container id."""
     from emu.engines.docker import inventory
 
-    client = _docker()
-    names = [_which_cluster(client, cluster)] if cluster else list(inventory.clusters(client))
+    client = docker_client()
+    names = [which_cluster(client, cluster)] if cluster else list(inventory.clusters(client))
     for name in names:
         console.print(_status_table(client, name))
     if not names:
@@ -617,8 +549,8 @@ def emu_exec(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
 
     from emu.engines.docker import inventory
 
-    client = _docker()
-    name = _which_cluster(client, cluster)
+    client = docker_client()
+    name = which_cluster(client, cluster)
     try:
         container = inventory.find_container(client, name, node)["Id"]
     except LookupError as failure:
@@ -640,8 +572,8 @@ def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
 
     from emu.engines.docker import inventory
 
-    client = _docker()
-    name = _which_cluster(client, cluster)
+    client = docker_client()
+    name = which_cluster(client, cluster)
     try:
         container = inventory.find_container(client, name, node)["Id"]
         for chunk in inventory.follow_logs(client, container, follow):
@@ -701,8 +633,8 @@ def emu_migrate(
     if strategy is not None and strategy not in STRATEGIES:
         refuse(f"--strategy {strategy}: unknown strategy {strategy!r}; strategies on emu: "
                f"{', '.join(STRATEGIES)}")
-    client = _docker()
-    name = _which_cluster(client, cluster)
+    client = docker_client()
+    name = which_cluster(client, cluster)
     agents, brokers, kinds = agents_and_brokers(client, name)
     try:
         login = cluster_login(client, name)
@@ -845,7 +777,5 @@ def _interrupts_held():
         for number, handler in previous.items():
             signal.signal(number, handler)
 
-
-from emu.apply_cli import emu_apply  # noqa: E402 - it reads this module's helpers
 
 app.command("apply")(emu_apply)

@@ -6,7 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from emu.apply_cli import use_plans
-from emu.cli import app, use_demand, use_experiments
+from emu.cli import app, use_demand
+from emu.cli_clusters import use_experiments
 from experiments.apply_cli import show_plan
 from experiments.catalog import experiment_path
 from experiments.loader import Experiment, load
