@@ -78,7 +78,7 @@ def apply_to(path: Path, control, nodes: list[str], agents) -> tuple[float, str]
     where the time went (loading the file, reading the agents back, the plan, its requests,
     the verifying read)."""
     from emu.apply import ApplyError, desired, differences, execute, plan_for, read_running
-    from emu.cli import load_experiment
+    from emu.cli_clusters import load_experiment
 
     marks = [time.perf_counter()]
     path, loaded = load_experiment(str(path), [])

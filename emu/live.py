@@ -102,7 +102,7 @@ def experiment_settings(client, cluster: str,
     """The scenario's migration settings of the experiment the cluster was brought up with
     (`foglab emu up --experiment`), None for a bare topology; ExperimentGone when its file
     no longer loads. `load(file, sets)`: its file and the experiment, checked as an emu run
-    (emu.cli.load_experiment)."""
+    (emu.cli_clusters.load_experiment)."""
     from emu.engines.docker import inventory
 
     labels = next((s.get("Labels") or {} for s in inventory.containers(client, cluster)

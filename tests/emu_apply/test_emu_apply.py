@@ -64,11 +64,11 @@ def cluster():
 
 def listed(name: str, node: str) -> dict:
     """What `operators.list` answers from the node's agent now."""
-    from emu.cli import _docker
+    from emu.cli_clusters import docker_client
     from emu.control import Controller
     from emu.live import agents_and_brokers
 
-    agents, brokers, _ = agents_and_brokers(_docker(), name)
+    agents, brokers, _ = agents_and_brokers(docker_client(), name)
     with Controller(brokers[agents[node].broker]) as control:
         reply = control.send([node], "operators.list").replies[node]
     assert reply.ok, reply.error
