@@ -552,15 +552,16 @@ def emu_exec(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
     client = docker_client()
     name = which_cluster(client, cluster)
     try:
-        container = inventory.find_container(client, name, node)["Id"]
+        found = inventory.node_of(client, name, node)
     except LookupError as failure:
         error(failure)
         raise typer.Exit(1) from None
-    execution = client.api.exec_create(container, command, stdout=True, stderr=True)
-    for chunk in client.api.exec_start(execution["Id"], stream=True):
+
+    def out(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
         sys.stdout.buffer.flush()
-    raise typer.Exit(client.api.exec_inspect(execution["Id"])["ExitCode"] or 0)
+
+    raise typer.Exit(found.exec_stream(command, out))
 
 
 @app.command("logs")

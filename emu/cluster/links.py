@@ -36,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import secrets
-import threading
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
@@ -51,12 +50,11 @@ from emu.links.relay import LinkRelay, RelayCounters, TokenBucket, hop_bucket
 from emu.links.spec import LinkShape
 
 if TYPE_CHECKING:
-    import docker
+    pass
 
 Key = tuple[str, str]  # (client, service)
 T = TypeVar("T")
 Locate = Callable[[str, str], "str | None"]  # (container, network) -> its address there
-LOCATE_TIMEOUT_S = 10
 
 
 class Links(ABC):
@@ -135,15 +133,14 @@ class RelayLinks(Links):
     def __init__(self, plan: ClusterPlan, seed: int | None = None,
                  locate: Locate | None = None) -> None:
         """`locate(container name, network)`: a client container's address on its network
-        now, None if it has none (default: asked of the local Docker Engine)."""
+        now, None if it has none; the engine's (emu.engines.docker.nodes.DockerLocator).
+        Without it a client is admitted by its bridge's network alone, never located."""
         super().__init__(plan)
         self.relays = RelaySet(f"relays-{plan.cluster}", plan.dilation)
         self.seed = secrets.randbits(32) if seed is None else seed
         self.listening: dict[Key, str] = {}
         self.peers: dict[str, Peers] = {}  # client -> who may use its relays
         self._locate = locate
-        self._docker: docker.DockerClient | None = None
-        self._docker_lock = threading.Lock()
 
     def addresses(self, services: Mapping[str, str], bridges: Mapping[str, str]) -> dict[Key, str]:
         """Each link's relay on its client's bridge, open to its client only: from the
@@ -181,21 +178,7 @@ class RelayLinks(Links):
 
     def locate(self, container: str, network: str) -> str | None:
         """A container's address on a network now (a relay's lookup, off its loop)."""
-        if self._locate is not None:
-            return self._locate(container, network)
-        import docker
-        from docker.errors import NotFound
-
-        with self._docker_lock:
-            if self._docker is None:
-                self._docker = docker.from_env(timeout=LOCATE_TIMEOUT_S)
-            client = self._docker
-        try:
-            found = client.api.inspect_container(container)
-        except NotFound:
-            return None
-        networks = (found.get("NetworkSettings") or {}).get("Networks") or {}
-        return (networks.get(network) or {}).get("IPAddress") or None
+        return self._locate(container, network) if self._locate is not None else None
 
     def _shared_hops(self) -> dict[tuple[str, str], TokenBucket]:
         """A bucket per direction of each topology hop with a bandwidth that two or more
@@ -228,12 +211,10 @@ class RelayLinks(Links):
         return self.relays.lag()
 
     def close(self) -> None:
-        try:
-            self.relays.stop()
-        finally:
-            if self._docker is not None:
-                self._docker.close()
-                self._docker = None
+        self.relays.stop()
+        close = getattr(self._locate, "close", None)
+        if close is not None:
+            close()
 
 
 def outside_a_running_loop(function: Callable[[], T]) -> T:
@@ -345,9 +326,11 @@ class NetemLinks(Links):
                 shaper.apply(installed)
 
 
-def make_links(shaper: str, plan: ClusterPlan, seed: int | None = None) -> Links:
+def make_links(shaper: str, plan: ClusterPlan, seed: int | None = None,
+               locate: Locate | None = None) -> Links:
+    """The links of a plan by their shaper; `locate`: the engine's (RelayLinks)."""
     if shaper == "netem":
         return NetemLinks(plan)
     if shaper == "relay":
-        return RelayLinks(plan, seed)
+        return RelayLinks(plan, seed, locate)
     raise ValueError(f"a shaper is netem or relay, not {shaper!r}")

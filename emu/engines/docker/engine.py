@@ -51,7 +51,7 @@ from emu.cluster.services import mqtt_answers, zookeeper_answers
 from emu.engines import ENGINE_LABEL
 from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
 from emu.engines.docker import inventory
-from emu.engines.docker.nodes import DockerNode
+from emu.engines.docker.nodes import DockerLocator, DockerNode
 from emu.engines.docker.zygote import (
     Zygote,
     start_zygote,
@@ -186,7 +186,7 @@ class Cluster:
             if self.shaper is None:
                 self.progress("shaper", 0, 1, "probing kernel netem")
                 self.shaper = choose_shaper()
-            self.links = make_links(self.shaper.shaper, self.plan, self.seed)
+            self.links = make_links(self.shaper.shaper, self.plan, self.seed, DockerLocator())
             self._ensure_images()
             self._images_s = time.monotonic() - started
             self._make_records()

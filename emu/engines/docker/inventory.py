@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING
 
 from emu.engines import engine_of
 from emu.engines.base import NodeStatus, Removed
+from emu.engines.docker.nodes import DockerNode
 
 if TYPE_CHECKING:
     import docker
@@ -147,6 +148,11 @@ def find_container(client: docker.DockerClient, cluster: str, node: str) -> dict
     if not found:
         raise LookupError(f"no node {node} in cluster {cluster}")
     return found[0]
+
+
+def node_of(client: docker.DockerClient, cluster: str, node: str) -> DockerNode:
+    """A node of a cluster found on the host, to act on (LookupError: no such node)."""
+    return DockerNode(client.api, find_container(client, cluster, node)["Id"])
 
 
 def end_owner(token: str, timeout_s: float = OWNER_EXIT_S) -> bool:

@@ -12,13 +12,15 @@ the engine's API.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import threading
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from emu.engines.base import NodeGone, NodeNotRunning
 
 GRACE_S = 10  # docker stop's grace before SIGKILL, as its CLI's default
+LOCATE_TIMEOUT_S = 10
 CONFLICT = 409
 
 
@@ -78,6 +80,15 @@ class DockerNode:
         with _engine_errors():
             return self.api.stats(self.container, stream=False)
 
+    def exec_stream(self, command: list[str], out: Callable[[bytes], object]) -> int:
+        """Run a command in the container, each chunk of its stdout and stderr to `out` as it
+        comes; its exit code."""
+        with _engine_errors():
+            execution = self.api.exec_create(self.container, command, stdout=True, stderr=True)
+            for chunk in self.api.exec_start(execution["Id"], stream=True):
+                out(chunk)
+            return self.api.exec_inspect(execution["Id"])["ExitCode"] or 0
+
 
 @contextlib.contextmanager
 def _engine_errors() -> Iterator[None]:
@@ -91,3 +102,35 @@ def _engine_errors() -> Iterator[None]:
         if error.status_code != CONFLICT:
             raise
         raise NodeNotRunning(str(error.explanation or error)) from error
+
+
+class DockerLocator:
+    """A container's address on a network now, asked of this host's engine (the link relays'
+    `locate`, emu.cluster.links.RelayLinks): None when the container is gone or not on it.
+    One client of its own with a short timeout, made on first use, shared by the relays'
+    threads; `close` ends it."""
+
+    def __init__(self) -> None:
+        self._client = None
+        self._lock = threading.Lock()
+
+    def __call__(self, container: str, network: str) -> str | None:
+        import docker
+        from docker.errors import NotFound
+
+        with self._lock:
+            if self._client is None:
+                self._client = docker.from_env(timeout=LOCATE_TIMEOUT_S)
+            client = self._client
+        try:
+            found = client.api.inspect_container(container)
+        except NotFound:
+            return None
+        networks = (found.get("NetworkSettings") or {}).get("Networks") or {}
+        return (networks.get(network) or {}).get("IPAddress") or None
+
+    def close(self) -> None:
+        with self._lock:
+            if self._client is not None:
+                self._client.close()
+                self._client = None
