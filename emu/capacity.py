@@ -44,6 +44,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from workloads.operator_engines import operator_engine
+
 if TYPE_CHECKING:
     from emu.cluster.plan import ClusterPlan, ContainerPlan
 
@@ -176,9 +178,14 @@ def resident(container: ContainerPlan) -> int:
     """What a container holds resident, by role (RESIDENT; an agent with a Spark job more)."""
     if container.role == "agent":
         base = RESIDENT["gateway"] if _forked(container) else RESIDENT["agent"]
-        spark = sum(1 for op in container.agent.operators if op.engine == "spark")
-        return base + spark * SPARK_RESIDENT
+        return base + _jvm_jobs(container) * SPARK_RESIDENT
     return RESIDENT.get(container.role, RESIDENT["idle"])
+
+
+def _jvm_jobs(container: ContainerPlan) -> int:
+    """How many of an agent's operators run a job on a JVM beside it (Spark's), each with the
+    JVM's memory and threads."""
+    return sum(1 for op in container.agent.operators if operator_engine(op.engine).jvm)
 
 
 def _forked(container: ContainerPlan) -> bool:
@@ -416,8 +423,7 @@ class HostCap:
 def pids_at_work(container: ContainerPlan) -> int:
     """The processes and threads a container holds at work, by role (PIDS; Spark's more)."""
     if container.role == "agent":
-        spark = sum(1 for op in container.agent.operators if op.engine == "spark")
-        return PIDS["agent"] + spark * SPARK_PIDS
+        return PIDS["agent"] + _jvm_jobs(container) * SPARK_PIDS
     return PIDS.get(container.role, PIDS["idle"])
 
 

@@ -34,6 +34,7 @@ from emu.agent.timebase import UNDILATED, TimeBase
 from topologies.errors import SpecError
 from topologies.model import Topology
 from topologies.routing import Routes, gateway_of, nearest
+from workloads.operator_engines import operator_engine
 from workloads.pipeline import OperatorSpec, placement, topic_filter
 from workloads.rates import Constant
 from workloads.recovery import DEFAULT_SESSION_TIMEOUT
@@ -163,14 +164,15 @@ def _refuse_what_emu_cannot_run(index: int, spec: OperatorSpec) -> None:
         raise DeploymentError(("pipeline", index, "selectivity"), spec.selectivity,
                               "not yet on emu above 1: the copies of an input would share its "
                               "id, which the tables count as duplicates (run it on sim)")
-    if spec.window is not None and spec.engine == "spark":
+    in_agent = operator_engine(spec.engine).in_agent  # the agent applies windows, selectivity
+    if spec.window is not None and not in_agent:
         raise DeploymentError(("pipeline", index, "window"), _shown(spec.window),
                               "not yet on emu for engine spark: the agent runs windows on "
                               "engine python (leave it out, or use engine python)")
     if spec.window is not None and spec.selectivity != 1.0:
         raise DeploymentError(("pipeline", index, "selectivity"), spec.selectivity,
                               "1 with a window on emu: a window counts every input")
-    if spec.selectivity != 1.0 and spec.engine == "spark":
+    if spec.selectivity != 1.0 and not in_agent:
         raise DeploymentError(("pipeline", index, "selectivity"), spec.selectivity,
                               "not yet on emu for engine spark: the Spark app runs on every "
                               "message (leave it 1, or use engine python)")
@@ -194,12 +196,12 @@ def _check_task(index: int, spec: OperatorSpec, config: OperatorConfig) -> None:
     """Build the task (or the Spark job's command) once here, so a bad one fails before any
     container starts."""
     try:
-        if spec.engine == "spark":
-            SparkJob(config, "check", "localhost:1883", "/records")
-        else:
+        if operator_engine(spec.engine).in_agent:
             make_stage(config.task, config.params)
             if config.window is not None:
                 WindowConfig.of(config.window)
+        else:
+            SparkJob(config, "check", "localhost:1883", "/records")
     except ValueError as error:
         raise DeploymentError(("pipeline", index, "task"), spec.task,
                               f"a task the emulation can run: {error}") from None
@@ -210,7 +212,7 @@ def shared_reads(config: OperatorConfig) -> OperatorConfig:
     the model (sim.pubsub): each message reaches one of them. Local reads are unchanged (the
     agent matches a shared filter as its plain one). Not for Spark: the node's agent records
     what reaches the job on the same filter, and would share the messages with it."""
-    if config.engine == "spark":
+    if not operator_engine(config.engine).shares_reads:
         return config
     return replace(config, reads=[f if shared(f)[0] else f"$share/{config.name}/{f}"
                                   for f in config.reads])
@@ -243,7 +245,8 @@ def _operators(topology: Topology, pipeline: list[OperatorSpec],
                 raise DeploymentError(("pipeline", index, "on"), node,
                                       f"gateways or cloud VMs: in the emulation operators run "
                                       f"there, and {node} is a {kind}")
-            if spec.engine == "spark" and kind != "cloud_vm":
+            # A JVM's job runs on the cloud VMs' image, the one with a JRE (emu.images.CLOUD).
+            if operator_engine(spec.engine).jvm and kind != "cloud_vm":
                 raise DeploymentError(("pipeline", index, "engine"), spec.engine,
                                       f"python on {node}: Spark runs on cloud VMs, and {node} "
                                       f"is a {kind}")

@@ -76,7 +76,8 @@ GATEWAY = ImageSpec(
     # importable, so it must stay free of imports the gateway lacks.
     sources=("emu/__init__.py", "emu/agent/**/*.py", "workloads/__init__.py",
              "workloads/riot/**/*.py", "workloads/riot/**/*.json", "workloads/windows.py",
-             "workloads/shapes.py", "workloads/topics.py", "workloads/migration/**/*.py"),
+             "workloads/shapes.py", "workloads/topics.py", "workloads/migration/**/*.py",
+             "workloads/operator_engines.py"),
 )
 CLOUD = ImageSpec(
     name="cloud",

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from emu.agent.records import read_record
 from emu.errors import EmuError
+from workloads.operator_engines import operator_engine
 
 # A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.
 SPARK_START_TIMEOUT_S = 300.0
@@ -37,9 +38,10 @@ def wait_spark_jobs(cluster, standbys: list[Path] = ()) -> None:
 
 
 def spark_jobs(cluster) -> list[tuple[str, str]]:
-    """(node, operator) of every Spark operator of the cluster's agents."""
+    """(node, operator) of every Spark operator of the cluster's agents: each a job beside the
+    agent (OperatorEngine.in_agent false)."""
     return [(c.node, op.name) for c in cluster.plan.agents() for op in c.agent.operators
-            if op.engine == "spark"]
+            if not operator_engine(op.engine).in_agent]
 
 
 def drain_spark_jobs(cluster, end: float, dead: set[str], moved: list = (),

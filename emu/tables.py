@@ -38,6 +38,7 @@ import pandas as pd
 
 from emu.agent.protocol import SEQUENCE_BITS, matches, output_topic, stream_topic
 from emu.agent.records import read_record
+from workloads.operator_engines import operator_engine
 
 SENT_COLUMNS = {"id": "int64", "stream": "string", "source": "string", "t_sent": "float64",
                 "dropped": "int64"}
@@ -176,8 +177,9 @@ class Paths:
     def of_plan(cls, plan, moves: dict[str, list[str]] | None = None,
                 handovers: dict[str, list[str]] | None = None) -> Paths:
         """From an emu.cluster.plan.ClusterPlan: its agents' drivers and operators, each
-        agent's broker and the path of its link there. A Spark operator counts as a sink:
-        the agent records what reaches its node for it. `moves`: operator -> the nodes its
+        agent's broker and the path of its link there. An operator whose job writes its own
+        outputs (a Spark one: OperatorEngine.writes_its_own) counts as a sink: the agent
+        records what reaches its node for it. `moves`: operator -> the nodes its
         instance migrates to during the run, where it reads as on its first node;
         `handovers`: device -> the gateways it was handed to during the run, where its
         messages enter as on its first one."""
@@ -205,7 +207,7 @@ class Paths:
                     if driver.forward:
                         forwarded.add(starts[driver.stream, device][0][1])
             for op in agent.operators:
-                writes = None if op.engine == "spark" else op.writes
+                writes = None if operator_engine(op.engine).writes_its_own else op.writes
                 own = getattr(op, "session", None) is not None
                 readers.append(Reader(node, tuple(op.reads), writes, own))
                 readers += [Reader(target, tuple(op.reads), writes, True)

@@ -6,6 +6,7 @@ from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from workloads.features import FEATURES
+from workloads.operator_engines import operator_engine
 from workloads.pipeline import HOST_KINDS, check_placement, placement, topic_filter
 from workloads.topics import valid_filter
 
@@ -109,7 +110,8 @@ def _check_broker_kinds(spec: ExperimentSpec, topology: Topology) -> None:
     # nothing, silently. Instances on gateways read their own devices' streams in-process.
     for i, op in enumerate(spec.pipeline):
         nodes = placement(topology, op.on)
-        if op.engine != "spark" and (len(nodes) > 1 or op.slo is not None) and any(
+        shares = operator_engine(op.engine).shares_reads
+        if shares and (len(nodes) > 1 or op.slo is not None) and any(
                 topology.nodes[n].kind != "gateway" for n in nodes):
             raise SpecError(("pipeline", i, "on"), op.on,
                             f"one node for operator {op.name}: with a RabbitMQ broker "

@@ -50,6 +50,7 @@ from sim.stations import Cpu
 from topologies.model import Node, Topology
 from topologies.spec import BrokerSpec
 from workloads.calibration import DEFAULT_SPARK, Calibration, Spark
+from workloads.operator_engines import operator_engine
 from workloads.pipeline import OperatorSpec, placement
 from workloads.riot.costs import task_cost
 
@@ -162,7 +163,7 @@ class Costs:
             if measured is not None:
                 return OperatorCost(measured * self.calibration.gateway.speed,
                                     "calibration (the task measured on the gateway)")
-        if spec.engine != "spark":
+        if not operator_engine(spec.engine).micro_batches:
             return self._written(spec)
         profile = self.topology.nodes[node].profile
         spark = self._spark()

@@ -36,6 +36,7 @@ from topologies.errors import SpecError, Withheld, first_error
 from topologies.fields import PositiveDuration, Ratio
 from topologies.profiles import BUILTIN_PROFILES
 from workloads.faults import Patterns
+from workloads.operator_engines import Move, operator_engine
 from workloads.scenario import Strategy
 
 PRICES = Path(__file__).parent / "prices" / "default.yaml"  # the shipped price list
@@ -626,10 +627,11 @@ def _check_offload(spec, topology, offload: Offload) -> None:
         if op.follow is not None:
             raise SpecError(base + ("gateways",), mine[0], f"gateways without follow "
                             f"operators: {op.name}'s instances are the policy's to move")
-        if op.engine == "spark":
-            raise SpecError(base + ("gateways",), mine[0], f"gateways without Spark "
-                            f"operators: {op.name} runs on Spark, which the offload does "
-                            "not move")
+        engine = operator_engine(op.engine)
+        if engine.moves_by is not Move.AGENTS:  # the offload moves by the agents' protocol
+            raise SpecError(base + ("gateways",), mine[0], f"gateways without {engine.title} "
+                            f"operators: {op.name} runs on {engine.title}, which the offload "
+                            "does not move")
         if target in placed:
             raise SpecError(base + ("to",), target, f"a node {op.name} does not run on "
                             f"already ({', '.join(placed)}): it moves {op.name} from "

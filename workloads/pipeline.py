@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Size
+from workloads.operator_engines import DEFAULT_ENGINE, ENGINE_NAMES, operator_engine
 from workloads.riot.tasks import TASKS
 from workloads.topics import shared
 
@@ -26,10 +27,11 @@ SPARK_APPS = ("etl", "stats", "pred")
 
 
 def known_tasks(engine: str) -> list[str]:
-    """The task names an operator on `engine` may give, as an error message lists them."""
-    if engine == "spark":
-        return list(SPARK_APPS)
-    return [*sorted(TASKS), PASSTHROUGH]
+    """The task names an operator on `engine` may give, as an error message lists them: the
+    agent's RIoTBench tasks and passthrough, or the apps of a job beside it (Spark's)."""
+    if operator_engine(engine).in_agent:
+        return [*sorted(TASKS), PASSTHROUGH]
+    return list(SPARK_APPS)
 
 
 class WindowSpec(BaseModel):
@@ -49,8 +51,9 @@ class OperatorSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Name
-    # Before `task`, which is checked against the engine's tasks.
-    engine: Literal["python", "spark"] = "python"
+    # Before `task`, which is checked against the engine's tasks. The names are the registry's
+    # (workloads.operator_engines).
+    engine: Literal[ENGINE_NAMES] = DEFAULT_ENGINE
     task: str = Field(
         default=PASSTHROUGH, max_length=64,
         description="a RIoTBench task (engine python), an app etl, stats or pred (engine "
@@ -82,7 +85,7 @@ class OperatorSpec(BaseModel):
     @classmethod
     def _known_task(cls, task: str, info: ValidationInfo) -> str:
         # A name no backend knows would run on sim as a free operator (no calibrated cost).
-        engine = info.data.get("engine", "python")
+        engine = info.data.get("engine", DEFAULT_ENGINE)
         known = known_tasks(engine)
         if task not in known:
             raise ValueError(f"unknown task {task!r} for engine {engine}; known tasks: "

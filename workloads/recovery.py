@@ -29,6 +29,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 from topologies.fields import PositiveDuration
 from topologies.routing import NoRoute, Routes
 from workloads.faults import Patterns
+from workloads.operator_engines import operator_engine
 from workloads.reports import NAME, FeatureTable
 
 # ZooKeeper's tickTime in the emulation (emu.cluster.plan writes it into zoo.cfg): a session
@@ -166,7 +167,7 @@ def check(spec, topology) -> None:
         if operator.checkpoint is None:
             continue
         path = ("pipeline", index, "checkpoint")
-        if operator.engine != "python" or operator.window is None:
+        if not operator_engine(operator.engine).in_agent or operator.window is None:
             raise SpecError(path, operator.checkpoint, "a checkpoint keeps a window's state: "
                             f"operator {operator.name!r} has no `window` (or runs on Spark, "
                             "whose checkpoints are its own)")

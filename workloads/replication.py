@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from topologies.fields import PositiveDuration
 from workloads.faults import Patterns
+from workloads.operator_engines import operator_engine
 from workloads.reports import NAME, FeatureTable
 
 PERCENTILE = 95
@@ -102,7 +103,7 @@ def check(spec, topology) -> None:
         if operator.slo is None:
             continue
         path = ("pipeline", index, "slo")
-        if operator.window is not None or operator.engine != "python":
+        if operator.window is not None or not operator_engine(operator.engine).in_agent:
             raise SpecError(path, operator.slo, "an slo on a stateless python operator: "
                             f"replicas of {operator.name!r} would share its input, and a "
                             "window's state (or a Spark query's) does not split")

@@ -11,6 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from topologies.errors import SpecError
 from topologies.fields import Bandwidth, Name, NonNegativeDuration, Size
+from workloads.operator_engines import Move, operator_engine
 from workloads.pipeline import check_placement
 
 Strategy = Literal["pause_drain", "pause_transfer", "parallel"]
@@ -128,7 +129,7 @@ def check_migrations(spec, topology) -> None:
         if plan.target not in topology.nodes:
             raise SpecError(path + ("to",), plan.target, "one node's name")
         strategy = plan.strategy or settings.strategy
-        if op.engine == "spark":
+        if operator_engine(op.engine).moves_by is Move.STANDBY:
             _check_spark_move(topology, path, op.name, plan.target, strategy, settings.spark)
         elif strategy == "pause_drain" and op.stateful:
             raise SpecError(path + ("strategy",), strategy,

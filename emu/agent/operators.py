@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 from emu.agent.config import OperatorConfig
 from emu.agent.protocol import Envelope, matches, output_topic, valid_filter
 from emu.agent.records import WINDOWS, RowLog
+from workloads.operator_engines import OPERATOR_ENGINES
 
 BUILTINS = ("passthrough",)
 # workloads.riot.tasks.base: "Parse tasks take the wire form (SenML text, a CSV line) and the
@@ -367,7 +368,8 @@ class Operator:
 
     def __init__(self, config: OperatorConfig, node: str, epoch: float) -> None:
         name = config.name
-        if config.engine != "python":
+        engine = OPERATOR_ENGINES.get(config.engine)
+        if engine is None or not engine.in_agent:
             raise ValueError(f"operator {name!r}: engine {config.engine!r} is not run by this "
                              "agent; it runs engine 'python'")
         if not config.reads:

@@ -54,6 +54,7 @@ from typing import TYPE_CHECKING, Any
 from emu.agent.config import OperatorConfig
 from emu.agent.migration import Migrations
 from emu.agent.operators import operator_config
+from workloads.operator_engines import OPERATOR_ENGINES, Move
 
 if TYPE_CHECKING:
     from emu.agent.agent import Agent
@@ -225,7 +226,8 @@ class SparkMigrations(Migrations):
         if not isinstance(client_id, str) or not client_id:
             raise ValueError("a standby needs 'client_id', the source's broker session")
         config = operator_config(config)
-        if config.engine != "spark":
+        engine = OPERATOR_ENGINES.get(config.engine)
+        if engine is None or engine.moves_by is not Move.STANDBY:
             raise ValueError(f"operator {config.name!r} runs on engine {config.engine}, not "
                              "spark")
         for job in self._jobs(config.name):

@@ -118,6 +118,7 @@ from topologies.errors import SpecError
 from topologies.model import Node, Topology
 from topologies.routing import NoRoute, Routes, latency, nearest
 from workloads.broker_scaling import first_brokers
+from workloads.operator_engines import Move, operator_engine
 from workloads.recovery import ZK_MAX_SESSION_TICKS, ZK_MIN_SESSION_TICKS, ZK_TICK_S
 
 MQTT_PORT = 1883
@@ -301,7 +302,8 @@ def path_shape(topology: Topology, path: Iterable[str]) -> LinkShape:
 def _reads_through_broker(config: AgentConfig) -> bool:
     """Whether an agent's operators read through its node session, which then reads on the
     other brokers too (AgentConfig.other_brokers)."""
-    return any(op.engine != "spark" and not op.session for op in config.operators)
+    return any(not (op.session or operator_engine(op.engine).own_session)
+               for op in config.operators)
 
 
 def cluster_labels(cluster: str) -> dict[str, str]:
@@ -585,7 +587,7 @@ class _Planner:
         spark = self.topology.spark
         drivers = [name for name, c in containers.items() if c.agent is not None
                    and c.kind == "cloud_vm"
-                   and any(op.engine == "spark" for op in c.agent.operators)]
+                   and any(operator_engine(op.engine).jvm for op in c.agent.operators)]
         members = [(("spark", "master"), spark.master)] + [
             (("spark", "workers", i), w) for i, w in enumerate(spark.workers)] + [
             (("pipeline",), d) for d in drivers]
@@ -622,7 +624,8 @@ class _Planner:
                      for name, config in self.configs.items()}
         for reader, config in self.configs.items():
             for op in config.operators:
-                if not (op.session or op.engine == "spark"):
+                engine = operator_engine(op.engine)
+                if not (op.session or engine.own_session):
                     continue
                 for publisher, topics in published.items():
                     if brokers[publisher] == brokers[reader]:
@@ -630,10 +633,10 @@ class _Planner:
                     topic = next((t for t in sorted(topics) for f in op.reads
                                   if matches(shared(f)[1], t)), None)
                     if topic is not None:
+                        why = f"a {engine.title} query" if engine.own_session else "it may move"
                         raise self.error(("pipeline", op.name, "on"), reader, (
                             f"on emu, {op.name} on {reader} reads through a session of its "
-                            f"own ({'a Spark query' if op.engine == 'spark' else 'it may move'}"
-                            f"), on its broker {brokers[reader]} only, and {publisher} "
+                            f"own ({why}), on its broker {brokers[reader]} only, and {publisher} "
                             f"publishes {topic} to {brokers[publisher]}: link them to one "
                             "broker, or run it on sim"))
 
@@ -649,7 +652,8 @@ class _Planner:
         reach: dict[str, set[str]] = {}
         for start, config in self.configs.items():
             for op in config.operators:
-                if not op.session or op.engine == "spark" or op.broker == "":
+                if (not op.session or operator_engine(op.engine).moves_by is not Move.AGENTS
+                        or op.broker == ""):
                     continue  # a follow instance reads on its node's broker, wherever it is
                 home = op.broker or brokers[start]
                 if self.targets is None:

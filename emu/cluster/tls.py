@@ -32,6 +32,8 @@ import datetime
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 
+from workloads.operator_engines import operator_engine
+
 TLS_DIR = "/etc/foglab/tls"
 CA_FILE = f"{TLS_DIR}/ca.pem"
 CERT_FILE = f"{TLS_DIR}/server.pem"
@@ -196,7 +198,7 @@ def tls_plan(plan):
                          "plugin over TLS foglab has not made work (a run with it never "
                          "started): run it without tls, or make the broker kind mosquitto")
     spark = sorted(c.node for c in plan.agents() if c.agent is not None
-                   and any(op.engine == "spark" for op in c.agent.operators))
+                   and any(not operator_engine(op.engine).tls for op in c.agent.operators))
     if spark:
         raise ValueError(f"run.tls: {', '.join(spark)} run Spark operators, whose MQTT "
                          "clients (workloads.spark) speak plain MQTT only: run them without tls")

@@ -60,6 +60,7 @@ from emu.features.base import Feature
 from topologies.model import Topology
 from topologies.routing import Routes
 from workloads.broker_scaling import ACTION, PROBE_SIZE, BrokerScalingSpec, Scaler, movers
+from workloads.operator_engines import operator_engine
 from workloads.replication import percentile
 
 REQUEST_TIMEOUT_S = 10.0
@@ -355,12 +356,13 @@ def check_readers(entries, brokers: dict[str, str], configs: dict) -> None:
             if brokers.get(node) != entry.broker:
                 continue
             for operator in config.operators:
-                if operator.session or operator.engine != "python":
+                engine = operator_engine(operator.engine)
+                if operator.session or engine.own_session:
                     raise SpecError(
                         ("scenario", "broker_scaling", i, "broker"), entry.broker,
                         f"a broker whose readers take their input through the agent's own "
                         f"session on emu: operator {operator.name!r} on {node} reads through "
-                        + ("Spark's" if operator.engine != "python" else "a session of its "
+                        + (f"{engine.title}'s" if engine.own_session else "a session of its "
                            "own (it may move, be recovered or replicated)")
                         + ", which the spare's readers' session does not carry yet")
 

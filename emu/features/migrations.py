@@ -19,6 +19,7 @@ from emu.agent.config import AgentConfig
 from emu.agent.timebase import TimeBase
 from emu.errors import EmuError
 from emu.features.base import Feature
+from workloads.operator_engines import DEFAULT_ENGINE, Move, operator_engine
 
 
 def _window_period(configs: dict[str, AgentConfig], operator: str) -> float:
@@ -84,9 +85,10 @@ class MigrationSchedule:
                             key=lambda timed: timed[0])
         self.settings = settings
         self.configs = configs
-        # A Spark query moves by emu.spark_migration, copying between nodes' records folders.
-        self.spark = {op.name for config in configs.values() for op in config.operators
-                      if op.engine == "spark"}
+        # Operator -> its engine, by which emu.migration moves it (a Spark query by
+        # emu.spark_migration, copying between nodes' records folders).
+        self.engines = {op.name: op.engine for config in configs.values()
+                        for op in config.operators}
         self.records_dir = records_dir
         self.epoch = epoch
         self.duration = duration
@@ -130,7 +132,7 @@ class MigrationSchedule:
                 source = plan.source or where.get(plan.operator) or self._source(plan.operator)
                 record = migrate(self.control, plan.operator, source, plan.target, strategy,
                                  self.settings, record_id=number, records=self.records_dir,
-                                 engine="spark" if plan.operator in self.spark else "python",
+                                 engine=self.engines.get(plan.operator, DEFAULT_ENGINE),
                                  clock=self.clock)
             except Exception as error:  # noqa: BLE001 - recorded, the run goes on
                 now = self.clock.now()
@@ -155,7 +157,7 @@ def spark_standbys(control, plans: list, configs: dict[str, AgentConfig],
     more to warm: from before the epoch, a move finds its standby warm); the files that say
     each is warm (emu.spark_migration.standbys_ahead)."""
     spark = {op.name for config in configs.values() for op in config.operators
-             if op.engine == "spark"}
+             if operator_engine(op.engine).moves_by is Move.STANDBY}
     if not any(plan.operator in spark for plan in plans):
         return []
     from emu.spark_migration import standbys_ahead
@@ -183,7 +185,8 @@ def check_targets(plans: list, settings, cluster, configs: dict[str, AgentConfig
             continue  # an unknown target or operator is the schedule's error, said later
         home = sorted(homes - {there})[0]
         strategy = plan.strategy or getattr(settings, "strategy", "pause_transfer")
-        spark = any(op.name == plan.operator and op.engine == "spark"
+        spark = any(op.name == plan.operator
+                    and operator_engine(op.engine).moves_by is Move.STANDBY
                     for config in configs.values() for op in config.operators)
         why = ("a Spark query's move starts the target's query on the target's broker"
                if spark else

@@ -61,6 +61,7 @@ from emu.cluster.tls import tls_options
 from emu.control import NotAnswered
 from emu.features.base import Feature
 from topologies.model import Topology
+from workloads.operator_engines import operator_engine
 from workloads.recovery import (
     RecoverySpec,
     candidates,
@@ -101,7 +102,8 @@ class Recovery:
         self.nodes = {node for node, config in configs.items() if config.kind in AGENT_KINDS}
         # Where each instance that can be re-placed runs now.
         self.placed: dict[str, list[OperatorConfig]] = {
-            node: [op for op in configs[node].operators if op.session and op.engine == "python"]
+            node: [op for op in configs[node].operators
+                   if op.session and operator_engine(op.engine).in_agent]
             for node in self.nodes}
         # Operator -> the streams it reads (also for one left with no node to go to).
         self.streams = {op.name: input_streams(op.reads, workload)
@@ -336,7 +338,7 @@ class RecoveryFeature(Feature):
 
     def prepare(self, setup) -> None:
         setup.moving |= {op.name for op in setup.pipeline
-                         if op.engine == "python" and not op.follow}
+                         if operator_engine(op.engine).in_agent and not op.follow}
         setup.session_timeout = self.spec.session_timeout
         setup.fence = True
 
