@@ -29,8 +29,8 @@ and on the nodes' records folders (mounted on the host at `records(node)`) where
 5. `resume`: the target's standby sees the handover and starts the query; the host waits for
    its first batch after the move;
 6. `release`: the target's job now runs the operator's query, the source's no longer; the
-   node's arrival recorder moves along (pause_drain, emu.migration) when it reads through an
-   input session of its own.
+   node's arrival recorder moves along (pause_drain, emu.python_migration) when it reads
+   through an input session of its own.
 
 A step that fails or times out (a target that dies, a source that does not stop) rolls back:
 the target drops its standby and the handover, and the source starts its job again in its own
@@ -67,8 +67,9 @@ from typing import Any
 
 from emu.agent.config import RECORDS_DIR
 from emu.agent.timebase import TimeBase
-from emu.migration import MigrationError, clock_of
+from emu.python_migration import MigrationError, clock_of, migrate_instance
 from workloads.migration.record import MigrationRecord
+from workloads.operator_engines import Move, operator_engine
 
 STRATEGY = "pause_transfer"
 # A standby's JVM and warm-up, minutes on a busy two-core host.
@@ -98,14 +99,16 @@ def migrate_query(control, operator: str, source: str, target: str,
                   timeout: float = 30.0,
                   progress: Callable[[str], None] = lambda phase: None,
                   way: str | None = None,
-                  clock: TimeBase | None = None) -> SparkMigrationRecord:
+                  clock: TimeBase | None = None,
+                  sync_timeout: float | None = None) -> SparkMigrationRecord:
     """Move the Spark query `operator` from cloud VM `source` to cloud VM `target`.
 
     `control`: a connected emu.control.Controller, or a broker's "host:port". `records(node)`:
     the host folder mounted at /records in that node's container. `settings`: a
     workloads.scenario.MigrationSettings (its `spark` way), or None; `way` overrides it.
     `timeout`: how long one request may take. A failed move is a record with status `failed`;
-    a MigrationError only for a move refused before anything happened.
+    a MigrationError only for a move refused before anything happened. `sync_timeout` is not
+    used: a query does not move in parallel (emu.migration.migrate hands every mover it).
     """
     from workloads.spark.job import WAYS
 
@@ -159,7 +162,8 @@ def standbys_ahead(control, plans: list, configs: dict, records_dir: Callable[[s
     warm = []
     for plan in plans:
         nodes = [node for node, config in configs.items() for op in config.operators
-                 if op.name == plan.operator and op.engine == "spark"]
+                 if op.name == plan.operator
+                 and operator_engine(op.engine).moves_by is Move.STANDBY]
         source = plan.source or (nodes[0] if len(nodes) == 1 else None)
         if source is None or source == plan.target:
             continue
@@ -339,8 +343,6 @@ class _QueryMove:
         operator's, the source's no longer, and the node's record of arrivals follows the query
         through its own input session (pause_drain: none lost or counted twice). What fails
         here is noted: the move itself is done."""
-        from emu.migration import migrate
-
         record = self.record
         self._phase("release")
         notes = []
@@ -352,8 +354,9 @@ class _QueryMove:
                 notes.append(str(failure))
         if recorder_session:
             self._phase("recorder")
-            moved = migrate(self.control, record.operator, record.source, record.target,
-                            "pause_drain", timeout=self.timeout, clock=self.clock)
+            moved = migrate_instance(self.control, record.operator, record.source,
+                                     record.target, "pause_drain", timeout=self.timeout,
+                                     clock=self.clock)
             if moved.status != "done":
                 notes.append(f"arrivals are still recorded on {record.source}: {moved.error}")
         if notes:
