@@ -211,8 +211,9 @@ def under(modules: set[str], names: tuple[str, ...]) -> set[str]:
 
 
 def test_the_agent_imports_only_what_the_gateway_image_has(tmp_path) -> None:
-    """Stdlib, paho and workloads.riot (no kazoo: emu.agent.zookeeper registers); numpy only
-    once a task needs it."""
+    """Stdlib, paho, workloads.riot and workloads.operator_engines (the engines' registry,
+    which the gateway image ships: emu.images.GATEWAY) (no kazoo: emu.agent.zookeeper
+    registers); numpy only once a task needs it."""
     idle, working = loaded_modules(tmp_path, "range_filter")
     assert under(idle, FORBIDDEN + ("kazoo",)) == set()
     assert under(working, tuple(f for f in FORBIDDEN if f != "numpy") + ("kazoo",)) == set()
@@ -220,7 +221,8 @@ def test_the_agent_imports_only_what_the_gateway_image_has(tmp_path) -> None:
         project = {name.split(".")[0] for name in modules if name.startswith(("emu", "workloads"))}
         assert project <= {"emu", "workloads"}
         assert not [name for name in modules if name.startswith("workloads.")
-                    and not name.startswith(("workloads.riot", "workloads.topics"))]
+                    and not name.startswith(("workloads.riot", "workloads.topics",
+                                             "workloads.operator_engines"))]
 
 
 def test_an_idle_agent_leaves_the_riot_tasks_until_an_operator_needs_them(tmp_path) -> None:
