@@ -39,6 +39,7 @@ from emu.agent.protocol import (
 from emu.agent.records import Records
 from emu.agent.registry import Registration, sensor_path
 from emu.agent.scheduler import Scheduler
+from workloads.operator_engines import operator_engine
 
 if TYPE_CHECKING:
     from emu.agent.spark import SparkJob
@@ -129,7 +130,7 @@ class Agent:
 
             self.spark_daemon = SparkDaemon(spark_role(config.spark, self.node), config.records)
         for operator_config in config.operators:
-            if operator_config.engine == "spark":
+            if not operator_engine(operator_config.engine).in_agent:  # a job beside it
                 from emu.agent.spark import SparkJob  # subprocess: only nodes running Spark
 
                 # The job reads through a session of its own; the agent records arrivals.

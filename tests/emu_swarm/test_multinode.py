@@ -181,7 +181,7 @@ def test_the_cli_reaches_a_multi_node_swarm_named_in_the_environment(monkeypatch
     run does), and refuse a bad one naming the variable, before any engine is asked."""
     from typer.testing import CliRunner
 
-    from emu import cli
+    from emu import cli_clusters
     from experiments.cli import app
 
     monkeypatch.setenv("FOGLAB_SWARM_ENGINES", "a=tcp://10.0.0.1:2375,b")
@@ -194,7 +194,7 @@ def test_the_cli_reaches_a_multi_node_swarm_named_in_the_environment(monkeypatch
 
     made = []
     monkeypatch.setattr(emu.engines.swarm.engine, "routed_client", made.append)  # no engine to ask
-    cli._docker()
+    cli_clusters.docker_client()
     assert [sorted(target.engines) for target in made] == [["a", "b"]]
 
 

@@ -308,7 +308,7 @@ def test_the_command_writes_the_profile_and_shows_its_figures(
     from typer.testing import CliRunner
 
     import emu.calibrate
-    import emu.cli
+    import emu.cli_clusters
     from experiments.cli import app
 
     busy = load("lab").calibration.model_copy(update={"host": load("lab").calibration.host
@@ -320,7 +320,7 @@ def test_the_command_writes_the_profile_and_shows_its_figures(
         progress("gateway (arm64, QEMU): tasks", 1, 2)
         return busy
 
-    monkeypatch.setattr(emu.cli, "_docker", lambda: "engine")
+    monkeypatch.setattr(emu.cli_clusters, "docker_client", lambda: "engine")
     monkeypatch.setattr(emu.calibrate, "calibrate", fake)
     result = CliRunner().invoke(app, ["calibrate", "--quick", "--out", "mine"],
                                 env={"COLUMNS": "250"})

@@ -26,14 +26,8 @@ ROOT = Path(__file__).parents[2]
 REGISTRY = Path("workloads/operator_engines.py")
 PACKAGES = ("emu", "experiments", "sim", "workloads", "topologies")
 NAMES = ("python", "spark")
-# Files allowed to compare an engine's name: the registry, and a known exception.
-ALLOWED = {
-    REGISTRY,
-    # Agent.__init__'s operator loop (`operator_config.engine == "spark"`), left to the helper
-    # who restructures Agent.__init__: it becomes `not operator_engine(...).in_agent` (a job
-    # beside the agent). Drop this entry then.
-    Path("emu/agent/agent.py"),
-}
+# Files allowed to compare an engine's name: the registry alone.
+ALLOWED = {REGISTRY}
 
 
 def test_the_registry_names_each_engine_once_with_its_capabilities() -> None:
