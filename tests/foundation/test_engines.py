@@ -97,3 +97,20 @@ def test_a_third_engine_is_one_registry_line_that_every_reader_takes(monkeypatch
     refused = runner.invoke(app, ["up", "--engine", "k8s"])
     assert refused.exit_code == 2 and "one of docker, swarm, stand-in" in refused.output
     assert engines.engine_names() == ("docker", "swarm", "stand-in")
+
+
+def test_a_nodes_control_names_its_container_by_id() -> None:
+    # A Swarm task's container has Swarm's name, not the plan's: `node` must name the id the
+    # engine noted when it made the container (what a run stops, samples and faults by).
+    from types import SimpleNamespace
+
+    from emu.cluster.plan import plan_cluster
+    from emu.engines.base import Made
+    from tests.emu_cluster.test_cluster import small_topology
+
+    plan = plan_cluster(small_topology(1), "ids")
+    node = next(iter(plan.agents())).node
+    cluster = engine_class("swarm")(plan, SimpleNamespace(api="the routed api"))
+    cluster._made = Made(ids={node: "f" * 64})
+    control = cluster.node(node)
+    assert (control.api, control.container) == ("the routed api", "f" * 64)

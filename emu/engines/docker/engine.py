@@ -566,8 +566,9 @@ class Cluster:
         self.links.reshape(client, service, shape)
 
     def node(self, name: str) -> DockerNode:
-        """The node's container, to kill, stop, start, limit, inspect (emu.engines.docker.nodes)."""
-        return DockerNode(self.client.api, self.plan.containers[name].name)
+        """The node's container, to kill, stop, start, limit, inspect (emu.engines.docker.nodes):
+        by its id, which every engine's containers have (a Swarm task's name is Swarm's)."""
+        return DockerNode(self.client.api, self._container(name))
 
     def exec(self, node: str, command: Sequence[str] | str) -> ExecResult:
         """Run a command in a node's container to its end; its stdout and stderr together."""
