@@ -15,7 +15,10 @@ import pytest
 from experiments.loader import load, parse_text
 from experiments.runner import run_experiment
 
-pytestmark = [pytest.mark.emu, pytest.mark.slow]
+# Alone: the gateway's measured charge decides the offload, and in two loaded parallel phases
+# of a fresh clone's CI (2026-12-07, host CPU busy 93%) no offload came within the run, where
+# alone it passes; its CPU readings are what the test measures.
+pytestmark = [pytest.mark.emu, pytest.mark.slow, pytest.mark.alone]
 
 NAME = "energy-offload"
 
