@@ -17,33 +17,14 @@ from emu.engines.docker.engine import Cluster
 from experiments.loader import parse_text
 from experiments.runner import run_experiment
 from tests.emu_cluster.test_cluster import small_topology
+from tests.emu_swarm.test_engine import DEVICES, DURATION, RATE
+from tests.emu_swarm.test_engine import EXPERIMENT as SWARM_EXPERIMENT
 from tests.engine import docker_engine
 
 pytestmark = pytest.mark.emu
 
-DEVICES, RATE, DURATION = 2, 5, 6
-EXPERIMENT = f"""
-name: stand-in
-topology:
-  name: stand-in
-  sites: [{{name: field}}, {{name: cloud}}]
-  nodes:
-    - {{name: s, kind: device, replicas: {DEVICES}}}
-    - {{name: gw-1, kind: gateway, profile: rpi4, site: field}}
-    - {{name: broker-1, kind: broker, site: cloud}}
-    - {{name: cloud-1, kind: cloud_vm, profile: vm.small, site: cloud}}
-  links:
-    - {{from: s-*, to: gw-1, latency: 5ms}}
-    - {{from: gw-1, to: broker-1, latency: 20ms}}
-    - {{from: broker-1, to: cloud-1, latency: 1ms}}
-workload:
-  name: w
-  streams: [{{name: city, sources: s-*, rate: {RATE}/s, arrivals: periodic, qos: 1}}]
-pipeline:
-  - {{name: relay, task: passthrough, on: gateways, reads: city, writes: clean}}
-  - {{name: sink, task: passthrough, on: cloud-1, reads: clean}}
-run: {{backend: emu, engine: stand-in, duration: {DURATION}s, seed: 3, drain: 2s}}
-"""
+# The Swarm engine's small experiment (two gateways, a broker, a cloud VM), on the stand-in.
+EXPERIMENT = SWARM_EXPERIMENT.replace("engine: swarm", "engine: stand-in")
 
 
 class StandIn(Cluster):
@@ -94,7 +75,7 @@ def test_an_experiment_runs_on_a_registered_third_engine(registered, tmp_path) -
     assert registered[0] == "up" and "down" in registered
     assert registered.index("down") > max(i for i, call in enumerate(registered)
                                           if call.startswith("node "))
-    assert {"node gw-1", "node cloud-1"} <= set(registered)
+    assert {"node gw-1", "node gw-2", "node cloud-1"} <= set(registered)
     client = docker_engine()
     assert inventory.containers(client, facts["cluster"]) == []
 

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
 
 ACTIONS = ("kill", "restart")
 POLL_S = 0.2
-RESTART_TIMEOUT_S = 10  # docker restart's grace before SIGKILL, as its CLI's default
 
 
 class Fault(threading.Thread):
@@ -75,7 +74,7 @@ class Fault(threading.Thread):
         if self.action == "kill":
             node.kill()
         else:
-            node.restart(RESTART_TIMEOUT_S)
+            node.restart()  # docker restart's grace (nodes.GRACE_S)
         self.done = time.time()
 
     def _wait_container(self, deadline: float) -> tuple[str, Path]:
