@@ -6,7 +6,7 @@ SpecK's figure, deploy, modify and delete times over 1..N jobs.
 
 One cluster (three arm64 gateways under QEMU, profile rpi4, one broker, ZooKeeper; two sensors
 at one reading a second on gw-1) brought up with one job (`keep`), as `foglab emu up
---experiment` does. Each figure is an apply as `foglab emu apply` makes it (emu.apply): the
+--experiment` does. Each figure is an apply as `foglab emu apply` makes it (emu.live.apply): the
 agents' state read back (`operators.list`), the plan, its requests job after job, the state
 read back again and checked equal to the experiment's; the time is all of it.
 
@@ -77,8 +77,8 @@ def apply_to(path: Path, control, nodes: list[str], agents) -> tuple[float, str]
     """One apply as `foglab emu apply` makes it: its seconds and the plan's summary with
     where the time went (loading the file, reading the agents back, the plan, its requests,
     the verifying read)."""
-    from emu.apply import ApplyError, desired, differences, execute, plan_for, read_running
-    from emu.cli_clusters import load_experiment
+    from emu.live.apply import ApplyError, desired, differences, execute, plan_for, read_running
+    from emu.cli.clusters import load_experiment
 
     marks = [time.perf_counter()]
     path, loaded = load_experiment(str(path), [])
@@ -121,14 +121,14 @@ def main() -> None:
 
     import docker
 
-    import experiments.emu_commands  # noqa: F401 - hands emu.cli the experiment loader
-    from emu.apply import agent_nodes
-    from emu.cli import deployed_or_exit
+    import experiments.emu_commands  # noqa: F401 - hands emu.cli.main the experiment loader
+    from emu.live.apply import agent_nodes
+    from emu.cli.main import deployed_or_exit
     from emu.cluster.plan import plan_cluster
-    from emu.control import Controller
+    from emu.live.control import Controller
     from emu.engines.docker.engine import Cluster
     from emu.images import DOCKER_TIMEOUT_S
-    from emu.live import agents_and_brokers, start_drivers
+    from emu.live.agents import agents_and_brokers, start_drivers
 
     print(f"load_before={load()}")
     folder = Path(tempfile.mkdtemp(prefix="foglab-apply-bench-"))

@@ -22,10 +22,10 @@ test held them under 2 and 3 until CI's loaded host measured 3.6).
 2. Each broker alone, its container as a cluster runs it (the plan's image, command, files,
    one core): a publisher and a subscriber on the host send `--alone` seconds of 180-byte
    QoS 0 messages paced at 500/s, 5,000 at QoS 0 as fast as sent, then 2,000 at QoS 1 as
-   fast as acknowledged, as emu.calibrate measures Mosquitto.
+   fast as acknowledged, as emu.host.calibrate measures Mosquitto.
    `alone_p50=`, `alone_p95=` (s, publish to receipt on the host's loopback bridge, paced),
    `service_time=` (the broker's CPU per message paced, less its idle CPU: what
-   emu.calibrate measures for Mosquitto as the model's service time),
+   emu.host.calibrate measures for Mosquitto as the model's service time),
    `burst_service_time=`, `burst_throughput=` (messages/s), `qos1_service_time=`,
    `idle_cpu=` (cores), `ready_s=` (container start to the first MQTT CONNACK) and
    `memory_mib=`.
@@ -198,7 +198,7 @@ def alone(kind: str, seconds: float) -> dict[str, float]:
     from emu.cluster.plan import plan_cluster
     from emu.cluster.services import mqtt_answers
     from emu.images import ensure_image
-    from emu.metrics import ContainerCgroup
+    from emu.host.metrics import ContainerCgroup
     from topologies.model import expand
     from topologies.spec import TopologySpec
 

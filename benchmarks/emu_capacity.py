@@ -16,9 +16,9 @@ profile (`run.calibration=reference`), as benchmarks/sim_vs_emu.py runs and comp
     wall_over_ideal= faithful=
 
 with the model's errors against the emulation, `pressure` the emulation's mean host CPU
-pressure (emu.fidelity), `cpu_rel_err_max` the largest |error| of a gateway's or cloud VM's
+pressure (emu.host.fidelity), `cpu_rel_err_max` the largest |error| of a gateway's or cloud VM's
 CPU, and `wall_over_ideal` the host seconds of the measured span (the common epoch to the
-run's end) over K x duration. Then where the host's CPU went (emu.accounting, through
+run's end) over K x duration. Then where the host's CPU went (emu.host.accounting, through
 benchmarks/hostcpu: `G=.. part=...`, `machinery_share=`), and last `realtime_faithful_gateways=`:
 the largest G faithful at K = 1 (host pressure at most 0.5, p50 within 5 %, p95 within 15 %,
 throughput within 3 %, CPU per node within 20 %: issue 27's bounds), 0 if none was, among

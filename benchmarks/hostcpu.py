@@ -1,10 +1,10 @@
-"""The benchmarks' view of where the host's CPU goes during an emulated run (emu.accounting).
+"""The benchmarks' view of where the host's CPU goes during an emulated run (emu.host.accounting).
 
-`HostCpu` wraps emu.run's measuring span (`_during`: from the common epoch to the run's end,
+`HostCpu` wraps emu.run.emulate's measuring span (`_during`: from the common epoch to the run's end,
 before the agents stop) and the nodes' sampler while a benchmark runs experiments in this
 process, and keeps one `host_cpu` fact per emulated run. It reads counters only at the span's
 two ends (and times the sampler with time.thread_time, to split it from the run loop), so the
-run it watches is not changed. Until emu.run keeps the fact itself (emu.accounting.account),
+run it watches is not changed. Until emu.run.emulate keeps the fact itself (emu.host.accounting.account),
 this is how the benchmarks get it.
 
 `idle_rates` measures the agents' idle loops: the same cluster with every driver at rate 0,
@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from emu import accounting
+from emu.host import accounting
 
 IDLE_PART = "agents' idle loops (in the containers above)"
 SPARK_PART = "Spark's per-batch work (in cloud-1 above)"
@@ -42,10 +42,10 @@ class HostCpu:
 
     @contextlib.contextmanager
     def watching(self) -> Iterator[HostCpu]:
-        import emu.run
-        from emu.metrics import NodeSampler
+        import emu.run.emulate
+        from emu.host.metrics import NodeSampler
 
-        during, sample = emu.run._during, NodeSampler.sample
+        during, sample = emu.run.emulate._during, NodeSampler.sample
         hook = self
 
         def timed_sample(sampler, now=None):
@@ -64,11 +64,11 @@ class HostCpu:
             finally:
                 hook._record(run.cluster, since, inside, containers)
 
-        emu.run._during, NodeSampler.sample = watched_during, timed_sample
+        emu.run.emulate._during, NodeSampler.sample = watched_during, timed_sample
         try:
             yield self
         finally:
-            emu.run._during, NodeSampler.sample = during, sample
+            emu.run.emulate._during, NodeSampler.sample = during, sample
 
 
 def _processes(containers) -> dict[str, dict]:

@@ -169,7 +169,7 @@ def emu_placement(loaded) -> dict[str, tuple[str, str]]:
     """Where the emulation runs each device: the agent whose drivers emulate it and the
     broker its cluster's plan gives that agent."""
     from emu.cluster.plan import plan_cluster
-    from emu.deployment import agent_configs
+    from emu.run.deployment import agent_configs
 
     point = loaded.points[0]
     spec = point.spec

@@ -31,7 +31,7 @@ fidelity (`host_pressure=`: the mean share of the run some task waited for a hos
 worst timer lateness), so that a reader can tell the host from the model. Last:
 `worst_uncalibrated=` and `worst=`, the largest |p50 error| over the configurations, without
 and with the calibration.
-Then where the host's CPU went during the emulated run (emu.accounting, watched by
+Then where the host's CPU went during the emulated run (emu.host.accounting, watched by
 benchmarks/hostcpu; docs/host-cpu.md): a line per part (`part= kind=machinery|emulated|other
 cpu_s= share=` of the host's busy time), each node's CPU by process, and the totals
 (`host_load=`, `machinery_share=`, `machinery_share_of_run=`); with `--idle S` (30 s; 0: none)
@@ -58,7 +58,7 @@ Targets (issue 27): `worst=` within 0.05 and `worst_p95=` within 0.15, the lossy
 included; at `real-speed`, `worst_real_speed=` and `worst_real_speed_p95=` within the same.
 Not yet measured at `real-speed` (2026-11-28): K is then 6.584 (0.45 / 0.068), and twice
 `--configs links --duration 20 --dilation real-speed` failed before its first reading, the four
-QEMU gateways not registered in ZooKeeper within emu.live's 180 host seconds (cloud-1 was);
+QEMU gateways not registered in ZooKeeper within emu.live.agents's 180 host seconds (cloud-1 was);
 the quickstart without the 50 ms lossy links registered at that K, after about 85 s.
 At `--dilation 2` the same 20 s of `links` ran (host load 0.1-0.4, emu CPU pressure 0.04,
 nothing saturated; the calibrated model against emu): p50 64.6 against 63.9 ms (+1.1 %), p95
@@ -156,7 +156,7 @@ Where the time goes, and why the figures differ (issue 17, item 3):
   it closes the CPU gap and leaves the latency as it was.
 - The driver's cost and a node's CPU: the calibration charges the agent's whole CPU per reading
   (2.15 ms, at 50 readings/s and QoS 0) before the message leaves. A calibrated node's `cpu`
-  is now a share of the CPU limit the emulation gives its container, as emu.metrics measures
+  is now a share of the CPU limit the emulation gives its container, as emu.host.metrics measures
   it (a gateway's container has min(4, host cores) = 2 cores where its agent queues on one
   model core), so the two columns are the same unit: the links configuration's 0.13 against
   emu's 0.064 was the same 0.13 cores. What remains is the rate and QoS: the spark

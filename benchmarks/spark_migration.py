@@ -30,7 +30,7 @@ then; "built-at-handover" builds it from the handover's record (as the export st
 Measured on the development host (2 cores): checkpoint downtime 19.3 s, best 9.2 s; lost 0,
 duplicated 0.
 
-`--emu`: between two cloud VMs' containers (`emu.spark_migration`), one emulated run per way:
+`--emu`: between two cloud VMs' containers (`emu.features.moves.spark_query`), one emulated run per way:
 `--emu-sensors` (8) sensors at `--emu-rate` (2/s) readings each, QoS 1, on an arm64 gateway
 under QEMU, through Mosquitto to STATS on cloud-1 (vm.medium: 2 CPUs, local[2]), moved to
 cloud-2 at `--emu-at` (30 s), where a standby its agent started before the run's epoch waits
@@ -215,7 +215,7 @@ run: {backend: emu, duration: DURATIONs, seed: 1, drain: 2s}
 def emu_move(way: str, args: argparse.Namespace, root: Path) -> dict[str, float]:
     """STATS moved by `way` from cloud-1's container to cloud-2's in one emulated run: the
     move's phases, its target's first batch, the sink's lost and duplicated messages."""
-    from emu.run import Request, Timing, emulate
+    from emu.run.emulate import Request, Timing, emulate
     from experiments.loader import parse_text
     from workloads.spark.job import HANDOVER, STOPPED
 

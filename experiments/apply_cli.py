@@ -125,7 +125,7 @@ def _table(plan: Plan, times: dict[str, float]) -> Table:
 
 def show_plan(plan: Plan) -> None:
     """A plan's table as `foglab apply` prints it, with the model's times: what `foglab emu
-    apply` shows (emu.apply_cli.use_plans), which cannot import sim."""
+    apply` shows (emu.cli.apply_command.use_plans), which cannot import sim."""
     from sim.apply_times import plan_time
 
     console.print(_table(plan, dict(plan_time(plan).per_job)))

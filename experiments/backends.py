@@ -31,16 +31,16 @@ class EmuBackend:
     name = "emu"
 
     def run(self, plan: RunPlan, progress) -> RunOutput:
-        from emu.run import emulate
+        from emu.run.emulate import emulate
 
         result = emulate(self.request(plan), progress)
         return RunOutput(result.tables, result.facts, result.failed)
 
     @staticmethod
     def request(plan: RunPlan, topology=None, **extra):
-        """What emu runs for a run plan (emu.run.Request): its scenario as key -> spec, the
+        """What emu runs for a run plan (emu.run.emulate.Request): its scenario as key -> spec, the
         keys it sets; `topology` instead of the plan's, `extra`: the request's other fields."""
-        from emu.run import Request, Timing
+        from emu.run.emulate import Request, Timing
         from experiments.dilation import choose
         from experiments.planning import announce
         from topologies.terminal import say, warning

@@ -1,4 +1,4 @@
-"""The `foglab` command line: run, validate, schema, topo, results, bench, and `emu` (emu.cli).
+"""The `foglab` command line: run, validate, schema, topo, results, bench, and `emu` (emu.cli.main).
 
 Everything it prints goes through `topologies.terminal`: a user's text is shown as written,
 and output to a file or a pipe gets full-width tables and a progress line every few seconds.
@@ -14,8 +14,8 @@ import typer
 from rich import box
 from rich.table import Table
 
-from emu.calibrate_cli import calibrate
-from emu.cli import topology_or_exit
+from emu.cli.calibrate_command import calibrate
+from emu.cli.main import topology_or_exit
 from experiments.apply_cli import apply
 from experiments.compare_cli import compare
 from experiments.emu_commands import app as emu_app

@@ -9,7 +9,7 @@ backend times each link of a message), each node's mean CPU and each migration's
 with the relative error of every other backend against the reference (the emulation), the
 targets of issue 17 (p50 within 10 %, p95 within 20 %, throughput within 5 %, lost equal)
 and, on the reference's figures, the reasons to doubt them: the emulation's own fidelity
-(emu.fidelity: a saturated host, late link relays, throttled nodes). Around it: reading runs
+(emu.host.fidelity: a saturated host, late link relays, throttled nodes). Around it: reading runs
 from their folders, the emulation's availability, and the outputs (a rich table,
 `comparison.json`, the latency CDFs on one axis and the nodes' CPU side by side).
 """
@@ -70,7 +70,7 @@ def parse_backends(text: str) -> list[str]:
 def emu_unavailable() -> str | None:
     """Why the emulation cannot run on this host (None if it can), with what the doctor's
     fix does; asked before anything runs."""
-    from emu.host import Apt, check_docker, check_docker_sdk
+    from emu.host.doctor import Apt, check_docker, check_docker_sdk
 
     if os.geteuid() != 0:
         return (f"emu needs root (it makes containers, networks and link relays): run as root. "
@@ -204,8 +204,8 @@ def _doubts(fidelity: dict | None) -> tuple[list[str], dict[str, str]]:
 
 
 def _unsaturated(run: RunData) -> dict | None:
-    """The reference's latency outside its saturated spans (emu.fidelity)."""
-    from emu.fidelity import saturated_at
+    """The reference's latency outside its saturated spans (emu.host.fidelity)."""
+    from emu.host.fidelity import saturated_at
 
     spans = (run.fidelity or {}).get("saturated_spans") or []
     if not spans:
@@ -336,7 +336,7 @@ def read_run(folder: Path | str) -> RunData:
     if backend == "emu":
         fidelity = (run.manifest.get("facts") or {}).get("fidelity")
         if fidelity is None:
-            from emu.fidelity import assess
+            from emu.host.fidelity import assess
 
             sample = run.manifest.get("config", {}).get("run", {}).get("sample", 1.0)
             fidelity = assess(run.nodes.to_dict("list"), sample)

@@ -1,13 +1,13 @@
 """`foglab emu`'s commands with experiments: how they load an experiment file (as an emu run,
-whatever backend it names), handed to emu.cli as the commands are mounted."""
+whatever backend it names), handed to emu.cli.main as the commands are mounted."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from emu.apply_cli import use_plans
-from emu.cli import app, use_demand
-from emu.cli_clusters import use_experiments
+from emu.cli.apply_command import use_plans
+from emu.cli.main import app, use_demand
+from emu.cli.clusters import use_experiments
 from experiments.apply_cli import show_plan
 from experiments.catalog import experiment_path
 from experiments.loader import Experiment, load

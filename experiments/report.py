@@ -26,7 +26,7 @@ def manifest_of(folder: Path) -> dict:
 
 
 def fidelity_lines(manifest: dict) -> list[str]:
-    """An emulated run's fidelity (emu.fidelity), as lines to print: why its figures are
+    """An emulated run's fidelity (emu.host.fidelity), as lines to print: why its figures are
     doubtful; nothing for a run that kept up, or a model's."""
     fidelity = (manifest.get("facts") or {}).get("fidelity") or {}
     return list(fidelity.get("reasons") or []) if fidelity.get("marked") else []
@@ -81,7 +81,7 @@ def run_summary(name: str, backend: str, outcomes: list) -> None:
         lat = s["latency_s"]
         jitter = s["jitter"]["mean_abs"]
         readings, deliveries = throughputs(s)
-        # An emulated run's figures taken on an overloaded host are marked (emu.fidelity).
+        # An emulated run's figures taken on an overloaded host are marked (emu.host.fidelity).
         mark = "*" if fidelity_lines(manifest_of(outcome.folder)) else ""
         table.add_row(*cells, count(s.get("emitted")), count(s["delivered"]),
                       count(s.get("filtered")), count(s["lost"]), count(s.get("in_flight")),

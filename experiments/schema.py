@@ -37,7 +37,7 @@ CORE: dict[str, pa.Schema] = {
     "nodes": pa.schema([
         ("t", pa.float64()), ("node", _name), ("cpu", pa.float64()), ("memory", pa.float64()),
         ("queue", pa.int64()), ("up", pa.bool_()),
-        # What could distort an emulated run (emu.fidelity): the host's CPU pressure and the
+        # What could distort an emulated run (emu.host.fidelity): the host's CPU pressure and the
         # link relays' timer lag (s) in the interval, and the node's throttled share of its
         # CPU periods. Null where not measured: on sim (a model has no host), without relays.
         ("host_pressure", pa.float64()), ("relay_lag", pa.float64()),
@@ -54,7 +54,7 @@ CORE: dict[str, pa.Schema] = {
         ("chunks", pa.int64()),
         ("held", pa.int64()), ("duplicates", pa.int64()), ("lost", pa.int64()),
         ("reordered", pa.int64()), ("synchronised", _name),
-        # How a Spark query's state moved (emu.spark_migration): checkpoint or export.
+        # How a Spark query's state moved (emu.features.moves.spark_query): checkpoint or export.
         ("spark_way", _name),
         # How it ended (workloads.migration.record.STATUSES): done, unfinished (under way
         # when the run ended: no end), failed (rolled back, or it could not begin), refused

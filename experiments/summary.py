@@ -213,7 +213,7 @@ def suspicion_warnings(recoveries: pa.Table | None) -> list[str]:
 def lost_workload(manifest: dict, summary: dict | None = None) -> str | None:
     """What part of the workload a run that is not `ok` lost, in one line: its status, the
     nodes that failed, the devices that emitted nothing (by the manifest's per-device counts:
-    facts.emitted_by_device, or facts.messages.emitted_by_device as emu.tables writes them)
+    facts.emitted_by_device, or facts.messages.emitted_by_device as emu.run.tables writes them)
     and the share of the readings missing (theirs, at the mean count of the devices that did
     emit); None for an `ok` run."""
     status = manifest.get("status", "?")

@@ -27,7 +27,7 @@ emulation, the model stands for the emulation of the topology rather than its ha
   layer's measured `hop_overhead` on top of its path's latency: the emulation shapes a
   node's connection to its broker as one relay (or one netem interface), whatever the hops;
 - a node's `cpu` (the nodes table) is a share of the CPU limit the emulation gives its
-  container, as emu.metrics measures it, not of the cores the model queues on: a gateway's
+  container, as emu.host.metrics measures it, not of the cores the model queues on: a gateway's
   agent runs on one core of the model, but its container may use min(4, host cores) of
   them, so a model share of one core read against the emulation's share of two was twice
   its CPU (issue 27, 3c: 0.13 against 0.064 on the links configuration, 0.13 cores both).
@@ -35,7 +35,7 @@ With a calibration and a time dilation K (`run.dilation`; emu.agent.timebase), t
 for the emulation dilated: every node that runs a container gets K times the host's CPU per
 emulated second, so its CPU is K times faster (a measured service time, a Spark batch, a task's
 cost all take 1/K of the time), its `cpu` share is of the same container limit (K times
-smaller for the same work, as emu.metrics measures it over host seconds), and the link layer's
+smaller for the same work, as emu.host.metrics measures it over host seconds), and the link layer's
 own delay, the host's time, is 1/K. Without a calibration K changes nothing: the model is of
 the hardware itself, which a dilated emulation approaches (at `real-speed`, emulated QEMU
 gateways run at their profile's speed).

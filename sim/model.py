@@ -422,7 +422,7 @@ class Model:
                   "windows": self.coordinator.forwarded.columns(),
                   "positions": (self.mobility.positions if self.mobility
                                 else SeriesLog("t", "device", "x", "y", "gateway")).columns()}
-        by_device: dict[str, int] = {}  # as emu.tables counts its drivers' records
+        by_device: dict[str, int] = {}  # as emu.run.tables counts its drivers' records
         for source in self.sources:
             device = self.node_names[source.device_index]
             by_device[device] = by_device.get(device, 0) + source.emitted

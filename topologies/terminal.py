@@ -1,7 +1,7 @@
 """What foglab's command lines print: one console, errors shown as written, and progress that
 is live bars on a terminal and a plain line every few seconds in a log or a pipe.
 
-Every command line (`experiments.cli`, `emu.cli`) prints through this module, so a user's text
+Every command line (`experiments.cli`, `emu.cli.main`) prints through this module, so a user's text
 (a file path, `KEY=[v1,v2]`, an error from a library) is never read as rich markup, and output
 sent to a file is as wide as it needs to be instead of cut at 80 columns. A bad path or value
 given to a command is refused here too (file_to_write, folder_to_write, positive, ...): one

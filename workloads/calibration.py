@@ -1,6 +1,6 @@
 """Calibration profiles: what the emulation measured its parts cost, for the model to use.
 
-`foglab calibrate` (emu.calibrate) measures on this host's emulation what the model otherwise
+`foglab calibrate` (emu.host.calibrate) measures on this host's emulation what the model otherwise
 takes from reference figures: each RIoTBench task's CPU per message on an arm64 gateway under
 QEMU (alone, and as the agent runs it), the gateway driver's CPU per reading, Mosquitto's
 service time per message in its container, the link layer's own delay per leg (relay or
@@ -154,7 +154,7 @@ class Spark(_Strict):
 # batch at about 80 messages a batch (G = 4, K = 2) and 2.30 at about 300 (G = 12, K = 2.5):
 # 1.56 s a batch and 2.5 ms a message; at G = 100 (1,000 messages a batch, K = 5) that predicts
 # 0.81 cores where the job took 0.74, and the batch alone (1.7 s, the figure before) 0.40.
-# emu.calibrate.measure_spark's own short spans split it 2.5 s + 2.2 ms and 1.5 s + 5.7 ms in
+# emu.host.calibrate.measure_spark's own short spans split it 2.5 s + 2.2 ms and 1.5 s + 5.7 ms in
 # two runs (the JVM's age moves the split): a profile that measured Spark says its own.
 DEFAULT_SPARK = Spark(batch=1.56, message=0.0025, trigger=1.0, measured=False)
 

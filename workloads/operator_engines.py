@@ -4,7 +4,7 @@ An operator's `engine` (workloads.pipeline.OperatorSpec, emu.agent.config.Operat
 names one of OPERATOR_ENGINES. Code that treats engines differently asks the engine's
 descriptor the capability it branches on, which says why, and never compares the name: an
 engine is one OperatorEngine line in the registry (and, for one that runs beside the agent,
-the job that runs it and its mover in emu.migration.MOVERS if it moves another way).
+the job that runs it and its mover in emu.features.moves.dispatch.MOVERS if it moves another way).
 
 The standard library only: the gateway's agent imports it (emu.images.GATEWAY ships it).
 """
@@ -16,13 +16,13 @@ from enum import Enum
 
 
 class Move(Enum):
-    """How an instance moves between nodes; emu.migration.MOVERS has a mover for each."""
+    """How an instance moves between nodes; emu.features.moves.dispatch.MOVERS has a mover for each."""
 
     # The agents' protocol: the source pauses, its state crosses ZooKeeper, the target resumes
     # on the input session the broker held (emu.agent.migration); or the parallel strategy.
     AGENTS = "agents"
     # A warm standby job the target starts ahead takes the query's checkpoint or exported
-    # state and the source's broker session (emu.spark_migration), strategy pause_transfer.
+    # state and the source's broker session (emu.features.moves.spark_query), strategy pause_transfer.
     STANDBY = "standby"
 
 
@@ -38,7 +38,7 @@ class OperatorEngine:
     # once to check it; recovery and replication re-place such instances. False: a job beside
     # the agent (emu.agent.spark), whose arrivals at its node the agent records.
     in_agent: bool
-    # The job runs on a JVM: Spark's driver, with its own memory and threads (emu.capacity),
+    # The job runs on a JVM: Spark's driver, with its own memory and threads (emu.host.capacity),
     # on the cloud VMs' image (the one with a JRE), driving the topology's Spark standalone
     # cluster when it has one (emu.cluster.plan).
     jvm: bool
@@ -52,7 +52,7 @@ class OperatorEngine:
     # Its MQTT clients connect over TLS (run.tls).
     tls: bool
     # It publishes its outputs from its own process: routing counts the instance as a sink,
-    # whose arrivals the agent records (emu.tables).
+    # whose arrivals the agent records (emu.run.tables).
     writes_its_own: bool
     # It processes its input in micro-batches: the model charges the job's CPU per batch
     # (sim.costs.SparkBatch) on top of, or in place of, a cost per message.

@@ -220,7 +220,7 @@ def _check_target_up(spec, topology, path: tuple, plan: ScheduledMigration) -> N
 
 def _check_spark_move(topology, path: tuple, operator: str, target: str,
                       strategy: str, way: str) -> None:
-    """A Spark query moves with its per-sensor state (emu.spark_migration; on sim, a pause
+    """A Spark query moves with its per-sensor state (emu.features.moves.spark_query; on sim, a pause
     and the target's start-up), from cloud VM to cloud VM."""
     if strategy != "pause_transfer":
         raise SpecError(path + ("strategy",), strategy,

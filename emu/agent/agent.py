@@ -296,7 +296,7 @@ class Agent:
             if self.spark_jobs:
                 wait_master(self.config.spark_master)
         except (OSError, RuntimeError, TimeoutError) as error:
-            # The host sees the jobs not start (emu.spark_jobs names them and their logs).
+            # The host sees the jobs not start (emu.run.spark_jobs names them and their logs).
             print(f"foglab agent {self.node}: Spark cluster: {error}", file=sys.stderr,
                   flush=True)
             return

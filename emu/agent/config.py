@@ -101,7 +101,7 @@ class OperatorConfig:
     broker: str | None = None
     # The job the operator belongs to (workloads.jobs: a job's operators are named JOB-NAME),
     # kept by the agent so that `foglab emu apply` reads the running jobs back from the agents
-    # (emu.apply); None: installed as an operator of no named job (its own name is its job's).
+    # (emu.live.apply); None: installed as an operator of no named job (its own name is its job's).
     job: str | None = None
 
 

@@ -194,7 +194,7 @@ class Management:
 
     def _operators_list(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         """Each installed operator's config as it runs now (its params after updates) and
-        whether it runs: what `foglab emu apply` reads back (emu.apply), not a host's copy.
+        whether it runs: what `foglab emu apply` reads back (emu.live.apply), not a host's copy.
         The config's fields as they are (the reply is encoded at once): `asdict`'s deep copy
         was half of a hundred jobs' read-back on a gateway under QEMU."""
         return {name: {"config": dict(vars(op.config)), "running": op.running}

@@ -5,7 +5,7 @@ emu.agent.migration receives every `migrate.*` request and holds an instance's i
 (`InputSession`) and the steps of chapter 5; a request with `parallel` (and `migrate.divert`,
 `migrate.sync`) it hands to `ParallelSteps` here.
 
-The steps, in the order emu.python_migration sends them:
+The steps, in the order emu.features.moves.by_agents sends them:
 
 - `migrate.prepare` with `parallel` (to the target): builds and starts the instance on a
   client of its own (`_Link`) subscribed to the migration's mirror topic

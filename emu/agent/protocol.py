@@ -25,7 +25,7 @@ COMMANDS = ("install", "update", "uninstall", "start", "stop", "set", "ping",
             # a replica of an operator over its latency bound (workloads.replication): the
             # delays its inputs took since the last ask; a replica leaving, its input drained
             "operator.delays", "replica.retire",
-            # what runs, read back by `foglab emu apply` (emu.apply): each operator's config
+            # what runs, read back by `foglab emu apply` (emu.live.apply): each operator's config
             "operators.list",
             # a Spark query's move between cloud VMs (emu.agent.spark)
             "migrate.spark.status", "migrate.spark.standby", "migrate.spark.release",

@@ -6,7 +6,7 @@ broker session, so the agent meanwhile records each message's arrival at the nod
 does (see Agent): the messages table measures delivery to the node where Spark reads, and the
 job's own micro-batch progress (`<records>/<work>/progress.jsonl`) measures Spark.
 
-Moving a query (the host drives it: emu.spark_migration; workloads.spark.migration says how a
+Moving a query (the host drives it: emu.features.moves.spark_query; workloads.spark.migration says how a
 job hands over) takes these migration steps, requests answered as the other steps are
 (emu.agent.management):
 

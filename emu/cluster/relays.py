@@ -6,7 +6,7 @@ they are idle most of the time, and one thread keeps the host's two cores for th
 Every relayed chunk reaches its receiver by a timer on that loop (emu.links.carry: a timer
 per direction delivers each chunk at its arrival time), so the loop's lateness is the links'
 error beyond their shape. A probe on the loop measures it: a timer every LAG_PROBE_S, and how
-late it fired (`lag`); the run records it with the nodes (emu.fidelity). At a time dilation K
+late it fired (`lag`); the run records it with the nodes (emu.host.fidelity). At a time dilation K
 the probe still ticks on the host's clock (its cost is the host's), and `lag` is given in
 emulated seconds, the host's lateness divided by K: what a link's delay was off by in the
 run's own time.

@@ -1,7 +1,7 @@
 """What an engine is (the protocol every engine class keeps), and the parts of the start-up
 the engines share.
 
-`Engine` is what a run (emu.run), the command line (emu.cli) and the features call: bring the
+`Engine` is what a run (emu.run.emulate), the command line (emu.cli.main) and the features call: bring the
 plan up, report the containers, reach and shape their links, run a command in one, read its
 logs and records, bring a crashed node back, and bring everything down leaving nothing. Its
 class attributes are what the code around an engine asks before it makes one: whether the

@@ -29,7 +29,7 @@ class Setup:
     topology: Any
     workload: Any
     pipeline: list
-    timing: Any  # emu.run.Timing
+    timing: Any  # emu.run.emulate.Timing
     seed: int
     scenario: dict[str, object]
     moving: set[str] = field(default_factory=set)
@@ -46,7 +46,7 @@ class Setup:
 @dataclass
 class Run:
     """A running emulation as features see it: the cluster (its `plan`, records folders), the
-    controller, each node's container status, the agents' configs, health (emu.health), the
+    controller, each node's container status, the agents' configs, health (emu.run.health), the
     epoch, the active features by key; once the records are read, `messages`, `windows` and
     `moved` (every feature's migration records, in the features' order)."""
 
@@ -112,7 +112,7 @@ class Feature:
         return set()
 
     def migrations(self) -> list:
-        """The migrations it made (emu.migration.MigrationRecord), after `stop`."""
+        """The migrations it made (emu.features.moves.dispatch.MigrationRecord), after `stop`."""
         return []
 
     def moves(self) -> dict[str, list[str]]:

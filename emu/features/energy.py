@@ -2,7 +2,7 @@
 sim.features.energy how the model counts it): the same `energy` table and facts, from what
 the run measures anyway, once its records are read.
 
-- Nodes: each sample of the `nodes` table (emu.metrics: a container's cgroup CPU time over
+- Nodes: each sample of the `nodes` table (emu.host.metrics: a container's cgroup CPU time over
   the interval, as a share of its CPU limit; a row spans from the node's previous sample, the
   first from one sample period before it, cut to the run) is turned into the emulated node's own
   utilisation by workloads.energy.hardware_share: the container's limit (the plan's
@@ -21,8 +21,8 @@ the run measures anyway, once its records are read.
 Batteries are the model's only: the agents do not stop a device's readings (`validate`
 refuses them on emu before anything starts).
 
-The offload (`offload`) acts on the containers: emu.energy_offload watches each battery
-gateway's container from the epoch and moves its operators by emu.migration when
+The offload (`offload`) acts on the containers: emu.features.energy_offload watches each battery
+gateway's container from the epoch and moves its operators by emu.features.moves.dispatch when
 workloads.energy's rule says so; its moves join the run's `migrations` table, its gauges'
 rows are `facts.energy.offloads`, as on the model. Hybrid runs it the same way (its features
 are the emulation's).
@@ -35,7 +35,7 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from emu.energy_offload import Gauge, OffloadWatcher
+from emu.features.energy_offload import Gauge, OffloadWatcher
 from emu.features.base import Feature, Run, Setup
 from topologies.errors import SpecError
 from topologies.routing import gateway_of
@@ -99,7 +99,7 @@ class EnergyFeature(Feature):
         once: the offload's gauges and the table use it)."""
         return load(self.spec.calibration or DEFAULT_CALIBRATION).calibration
 
-    # -- the offload (emu.energy_offload) ---------------------------------------------------
+    # -- the offload (emu.features.energy_offload) ---------------------------------------------------
 
     def prepare(self, setup: Setup) -> None:
         offload = self.spec.offload
@@ -209,7 +209,7 @@ def _delivered(messages) -> int:
 
 def _check_offload_on_containers(experiment, topology, offload) -> None:
     """What the containers add to workloads.energy's checks of an offload (made at load on
-    every backend): each operator it moves runs on one node (emu.migration moves one instance
+    every backend): each operator it moves runs on one node (emu.features.moves.dispatch moves one instance
     between two agents; two gateways sending one operator's instances to one VM would start
     it there twice)."""
     gateways = set(topology.select(offload.gateways))

@@ -16,7 +16,7 @@ seconds, and the table's times are emulated, as the agents' records are. What ea
   numbered apart from its first incarnation's, its operators started afresh (their state was
   lost with the node; an instance with a persistent session takes what the broker held for
   it) except those that left the node meanwhile (re-placed by recovery, migrated). From the
-  kill to its return the run counts it dead (`emu.health.Health`); a broker or ZooKeeper server
+  kill to its return the run counts it dead (`emu.run.health.Health`); a broker or ZooKeeper server
   comes back whole (its outage is in the manifest's `outages`).
 - restart BROKER: the broker is stopped (SIGTERM, as `docker stop`) and started again after
   `for` (its downtime); agents and the controller hold persistent sessions and reconnect
@@ -399,7 +399,7 @@ class Faults(Feature):
         setup.checks.append(self._check)
 
     def _check(self, plan, configs: dict) -> None:
-        from emu.errors import EmuError
+        from emu.run.errors import EmuError
 
         try:
             check(self.faults, set(plan.containers), {link.key: link.path for link in plan.links})

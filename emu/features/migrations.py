@@ -1,6 +1,6 @@
 """The scenario's scheduled migrations on an emulated run (`scenario.migrations`, with the
 settings of `scenario.migration`): each at its time after the epoch, on a thread of its own
-while the run measures (emu.migration; a Spark query's by emu.spark_migration, its target's
+while the run measures (emu.features.moves.dispatch; a Spark query's by emu.features.moves.spark_query, its target's
 standby warmed before the epoch); the `migrations` table and facts from every feature's
 migrations (a hybrid run's policy moves operators too), with each windowed operator's output
 gap and its lost, duplicated and reordered events. A target behind another broker than the
@@ -17,7 +17,7 @@ from pathlib import Path
 
 from emu.agent.config import AgentConfig
 from emu.agent.timebase import TimeBase
-from emu.errors import EmuError
+from emu.run.errors import EmuError
 from emu.features.base import Feature
 from workloads.operator_engines import DEFAULT_ENGINE, Move, operator_engine
 
@@ -73,7 +73,7 @@ class MigrationSchedule:
                  epoch: float, seed: int = 0,
                  records_dir: Callable[[str], Path] | None = None,
                  clock: TimeBase | None = None, duration: float = math.inf) -> None:
-        from emu.migration import clock_of
+        from emu.features.moves.dispatch import clock_of
         from workloads.migration.schedule import migration_starts
 
         self.control = control
@@ -85,8 +85,8 @@ class MigrationSchedule:
                             key=lambda timed: timed[0])
         self.settings = settings
         self.configs = configs
-        # Operator -> its engine, by which emu.migration moves it (a Spark query by
-        # emu.spark_migration, copying between nodes' records folders).
+        # Operator -> its engine, by which emu.features.moves.dispatch moves it (a Spark query by
+        # emu.features.moves.spark_query, copying between nodes' records folders).
         self.engines = {op.name: op.engine for config in configs.values()
                         for op in config.operators}
         self.records_dir = records_dir
@@ -110,7 +110,7 @@ class MigrationSchedule:
         return nodes[0]
 
     def _run(self) -> None:
-        from emu.migration import MigrationRecord, migrate
+        from emu.features.moves.dispatch import MigrationRecord, migrate
 
         where: dict[str, str] = {}  # operator -> its node now
         stopped = False
@@ -144,7 +144,7 @@ class MigrationSchedule:
             self.records.append(record)
 
     def finish(self) -> list:
-        """Wait for a migration under way; the records of all (emu.migration)."""
+        """Wait for a migration under way; the records of all (emu.features.moves.dispatch)."""
         self._stop.set()
         if self._thread.is_alive():
             self._thread.join()
@@ -155,12 +155,12 @@ def spark_standbys(control, plans: list, configs: dict[str, AgentConfig],
                     records_dir: Callable[[str], Path]) -> list[Path]:
     """Ask the targets of the Spark queries' scheduled moves for their standbys (a minute or
     more to warm: from before the epoch, a move finds its standby warm); the files that say
-    each is warm (emu.spark_migration.standbys_ahead)."""
+    each is warm (emu.features.moves.spark_query.standbys_ahead)."""
     spark = {op.name for config in configs.values() for op in config.operators
              if operator_engine(op.engine).moves_by is Move.STANDBY}
     if not any(plan.operator in spark for plan in plans):
         return []
-    from emu.spark_migration import standbys_ahead
+    from emu.features.moves.spark_query import standbys_ahead
 
     return standbys_ahead(control, plans, configs, records_dir)
 
@@ -170,7 +170,7 @@ def check_targets(plans: list, settings, cluster, configs: dict[str, AgentConfig
     broker than the one holding the operator's input session (emu.cluster.plan) when the
     move cannot reach it there: a parallel migration (its mirror and the source's diverted
     outputs go through each node's own broker, emu.agent.parallel), a Spark query's move
-    (emu.spark_migration starts the target's query on the target's broker), or a target the
+    (emu.features.moves.spark_query starts the target's query on the target's broker), or a target the
     plan gave no link to that broker. A SpecError naming the migration's field."""
     from topologies.errors import SpecError
 
@@ -210,8 +210,8 @@ class Migrations(Feature):
     @classmethod
     def validate(cls, experiment, topology, backend: str) -> None:
         """Every migration the file asks for (planned, or a hybrid policy's) by a strategy the
-        containers run (emu.migration.STRATEGIES)."""
-        from emu.migration import STRATEGIES
+        containers run (emu.features.moves.dispatch.STRATEGIES)."""
+        from emu.features.moves.dispatch import STRATEGIES
         from topologies.errors import SpecError
 
         scenario = experiment.scenario

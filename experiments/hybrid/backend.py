@@ -1,7 +1,7 @@
 """One hybrid run: the emulation of the experiment, and the model moving its users in real time.
 
 Before any container: where each moving device starts (experiments.hybrid.plan). Then the
-emulation runs as `emu` does (emu.run.emulate), and as its run begins, the model starts on a
+emulation runs as `emu` does (emu.run.emulate.emulate), and as its run begins, the model starts on a
 thread of its own at the run's epoch (experiments.hybrid.realtime): sim.mobile's movement,
 radio and handover, the same code `sim` runs, coupled to the containers by the links and
 handover couplings, whose actions a worker carries out in order (experiments.hybrid.actions).
@@ -125,7 +125,7 @@ class _Coupled:
                 self.load.stop()
 
     def migrations(self) -> list:
-        """The records of the moves the policy decided (emu.migration's)."""
+        """The records of the moves the policy decided (emu.features.moves.dispatch's)."""
         return [record for mover in self.parts.get("movers", []) for record in mover.closed()]
 
     def handovers(self) -> dict[str, list[str]]:
@@ -227,7 +227,7 @@ class HybridBackend:
     name = "hybrid"
 
     def run(self, plan: RunPlan, progress) -> RunOutput:
-        from emu.run import emulate
+        from emu.run.emulate import emulate
         from experiments.backends import EmuBackend
 
         spec = plan.spec

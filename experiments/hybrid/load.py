@@ -7,7 +7,7 @@ real brokers, to the gateways they link to, so the emulated part carries their l
 comparable.
 
 The schedule is the emulation's own, not a second copy: per gateway, the generator runs
-emu.agent.drivers.Drivers on the gateway's driver configs for those devices (emu.deployment
+emu.agent.drivers.Drivers on the gateway's driver configs for those devices (emu.run.deployment
 marks them `load`), with the gateway's index and seed, so each device has the random streams,
 emission times (rate, arrivals, shape, start), readings, sizes, QoS and access link (latency,
 jitter, loss: the generator holds and drops as the gateway's agent would) that the gateway's
@@ -26,7 +26,7 @@ its latency is the longer by that, and by the agent's decoding it (on a saturate
 pressure 96 %, a median of 110 ms to a window on the gateway against 10 ms for an emulated
 device's reading read on its gateway: tests/hybrid/test_load.py's run).
 
-Emissions go to `<records root>/hybrid-load/sent.csv` (emu.agent.records), where emu.tables
+Emissions go to `<records root>/hybrid-load/sent.csv` (emu.agent.records), where emu.run.tables
 reads every node's records: `messages` has a row per load message with its sink, latency and
 lost as for emulated devices. The generator's facts (devices, messages, achieved rate, lag of
 its emissions behind their schedule) go to the manifest's `facts.hybrid.load`.
@@ -115,7 +115,7 @@ def simulated_devices(scenario, topology: Topology) -> list[str]:
 class Target:
     """One gateway with simulated devices: its node, index and seed (its agent's, for the
     same ids and random streams), the broker address it reads through, and its drivers with
-    `load` set (emu.deployment)."""
+    `load` set (emu.run.deployment)."""
 
     node: str
     index: int

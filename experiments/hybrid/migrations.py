@@ -1,10 +1,10 @@
 """Coupling: the model's migration policy moves follow instances between real gateways.
 
 A `follow: users` operator has an instance per moving device on the emulation
-(emu.deployment: `<operator>@<device>`, on its own input session), started where the
+(emu.run.deployment: `<operator>@<device>`, on its own input session), started where the
 policy places it (experiments.hybrid.plan). As users move, sim.policy.FollowPolicy decides on
 the model's thread (latency threshold or nearest gateway, capacity, cloud fallback), exactly as
-on `sim`; its `start` is this coupling's, which queues the move as an action: emu.migration's
+on `sim`; its `start` is this coupling's, which queues the move as an action: emu.features.moves.dispatch's
 `migrate()` on the real containers, with the scenario's strategy and settings. The policy
 hears how it went (`done(ok)`) back on the model's thread, at its next step, so its room
 counts stay its own. A move whose turn in the queue comes after the run's end never begins:
@@ -51,14 +51,14 @@ class PolicyMigrations:
     def start(self, user: int, target: str, strategy: str,
               done: Callable[[bool], None]) -> None:
         """FollowPolicy's `start`, on the model's thread: queue the move."""
-        from emu.migration import MigrationRecord
+        from emu.features.moves.dispatch import MigrationRecord
 
         name = f"{self.operator}@{self.mobility.devices[user]}"
         record_id, self._next_id = self._next_id, self._next_id + 1
         t = self.mobility.env.now
         # Recorded from its decision: a move still queued or under way when the run ends
         # (Actions.close waits a while, not for ever) may yet read on its target, whose
-        # records the emulation then reads with it (emu.run reads every move's target).
+        # records the emulation then reads with it (emu.run.emulate reads every move's target).
         under_way = MigrationRecord(record_id, name, strategy, self.where[name], target,
                                     self.clock.now(),
                                     status="unfinished", error="under way when the run ended")
@@ -70,7 +70,7 @@ class PolicyMigrations:
 
     def _move(self, name: str, target: str, strategy: str, under_way,
               done: Callable[[bool], None]) -> dict:
-        from emu.migration import MigrationRecord, attempt
+        from emu.features.moves.dispatch import MigrationRecord, attempt
 
         self._begun.add(under_way.id)
         source = under_way.source = self.where[name]
@@ -95,7 +95,7 @@ class PolicyMigrations:
     def closed(self) -> list:
         """The records once the actions' queue is closed: a move whose turn never came (the
         queue gave up waiting at the end) never began, so it is `refused`, not unfinished."""
-        from emu.migration import MigrationRecord
+        from emu.features.moves.dispatch import MigrationRecord
 
         now = self.clock.now()
         with self._lock:

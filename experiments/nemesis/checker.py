@@ -7,8 +7,8 @@ What each check reads:
   node's `sent.csv` (each reading its devices emitted; `dropped` when the emulated radio
   lost it), `received.csv` (every arrival at a sink operator, one row per arrival: a
   second copy of a reading is a second row) and `filtered.csv` (inputs an operator passed
-  nothing on for), read with emu.tables' readers. The run's `messages` table is not enough:
-  it keeps each reading's first arrival per sink (emu.tables.messages_table) and leaves
+  nothing on for), read with emu.run.tables' readers. The run's `messages` table is not enough:
+  it keeps each reading's first arrival per sink (emu.run.tables.messages_table) and leaves
   duplicates to a count in the manifest (`facts.messages.duplicated`). A reading of a
   promised stream, sent within the run's duration (the manifest's epoch and
   `config.run.duration`) and not dropped by its radio nor filtered, is `lost` if no sink
@@ -21,7 +21,7 @@ What each check reads:
   kept records (a run that failed before its records were read) the messages table and the
   facts' duplicated count stand in, and the detail says so.
 - migrations: `migrations.parquet`: each row's `status` among the promised ones and its
-  `lost`, `duplicates`, `reordered` 0 (emu.python_migration measures them from the agents' keys,
+  `lost`, `duplicates`, `reordered` 0 (emu.features.moves.by_agents measures them from the agents' keys,
   emu.features.migrations from the window outputs).
 - windows: `windows.parquet`, the promised operators' outputs in the order they went
   downstream: workloads.migration.measures.coverage (gaps, overlaps and steps back of their
@@ -144,7 +144,7 @@ def check_records(records: Path, promise: Promise, epoch: float,
                   duration: float) -> Readings:
     """Lost, duplicated and reordered readings of the promised streams, from the nodes'
     sent, received and filtered records (absolute host times; `epoch` the run's)."""
-    from emu.tables import read_filtered, read_records
+    from emu.run.tables import read_filtered, read_records
 
     sent, received = read_records(records)
     filtered = read_filtered(records)

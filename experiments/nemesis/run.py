@@ -28,7 +28,7 @@ from experiments.nemesis.scenarios import experiment_text, scenario
 from experiments.nemesis.schedule import Schedule
 from experiments.runner import Reporter, run_experiment
 
-READING_RECORDS = "reading the records"  # emu.run's stage before it reads them
+READING_RECORDS = "reading the records"  # emu.run.emulate's stage before it reads them
 
 
 @dataclass

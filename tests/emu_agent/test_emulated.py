@@ -27,7 +27,7 @@ from emu.agent.zookeeper import (
     ZooKeeper,
     parse_hosts,
 )
-from emu.control import Controller, wait_registered
+from emu.live.control import Controller, wait_registered
 from emu.images import GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ensure_image
 from tests.engine import docker_engine
 
@@ -494,7 +494,7 @@ class HeldControl:
         self.sent: list[tuple[str, str]] = []
 
     def send(self, nodes, command: str, args=None, timeout: float = 0.0):
-        from emu.control import CommandResult, Reply
+        from emu.live.control import CommandResult, Reply
 
         (node,) = nodes
         self.sent.append((node, args["operator"]))

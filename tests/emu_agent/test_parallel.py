@@ -1,4 +1,4 @@
-"""Parallel migration between real agents (emu.migration, strategy parallel): a real
+"""Parallel migration between real agents (emu.features.moves.dispatch, strategy parallel): a real
 Mosquitto on loopback; the source mirrors its serial-numbered input to the target, the
 target's consistency checker forwards window outputs that cover every input once, in order."""
 
@@ -19,8 +19,8 @@ from emu.agent.operators import Operator
 from emu.agent.parallel import _Parallel, parallel_refusal
 from emu.agent.parallel import topics as migration_topics
 from emu.agent.protocol import Envelope
-from emu.control import Controller
-from emu.migration import migrate
+from emu.live.control import Controller
+from emu.features.moves.dispatch import migrate
 from workloads.migration import synchronise
 from workloads.migration.measures import coverage
 

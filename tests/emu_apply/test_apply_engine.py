@@ -1,4 +1,4 @@
-"""emu.apply without containers: what the agents answer becomes a state, and a plan becomes
+"""emu.live.apply without containers: what the agents answer becomes a state, and a plan becomes
 exactly the requests it needs (a controller that notes them stands in for the agents; the
 module's emu tests run the real ones)."""
 
@@ -10,8 +10,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from emu.apply import ApplyError, Running, desired, emu_operator, execute, plan_for, read_running
-from emu.control import CommandResult, Reply
+from emu.live.apply import ApplyError, Running, desired, emu_operator, execute, plan_for, read_running
+from emu.live.control import CommandResult, Reply
 
 HERE = Path(__file__).parent
 
@@ -114,7 +114,7 @@ def test_a_plan_becomes_exactly_its_requests(monkeypatch) -> None:
         moved.append((operator, source, target, strategy))
         return SimpleNamespace(status="done", error=None)
 
-    monkeypatch.setattr("emu.migration.migrate", migrate)
+    monkeypatch.setattr("emu.features.moves.dispatch.migrate", migrate)
     control = Noting(listing(base))
     running = read_running(control, ["gw-1", "gw-2", "gw-3"])
     plan = plan_for(running, wanted)

@@ -46,11 +46,11 @@ def foglab(*argv: str) -> Outcome:
 @pytest.fixture(scope="module")
 def cluster():
     """The base experiment's cluster, up with its drivers started: (its Cluster, name)."""
-    import experiments.emu_commands  # noqa: F401 - hands emu.cli the experiment loader
-    from emu.cli import deployed_or_exit
+    import experiments.emu_commands  # noqa: F401 - hands emu.cli.main the experiment loader
+    from emu.cli.main import deployed_or_exit
     from emu.cluster.plan import plan_cluster
     from emu.engines.docker.engine import Cluster
-    from emu.live import start_drivers
+    from emu.live.agents import start_drivers
 
     client = docker_engine()
     name = f"eapply-{secrets.token_hex(3)}"
@@ -64,9 +64,9 @@ def cluster():
 
 def listed(name: str, node: str) -> dict:
     """What `operators.list` answers from the node's agent now."""
-    from emu.cli_clusters import docker_client
-    from emu.control import Controller
-    from emu.live import agents_and_brokers
+    from emu.cli.clusters import docker_client
+    from emu.live.control import Controller
+    from emu.live.agents import agents_and_brokers
 
     agents, brokers, _ = agents_and_brokers(docker_client(), name)
     with Controller(brokers[agents[node].broker]) as control:

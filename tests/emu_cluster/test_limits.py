@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.capacity import GIB, CapacityRefused, check_host_cap, host_cap
+from emu.host.capacity import GIB, CapacityRefused, check_host_cap, host_cap
 from emu.cluster.plan import PIDS_AGENT, plan_cluster
 from emu.engines.docker import inventory
 from emu.engines.docker.engine import Cluster

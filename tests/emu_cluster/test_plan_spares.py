@@ -11,7 +11,7 @@ from emu.cluster.plan import (
     SPARE_CONFIG,
     plan_cluster,
 )
-from emu.deployment import agent_configs
+from emu.run.deployment import agent_configs
 from topologies.model import Topology, expand
 from topologies.spec import TopologySpec
 from workloads.pipeline import OperatorSpec

@@ -17,9 +17,9 @@ from emu.agent.config import REVIVAL_FILE
 from emu.agent.records import UnsafeRecordWarning, read_record, trim_cut_lines
 from emu.cluster.plan import plan_cluster
 from emu.engines.docker.engine import Cluster
-from emu.run import _trim_cut_lines
-from emu.spark_jobs import spark_progress
-from emu.tables import read_records
+from emu.run.emulate import _trim_cut_lines
+from emu.run.spark_jobs import spark_progress
+from emu.run.tables import read_records
 from tests.emu_cluster.test_cluster import IDLE, LABELS, small_topology
 
 pytestmark = pytest.mark.emu

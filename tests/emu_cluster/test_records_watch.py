@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from emu.errors import EmuError
-from emu.records_watch import (
+from emu.run.errors import EmuError
+from emu.run.records_watch import (
     LIMIT_VARIABLE,
     RecordsOverLimit,
     RecordsWarning,
@@ -114,7 +114,7 @@ def test_a_run_whose_records_pass_their_limit_is_stopped_and_removed(tmp_path: P
     from tests.engine import docker_engine
 
     client = docker_engine()
-    from emu.run import Request, Timing, emulate
+    from emu.run.emulate import Request, Timing, emulate
     from tests.foundation.helpers import point
 
     run_point = point(FLOOD)

@@ -19,7 +19,7 @@ from emu.cluster.services import MQTT_CONNECT
 from emu.engines.docker import inventory
 from emu.engines.docker.engine import Cluster
 from emu.images import GATEWAY
-from emu.live import wait_agents_registered
+from emu.live.agents import wait_agents_registered
 from tests.emu_cluster.test_cluster import LABELS, leftovers, small_topology
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import pytest
 
 from emu.cluster.plan import plan_cluster
 from emu.engines.swarm.engine import SwarmCluster
-from emu.live import wait_agents_registered
+from emu.live.agents import wait_agents_registered
 from tests.emu_cluster.test_cluster import small_topology
 from tests.emu_cluster.test_relay_access import the_runs_secrets
 from tests.emu_swarm.test_engine import nothing_left, swarm  # noqa: F401 - the fixture

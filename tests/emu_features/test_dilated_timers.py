@@ -12,7 +12,7 @@ import pytest
 
 from emu.agent.timebase import TimeBase
 from emu.features.faults import FaultSchedule
-from emu.health import HEALTH_POLL_S, Health, Seen
+from emu.run.health import HEALTH_POLL_S, Health, Seen
 from tests.emu_run.test_fault_schedule import faults
 
 K = 2.0
@@ -72,7 +72,7 @@ def test_undilated_the_same_fault_acts_at_its_time():
 
 
 def test_a_scheduled_migration_starts_at_the_host_time_of_its_at(monkeypatch):
-    import emu.migration
+    import emu.features.moves.dispatch
     from emu.features.migrations import MigrationSchedule
     from workloads.migration.record import MigrationRecord
     from workloads.scenario import ScheduledMigration
@@ -86,7 +86,7 @@ def test_a_scheduled_migration_starts_at_the_host_time_of_its_at(monkeypatch):
         return MigrationRecord(rest["record_id"], operator, strategy, source, target,
                                clock.now(), clock.now())
 
-    monkeypatch.setattr(emu.migration, "migrate", migrate)
+    monkeypatch.setattr(emu.features.moves.dispatch, "migrate", migrate)
     plans = [ScheduledMigration.model_validate({"at": 0.4, "operator": "count",
                                                 "from": "gw-1", "to": "gw-2"})]
     schedule = MigrationSchedule(object(), plans, None, {}, epoch, clock=clock)
@@ -99,7 +99,7 @@ def test_a_scheduled_migration_starts_at_the_host_time_of_its_at(monkeypatch):
 
 
 def test_a_commands_timeout_is_emulated_seconds():
-    from emu.control import Controller
+    from emu.live.control import Controller
 
     for k in (1.0, K):
         control = Controller("127.0.0.1:1", clock=TimeBase(k, time.time()))
@@ -204,7 +204,7 @@ def test_replication_reads_every_interval_of_emulated_time():
     """The controller's readings at K = 2: every `interval` of the run's clock (K times as far
     apart on the host), stamped in emulated seconds from the epoch."""
     from emu.agent.config import AgentConfig, OperatorConfig
-    from emu.control import CommandResult
+    from emu.live.control import CommandResult
     from emu.features.replication import Replication
     from tests.emu_run.test_fault_schedule import TOPOLOGY
     from topologies.model import expand

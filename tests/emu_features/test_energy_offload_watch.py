@@ -1,5 +1,5 @@
-"""The emulation's offload watcher (emu.energy_offload) around its real-time loop, with
-stand-ins for a container's CPU counters and for emu.migration.migrate (the containers' run
+"""The emulation's offload watcher (emu.features.energy_offload) around its real-time loop, with
+stand-ins for a container's CPU counters and for emu.features.moves.dispatch.migrate (the containers' run
 is tests/emu_run/test_energy_offload.py): an idle gateway decides at offload_time's instant
 at its idle draw, a busy one reads its draw from its CPU time and decides sooner, one that
 lasts the run decides nothing, and every operator of a gateway that decided is moved, in
@@ -12,8 +12,8 @@ import time
 import pytest
 
 from emu.agent.timebase import UNDILATED
-from emu.energy_offload import Gauge, OffloadWatcher
-from emu.metrics import Usage
+from emu.features.energy_offload import Gauge, OffloadWatcher
+from emu.host.metrics import Usage
 from workloads.energy import Offload, Power, offload_time
 from workloads.migration.record import MigrationRecord
 
@@ -47,7 +47,7 @@ def test_gateways_decide_at_their_crossing_and_move_every_operator(monkeypatch) 
         return MigrationRecord(kw["record_id"], operator, strategy, source, target, now,
                                now + 0.01)
 
-    monkeypatch.setattr("emu.migration.migrate", migrate)
+    monkeypatch.setattr("emu.features.moves.dispatch.migrate", migrate)
     offload = Offload(gateways=["gw-*"], joules=1.0, interval=0.25)
     # idle: 1 W, so 0.8 J drawn (20 % left) at 0.8 s; busy: half its core, 2 W from its first
     # read (idle before it: 0.25 J by 0.25 s), so at 0.25 + 0.55 / 2 = 0.525 s;

@@ -1,4 +1,4 @@
-"""emu.accounting: the parts of the host's CPU add up to its busy time, each where it belongs.
+"""emu.host.accounting: the parts of the host's CPU add up to its busy time, each where it belongs.
 
 Unit tests on a fake /proc and cgroup tree (the counters are files), and one on this process's
 real threads: a thread named as the relays' burns CPU and is counted as the relays.
@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from emu import accounting
-from emu.accounting import EMULATED, MACHINERY, OTHER, Container
+from emu.host import accounting
+from emu.host.accounting import EMULATED, MACHINERY, OTHER, Container
 
 TICK = accounting.TICK_S
 
@@ -252,7 +252,7 @@ def test_on_real_containers_a_busy_ones_cpu_is_its_own_and_the_parts_meet_proc_s
 
 
 def test_a_run_whose_machinery_takes_over_a_tenth_of_its_cpu_is_marked_with_the_busiest():
-    from emu.fidelity import assess, machinery_reason
+    from emu.host.fidelity import assess, machinery_reason
 
     def fact(relays: float, gateway: float) -> dict:
         return {"machinery_share_of_run": relays / (relays + gateway),

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 import pytest
 
 from emu.agent.operators import WIRE_TASKS
-from emu.calibrate import LABEL, SHAPED_LATENCY_S, calibrate
+from emu.host.calibrate import LABEL, SHAPED_LATENCY_S, calibrate
 from workloads.calibration import Calibration, load, write
 from workloads.riot.tasks import TASKS
 

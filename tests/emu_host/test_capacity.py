@@ -1,4 +1,4 @@
-"""emu.capacity: the capacity planner's placement, pressure, hosts needed, start-up and memory,
+"""emu.host.capacity: the capacity planner's placement, pressure, hosts needed, start-up and memory,
 worked by hand on the quickstart's containers; its refusals naming the figures; the demand it
 shares with `run.dilation: auto`; and `foglab emu plan` through typer's runner. No Docker."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
-from emu.capacity import (
+from emu.host.capacity import (
     GIB,
     MIB,
     TARGET_PRESSURE,
@@ -16,7 +16,7 @@ from emu.capacity import (
     plan_experiment,
 )
 from emu.cluster.plan import plan_cluster
-from emu.deployment import agent_configs
+from emu.run.deployment import agent_configs
 from experiments import dilation
 from experiments.loader import load
 
@@ -100,7 +100,7 @@ def test_auto_plans_at_the_k_the_run_would_choose(quickstart) -> None:
 
 
 def test_foglab_emu_plan_prints_the_figures_and_refuses_what_cannot_fit() -> None:
-    from emu.cli import use_demand
+    from emu.cli.main import use_demand
     from experiments.cli import app
     from experiments.planning import prediction
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from emu.host import docker_state
+from emu.host.doctor import docker_state
 
 REFUSED = (None, "Cannot connect to the Docker daemon at unix:///var/run/docker.sock.")
 

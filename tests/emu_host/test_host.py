@@ -5,7 +5,7 @@ import os
 import pytest
 from rich.console import Console
 
-from emu.host import check, dockerd_pids
+from emu.host.doctor import check, dockerd_pids
 
 pytestmark = pytest.mark.emu
 

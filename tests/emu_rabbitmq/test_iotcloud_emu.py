@@ -108,7 +108,7 @@ def emulated():
     if os.geteuid() != 0:
         pytest.skip("the emulation needs root")
     pytest.importorskip("docker")
-    from emu.run import Request, Timing, emulate
+    from emu.run.emulate import Request, Timing, emulate
 
     (point,) = parse_text(experiment_text(), file=str(FILE)).points
     spec = point.spec

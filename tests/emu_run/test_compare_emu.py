@@ -10,7 +10,7 @@ at about 0.5 ms of timer granularity each): p50 40.6 ms, p95 46.2 ms outside the
 host was saturated (sim -13.5 % and -24 %; 41.9 and 53.4 ms over the whole run). So the model
 is asserted below the emulation, within BOUND_P50 and BOUND_P95, until calibration gives it
 those costs. On a host saturated during the run, the latency bounds are checked on the
-emulation's messages sent outside the saturated spans (its fidelity, emu.fidelity), and the
+emulation's messages sent outside the saturated spans (its fidelity, emu.host.fidelity), and the
 comparison must say why it doubts the rest.
 """
 

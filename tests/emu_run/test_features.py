@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import pytest
 
-import emu.run
+import emu.run.emulate
 from emu.features import FEATURES
 from emu.features.base import Feature, Run, Setup
-from emu.run import Request, Timing, scenario_features
+from emu.run.emulate import Request, Timing, scenario_features
 from tests.conftest import build_experiment
 
 
@@ -79,9 +79,9 @@ def test_the_run_stops_every_feature_when_measuring_fails(monkeypatch):
     def broken(*args):
         raise OSError("the engine went away")
 
-    monkeypatch.setattr(emu.run, "_measure", broken)
+    monkeypatch.setattr(emu.run.emulate, "_measure", broken)
     with pytest.raises(OSError, match="engine went away"):
-        emu.run._during(run_of(features), lambda seconds: None)
+        emu.run.emulate._during(run_of(features), lambda seconds: None)
     assert journal == [("stop", "a"), ("stop", "b")]
 
 
@@ -94,14 +94,14 @@ def test_a_failure_found_after_the_stop_stops_the_run_and_migrations_come_in_ord
         poll()
         return {"nodes": {}}, {}
 
-    monkeypatch.setattr(emu.run, "_measure", measured)
+    monkeypatch.setattr(emu.run.emulate, "_measure", measured)
     run = run_of(features)
     with pytest.raises(RuntimeError, match="b failed while stopping"):
-        emu.run._during(run, lambda seconds: None)
+        emu.run.emulate._during(run, lambda seconds: None)
     assert journal == [("poll", "a"), ("poll", "b"), ("stop", "a"), ("stop", "b"),
                        ("poll", "a"), ("poll", "b")]
     features[1].fail_poll = False
-    emu.run._during(run, lambda seconds: None)
+    emu.run.emulate._during(run, lambda seconds: None)
     assert run.moved == ["moved by a", "moved by b"]
 
 

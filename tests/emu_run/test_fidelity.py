@@ -1,5 +1,5 @@
 """The emulation's own fidelity: host CPU pressure, the relays' timer lag and containers' CPU
-throttling, sampled with the nodes and judged per run (emu.fidelity)."""
+throttling, sampled with the nodes and judged per run (emu.host.fidelity)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from emu.cluster.relays import LagProbe, RelaySet
-from emu.fidelity import (
+from emu.host.fidelity import (
     SATURATED_LAG_S,
     FidelitySampler,
     HostPressure,
@@ -20,7 +20,7 @@ from emu.fidelity import (
     saturated_at,
     throttle_file,
 )
-from emu.metrics import ContainerCgroup, NodeSampler
+from emu.host.metrics import ContainerCgroup, NodeSampler
 from experiments.schema import SchemaError, conform
 
 CID = "ef" * 32

@@ -9,9 +9,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from emu.control import CommandResult, Reply
-from emu.health import Health, Seen, engine_time
-from emu.run import EmuError, _settle, _stop_agents, _trim_cut_lines
+from emu.live.control import CommandResult, Reply
+from emu.run.health import Health, Seen, engine_time
+from emu.run.emulate import EmuError, _settle, _stop_agents, _trim_cut_lines
 
 EPOCH = 1000.0
 
@@ -179,7 +179,7 @@ def cgroup(root: Path, container: str, cpu_s: float) -> None:
 
 def test_a_container_restarted_between_samples_never_gets_a_negative_cpu_share(
         tmp_path: Path) -> None:
-    from emu.metrics import NodeSampler
+    from emu.host.metrics import NodeSampler
 
     cgroup(tmp_path, "b1", 10.0)
     cgroup(tmp_path, "g1", 5.0)

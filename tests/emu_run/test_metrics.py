@@ -8,7 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from emu.metrics import ContainerCgroup, NodeSampler
+from emu.host.metrics import ContainerCgroup, NodeSampler
 
 CID = "ab" * 32
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from emu.run import emulate
+from emu.run.emulate import emulate
 from experiments.backends import EmuBackend
 from tests.conftest import build_experiment
 

@@ -17,7 +17,7 @@ import pandas as pd
 import pyarrow.parquet as pq
 import pytest
 
-from emu.run import Request, Timing, emulate
+from emu.run.emulate import Request, Timing, emulate
 from tests.conftest import build_experiment
 
 # The catalog's migrate-spark (four sensors at 2 readings/s through a gateway and the broker,
@@ -182,7 +182,7 @@ def test_a_spark_move_the_emulation_cannot_make_is_refused_when_the_file_is_chec
 
 
 def test_a_spark_move_refused_before_anything_happens_says_why() -> None:
-    from emu.migration import MigrationError, migrate
+    from emu.features.moves.dispatch import MigrationError, migrate
 
     def records(node: str) -> Path:
         return Path("/nonexistent") / node
@@ -196,6 +196,6 @@ def test_a_spark_move_refused_before_anything_happens_says_why() -> None:
             migrate("127.0.0.1:1", "stats", "cloud-1", call["target"], call["strategy"],
                     engine="spark", records=call["records"])
     with pytest.raises(MigrationError, match="by export or checkpoint, not 'copy'"):
-        from emu.spark_migration import migrate_query
+        from emu.features.moves.spark_query import migrate_query
 
         migrate_query("127.0.0.1:1", "stats", "cloud-1", "cloud-2", records=records, way="copy")

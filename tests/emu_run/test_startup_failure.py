@@ -8,8 +8,8 @@ from dataclasses import replace
 
 import pytest
 
-import emu.live
-import emu.run
+import emu.live.agents
+import emu.run.emulate
 from emu.engines.docker.engine import Cluster, ClusterError
 from experiments.loader import parse_text
 
@@ -41,7 +41,7 @@ def test_an_agent_that_exits_at_start_fails_the_run_with_its_reason(monkeypatch)
 
     client = docker_engine()
     made = []
-    configs = emu.run.agent_configs
+    configs = emu.run.emulate.agent_configs
 
     def broken(*args, **kwargs):  # gw-2's driver asks for a format no agent knows
         found = configs(*args, **kwargs)
@@ -55,16 +55,16 @@ def test_an_agent_that_exits_at_start_fails_the_run_with_its_reason(monkeypatch)
         made.append(self.name)
         return up(self, *args, **kwargs)
 
-    monkeypatch.setattr(emu.run, "agent_configs", broken)
+    monkeypatch.setattr(emu.run.emulate, "agent_configs", broken)
     monkeypatch.setattr(Cluster, "up", noted)
     point = parse_text(EXPERIMENT).points[0]
     began = time.monotonic()
     # Seen while the cluster starts (its agents must run: ClusterError) or while they register
     # (EmuError), depending on how soon the agent exits: either way the reason, from its log.
-    with pytest.raises((emu.run.EmuError, ClusterError),
+    with pytest.raises((emu.run.emulate.EmuError, ClusterError),
                        match=r"(?s)gw-2 .*(exited while the cluster started|ended as it started)"
                              r".*format must be one of"):
-        emu.run.emulate(emu.run.Request(point.topology, point.spec.workload,
-                                        point.spec.pipeline, emu.run.Timing(10.0), 1))
-    assert time.monotonic() - began < emu.live.REGISTER_TIMEOUT_S / 2
+        emu.run.emulate.emulate(emu.run.emulate.Request(point.topology, point.spec.workload,
+                                        point.spec.pipeline, emu.run.emulate.Timing(10.0), 1))
+    assert time.monotonic() - began < emu.live.agents.REGISTER_TIMEOUT_S / 2
     assert client.containers.list(all=True, filters={"label": f"foglab.cluster={made[0]}"}) == []

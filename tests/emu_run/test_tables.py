@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.tables import Paths, Reader, messages_table, read_filtered, read_records, windows_table
+from emu.run.tables import Paths, Reader, messages_table, read_filtered, read_records, windows_table
 from experiments.schema import conform
 
 EPOCH = 1000.0
@@ -183,7 +183,7 @@ def test_paths_of_a_planned_cluster() -> None:
     """From a real plan (no Docker): each device enters at its gateway, each agent has its
     broker and the path's length there."""
     from emu.cluster.plan import plan_cluster
-    from emu.deployment import agent_configs
+    from emu.run.deployment import agent_configs
     from tests.foundation.helpers import point
 
     run_point = point("""
@@ -295,7 +295,7 @@ def test_an_emulated_run_writes_sim_s_windows_table(tmp_path: Path) -> None:
     if os.geteuid() != 0:
         pytest.skip("the emulation needs root")
     pytest.importorskip("docker")
-    from emu.run import Request, Timing, emulate
+    from emu.run.emulate import Request, Timing, emulate
     from tests.foundation.helpers import arrivals_per_window, point
 
     run_point = point(WINDOWED)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import emu.run
+import emu.run.emulate
 from emu.cluster.plan import plan_cluster
 from emu.engines import ENGINE_LABEL, engine_options
 from emu.engines.base import Made
@@ -27,7 +27,7 @@ ENCRYPTED = EXPERIMENT.replace("engine: swarm,", "engine: swarm, swarm_encrypted
 
 
 class Captured(Exception):
-    """Raised by the stand-in for emu.run.emulate once it has the run's request."""
+    """Raised by the stand-in for emu.run.emulate.emulate once it has the run's request."""
 
 
 class NetworksAPI:
@@ -68,7 +68,7 @@ def test_the_experiments_switch_reaches_the_overlays_options(monkeypatch, tmp_pa
         requests.append(request)
         raise Captured
 
-    monkeypatch.setattr(emu.run, "emulate", emulate)
+    monkeypatch.setattr(emu.run.emulate, "emulate", emulate)
     (outcome,) = run_experiment(spec, tmp_path, sweep_id="encrypted")
     assert outcome.error is not None and len(requests) == 1
     (request,) = requests

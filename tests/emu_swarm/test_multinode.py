@@ -181,7 +181,7 @@ def test_the_cli_reaches_a_multi_node_swarm_named_in_the_environment(monkeypatch
     run does), and refuse a bad one naming the variable, before any engine is asked."""
     from typer.testing import CliRunner
 
-    from emu import cli_clusters
+    from emu.cli import clusters as cli_clusters
     from experiments.cli import app
 
     monkeypatch.setenv("FOGLAB_SWARM_ENGINES", "a=tcp://10.0.0.1:2375,b")

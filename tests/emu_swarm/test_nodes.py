@@ -83,7 +83,7 @@ def registry(swarm, host) -> Iterator[LocalRegistry]:
 
 
 def test_the_manager_lists_three_ready_labelled_nodes(swarm: SwarmNodes) -> None:
-    from emu.host import dockerd_pids
+    from emu.host.doctor import dockerd_pids
 
     # The nodes' engines are their containers', not this host's: the doctor counts one.
     assert len(dockerd_pids()) == 1

@@ -307,8 +307,8 @@ def test_the_command_writes_the_profile_and_shows_its_figures(
         profiles: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    import emu.calibrate
-    import emu.cli_clusters
+    import emu.host.calibrate
+    import emu.cli.clusters
     from experiments.cli import app
 
     busy = load("lab").calibration.model_copy(update={"host": load("lab").calibration.host
@@ -320,8 +320,8 @@ def test_the_command_writes_the_profile_and_shows_its_figures(
         progress("gateway (arm64, QEMU): tasks", 1, 2)
         return busy
 
-    monkeypatch.setattr(emu.cli_clusters, "docker_client", lambda: "engine")
-    monkeypatch.setattr(emu.calibrate, "calibrate", fake)
+    monkeypatch.setattr(emu.cli.clusters, "docker_client", lambda: "engine")
+    monkeypatch.setattr(emu.host.calibrate, "calibrate", fake)
     result = CliRunner().invoke(app, ["calibrate", "--quick", "--out", "mine"],
                                 env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output

@@ -12,7 +12,7 @@ SEED = re.compile(r"\bseeds? ?0\d\d\b", re.IGNORECASE)
 # The files whose text users read: the README and docs/, notebooks, shipped descriptions and
 # the CLIs' help (code comments and internal docstrings may keep the team's shorthand).
 USER_FACING = ["README.md", "docs/**/*.md", "notebooks/*.ipynb", "experiments/*.yaml",
-               "workloads/*.yaml", "topologies/*.yaml", "experiments/cli.py", "emu/cli.py"]
+               "workloads/*.yaml", "topologies/*.yaml", "experiments/cli.py", "emu/cli/main.py"]
 
 
 @pytest.mark.parametrize("path", sorted({p.relative_to(ROOT) for pattern in USER_FACING

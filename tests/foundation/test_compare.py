@@ -11,7 +11,7 @@ import pandas as pd
 import pytest
 from typer.testing import CliRunner
 
-from emu.host import Check
+from emu.host.doctor import Check
 from experiments import compare as comparing
 from experiments.cli import app
 from experiments.compare import RunData, compare, parse_backends, relative_error
@@ -202,10 +202,10 @@ def test_compare_refuses_bad_backends_and_runs_nothing(tmp_path: Path) -> None:
 
 def test_compare_without_docker_says_emu_needs_it_and_what_the_doctor_fixes(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import emu.host
+    import emu.host.doctor
 
     monkeypatch.setattr(comparing.os, "geteuid", lambda: 0)
-    monkeypatch.setattr(emu.host, "check_docker", lambda fix, apt, report: Check(
+    monkeypatch.setattr(emu.host.doctor, "check_docker", lambda fix, apt, report: Check(
         "docker engine", "missing", "docker.io is not installed"))
     result = foglab("compare", "quickstart", "--set", "run.duration=5s", "--out",
                     str(tmp_path))

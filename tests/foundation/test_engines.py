@@ -91,7 +91,7 @@ def test_a_third_engine_is_one_registry_line_that_every_reader_takes(monkeypatch
     with pytest.raises(SpecError, match=r"not engine stand-in's: set run\.engine swarm"):
         engine_options("stand-in", swarm_encrypted=True)
     # The command line refuses what the registry lacks, and takes what it has (up to Docker).
-    from emu.cli import app
+    from emu.cli.main import app
 
     runner = CliRunner()
     refused = runner.invoke(app, ["up", "--engine", "k8s"])

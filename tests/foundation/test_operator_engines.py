@@ -1,5 +1,5 @@
 """The operator engines are one registry of descriptors (workloads.operator_engines): its names
-and capabilities, its lookup's error, a third engine as one entry, the movers of emu.migration
+and capabilities, its lookup's error, a third engine as one entry, the movers of emu.features.moves.dispatch
 by way, and no code left that compares an engine's name."""
 
 from __future__ import annotations
@@ -99,9 +99,9 @@ def test_a_third_engine_is_one_entry(monkeypatch) -> None:
 
 
 def test_every_way_an_engine_moves_has_one_mover() -> None:
-    from emu.migration import MOVERS
-    from emu.python_migration import migrate_instance
-    from emu.spark_migration import migrate_query
+    from emu.features.moves.dispatch import MOVERS
+    from emu.features.moves.by_agents import migrate_instance
+    from emu.features.moves.spark_query import migrate_query
 
     assert set(MOVERS) == set(Move)
     assert {engine.moves_by for engine in OPERATOR_ENGINES.values()} <= set(MOVERS)
@@ -121,10 +121,10 @@ def _imported(path: Path) -> set[str]:
 
 
 def test_the_movers_import_no_dispatch_and_no_circle() -> None:
-    python, spark = _imported(Path("emu/python_migration.py")), _imported(
-        Path("emu/spark_migration.py"))
-    assert "emu.migration" not in python | spark
-    assert "emu.spark_migration" not in python
+    python, spark = _imported(Path("emu/features/moves/by_agents.py")), _imported(
+        Path("emu/features/moves/spark_query.py"))
+    assert "emu.features.moves.dispatch" not in python | spark
+    assert "emu.features.moves.spark_query" not in python
 
 
 def _compares_a_name(node: ast.AST) -> bool:

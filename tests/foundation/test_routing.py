@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from emu.cluster.plan import plan_cluster
-from emu.deployment import agent_configs
+from emu.run.deployment import agent_configs
 from sim.model import Model, Settings
 from topologies import catalog
 from topologies.model import Topology, expand

@@ -224,7 +224,7 @@ def test_a_scheduled_emulated_move_whose_turn_comes_after_the_end_is_refused(
         return MigrationRecord(kw["record_id"], operator, strategy, source, target, start,
                                UNDILATED.now())
 
-    monkeypatch.setattr("emu.migration.migrate", migrate)
+    monkeypatch.setattr("emu.features.moves.dispatch.migrate", migrate)
     epoch = UNDILATED.now()
     schedule = MigrationSchedule(None, [_Plan(0.05, "a"), _Plan(0.1, "b")], None, {}, epoch,
                                  clock=UNDILATED, duration=0.2)
@@ -241,8 +241,8 @@ def test_a_scheduled_emulated_move_whose_turn_comes_after_the_end_is_refused(
 def test_an_emulated_offload_decides_nothing_at_the_end_and_refuses_late_moves(
         monkeypatch) -> None:
     from emu.agent.timebase import UNDILATED
-    from emu.energy_offload import Gauge, OffloadWatcher
-    from emu.metrics import Usage
+    from emu.features.energy_offload import Gauge, OffloadWatcher
+    from emu.host.metrics import Usage
     from workloads.energy import Offload, Power
     from workloads.migration.record import MigrationRecord
 
@@ -259,7 +259,7 @@ def test_an_emulated_offload_decides_nothing_at_the_end_and_refuses_late_moves(
         return MigrationRecord(kw["record_id"], operator, strategy, source, target, start,
                                UNDILATED.now())
 
-    monkeypatch.setattr("emu.migration.migrate", migrate)
+    monkeypatch.setattr("emu.features.moves.dispatch.migrate", migrate)
     power = Power(1.0, 3.0)
     # `early` (0.25 J at its idle 1 W) falls below 20 % at 0.2 s and decides then; `late`
     # (100 J) is over the budget (0.5 J an interval) at its first read, the run's end (0.6 s).
@@ -287,7 +287,7 @@ def test_a_hybrid_policy_move_whose_turn_comes_after_the_end_is_refused(monkeypa
     def attempt(*args, **kwargs):
         raise AssertionError("a move after the run's end was attempted")
 
-    monkeypatch.setattr("emu.migration.attempt", attempt)
+    monkeypatch.setattr("emu.features.moves.dispatch.attempt", attempt)
 
     class Env:
         now = 19.5

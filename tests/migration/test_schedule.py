@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.deployment import agent_configs
+from emu.run.deployment import agent_configs
 from emu.features.migrations import MigrationSchedule
 from experiments.loader import load
 from tests.foundation.helpers import simulate_point

@@ -1,5 +1,5 @@
 """A calibrated node's `cpu` is a share of the CPU limit the emulation gives its container (issue
-27, 3c): the model queues a gateway's agent on one core, but emu.metrics divides the
+27, 3c): the model queues a gateway's agent on one core, but emu.host.metrics divides the
 container's CPU by its limit, min(4, host cores) for an rpi4 gateway under QEMU."""
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """What a migration did to an operator's window outputs: the output gap, and lost, duplicated
 and reordered events. One definition for the model and the emulation (sim.migration,
-emu.run), computed from the windows table's times, last serial numbers and counts."""
+emu.run.emulate), computed from the windows table's times, last serial numbers and counts."""
 
 from __future__ import annotations
 

@@ -43,7 +43,7 @@ from emu.agent.config import (
     secrets_text,
     without_secrets,
 )
-from emu.capacity import check_host_cap
+from emu.host.capacity import check_host_cap
 from emu.cluster.access import save as save_access
 from emu.cluster.links import Links, make_links
 from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
@@ -171,7 +171,7 @@ class Cluster:
 
     def up(self) -> Self:
         """Make and start everything; on any failure remove what was made, then raise. A
-        plan beyond what this host takes is refused first (emu.capacity.check_host_cap)."""
+        plan beyond what this host takes is refused first (emu.host.capacity.check_host_cap)."""
         if self._made is not None:
             raise ClusterError(f"cluster {self.name} is already up")
         check_host_cap(self.plan)

@@ -4,7 +4,7 @@ On a swarm of several nodes no host folder is shared with the tasks: each agent 
 in its own container, and the host copies the folder out (`get_archive`) once the agent has
 stopped (it flushes on SIGTERM), before the service is removed (restart policy none keeps a
 finished task's container until then). The copy lands where a plain cluster's bind mount would
-have put the files, so emu.tables reads them as on one host.
+have put the files, so emu.run.tables reads them as on one host.
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 On a swarm of several nodes, a service's task container lives in its node's engine: the manager
 creates and lists services, but `inspect_container`, `kill`, `wait`, `logs`, `exec_*` and
-`get_archive` of that container only work on its own node. foglab's run code (emu.run,
-emu.health, emu.engines.docker.inventory) calls these on `cluster.client.api` with the
+`get_archive` of that container only work on its own node. foglab's run code (emu.run.emulate,
+emu.run.health, emu.engines.docker.inventory) calls these on `cluster.client.api` with the
 container's id, as on one engine; RoutedClient keeps that working: container listings are merged
 over every
 node's engine (so inventory sees every node's containers), a call naming a container goes to

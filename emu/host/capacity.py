@@ -9,7 +9,7 @@ Pure arithmetic over two inputs, so that it runs without Docker and in a test:
   (`relays`, `engine`): the calibrated model's prediction, experiments.dilation's
   `predicted_demand`, the same figures `run.dilation: auto` reads. emu imports neither sim nor
   the experiment layer, so the caller hands the demand in (the CLI through
-  emu.cli.use_demand).
+  emu.cli.main.use_demand).
 
 Placement, as Docker Swarm will place the services (by node labels, a site pinned to a node):
 a site is kept together on one host where it fits (sites by demand, largest first, each on the
@@ -360,7 +360,7 @@ def plan_experiment(topology, workload, pipeline, seed: int, demand: Mapping[str
     """plan_capacity for an experiment's topology, workload and pipeline: its containers as
     emu.cluster.plan makes them for the run (agents with their drivers and operators)."""
     from emu.cluster.plan import plan_cluster
-    from emu.deployment import agent_configs
+    from emu.run.deployment import agent_configs
 
     agents = agent_configs(topology, workload, pipeline, seed, 0.0)
     cluster = plan_cluster(topology, "plan", agents=agents,

@@ -5,14 +5,14 @@ An emulated run shares one host between the system it emulates and the testbed t
 it, so a slow figure may be the testbed's. This module takes two snapshots (the run's start
 and end) and splits the CPU seconds between them:
 
-- the run's containers, from their cgroups (emu.metrics.ContainerCgroup): each topology node
+- the run's containers, from their cgroups (emu.host.metrics.ContainerCgroup): each topology node
   (kind `emulated`: the agent, Mosquitto, the JVM; a Pi gateway's QEMU runs inside its
   container's cgroup, so the emulation of the Pi's CPU is counted with the gateway), and the
   containers the testbed adds (kind `machinery`: the ZooKeeper servers no topology node
   stands for, the agents' zygote, a swarm's link agents);
 - this process's threads (kind `machinery`): the link relays' event loop (emu.cluster.relays,
-  thread `relays-<cluster>`), the host controller's MQTT loop (emu.control via
-  emu.mqtt_loop, thread `mqtt-selector`), the run loop itself (the main thread: health polls,
+  thread `relays-<cluster>`), the host controller's MQTT loop (emu.live.control via
+  emu.live.mqtt_loop, thread `mqtt-selector`), the run loop itself (the main thread: health polls,
   features' polls; `samplers_s`, timed around the samplers, splits them out), the rest
   (threads that ended, the Docker SDK's), and the process's children;
 - the container engine (kind `machinery`): dockerd, containerd and the containerd-shims,
@@ -42,7 +42,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emu.metrics import CGROUP_ROOT, ContainerCgroup
+from emu.host.metrics import CGROUP_ROOT, ContainerCgroup
 
 MACHINERY, EMULATED, OTHER = "machinery", "emulated", "other"
 PROC = Path("/proc")
@@ -53,11 +53,11 @@ ENGINE = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2",
 # This process's threads by name (a prefix) -> the part they are.
 THREADS = {"relays-": "link relays (emu.cluster.relays)",
            "link-relays": "link relays (emu.cluster.relays)",
-           "mqtt-selector": "host controller (emu.control)"}
+           "mqtt-selector": "host controller (emu.live.control)"}
 # The host's other processes are listed by name, the busiest first, this many of them.
 TOP_PROCESSES = 4
-RUN_LOOP = "run loop (emu.run, main thread)"
-SAMPLERS = "samplers (emu.metrics, emu.fidelity)"
+RUN_LOOP = "run loop (emu.run.emulate, main thread)"
+SAMPLERS = "samplers (emu.host.metrics, emu.host.fidelity)"
 OTHER_THREADS = "run process, other threads"
 ENGINE_PART = "container engine (dockerd, containerd, shims)"
 OTHER_CONTAINERS = "other containers on the host"

@@ -1,6 +1,6 @@
 """`foglab emu apply`: an experiment's jobs made to run on a cluster that is up.
 
-Reads what the agents run (emu.apply), prints the plan from it to the experiment as `foglab
+Reads what the agents run (emu.live.apply), prints the plan from it to the experiment as `foglab
 apply` does (its table, handed over by the experiment layer: `use_plans`), and exits as it
 does with --dry-run: 0 when nothing would change, 2 when something would, 1 on an error.
 Without --dry-run the plan is carried out, read back and checked; each step's time printed;
@@ -16,7 +16,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from emu.cli_clusters import cluster_name, docker_client, load_experiment, which_cluster
+from emu.cli.clusters import cluster_name, docker_client, load_experiment, which_cluster
 from topologies.errors import SpecError
 from topologies.terminal import console, error, escape, say
 
@@ -72,7 +72,7 @@ def emu_apply(
                                   timeout=timeout)
     console.print(_times(applied))
     if not after.empty:
-        from emu.apply import differences
+        from emu.live.apply import differences
 
         error(f"applied, but cluster {name} does not run what the experiment describes: "
               f"{differences(after)}")
@@ -84,8 +84,8 @@ def emu_apply(
 
 def _desired(experiment: str, overrides: list[str]):
     """(the experiment's file, its loaded form with the --set `overrides`, what its one sweep
-    point runs: emu.apply's desired state); exit ERROR if it does not load or sweeps."""
-    from emu.apply import desired
+    point runs: emu.live.apply's desired state); exit ERROR if it does not load or sweeps."""
+    from emu.live.apply import desired
 
     try:
         path, loaded = load_experiment(experiment, overrides)
@@ -103,8 +103,8 @@ def _reached(cluster: str | None, path, wanted):
     """The running cluster the experiment goes to: (its name, its agents, their nodes, each
     node's broker, the login to them); exit ERROR if it cannot place the experiment's
     operators or no broker of its agents is known."""
-    from emu.apply import agent_nodes
-    from emu.live import agents_and_brokers, cluster_login
+    from emu.live.apply import agent_nodes
+    from emu.live.agents import agents_and_brokers, cluster_login
 
     client = docker_client()
     name = which_cluster(client, cluster)
@@ -132,13 +132,13 @@ def _reached(cluster: str | None, path, wanted):
 def _carried_out(name: str, routes, login, nodes, job_of, wanted, *, dry_run: bool, agents,
                  strategy: str, settings, timeout: float):
     """Read what the cluster runs, print the plan from it and, but on a dry run, carry it out
-    (emu.apply.execute) and read back: (the steps' times, the plan from what runs then).
+    (emu.live.apply.execute) and read back: (the steps' times, the plan from what runs then).
     Exits NO_CHANGES when nothing would change, CHANGES on a dry run that would change
     something, ERROR when an agent is silent or a step fails."""
     import time
 
-    from emu.apply import Applied, ApplyError, execute, plan_for, read_running
-    from emu.control import Controller
+    from emu.live.apply import Applied, ApplyError, execute, plan_for, read_running
+    from emu.live.control import Controller
 
     applied = Applied()
     try:

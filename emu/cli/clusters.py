@@ -1,6 +1,6 @@
 """How the `foglab emu` commands reach a cluster and an experiment: the --cluster option, this
 host's engine (or a swarm's engines as one), the cluster a command means, and the experiment
-loader the experiment layer hands over. emu.cli and emu.apply_cli both read these."""
+loader the experiment layer hands over. emu.cli.main and emu.cli.apply_command both read these."""
 
 from __future__ import annotations
 

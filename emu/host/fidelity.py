@@ -3,7 +3,7 @@ the `nodes` table and judged per run.
 
 An emulated run measures real processes in real time on a shared host, so a slow figure has two
 possible causes: the system under test is slow, or the testbed was overloaded. Three things
-tell them apart, sampled every `run.sample` with the nodes (emu.metrics.NodeSampler):
+tell them apart, sampled every `run.sample` with the nodes (emu.host.metrics.NodeSampler):
 
 - `host_pressure`: the host's CPU pressure over the interval. With the kernel's pressure stall
   information (`/proc/pressure/cpu`), the share of the interval in which some runnable task
@@ -45,7 +45,7 @@ THROTTLED_SHARE = 0.2
 # A run's figures are marked when this share of its samples was saturated (or a node throttled).
 MARK_SHARE = 0.05
 
-# The testbed's machinery (emu.accounting's `host_cpu` fact) distorts a run when it takes more
+# The testbed's machinery (emu.host.accounting's `host_cpu` fact) distorts a run when it takes more
 # than this share of the run's own CPU (machinery + emulated system): issue 27's bound.
 MACHINERY_SHARE = 0.10
 # ... and when it is busy enough to compete with the system at all (cores, over the run's span):
@@ -107,7 +107,7 @@ class Throttling:
 
 def throttle_file(cpu_file: Path) -> Path | None:
     """A container's cpu.stat with the throttling counters, from the file its CPU use is read
-    from (emu.metrics.ContainerCgroup.cpu_file): the same file under cgroup v2; under v1 the
+    from (emu.host.metrics.ContainerCgroup.cpu_file): the same file under cgroup v2; under v1 the
     `cpu` controller's cpu.stat beside the `cpuacct` one's usage. None if there is none."""
     if cpu_file.name == "cpu.stat":
         return cpu_file
@@ -137,7 +137,7 @@ class FidelitySampler:
     """Per sample of the nodes: the host's pressure and the relays' lag (one value for all
     nodes), and each node's throttled share since the last sample.
 
-    `cpu_files`: node -> its cgroup's CPU file (emu.metrics.ContainerCgroup.cpu_file);
+    `cpu_files`: node -> its cgroup's CPU file (emu.host.metrics.ContainerCgroup.cpu_file);
     `lag`: a callable giving the relays' largest timer lateness since its last call (None
     without relays)."""
 
@@ -203,7 +203,7 @@ def _stats(values: list[float]) -> dict | None:
 
 
 def machinery_reason(host_cpu: Mapping | None) -> str | None:
-    """Why the testbed's own CPU is worth a doubt, from emu.accounting's fact (None: it is
+    """Why the testbed's own CPU is worth a doubt, from emu.host.accounting's fact (None: it is
     not, or there is no fact): its share of the run's CPU over MACHINERY_SHARE, with the
     busiest machinery part, unless it took under MACHINERY_MIN_CORES of the host."""
     if not host_cpu or host_cpu.get("machinery_share_of_run") is None:
@@ -226,7 +226,7 @@ def assess(nodes: Mapping[str, Sequence], sample: float, facts: Mapping | None =
     of each measure, the share of samples in which the host was saturated, `saturated_spans`
     ([start, end] seconds since the epoch), the nodes held at their CPU limit, and `marked`
     with `reasons` when the figures should be read with them. `facts`: the sampler's own
-    (FidelitySampler.facts), kept in the result. `host_cpu`: emu.accounting's fact, if
+    (FidelitySampler.facts), kept in the result. `host_cpu`: emu.host.accounting's fact, if
     taken: its machinery share is kept (`machinery_share_of_run`) and marks the run over
     MACHINERY_SHARE."""
     times = [float(t) for t in nodes.get("t", [])]

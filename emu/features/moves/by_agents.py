@@ -1,9 +1,9 @@
 """Moving an instance the agents run (engine python) between two agents of a running cluster:
-migrate_instance() -> record. emu.migration.migrate dispatches an operator's move here by its
+migrate_instance() -> record. emu.features.moves.dispatch.migrate dispatches an operator's move here by its
 engine (OperatorEngine.moves_by: Move.AGENTS).
 
 The host is the thesis's coordinator (chapter 5, Fig. 5.4): it sends each step as a request
-over the management protocol (emu.control.Controller) and the agents carry it out
+over the management protocol (emu.live.control.Controller) and the agents carry it out
 (emu.agent.migration, which says how the input is held and how exactly-once holds):
 role assignment to both (`migrate.prepare`; the target starts retrieving at once), the pause
 and state transfer to the source (`migrate.pause`), the resume to the target
@@ -36,7 +36,7 @@ and `reordered` messages the target took before one of their publisher's the sou
 already processed, from the keys the agents report; `lost` counts serial numbers skipped
 between the source's last input and the target's first, when the inputs carry them (0
 otherwise: the agents cannot see a loss without them). `output_gap` needs the window outputs:
-the run fills it in (emu.run). Times are the run's clock (emu.agent.timebase: the
+the run fills it in (emu.run.emulate). Times are the run's clock (emu.agent.timebase: the
 controller's `clock`, emulated at a dilation, as the agents' answers are); a run turns them
 into seconds since its epoch. Every timeout here is emulated seconds: the controller waits K
 times longer on the host for an answer, and the agents scale what they are handed.
@@ -79,7 +79,7 @@ def migrate_instance(control, operator: str, source: str, target: str,
                      records: Callable[[str], Any] | None = None,
                      clock: TimeBase | None = None) -> MigrationRecord:
     """Move `operator`'s instance from agent `source` to agent `target` by the agents'
-    protocol (emu.migration.migrate says what the arguments mean). `records` is not used:
+    protocol (emu.features.moves.dispatch.migrate says what the arguments mean). `records` is not used:
     the instance's state crosses ZooKeeper, not the nodes' records folders."""
     clock = clock or clock_of(control)
     if strategy not in STRATEGIES:
@@ -87,7 +87,7 @@ def migrate_instance(control, operator: str, source: str, target: str,
     if source == target:
         raise MigrationError(f"operator {operator!r}: source and target are both {source}")
     if isinstance(control, str):
-        from emu.control import Controller
+        from emu.live.control import Controller
 
         with Controller(control, clock=clock) as connected:
             return migrate_instance(connected, operator, source, target, strategy, settings,
@@ -107,7 +107,7 @@ class _Failed(Exception):
 
 
 def clock_of(control) -> TimeBase:
-    """The run's time base as the controller has it (emu.control.Controller.clock)."""
+    """The run's time base as the controller has it (emu.live.control.Controller.clock)."""
     clock = getattr(control, "clock", None)
     return clock if isinstance(clock, TimeBase) else UNDILATED
 
@@ -133,7 +133,7 @@ class _Migration:
               timeout: float | None = None) -> dict[str, Any]:
         result = self.control.send([node], command, {"operator": self.record.operator, **args},
                                    timeout=timeout or self.timeout)
-        from emu.control import NotAnswered
+        from emu.live.control import NotAnswered
 
         try:
             return result.answer(node) or {}

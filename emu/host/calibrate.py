@@ -11,7 +11,7 @@ Four measures, one after the other (on a 2-core host, two at once would slow eac
 2. The broker: a container of the services image runs Mosquitto, as in a cluster. A publisher
    and a subscriber on the host send it 180-byte messages, paced (the emulation's regime, and
    the model's service time), in a burst at QoS 0 and in a burst at QoS 1; the broker's CPU
-   comes from its cgroup (emu.metrics), less its idle CPU, per message carried.
+   comes from its cgroup (emu.host.metrics), less its idle CPU, per message carried.
 3. The link layer: MQTT round trips (publish, and receive it back) from the host to that
    broker directly and through the emulation's shaper with a small latency; the difference,
    less the latency, per direction, is what the shaper adds to each leg. The relay: a
@@ -326,7 +326,7 @@ class _Clients:
 
 
 def _measure_broker(broker: _Container, plan: Plan, image: str, tell: Progress) -> Broker:
-    from emu.metrics import ContainerCgroup
+    from emu.host.metrics import ContainerCgroup
 
     cgroup = ContainerCgroup(broker.id)
     payload = b"x" * SIZE
@@ -618,7 +618,7 @@ def _host(client: docker.DockerClient, load: float) -> HostFacts:
 
 def qemu_version() -> str:
     """The version of the QEMU that binfmt runs arm64 binaries with."""
-    from emu.host import BINFMT, QEMU_FORMAT
+    from emu.host.doctor import BINFMT, QEMU_FORMAT
 
     interpreter = None
     with contextlib.suppress(OSError):

@@ -5,14 +5,14 @@ config as it runs now, its job kept in the config), never from a copy on the hos
 agent that restarted with its first operators, or an operator moved or updated by hand, is
 seen as it is. Both states are compared in what the emulation runs (`EMU_FIELDS`, the
 fields an agent's OperatorConfig holds): a field the agents do not impose (`cost`,
-`window.jitter`: measured on emu, emu.deployment.ON_EMU) cannot be seen running, so it is no
+`window.jitter`: measured on emu, emu.run.deployment.ON_EMU) cannot be seen running, so it is no
 change here.
 
 The plan's rows become requests, job after job (as SpecK's coordinator): a deploy installs
 and starts each instance; a delete stops and uninstalls; an in-place change updates the
 task's parameters where they run (any other live setting restarts the instance: the agent
 takes only `params` live); a replace stops and uninstalls the old operators and installs the
-new ones; a move goes through the migration machinery (emu.migration), so a windowed
+new ones; a move goes through the migration machinery (emu.features.moves.dispatch), so a windowed
 operator keeps its windows. Then the state is read back and must be the desired one, or an
 ApplyError names what differs.
 """
@@ -93,7 +93,7 @@ class Applied:
 
 def _reads(config: Mapping[str, Any]) -> list[str]:
     """The topic filters as the operator wrote them: a shared subscription's prefix
-    (emu.deployment.shared_reads, added for several instances) is the emulation's own."""
+    (emu.run.deployment.shared_reads, added for several instances) is the emulation's own."""
     prefix = f"$share/{config['name']}/"
     return [r.removeprefix(prefix) for r in config.get("reads") or []]
 
@@ -114,10 +114,10 @@ def emu_operator(config: Mapping[str, Any], nodes: Iterable[str]) -> Operator:
 
 
 def desired(loaded: Any) -> Desired:
-    """The experiment's jobs as the emulation would run them (emu.deployment.agent_configs,
+    """The experiment's jobs as the emulation would run them (emu.run.deployment.agent_configs,
     as `foglab emu up --experiment` places them: every instance movable), each instance's
     config keeping its job."""
-    from emu.deployment import agent_configs
+    from emu.run.deployment import agent_configs
 
     point = loaded.points[0]
     pipeline = list(point.spec.pipeline)
@@ -315,10 +315,10 @@ def _in_place(requests: _Requests, op: OperatorChange, wanted: Desired,
 
 def _move(requests: _Requests, op: OperatorChange, wanted: Desired, running: Running,
           strategy: str, timeout: float, settings: Any = None) -> None:
-    """Each instance leaving a node migrates to a node it comes to (emu.migration: its
+    """Each instance leaving a node migrates to a node it comes to (emu.features.moves.dispatch: its
     windows go along); instances beyond the pairs are removed or deployed; then a changed
     live setting is updated where it runs now."""
-    from emu.migration import migrate
+    from emu.features.moves.dispatch import migrate
 
     assert op.before is not None and op.after is not None
     for source, target in _pairs(op):

@@ -1,9 +1,9 @@
 """A cluster that is up: its agents, where operators run, starting its drivers.
 
-What `foglab emu` (emu.cli) and a run (emu.run) need to know of, or do to, a cluster whose
-containers are running, as plain functions that raise errors: emu.cli prints and chooses the
+What `foglab emu` (emu.cli.main) and a run (emu.run.emulate) need to know of, or do to, a cluster whose
+containers are running, as plain functions that raise errors: emu.cli.main prints and chooses the
 exit codes. The cluster is found by its containers' labels (emu.engines.docker.inventory); the
-agents are asked through their brokers (emu.control).
+agents are asked through their brokers (emu.live.control).
 
 - `agents_and_brokers`: the agents (node, kind, broker, container state), the brokers'
   addresses and every node's kind, from the labels.
@@ -102,7 +102,7 @@ def experiment_settings(client, cluster: str,
     """The scenario's migration settings of the experiment the cluster was brought up with
     (`foglab emu up --experiment`), None for a bare topology; ExperimentGone when its file
     no longer loads. `load(file, sets)`: its file and the experiment, checked as an emu run
-    (emu.cli_clusters.load_experiment)."""
+    (emu.cli.clusters.load_experiment)."""
     from emu.engines.docker import inventory
 
     labels = next((s.get("Labels") or {} for s in inventory.containers(client, cluster)
@@ -124,7 +124,7 @@ def where_operators_run(agents: dict[str, Agent], brokers: dict[str, str],
     """Operator -> the nodes where an instance of it runs, from a ping of every agent through
     its broker; and the agents that did not answer. `credentials`: the host's login on a
     closed cluster (`cluster_login`)."""
-    from emu.control import Controller
+    from emu.live.control import Controller
 
     running: dict[str, list[str]] = {}
     silent: list[str] = []
@@ -153,8 +153,8 @@ def wait_agents_registered(cluster, status: dict[str, Any], agents: Iterable[str
                            timeout: float = REGISTER_TIMEOUT_S) -> None:
     """Until every agent of `agents` has registered in the cluster's ZooKeeper (`status`:
     node -> its container's status, for the addresses); a TimeoutError names those missing,
-    and `check()` may give up earlier by raising (emu.control.wait_registered)."""
-    from emu.control import wait_registered
+    and `check()` may give up earlier by raising (emu.live.control.wait_registered)."""
+    from emu.live.control import wait_registered
 
     zookeeper = ",".join(f"{status[z].ip}:2181" for z in cluster.plan.zookeeper)
     wait_registered(zookeeper, list(agents), timeout=timeout, check=check,
@@ -170,9 +170,9 @@ def next_epoch(clock: TimeBase = UNDILATED) -> float:
 def start_drivers(running) -> float:
     """Wait until every agent of a cluster that is up (an emu.engines.docker.engine.Cluster) has
     registered, then start every driver at one epoch (`set run.epoch`, through each agent's
-    broker), as a run does (emu.run); the epoch. A RuntimeError if an agent refused or did
+    broker), as a run does (emu.run.emulate); the epoch. A RuntimeError if an agent refused or did
     not answer."""
-    from emu.control import Controller
+    from emu.live.control import Controller
 
     status = {s.node: s for s in running.status()}
     plan = running.plan

@@ -29,7 +29,7 @@ and on the nodes' records folders (mounted on the host at `records(node)`) where
 5. `resume`: the target's standby sees the handover and starts the query; the host waits for
    its first batch after the move;
 6. `release`: the target's job now runs the operator's query, the source's no longer; the
-   node's arrival recorder moves along (pause_drain, emu.python_migration) when it reads
+   node's arrival recorder moves along (pause_drain, emu.features.moves.by_agents) when it reads
    through an input session of its own.
 
 A step that fails or times out (a target that dies, a source that does not stop) rolls back:
@@ -67,7 +67,7 @@ from typing import Any
 
 from emu.agent.config import RECORDS_DIR
 from emu.agent.timebase import TimeBase
-from emu.python_migration import MigrationError, clock_of, migrate_instance
+from emu.features.moves.by_agents import MigrationError, clock_of, migrate_instance
 from workloads.migration.record import MigrationRecord
 from workloads.operator_engines import Move, operator_engine
 
@@ -103,12 +103,12 @@ def migrate_query(control, operator: str, source: str, target: str,
                   sync_timeout: float | None = None) -> SparkMigrationRecord:
     """Move the Spark query `operator` from cloud VM `source` to cloud VM `target`.
 
-    `control`: a connected emu.control.Controller, or a broker's "host:port". `records(node)`:
+    `control`: a connected emu.live.control.Controller, or a broker's "host:port". `records(node)`:
     the host folder mounted at /records in that node's container. `settings`: a
     workloads.scenario.MigrationSettings (its `spark` way), or None; `way` overrides it.
     `timeout`: how long one request may take. A failed move is a record with status `failed`;
     a MigrationError only for a move refused before anything happened. `sync_timeout` is not
-    used: a query does not move in parallel (emu.migration.migrate hands every mover it).
+    used: a query does not move in parallel (emu.features.moves.dispatch.migrate hands every mover it).
     """
     from workloads.spark.job import WAYS
 
@@ -126,7 +126,7 @@ def migrate_query(control, operator: str, source: str, target: str,
                              "give records(node), the host folder mounted at /records there")
     clock = clock or clock_of(control)
     if isinstance(control, str):
-        from emu.control import Controller
+        from emu.live.control import Controller
 
         with Controller(control, clock=clock) as connected:
             return migrate_query(connected, operator, source, target, strategy, settings,
@@ -192,7 +192,7 @@ class _Failed(Exception):
 
 def _step(control, node: str, command: str, args: dict[str, Any],
           timeout: float) -> dict[str, Any]:
-    from emu.control import NotAnswered
+    from emu.live.control import NotAnswered
 
     result = control.send([node], command, args, timeout=timeout)
     try:

@@ -1,6 +1,6 @@
 """`foglab calibrate`: measure the model's inputs on this host's emulation and write a profile.
 
-The command's printing and exit codes; the measuring is emu.calibrate's, the profile's schema
+The command's printing and exit codes; the measuring is emu.host.calibrate's, the profile's schema
 and files workloads.calibration's.
 """
 
@@ -35,9 +35,9 @@ def calibrate(
     Mosquitto's service time, the link layer's delay per leg and a Spark job's CPU per
     micro-batch; write them as a calibration
     profile that `run.calibration: NAME` makes the model use (see workloads.calibration)."""
-    from emu.calibrate import CalibrationFailed
-    from emu.calibrate import calibrate as measure
-    from emu.cli_clusters import docker_client
+    from emu.host.calibrate import CalibrationFailed
+    from emu.host.calibrate import calibrate as measure
+    from emu.cli.clusters import docker_client
     from workloads.calibration import is_path, target, write
 
     try:

@@ -1,17 +1,17 @@
 """An experiment run on real containers, in real time, into the simulator's tables.
 
 One run: plan the cluster from the topology with each agent's drivers and operators
-(`emu.deployment`), bring it up, wait until every agent has registered in ZooKeeper, then
+(`emu.run.deployment`), bring it up, wait until every agent has registered in ZooKeeper, then
 start every driver at one common epoch (a `set run.epoch` request to all agents, so no device
 speaks before every sink listens), run for the experiment's duration while sampling CPU and
 memory (cgroups), link counters (relays) and what could distort the figures (the host's CPU
-pressure, the relays' timer lag, CPU throttling: emu.fidelity, judged in `facts.fidelity`),
+pressure, the relays' timer lag, CPU throttling: emu.host.fidelity, judged in `facts.fidelity`),
 wait `run.drain` for messages in flight, stop the agents with SIGTERM (they flush their
-records), read the records back (`emu.tables`) and take the cluster down. Whatever fails, the
+records), read the records back (`emu.run.tables`) and take the cluster down. Whatever fails, the
 cluster is removed.
 
 Faults. A run keeps what it measured through a node that dies: the containers' states (one
-engine call a second: emu.health) tell which agents are dead; a command stops waiting for them
+engine call a second: emu.run.health) tell which agents are dead; a command stops waiting for them
 and they go into `Emulation.failed` (node -> what happened), as does an agent that stops
 answering; the run goes on with the others, and their tables hold everything received. A
 dead node's records are on the host (its records folder is bind-mounted), so what it had
@@ -42,21 +42,21 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emu.accounting import account
-from emu.accounting import begin as begin_accounting
+from emu.host.accounting import account
+from emu.host.accounting import begin as begin_accounting
 from emu.agent.timebase import UNDILATED, TimeBase
-from emu.deployment import agent_configs
+from emu.run.deployment import agent_configs
 from emu.engines.base import NodeGone
-from emu.errors import EmuError
+from emu.run.errors import EmuError
 from emu.features import FEATURES
 from emu.features.base import Feature, Run, Setup, wanted
-from emu.fidelity import assess
-from emu.health import Health, cluster_states
-from emu.live import next_epoch, wait_agents_registered
-from emu.metrics import NodeSampler
-from emu.records_watch import RecordsWatch
-from emu.spark_jobs import drain_spark_jobs, spark_jobs, spark_progress, wait_spark_jobs
-from emu.tables import run_messages, windows_table
+from emu.host.fidelity import assess
+from emu.run.health import Health, cluster_states
+from emu.live.agents import next_epoch, wait_agents_registered
+from emu.host.metrics import NodeSampler
+from emu.run.records_watch import RecordsWatch
+from emu.run.spark_jobs import drain_spark_jobs, spark_jobs, spark_progress, wait_spark_jobs
+from emu.run.tables import run_messages, windows_table
 from topologies.model import Topology
 from topologies.terminal import stop_on_signals
 from workloads.pipeline import OperatorSpec
@@ -112,7 +112,7 @@ class Request:
     scenario (key -> spec, the keys it sets: emu.features runs them). `follow`: where follow
     operators' instances start; `load`: devices whose readings the caller publishes from the
     host, which their gateways' agents take from their load topics (both as
-    emu.deployment.agent_configs takes them); `facts`: the caller's, added to the run's (how
+    emu.run.deployment.agent_configs takes them); `facts`: the caller's, added to the run's (how
     the dilation was chosen). `closed`: run.access closed (emu.cluster.access)."""
 
     topology: Topology
@@ -126,7 +126,7 @@ class Request:
     facts: dict = field(default_factory=dict)  # the caller's, for the run's facts
     engine: str = "docker"  # run.engine: emu.engines.ENGINES
     closed: bool = False  # the brokers and ZooKeeper take only the run's own clients
-    # The most the nodes' records may take on the host (bytes; None: emu.records_watch's
+    # The most the nodes' records may take on the host (bytes; None: emu.run.records_watch's
     # default, FOGLAB_RECORDS_LIMIT or half the free disk): past it the run stops.
     records_limit: int | None = None
     swarm_encrypted: bool = False  # run.swarm_encrypted: emu.engines.engine_options
@@ -189,10 +189,10 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
 
 
 def controller(cluster, status: dict, clock: TimeBase = UNDILATED):
-    """The run's controller (emu.control): a session on every broker, each agent's requests
+    """The run's controller (emu.live.control): a session on every broker, each agent's requests
     through the broker the plan gives it (brokers are not bridged); its timeouts and reply
     times on the run's clock."""
-    from emu.control import Controller
+    from emu.live.control import Controller
 
     # One id for the run: a reconnection resumes the sessions, with their queued replies.
     return Controller.of_plan(cluster.plan, status, clock=clock,
@@ -202,7 +202,7 @@ def controller(cluster, status: dict, clock: TimeBase = UNDILATED):
 def _register(cluster, status: dict, agents: list[str], stage) -> None:
     stage(f"{len(agents)} agents registering")
     try:
-        # As `foglab emu up --experiment` does (emu.live), an exited agent giving up early.
+        # As `foglab emu up --experiment` does (emu.live.agents), an exited agent giving up early.
         wait_agents_registered(cluster, status, agents,
                                check=lambda: _agents_alive(cluster, agents))
     except TimeoutError as error:
@@ -223,7 +223,7 @@ def _run(cluster, request: Request, configs: dict, active: list[Feature],
               request.timing, request.seed, {f.key: f for f in active}, clock=clock)
     try:
         _begin(run, agents, stage)
-        # Where the host's CPU goes from the epoch to the run's end (emu.accounting).
+        # Where the host's CPU goes from the epoch to the run's end (emu.host.accounting).
         began = begin_accounting(cluster)
         relayed = cluster.links.counters()
         watch = RecordsWatch(cluster.records_root, request.records_limit)
@@ -275,7 +275,7 @@ def _begin(run: Run, agents: list[str], stage) -> None:
 
 def _during(run: Run, progress, watch=lambda: None) -> tuple[dict[str, dict], dict]:
     """Measure until the run's end, polling the features and the records' size (`watch`:
-    emu.records_watch, records past their limit stop the run); stop the features whatever
+    emu.run.records_watch, records past their limit stop the run); stop the features whatever
     happens (then poll once more: a fault that failed while stopping stops the run)."""
     features = list(run.features.values())
 
@@ -365,7 +365,7 @@ def _measure(cluster, status: dict, run: Timing, epoch: float, progress,
              health: Health, check=lambda: None,
              clock: TimeBase = UNDILATED) -> tuple[dict[str, dict], dict]:
     """Sample nodes and links until the run's end: the `nodes` and `links` columns, and the
-    fidelity sampler's facts (what it could measure on this host: emu.fidelity). Every time
+    fidelity sampler's facts (what it could measure on this host: emu.host.fidelity). Every time
     here is the run's clock's (`epoch` too); a sample waits K times its span on the host."""
     # A task on another node of a swarm has its cgroup there: sampled through its engine.
     sampler = NodeSampler.of_cluster(cluster.plan, status, epoch, clock=clock,

@@ -1,11 +1,11 @@
 """The energy-aware offload on real containers (`scenario.energy.offload` on emu, and on
 hybrid, which runs the same features): each battery gateway's container watched while the run
-measures, its operators moved to the cloud by emu.migration when workloads.energy's rule
+measures, its operators moved to the cloud by emu.features.moves.dispatch when workloads.energy's rule
 says so.
 
 The rule is workloads.energy's (`offload_reason`, `offload_time`), the one the model's
 watcher asks (sim.energy_policy); only the draw's source differs. Every `interval` (emulated
-seconds) the gateway's container is read as the `nodes` table's sampler reads it (emu.metrics:
+seconds) the gateway's container is read as the `nodes` table's sampler reads it (emu.host.metrics:
 its cgroup's CPU time over the host seconds since the last read, as a share of its CPU
 limit), turned into the emulated Pi's own utilisation by workloads.energy.hardware_share (the
 limit in host cores at the calibration's QEMU speed, over the Pi's cores) and into watts by
@@ -16,7 +16,7 @@ charge crosses the threshold, as on the model.
 
 The moves are made on a thread of their own, one at a time, in the order the gateways
 decided (the watcher keeps reading the others meanwhile): each operator the gateway runs, by
-`emu.migration.migrate` with the offload's strategy, the records the run's `migrations`
+`emu.features.moves.dispatch.migrate` with the offload's strategy, the records the run's `migrations`
 table gets. Nothing is decided at or after the run's end (its last read is recorded), and a
 move whose turn comes then is recorded refused (its start when its gateway decided). No way
 back: the battery does not recharge, the operators stay where they went.
@@ -30,7 +30,8 @@ import time
 from dataclasses import dataclass, field
 
 from emu.agent.timebase import TimeBase
-from emu.metrics import counters
+from emu.features.moves import dispatch
+from emu.host.metrics import counters
 from workloads.energy import Offload, Power, offload_reason, offload_time
 
 
@@ -73,7 +74,7 @@ class OffloadWatcher:
         self.control, self.policy, self.gauges = control, offload, gauges
         self.target, self.strategy, self.settings = target, strategy, settings
         self.clock, self.duration = clock, duration
-        # gateway -> its CPU counters (emu.metrics.counters; given: a unit test's stand-ins)
+        # gateway -> its CPU counters (emu.host.metrics.counters; given: a unit test's stand-ins)
         self.cgroups = cgroups if cgroups is not None else {
             g.gateway: counters(g.container,
                                 node=node_control(g.gateway) if node_control else None)
@@ -165,8 +166,6 @@ class OffloadWatcher:
                 next_read += policy.interval
 
     def _move(self) -> None:
-        from emu import migration
-
         while True:
             item = self._moves.get()
             if item is None:
@@ -174,11 +173,11 @@ class OffloadWatcher:
             gauge, operator = item
             now = self.clock.now()
             if now - self.epoch >= self.duration:  # its turn came after the run's end
-                record = migration.MigrationRecord.refused(
+                record = dispatch.MigrationRecord.refused(
                     len(self.records), operator, self.strategy, gauge.gateway, self.target,
                     self.epoch + gauge.t, now)
             else:
-                record = migration.attempt(self.control, operator, gauge.gateway, self.target,
+                record = dispatch.attempt(self.control, operator, gauge.gateway, self.target,
                                            self.strategy, self.settings,
                                            record_id=len(self.records), clock=self.clock)
             if record.status == "done":
@@ -189,7 +188,7 @@ class OffloadWatcher:
 
     def finish(self) -> list:
         """Stop watching; wait for the moves already decided (a move begun is not cut); the
-        records (emu.migration.MigrationRecord)."""
+        records (emu.features.moves.dispatch.MigrationRecord)."""
         self._stop.set()
         if self._watcher.is_alive():
             self._watcher.join()

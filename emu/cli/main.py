@@ -6,7 +6,7 @@ The main command line (`experiments.cli`) adds this as its `emu` group; it print
 makes containers removes what it made and exits 130 (143 for SIGTERM) without a traceback;
 during `migrate`, it waits until the move has finished or rolled back. What a command needs to
 know of, or do to, a cluster that is up (its agents, where operators run, starting its
-drivers) is emu.live's; this module prints and chooses the exit codes.
+drivers) is emu.live.agents's; this module prints and chooses the exit codes.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from rich import box
 from rich.progress import Progress
 from rich.table import Table
 
-from emu.apply_cli import emu_apply
-from emu.cli_clusters import (
+from emu.cli.apply_command import emu_apply
+from emu.cli.clusters import (
     ClusterOption,
     cluster_name,
     docker_client,
@@ -34,7 +34,7 @@ from emu.cli_clusters import (
 )
 from emu.engines import DEFAULT as DEFAULT_ENGINE
 from emu.engines import ENGINES
-from emu.live import EXPERIMENT_LABEL, PING_TIMEOUT_S, SETS_LABEL
+from emu.live.agents import EXPERIMENT_LABEL, PING_TIMEOUT_S, SETS_LABEL
 from topologies.errors import SpecError
 from topologies.terminal import (
     bars,
@@ -87,7 +87,7 @@ def emu_doctor(fix: Annotated[bool, typer.Option(
         help="install and start what is missing (root): docker.io, qemu-user-static, "
              "binfmt-support, debootstrap")] = False) -> None:
     """Check this host for emulation: Docker Engine, arm64 through binfmt, debootstrap, netem."""
-    from emu.host import check
+    from emu.host.doctor import check
 
     outcome = check(fix=fix, report=lambda line: say(line, style="dim"))
     console.print(outcome.table())
@@ -173,7 +173,7 @@ class _UpBars:
 @dataclass
 class _Deployed:
     """What `foglab emu up` brings up: a topology alone (idle agents), or an experiment's,
-    with each agent's config from emu.deployment."""
+    with each agent's config from emu.run.deployment."""
 
     topology: Topology
     agents: dict[str, AgentConfig] | None = None  # None: idle agents
@@ -205,7 +205,7 @@ def deployed_or_exit(topology: str | None, experiment: str | None, sets: list[st
         error("--agent-command replaces the agents, which run the experiment's drivers and "
               "operators: leave it out, or bring up the topology alone")
         raise typer.Exit(2)
-    from emu.deployment import agent_configs
+    from emu.run.deployment import agent_configs
 
     try:
         path, loaded = load_experiment(experiment, sets)
@@ -308,7 +308,7 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
     from emu.cluster.hold import hold
     from emu.cluster.plan import plan_cluster
     from emu.engines import engine_class
-    from emu.live import start_drivers
+    from emu.live.agents import start_drivers
 
     try:
         plan = plan_cluster(deployed.topology, cluster, agents=deployed.agents,
@@ -366,7 +366,7 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
 
 def _running_operators(plan) -> str:
     """Where the experiment's operators run, for the user to move them."""
-    from emu.live import running_operators
+    from emu.live.agents import running_operators
 
     where = running_operators(plan)
     devices = sum(len(d.devices) for a in plan.agents() for d in a.agent.drivers)
@@ -440,7 +440,7 @@ def emu_plan(
 ) -> None:
     """Predict an experiment's hosts, start-up time and CPU pressure per host from the
     calibrated model (docs/capacity.md); exit 2 naming the figures when it cannot fit."""
-    from emu.capacity import TARGET_PRESSURE, CapacityRefused, host_memory, plan_experiment
+    from emu.host.capacity import TARGET_PRESSURE, CapacityRefused, host_memory, plan_experiment
     from topologies import units
 
     if hosts < 1:
@@ -627,8 +627,8 @@ def emu_migrate(
 ) -> None:
     """Move a running operator's instance to another node of a cluster that is up (`foglab
     emu up --experiment`), showing the migration's phases, and print its record."""
-    from emu.live import ExperimentGone, agents_and_brokers, cluster_login, experiment_settings
-    from emu.migration import STRATEGIES
+    from emu.live.agents import ExperimentGone, agents_and_brokers, cluster_login, experiment_settings
+    from emu.features.moves.dispatch import STRATEGIES
 
     positive("--timeout", timeout)
     if strategy is not None and strategy not in STRATEGIES:
@@ -678,7 +678,7 @@ def _instance_to_move(operator: str, source: str | None, to: str, name: str, age
                       login) -> str:
     """The node whose instance of `operator` moves to `to` (`source`, or the one node that
     runs it), asked of the agents; exit 1 if there is none, or it cannot move there."""
-    from emu.live import where_operators_run as where_running
+    from emu.live.agents import where_operators_run as where_running
 
     with console.status("asking the agents what they run"):
         running, silent = where_running(agents, brokers, credentials=login)
@@ -716,11 +716,11 @@ def _instance_to_move(operator: str, source: str | None, to: str, name: str, age
 
 def _migrated(client, name: str, login, agents, brokers, operator: str, source: str, to: str,
               strategy: str, settings, timeout: float):
-    """Move the instance (emu.migration.migrate), its phases shown as they pass: (its record,
+    """Move the instance (emu.features.moves.dispatch.migrate), its phases shown as they pass: (its record,
     the signals caught meanwhile); exit 2 if the migration could not be carried out."""
     import time
 
-    from emu.migration import MigrationError, migrate
+    from emu.features.moves.dispatch import MigrationError, migrate
 
     # A migration under way finishes or rolls back (each step has its timeout) before a
     # Ctrl-C takes effect: cut short, it would leave the operator paused.
@@ -744,7 +744,7 @@ def _migrated(client, name: str, login, agents, brokers, operator: str, source: 
 
 
 def _controller(broker: str, login: tuple[str, str] | None = None, grants=None):
-    from emu.control import Controller
+    from emu.live.control import Controller
 
     return Controller(broker, credentials=login, grants=grants)
 

@@ -120,7 +120,7 @@ class NodeSampler:
     starts its cgroup's CPU counter again at 0: a reading below the last one is taken as the
     CPU time since that restart, within the interval.
 
-    With `fidelity` (emu.fidelity.FidelitySampler, made by `watch`), each row also has what
+    With `fidelity` (emu.host.fidelity.FidelitySampler, made by `watch`), each row also has what
     could distort the run at that sample: the host's CPU pressure, the link relays' timer lag
     and the node's CPU throttling (null for a node that is down).
     """
@@ -144,9 +144,9 @@ class NodeSampler:
         self.fidelity = None
 
     def watch(self, lag=None, pressure=None):
-        """Sample the fidelity columns too (emu.fidelity); `lag`: the relays' (RelaySet.lag),
+        """Sample the fidelity columns too (emu.host.fidelity); `lag`: the relays' (RelaySet.lag),
         None without relays. Returns the FidelitySampler, whose `facts` the manifest keeps."""
-        from emu.fidelity import COLUMNS, FidelitySampler
+        from emu.host.fidelity import COLUMNS, FidelitySampler
 
         self.fidelity = FidelitySampler({node: cgroup.cpu_file
                                          for node, cgroup in self.cgroups.items()

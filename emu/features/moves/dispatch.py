@@ -2,8 +2,8 @@
 
 A move goes the way its operator's engine moves (workloads.operator_engines: `moves_by`),
 through MOVERS, one mover a way: an instance the agents run, by their protocol
-(emu.python_migration: pause, state through ZooKeeper, resume; or parallel), or a Spark query,
-into a warm standby on the target (emu.spark_migration). Only this module imports both;
+(emu.features.moves.by_agents: pause, state through ZooKeeper, resume; or parallel), or a Spark query,
+into a warm standby on the target (emu.features.moves.spark_query). Only this module imports both;
 neither imports it, and the agents' mover nothing of Spark's (Spark's takes its error, its
 clock and the move of the node's arrival recorder from it). An engine that moves an existing
 way is one entry in the registry, a new way one line here. The record is
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 from emu.agent.timebase import TimeBase
-from emu.python_migration import (  # noqa: F401 - re-exported: callers import them from here
+from emu.features.moves.by_agents import (  # noqa: F401 - re-exported: callers import them from here
     STATE_ROOT,
     STRATEGIES,
     SYNC_WINDOWS,
@@ -25,7 +25,7 @@ from emu.python_migration import (  # noqa: F401 - re-exported: callers import t
     clock_of,
     migrate_instance,
 )
-from emu.spark_migration import migrate_query
+from emu.features.moves.spark_query import migrate_query
 from workloads.migration.record import MigrationRecord
 from workloads.operator_engines import DEFAULT_ENGINE, Move, operator_engine
 
@@ -44,7 +44,7 @@ def migrate(control, operator: str, source: str, target: str,
             clock: TimeBase | None = None) -> MigrationRecord:
     """Move `operator`'s instance from agent `source` to agent `target`.
 
-    `control`: a connected emu.control.Controller, or a broker's "host:port" (a controller
+    `control`: a connected emu.live.control.Controller, or a broker's "host:port" (a controller
     is connected for the migration). `settings`: a workloads.scenario.MigrationSettings (its
     `chunk`, and `sync` for parallel), or None. `timeout`: how long one step, or one chunk,
     may take; `sync_timeout` how long a parallel migration may wait for synchronisation
@@ -52,7 +52,7 @@ def migrate(control, operator: str, source: str, target: str,
     hears each phase as it begins. A failed migration is a record with status `failed`;
     a MigrationError only for a migration refused before anything happened. `engine`: the
     operator's, which says how it moves: "spark", a Spark query moved between cloud VMs by
-    emu.spark_migration.migrate_query (`records(node)`: the node's records folder on the host).
+    emu.features.moves.spark_query.migrate_query (`records(node)`: the node's records folder on the host).
     The record's times are on `clock`, the run's time base (emu.agent.timebase; by default
     the controller's `clock`).
     """

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from emu.agent.records import read_record
-from emu.errors import EmuError
+from emu.run.errors import EmuError
 from workloads.operator_engines import operator_engine
 
 # A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.
@@ -50,10 +50,10 @@ def drain_spark_jobs(cluster, end: float, dead: set[str], moved: list = (),
     its node (its micro-batches' `read` offset); per operator, the seconds after the run's
     end that took, or None if it did not catch up within SPARK_DRAIN_TIMEOUT_S or its node
     is dead. The messages table measures delivery to the node; this measures Spark's lag
-    behind it. A query `moved` (emu.spark_migration) is followed: its last job's offset
+    behind it. A query `moved` (emu.features.moves.spark_query) is followed: its last job's offset
     counts the messages of every node it read on (its journal went with it). `end` and `now`
     (a clock) are the run's time (emulated at a dilation)."""
-    from emu.spark_migration import places
+    from emu.features.moves.spark_query import places
 
     where = places(list(moved))
     chains = {(n, o): where.get(o, [(n, o)]) for n, o in spark_jobs(cluster)}
