@@ -77,8 +77,8 @@ def apply_to(path: Path, control, nodes: list[str], agents) -> tuple[float, str]
     """One apply as `foglab emu apply` makes it: its seconds and the plan's summary with
     where the time went (loading the file, reading the agents back, the plan, its requests,
     the verifying read)."""
-    from emu.live.apply import ApplyError, desired, differences, execute, plan_for, read_running
     from emu.cli.clusters import load_experiment
+    from emu.live.apply import ApplyError, desired, differences, execute, plan_for, read_running
 
     marks = [time.perf_counter()]
     path, loaded = load_experiment(str(path), [])
@@ -122,13 +122,13 @@ def main() -> None:
     import docker
 
     import experiments.emu_commands  # noqa: F401 - hands emu.cli.main the experiment loader
-    from emu.live.apply import agent_nodes
     from emu.cli.main import deployed_or_exit
     from emu.cluster.plan import plan_cluster
-    from emu.live.control import Controller
     from emu.engines.docker.engine import Cluster
     from emu.images import DOCKER_TIMEOUT_S
     from emu.live.agents import agents_and_brokers, start_drivers
+    from emu.live.apply import agent_nodes
+    from emu.live.control import Controller
 
     print(f"load_before={load()}")
     folder = Path(tempfile.mkdtemp(prefix="foglab-apply-bench-"))

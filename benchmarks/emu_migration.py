@@ -14,8 +14,8 @@ host publishes numbered envelopes (QoS 1, serial numbers stamped) as fast as the
 them (at most `--backlog` unprocessed), measures that rate (`fill_rate=`), and stops once the
 window's snapshot reaches `--state-mb` MB (the thesis's state at 10,000 events/s, Table 5.2).
 Then, with input flowing at `--move-rate` events/s, it moves the operator to gw-2
-(emu.features.moves.dispatch.migrate, pause_transfer through the cluster's ZooKeeper in 1 MB chunks) and
-checks every event was processed once: by the source before the pause or by the target after.
+(emu.features.moves.dispatch.migrate, pause_transfer through the cluster's ZooKeeper in 1 MB chunks)
+and checks every event was processed once: by the source before the pause or by the target after.
 
 Printed: the host's load, the phases of the move (from the host's record and the agents'
 own clocks: pause to drained, snapshot, ZooKeeper chunks, resume request, restore, session
@@ -33,8 +33,8 @@ cores).
 5 s tumbling time count reading through its own session and writing `bench-out`; the host
 publishes unstamped envelopes at `--rate` (the source numbers them) and hears every window
 output that goes downstream. After the first (partial) window and `--windows` full ones it
-moves the count to gw-2 by parallel migration (emu.features.moves.dispatch.migrate, S = `--sync`), then
-waits `--windows` more. Printed: the phases, the checker's mode and offset, how long to
+moves the count to gw-2 by parallel migration (emu.features.moves.dispatch.migrate, S = `--sync`),
+then waits `--windows` more. Printed: the phases, the checker's mode and offset, how long to
 synchronise (`sync_s=`, divert to handover) and the whole move, the input handover
 (`hold_s=` from the source leaving its session to the target having it, `held=` the inputs
 sent before then that the target processed: those the broker held, and the source's backlog),
@@ -115,11 +115,11 @@ from emu import images  # noqa: E402
 from emu.agent.config import OperatorConfig  # noqa: E402
 from emu.agent.protocol import Envelope, message_id  # noqa: E402
 from emu.cluster.plan import plan_cluster  # noqa: E402
-from emu.live.control import Controller, wait_registered  # noqa: E402
 from emu.engines.docker.engine import Cluster  # noqa: E402
+from emu.features.moves.dispatch import migrate  # noqa: E402
 from emu.host.fidelity import HostPressure  # noqa: E402
 from emu.links.probe import choose_shaper  # noqa: E402
-from emu.features.moves.dispatch import migrate  # noqa: E402
+from emu.live.control import Controller, wait_registered  # noqa: E402
 from topologies.terminal import stop_on_signals  # noqa: E402
 
 THESIS_DOWNTIME_S = 14.35  # Table 5.2: 8.4 MB of state at 10,000 events/s

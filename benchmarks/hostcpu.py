@@ -4,8 +4,8 @@
 before the agents stop) and the nodes' sampler while a benchmark runs experiments in this
 process, and keeps one `host_cpu` fact per emulated run. It reads counters only at the span's
 two ends (and times the sampler with time.thread_time, to split it from the run loop), so the
-run it watches is not changed. Until emu.run.emulate keeps the fact itself (emu.host.accounting.account),
-this is how the benchmarks get it.
+run it watches is not changed. Until emu.run.emulate keeps the fact itself
+(emu.host.accounting.account), this is how the benchmarks get it.
 
 `idle_rates` measures the agents' idle loops: the same cluster with every driver at rate 0,
 each container's CPU per second; `lines` prints a breakdown with them split out.

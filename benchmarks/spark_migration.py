@@ -30,8 +30,8 @@ then; "built-at-handover" builds it from the handover's record (as the export st
 Measured on the development host (2 cores): checkpoint downtime 19.3 s, best 9.2 s; lost 0,
 duplicated 0.
 
-`--emu`: between two cloud VMs' containers (`emu.features.moves.spark_query`), one emulated run per way:
-`--emu-sensors` (8) sensors at `--emu-rate` (2/s) readings each, QoS 1, on an arm64 gateway
+`--emu`: between two cloud VMs' containers (`emu.features.moves.spark_query`), one emulated run per
+way: `--emu-sensors` (8) sensors at `--emu-rate` (2/s) readings each, QoS 1, on an arm64 gateway
 under QEMU, through Mosquitto to STATS on cloud-1 (vm.medium: 2 CPUs, local[2]), moved to
 cloud-2 at `--emu-at` (30 s), where a standby its agent started before the run's epoch waits
 warm (the figures below: it started when the run began, and the move waited for it). The

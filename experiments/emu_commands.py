@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from emu.cli.apply_command import use_plans
-from emu.cli.main import app, use_demand
 from emu.cli.clusters import use_experiments
+from emu.cli.main import app
+from emu.cli.plan_command import use_demand
 from experiments.apply_cli import show_plan
 from experiments.catalog import experiment_path
 from experiments.loader import Experiment, load

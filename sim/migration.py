@@ -146,8 +146,8 @@ class Coordinator:
             return
         down = [node for node in (source.node, target) if node in self.model.down]
         if down:
-            # A crashed node answers no command (emu.features.moves.dispatch.attempt: a move that could not
-            # begin is failed): the operator stays where it is.
+            # A crashed node answers no command (emu.features.moves.dispatch.attempt: a move that
+            # could not begin is failed): the operator stays where it is.
             self.records.append(SharedRecord(
                 len(self.records), group.name, strategy, source.node, target, now, now,
                 status="failed", error=f"{' and '.join(down)} down (crashed) when it began"))

@@ -154,8 +154,8 @@ class Spark(_Strict):
 # batch at about 80 messages a batch (G = 4, K = 2) and 2.30 at about 300 (G = 12, K = 2.5):
 # 1.56 s a batch and 2.5 ms a message; at G = 100 (1,000 messages a batch, K = 5) that predicts
 # 0.81 cores where the job took 0.74, and the batch alone (1.7 s, the figure before) 0.40.
-# emu.host.calibrate.measure_spark's own short spans split it 2.5 s + 2.2 ms and 1.5 s + 5.7 ms in
-# two runs (the JVM's age moves the split): a profile that measured Spark says its own.
+# emu.host.calibrate_spark.measure_spark's own short spans split it 2.5 s + 2.2 ms and 1.5 s + 5.7
+# ms in two runs (the JVM's age moves the split): a profile that measured Spark says its own.
 DEFAULT_SPARK = Spark(batch=1.56, message=0.0025, trigger=1.0, measured=False)
 
 

@@ -16,13 +16,15 @@ from enum import Enum
 
 
 class Move(Enum):
-    """How an instance moves between nodes; emu.features.moves.dispatch.MOVERS has a mover for each."""
+    """How an instance moves between nodes; emu.features.moves.dispatch.MOVERS has a mover for
+    each."""
 
     # The agents' protocol: the source pauses, its state crosses ZooKeeper, the target resumes
     # on the input session the broker held (emu.agent.migration); or the parallel strategy.
     AGENTS = "agents"
     # A warm standby job the target starts ahead takes the query's checkpoint or exported
-    # state and the source's broker session (emu.features.moves.spark_query), strategy pause_transfer.
+    # state and the source's broker session (emu.features.moves.spark_query), strategy
+    # pause_transfer.
     STANDBY = "standby"
 
 

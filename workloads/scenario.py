@@ -220,8 +220,8 @@ def _check_target_up(spec, topology, path: tuple, plan: ScheduledMigration) -> N
 
 def _check_spark_move(topology, path: tuple, operator: str, target: str,
                       strategy: str, way: str) -> None:
-    """A Spark query moves with its per-sensor state (emu.features.moves.spark_query; on sim, a pause
-    and the target's start-up), from cloud VM to cloud VM."""
+    """A Spark query moves with its per-sensor state (emu.features.moves.spark_query; on sim, a
+    pause and the target's start-up), from cloud VM to cloud VM."""
     if strategy != "pause_transfer":
         raise SpecError(path + ("strategy",), strategy,
                         f"pause_transfer: {operator} is a Spark query, whose per-sensor state "

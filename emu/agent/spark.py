@@ -6,8 +6,8 @@ broker session, so the agent meanwhile records each message's arrival at the nod
 does (see Agent): the messages table measures delivery to the node where Spark reads, and the
 job's own micro-batch progress (`<records>/<work>/progress.jsonl`) measures Spark.
 
-Moving a query (the host drives it: emu.features.moves.spark_query; workloads.spark.migration says how a
-job hands over) takes these migration steps, requests answered as the other steps are
+Moving a query (the host drives it: emu.features.moves.spark_query; workloads.spark.migration says
+how a job hands over) takes these migration steps, requests answered as the other steps are
 (emu.agent.management):
 
 - `migrate.spark.status`: the node's jobs of an operator (work directory, whether it runs the

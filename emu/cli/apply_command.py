@@ -103,8 +103,8 @@ def _reached(cluster: str | None, path, wanted):
     """The running cluster the experiment goes to: (its name, its agents, their nodes, each
     node's broker, the login to them); exit ERROR if it cannot place the experiment's
     operators or no broker of its agents is known."""
-    from emu.live.apply import agent_nodes
     from emu.live.agents import agents_and_brokers, cluster_login
+    from emu.live.apply import agent_nodes
 
     client = docker_client()
     name = which_cluster(client, cluster)

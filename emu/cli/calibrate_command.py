@@ -35,9 +35,9 @@ def calibrate(
     Mosquitto's service time, the link layer's delay per leg and a Spark job's CPU per
     micro-batch; write them as a calibration
     profile that `run.calibration: NAME` makes the model use (see workloads.calibration)."""
-    from emu.host.calibrate import CalibrationFailed
-    from emu.host.calibrate import calibrate as measure
     from emu.cli.clusters import docker_client
+    from emu.host.calibrate import calibrate as measure
+    from emu.host.calibrate_plan import CalibrationFailed
     from workloads.calibration import is_path, target, write
 
     try:

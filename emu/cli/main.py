@@ -11,13 +11,11 @@ drivers) is emu.live.agents's; this module prints and chooses the exit codes.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich import box
@@ -32,9 +30,11 @@ from emu.cli.clusters import (
     load_experiment,
     which_cluster,
 )
+from emu.cli.migrate_command import emu_migrate
+from emu.cli.plan_command import emu_plan
 from emu.engines import DEFAULT as DEFAULT_ENGINE
 from emu.engines import ENGINES
-from emu.live.agents import EXPERIMENT_LABEL, PING_TIMEOUT_S, SETS_LABEL
+from emu.live.agents import EXPERIMENT_LABEL, SETS_LABEL
 from topologies.errors import SpecError
 from topologies.terminal import (
     bars,
@@ -43,11 +43,9 @@ from topologies.terminal import (
     escape,
     exit_code,
     folder_to_write,
-    positive,
     refuse,
     say,
     stop_on_signals,
-    warning,
 )
 
 if TYPE_CHECKING:
@@ -58,17 +56,6 @@ app = typer.Typer(no_args_is_help=True,
                   help="Prepare the host and images; run topologies as containers.")
 
 ENGINES_HELP = "; ".join(f"{e.name}: {e.summary}" for e in ENGINES.values())
-
-
-# How `emu plan` predicts each container's CPU demand: the calibrated model's, which emu
-# cannot run (it imports no sim), handed over by the experiment layer (experiments.planning).
-_demand: list[Callable[[Any, Any], tuple[dict[str, float], float | str]]] = []
-
-
-def use_demand(predict: Callable[[Any, Any], tuple[dict[str, float], float | str]]) -> None:
-    """Take `predict(spec, topology)`: each container's host cores at K = 1 with the
-    testbed's `relays` and `engine`, and the dilation to plan at (a number or `auto`)."""
-    _demand[:] = [predict]
 
 
 def topology_or_exit(name: str):
@@ -302,7 +289,6 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
         records: Path | None, agent_command: str | None, labels: dict,
         label_options: list[str], notice: Path | None, log: Path | None,
         topology: str | None, engine: str = "docker") -> None:
-    import os
     import shlex
 
     from emu.cluster.hold import hold
@@ -425,87 +411,6 @@ def _up_detached(topology: str | None, deployed: _Deployed, cluster: str, zookee
         say(outcome["operators"])
 
 
-@app.command("plan")
-def emu_plan(
-    experiment: Annotated[str, typer.Argument(help="an experiment file or catalog name")],
-    hosts: Annotated[int, typer.Option(help="hosts to place the containers on")] = 1,
-    cores: Annotated[float | None, typer.Option(
-        help="cores per host (default: this host's)")] = None,
-    memory: Annotated[str | None, typer.Option(
-        help="memory per host, e.g. 24GiB (default: this host's)")] = None,
-    set_: Annotated[list[str] | None, typer.Option(
-        "--set", help="KEY=VALUE: change the experiment (as `foglab run --set`)")] = None,
-    plain: Annotated[bool, typer.Option(
-        help="key=value lines instead of the table")] = False,
-) -> None:
-    """Predict an experiment's hosts, start-up time and CPU pressure per host from the
-    calibrated model (docs/capacity.md); exit 2 naming the figures when it cannot fit."""
-    from emu.host.capacity import TARGET_PRESSURE, CapacityRefused, host_memory, plan_experiment
-    from topologies import units
-
-    if hosts < 1:
-        refuse(f"--hosts {hosts}: must be at least 1")
-    if cores is not None:
-        positive("--cores", cores)
-    size = host_memory()
-    if memory is not None:
-        try:
-            size = units.size(memory)
-        except ValueError as failure:
-            refuse(f"--memory {memory}: {failure}")
-        if size <= 0:
-            refuse(f"--memory {memory}: must be above 0")
-    if not _demand:
-        refuse("emu plan needs the calibrated model's demand (these commands were mounted "
-               "without the experiment layer: experiments.planning, use_demand)")
-    try:
-        _, loaded = load_experiment(experiment, set_ or [])
-    except SpecError as failure:
-        refuse(failure)
-    if len(loaded.points) > 1:
-        swept = ", ".join(sorted(loaded.points[1].values))
-        refuse(f"{loaded.file}: sweeps {len(loaded.points)} points ({swept}); a plan is of "
-               f"one: choose it with --set, e.g. --set {swept.split(', ')[0]}=...")
-    point = loaded.points[0]
-    spec = point.spec
-    cores = cores if cores is not None else float(len(os.sched_getaffinity(0)))
-    demand, dilation = _demand[0](spec, point.topology)
-    try:
-        plan = plan_experiment(point.topology, spec.workload, spec.pipeline, spec.run.seed,
-                               demand, hosts, cores, size, dilation)
-    except CapacityRefused as failure:
-        refuse(f"{experiment}: {failure}")
-    if plain:
-        for key, value in plan.figures().items():
-            console.print(f"{key}={value}", soft_wrap=True, highlight=False, markup=False)
-    else:
-        console.print(_plan_table(plan))
-        needed = plan.hosts_needed if plan.hosts_needed is not None else "none (dilate)"
-        say(f"{plan.total_demand:.2f} host cores predicted at K=1 (calibrated model), run at "
-            f"K={plan.dilation:g} (asked {plan.asked}); start-up ~{plan.start_s:.1f} s; hosts "
-            f"needed at pressure {TARGET_PRESSURE:g}"
-            f"{' in real time' if isinstance(plan.asked, str) else ''}: {needed}")
-    if plan.saturated:
-        warning(f"predicted pressure {plan.max_pressure:.2f} > {TARGET_PRESSURE:g} on "
-                f"{len(plan.hosts)} host(s): the emulated figures would be partly the "
-                "testbed's; add --hosts or dilate (--set run.dilation=auto)")
-
-
-def _plan_table(plan) -> Table:
-    table = Table(box=box.SIMPLE, title=f"capacity on {len(plan.hosts)} host(s) of "
-                                        f"{plan.cores:g} cores, {plan.memory / 2**30:.1f} GiB")
-    for column in ("host", "containers", "sites", "cores (K=1)", "pressure", "memory GiB",
-                   "start-up s"):
-        table.add_column(column, justify="left" if column in ("host", "sites") else "right")
-    for host in plan.hosts:
-        style = "red" if host.pressure > 1 else "yellow" if host.pressure > 0.5 else None
-        table.add_row(str(host.index), str(len(host.containers)),
-                      escape(", ".join(host.sites)), f"{host.demand:.3f}",
-                      f"{host.pressure:.3f}", f"{host.memory / 2**30:.2f}",
-                      f"{host.start_s:.1f}", style=style)
-    return table
-
-
 @app.command("down")
 def emu_down(cluster: ClusterOption = None,
              all_: Annotated[bool, typer.Option("--all", help="every foglab cluster")] = False
@@ -587,196 +492,6 @@ def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
         pass
 
 
-# -- moving an operator on a cluster that is up ----------------------------------------------
-
-# The record's figures, as `foglab emu migrate` prints them: (column, field, format).
-RECORD_ROWS = (("status", "status", "{}"), ("downtime", "downtime", "{:.3f} s"),
-               ("held", "held", "{}"), ("state bytes", "state_bytes", "{:,}"),
-               ("chunks", "chunks", "{}"), ("lost", "lost", "{}"),
-               ("duplicated", "duplicates", "{}"), ("reordered", "reordered", "{}"))
-
-
-def _record_table(record) -> Table:
-    table = Table(title=f"migration of {escape(record.operator)}: {escape(record.source)} -> "
-                        f"{escape(record.target)} ({record.strategy})",
-                  title_justify="left", box=box.SIMPLE_HEAD)
-    for column, _, _ in RECORD_ROWS:
-        table.add_column(column, justify="left" if column == "status" else "right")
-    cells = []
-    for _, name, shape in RECORD_ROWS:
-        value = getattr(record, name)
-        cells.append("-" if isinstance(value, float) and value != value else shape.format(value))
-    colour = "green" if record.status == "done" else "red"
-    cells[0] = f"[{colour}]{cells[0]}[/{colour}]"
-    table.add_row(*cells)
-    return table
-
-
-@app.command("migrate")
-def emu_migrate(
-    operator: Annotated[str, typer.Argument(help="the operator to move, e.g. count")],
-    to: Annotated[str, typer.Option("--to", help="the gateway or cloud VM to move it to")],
-    strategy: Annotated[str | None, typer.Option(
-        help="pause_drain, pause_transfer or parallel (default: the experiment's "
-             "scenario.migration.strategy, else pause_transfer)")] = None,
-    source: Annotated[str | None, typer.Option(
-        "--from", help="the node whose instance moves, when the operator runs on several")]
-    = None,
-    timeout: Annotated[float, typer.Option(help="seconds one step may take")] = 30.0,
-    cluster: ClusterOption = None,
-) -> None:
-    """Move a running operator's instance to another node of a cluster that is up (`foglab
-    emu up --experiment`), showing the migration's phases, and print its record."""
-    from emu.live.agents import ExperimentGone, agents_and_brokers, cluster_login, experiment_settings
-    from emu.features.moves.dispatch import STRATEGIES
-
-    positive("--timeout", timeout)
-    if strategy is not None and strategy not in STRATEGIES:
-        refuse(f"--strategy {strategy}: unknown strategy {strategy!r}; strategies on emu: "
-               f"{', '.join(STRATEGIES)}")
-    client = docker_client()
-    name = which_cluster(client, cluster)
-    agents, brokers, kinds = agents_and_brokers(client, name)
-    try:
-        login = cluster_login(client, name)
-    except PermissionError as refused:
-        error(refused)
-        raise typer.Exit(1) from None
-    _check_move_target(to, name, agents, kinds)
-    try:
-        settings = experiment_settings(client, name, load_experiment)
-    except ExperimentGone as gone:
-        warning(f"{gone}: the migration takes the default settings")
-        settings = None
-    strategy = strategy or getattr(settings, "strategy", None) or "pause_transfer"
-    source = _instance_to_move(operator, source, to, name, agents, brokers, login)
-    record, caught = _migrated(client, name, login, agents, brokers, operator, source, to,
-                               strategy, settings, timeout)
-    console.print(_record_table(record))
-    if caught:
-        say("interrupted: the migration had finished or rolled back first", style="yellow")
-        raise typer.Exit(128 + caught[0])
-    if record.status != "done":
-        error(f"the migration failed and was rolled back to {source}: {record.error}")
-        raise typer.Exit(1)
-    say(f"{operator} runs on {to} now")
-
-
-def _check_move_target(to: str, name: str, agents, kinds) -> None:
-    """Exit 1 unless `to` is a node of cluster `name` whose agent can run an operator."""
-    if to not in kinds:
-        error(f"no node {to!r} in cluster {name}; its nodes: {', '.join(kinds)}")
-        raise typer.Exit(1)
-    if to not in agents or agents[to].kind not in ("gateway", "cloud_vm"):
-        movable = [n for n, a in agents.items() if a.kind in ("gateway", "cloud_vm")]
-        error(f"{to} is a {kinds[to]}: an operator moves to a gateway or cloud VM, whose agent "
-              f"runs it ({', '.join(movable) or 'none in this cluster'})")
-        raise typer.Exit(1)
-
-
-def _instance_to_move(operator: str, source: str | None, to: str, name: str, agents, brokers,
-                      login) -> str:
-    """The node whose instance of `operator` moves to `to` (`source`, or the one node that
-    runs it), asked of the agents; exit 1 if there is none, or it cannot move there."""
-    from emu.live.agents import where_operators_run as where_running
-
-    with console.status("asking the agents what they run"):
-        running, silent = where_running(agents, brokers, credentials=login)
-    if not running and silent and len(silent) == len(agents):
-        error(f"no agent of cluster {name} answered a ping within {PING_TIMEOUT_S:g} s "
-              f"({', '.join(silent)}): are they agents (not --agent-command)?")
-        raise typer.Exit(1)
-    nodes = running.get(operator, [])
-    if not nodes:
-        known = "; ".join(f"{op} on {', '.join(where)}" for op, where in sorted(running.items()))
-        error(f"no operator {operator!r} runs in cluster {name}; running: {known or 'none'}"
-              + (f" (no answer from {', '.join(silent)})" if silent else ""))
-        raise typer.Exit(1)
-    if source is None:
-        if len(nodes) > 1:
-            error(f"{operator} runs on {', '.join(nodes)}: say which instance moves with --from")
-            raise typer.Exit(1)
-        source = nodes[0]
-    elif source not in nodes:
-        error(f"{operator} does not run on {source}; it runs on {', '.join(nodes)}")
-        raise typer.Exit(1)
-    if source == to:
-        error(f"{operator} runs on {to} already: give another node with --to")
-        raise typer.Exit(1)
-    if to in running.get(operator, []):
-        error(f"{to} runs an instance of {operator} already: one node holds one instance")
-        raise typer.Exit(1)
-    if agents[source].broker != agents[to].broker:
-        error(f"{source} talks to broker {agents[source].broker} and {to} to "
-              f"{agents[to].broker}: the emulation does not bridge brokers, so the input "
-              f"session cannot move between them")
-        raise typer.Exit(1)
-    return source
-
-
-def _migrated(client, name: str, login, agents, brokers, operator: str, source: str, to: str,
-              strategy: str, settings, timeout: float):
-    """Move the instance (emu.features.moves.dispatch.migrate), its phases shown as they pass: (its record,
-    the signals caught meanwhile); exit 2 if the migration could not be carried out."""
-    import time
-
-    from emu.features.moves.dispatch import MigrationError, migrate
-
-    # A migration under way finishes or rolls back (each step has its timeout) before a
-    # Ctrl-C takes effect: cut short, it would leave the operator paused.
-    with _interrupts_held() as caught, bars(counted=False) as shown:
-        phase = shown.add_task(f"{operator}: {source} -> {to} ({strategy})", total=None)
-        started = time.time()
-
-        def progress(step: str) -> None:
-            shown.update(phase, description=f"{operator}: {step}")
-            say(f"[{time.time() - started:6.2f} s] {step}", style="dim")
-
-        try:
-            with _controller(brokers[agents[source].broker], login,
-                             _grants(client, name, login)) as control:
-                record = migrate(control, operator, source, to, strategy, settings,
-                                 timeout=timeout, progress=progress)
-        except MigrationError as failure:
-            error(failure)
-            raise typer.Exit(2) from None
-    return record, caught
-
-
-def _controller(broker: str, login: tuple[str, str] | None = None, grants=None):
-    from emu.live.control import Controller
-
-    return Controller(broker, credentials=login, grants=grants)
-
-
-def _grants(client, cluster: str, login):
-    """A closed cluster's read grants (emu.cluster.grants): the target of a move is granted
-    the operator's reads before its instance starts there. None for an open cluster."""
-    from emu.cluster.grants import Grants
-
-    return Grants.of_cluster(cluster, client, tls=getattr(login, "tls", None))
-
-
-@contextlib.contextmanager
-def _interrupts_held():
-    """Note Ctrl-C, SIGTERM and SIGHUP instead of acting on them; the caller decides after.
-    Yields the signal numbers caught."""
-    import signal
-
-    caught: list[int] = []
-
-    def note(number: int, frame: object) -> None:
-        if not caught:
-            warning("a migration under way finishes or rolls back first")
-        caught.append(number)
-
-    numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {number: signal.signal(number, note) for number in numbers}
-    try:
-        yield caught
-    finally:
-        for number, handler in previous.items():
-            signal.signal(number, handler)
-
-
 app.command("apply")(emu_apply)
+app.command("plan")(emu_plan)
+app.command("migrate")(emu_migrate)

@@ -646,7 +646,8 @@ class _Planner:
         an instance that may move (a Python one with a session of its own) keeps its session
         on the broker of the node it starts on, and every node it may move to (`targets`, by
         default every gateway and cloud VM) reaches that broker. A Spark query's session
-        moves with emu.features.moves.spark_query, which the migrations feature keeps to one broker."""
+        moves with emu.features.moves.spark_query, which the migrations feature keeps to one
+        broker."""
         nodes = self.topology.nodes
         movers = [n for n in standing if n in nodes and nodes[n].kind in AGENT_KINDS]
         reach: dict[str, set[str]] = {}

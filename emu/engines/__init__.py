@@ -4,8 +4,8 @@ An engine takes a cluster plan (emu.cluster.plan) and brings it up as running co
 some container engine, and down again (the protocol: emu.engines.base.Engine). The registry
 below is the one list of engines: the experiment schema (`run.engine`), the command line
 (`foglab emu up --engine`), `foglab emu down` (which finds a cluster's engine by the label
-its networks carry, ENGINE_LABEL) and a run (emu.run.emulate) read it. A third engine is a module with
-its class, and one `register` line here (or in the user's own code before a run).
+its networks carry, ENGINE_LABEL) and a run (emu.run.emulate) read it. A third engine is a module
+with its class, and one `register` line here (or in the user's own code before a run).
 
 This module imports nothing heavy: the schema reads the names without the Docker SDK. A class
 is imported on first use (`EngineEntry.load`).

@@ -1,9 +1,9 @@
 """What an engine is (the protocol every engine class keeps), and the parts of the start-up
 the engines share.
 
-`Engine` is what a run (emu.run.emulate), the command line (emu.cli.main) and the features call: bring the
-plan up, report the containers, reach and shape their links, run a command in one, read its
-logs and records, bring a crashed node back, and bring everything down leaving nothing. Its
+`Engine` is what a run (emu.run.emulate), the command line (emu.cli.main) and the features call:
+bring the plan up, report the containers, reach and shape their links, run a command in one, read
+its logs and records, bring a crashed node back, and bring everything down leaving nothing. Its
 class attributes are what the code around an engine asks before it makes one: whether the
 brokers take a new ACL while they run (`live_acl`), which run fields it takes
 (`run_options`), and the hooks `foglab emu down` calls around the generic removal of a

@@ -35,8 +35,8 @@ from types import SimpleNamespace
 
 import numpy as np
 
-from emu.features.energy_offload import Gauge, OffloadWatcher
 from emu.features.base import Feature, Run, Setup
+from emu.features.energy_offload import Gauge, OffloadWatcher
 from topologies.errors import SpecError
 from topologies.routing import gateway_of
 from workloads.calibration import load
@@ -99,7 +99,8 @@ class EnergyFeature(Feature):
         once: the offload's gauges and the table use it)."""
         return load(self.spec.calibration or DEFAULT_CALIBRATION).calibration
 
-    # -- the offload (emu.features.energy_offload) ---------------------------------------------------
+    # -- the offload (emu.features.energy_offload)
+    # ---------------------------------------------------
 
     def prepare(self, setup: Setup) -> None:
         offload = self.spec.offload
@@ -209,8 +210,8 @@ def _delivered(messages) -> int:
 
 def _check_offload_on_containers(experiment, topology, offload) -> None:
     """What the containers add to workloads.energy's checks of an offload (made at load on
-    every backend): each operator it moves runs on one node (emu.features.moves.dispatch moves one instance
-    between two agents; two gateways sending one operator's instances to one VM would start
+    every backend): each operator it moves runs on one node (emu.features.moves.dispatch moves one
+    instance between two agents; two gateways sending one operator's instances to one VM would start
     it there twice)."""
     gateways = set(topology.select(offload.gateways))
     for op in experiment.pipeline:

@@ -1,7 +1,7 @@
 """The energy-aware offload on real containers (`scenario.energy.offload` on emu, and on
 hybrid, which runs the same features): each battery gateway's container watched while the run
-measures, its operators moved to the cloud by emu.features.moves.dispatch when workloads.energy's rule
-says so.
+measures, its operators moved to the cloud by emu.features.moves.dispatch when workloads.energy's
+rule says so.
 
 The rule is workloads.energy's (`offload_reason`, `offload_time`), the one the model's
 watcher asks (sim.energy_policy); only the draw's source differs. Every `interval` (emulated
@@ -16,9 +16,9 @@ charge crosses the threshold, as on the model.
 
 The moves are made on a thread of their own, one at a time, in the order the gateways
 decided (the watcher keeps reading the others meanwhile): each operator the gateway runs, by
-`emu.features.moves.dispatch.migrate` with the offload's strategy, the records the run's `migrations`
-table gets. Nothing is decided at or after the run's end (its last read is recorded), and a
-move whose turn comes then is recorded refused (its start when its gateway decided). No way
+`emu.features.moves.dispatch.migrate` with the offload's strategy, the records the run's
+`migrations` table gets. Nothing is decided at or after the run's end (its last read is recorded),
+and a move whose turn comes then is recorded refused (its start when its gateway decided). No way
 back: the battery does not recharge, the operators stay where they went.
 """
 

@@ -1,12 +1,12 @@
 """The scenario's scheduled migrations on an emulated run (`scenario.migrations`, with the
 settings of `scenario.migration`): each at its time after the epoch, on a thread of its own
-while the run measures (emu.features.moves.dispatch; a Spark query's by emu.features.moves.spark_query, its target's
-standby warmed before the epoch); the `migrations` table and facts from every feature's
-migrations (a hybrid run's policy moves operators too), with each windowed operator's output
-gap and its lost, duplicated and reordered events. A target behind another broker than the
-operator's input session takes the session over on that broker, over the link the cluster's
-plan gives it; a move that cannot (a parallel migration, a Spark query's) is refused before
-the run (`check_targets`)."""
+while the run measures (emu.features.moves.dispatch; a Spark query's by
+emu.features.moves.spark_query, its target's standby warmed before the epoch); the `migrations`
+table and facts from every feature's migrations (a hybrid run's policy moves operators too), with
+each windowed operator's output gap and its lost, duplicated and reordered events. A target behind
+another broker than the operator's input session takes the session over on that broker, over the
+link the cluster's plan gives it; a move that cannot (a parallel migration, a Spark query's) is
+refused before the run (`check_targets`)."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ from pathlib import Path
 
 from emu.agent.config import AgentConfig
 from emu.agent.timebase import TimeBase
-from emu.run.errors import EmuError
 from emu.features.base import Feature
+from emu.run.errors import EmuError
 from workloads.operator_engines import DEFAULT_ENGINE, Move, operator_engine
 
 
@@ -170,8 +170,8 @@ def check_targets(plans: list, settings, cluster, configs: dict[str, AgentConfig
     broker than the one holding the operator's input session (emu.cluster.plan) when the
     move cannot reach it there: a parallel migration (its mirror and the source's diverted
     outputs go through each node's own broker, emu.agent.parallel), a Spark query's move
-    (emu.features.moves.spark_query starts the target's query on the target's broker), or a target the
-    plan gave no link to that broker. A SpecError naming the migration's field."""
+    (emu.features.moves.spark_query starts the target's query on the target's broker), or a target
+    the plan gave no link to that broker. A SpecError naming the migration's field."""
     from topologies.errors import SpecError
 
     planned = {name: container.agent for name, container in cluster.containers.items()

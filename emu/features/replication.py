@@ -40,8 +40,8 @@ from dataclasses import asdict, replace
 
 from emu.agent.config import AgentConfig, OperatorConfig
 from emu.agent.timebase import UNDILATED, TimeBase
-from emu.run.deployment import session_name
 from emu.features.base import Feature
+from emu.run.deployment import session_name
 from topologies.model import Topology
 from workloads.recovery import candidates, input_devices, path_latency, place
 from workloads.replication import ReplicationSpec, Scaler, percentile

@@ -1,8 +1,8 @@
 """A cluster that is up: its agents, where operators run, starting its drivers.
 
-What `foglab emu` (emu.cli.main) and a run (emu.run.emulate) need to know of, or do to, a cluster whose
-containers are running, as plain functions that raise errors: emu.cli.main prints and chooses the
-exit codes. The cluster is found by its containers' labels (emu.engines.docker.inventory); the
+What `foglab emu` (emu.cli.main) and a run (emu.run.emulate) need to know of, or do to, a cluster
+whose containers are running, as plain functions that raise errors: emu.cli.main prints and chooses
+the exit codes. The cluster is found by its containers' labels (emu.engines.docker.inventory); the
 agents are asked through their brokers (emu.live.control).
 
 - `agents_and_brokers`: the agents (node, kind, broker, container state), the brokers'

@@ -142,7 +142,8 @@ ON_EMU = {
               "which on emu they do by themselves",
     "follow": "hybrid only: an instance per moving device (`<name>@<device>`) on the node the "
               "policy starts it on, reading the device's own topics through a session of its "
-              "own, moved by the policy's decisions (emu.features.moves.dispatch); emu alone moves no users",
+              "own, moved by the policy's decisions (emu.features.moves.dispatch); emu alone "
+              "moves no users",
     "checkpoint": "the instance writes its state to ZooKeeper this often "
                   "(emu.agent.checkpoint), from which scenario.recovery restores it elsewhere",
     "slo": "the instance notes each input's latency for scenario.replication's controller "
@@ -293,8 +294,8 @@ def session_name(operator: str, node: str) -> str:
 
 
 def movable(config: OperatorConfig, node: str) -> OperatorConfig:
-    """The instance reading through a session of its own, so that emu.features.moves.dispatch can move it
-    (a Spark operator: the node's recorder of its arrivals, which moves along with the
+    """The instance reading through a session of its own, so that emu.features.moves.dispatch can
+    move it (a Spark operator: the node's recorder of its arrivals, which moves along with the
     query)."""
     return replace(config, session=session_name(config.name, node))
 

@@ -42,18 +42,18 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emu.host.accounting import account
-from emu.host.accounting import begin as begin_accounting
 from emu.agent.timebase import UNDILATED, TimeBase
-from emu.run.deployment import agent_configs
 from emu.engines.base import NodeGone
-from emu.run.errors import EmuError
 from emu.features import FEATURES
 from emu.features.base import Feature, Run, Setup, wanted
+from emu.host.accounting import account
+from emu.host.accounting import begin as begin_accounting
 from emu.host.fidelity import assess
-from emu.run.health import Health, cluster_states
-from emu.live.agents import next_epoch, wait_agents_registered
 from emu.host.metrics import NodeSampler
+from emu.live.agents import next_epoch, wait_agents_registered
+from emu.run.deployment import agent_configs
+from emu.run.errors import EmuError
+from emu.run.health import Health, cluster_states
 from emu.run.records_watch import RecordsWatch
 from emu.run.spark_jobs import drain_spark_jobs, spark_jobs, spark_progress, wait_spark_jobs
 from emu.run.tables import run_messages, windows_table

@@ -4,10 +4,10 @@ A `follow: users` operator has an instance per moving device on the emulation
 (emu.run.deployment: `<operator>@<device>`, on its own input session), started where the
 policy places it (experiments.hybrid.plan). As users move, sim.policy.FollowPolicy decides on
 the model's thread (latency threshold or nearest gateway, capacity, cloud fallback), exactly as
-on `sim`; its `start` is this coupling's, which queues the move as an action: emu.features.moves.dispatch's
-`migrate()` on the real containers, with the scenario's strategy and settings. The policy
-hears how it went (`done(ok)`) back on the model's thread, at its next step, so its room
-counts stay its own. A move whose turn in the queue comes after the run's end never begins:
+on `sim`; its `start` is this coupling's, which queues the move as an action:
+emu.features.moves.dispatch's `migrate()` on the real containers, with the scenario's strategy and
+settings. The policy hears how it went (`done(ok)`) back on the model's thread, at its next step, so
+its room counts stay its own. A move whose turn in the queue comes after the run's end never begins:
 its record says `refused` (its start the decision's time). Each move is a record of the
 `migrations` table, with the emulation's definitions of downtime and output gap; the
 decision's model time and the time from the decision to the move's first step (decision to

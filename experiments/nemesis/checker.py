@@ -21,8 +21,8 @@ What each check reads:
   kept records (a run that failed before its records were read) the messages table and the
   facts' duplicated count stand in, and the detail says so.
 - migrations: `migrations.parquet`: each row's `status` among the promised ones and its
-  `lost`, `duplicates`, `reordered` 0 (emu.features.moves.by_agents measures them from the agents' keys,
-  emu.features.migrations from the window outputs).
+  `lost`, `duplicates`, `reordered` 0 (emu.features.moves.by_agents measures them from the agents'
+  keys, emu.features.migrations from the window outputs).
 - windows: `windows.parquet`, the promised operators' outputs in the order they went
   downstream: workloads.migration.measures.coverage (gaps, overlaps and steps back of their
   serial numbers) and the first output's first serial number (0: nothing lost before it).

@@ -27,8 +27,8 @@ from emu.agent.zookeeper import (
     ZooKeeper,
     parse_hosts,
 )
-from emu.live.control import Controller, wait_registered
 from emu.images import GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ensure_image
+from emu.live.control import Controller, wait_registered
 from tests.engine import docker_engine
 
 from .conftest import Listener, wait_for

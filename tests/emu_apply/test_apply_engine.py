@@ -10,7 +10,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from emu.live.apply import ApplyError, Running, desired, emu_operator, execute, plan_for, read_running
+from emu.live.apply import (
+    ApplyError,
+    Running,
+    desired,
+    emu_operator,
+    execute,
+    plan_for,
+    read_running,
+)
 from emu.live.control import CommandResult, Reply
 
 HERE = Path(__file__).parent

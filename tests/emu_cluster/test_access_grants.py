@@ -60,8 +60,8 @@ run: {backend: emu, duration: 20s, seed: 3, drain: 3s, access: closed}
 
 
 def moving_access() -> tuple[Access, OperatorConfig]:
-    """The access a closed plan of MOVING makes (as emu.run.emulate plans it: every gateway a target),
-    and the moving operator's config as placed on gw-1."""
+    """The access a closed plan of MOVING makes (as emu.run.emulate plans it: every gateway a
+    target), and the moving operator's config as placed on gw-1."""
     spec = parse_text(MOVING).points[0].spec
     topology = expand(spec.topology)
     configs = agent_configs(topology, spec.workload, spec.pipeline, moving={"count"},
@@ -238,8 +238,8 @@ def test_a_moved_operator_gets_its_inputs_on_its_new_gateway_and_no_other_before
     import secrets
 
     from emu.engines.docker.engine import Cluster
-    from emu.live.agents import start_drivers, wait_agents_registered
     from emu.features.moves.dispatch import migrate
+    from emu.live.agents import start_drivers, wait_agents_registered
     from tests.emu_cluster.test_cluster import LABELS, leftovers
 
     spec = parse_text(MOVING).points[0].spec

@@ -204,8 +204,8 @@ def test_replication_reads_every_interval_of_emulated_time():
     """The controller's readings at K = 2: every `interval` of the run's clock (K times as far
     apart on the host), stamped in emulated seconds from the epoch."""
     from emu.agent.config import AgentConfig, OperatorConfig
-    from emu.live.control import CommandResult
     from emu.features.replication import Replication
+    from emu.live.control import CommandResult
     from tests.emu_run.test_fault_schedule import TOPOLOGY
     from topologies.model import expand
     from topologies.spec import TopologySpec

@@ -1,7 +1,7 @@
 """The emulation's offload watcher (emu.features.energy_offload) around its real-time loop, with
-stand-ins for a container's CPU counters and for emu.features.moves.dispatch.migrate (the containers' run
-is tests/emu_run/test_energy_offload.py): an idle gateway decides at offload_time's instant
-at its idle draw, a busy one reads its draw from its CPU time and decides sooner, one that
+stand-ins for a container's CPU counters and for emu.features.moves.dispatch.migrate (the
+containers' run is tests/emu_run/test_energy_offload.py): an idle gateway decides at offload_time's
+instant at its idle draw, a busy one reads its draw from its CPU time and decides sooner, one that
 lasts the run decides nothing, and every operator of a gateway that decided is moved, in
 order, with a failed move recorded. Real clock, about a second."""
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from emu.cluster.plan import plan_cluster
 from emu.host.capacity import (
     GIB,
     MIB,
@@ -15,7 +16,6 @@ from emu.host.capacity import (
     plan_capacity,
     plan_experiment,
 )
-from emu.cluster.plan import plan_cluster
 from emu.run.deployment import agent_configs
 from experiments import dilation
 from experiments.loader import load
@@ -100,7 +100,7 @@ def test_auto_plans_at_the_k_the_run_would_choose(quickstart) -> None:
 
 
 def test_foglab_emu_plan_prints_the_figures_and_refuses_what_cannot_fit() -> None:
-    from emu.cli.main import use_demand
+    from emu.cli.plan_command import use_demand
     from experiments.cli import app
     from experiments.planning import prediction
 

@@ -1,7 +1,7 @@
-"""The energy-aware offload on real containers (emu.features.energy_offload): experiments/energy-offload
-.yaml's Pi 4 gateway, on a 40 J battery, reads its draw from its container's CPU and moves
-its filter to the cloud VM when 20 % is left, when the calibrated model does; and
-the same on hybrid, with the sensor carried by the real-time model. Nothing is lost on the
+"""The energy-aware offload on real containers (emu.features.energy_offload):
+experiments/energy-offload .yaml's Pi 4 gateway, on a 40 J battery, reads its draw from its
+container's CPU and moves its filter to the cloud VM when 20 % is left, when the calibrated model
+does; and the same on hybrid, with the sensor carried by the real-time model. Nothing is lost on the
 way (pause and drain), the gateway draws less from then on."""
 
 from __future__ import annotations

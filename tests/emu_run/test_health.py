@@ -10,8 +10,8 @@ import pandas as pd
 import pytest
 
 from emu.live.control import CommandResult, Reply
-from emu.run.health import Health, Seen, engine_time
 from emu.run.emulate import EmuError, _settle, _stop_agents, _trim_cut_lines
+from emu.run.health import Health, Seen, engine_time
 
 EPOCH = 1000.0
 

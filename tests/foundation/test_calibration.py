@@ -307,8 +307,8 @@ def test_the_command_writes_the_profile_and_shows_its_figures(
         profiles: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from typer.testing import CliRunner
 
-    import emu.host.calibrate
     import emu.cli.clusters
+    import emu.host.calibrate
     from experiments.cli import app
 
     busy = load("lab").calibration.model_copy(update={"host": load("lab").calibration.host

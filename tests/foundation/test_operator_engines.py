@@ -1,6 +1,6 @@
 """The operator engines are one registry of descriptors (workloads.operator_engines): its names
-and capabilities, its lookup's error, a third engine as one entry, the movers of emu.features.moves.dispatch
-by way, and no code left that compares an engine's name."""
+and capabilities, its lookup's error, a third engine as one entry, the movers of
+emu.features.moves.dispatch by way, and no code left that compares an engine's name."""
 
 from __future__ import annotations
 
@@ -99,8 +99,8 @@ def test_a_third_engine_is_one_entry(monkeypatch) -> None:
 
 
 def test_every_way_an_engine_moves_has_one_mover() -> None:
-    from emu.features.moves.dispatch import MOVERS
     from emu.features.moves.by_agents import migrate_instance
+    from emu.features.moves.dispatch import MOVERS
     from emu.features.moves.spark_query import migrate_query
 
     assert set(MOVERS) == set(Move)

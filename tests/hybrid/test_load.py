@@ -280,7 +280,8 @@ def test_a_generator_that_cannot_connect_says_so_and_leaves_nothing(tmp_path):
 def test_a_ctrl_c_as_the_model_starts_stops_the_load_and_leaves_nothing(tmp_path,
                                                                         monkeypatch):
     """The hybrid run starts the generator, then its model: a Ctrl-C (or any error) while the
-    model starts stops the generator before it goes up (emu.run.emulate then removes the cluster)."""
+    model starts stops the generator before it goes up (emu.run.emulate then removes the
+    cluster)."""
     from types import SimpleNamespace
 
     from experiments.hybrid import backend

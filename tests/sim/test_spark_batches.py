@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emu.host.calibrate import SparkSpan, spark_costs
+from emu.host.calibrate_spark import SparkSpan, spark_costs
 from tests.foundation.helpers import run
 from workloads.calibration import DEFAULT_SPARK, load, write
 from workloads.calibration import load as load_calibration

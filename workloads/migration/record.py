@@ -23,8 +23,8 @@ AFTER_THE_END = "its turn came after the run ended: nothing starts after the run
 @dataclass
 class MigrationRecord:
     """Downtime runs from the pause (the broker starts holding the operator's input) until
-    the target has processed the first held event (sim.migration, emu.features.moves.by_agents say how each
-    measures it); `status` is one of STATUSES (`error` says why one failed or was
+    the target has processed the first held event (sim.migration, emu.features.moves.by_agents say
+    how each measures it); `status` is one of STATUSES (`error` says why one failed or was
     refused)."""
 
     id: int

@@ -21,8 +21,8 @@ orchestrator drives it between two jobs' work directories (`move`):
 4. `hand_over` copies into the target's `handover` (renamed into place whole): the journal, the
    record, and either the state (export) or the whole checkpoint (`copy_checkpoint`) and, for a
    Parquet sink, its log (`SINK_LOG`). Between machines (the emulation's cloud VMs,
-   `emu.features.moves.spark_query`), the paths the source's record names are its own: `path_of` says
-   where they are seen from the copier.
+   `emu.features.moves.spark_query`), the paths the source's record names are its own: `path_of`
+   says where they are seen from the copier.
 5. The target starts its query: (a) export: a new checkpoint seeded with the state as
    `initialState`, its source starting at the committed offset of the copied journal; (b)
    checkpoint: on the copied checkpoint, whose offsets and state (windows too) carry on; the

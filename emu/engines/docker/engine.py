@@ -43,7 +43,6 @@ from emu.agent.config import (
     secrets_text,
     without_secrets,
 )
-from emu.host.capacity import check_host_cap
 from emu.cluster.access import save as save_access
 from emu.cluster.links import Links, make_links
 from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
@@ -60,6 +59,7 @@ from emu.engines.docker.zygote import (
     waiter_binds,
     waiter_command,
 )
+from emu.host.capacity import check_host_cap
 from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape

@@ -5,8 +5,8 @@ its state and its stats, wait for it to end.
 A Swarm cluster's nodes are the same: its client routes a container's calls to the engine of
 the node that runs it (emu.engines.swarm.routing). The fault schedule (emu.features.faults), the
 `Fault` thread (emu.engines.docker.faults), the dead-node watch (emu.run.health), the end of a run
-(emu.run.emulate) and the samplers of tasks on other nodes (emu.host.metrics) act through this, not through
-the engine's API.
+(emu.run.emulate) and the samplers of tasks on other nodes (emu.host.metrics) act through this, not
+through the engine's API.
 """
 
 from __future__ import annotations

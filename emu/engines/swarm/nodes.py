@@ -90,8 +90,8 @@ APPARMOR = "apparmor=unconfined"
 # images stay. The node shares the host's cgroup namespace and sees the
 # host's cgroup hierarchies (a bind of /sys/fs/cgroup: Docker would mount the node's own
 # sub-hierarchy there): its tasks' cgroups are then where the host's containers' are
-# (docker/<id>), so foglab's samplers (emu.host.metrics, emu.host.accounting), which read cgroups on this
-# host, find them as on one host. Ids are unique across engines: no two share a cgroup.
+# (docker/<id>), so foglab's samplers (emu.host.metrics, emu.host.accounting), which read cgroups on
+# this host, find them as on one host. Ids are unique across engines: no two share a cgroup.
 START = """set -e
 mount -o remount,rw /sys
 mount -o remount,bind,rw /proc/sys

@@ -1,6 +1,6 @@
 """Moving an instance the agents run (engine python) between two agents of a running cluster:
-migrate_instance() -> record. emu.features.moves.dispatch.migrate dispatches an operator's move here by its
-engine (OperatorEngine.moves_by: Move.AGENTS).
+migrate_instance() -> record. emu.features.moves.dispatch.migrate dispatches an operator's move here
+by its engine (OperatorEngine.moves_by: Move.AGENTS).
 
 The host is the thesis's coordinator (chapter 5, Fig. 5.4): it sends each step as a request
 over the management protocol (emu.live.control.Controller) and the agents carry it out
@@ -79,8 +79,8 @@ def migrate_instance(control, operator: str, source: str, target: str,
                      records: Callable[[str], Any] | None = None,
                      clock: TimeBase | None = None) -> MigrationRecord:
     """Move `operator`'s instance from agent `source` to agent `target` by the agents'
-    protocol (emu.features.moves.dispatch.migrate says what the arguments mean). `records` is not used:
-    the instance's state crosses ZooKeeper, not the nodes' records folders."""
+    protocol (emu.features.moves.dispatch.migrate says what the arguments mean). `records` is not
+    used: the instance's state crosses ZooKeeper, not the nodes' records folders."""
     clock = clock or clock_of(control)
     if strategy not in STRATEGIES:
         raise MigrationError(f"unknown strategy {strategy!r}; on emu: {', '.join(STRATEGIES)}")

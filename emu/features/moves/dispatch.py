@@ -2,9 +2,9 @@
 
 A move goes the way its operator's engine moves (workloads.operator_engines: `moves_by`),
 through MOVERS, one mover a way: an instance the agents run, by their protocol
-(emu.features.moves.by_agents: pause, state through ZooKeeper, resume; or parallel), or a Spark query,
-into a warm standby on the target (emu.features.moves.spark_query). Only this module imports both;
-neither imports it, and the agents' mover nothing of Spark's (Spark's takes its error, its
+(emu.features.moves.by_agents: pause, state through ZooKeeper, resume; or parallel), or a Spark
+query, into a warm standby on the target (emu.features.moves.spark_query). Only this module imports
+both; neither imports it, and the agents' mover nothing of Spark's (Spark's takes its error, its
 clock and the move of the node's arrival recorder from it). An engine that moves an existing
 way is one entry in the registry, a new way one line here. The record is
 workloads.migration.record's (the model's too); each mover's docstring says what its columns
@@ -52,8 +52,8 @@ def migrate(control, operator: str, source: str, target: str,
     hears each phase as it begins. A failed migration is a record with status `failed`;
     a MigrationError only for a migration refused before anything happened. `engine`: the
     operator's, which says how it moves: "spark", a Spark query moved between cloud VMs by
-    emu.features.moves.spark_query.migrate_query (`records(node)`: the node's records folder on the host).
-    The record's times are on `clock`, the run's time base (emu.agent.timebase; by default
+    emu.features.moves.spark_query.migrate_query (`records(node)`: the node's records folder on the
+    host). The record's times are on `clock`, the run's time base (emu.agent.timebase; by default
     the controller's `clock`).
     """
     try:

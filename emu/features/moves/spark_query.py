@@ -108,7 +108,8 @@ def migrate_query(control, operator: str, source: str, target: str,
     workloads.scenario.MigrationSettings (its `spark` way), or None; `way` overrides it.
     `timeout`: how long one request may take. A failed move is a record with status `failed`;
     a MigrationError only for a move refused before anything happened. `sync_timeout` is not
-    used: a query does not move in parallel (emu.features.moves.dispatch.migrate hands every mover it).
+    used: a query does not move in parallel (emu.features.moves.dispatch.migrate hands every mover
+    it).
     """
     from workloads.spark.job import WAYS
 
