@@ -168,8 +168,8 @@ def sim_facts(loaded) -> tuple[dict[str, tuple[str, str]], dict[str, int], set[s
 def emu_placement(loaded) -> dict[str, tuple[str, str]]:
     """Where the emulation runs each device: the agent whose drivers emulate it and the
     broker its cluster's plan gives that agent."""
+    from emu.cluster.deployment import agent_configs
     from emu.cluster.plan import plan_cluster
-    from emu.run.deployment import agent_configs
 
     point = loaded.points[0]
     spec = point.spec

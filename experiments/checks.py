@@ -105,7 +105,7 @@ def _check_broker_kinds(spec: ExperimentSpec, topology: Topology) -> None:
                if n.broker is not None and n.broker.kind == "rabbitmq"]
     if not rabbits:
         return
-    # Several instances read through one MQTT shared subscription (emu.run.deployment.
+    # Several instances read through one MQTT shared subscription (emu.cluster.deployment.
     # shared_reads), which RabbitMQ 3.10's MQTT plugin does not have: it delivers them
     # nothing, silently. Instances on gateways read their own devices' streams in-process.
     for i, op in enumerate(spec.pipeline):
@@ -121,8 +121,8 @@ def _check_broker_kinds(spec: ExperimentSpec, topology: Topology) -> None:
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:
-    """What the emulation cannot deploy (emu.run.deployment)."""
-    from emu.run.deployment import agent_configs
+    """What the emulation cannot deploy (emu.cluster.deployment)."""
+    from emu.cluster.deployment import agent_configs
 
     agent_configs(topology, spec.workload, spec.pipeline, spec.run.seed, 0.0)
 

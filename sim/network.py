@@ -13,8 +13,8 @@ from topologies.routing import Routes
 def radio(topology: Topology, src: str, dst: str) -> bool:
     """Whether the link direction is a device's radio to a gateway, the one link that drops:
     the gateway's agent emulates it (emu.agent.drivers), where every other link of the
-    emulation is a TCP connection through the link layer (a device group's too: emu.run.deployment
-    links its container, its devices' link included)."""
+    emulation is a TCP connection through the link layer (a device group's too:
+    emu.cluster.deployment links its container, its devices' link included)."""
     nodes = topology.nodes
     return nodes[src].kind == "device" and nodes[dst].kind == "gateway"
 

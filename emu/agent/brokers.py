@@ -12,7 +12,7 @@ broker goes there, at its stream's QoS. The spare hands them to the readers dire
 watched broker no longer carries them. Everything else stays on the node's first session:
 management, operators' outputs, and the node's local operators still take its drivers'
 messages in-process, as before. (The readers' session carries what the node's own session
-subscribes to: operators that read through sessions of their own, emu.run.deployment, are not
+subscribes to: operators that read through sessions of their own, emu.cluster.deployment, are not
 moved; emu.features.broker_scaling refuses a run that would need them to.)
 
 Nothing is lost in the switch: the first session stays connected, so its QoS 1 messages still

@@ -160,7 +160,7 @@ class _UpBars:
 @dataclass
 class _Deployed:
     """What `foglab emu up` brings up: a topology alone (idle agents), or an experiment's,
-    with each agent's config from emu.run.deployment."""
+    with each agent's config from emu.cluster.deployment."""
 
     topology: Topology
     agents: dict[str, AgentConfig] | None = None  # None: idle agents
@@ -192,7 +192,7 @@ def deployed_or_exit(topology: str | None, experiment: str | None, sets: list[st
         error("--agent-command replaces the agents, which run the experiment's drivers and "
               "operators: leave it out, or bring up the topology alone")
         raise typer.Exit(2)
-    from emu.run.deployment import agent_configs
+    from emu.cluster.deployment import agent_configs
 
     try:
         path, loaded = load_experiment(experiment, sets)

@@ -4,8 +4,8 @@ What becomes a container. Gateways and cloud VMs run the agent (`python3 -m emu.
 AgentConfig as JSON in FOGLAB_AGENT); brokers run Mosquitto, or RabbitMQ where the node's
 `broker.kind` is rabbitmq (`check_broker_kinds` says where it cannot); ZooKeeper runs on
 coordinators.
-The agents' configs come whole from emu.run.deployment (drivers, operators, seed, index); the plan
-fills in only the addresses of each one's broker and ZooKeeper.
+The agents' configs come whole from emu.cluster.deployment (drivers, operators, seed, index); the
+plan fills in only the addresses of each one's broker and ZooKeeper.
 Devices are not containers of their own: the drivers inside their gateway's agent emulate
 them; devices that link to no gateway run as a group in one agent container (kind device,
 drivers only), which stands at its first device (its devices link alike) and is linked from
@@ -160,7 +160,7 @@ ZOOKEEPER_NAME = "zookeeper"
 ZOOKEEPER_CONFIG = "/etc/foglab/zoo.cfg"
 ZOOKEEPER_DATA = "/var/lib/zookeeper"
 CONTAINER_KINDS = ("gateway", "cloud_vm", "broker", "coordinator")
-DEVICE_KIND = "device"  # a device group's container (emu.run.deployment.device_hosts)
+DEVICE_KIND = "device"  # a device group's container (emu.cluster.deployment.device_hosts)
 # Docker's own rule for container and network names; the length keeps names readable.
 CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,39}$")
 HOSTNAME_MAX = 63
@@ -320,7 +320,7 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     """Plan the containers, networks and links of a topology; raise SpecError naming the node
     and field for anything Docker would refuse, before anything is made.
 
-    `agents`: each agent's config, as emu.run.deployment.agent_configs makes it for an
+    `agents`: each agent's config, as emu.cluster.deployment.agent_configs makes it for an
     experiment, one per gateway and cloud VM; the plan fills in the addresses only. Without
     it the agents idle (deployment's configs of the bare topology). `labels` are added to
     every object. `spares`: spare broker -> the broker it stands by (scenario.broker_scaling,
@@ -337,7 +337,7 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     dilation = check_dilation(dilation, "plan_cluster's dilation")
     check_broker_kinds(topology, dilation=dilation, closed=closed, spares=spares or {})
     if agents is None:
-        from emu.run.deployment import agent_configs
+        from emu.cluster.deployment import agent_configs
 
         agents = agent_configs(topology)
     plan = _Planner(topology, cluster or topology.name, zookeeper, agents,
@@ -685,7 +685,7 @@ class _Planner:
                                  f"{config.kind} {config.node}")
 
     def _device_group(self, config: AgentConfig) -> Node:
-        """Where a device group's container stands: at its first device (emu.run.deployment
+        """Where a device group's container stands: at its first device (emu.cluster.deployment
         groups devices linked alike)."""
         devices = [d for driver in config.drivers for d in driver.devices]
         nodes = self.topology.nodes

@@ -347,7 +347,7 @@ class BrokerScaling:
 def check_readers(entries, brokers: dict[str, str], configs: dict) -> None:
     """Refuse, before anything starts, a watched broker whose readers the spare could not
     reach: an operator reading through a session of its own (a migration's, recovery's or
-    replication's: emu.run.deployment) or a Spark query, which the readers' session on the spare
+    replication's: emu.cluster.deployment) or a Spark query, which the readers' session on the spare
     (emu.agent.brokers) does not carry. A SpecError naming the entry."""
     from topologies.errors import SpecError
 

@@ -399,7 +399,7 @@ class Faults(Feature):
         setup.checks.append(self._check)
 
     def _check(self, plan, configs: dict) -> None:
-        from emu.run.errors import EmuError
+        from emu.errors import EmuError
 
         try:
             check(self.faults, set(plan.containers), {link.key: link.path for link in plan.links})

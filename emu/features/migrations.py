@@ -17,8 +17,8 @@ from pathlib import Path
 
 from emu.agent.config import AgentConfig
 from emu.agent.timebase import TimeBase
+from emu.errors import EmuError
 from emu.features.base import Feature
-from emu.run.errors import EmuError
 from workloads.operator_engines import DEFAULT_ENGINE, Move, operator_engine
 
 

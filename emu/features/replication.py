@@ -10,7 +10,7 @@ Scaler decide:
 
 - start: the operator's config, with an input session of the new node's own, is installed on
   the candidate nearest its input (workloads.recovery.place; `install`). The operator's
-  instances read one shared subscription (emu.run.deployment deploys an operator with an slo
+  instances read one shared subscription (emu.cluster.deployment deploys an operator with an slo
   that way, through sessions of their own), so from its SUBACK on the broker shares the
   input with the new one. The replica's session is on the broker holding the operator's
   input (OperatorConfig.broker), over its node's link there when that is another broker.
@@ -40,8 +40,8 @@ from dataclasses import asdict, replace
 
 from emu.agent.config import AgentConfig, OperatorConfig
 from emu.agent.timebase import UNDILATED, TimeBase
+from emu.cluster.deployment import session_name
 from emu.features.base import Feature
-from emu.run.deployment import session_name
 from topologies.model import Topology
 from workloads.recovery import candidates, input_devices, path_latency, place
 from workloads.replication import ReplicationSpec, Scaler, percentile

@@ -359,8 +359,8 @@ def plan_experiment(topology, workload, pipeline, seed: int, demand: Mapping[str
                     dilation: float | str = 1.0) -> CapacityPlan:
     """plan_capacity for an experiment's topology, workload and pipeline: its containers as
     emu.cluster.plan makes them for the run (agents with their drivers and operators)."""
+    from emu.cluster.deployment import agent_configs
     from emu.cluster.plan import plan_cluster
-    from emu.run.deployment import agent_configs
 
     agents = agent_configs(topology, workload, pipeline, seed, 0.0)
     cluster = plan_cluster(topology, "plan", agents=agents,

@@ -5,7 +5,7 @@ config as it runs now, its job kept in the config), never from a copy on the hos
 agent that restarted with its first operators, or an operator moved or updated by hand, is
 seen as it is. Both states are compared in what the emulation runs (`EMU_FIELDS`, the
 fields an agent's OperatorConfig holds): a field the agents do not impose (`cost`,
-`window.jitter`: measured on emu, emu.run.deployment.ON_EMU) cannot be seen running, so it is no
+`window.jitter`: measured on emu, emu.cluster.deployment.ON_EMU) cannot be seen running, so it is no
 change here.
 
 The plan's rows become requests, job after job (as SpecK's coordinator): a deploy installs
@@ -93,7 +93,7 @@ class Applied:
 
 def _reads(config: Mapping[str, Any]) -> list[str]:
     """The topic filters as the operator wrote them: a shared subscription's prefix
-    (emu.run.deployment.shared_reads, added for several instances) is the emulation's own."""
+    (emu.cluster.deployment.shared_reads, added for several instances) is the emulation's own."""
     prefix = f"$share/{config['name']}/"
     return [r.removeprefix(prefix) for r in config.get("reads") or []]
 
@@ -114,10 +114,10 @@ def emu_operator(config: Mapping[str, Any], nodes: Iterable[str]) -> Operator:
 
 
 def desired(loaded: Any) -> Desired:
-    """The experiment's jobs as the emulation would run them (emu.run.deployment.agent_configs,
+    """The experiment's jobs as the emulation would run them (emu.cluster.deployment.agent_configs,
     as `foglab emu up --experiment` places them: every instance movable), each instance's
     config keeping its job."""
-    from emu.run.deployment import agent_configs
+    from emu.cluster.deployment import agent_configs
 
     point = loaded.points[0]
     pipeline = list(point.spec.pipeline)

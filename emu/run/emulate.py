@@ -1,7 +1,7 @@
 """An experiment run on real containers, in real time, into the simulator's tables.
 
 One run: plan the cluster from the topology with each agent's drivers and operators
-(`emu.run.deployment`), bring it up, wait until every agent has registered in ZooKeeper, then
+(`emu.cluster.deployment`), bring it up, wait until every agent has registered in ZooKeeper, then
 start every driver at one common epoch (a `set run.epoch` request to all agents, so no device
 speaks before every sink listens), run for the experiment's duration while sampling CPU and
 memory (cgroups), link counters (relays) and what could distort the figures (the host's CPU
@@ -43,7 +43,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from emu.agent.timebase import UNDILATED, TimeBase
+from emu.cluster.deployment import agent_configs
 from emu.engines.base import NodeGone
+from emu.errors import EmuError
 from emu.features import FEATURES
 from emu.features.base import Feature, Run, Setup, wanted
 from emu.host.accounting import account
@@ -51,8 +53,6 @@ from emu.host.accounting import begin as begin_accounting
 from emu.host.fidelity import assess
 from emu.host.metrics import NodeSampler
 from emu.live.agents import next_epoch, wait_agents_registered
-from emu.run.deployment import agent_configs
-from emu.run.errors import EmuError
 from emu.run.health import Health, cluster_states
 from emu.run.records_watch import RecordsWatch
 from emu.run.spark_jobs import drain_spark_jobs, spark_jobs, spark_progress, wait_spark_jobs
@@ -112,7 +112,7 @@ class Request:
     scenario (key -> spec, the keys it sets: emu.features runs them). `follow`: where follow
     operators' instances start; `load`: devices whose readings the caller publishes from the
     host, which their gateways' agents take from their load topics (both as
-    emu.run.deployment.agent_configs takes them); `facts`: the caller's, added to the run's (how
+    emu.cluster.deployment.agent_configs takes them); `facts`: the caller's, added to the run's (how
     the dilation was chosen). `closed`: run.access closed (emu.cluster.access)."""
 
     topology: Topology

@@ -23,7 +23,7 @@ import warnings
 from collections.abc import Callable
 from pathlib import Path
 
-from emu.run.errors import EmuError
+from emu.errors import EmuError
 
 WATCH_INTERVAL_S = 5.0
 WARN_SHARE = 0.8

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 from emu.agent.records import read_record
-from emu.run.errors import EmuError
+from emu.errors import EmuError
 from workloads.operator_engines import operator_engine
 
 # A Spark job's JVM and first query plan take tens of seconds, minutes on a busy host.

@@ -194,7 +194,7 @@ class Paths:
             nodes[agent.index] = node
             broker = plan.brokers[node]
             links = len(plan.link(node, broker).path) - 1
-            # A device group's container (emu.run.deployment.device_hosts) stands at a device:
+            # A device group's container (emu.cluster.deployment.device_hosts) stands at a device:
             # its path begins with the device's link, which PAST_DEVICE_LINK counts already.
             uplinks[node] = (broker, links - 1 if container.kind == "device" else links)
             for other in agent.other_brokers:

@@ -10,7 +10,7 @@ from topologies.errors import SpecError
 
 
 def check_hybrid(spec, topology) -> None:
-    from emu.run.deployment import agent_configs
+    from emu.cluster.deployment import agent_configs
     from experiments.hybrid.load import simulated_devices
     from experiments.hybrid.plan import emulated_topology, start
 

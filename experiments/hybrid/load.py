@@ -7,7 +7,7 @@ real brokers, to the gateways they link to, so the emulated part carries their l
 comparable.
 
 The schedule is the emulation's own, not a second copy: per gateway, the generator runs
-emu.agent.drivers.Drivers on the gateway's driver configs for those devices (emu.run.deployment
+emu.agent.drivers.Drivers on the gateway's driver configs for those devices (emu.cluster.deployment
 marks them `load`), with the gateway's index and seed, so each device has the random streams,
 emission times (rate, arrivals, shape, start), readings, sizes, QoS and access link (latency,
 jitter, loss: the generator holds and drops as the gateway's agent would) that the gateway's
@@ -115,7 +115,7 @@ def simulated_devices(scenario, topology: Topology) -> list[str]:
 class Target:
     """One gateway with simulated devices: its node, index and seed (its agent's, for the
     same ids and random streams), the broker address it reads through, and its drivers with
-    `load` set (emu.run.deployment)."""
+    `load` set (emu.cluster.deployment)."""
 
     node: str
     index: int

@@ -1,7 +1,7 @@
 """Coupling: the model's migration policy moves follow instances between real gateways.
 
 A `follow: users` operator has an instance per moving device on the emulation
-(emu.run.deployment: `<operator>@<device>`, on its own input session), started where the
+(emu.cluster.deployment: `<operator>@<device>`, on its own input session), started where the
 policy places it (experiments.hybrid.plan). As users move, sim.policy.FollowPolicy decides on
 the model's thread (latency threshold or nearest gateway, capacity, cloud fallback), exactly as
 on `sim`; its `start` is this coupling's, which queues the move as an action:

@@ -4,8 +4,8 @@ The model moves users; the emulation runs each moving device's driver on a real 
 the start, each moving device sits on the gateway the model attaches it to at time 0 (the
 same movement, seeded alike, as the run's model will replay), or, out of every gateway's range
 then, on the nearest gateway with a lost link until it comes into range. The emulation
-deploys devices on the gateway they link to (emu.run.deployment), so the topology it is given has
-a link from each moving device to that gateway. The link is plain (no latency, no loss: one
+deploys devices on the gateway they link to (emu.cluster.deployment), so the topology it is given
+has a link from each moving device to that gateway. The link is plain (no latency, no loss: one
 driver serves a stream's devices on a gateway, and the emulation groups devices by link); the
 links coupling sets each device's radio at time 0, before the epoch, and as the user moves.
 """

@@ -125,7 +125,7 @@ def test_a_device_with_two_streams_moves_with_both() -> None:
 
 
 def test_a_stream_may_have_a_driver_per_device_link_on_one_node() -> None:
-    # Devices of one stream on links of 2 ms and 10 ms: two drivers (emu.run.deployment groups
+    # Devices of one stream on links of 2 ms and 10 ms: two drivers (emu.cluster.deployment groups
     # devices by their link), which once stopped the agent ("a stream has two drivers").
     time_ = VirtualTime(1000.0)
     delivered: list = []

@@ -1,6 +1,6 @@
 """An instance reading through a session of its own on a shared subscription (an operator with
-a latency bound, which replication shares: emu.run.deployment.shared_reads) goes on reading after
-the broker restarts: Mosquitto 2.0 restores such a session from its database but not its
+a latency bound, which replication shares: emu.cluster.deployment.shared_reads) goes on reading
+after the broker restarts: Mosquitto 2.0 restores such a session from its database but not its
 shared subscription (the nemesis's replication schedules lost every reading after a restart)."""
 
 from __future__ import annotations

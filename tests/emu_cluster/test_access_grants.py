@@ -18,6 +18,7 @@ import pytest
 
 from emu.agent.config import OperatorConfig
 from emu.cluster.access import Access
+from emu.cluster.deployment import agent_configs
 from emu.cluster.grants import (
     GRANTS_FILE,
     GrantError,
@@ -28,7 +29,6 @@ from emu.cluster.grants import (
 )
 from emu.cluster.plan import plan_cluster
 from emu.live.control import Controller
-from emu.run.deployment import agent_configs
 from experiments.loader import parse_text
 from tests.emu_cluster.test_access import _connect, _heard, closed_mosquitto
 from tests.emu_cluster.test_access_exploits import _stop

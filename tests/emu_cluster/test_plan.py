@@ -240,7 +240,7 @@ CITY_PIPELINE = [{"name": "count", "on": "gw-n", "reads": "temp", "window": {"si
 
 
 def test_a_planned_agent_is_deployments_config_with_the_addresses_filled_in() -> None:
-    from emu.run.deployment import agent_configs, session_name
+    from emu.cluster.deployment import agent_configs, session_name
 
     topo = city()
     configs = agent_configs(topo, WorkloadSpec.model_validate(CITY_WORKLOAD),
@@ -267,7 +267,7 @@ def test_a_planned_agent_is_deployments_config_with_the_addresses_filled_in() ->
 
 
 def test_configs_of_another_topology_are_refused() -> None:
-    from emu.run.deployment import agent_configs
+    from emu.cluster.deployment import agent_configs
 
     configs = agent_configs(city())
     del configs["vm"]

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from emu.cluster.deployment import agent_configs
 from emu.cluster.plan import plan_cluster
-from emu.run.deployment import agent_configs
 from emu.run.tables import Paths
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
@@ -168,7 +168,7 @@ def test_a_follow_instance_reads_on_the_broker_of_whichever_node_runs_it() -> No
     from dataclasses import replace
 
     from emu.agent.migration import session_address
-    from emu.run.deployment import follow_instance
+    from emu.cluster.deployment import follow_instance
 
     topology = two_brokers()
     workload = WorkloadSpec.model_validate(

@@ -4,6 +4,7 @@ the readers as the movers, knows its address through a link of its own."""
 
 from __future__ import annotations
 
+from emu.cluster.deployment import agent_configs
 from emu.cluster.plan import (
     MOSQUITTO_DEFAULTS,
     MQTT_PORT,
@@ -11,7 +12,6 @@ from emu.cluster.plan import (
     SPARE_CONFIG,
     plan_cluster,
 )
-from emu.run.deployment import agent_configs
 from topologies.model import Topology, expand
 from topologies.spec import TopologySpec
 from workloads.pipeline import OperatorSpec

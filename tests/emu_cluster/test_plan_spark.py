@@ -9,8 +9,8 @@ import pytest
 
 from emu.agent.config import OperatorConfig
 from emu.agent.spark_cluster import spark_role
+from emu.cluster.deployment import agent_configs
 from emu.cluster.plan import SPARK_WORK, plan_cluster
-from emu.run.deployment import agent_configs
 from topologies.errors import SpecError
 from topologies.model import expand
 from topologies.spec import TopologySpec

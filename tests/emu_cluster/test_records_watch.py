@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from emu.run.errors import EmuError
+from emu.errors import EmuError
 from emu.run.records_watch import (
     LIMIT_VARIABLE,
     RecordsOverLimit,

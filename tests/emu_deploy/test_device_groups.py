@@ -37,9 +37,9 @@ run: {{backend: BACKEND, duration: 9s, seed: 4, drain: 2s}}
 
 
 def test_the_plan_puts_the_group_in_one_cloud_container_linked_from_its_device() -> None:
+    from emu.cluster.deployment import agent_configs
     from emu.cluster.plan import plan_cluster
     from emu.images import CLOUD
-    from emu.run.deployment import agent_configs
 
     run_point = parse_text(THESIS_LIKE.replace("BACKEND", "emu")).points[0]
     configs = agent_configs(run_point.topology, run_point.spec.workload,

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 from typer.testing import CliRunner
 
+from emu.cluster.deployment import agent_configs
 from emu.cluster.plan import plan_cluster
 from emu.host.capacity import (
     GIB,
@@ -16,7 +17,6 @@ from emu.host.capacity import (
     plan_capacity,
     plan_experiment,
 )
-from emu.run.deployment import agent_configs
 from experiments import dilation
 from experiments.loader import load
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from emu.agent.config import AgentConfig
-from emu.run.deployment import NOT_ON_EMU, ON_EMU, DeploymentError, agent_configs
+from emu.cluster.deployment import NOT_ON_EMU, ON_EMU, DeploymentError, agent_configs
 from experiments.loader import load
 from tests.foundation.helpers import point
 from topologies.errors import SpecError

@@ -182,8 +182,8 @@ def test_a_sink_keeps_a_message_it_took_back_once_of_two_copies(records: Path) -
 def test_paths_of_a_planned_cluster() -> None:
     """From a real plan (no Docker): each device enters at its gateway, each agent has its
     broker and the path's length there."""
+    from emu.cluster.deployment import agent_configs
     from emu.cluster.plan import plan_cluster
-    from emu.run.deployment import agent_configs
     from tests.foundation.helpers import point
 
     run_point = point("""

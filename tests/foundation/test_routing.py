@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from emu.cluster.deployment import agent_configs
 from emu.cluster.plan import plan_cluster
-from emu.run.deployment import agent_configs
 from sim.model import Model, Settings
 from topologies import catalog
 from topologies.model import Topology, expand

@@ -19,7 +19,7 @@ import pytest
 from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
 from emu.agent.drivers import Drivers
 from emu.agent.protocol import LOAD_SEQUENCE, SEQUENCE_BITS
-from emu.run.deployment import agent_configs
+from emu.cluster.deployment import agent_configs
 from experiments.hybrid.load import RECORDS, LoadGenerator, Target, planned, simulated_devices
 from experiments.hybrid.plan import emulated_topology, start
 from experiments.loader import parse_text

@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from emu.cluster.deployment import agent_configs
 from emu.features.migrations import MigrationSchedule
-from emu.run.deployment import agent_configs
 from experiments.loader import load
 from tests.foundation.helpers import simulate_point
 from workloads.migration.schedule import migration_starts
