@@ -124,11 +124,11 @@ def main() -> None:
     import experiments.emu_commands  # noqa: F401 - hands emu.cli.main the experiment loader
     from emu.cli.main import deployed_or_exit
     from emu.cluster.plan import plan_cluster
+    from emu.control.commands import Controller
     from emu.engines.docker.engine import Cluster
     from emu.images import DOCKER_TIMEOUT_S
     from emu.live.agents import agents_and_brokers, start_drivers
     from emu.live.apply import agent_nodes
-    from emu.live.control import Controller
 
     print(f"load_before={load()}")
     folder = Path(tempfile.mkdtemp(prefix="foglab-apply-bench-"))

@@ -6,7 +6,7 @@
 The migration thesis (seed 002, 3.6, Figs. 3.10-3.13) installed, updated and uninstalled an
 operator bundle on 50 to 200 Kura gateways, 10 times each, and measured at the client from the
 first request until every node had answered; Kura's commands ran one node after another. Here
-the Controller (emu.live.control) sends every node its request first and then awaits the replies
+the Controller (emu.control.commands) sends every node its request first and then awaits the replies
 together, so a command costs about the slowest node's time.
 
 For each N: one cluster (emu.cluster) of N gateways gw-1..N (arm64 under QEMU, profile rpi4)
@@ -63,7 +63,7 @@ if TYPE_CHECKING:
     import docker
     import pandas as pd
 
-    from emu.live.control import CommandResult
+    from emu.control.commands import CommandResult
 
 COMMANDS = ("install", "update", "uninstall")
 DEFAULT_GATEWAYS = (50, 100, 150, 200)
@@ -299,7 +299,7 @@ def _command(control, command: str, nodes: list[str], timeout: float) -> Command
 def _serially(control, command: str, nodes: list[str], timeout: float) -> CommandResult:
     """The thesis's way: one node's request, its reply awaited, then the next node's; one
     result spanning them all."""
-    from emu.live.control import CommandResult
+    from emu.control.commands import CommandResult
 
     results = [_command(control, command, [node], timeout) for node in nodes]
     return CommandResult(command, {n: r for result in results for n, r in result.replies.items()},
@@ -309,7 +309,7 @@ def _serially(control, command: str, nodes: list[str], timeout: float) -> Comman
 
 def _time_commands(cluster, n: int, repetitions: int, rows: Rows, progress: Progress,
                    timeout_s: float) -> None:
-    from emu.live.control import Controller, wait_registered
+    from emu.control.commands import Controller, wait_registered
 
     status = {s.node: s for s in cluster.status()}
     nodes = [a.node for a in cluster.plan.agents()]

@@ -115,11 +115,11 @@ from emu import images  # noqa: E402
 from emu.agent.config import OperatorConfig  # noqa: E402
 from emu.agent.protocol import Envelope, message_id  # noqa: E402
 from emu.cluster.plan import plan_cluster  # noqa: E402
+from emu.control.commands import Controller, wait_registered  # noqa: E402
 from emu.engines.docker.engine import Cluster  # noqa: E402
 from emu.features.moves.dispatch import migrate  # noqa: E402
 from emu.host.fidelity import HostPressure  # noqa: E402
 from emu.links.probe import choose_shaper  # noqa: E402
-from emu.live.control import Controller, wait_registered  # noqa: E402
 from topologies.terminal import stop_on_signals  # noqa: E402
 
 THESIS_DOWNTIME_S = 14.35  # Table 5.2: 8.4 MB of state at 10,000 events/s

@@ -5,8 +5,8 @@
 
 Per G in `--gateways`: the smart city with G Pi gateways of 10 sensors each
 (benchmarks/emu_capacity.city) and the quickstart's pipeline on it; the planner
-(emu.host.capacity, as `foglab emu plan` runs it: one host of this host's cores) predicts the host
-cores the run takes at its dilation K (each container's demand at K = 1 from the calibrated
+(emu.cluster.capacity, as `foglab emu plan` runs it: one host of this host's cores) predicts the
+host cores the run takes at its dilation K (each container's demand at K = 1 from the calibrated
 model, experiments.dilation, plus the link relays and the engine, over K); then one emulated
 run of `--duration` emulated seconds at `run.dilation` measures them (emu.host.accounting's
 `host_cpu` fact in the run's manifest: the topology's containers, the relays' thread and the
@@ -80,8 +80,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from benchmarks.emu_capacity import city, parse_dilation, parse_gateways  # noqa: E402
 from benchmarks.sim_vs_emu import run  # noqa: E402
+from emu.cluster.capacity import plan_experiment  # noqa: E402
 from emu.host import accounting  # noqa: E402
-from emu.host.capacity import plan_experiment  # noqa: E402
 from experiments import compare as comparing  # noqa: E402
 from experiments.dilation import host_cores  # noqa: E402
 from experiments.loader import load  # noqa: E402

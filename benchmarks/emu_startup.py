@@ -58,10 +58,10 @@ from emu.cluster.access import (  # noqa: E402
     kazoo_options,
 )
 from emu.cluster.plan import plan_cluster  # noqa: E402
+from emu.control.commands import Controller, wait_registered  # noqa: E402
 from emu.engines.docker.engine import LOG_CONFIG, WORKERS, Cluster  # noqa: E402
 from emu.host.metrics import ContainerCgroup  # noqa: E402
 from emu.links.probe import choose_shaper  # noqa: E402
-from emu.live.control import Controller, wait_registered  # noqa: E402
 from experiments.hybrid.figures import figure_line  # noqa: E402
 from topologies.terminal import stop_on_signals  # noqa: E402
 

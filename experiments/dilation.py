@@ -21,7 +21,7 @@ import os
 from dataclasses import dataclass, field
 
 # One bound and one formula for `auto` and the capacity planner.
-from emu.host.capacity import TARGET_PRESSURE, auto_dilation
+from emu.cluster.capacity import TARGET_PRESSURE, auto_dilation
 from experiments.model_settings import sim_settings
 from workloads.calibration import Calibration, load
 
@@ -81,7 +81,7 @@ def calibration_of(spec) -> tuple[str, Calibration]:
 
 def demand_of(spec, topology) -> dict[str, float]:
     """predicted_demand with the run's calibration (calibration_of): what `auto` and the
-    capacity planner (emu.host.capacity, `foglab emu plan`) both read."""
+    capacity planner (emu.cluster.capacity, `foglab emu plan`) both read."""
     return predicted_demand(spec, topology, calibration_of(spec)[1])
 
 

@@ -1,7 +1,7 @@
 """The capacity planner's inputs from the experiment layer: the calibrated model's predicted
-demand (experiments.dilation, the figures `run.dilation: auto` reads) handed to emu.host.capacity,
-which emu cannot compute itself (it imports neither sim nor this layer); and the prediction
-`foglab run` prints on emu before it starts (`announce`)."""
+demand (experiments.dilation, the figures `run.dilation: auto` reads) handed to
+emu.cluster.capacity, which emu cannot compute itself (it imports neither sim nor this layer); and
+the prediction `foglab run` prints on emu before it starts (`announce`)."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def announce(spec, topology, choice: Choice, say: Callable[[str], None],
     """Before an emu run: the planner's prediction for this host at the run's K (one line),
     and a warning when it predicts a pressure above the bound `auto` keeps. The demand is
     `auto`'s own when it chose K (choice.demand), else predicted here. Returns the plan."""
-    from emu.host.capacity import TARGET_PRESSURE, CapacityRefused, host_memory, plan_experiment
+    from emu.cluster.capacity import TARGET_PRESSURE, CapacityRefused, host_memory, plan_experiment
 
     demand = choice.demand or demand_of(spec, topology)
     try:

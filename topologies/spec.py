@@ -10,7 +10,7 @@ from topologies.fields import Bandwidth, Name, NonNegativeDuration, PositiveDura
 from topologies.profiles import NodeKind, Profile
 
 # The model (sim) takes large topologies; the emulation refuses, before it starts anything,
-# what its host cannot take (emu.host.capacity.check_host_cap, docs/capacity.md).
+# what its host cannot take (emu.cluster.capacity.check_host_cap, docs/capacity.md).
 MAX_REPLICAS = 1_000_000
 
 

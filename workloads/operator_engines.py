@@ -40,7 +40,7 @@ class OperatorEngine:
     # once to check it; recovery and replication re-place such instances. False: a job beside
     # the agent (emu.agent.spark), whose arrivals at its node the agent records.
     in_agent: bool
-    # The job runs on a JVM: Spark's driver, with its own memory and threads (emu.host.capacity),
+    # The job runs on a JVM: Spark's driver, with its own memory and threads (emu.cluster.capacity),
     # on the cloud VMs' image (the one with a JRE), driving the topology's Spark standalone
     # cluster when it has one (emu.cluster.plan).
     jvm: bool

@@ -137,8 +137,8 @@ def _carried_out(name: str, routes, login, nodes, job_of, wanted, *, dry_run: bo
     something, ERROR when an agent is silent or a step fails."""
     import time
 
+    from emu.control.commands import Controller
     from emu.live.apply import Applied, ApplyError, execute, plan_for, read_running
-    from emu.live.control import Controller
 
     applied = Applied()
     try:

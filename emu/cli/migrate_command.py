@@ -176,7 +176,7 @@ def _migrated(client, name: str, login, agents, brokers, operator: str, source: 
 
 
 def _controller(broker: str, login: tuple[str, str] | None = None, grants=None):
-    from emu.live.control import Controller
+    from emu.control.commands import Controller
 
     return Controller(broker, credentials=login, grants=grants)
 

@@ -1,5 +1,5 @@
 """`foglab emu plan`: an experiment's hosts, start-up time and CPU pressure per host, predicted
-from the calibrated model (emu.host.capacity's planner; docs/capacity.md)."""
+from the calibrated model (emu.cluster.capacity's planner; docs/capacity.md)."""
 
 from __future__ import annotations
 
@@ -40,7 +40,7 @@ def emu_plan(
 ) -> None:
     """Predict an experiment's hosts, start-up time and CPU pressure per host from the
     calibrated model (docs/capacity.md); exit 2 naming the figures when it cannot fit."""
-    from emu.host.capacity import TARGET_PRESSURE, CapacityRefused, host_memory, plan_experiment
+    from emu.cluster.capacity import TARGET_PRESSURE, CapacityRefused, host_memory, plan_experiment
     from topologies import units
 
     if hosts < 1:

@@ -5,7 +5,7 @@ reads on that node just before it starts there, and loses them when it leaves.
 
 Planning (emu.cluster.access.read_grants) grants each node what is placed on it at the
 start; an operator that may move is no longer read by every node. The host's controller
-(emu.live.control.Controller) asks this module before each request that starts an instance
+(emu.control.commands.Controller) asks this module before each request that starts an instance
 (STARTS: the request's arguments hold the instance's config) and after each that ends one
 (LEAVES). One place holds the run's grants (`Grants`): the node -> operator -> filters
 granted at run time, kept in the cluster's scratch folder (GRANTS_FILE, 0600, under a lock)

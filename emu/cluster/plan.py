@@ -53,7 +53,7 @@ wherever the operator is, an agent whose operators read through its node session
 subscribes on every other broker of the run (`AgentConfig.other_brokers`, each over a link
 shaped as its path to that broker), so its operators get every publisher's messages once,
 from the publisher's broker; the host's controller holds a session on every broker
-(emu.live.control.Controller.of_plan).
+(emu.control.commands.Controller.of_plan).
 
 An instance reading through a session of its own (one that may move) reads on the broker of
 the node it starts on, where every publisher of its input is (`_check_own_sessions` refuses

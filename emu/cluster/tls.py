@@ -255,7 +255,7 @@ def host_context(plan):
 
     context = ssl.create_default_context(cadata=tls.ca)
     context.check_hostname = False  # container addresses: the chain is checked
-    # paho on the host's selector loop (emu.live.mqtt_loop) writes from the caller's thread while
+    # paho on the host's selector loop (emu.control.mqtt_loop) writes from the caller's thread while
     # the loop reads: TLS 1.2 has no post-handshake messages a read would answer meanwhile.
     context.maximum_version = ssl.TLSVersion.TLSv1_2
     return context

@@ -58,8 +58,8 @@ from emu.agent.registry import GATEWAYS, gateway_path
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.access import kazoo_options
 from emu.cluster.tls import tls_options
+from emu.control.commands import NotAnswered
 from emu.features.base import Feature
-from emu.live.control import NotAnswered
 from topologies.model import Topology
 from workloads.operator_engines import operator_engine
 from workloads.recovery import (

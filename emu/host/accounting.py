@@ -11,9 +11,9 @@ and end) and splits the CPU seconds between them:
   containers the testbed adds (kind `machinery`: the ZooKeeper servers no topology node
   stands for, the agents' zygote, a swarm's link agents);
 - this process's threads (kind `machinery`): the link relays' event loop (emu.cluster.relays,
-  thread `relays-<cluster>`), the host controller's MQTT loop (emu.live.control via
-  emu.live.mqtt_loop, thread `mqtt-selector`), the run loop itself (the main thread: health polls,
-  features' polls; `samplers_s`, timed around the samplers, splits them out), the rest
+  thread `relays-<cluster>`), the host controller's MQTT loop (emu.control.commands via
+  emu.control.mqtt_loop, thread `mqtt-selector`), the run loop itself (the main thread: health
+  polls, features' polls; `samplers_s`, timed around the samplers, splits them out), the rest
   (threads that ended, the Docker SDK's), and the process's children;
 - the container engine (kind `machinery`): dockerd, containerd and the containerd-shims,
   found by name in /proc. They serve every container of the host, other people's too;
@@ -53,7 +53,7 @@ ENGINE = ("dockerd", "containerd", "containerd-shim", "containerd-shim-runc-v2",
 # This process's threads by name (a prefix) -> the part they are.
 THREADS = {"relays-": "link relays (emu.cluster.relays)",
            "link-relays": "link relays (emu.cluster.relays)",
-           "mqtt-selector": "host controller (emu.live.control)"}
+           "mqtt-selector": "host controller (emu.control.commands)"}
 # The host's other processes are listed by name, the busiest first, this many of them.
 TOP_PROCESSES = 4
 RUN_LOOP = "run loop (emu.run.emulate, main thread)"

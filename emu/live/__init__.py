@@ -1,3 +1,2 @@
-"""A cluster that is up: its agents and where operators run (agents.py), one command to many
-agents (control.py, on mqtt_loop.py's selector loop), and a plan of jobs carried out on it
-(apply.py)."""
+"""A cluster that is up: its agents and where operators run (agents.py), and a plan of jobs
+carried out on it (apply.py: read from the agents, execute, verify)."""

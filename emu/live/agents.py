@@ -3,7 +3,7 @@
 What `foglab emu` (emu.cli.main) and a run (emu.run.emulate) need to know of, or do to, a cluster
 whose containers are running, as plain functions that raise errors: emu.cli.main prints and chooses
 the exit codes. The cluster is found by its containers' labels (emu.engines.docker.inventory); the
-agents are asked through their brokers (emu.live.control).
+agents are asked through their brokers (emu.control.commands).
 
 - `agents_and_brokers`: the agents (node, kind, broker, container state), the brokers'
   addresses and every node's kind, from the labels.
@@ -124,7 +124,7 @@ def where_operators_run(agents: dict[str, Agent], brokers: dict[str, str],
     """Operator -> the nodes where an instance of it runs, from a ping of every agent through
     its broker; and the agents that did not answer. `credentials`: the host's login on a
     closed cluster (`cluster_login`)."""
-    from emu.live.control import Controller
+    from emu.control.commands import Controller
 
     running: dict[str, list[str]] = {}
     silent: list[str] = []
@@ -153,8 +153,8 @@ def wait_agents_registered(cluster, status: dict[str, Any], agents: Iterable[str
                            timeout: float = REGISTER_TIMEOUT_S) -> None:
     """Until every agent of `agents` has registered in the cluster's ZooKeeper (`status`:
     node -> its container's status, for the addresses); a TimeoutError names those missing,
-    and `check()` may give up earlier by raising (emu.live.control.wait_registered)."""
-    from emu.live.control import wait_registered
+    and `check()` may give up earlier by raising (emu.control.commands.wait_registered)."""
+    from emu.control.commands import wait_registered
 
     zookeeper = ",".join(f"{status[z].ip}:2181" for z in cluster.plan.zookeeper)
     wait_registered(zookeeper, list(agents), timeout=timeout, check=check,
@@ -172,7 +172,7 @@ def start_drivers(running) -> float:
     registered, then start every driver at one epoch (`set run.epoch`, through each agent's
     broker), as a run does (emu.run.emulate); the epoch. A RuntimeError if an agent refused or did
     not answer."""
-    from emu.live.control import Controller
+    from emu.control.commands import Controller
 
     status = {s.node: s for s in running.status()}
     plan = running.plan

@@ -189,10 +189,10 @@ def emulate(request: Request, progress=lambda seconds: None, records: Path | Non
 
 
 def controller(cluster, status: dict, clock: TimeBase = UNDILATED):
-    """The run's controller (emu.live.control): a session on every broker, each agent's requests
+    """The run's controller (emu.control.commands): a session on every broker, each agent's requests
     through the broker the plan gives it (brokers are not bridged); its timeouts and reply
     times on the run's clock."""
-    from emu.live.control import Controller
+    from emu.control.commands import Controller
 
     # One id for the run: a reconnection resumes the sessions, with their queued replies.
     return Controller.of_plan(cluster.plan, status, clock=clock,

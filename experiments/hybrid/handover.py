@@ -12,7 +12,7 @@ request's `timeout` is, which the controller waits K times as long on the host).
 
 from __future__ import annotations
 
-from emu.live.control import NotAnswered
+from emu.control.commands import NotAnswered
 from experiments.hybrid.actions import NOT_OK, TIMEOUT, ActionFailed
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from emu.live.control import NotAnswered
+from emu.control.commands import NotAnswered
 from experiments.hybrid.actions import NOT_OK, TIMEOUT, ActionFailed
 
 LATENCY_TOLERANCE_S = 0.0002   # 0.2 ms: below the link layer's own accuracy

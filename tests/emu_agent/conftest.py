@@ -19,7 +19,7 @@ import pytest
 from emu.agent.agent import Agent
 from emu.agent.config import CONFIG_VARIABLE, AgentConfig
 from emu.agent.protocol import Envelope
-from emu.live.control import Controller
+from emu.control.commands import Controller
 from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
 
 PROJECT_ROOT = Path(__file__).resolve().parents[2]

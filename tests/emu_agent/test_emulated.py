@@ -27,8 +27,8 @@ from emu.agent.zookeeper import (
     ZooKeeper,
     parse_hosts,
 )
+from emu.control.commands import Controller, wait_registered
 from emu.images import GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ensure_image
-from emu.live.control import Controller, wait_registered
 from tests.engine import docker_engine
 
 from .conftest import Listener, wait_for
@@ -494,7 +494,7 @@ class HeldControl:
         self.sent: list[tuple[str, str]] = []
 
     def send(self, nodes, command: str, args=None, timeout: float = 0.0):
-        from emu.live.control import CommandResult, Reply
+        from emu.control.commands import CommandResult, Reply
 
         (node,) = nodes
         self.sent.append((node, args["operator"]))

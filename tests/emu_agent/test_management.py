@@ -11,7 +11,7 @@ import pytest
 
 from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
 from emu.agent.protocol import request_topic
-from emu.live.control import Controller
+from emu.control.commands import Controller
 
 from .conftest import address, read_csv, wait_for
 

@@ -16,8 +16,8 @@ from emu.agent.config import OperatorConfig
 from emu.agent.migration import CHUNK_MAX, pack, unpack
 from emu.agent.operators import Operator, operator_config
 from emu.agent.protocol import Envelope, message_id
+from emu.control.commands import Controller
 from emu.features.moves.dispatch import MigrationError, migrate
-from emu.live.control import Controller
 
 from .conftest import wait_for
 from .test_emulated import client, network, run, services, zookeeper  # noqa: F401

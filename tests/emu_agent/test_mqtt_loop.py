@@ -11,8 +11,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from emu.live.control import Controller
-from emu.live.mqtt_loop import SelectorLoop
+from emu.control.commands import Controller
+from emu.control.mqtt_loop import SelectorLoop
 from tests.emu_agent.conftest import address
 
 SELECT_LIMIT = 1024  # FD_SETSIZE

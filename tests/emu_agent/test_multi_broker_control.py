@@ -13,7 +13,7 @@ import pytest
 
 from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
 from emu.agent.protocol import Envelope
-from emu.live.control import Controller
+from emu.control.commands import Controller
 from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
 
 from .conftest import address, read_csv, wait_for

@@ -19,8 +19,8 @@ from emu.agent.operators import Operator
 from emu.agent.parallel import _Parallel, parallel_refusal
 from emu.agent.parallel import topics as migration_topics
 from emu.agent.protocol import Envelope
+from emu.control.commands import Controller
 from emu.features.moves.dispatch import migrate
-from emu.live.control import Controller
 from workloads.migration import synchronise
 from workloads.migration.measures import coverage
 

@@ -10,8 +10,8 @@ from collections.abc import Iterator
 import pytest
 
 from emu.agent.config import DriverConfig, OperatorConfig
-from emu.live.control import Controller
-from emu.live.mqtt_loop import Backoff
+from emu.control.commands import Controller
+from emu.control.mqtt_loop import Backoff
 from tests.emu_agent.conftest import address, read_csv, wait_for
 from workloads.spark.local_broker import LocalMosquitto, find_mosquitto
 

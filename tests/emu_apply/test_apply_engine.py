@@ -10,6 +10,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from emu.control.commands import CommandResult, Reply
 from emu.live.apply import (
     ApplyError,
     Running,
@@ -19,7 +20,6 @@ from emu.live.apply import (
     plan_for,
     read_running,
 )
-from emu.live.control import CommandResult, Reply
 
 HERE = Path(__file__).parent
 

@@ -65,8 +65,8 @@ def cluster():
 def listed(name: str, node: str) -> dict:
     """What `operators.list` answers from the node's agent now."""
     from emu.cli.clusters import docker_client
+    from emu.control.commands import Controller
     from emu.live.agents import agents_and_brokers
-    from emu.live.control import Controller
 
     agents, brokers, _ = agents_and_brokers(docker_client(), name)
     with Controller(brokers[agents[node].broker]) as control:

@@ -28,7 +28,7 @@ from emu.cluster.grants import (
     covers,
 )
 from emu.cluster.plan import plan_cluster
-from emu.live.control import Controller
+from emu.control.commands import Controller
 from experiments.loader import parse_text
 from tests.emu_cluster.test_access import _connect, _heard, closed_mosquitto
 from tests.emu_cluster.test_access_exploits import _stop

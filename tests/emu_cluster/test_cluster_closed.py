@@ -12,9 +12,9 @@ import pytest
 
 from emu.cluster.plan import CLOSED_CONFIG, plan_cluster
 from emu.cluster.services import MQTT_CONNECT, _exchange
+from emu.control.commands import Controller
 from emu.engines.docker.engine import Cluster
 from emu.live.agents import wait_agents_registered
-from emu.live.control import Controller
 from tests.emu_cluster.test_cluster import LABELS, leftovers, small_topology
 
 if TYPE_CHECKING:

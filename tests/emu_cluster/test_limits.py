@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 
+from emu.cluster.capacity import GIB, CapacityRefused, check_host_cap, host_cap
 from emu.cluster.plan import PIDS_AGENT, plan_cluster
 from emu.engines.docker import inventory
 from emu.engines.docker.engine import Cluster
-from emu.host.capacity import GIB, CapacityRefused, check_host_cap, host_cap
 from tests.emu_cluster.test_cluster import LABELS, small_topology
 from topologies.model import Topology, expand
 from topologies.spec import TopologySpec

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 import pytest
 
 from emu.agent.zygote import AGENT_PID_FILE
+from emu.control.commands import wait_registered
 from emu.engines.docker.engine import Cluster
 from emu.engines.docker.zygote import WAITER_BUSYBOX, static_busybox
 from emu.host.metrics import ContainerCgroup
-from emu.live.control import wait_registered
 from tests.emu_cluster.test_cluster import leftovers, new_plan
 
 if TYPE_CHECKING:

@@ -99,7 +99,7 @@ def test_a_scheduled_migration_starts_at_the_host_time_of_its_at(monkeypatch):
 
 
 def test_a_commands_timeout_is_emulated_seconds():
-    from emu.live.control import Controller
+    from emu.control.commands import Controller
 
     for k in (1.0, K):
         control = Controller("127.0.0.1:1", clock=TimeBase(k, time.time()))
@@ -204,8 +204,8 @@ def test_replication_reads_every_interval_of_emulated_time():
     """The controller's readings at K = 2: every `interval` of the run's clock (K times as far
     apart on the host), stamped in emulated seconds from the epoch."""
     from emu.agent.config import AgentConfig, OperatorConfig
+    from emu.control.commands import CommandResult
     from emu.features.replication import Replication
-    from emu.live.control import CommandResult
     from tests.emu_run.test_fault_schedule import TOPOLOGY
     from topologies.model import expand
     from topologies.spec import TopologySpec

@@ -1,15 +1,13 @@
-"""emu.host.capacity: the capacity planner's placement, pressure, hosts needed, start-up and memory,
-worked by hand on the quickstart's containers; its refusals naming the figures; the demand it
-shares with `run.dilation: auto`; and `foglab emu plan` through typer's runner. No Docker."""
+"""emu.cluster.capacity: the capacity planner's placement, pressure, hosts needed, start-up and
+memory, worked by hand on the quickstart's containers; its refusals naming the figures; the demand
+it shares with `run.dilation: auto`; and `foglab emu plan` through typer's runner. No Docker."""
 
 from __future__ import annotations
 
 import pytest
 from typer.testing import CliRunner
 
-from emu.cluster.deployment import agent_configs
-from emu.cluster.plan import plan_cluster
-from emu.host.capacity import (
+from emu.cluster.capacity import (
     GIB,
     MIB,
     TARGET_PRESSURE,
@@ -17,6 +15,8 @@ from emu.host.capacity import (
     plan_capacity,
     plan_experiment,
 )
+from emu.cluster.deployment import agent_configs
+from emu.cluster.plan import plan_cluster
 from experiments import dilation
 from experiments.loader import load
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from emu.live.control import CommandResult, Reply
+from emu.control.commands import CommandResult, Reply
 from emu.run.emulate import EmuError, _settle, _stop_agents, _trim_cut_lines
 from emu.run.health import Health, Seen, engine_time
 

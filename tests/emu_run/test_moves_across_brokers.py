@@ -19,8 +19,8 @@ import pytest
 
 from emu.agent.agent import Agent
 from emu.agent.config import AgentConfig, DriverConfig, OperatorConfig
+from emu.control.commands import Controller
 from emu.features.moves.dispatch import migrate
-from emu.live.control import Controller
 from experiments.loader import parse_text
 from experiments.runner import run_experiment
 from workloads.spark.local_broker import LocalMosquitto, find_mosquitto

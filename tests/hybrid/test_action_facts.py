@@ -18,7 +18,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from emu.live.control import CommandResult, Reply
+from emu.control.commands import CommandResult, Reply
 from experiments.hybrid.actions import Action, Actions
 from experiments.hybrid.backend import _Coupled
 from experiments.hybrid.handover import Handovers
@@ -28,8 +28,8 @@ BENCHMARK = Path(__file__).resolve().parents[2] / "benchmarks" / "hybrid_lag.py"
 
 
 class Agents:
-    """A stand-in for emu.live.control.Controller: `answers[node]` is how the node's agent answers
-    ("ok", "silent", an error message, or an exception the send raises); `hold` blocks every
+    """A stand-in for emu.control.commands.Controller: `answers[node]` is how the node's agent
+    answers ("ok", "silent", an error message, or an exception the send raises); `hold` blocks every
     request to that node until the actions are abandoned (a queue the run ends before)."""
 
     def __init__(self, answers: dict, hold: str | None = None) -> None:

@@ -44,6 +44,7 @@ from emu.agent.config import (
     without_secrets,
 )
 from emu.cluster.access import save as save_access
+from emu.cluster.capacity import check_host_cap
 from emu.cluster.links import Links, make_links
 from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
 from emu.cluster.services import mqtt_answers, zookeeper_answers
@@ -59,7 +60,6 @@ from emu.engines.docker.zygote import (
     waiter_binds,
     waiter_command,
 )
-from emu.host.capacity import check_host_cap
 from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape
@@ -171,7 +171,7 @@ class Cluster:
 
     def up(self) -> Self:
         """Make and start everything; on any failure remove what was made, then raise. A
-        plan beyond what this host takes is refused first (emu.host.capacity.check_host_cap)."""
+        plan beyond what this host takes is refused first (emu.cluster.capacity.check_host_cap)."""
         if self._made is not None:
             raise ClusterError(f"cluster {self.name} is already up")
         check_host_cap(self.plan)

@@ -3,7 +3,7 @@ migrate_instance() -> record. emu.features.moves.dispatch.migrate dispatches an 
 by its engine (OperatorEngine.moves_by: Move.AGENTS).
 
 The host is the thesis's coordinator (chapter 5, Fig. 5.4): it sends each step as a request
-over the management protocol (emu.live.control.Controller) and the agents carry it out
+over the management protocol (emu.control.commands.Controller) and the agents carry it out
 (emu.agent.migration, which says how the input is held and how exactly-once holds):
 role assignment to both (`migrate.prepare`; the target starts retrieving at once), the pause
 and state transfer to the source (`migrate.pause`), the resume to the target
@@ -87,7 +87,7 @@ def migrate_instance(control, operator: str, source: str, target: str,
     if source == target:
         raise MigrationError(f"operator {operator!r}: source and target are both {source}")
     if isinstance(control, str):
-        from emu.live.control import Controller
+        from emu.control.commands import Controller
 
         with Controller(control, clock=clock) as connected:
             return migrate_instance(connected, operator, source, target, strategy, settings,
@@ -107,7 +107,7 @@ class _Failed(Exception):
 
 
 def clock_of(control) -> TimeBase:
-    """The run's time base as the controller has it (emu.live.control.Controller.clock)."""
+    """The run's time base as the controller has it (emu.control.commands.Controller.clock)."""
     clock = getattr(control, "clock", None)
     return clock if isinstance(clock, TimeBase) else UNDILATED
 
@@ -133,7 +133,7 @@ class _Migration:
               timeout: float | None = None) -> dict[str, Any]:
         result = self.control.send([node], command, {"operator": self.record.operator, **args},
                                    timeout=timeout or self.timeout)
-        from emu.live.control import NotAnswered
+        from emu.control.commands import NotAnswered
 
         try:
             return result.answer(node) or {}

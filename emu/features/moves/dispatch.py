@@ -44,7 +44,7 @@ def migrate(control, operator: str, source: str, target: str,
             clock: TimeBase | None = None) -> MigrationRecord:
     """Move `operator`'s instance from agent `source` to agent `target`.
 
-    `control`: a connected emu.live.control.Controller, or a broker's "host:port" (a controller
+    `control`: a connected emu.control.commands.Controller, or a broker's "host:port" (a controller
     is connected for the migration). `settings`: a workloads.scenario.MigrationSettings (its
     `chunk`, and `sync` for parallel), or None. `timeout`: how long one step, or one chunk,
     may take; `sync_timeout` how long a parallel migration may wait for synchronisation

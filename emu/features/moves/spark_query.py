@@ -103,8 +103,8 @@ def migrate_query(control, operator: str, source: str, target: str,
                   sync_timeout: float | None = None) -> SparkMigrationRecord:
     """Move the Spark query `operator` from cloud VM `source` to cloud VM `target`.
 
-    `control`: a connected emu.live.control.Controller, or a broker's "host:port". `records(node)`:
-    the host folder mounted at /records in that node's container. `settings`: a
+    `control`: a connected emu.control.commands.Controller, or a broker's "host:port".
+    `records(node)`: the host folder mounted at /records in that node's container. `settings`: a
     workloads.scenario.MigrationSettings (its `spark` way), or None; `way` overrides it.
     `timeout`: how long one request may take. A failed move is a record with status `failed`;
     a MigrationError only for a move refused before anything happened. `sync_timeout` is not
@@ -127,7 +127,7 @@ def migrate_query(control, operator: str, source: str, target: str,
                              "give records(node), the host folder mounted at /records there")
     clock = clock or clock_of(control)
     if isinstance(control, str):
-        from emu.live.control import Controller
+        from emu.control.commands import Controller
 
         with Controller(control, clock=clock) as connected:
             return migrate_query(connected, operator, source, target, strategy, settings,
@@ -193,7 +193,7 @@ class _Failed(Exception):
 
 def _step(control, node: str, command: str, args: dict[str, Any],
           timeout: float) -> dict[str, Any]:
-    from emu.live.control import NotAnswered
+    from emu.control.commands import NotAnswered
 
     result = control.send([node], command, args, timeout=timeout)
     try:

@@ -26,7 +26,7 @@ from emu.agent.protocol import (
 from emu.agent.registry import GATEWAYS, gateway_path
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.tls import tls_login
-from emu.live.mqtt_loop import SelectorLoop
+from emu.control.mqtt_loop import SelectorLoop
 
 CONNECT_TIMEOUT = 10.0
 MQTT_PORT = 1883  # emu.cluster.plan's
@@ -143,7 +143,7 @@ class _Session:
         self.subscribed = threading.Event()
         self.client.on_subscribe = lambda *args: self.subscribed.set()
         self.connections = 0
-        self.loop: SelectorLoop | None = None  # not paho's: see emu.live.mqtt_loop
+        self.loop: SelectorLoop | None = None  # not paho's: see emu.control.mqtt_loop
 
     @property
     def address(self) -> str:
