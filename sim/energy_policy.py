@@ -1,18 +1,18 @@
 """The energy-aware offload in the model: a battery gateway's operators go to the cloud when
-workloads.energy's rule (`offload_reason`, `offload_time`) says so.
+workloads.energy_offload's rule (`offload_reason`, `offload_time`) says so.
 
 The rule is the shared part; this only measures and acts. Every `interval` the gateway's
 draw is measured from its CPU's admitted work (sim.stations.Cpu.work: the utilisation over
-the interval, turned into the hardware's by workloads.energy.hardware_share and into watts by
-its power profile), added to what it drew, and the rule asked; within an interval the charge
-runs down at the last measured draw, and when `offload_time` at that draw falls inside it the
-move is made then, so a gateway whose draw holds steady moves at the instant its charge
+the interval, turned into the hardware's by workloads.energy_power.hardware_share and into
+watts by its power profile), added to what it drew, and the rule asked; within an interval the
+charge runs down at the last measured draw, and when `offload_time` at that draw falls inside
+it the move is made then, so a gateway whose draw holds steady moves at the instant its charge
 crosses the threshold, not at the next interval's end. The
 move is the model's migration coordinator's (`Coordinator.start`, the strategy given or
 `scenario.migration.strategy`), one per operator group with an instance on the gateway.
 Attached through public parts only (model.env, model.cpus, model.topology, model.every_group,
 model.coordinator); no way back (a battery does not recharge in the model). An experiment
-asks for it with `scenario.energy.offload` (workloads.energy.Offload), which
+asks for it with `scenario.energy.offload` (workloads.energy_offload.Offload), which
 sim.features.energy turns into one watcher per gateway; `fact()` is what the run records.
 """
 
@@ -21,14 +21,9 @@ from __future__ import annotations
 import math
 from collections import deque
 
-from workloads.energy import (
-    EnergyPolicy,
-    EnergySpec,
-    hardware_share,
-    offload_reason,
-    offload_time,
-    resolve_power,
-)
+from workloads.energy import EnergySpec, resolve_power
+from workloads.energy_offload import EnergyPolicy, offload_reason, offload_time
+from workloads.energy_power import hardware_share
 
 
 class OneAtATime:

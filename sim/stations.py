@@ -20,7 +20,7 @@ import random
 from bisect import bisect_right
 from heapq import heapreplace
 
-# As emu.links.relay (RETRANSMISSION_STALL_S, MSS): a test keeps them equal.
+# As emu.links.shaping (RETRANSMISSION_STALL_S, MSS): a test keeps them equal.
 RTO_MIN = 0.2  # seconds: Linux's minimum retransmission timeout
 MSS = 1460  # bytes of payload per TCP segment
 

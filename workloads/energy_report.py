@@ -1,6 +1,6 @@
 """What scenario.energy reports (workloads.reports): its table, its figures in the run's
 summary, and its rows in `foglab compare`. The ledger that counts the joules is
-workloads.energy's."""
+workloads.energy_ledger's."""
 
 from __future__ import annotations
 

@@ -46,7 +46,8 @@ from emu.cluster.plan import ClusterPlan, LinkPlan
 from emu.cluster.relays import RelaySet
 from emu.links.netem import NetemShaper, netns_of_pid
 from emu.links.peers import Network, Peers, network
-from emu.links.relay import LinkRelay, RelayCounters, TokenBucket, hop_bucket
+from emu.links.relay import LinkRelay, RelayCounters
+from emu.links.shaping import TokenBucket, hop_bucket
 from emu.links.spec import LinkShape
 
 if TYPE_CHECKING:

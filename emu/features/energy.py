@@ -5,7 +5,7 @@ the run measures anyway, once its records are read.
 - Nodes: each sample of the `nodes` table (emu.host.metrics: a container's cgroup CPU time over
   the interval, as a share of its CPU limit; a row spans from the node's previous sample, the
   first from one sample period before it, cut to the run) is turned into the emulated node's own
-  utilisation by workloads.energy.hardware_share: the container's limit (the plan's
+  utilisation by workloads.energy_power.hardware_share: the container's limit (the plan's
   nano_cpus) in host cores, each worth a reference vCPU natively, or the calibration's
   measured QEMU speed for an arm64 gateway, over the node's profile (its cores at its speed).
   At a time dilation K the share is of K host seconds per emulated second, which the limit
@@ -23,7 +23,7 @@ refuses them on emu before anything starts).
 
 The offload (`offload`) acts on the containers: emu.features.energy_offload watches each battery
 gateway's container from the epoch and moves its operators by emu.features.moves.dispatch when
-workloads.energy's rule says so; its moves join the run's `migrations` table, its gauges'
+workloads.energy_offload's rule says so; its moves join the run's `migrations` table, its gauges'
 rows are `facts.energy.offloads`, as on the model. Hybrid runs it the same way (its features
 are the emulation's).
 """
@@ -40,15 +40,11 @@ from emu.features.energy_offload import Gauge, OffloadWatcher
 from topologies.errors import SpecError
 from topologies.routing import gateway_of
 from workloads.calibration import load
-from workloads.energy import (
-    EnergySpec,
-    Ledger,
-    hardware_share,
-    load_prices,
-    offload_target,
-    radio_energy,
-    resolve_power,
-)
+from workloads.energy import EnergySpec, resolve_power
+from workloads.energy_ledger import Ledger
+from workloads.energy_offload import offload_target
+from workloads.energy_power import hardware_share, radio_energy
+from workloads.energy_prices import load_prices
 from workloads.pipeline import placement
 
 DEFAULT_CALIBRATION = "reference"

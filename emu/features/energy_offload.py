@@ -1,13 +1,13 @@
 """The energy-aware offload on real containers (`scenario.energy.offload` on emu, and on
 hybrid, which runs the same features): each battery gateway's container watched while the run
-measures, its operators moved to the cloud by emu.features.moves.dispatch when workloads.energy's
-rule says so.
+measures, its operators moved to the cloud by emu.features.moves.dispatch when
+workloads.energy_offload's rule says so.
 
-The rule is workloads.energy's (`offload_reason`, `offload_time`), the one the model's
+The rule is workloads.energy_offload's (`offload_reason`, `offload_time`), the one the model's
 watcher asks (sim.energy_policy); only the draw's source differs. Every `interval` (emulated
 seconds) the gateway's container is read as the `nodes` table's sampler reads it (emu.host.metrics:
 its cgroup's CPU time over the host seconds since the last read, as a share of its CPU
-limit), turned into the emulated Pi's own utilisation by workloads.energy.hardware_share (the
+limit), turned into the emulated Pi's own utilisation by workloads.energy_power.hardware_share (the
 limit in host cores at the calibration's QEMU speed, over the Pi's cores) and into watts by
 its power profile, and added to what it drew at that draw. Between reads the charge runs
 down at the last read draw, as a battery gauge's does: when `offload_time` at that draw falls
@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from emu.agent.timebase import TimeBase
 from emu.features.moves import dispatch
 from emu.host.metrics import counters
-from workloads.energy import Offload, Power, offload_reason, offload_time
+from workloads.energy_offload import Offload, offload_reason, offload_time
+from workloads.energy_power import Power
 
 
 @dataclass

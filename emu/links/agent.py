@@ -51,7 +51,8 @@ from typing import Any
 
 from emu.links.lag import LagProbe
 from emu.links.peers import Network, Peers, network
-from emu.links.relay import LinkRelay, TokenBucket, hop_bucket
+from emu.links.relay import LinkRelay
+from emu.links.shaping import TokenBucket, hop_bucket
 from emu.links.spec import LinkShape, check_dilation
 
 TOKEN_VARIABLE = "FOGLAB_LINK_TOKEN"

@@ -1,4 +1,5 @@
-"""One relayed TCP connection, carried across a shaped link by callbacks (emu.links.relay).
+"""One relayed TCP connection, carried across a shaped link (emu.links.shaping) by callbacks;
+the relay (emu.links.relay) listens, accepts and hands each connection to ``Connections``.
 
 Why callbacks: the relays are most of the testbed's own CPU (docs/host-cpu.md), and their cost
 is per message. A stream reader, a queue, a delivery task and a sleep per chunk cost a few
@@ -16,26 +17,27 @@ from __future__ import annotations
 
 import asyncio
 from collections import deque
-from typing import TYPE_CHECKING, cast
+from collections.abc import Callable
+from typing import cast
 
-if TYPE_CHECKING:
-    from emu.links.relay import LinkRelay, _Direction
+from emu.links.peers import Peers
+from emu.links.shaping import Direction, Shaping
 
 IN_FLIGHT_CHUNKS = 256
-# Bytes read at most at once from a socket, as the stream relay did (emu.links.relay.MAX_CHUNK).
+# Bytes read at most at once from a socket, as the stream relay did (emu.links.shaping.MAX_CHUNK).
 READ_SIZE = 65536
 
 
 class Flow:
     """One direction of one connection: chunks read from ``source`` cross the link to ``sink``."""
 
-    __slots__ = ("relay", "direction", "connection", "loop", "source", "sink", "pending",
+    __slots__ = ("shaping", "direction", "connection", "loop", "source", "sink", "pending",
                  "previous_arrival", "timer", "backlog", "holding", "held", "window_full",
                  "eof", "fin_sent", "finished", "sink_paused", "reading", "frames")
 
-    def __init__(self, relay: LinkRelay, direction: _Direction, connection: Connection,
+    def __init__(self, shaping: Shaping, direction: Direction, connection: Connection,
                  loop: asyncio.AbstractEventLoop) -> None:
-        self.relay = relay
+        self.shaping = shaping
         self.direction = direction
         self.connection = connection
         self.loop = loop
@@ -56,7 +58,7 @@ class Flow:
         self.reading = False
         # The sender's messages, counted from the first byte, when the relay draws loss per
         # segment the sender wrote (emu.links.framing): only a relay made lossy counts.
-        self.frames = relay._frames()
+        self.frames = shaping.frames()
 
     def feed(self, data: bytes) -> None:
         """Bytes read from the source: onto the link now, or behind a held backlog."""
@@ -74,9 +76,9 @@ class Flow:
             self._send_fin()
 
     def _transmit(self, data: bytes) -> None:
-        relay, direction, pending = self.relay, self.direction, self.pending
+        shaping, direction, pending = self.shaping, self.direction, self.pending
         now = self.loop.time()
-        size, total, offset = relay._chunk, len(data), 0
+        size, total, offset = shaping.chunk, len(data), 0
         while offset < total:
             if len(pending) >= IN_FLIGHT_CHUNKS:
                 self.window_full = True
@@ -87,13 +89,13 @@ class Flow:
             chunk = data if total <= size else data[offset : offset + size]
             nbytes = len(chunk)
             offset += nbytes
-            shape = relay._installed
+            shape = shaping.installed
             departure = direction.reserve(nbytes, now)
-            # Inline the common case (no jitter, no loss): no call, no draw, as _delay and _stall.
-            arrival = departure + (relay._delay(shape) if shape.jitter_s else shape.latency_s)
+            # Inline the common case (no jitter, no loss): no call, no draw, as delay and stall.
+            arrival = departure + (shaping.delay(shape) if shape.jitter_s else shape.latency_s)
             frames = self.frames.count(chunk) if self.frames is not None else 0
             if shape.loss:
-                arrival += relay._stall(shape, nbytes, direction, frames)
+                arrival += shaping.stall(shape, nbytes, direction, frames)
             # TCP hands bytes over in order: a chunk never overtakes the one ahead of it.
             if arrival > self.previous_arrival:
                 self.previous_arrival = arrival
@@ -127,7 +129,7 @@ class Flow:
         if self.fin_sent:
             return
         self.fin_sent = True
-        arrival = max(self.previous_arrival, self.loop.time() + self.relay._installed.latency_s)
+        arrival = max(self.previous_arrival, self.loop.time() + self.shaping.installed.latency_s)
         self.pending.append((arrival, None))
         if self.timer is None:
             self.timer = self.loop.call_at(self.pending[0][0], self._deliver)
@@ -233,14 +235,30 @@ class Side(asyncio.BufferedProtocol):
         self.connection.close()
 
 
+class Connections:
+    """The connections one relay carries: the link they cross, where they go, who may open one
+    (emu.links.peers; None: anyone), the live ones and how many were let through.
+    ``refuse(host)`` is the relay's: it counts and logs a connection from other than its client."""
+
+    def __init__(self, shaping: Shaping, upstream: tuple[str, int], peers: Peers | None,
+                 refuse: Callable[[str], None]) -> None:
+        self.shaping = shaping
+        self.upstream = upstream
+        self.peers = peers
+        self.refuse = refuse
+        self.live: set[Connection] = set()
+        self.opened = 0
+
+
 class Connection:
     """A client's connection through the relay and the relay's own connection upstream."""
 
-    def __init__(self, relay: LinkRelay, loop: asyncio.AbstractEventLoop) -> None:
-        self.relay = relay
+    def __init__(self, connections: Connections, loop: asyncio.AbstractEventLoop) -> None:
+        self.connections = connections
         self.loop = loop
-        self.up = Flow(relay, relay._up, self, loop)
-        self.down = Flow(relay, relay._down, self, loop)
+        shaping = connections.shaping
+        self.up = Flow(shaping, shaping.up, self, loop)
+        self.down = Flow(shaping, shaping.down, self, loop)
         self.client = Side(self, reads=self.up, writes=self.down)
         self.upstream = Side(self, reads=self.down, writes=self.up)
         self.transports: list[asyncio.Transport] = []
@@ -254,19 +272,19 @@ class Connection:
         self.transports.append(transport)
         side.reads.source = side.writes.sink = transport
         if side is self.client:
-            relay = self.relay
+            connections = self.connections
             admitted = True
-            if relay._peers is not None:  # only the link's client (emu.links.peers)
+            if connections.peers is not None:  # only the link's client (emu.links.peers)
                 host = transport.get_extra_info("peername")[0]
-                admitted = relay._peers.check(host)
+                admitted = connections.peers.check(host)
                 if admitted is False:
-                    relay._refuse(host)
+                    connections.refuse(host)
                     self.close()
                     return
             transport.pause_reading()  # until upstream is connected
-            relay._live.add(self)
+            connections.live.add(self)
             if admitted:
-                relay._connections += 1
+                connections.opened += 1
                 self.connecting = self.loop.create_task(self._connect())
             else:  # from the client's network, not its known address: look it up first
                 self.connecting = self.loop.create_task(self._confirm_then_connect(host))
@@ -277,19 +295,19 @@ class Connection:
             self.up.update_reading()
 
     async def _confirm_then_connect(self, host: str) -> None:
-        relay = self.relay
-        assert relay._peers is not None
-        if not await relay._peers.confirm(host):
-            relay._refuse(host)
+        connections = self.connections
+        assert connections.peers is not None
+        if not await connections.peers.confirm(host):
+            connections.refuse(host)
             self.connecting = None
             self.close()
             return
-        relay._connections += 1
+        connections.opened += 1
         await self._connect()
 
     async def _connect(self) -> None:
         try:
-            await self.loop.create_connection(lambda: self.upstream, *self.relay._upstream)
+            await self.loop.create_connection(lambda: self.upstream, *self.connections.upstream)
         except OSError:
             self.connecting = None
             self.close()  # a refused upstream ends the client's connection, as on a link
@@ -310,4 +328,4 @@ class Connection:
             transport.close()
         if self.connecting is not None:
             self.connecting.cancel()
-        self.relay._live.discard(self)
+        self.connections.live.discard(self)

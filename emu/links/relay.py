@@ -1,4 +1,6 @@
-"""A user-space TCP relay that shapes one emulated link where the kernel has no netem.
+"""A user-space TCP relay that shapes one emulated link where the kernel has no netem: it
+listens, accepts, and hands each connection to emu.links.carry, which carries it across the
+link's shaping (emu.links.shaping: the buckets, the delay and stall draws).
 
 Timing model. The relay accepts connections on a listening address and carries each one to an
 upstream address. Every byte it reads crosses the link in two steps, as on a real link:
@@ -62,22 +64,15 @@ Limits.
 
 import asyncio
 import logging
-import math
-import random
 import threading
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
 from typing import Self, TypeVar
 
-from emu.links.carry import IN_FLIGHT_CHUNKS, Connection  # noqa: F401 - IN_FLIGHT_CHUNKS: re-exported
-from emu.links.framing import frames
+from emu.links.carry import Connection, Connections
 from emu.links.peers import Peers
-from emu.links.spec import LinkShape, check_dilation, host_rate
-
-RETRANSMISSION_STALL_S = 0.2
-MSS = 1460
-GRAIN_S = 0.01
-MAX_CHUNK = 65536
+from emu.links.shaping import RETRANSMISSION_STALL_S, Shaping, TokenBucket
+from emu.links.spec import LinkShape
 
 T = TypeVar("T")
 log = logging.getLogger(__name__)
@@ -95,81 +90,6 @@ class RelayCounters:
     stalls_up: int
     stalls_down: int
     refused: int = 0  # connections from other than the relay's client (emu.links.peers)
-
-
-class TokenBucket:
-    """Departure times for chunks on a link of a given rate; the bucket may go into debt."""
-
-    def __init__(self, rate_bytes_s: float | None, now: float) -> None:
-        self._rate = rate_bytes_s
-        self._depth = _depth(rate_bytes_s)
-        self._tokens = self._depth
-        self._stamp = now
-
-    def set_rate(self, rate_bytes_s: float | None, now: float) -> None:
-        if self._rate is not None and rate_bytes_s is not None:
-            self._refill(now)  # tokens earned so far count at the old rate; a debt stays owed
-            self._tokens = min(self._tokens, _depth(rate_bytes_s))
-        else:
-            self._tokens = _depth(rate_bytes_s)
-        self._rate = rate_bytes_s
-        self._depth = _depth(rate_bytes_s)
-        self._stamp = now
-
-    def reserve(self, nbytes: int, now: float) -> float:
-        """Take ``nbytes`` and return when they have left: ``now`` or later."""
-        if self._rate is None:
-            return now
-        self._refill(now)
-        # A debt queues later chunks, of any connection, behind this one: the link is FIFO.
-        self._tokens -= nbytes
-        return now if self._tokens >= 0 else now - self._tokens / self._rate
-
-    def _refill(self, now: float) -> None:
-        assert self._rate is not None
-        self._tokens = min(self._depth, self._tokens + (now - self._stamp) * self._rate)
-        self._stamp = now
-
-
-def _depth(rate_bytes_s: float | None) -> float:
-    return math.inf if rate_bytes_s is None else max(MSS, rate_bytes_s * GRAIN_S)
-
-
-class _Direction:
-    """One direction of the link: its bucket and its counters, shared by all connections, and
-    the buckets of shared hops the link crosses in this direction."""
-
-    def __init__(self, rate_bytes_s: float | None, hops: Sequence[TokenBucket] = ()) -> None:
-        # The loop clock is unknown before start: a bucket stamped at 0 is simply full.
-        self.bucket = TokenBucket(rate_bytes_s, 0.0)
-        self.hops = tuple(hops)
-        self.bytes = 0
-        self.chunks = 0
-        self.stalls = 0
-
-    def reserve(self, nbytes: int, now: float) -> float:
-        """When a chunk of ``nbytes`` read now has left: the latest departure of every bucket."""
-        departure = self.bucket.reserve(nbytes, now)
-        for bucket in self.hops:
-            departure = max(departure, bucket.reserve(nbytes, now))
-        return departure
-
-
-def hop_bucket(bandwidth_bps: float, dilation: float = 1.0) -> TokenBucket:
-    """A bucket for one direction of a hop that several relays cross (see ``LinkRelay(hops=)``):
-    ``bandwidth_bps`` emulated, carried at its host rate at ``dilation`` (emu.links.spec)."""
-    rate = host_rate(bandwidth_bps, check_dilation(dilation))
-    assert rate is not None
-    return TokenBucket(rate / 8, 0.0)
-
-
-def _bytes_per_second(shape: LinkShape) -> float | None:
-    return None if shape.bandwidth_bps is None else shape.bandwidth_bps / 8
-
-
-def _chunk_size(shape: LinkShape) -> int:
-    rate = _bytes_per_second(shape)
-    return MAX_CHUNK if rate is None else int(min(MAX_CHUNK, max(MSS, rate * GRAIN_S)))
 
 
 class LinkRelay:
@@ -199,39 +119,29 @@ class LinkRelay:
         ``peers``: who may connect (emu.links.peers); a connection from anyone else is closed
         at once, counted in ``refused`` and logged once per relay. None: anyone who reaches
         the listening address (loopback, the calibration's)."""
-        self._upstream = (upstream_host, upstream_port)
         self._listen = (listen_host, listen_port)
-        self._dilation = check_dilation(dilation)
-        self._shape = shape
-        self._installed = shape.dilated(self._dilation)
-        self._rng = random.Random(seed)
-        self._stall_s = stall_s * self._dilation
-        self._protocol = protocol if shape.loss else None
-        frames(self._protocol)  # an unknown protocol is refused here, not per connection
+        self._shaping = Shaping(shape, dilation=dilation, seed=seed, stall_s=stall_s, hops=hops,
+                                protocol=protocol)
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
-        self._live: set[Connection] = set()
-        self._connections = 0
-        self._peers = peers
         self._refused = 0
-        self._chunk = _chunk_size(self._installed)
-        rate = _bytes_per_second(self._installed)
-        self._up = _Direction(rate, [up for up, _ in hops])
-        self._down = _Direction(rate, [down for _, down in hops])
+        # The connections it carries (emu.links.carry): the live ones, how many were let through.
+        self.connections = Connections(self._shaping, (upstream_host, upstream_port), peers,
+                                       self._refuse)
 
     @property
     def shape(self) -> LinkShape:
         """The emulated shape (what the topology says, or the last reshape)."""
-        return self._shape
+        return self._shaping.shape
 
     @property
     def installed(self) -> LinkShape:
         """The shape the relay runs on the host's clock: ``shape.dilated(dilation)``."""
-        return self._installed
+        return self._shaping.installed
 
     @property
     def dilation(self) -> float:
-        return self._dilation
+        return self._shaping.dilation
 
     @property
     def port(self) -> int:
@@ -249,25 +159,22 @@ class LinkRelay:
     def reshape(self, shape: LinkShape) -> None:
         """Shape chunks read from now on; chunks already on the link keep their timing.
         ``shape`` is emulated, like the one the relay was made with."""
-        self._shape = shape
-        self._installed = shape.dilated(self._dilation)
-        self._chunk = _chunk_size(self._installed)
         now = self._loop.time() if self._loop is not None else 0.0
-        for direction in (self._up, self._down):
-            direction.bucket.set_rate(_bytes_per_second(self._installed), now)
+        self._shaping.reshape(shape, now)
 
     def counters(self) -> RelayCounters:
-        up, down = self._up, self._down
+        up, down = self._shaping.up, self._shaping.down
         return RelayCounters(
-            self._connections, up.bytes, down.bytes, up.chunks, down.chunks, up.stalls, down.stalls,
-            self._refused)
+            self.connections.opened, up.bytes, down.bytes, up.chunks, down.chunks, up.stalls,
+            down.stalls, self._refused)
 
     async def close(self) -> None:
         """Stop listening and end every connection."""
         if self._server is not None:
             self._server.close()
-        connecting = [c.connecting for c in self._live if c.connecting is not None]
-        for connection in list(self._live):
+        live = self.connections.live
+        connecting = [c.connecting for c in live if c.connecting is not None]
+        for connection in list(live):
             connection.close()
         await asyncio.gather(*connecting, return_exceptions=True)
         if self._server is not None:
@@ -283,37 +190,16 @@ class LinkRelay:
 
     def _accept(self) -> asyncio.Protocol:
         assert self._loop is not None
-        return Connection(self, self._loop).client
+        return Connection(self.connections, self._loop).client
 
     def _refuse(self, host: str) -> None:
         """Count a connection from other than the client; log the first."""
         self._refused += 1
         if self._refused == 1:
-            peers = self._peers
+            peers = self.connections.peers
             log.warning("relay to %s:%d (client %s) refused a connection from %s, not its "
-                        "client (further refusals are counted, not logged)", *self._upstream,
-                        peers.name if peers else "?", host)
-
-    def _delay(self, shape: LinkShape) -> float:
-        if not shape.jitter_s:
-            return shape.latency_s
-        return max(0.0, self._rng.gauss(shape.latency_s, shape.jitter_s))
-
-    def _frames(self):
-        """A connection direction's frame counter, None to count segments by size alone."""
-        return frames(self._protocol)
-
-    def _stall(self, shape: LinkShape, nbytes: int, direction: _Direction,
-               messages: int = 0) -> float:
-        """A lost segment's stall: the chunk is ceil(nbytes / MSS) segments, or one per
-        message that began in it when more (each written with TCP_NODELAY)."""
-        if not shape.loss:
-            return 0.0
-        packets = max(-(-nbytes // MSS), messages)
-        if self._rng.random() >= 1 - (1 - shape.loss) ** packets:
-            return 0.0
-        direction.stalls += 1
-        return self._stall_s
+                        "client (further refusals are counted, not logged)",
+                        *self.connections.upstream, peers.name if peers else "?", host)
 
 
 class LinkRelayThread:

@@ -2,11 +2,12 @@
 utilisation and bytes the model records anyway, and devices' batteries.
 
 - Nodes with a CPU: each sample interval of the `nodes` table (sim.sampler) at utilisation u
-  costs interval * P(u) (workloads.energy.Power); a crashed node draws its idle power (the
+  costs interval * P(u) (workloads.energy_power.Power); a crashed node draws its idle power (the
   hardware stays on). u is the hardware's own: a calibrated model's CPU share is of the
-  emulation's container limit, turned into the node's by workloads.energy.hardware_share.
+  emulation's container limit, turned into the node's by
+  workloads.energy_power.hardware_share.
 - Infrastructure links: each interval's bytes of the `links` table times the link's energy
-  per bit (workloads.energy.energy_per_bit), a row per direction.
+  per bit (workloads.energy_power.energy_per_bit), a row per direction.
 - Devices and their radio links (thousands of them: as the links table, no row per
   interval): one row each for the run, a device's idle power for the run's duration plus its
   radio's energy per message sent (emitted counts), a radio link's bytes times its energy per
@@ -43,15 +44,11 @@ import numpy as np
 from sim.energy_policy import EnergyOffload, OneAtATime
 from sim.features.base import Feature
 from sim.sampler import row_starts
-from workloads.energy import (
-    EnergySpec,
-    Ledger,
-    battery_of,
-    hardware_share,
-    load_prices,
-    offload_target,
-    radio_energy,
-)
+from workloads.energy import EnergySpec, battery_of
+from workloads.energy_ledger import Ledger
+from workloads.energy_offload import offload_target
+from workloads.energy_power import hardware_share, radio_energy
+from workloads.energy_prices import load_prices
 from workloads.faults import columns as fault_columns
 
 FAULT_COLUMNS = ("kind", "target", "t_start", "t_end", "params")

@@ -177,7 +177,7 @@ def test_relay_links_at_k_three_install_every_shape_dilated_and_keep_the_emulate
             assert relay.dilation == 3
         # The gateways' paths to ZooKeeper share the 8 Mbit/s hop sw-coord: its buckets carry
         # 1/3 of it per host second.
-        hop = links.relays.relay(("gw-1", "coord"))._up.hops[0]
+        hop = links.relays.relay(("gw-1", "coord")).connections.shaping.up.hops[0]
         assert hop._rate == pytest.approx(8e6 / 8 / 3)
         port = int(addresses[("gw-1", "broker-1")].split(":")[1])
         links.reshape("gw-1", "broker-1", LinkShape(0.01))

@@ -14,7 +14,8 @@ import pytest
 from emu.agent.timebase import UNDILATED
 from emu.features.energy_offload import Gauge, OffloadWatcher
 from emu.host.metrics import Usage
-from workloads.energy import Offload, Power, offload_time
+from workloads.energy_offload import Offload, offload_time
+from workloads.energy_power import Power
 from workloads.migration.record import MigrationRecord
 
 POWER = Power(1.0, 3.0)  # 1 W idle, 3 W at full load

@@ -108,7 +108,7 @@ def test_chunks_due_together_leave_in_one_write() -> None:
         async with echo_server() as port, LinkRelay(HOST, port, LinkShape(0.02)) as relay:
             reader, writer = await asyncio.open_connection(HOST, relay.port)
             await asyncio.sleep(0.05)  # connected upstream
-            (connection,) = relay._live
+            (connection,) = relay.connections.live
             sink = connection.up.sink
             writes: list[bytes] = []
             write = sink.write
@@ -163,7 +163,7 @@ def test_bytes_read_before_upstream_is_connected_wait_for_it() -> None:
     async def scenario() -> tuple[list[bytes], list[bytes]]:
         loop = asyncio.get_running_loop()
         relay = LinkRelay(HOST, 9, LinkShape(0.01))
-        connection = carry.Connection(relay, loop)
+        connection = carry.Connection(relay.connections, loop)
         client, upstream = _Recording(), _Recording()
         connection.up.source = connection.down.sink = client  # type: ignore[assignment]
         connection.up.feed(b"early")
@@ -197,7 +197,7 @@ def test_a_fin_to_a_receiver_already_gone_closes_the_connection_quietly() -> Non
         errors: list = []
         loop.set_exception_handler(lambda _, context: errors.append(context))
         relay = LinkRelay(HOST, 9, LinkShape(0.01))
-        connection = carry.Connection(relay, loop)
+        connection = carry.Connection(relay.connections, loop)
         client, upstream = _Recording(), _Gone()
         connection.up.source = connection.down.sink = client  # type: ignore[assignment]
         connection.made(connection.upstream, upstream)  # type: ignore[arg-type]

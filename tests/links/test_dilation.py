@@ -9,7 +9,8 @@ import time
 import pytest
 
 from emu.links.netem import netem_parameters
-from emu.links.relay import RETRANSMISSION_STALL_S, LinkRelay, hop_bucket
+from emu.links.relay import LinkRelay
+from emu.links.shaping import RETRANSMISSION_STALL_S, hop_bucket
 from emu.links.spec import LinkShape, check_dilation, host_rate
 
 from .loopback import HOST, echo_server, round_trips, run, send_all, sink_server

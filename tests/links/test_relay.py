@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from emu.links.relay import MSS, LinkRelay, LinkRelayThread, TokenBucket, hop_bucket
+from emu.links.relay import LinkRelay, LinkRelayThread
+from emu.links.shaping import MSS, TokenBucket, hop_bucket
 from emu.links.spec import LinkShape
 
 from .loopback import HOST, echo_server, round_trips, run, send_all, sink_server

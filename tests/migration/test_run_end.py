@@ -120,7 +120,7 @@ def _offload(policy, capacities: dict[str, float]):
 
 
 def test_an_offload_due_at_the_end_moves_nothing() -> None:
-    from workloads.energy import EnergyPolicy
+    from workloads.energy_offload import EnergyPolicy
 
     # The idle Pi is over the budget at its first measure, which is the run's end.
     (offload,), result = _offload(EnergyPolicy(budget=1.0, interval=20.0), {"gw-1": 1000.0})
@@ -130,7 +130,7 @@ def test_an_offload_due_at_the_end_moves_nothing() -> None:
 
 
 def test_an_offloaded_move_whose_turn_comes_after_the_end_is_refused() -> None:
-    from workloads.energy import EnergyPolicy
+    from workloads.energy_offload import EnergyPolicy
 
     # 80 % of the charge at the idle draw: gw-1 decides at 19.9 s, gw-2 at 19.95 s; their
     # instances are of one operator, moved one after the other, and gw-1's takes the
@@ -243,7 +243,8 @@ def test_an_emulated_offload_decides_nothing_at_the_end_and_refuses_late_moves(
     from emu.agent.timebase import UNDILATED
     from emu.features.energy_offload import Gauge, OffloadWatcher
     from emu.host.metrics import Usage
-    from workloads.energy import Offload, Power
+    from workloads.energy_offload import Offload
+    from workloads.energy_power import Power
     from workloads.migration.record import MigrationRecord
 
     class Idle:

@@ -26,7 +26,7 @@ from sim.sampler import Sampler
 from sim.sources import Source
 from tests.relations import relations as rel
 from tests.relations.runs import run
-from workloads.energy import Ledger
+from workloads.energy_ledger import Ledger
 
 QUICK = ["run.duration=20s"]
 COUNTED = "scenario.energy={}"

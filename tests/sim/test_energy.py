@@ -14,7 +14,7 @@ from experiments.schema import conform
 from sim.model import Model
 from tests.foundation.helpers import point, settings
 from topologies.errors import SpecError
-from workloads.energy import PI4B, RADIO_J_PER_BIT, SENSOR, VCPU, WAN_J_PER_BIT, Power
+from workloads.energy_power import PI4B, RADIO_J_PER_BIT, SENSOR, VCPU, WAN_J_PER_BIT, Power
 
 # A device 50 m from its Raspberry Pi 4 gateway (site edge), a broker (vm.medium, 2 vCPUs)
 # and a cloud VM (vm.small, 1 vCPU) at site cloud: the gateway-broker link is a WAN link, the

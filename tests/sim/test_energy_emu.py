@@ -15,7 +15,7 @@ from emu.features.energy import EnergyFeature
 from tests.foundation.helpers import point
 from tests.sim.test_energy import text
 from workloads.calibration import load
-from workloads.energy import PI4B, RADIO_J_PER_BIT, SENSOR, VCPU, WAN_J_PER_BIT
+from workloads.energy_power import PI4B, RADIO_J_PER_BIT, SENSOR, VCPU, WAN_J_PER_BIT
 
 
 def test_an_emulated_runs_tables_become_the_energy_table() -> None:

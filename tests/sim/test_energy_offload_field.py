@@ -13,7 +13,8 @@ from experiments.loader import load
 from sim.model import Model
 from tests.foundation.helpers import settings, simulate_point
 from topologies.errors import SpecError
-from workloads.energy import PI4B, VCPU, EnergyPolicy, offload_time
+from workloads.energy_offload import EnergyPolicy, offload_time
+from workloads.energy_power import PI4B, VCPU
 
 NAME = "energy-offload"
 # The file's figures: 10 readings/s; the filter 9 ms at the reference speed, 20 ms on the
@@ -132,7 +133,7 @@ def test_a_bad_offload_is_refused_naming_the_field_and_value(overrides, expected
 
 def test_without_to_the_topologys_one_cloud_vm_is_the_target():
     point = load(NAME, overrides=["scenario.energy.offload.to=null"]).points[0]
-    from workloads.energy import offload_target
+    from workloads.energy_offload import offload_target
 
     assert offload_target(point.spec.scenario.energy.offload, point.topology) == "cloud-1"
 

@@ -1,13 +1,14 @@
-"""The energy-aware offload: the rule (workloads.energy.EnergyPolicy) to the millisecond, and
-on the model (sim.energy_policy.EnergyOffload) a battery gateway whose operator moves to the
-cloud at the predicted time, with the joules it saves and the cloud spends (no containers)."""
+"""The energy-aware offload: the rule (workloads.energy_offload.EnergyPolicy) to the
+millisecond, and on the model (sim.energy_policy.EnergyOffload) a battery gateway whose
+operator moves to the cloud at the predicted time, with the joules it saves and the cloud
+spends (no containers)."""
 
 import math
 
 import pytest
 from pydantic import ValidationError
 
-from workloads.energy import EnergyPolicy, offload_reason, offload_time
+from workloads.energy_offload import EnergyPolicy, offload_reason, offload_time
 
 
 def test_battery_low_time_is_the_charge_above_the_threshold_over_the_draw():
@@ -46,7 +47,7 @@ def test_bad_values_are_refused_naming_the_field(field, value):
 from sim.energy_policy import EnergyOffload  # noqa: E402
 from sim.model import Model  # noqa: E402
 from tests.foundation.helpers import point, settings  # noqa: E402
-from workloads.energy import PI4B  # noqa: E402
+from workloads.energy_power import PI4B  # noqa: E402
 
 # A Pi 4 gateway (4 cores, 0.45 the reference speed) on a battery runs a filter; the cloud VM
 # stores what it keeps. 10 readings a second.

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from emu.links.relay import MSS as RELAY_MSS
-from emu.links.relay import RETRANSMISSION_STALL_S
+from emu.links.shaping import MSS as RELAY_MSS
+from emu.links.shaping import RETRANSMISSION_STALL_S
 from sim.stations import MSS, RTO_MIN, Channel
 from tests.foundation.helpers import run
 from tests.sim.test_faults import BROKER_S, PATH_S, messages, simulate, text
