@@ -138,7 +138,7 @@ class Agent(AgentSurface):
         self.subscriptions = Subscriptions()
         self.unreadable = 0   # broker messages that were no envelope
         self.unpublished = 0  # QoS 0 publishes the client refused (not connected)
-        # Instances stopped because another took their session over (emu.agent.migration's
+        # Instances stopped because another took their session over (emu.agent.input_session's
         # fence): operator -> when, on the agent's clock.
         self.fenced: dict[str, float] = {}
         self.looped = 0       # outputs dropped after MAX_HOPS operators
