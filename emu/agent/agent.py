@@ -8,56 +8,49 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from emu.agent.broadcast import Broadcasts, node_filter
+from emu.agent.brokers import OtherBroker
 from emu.agent.checkpoint import Checkpoints
-from emu.agent.config import AgentConfig, DriverConfig, local_address
+from emu.agent.config import AgentConfig, DriverConfig
 from emu.agent.drivers import Driver, Drivers
+from emu.agent.input_session import InputSession
 from emu.agent.management import Management
-from emu.agent.migration import InputSession, Migrations
+from emu.agent.migration import Migrations
 from emu.agent.mqtt import (
-    RECONNECT_DELAYS_S,
+    KEEPALIVE,
+    connect_persistent,
     connected,
     end_session,
     new_client,
     no_delay,
-    session_args,
     session_present,
 )
 from emu.agent.operators import Operator
+from emu.agent.parts import AgentSurface
 from emu.agent.protocol import (
     ALL_REQUESTS,
     Envelope,
     incarnation_sequence,
     load_topic,
-    matches,
     request_topic,
     stream_topic,
 )
 from emu.agent.records import Records
-from emu.agent.registry import Registration, sensor_path
+from emu.agent.registry import Registration, sensor_znodes
 from emu.agent.scheduler import Scheduler
+from emu.agent.spark_processes import SparkProcesses
+from emu.agent.subscriptions import Subscriptions
 from workloads.operator_engines import operator_engine
 
-if TYPE_CHECKING:
-    from emu.agent.spark import SparkJob
-
-KEEPALIVE = 30
 # Operators feeding each other in a ring on one node would pass a message round for ever.
 MAX_HOPS = 32
 
 
-def broker_address(address: str) -> tuple[str, int]:
-    host, _, port = local_address(address).rpartition(":")
-    if not host:
-        return address, 1883
-    return host.strip("[]"), int(port)
-
-
-class Agent:
-    """Runs one node of an emulated run from its AgentConfig.
+class Agent(AgentSurface):
+    """Runs one node of an emulated run from its AgentConfig; its parts (requests, migrations,
+    checkpoints, brokers, broadcasts) see it as an AgentSurface (emu.agent.parts).
 
     Everything that touches drivers, operators and records runs on the scheduler's thread;
     the MQTT client's thread only hands messages and requests over. A message the node
@@ -119,28 +112,14 @@ class Agent:
 
     def _set_up_operators(self) -> None:
         """The node's operators (an `engine: spark` job's a passthrough beside its SparkJob)
-        and this VM's Spark daemon."""
+        and this VM's Spark processes."""
         config = self.config
         self.operators: dict[str, Operator] = {}
-        self.spark_jobs: dict[str, SparkJob] = {}  # by work directory (emu.agent.spark)
-        # This VM's part of a Spark standalone cluster (emu.agent.spark_cluster), if any.
-        self.spark_daemon = None
-        if config.spark:
-            from emu.agent.spark_cluster import SparkDaemon, spark_role
-
-            self.spark_daemon = SparkDaemon(spark_role(config.spark, self.node), config.records)
+        self.spark = SparkProcesses(config)  # its jobs and its cluster daemon, if any
+        self.spark_jobs = self.spark.jobs  # by work directory (emu.agent.spark)
         for operator_config in config.operators:
             if not operator_engine(operator_config.engine).in_agent:  # a job beside it
-                from emu.agent.spark import SparkJob  # subprocess: only nodes running Spark
-
-                # The job reads through a session of its own; the agent records arrivals.
-                self.spark_jobs[operator_config.name] = SparkJob(
-                    operator_config, self.node, config.mqtt,
-                    config.spark_work or config.records, len(os.sched_getaffinity(0)),
-                    dilation=config.dilation, master=config.spark_master or None,
-                    driver_host=self.node if config.spark_master else None)
-                operator_config = replace(operator_config, engine="python", task="passthrough",
-                                          params={}, writes=None)
+                operator_config = self.spark.job_beside(operator_config)
             operator = Operator(operator_config, self.node, self.epoch)
             if operator.name in self.operators:
                 raise ValueError(f"node {self.node}: two operators are named {operator.name!r}")
@@ -155,15 +134,11 @@ class Agent:
             stream_topic(stream, self.node, device, d.channel)
             for (stream, device), d in self.load.items()}
         self._readers: dict[str, tuple[Operator, ...]] = {}
-        self._subscribed: set[str] = set()
-        # MQTT 5 brokers send a client one copy of a message per subscription that matches
-        # it (x/+ and x/#); each subscription gets an id and one copy is taken: that of the
-        # lowest id that matches the topic (per topic, cached until the subscriptions change).
-        self._subscription_ids: dict[str, int] = {}
-        self._taken_copy: dict[str, int] = {}
+        # The node session's filters, their identifiers, the copy taken of each message.
+        self.subscriptions = Subscriptions()
         self.unreadable = 0   # broker messages that were no envelope
         self.unpublished = 0  # QoS 0 publishes the client refused (not connected)
-        # Instances stopped because another took their session over (emu.agent.migration's
+        # Instances stopped because another took their session over (emu.agent.input_session's
         # fence): operator -> when, on the agent's clock.
         self.fenced: dict[str, float] = {}
         self.looped = 0       # outputs dropped after MAX_HOPS operators
@@ -172,12 +147,14 @@ class Agent:
     def _set_up_moves(self) -> None:
         """The movable instances' sessions, the migrations that move them, the checkpoints."""
         config = self.config
-        # Instances reading through a session of their own (emu.agent.migration): movable.
+        # Instances reading through a session of their own (emu.agent.input_session): movable.
         self.sessions: dict[str, InputSession] = {
             name: InputSession(self, op) for name, op in self.operators.items()
             if op.config.session}
         if config.kind == "cloud_vm":
-            from emu.agent.spark import SparkMigrations  # Spark queries move between cloud VMs
+            # Spark queries move between cloud VMs; a gateway never loads emu.agent.spark (it
+            # starts child processes, and an idle gateway pays for each module it imports).
+            from emu.agent.spark import SparkMigrations
 
             self.migrations: Migrations = SparkMigrations(self)
         else:
@@ -199,7 +176,7 @@ class Agent:
         self.connections = 0  # CONNACKs: 1 + reconnections
         self._stopping = False
         self._qos: dict[str, int] = {}  # operator -> the highest QoS of its inputs so far
-        self.client.on_message = self._on_message
+        self.client.on_message = self.on_node_message
         self.client.on_subscribe = self._on_subscribe
         self.broadcasts = Broadcasts(self)  # scenario.broadcasts' messages (emu.agent.broadcast)
         self._requests = request_topic(self.node)
@@ -213,14 +190,10 @@ class Agent:
         config = self.config
         self.registration: Registration | None = None
         if config.zookeeper:
-            sensors = [(sensor_path(driver.stream, device.name, device.topic),
-                        json.dumps({"node": self.node, "topic": device.topic,
-                                    "qos": driver.config.qos}).encode())
-                       for driver in self.drivers.all
-                       for device in driver.devices]
             self.registration = Registration(config.zookeeper, self.node,
                                              self.host_seconds(config.session_timeout),
-                                             lambda: self.description, sensors)
+                                             lambda: self.description,
+                                             sensor_znodes(self.node, self.drivers.all))
             if config.fence:
                 self.registration.on_expired = lambda: self.scheduler.call(self._expired)
 
@@ -244,23 +217,11 @@ class Agent:
         yet. Once the node hears requests, its drivers start and it registers in ZooKeeper:
         a registered node can be managed."""
         self.scheduler.start(f"foglab-{self.node}")
-        if self.spark_daemon is not None or self.config.spark_master:
-            # A cluster's daemons come up in their own time (the master first), its drivers
-            # once the master answers: not on this thread, which connects to the broker.
-            threading.Thread(target=self._start_spark_cluster, name="foglab-spark",
-                             daemon=True).start()
-        else:
-            for job in self.spark_jobs.values():
-                job.start()
-        host, port = broker_address(self.config.mqtt)
-        self.client.reconnect_delay_set(*RECONNECT_DELAYS_S)
-        self.client.connect_async(host, port, keepalive=self.keepalive, **session_args())
-        self.client.loop_start()
+        self.spark.start()  # a cluster's daemons and drivers not on this thread
+        connect_persistent(self.client, self.config.mqtt, self.keepalive)
         for session in self.sessions.values():
             session.connect()
         if self.config.other_brokers and self.session_filters():
-            from emu.agent.brokers import OtherBroker
-
             self.other_brokers = [OtherBroker(self, broker, address) for broker, address
                                   in sorted(self.config.other_brokers.items())]
 
@@ -281,27 +242,8 @@ class Agent:
             session.close()
         self.migrations.close()
         self.checkpoints.close()
-        for job in self.spark_jobs.values():
-            job.stop()
-        if self.spark_daemon is not None:
-            self.spark_daemon.stop()
+        self.spark.stop()
         return stopped
-
-    def _start_spark_cluster(self) -> None:
-        from emu.agent.spark_cluster import wait_master
-
-        try:
-            if self.spark_daemon is not None:
-                self.spark_daemon.start()
-            if self.spark_jobs:
-                wait_master(self.config.spark_master)
-        except (OSError, RuntimeError, TimeoutError) as error:
-            # The host sees the jobs not start (emu.run.spark_jobs names them and their logs).
-            print(f"foglab agent {self.node}: Spark cluster: {error}", file=sys.stderr,
-                  flush=True)
-            return
-        for job in self.spark_jobs.values():
-            job.start()
 
     # MQTT client's thread ---------------------------------------------------------------------
 
@@ -331,7 +273,9 @@ class Agent:
         # Compared on the scheduler's thread, after _on_ready has noted its subscription's mid.
         self.scheduler.call(self._acknowledged, mid)
 
-    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
+    def on_node_message(self, client: Any, userdata: Any, message: Any) -> None:
+        """paho's on_message of the node's session (and of its readers' on a spare broker):
+        a request, a batch of the simulated devices' readings, or a message for operators."""
         topic = message.topic
         if topic == ALL_REQUESTS or topic == self._requests:
             self.management.received(message.payload)
@@ -356,7 +300,7 @@ class Agent:
     def _on_ready(self) -> None:
         """The broker passes requests on to the node now: (re)subscribe its operators, and
         wait for the broker to confirm them too."""
-        self._subscribed.clear()  # subscribed again: a broker that lost its state forgot them
+        self.subscriptions.forget()  # subscribed again: a broker that lost its state forgot them
         self._operators_mids = self._subscribe()
         if not self._operators_mids:
             self._on_operators_subscribed()
@@ -385,44 +329,16 @@ class Agent:
     def _subscribe(self) -> set[int]:
         """Make the broker subscriptions those of the running operators; the new
         subscriptions' message ids (one SUBSCRIBE each: an id names a whole packet)."""
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
         wanted = self.session_filters()
         if not self.client.is_connected():
             return set()
-        new, gone = wanted - self._subscribed, self._subscribed - wanted
-        mids = set()
-        for topic_filter in sorted(new):
-            properties = Properties(PacketTypes.SUBSCRIBE)
-            properties.SubscriptionIdentifier = self.subscription_id(topic_filter)
-            mids.add(self.client.subscribe(topic_filter, 1, properties=properties)[1])
-        if gone:
-            self.client.unsubscribe(sorted(gone))
-        for other in self.other_brokers:
-            other.follow(new, gone)
-        self._subscribed = wanted
-        self._taken_copy.clear()
-        return mids
+        return self.subscriptions.follow(self.client, wanted, self.other_brokers)
 
     def session_filters(self) -> set[str]:
         """The filters the running operators read through the node's session (not those of
         instances reading through sessions of their own)."""
         return {f for op in self.operators.values()
                 if op.running and op.name not in self.sessions for f in op.filters}
-
-    def subscription_id(self, topic_filter: str) -> int:
-        """A filter's subscription identifier, the same on every session of the node."""
-        return self._subscription_ids.setdefault(topic_filter, len(self._subscription_ids) + 1)
-
-    def _another_copy(self, topic: str, copy_of: list[int]) -> bool:
-        """Whether this message is the copy of a subscription other than the one taken."""
-        taken = self._taken_copy.get(topic)
-        if taken is None:
-            taken = self._taken_copy[topic] = min(
-                (self._subscription_ids[f] for f in self._subscribed if matches(f, topic)),
-                default=0)
-        return taken != 0 and taken not in copy_of
 
     def _readers_of(self, topic: str) -> tuple[Operator, ...]:
         readers = self._readers.get(topic)
@@ -464,7 +380,7 @@ class Agent:
                      copy_of: list[int] | None = None) -> None:
         if topic in self._own_topics:
             return  # this node's own message, read locally when it was published
-        if copy_of and self._another_copy(topic, copy_of):
+        if copy_of and self.subscriptions.another_copy(topic, copy_of):
             return
         try:
             envelope = Envelope.decode(payload)
@@ -616,32 +532,9 @@ class Agent:
     def _expired(self) -> None:
         """The node's ZooKeeper session expired: the host took it for dead and re-places its
         instances that read through a session of their own (AgentConfig.fence)."""
-        from emu.agent.migration import InputSession
-
         for name, session in list(self.sessions.items()):
             if isinstance(session, InputSession) and name in self.operators:
-                self.fence(name, session)
-
-    def fence(self, name: str, session: Any) -> None:
-        """The fence: the instance leaves its input session without ending it (a half-close:
-        what the broker sent before is processed here, the rest it holds for the instance the
-        host re-placed), then goes; said on stderr and in `status`."""
-        self.fenced[name] = self.clock()
-        print(f"foglab agent {self.node}: its ZooKeeper session expired at "
-              f"{self.fenced[name]:.3f} (taken for dead): {name} stops here (fenced)",
-              file=sys.stderr, flush=True)
-
-        def drained() -> None:
-            if self.sessions.get(name) is not session or name not in self.operators:
-                return
-            operator = self.operators.pop(name)
-            operator.running = False
-            operator.token += 1
-            del self.sessions[name]
-            threading.Thread(target=session.stop_loop, daemon=True).start()
-            self._changed()
-
-        session.pause(drained)
+                session.fence()
 
     def set_running(self, name: str, running: bool) -> None:
         operator = self._operator(name)

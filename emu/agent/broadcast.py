@@ -32,7 +32,7 @@ from typing import TYPE_CHECKING, Any
 from emu.agent.records import RowLog
 
 if TYPE_CHECKING:
-    from emu.agent.agent import Agent
+    from emu.agent.parts import AgentSurface
 
 PREFIX = "foglab/broadcast"
 RECORDS = "broadcasts.csv"
@@ -69,7 +69,7 @@ class Broadcasts:
     """One node's part of the run's broadcasts. `plan` on the scheduler thread (a request);
     messages arrive on the MQTT client's thread and are handed to the scheduler."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentSurface) -> None:
         self.agent = agent
         self.parts: dict[int, dict[str, Any]] = {}  # index -> this node's part of it
         self.reached: dict[int, float] = {}         # index -> when the message got here

@@ -29,18 +29,16 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from emu.agent.mqtt import (
-    RECONNECT_DELAYS_S,
+    connect_persistent,
     connected,
     end_session,
     new_client,
     no_delay,
-    session_args,
+    subscribe_identified,
 )
 
 if TYPE_CHECKING:
-    from emu.agent.agent import Agent
-
-KEEPALIVE = 30
+    from emu.agent.parts import AgentSurface
 
 
 class SpareSession:
@@ -50,10 +48,8 @@ class SpareSession:
 
     role = ""
 
-    def __init__(self, agent: Agent, broker: str, address: str,
+    def __init__(self, agent: AgentSurface, broker: str, address: str,
                  answer: Callable[..., None]) -> None:
-        from emu.agent.agent import broker_address
-
         self.agent = agent
         self.broker = broker
         self.address = address
@@ -61,10 +57,7 @@ class SpareSession:
         self.client = new_client(f"foglab-agent-{agent.node}-{self.role}", persistent=True)
         self.client.on_connect = self._on_connect
         self._set_up(self.client)
-        self.client.reconnect_delay_set(*RECONNECT_DELAYS_S)
-        host, port = broker_address(address)
-        self.client.connect_async(host, port, keepalive=self.agent.keepalive, **session_args())
-        self.client.loop_start()
+        connect_persistent(self.client, address, self.agent.keepalive)
 
     def _set_up(self, client: Any) -> None:
         """The role's callbacks, before the connection."""
@@ -114,7 +107,7 @@ class ReadersBroker(SpareSession):
     def _set_up(self, client: Any) -> None:
         self._waiting: set[int] = set()
         client.on_subscribe = self._on_subscribe
-        client.on_message = self.agent._on_message  # as the first session's messages
+        client.on_message = self.agent.on_node_message  # as the first session's messages
 
     def _connected(self) -> None:
         self._subscribe()
@@ -122,18 +115,14 @@ class ReadersBroker(SpareSession):
     def _subscribe(self) -> None:
         """On the scheduler's thread: the node session's filters, with their identifiers (the
         agent tells one subscription's copy from another's by them)."""
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
-        agent = self.agent
+        subscriptions = self.agent.subscriptions
         mids = set()
-        for topic_filter in sorted(agent._subscribed):
-            properties = Properties(PacketTypes.SUBSCRIBE)
-            properties.SubscriptionIdentifier = agent._subscription_ids[topic_filter]
-            mids.add(self.client.subscribe(topic_filter, 1, properties=properties)[1])
+        for topic_filter in sorted(subscriptions.filters):
+            mids.add(subscribe_identified(self.client, topic_filter,
+                                          subscriptions.id(topic_filter)))
         self._waiting = mids
         if not mids:
-            self._answered(filters=sorted(agent._subscribed))
+            self._answered(filters=sorted(subscriptions.filters))
 
     def _on_subscribe(self, client: Any, userdata: Any, mid: int, *rest: Any) -> None:
         self.agent.scheduler.call(self._acknowledged, mid)
@@ -141,7 +130,7 @@ class ReadersBroker(SpareSession):
     def _acknowledged(self, mid: int) -> None:
         self._waiting.discard(mid)
         if not self._waiting:
-            self._answered(filters=sorted(self.agent._subscribed))
+            self._answered(filters=sorted(self.agent.subscriptions.filters))
 
 
 class OtherBroker(ReadersBroker):
@@ -154,7 +143,7 @@ class OtherBroker(ReadersBroker):
 
     role = "readers"
 
-    def __init__(self, agent: Agent, broker: str, address: str) -> None:
+    def __init__(self, agent: AgentSurface, broker: str, address: str) -> None:
         self.ready = False
         super().__init__(agent, broker, address, self._confirmed)
 
@@ -165,15 +154,11 @@ class OtherBroker(ReadersBroker):
     def _subscribe(self) -> None:
         """On the scheduler's thread: the filters the node reads through its session now,
         whether or not that session has subscribed them yet."""
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
         agent = self.agent
         mids = set()
         for topic_filter in sorted(agent.session_filters()):
-            properties = Properties(PacketTypes.SUBSCRIBE)
-            properties.SubscriptionIdentifier = agent.subscription_id(topic_filter)
-            mids.add(self.client.subscribe(topic_filter, 1, properties=properties)[1])
+            mids.add(subscribe_identified(self.client, topic_filter,
+                                          agent.subscriptions.id(topic_filter)))
         self._waiting = mids
         if not mids:
             self._answered(filters=[])
@@ -181,20 +166,16 @@ class OtherBroker(ReadersBroker):
     def follow(self, new: set[str], gone: set[str]) -> None:
         """On the scheduler's thread: the node session's subscriptions changed (an operator
         installed, started, stopped or removed); so do this session's."""
-        from paho.mqtt.packettypes import PacketTypes
-        from paho.mqtt.properties import Properties
-
         if not self.client.is_connected():
             return  # its next connection subscribes what the node reads then
         for topic_filter in sorted(new):
-            properties = Properties(PacketTypes.SUBSCRIBE)
-            properties.SubscriptionIdentifier = self.agent.subscription_id(topic_filter)
-            self.client.subscribe(topic_filter, 1, properties=properties)
+            subscribe_identified(self.client, topic_filter,
+                                 self.agent.subscriptions.id(topic_filter))
         if gone:
             self.client.unsubscribe(sorted(gone))
 
 
-def _spare(agent: Agent, args: dict[str, Any]) -> tuple[str, str]:
+def _spare(agent: AgentSurface, args: dict[str, Any]) -> tuple[str, str]:
     """The spare a request names: `broker`, a spare of the node's config (AgentConfig.spares),
     or `address` ("host:port", with `broker` naming it or not)."""
     broker, address = args.get("broker"), args.get("address")
@@ -209,13 +190,13 @@ def _spare(agent: Agent, args: dict[str, Any]) -> tuple[str, str]:
     return str(broker or address), address
 
 
-def read(agent: Agent, args: dict[str, Any], answer: Callable[..., None]) -> None:
+def read(agent: AgentSurface, args: dict[str, Any], answer: Callable[..., None]) -> None:
     """`readers.broker`: the node's operators read from the spare too (args as `move`'s)."""
     broker, address = _spare(agent, args)
     agent.spare_sessions.append(ReadersBroker(agent, broker, address, answer))
 
 
-def move(agent: Agent, args: dict[str, Any], answer: Callable[..., None]) -> None:
+def move(agent: AgentSurface, args: dict[str, Any], answer: Callable[..., None]) -> None:
     """`drivers.broker`: args `broker`, a spare of the node's config (AgentConfig.spares), or
     `address` ("host:port", with `broker` naming it or not)."""
     broker, address = _spare(agent, args)

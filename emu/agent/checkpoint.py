@@ -2,7 +2,7 @@
 last one read back by the instance that replaces it after a crash (workloads.recovery).
 
 Every `checkpoint` seconds (half a period off the run's grid: CHECKPOINT_PHASE), the
-scheduler takes the instance's state as a migration moves it (emu.agent.migration.pack: the
+scheduler takes the instance's state as a migration moves it (emu.agent.instance_state: the
 keys its input session saw last, and the operator's snapshot) and a writer thread puts it
 into ZooKeeper under `CHECKPOINTS/<key>`
 (the instance's session name, `checkpoint_key`): the chunks first (znodes
@@ -29,11 +29,12 @@ import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from emu.agent.instance_state import pack
 from emu.agent.zookeeper import NodeExistsError, NoNodeError, ZooKeeper, ZooKeeperError, connect
 
 if TYPE_CHECKING:
-    from emu.agent.agent import Agent
     from emu.agent.operators import Operator
+    from emu.agent.parts import AgentSurface
 
 CHECKPOINTS = "/foglab/checkpoints"
 # ZooKeeper refuses a request over its jute.maxbuffer (1 MiB - 1): a chunk with its path
@@ -123,7 +124,7 @@ class Checkpoints:
     """The node's checkpointing instances: the timers on the scheduler, the writes on a
     thread with a ZooKeeper session of its own (opened at the first write)."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentSurface) -> None:
         self.agent = agent
         self._due: dict[str, tuple[bytes, float]] = {}  # operator -> latest state waiting
         self._closed: dict[str, int] = {}  # operator -> the last window sent, to mark
@@ -159,8 +160,6 @@ class Checkpoints:
 
     def _take(self, operator: Operator, token: int, k: int) -> None:
         """On the scheduler: the instance's state now, for the writer; the next timer."""
-        from emu.agent.migration import pack
-
         agent = self.agent
         if agent.operators.get(operator.name) is not operator or token != operator.token:
             return  # moved away, paused or uninstalled: its next owner checkpoints it

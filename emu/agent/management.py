@@ -12,10 +12,17 @@ from typing import TYPE_CHECKING, Any
 from emu.agent.brokers import move, read
 from emu.agent.migration import COMMANDS as MIGRATION_COMMANDS
 from emu.agent.operators import Operator, operator_config
-from emu.agent.protocol import SETTINGS, Request, RequestError, reply_for, response
+from emu.agent.protocol import (
+    SETTINGS,
+    Request,
+    RequestError,
+    operator_name,
+    reply_for,
+    response,
+)
 
 if TYPE_CHECKING:
-    from emu.agent.agent import Agent
+    from emu.agent.parts import AgentSurface
 
 
 class Management:
@@ -27,7 +34,7 @@ class Management:
     scheduler thread, in the order the requests came.
     """
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentSurface) -> None:
         self.agent = agent
         self.answered = 0
         self._requests: queue.SimpleQueue = queue.SimpleQueue()
@@ -128,19 +135,19 @@ class Management:
         self.agent.install(operator)
 
     def _update(self, args: dict[str, Any], _: Any) -> None:
-        name = _operator_name(args)
+        name = operator_name(args)
         if "params" not in args:
             raise ValueError("args need 'params', the parameters to change")
         self.agent.update(name, args["params"])
 
     def _uninstall(self, args: dict[str, Any], _: Any) -> None:
-        self.agent.uninstall(_operator_name(args))
+        self.agent.uninstall(operator_name(args))
 
     def _start(self, args: dict[str, Any], _: Any) -> None:
-        self.agent.set_running(_operator_name(args), True)
+        self.agent.set_running(operator_name(args), True)
 
     def _stop(self, args: dict[str, Any], _: Any) -> None:
-        self.agent.set_running(_operator_name(args), False)
+        self.agent.set_running(operator_name(args), False)
 
     def _set(self, args: dict[str, Any], _: Any) -> None:
         key, value, stream = args.get("key"), args.get("value"), args.get("stream")
@@ -206,7 +213,7 @@ class Management:
     def _operator_delays(self, args: dict[str, Any], _: Any) -> dict[str, Any]:
         """The latencies (s) of the inputs the instance processed since the last ask (emitted
         to processed), then none."""
-        operator = self.agent.operator(_operator_name(args))
+        operator = self.agent.operator(operator_name(args))
         if operator.delays is None:
             raise ValueError(f"operator {operator.name!r} has no slo: it notes no delays")
         delays, operator.delays = operator.delays, []
@@ -217,11 +224,4 @@ def _device_name(args: dict[str, Any]) -> str:
     name = args.get("device")
     if not isinstance(name, str) or not name:
         raise ValueError("args need 'device', the device's name")
-    return name
-
-
-def _operator_name(args: dict[str, Any]) -> str:
-    name = args.get("operator")
-    if not isinstance(name, str) or not name:
-        raise ValueError("args need 'operator', the operator's name")
     return name

@@ -1,16 +1,8 @@
-"""The agent's part of operator migration: an instance's own input session, and each step.
+"""The agent's part of operator migration: each step of a move, on the scheduler thread.
 
-Why a session per instance, taken over, and not a shared subscription handed from one member
-to the other: a shared subscription ($share/g/...) holds nothing while it has no member (the
-broker drops, or with one member left delivers to it, what comes during a gap), and Mosquitto
-gives a member's in-flight messages to no one else when it leaves; so a pause would lose input
-or need both instances subscribed at once. A persistent MQTT 5 session (no clean start, an
-expiry) whose client disconnects without ending it is what a broker is made to hold input for:
-Mosquitto queues its QoS 1 messages, in order, and gives them to the next connection with the
-same client id, whichever node it comes from. So an operator instance with `session` set in
-its OperatorConfig reads its input through a client of its own with that id (`InputSession`),
-subscribed at QoS 1; the node's session no longer carries that input, and the node's drivers
-publish what the instance reads to the broker (the instance may move away from them).
+An instance that may move reads its input through a persistent session of its own, which the
+broker holds while the instance moves and the target takes over (emu.agent.input_session says
+why a session per instance, and how it drops the copies it processed already).
 
 The steps, each a request answered like the others (emu.agent.management), in the thesis's
 order (chapter 5, Fig. 5.4):
@@ -27,7 +19,8 @@ order (chapter 5, Fig. 5.4):
 - `migrate.resume` (to the target): restores the state before anything else, starts the
   instance, connects with the session's client id: the broker hands over what it held, in
   order, then the live input. Answers once the held input is processed: when the first
-  message sent after the resume arrives, or RESUME_QUIET_S after the connection with none.
+  message sent after the resume arrives, or RESUME_QUIET_S after the connection with none
+  (emu.agent.input_session.watch_resume).
 - `migrate.rollback` (to the source, after a failure): starts the instance again from where it
   stopped and reconnects its session, which still holds the input: nothing is lost.
 - `migrate.release` (housekeeping): the source drops its stopped instance, keeping the
@@ -35,10 +28,11 @@ order (chapter 5, Fig. 5.4):
 
 Exactly once across the move: QoS 1 is at least once, and a message the source processed
 whose acknowledgement had not left when it disconnected comes again to the target. The state
-the source hands over (`pack`) carries the keys (topic, id, serial number) of the last SEEN
-messages it processed, and an instance drops an input whose key it saw (the same drops the
-copies Mosquitto sends per overlapping subscription). Order is the broker's: one session,
-queued in order, and the target reads nothing else before the held messages.
+the source hands over (emu.agent.instance_state.pack) carries the keys (topic, id, serial
+number) of the last SEEN messages it processed (emu.agent.input_session), and an instance
+drops an input whose key it saw (the same drops the copies Mosquitto sends per overlapping
+subscription). Order is the broker's: one session, queued in order, and the target reads
+nothing else before the held messages.
 
 Parallel migration (thesis chapter 6) runs through the same requests, with `parallel` in
 their arguments, and two of its own (`migrate.divert`, `migrate.sync`): this module
@@ -52,40 +46,31 @@ from __future__ import annotations
 import base64
 import contextlib
 import json
-import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import asdict
 from typing import TYPE_CHECKING, Any
 
-from emu.agent.mqtt import (
-    RECONNECT_DELAYS_S,
-    connected,
-    end_session,
-    new_client,
-    no_delay,
-    session_args,
-    session_present,
-)
+from emu.agent.checkpoint import checkpoint_key, restore_from
+from emu.agent.input_session import InputSession, session_address, watch_resume
+from emu.agent.instance_state import pack, restore
 from emu.agent.operators import Operator, operator_config
+from emu.agent.parallel import ParallelSteps
 from emu.agent.protocol import COMMANDS as ALL_COMMANDS
-from emu.agent.protocol import Envelope
+from emu.agent.protocol import operator_name
 from emu.agent.zookeeper import (
     HANDED,
     LOST,
     NODE_DELETED,
     OWN,
-    NoNodeError,
     ZooKeeper,
     ZooKeeperError,
     connect,
 )
 
 if TYPE_CHECKING:
-    from emu.agent.agent import Agent
-    from emu.agent.config import AgentConfig, OperatorConfig
+    from emu.agent.parts import AgentSurface
 
 # The requests answered when they are over (a drain, a transfer), not at once.
 COMMANDS = tuple(c for c in ALL_COMMANDS if c.startswith("migrate.")) + ("replica.retire",)
@@ -93,200 +78,6 @@ COMMANDS = tuple(c for c in ALL_COMMANDS if c.startswith("migrate.")) + ("replic
 # whole: path, framing and the tag byte must fit beside the chunk.
 CHUNK_MAX = 1024 * 1024 - 1024
 DATA, END = b"D", b"E"
-# Keys of the last messages an instance processed, kept to drop redelivered copies: more
-# than the QoS 1 messages a broker has in flight to one client (Mosquitto: 20 by default).
-SEEN = 1024
-RESUME_QUIET_S = 1.0
-KEEPALIVE = 30
-# A paused session's client stops before it would connect again (its loop ends in 1 s steps).
-PAUSED_RECONNECT_S = 3600
-PACK_MAGIC = b"foglab-migration 1\n"
-
-
-def pack(seen: list, snapshot: bytes) -> bytes:
-    """What moves: a header line (the last keys seen) and the operator's snapshot."""
-    header = json.dumps({"seen": seen, "snapshot": len(snapshot)}, separators=(",", ":"))
-    return PACK_MAGIC + header.encode() + b"\n" + snapshot
-
-
-def unpack(data: bytes) -> tuple[list, bytes]:
-    if not data.startswith(PACK_MAGIC):
-        raise ValueError(f"not a migration state (it starts {bytes(data[:20])!r})")
-    end = data.index(b"\n", len(PACK_MAGIC))
-    header = json.loads(data[len(PACK_MAGIC):end])
-    snapshot = data[end + 1:]
-    if len(snapshot) != header["snapshot"]:
-        raise ValueError(f"the migration state is cut: {len(snapshot)} bytes of snapshot, its "
-                         f"header says {header['snapshot']}")
-    return header["seen"], snapshot
-
-
-def session_address(node: AgentConfig, operator: OperatorConfig) -> str:
-    """The address, from this node, of the broker holding an instance's input session
-    (OperatorConfig.broker): the node's own broker, or another it has a link to
-    (AgentConfig.other_brokers); a ValueError naming both when the node reaches it not."""
-    broker = operator.broker
-    if not broker or broker == node.broker:  # None or "": the node's own
-        return node.mqtt
-    if broker in node.other_brokers:
-        return node.other_brokers[broker]
-    reached = ", ".join(sorted({node.broker or "its own", *node.other_brokers}))
-    raise ValueError(f"operator {operator.name!r} reads through its input session "
-                     f"{operator.session} on broker {broker}, and node {node.node} has no link "
-                     f"to {broker} (it reaches {reached}): the cluster's plan gives a node "
-                     "links to the brokers of the instances that may move to it")
-
-
-def _key(topic: str, envelope: Envelope) -> tuple:
-    return (topic, envelope.id, envelope.sn)
-
-
-class InputSession:
-    """An operator instance's own persistent MQTT session (client id = config.session)."""
-
-    def __init__(self, agent: Agent, operator: Operator) -> None:
-        self.agent = agent
-        self.name = operator.name
-        self.client_id = operator.config.session
-        # The broker holding the session, which may be another than the node's (a target
-        # behind another broker takes it over there).
-        self.address = session_address(agent.config, operator.config)
-        self.filters = list(operator.filters)
-        self.client = new_client(self.client_id, persistent=True)
-        self.client.on_connect = self._on_connect
-        self.client.on_disconnect = self._on_disconnect
-        self.client.on_message = self._on_message
-        self.client.on_subscribe = self._on_subscribe
-        self.subscribed = threading.Event()
-        self.seen: OrderedDict[tuple, None] = OrderedDict()
-        self.dropped = 0        # copies already processed (redelivered, or overlapping filters)
-        self.present = False    # the broker had the session at the last connection
-        self.t_connected: float | None = None
-        self.on_disconnected: Callable[[], None] | None = None
-        self.on_taken: Callable[[Envelope], None] | None = None  # after each processed input
-        # A parallel migration's source: stamps and mirrors each input before processing it.
-        self.mirror: Callable[[Envelope], None] | None = None
-        self.started = False
-
-    def connect(self) -> None:
-        """Connect in the background, once."""
-        from emu.agent.agent import broker_address
-
-        if self.started:
-            return
-        self.started = True
-        host, port = broker_address(self.address)
-        self.client.reconnect_delay_set(*RECONNECT_DELAYS_S)
-        self.client.connect_async(host, port, keepalive=self.agent.keepalive, **session_args())
-        self.client.loop_start()
-
-    def pause(self, done: Callable[[], None]) -> None:
-        """Leave the broker without ending the session: it holds the input from now on.
-
-        A half-close, not a DISCONNECT packet: the client shuts its socket's sending side and
-        reads on until the broker, seeing the end, closes its own. A message the broker wrote
-        before it saw the end is read and processed here (a QoS 0 message lost on the wire
-        otherwise: it has no acknowledgement to bring it again); everything after the end the
-        broker holds in the session. `done` runs on the scheduler behind the last message read.
-        """
-        self.on_disconnected = done
-        # Paho would connect again after its reconnect delay: not before this loop is stopped.
-        self.client.reconnect_delay_set(min_delay=PAUSED_RECONNECT_S,
-                                        max_delay=PAUSED_RECONNECT_S)
-        sock = self.client.socket()
-        try:
-            if sock is None:
-                raise OSError("not connected")
-            sock.shutdown(socket.SHUT_WR)
-        except OSError:  # not connected now: the broker holds everything already
-            self.on_disconnected = None
-            self.agent.scheduler.call(done)
-
-    def leave(self, done: Callable[[], None]) -> None:
-        """Unsubscribe from every filter; `done` on the scheduler behind the last message the
-        broker sent before (the UNSUBACK follows them on the connection)."""
-        self.client.on_unsubscribe = lambda *args: self.agent.scheduler.call(done)
-        result, _ = self.client.unsubscribe(self.filters)
-        if result != 0:  # not connected: nothing comes any more
-            self.agent.scheduler.call(done)
-
-    def stop_loop(self) -> None:
-        """Stop the client's thread (never from its own callbacks)."""
-        self.client.loop_stop()
-
-    def close(self) -> None:
-        """Leave for good, ending the session (the run is over, or the instance uninstalled)."""
-        self.client.disconnect(properties=end_session())
-        self.client.loop_stop()
-
-    def remember(self, keys: list) -> None:
-        for key in keys:
-            self.note(tuple(key))
-
-    def note(self, key: tuple) -> None:
-        self.seen[key] = None
-        if len(self.seen) > SEEN:
-            self.seen.popitem(last=False)
-
-    def last_seen(self) -> list:
-        return [list(key) for key in self.seen]
-
-    # MQTT client's thread ---------------------------------------------------------------------
-
-    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, *rest: Any) -> None:
-        if not connected(rc):
-            return
-        no_delay(client)
-        self.t_connected = self.agent.clock()
-        self.present = session_present(flags)
-        # A new session (or one the broker lost): subscribe; a held one kept them, but for
-        # its shared subscriptions: Mosquitto 2.0 restores a session from its database after
-        # a restart without them (measured on 2.0.11: session present, nothing delivered;
-        # the nemesis's replication runs lost every reading after a broker restart).
-        wanted = (self.filters if not self.present else
-                  [f for f in self.filters if f.startswith("$share/")])
-        if wanted:
-            client.subscribe([(f, 1) for f in wanted])  # _on_subscribe: ready
-        else:
-            self.subscribed.set()
-            self.agent.scheduler.call(self.agent.session_ready)
-
-    def _on_subscribe(self, *args: Any) -> None:
-        self.subscribed.set()
-        self.agent.scheduler.call(self.agent.session_ready)
-
-    def _on_disconnect(self, client: Any, userdata: Any, *rest: Any) -> None:
-        done, self.on_disconnected = self.on_disconnected, None
-        if done is not None:
-            # Behind every message the client handed over before: the drain.
-            self.agent.scheduler.call(done)
-
-    def _on_message(self, client: Any, userdata: Any, message: Any) -> None:
-        self.agent.scheduler.call(self._take, message.topic, message.payload, message.qos)
-
-    # Scheduler thread -------------------------------------------------------------------------
-
-    def _take(self, topic: str, payload: bytes, qos: int) -> None:
-        agent = self.agent
-        operator = agent.operators.get(self.name)
-        if operator is None or not operator.running or agent.sessions.get(self.name) is not self:
-            return
-        try:
-            envelope = Envelope.decode(payload)
-        except ValueError:
-            agent.unreadable += 1
-            return
-        key = _key(topic, envelope)
-        if key in self.seen:
-            self.dropped += 1
-            return
-        self.note(key)
-        if self.mirror is not None:
-            self.mirror(envelope)
-        agent.take(operator, envelope, qos)
-        if self.on_taken is not None:
-            self.on_taken(envelope)
-
 
 
 class _Prepared:
@@ -308,14 +99,11 @@ class Migrations:
     """The migration requests of one agent (see the module docstring); on the scheduler thread.
     `answer(result=None, error=None)` answers a request, at once or later."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentSurface) -> None:
         self.agent = agent
         self.prepared: dict[str, _Prepared] = {}
         self.paused: dict[str, dict[str, Any]] = {}  # source: operator -> what the pause did
-        # Parallel migrations' parts, source and target (imported here, not at the top:
-        # emu.agent.parallel builds on this module's InputSession).
-        from emu.agent.parallel import ParallelSteps
-
+        # Parallel migrations' parts, source and target.
         self.parallel = ParallelSteps(agent)
 
     def handle(self, command: str, args: dict[str, Any], answer: Callable[..., None]) -> None:
@@ -537,7 +325,7 @@ class Migrations:
             operator = prepared.operator
             t_restore = agent.clock()
             try:
-                seen = _restore(operator, state)
+                seen = restore(operator, state)
             except (ValueError, KeyError) as error:
                 answer(error=f"restoring operator {name!r}: {error}")
                 return
@@ -584,8 +372,6 @@ class Migrations:
         starts empty), then connected to its input session, which the broker held since the
         crash (taking it over ends the dead connection). Answers as a resume does, once the
         held input is processed, with the checkpoint's time and size."""
-        from emu.agent.checkpoint import checkpoint_key, restore_from
-
         agent = self.agent
         operator = self._instance(args.get("config"))
         config = operator.config
@@ -599,7 +385,7 @@ class Migrations:
             dropped = 0
             if state is not None:
                 try:
-                    seen = _restore(operator, state)
+                    seen = restore(operator, state)
                 except (ValueError, KeyError) as failed:
                     answer(error=f"restoring operator {config.name!r}: {failed}")
                     return
@@ -662,65 +448,6 @@ class Migrations:
         answer({"t": agent.clock()})
 
 
-
-def watch_resume(agent: Agent, session: InputSession, answer: Callable[..., None],
-                 result: dict[str, Any]) -> None:
-    """A target resumes on `session` (the state restored, or the mirror taken up to the
-    source's last SN): answer `result` and what the session took once the held input is
-    processed: at the first message sent after the connection, or RESUME_QUIET_S after it
-    when none comes."""
-    counts = {"held": 0, "first": []}
-    finished = threading.Event()
-
-    def finish() -> None:
-        if finished.is_set():
-            return
-        finished.set()
-        session.on_taken = None
-        answer({**result, "t_connected": session.t_connected, "present": session.present,
-                "held": counts["held"], "first": counts["first"],
-                "t_first": counts.get("t_first"), "dropped": session.dropped})
-
-    def taken(envelope: Envelope) -> None:
-        now = agent.clock()
-        if session.t_connected is None or envelope.t < session.t_connected:
-            counts["held"] += 1
-            counts.setdefault("t_first", now)
-            if len(counts["first"]) < 64:
-                counts["first"].append([envelope.id, envelope.sn])
-            return
-        counts.setdefault("t_first", now)
-        finish()
-
-    def quiet() -> None:
-        if finished.is_set():
-            return
-        if session.t_connected is None or counts["held"]:
-            agent.scheduler.at(agent.clock() + RESUME_QUIET_S / 4, quiet)
-            return
-        if agent.clock() - session.t_connected >= RESUME_QUIET_S:
-            finish()
-        else:
-            agent.scheduler.at(session.t_connected + RESUME_QUIET_S, quiet)
-
-    session.on_taken = taken
-    agent.scheduler.at(agent.clock() + RESUME_QUIET_S / 4, quiet)
-
-
-def _restore(operator: Operator, state: bytes) -> list:
-    """Restore the operator from a moved or checkpointed state; the keys it had seen."""
-    seen, snapshot = unpack(state)
-    operator.restore(snapshot)
-    return seen
-
-
-def operator_name(args: dict[str, Any]) -> str:
-    name = args.get("operator")
-    if not isinstance(name, str) or not name:
-        raise ValueError("args need 'operator', the operator's name")
-    return name
-
-
 @contextlib.contextmanager
 def _session(hosts: str, timeout: float = 10.0):
     """A ZooKeeper session for one transfer, closed after it."""
@@ -748,7 +475,7 @@ def zk_make_parents(zk: ZooKeeper, path: str, handed: str | None = None) -> None
             zk.create(parent, b"", makepath=True, acl=HANDED if handed == parent else OWN)
 
 
-def _host_timeout(agent: Agent, args: dict[str, Any]) -> float:
+def _host_timeout(agent: AgentSurface, args: dict[str, Any]) -> float:
     """A request's `timeout` (emulated seconds, 30 by default) as the threads that wait on
     ZooKeeper count it: host seconds (K times longer at dilation K)."""
     return agent.host_seconds(float(args.get("timeout", 30.0)))
@@ -774,5 +501,4 @@ def _wait_deleted(zk: ZooKeeper, path: str, timeout: float, what: str) -> None:
             continue  # changed, not deleted: watch again
 
 
-__all__ = ["COMMANDS", "InputSession", "Migrations", "NoNodeError", "operator_name", "pack",
-           "session_address", "unpack", "watch_resume"]
+__all__ = ["CHUNK_MAX", "COMMANDS", "Migrations", "state_path", "zk_make_parents"]

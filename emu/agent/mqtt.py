@@ -1,9 +1,12 @@
-"""A paho-mqtt client that works alike with Debian's paho 1.6 and with paho 2.x."""
+"""A paho-mqtt client that works alike with Debian's paho 1.6 and with paho 2.x, and how the
+agent's persistent sessions connect to their broker and subscribe."""
 
 from __future__ import annotations
 
 import socket
 from typing import Any
+
+from emu.agent.config import local_address
 
 # How long the broker keeps a persistent client's session after it went (s): a broker
 # restart or a partition is seconds; a run is much shorter than this.
@@ -14,6 +17,9 @@ SESSION_EXPIRY_S = 3600
 # broker restart's reconnection is then K times quicker in emulated time (docs/dilation.md).
 RECONNECT_DELAYS_S = (1, 4)
 MQTT_V5 = 5
+# Every persistent session's keepalive, in emulated seconds (an agent gives paho it on the host's
+# clock: Agent.keepalive).
+KEEPALIVE = 30
 # The login of every client this process makes (a closed cluster, emu.cluster.access): set
 # once by an agent for its node (`use_credentials`); the host passes its own per client.
 _credentials: tuple[str, str] | None = None
@@ -32,6 +38,15 @@ class Login(tuple):
         made = super().__new__(cls, login)
         made.tls = tls
         return made
+
+
+def broker_address(address: str) -> tuple[str, int]:
+    """(host, port) a client connects to for a broker's "host:port" (1883 if no port is given),
+    the node's own host name resolved (emu.agent.config.local_address)."""
+    host, _, port = local_address(address).rpartition(":")
+    if not host:
+        return address, 1883
+    return host.strip("[]"), int(port)
 
 
 def use_mqtt5(on: bool) -> None:
@@ -123,6 +138,29 @@ def session_args(mqtt5: bool | None = None) -> dict[str, Any]:
     properties = Properties(PacketTypes.CONNECT)
     properties.SessionExpiryInterval = SESSION_EXPIRY_S
     return {"clean_start": False, "properties": properties}
+
+
+def connect_persistent(client: Any, address: str, keepalive: int,
+                       arguments: dict[str, Any] | None = None) -> None:
+    """Connect a persistent client (`new_client(..., persistent=True)`) to the broker at
+    `address` in the background, with `session_args()` (or `arguments`): paho reconnects after
+    RECONNECT_DELAYS_S, and its network loop runs on a thread of its own."""
+    host, port = broker_address(address)
+    client.reconnect_delay_set(*RECONNECT_DELAYS_S)
+    client.connect_async(host, port, keepalive=keepalive,
+                         **(session_args() if arguments is None else arguments))
+    client.loop_start()
+
+
+def subscribe_identified(client: Any, topic_filter: str, identifier: int) -> int:
+    """Subscribe `topic_filter` at QoS 1 with MQTT 5's subscription identifier (a broker
+    without MQTT 5 gets it without: emu.agent.subscriptions); the SUBSCRIBE's message id."""
+    from paho.mqtt.packettypes import PacketTypes
+    from paho.mqtt.properties import Properties
+
+    properties = Properties(PacketTypes.SUBSCRIBE)
+    properties.SubscriptionIdentifier = identifier
+    return client.subscribe(topic_filter, 1, properties=properties)[1]
 
 
 def end_session() -> Any:

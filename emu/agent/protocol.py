@@ -228,6 +228,14 @@ class Request:
         return cls(request_id, command, reply, args)
 
 
+def operator_name(args: dict[str, Any]) -> str:
+    """The operator a request's args name (`operator`); a ValueError if they name none."""
+    name = args.get("operator")
+    if not isinstance(name, str) or not name:
+        raise ValueError("args need 'operator', the operator's name")
+    return name
+
+
 def response(request_id: str | None, node: str, ok: bool, error: str | None, t: float,
              result: Any = None) -> bytes:
     """{"id", "node", "ok", "error", "t"}, and "result" for commands that answer something."""

@@ -6,7 +6,8 @@ import contextlib
 import json
 import sys
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Any
 from urllib.parse import quote
 
 from emu.agent.zookeeper import (
@@ -30,6 +31,14 @@ def sensor_path(stream: str, device: str, topic: str) -> str:
     """Seed 001, 3.2: /iot/sensors/<driver>/<instance>/<channel>; the driver is the stream,
     the instance the device and the channel its topic, quoted into one znode name."""
     return f"{SENSORS}/{stream}/{device}/{quote(topic, safe='')}"
+
+
+def sensor_znodes(node: str, drivers: Iterable[Any]) -> list[tuple[str, bytes]]:
+    """(path, data) of the znode of each device of a node's drivers (emu.agent.drivers)."""
+    return [(sensor_path(driver.stream, device.name, device.topic),
+             json.dumps({"node": node, "topic": device.topic,
+                         "qos": driver.config.qos}).encode())
+            for driver in drivers for device in driver.devices]
 
 
 class Registration:

@@ -54,10 +54,11 @@ from typing import TYPE_CHECKING, Any
 from emu.agent.config import OperatorConfig
 from emu.agent.migration import Migrations
 from emu.agent.operators import operator_config
+from emu.agent.protocol import operator_name
 from workloads.operator_engines import OPERATOR_ENGINES, Move
 
 if TYPE_CHECKING:
-    from emu.agent.agent import Agent
+    from emu.agent.parts import AgentSurface
 
 APPS = ("etl", "stats", "pred")
 STOP_WAIT_S = 15.0
@@ -72,8 +73,9 @@ WARMUP_MESSAGES, WARMUP_BATCHES = 300, 3
 DRIVER_PORT, BLOCK_MANAGER_PORT = 7337, 7338
 
 
-def _unblocked() -> None:
-    # The agent blocks its stop signals for sigwait, and a child inherits the mask.
+def unblock_stop_signals() -> None:
+    """A child's first step (preexec_fn): the agent blocks its stop signals for sigwait, and a
+    child inherits the mask."""
     signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
 
 
@@ -153,7 +155,7 @@ class SparkJob:
         self.work.mkdir(parents=True, exist_ok=True)
         with (self.work / "job.log").open("ab") as log:
             self.process = subprocess.Popen(self.command, stdout=log, stderr=subprocess.STDOUT,
-                                            preexec_fn=_unblocked, env=job_environment())
+                                            preexec_fn=unblock_stop_signals, env=job_environment())
 
     def alive(self) -> bool:
         return self.process is not None and self.process.poll() is None
@@ -179,7 +181,7 @@ class SparkMigrations(Migrations):
     """A cloud VM's migration steps: a Spark query's (`migrate.spark.*`, see the module
     docstring) and an operator instance's (emu.agent.migration). On the scheduler thread."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(self, agent: AgentSurface) -> None:
         super().__init__(agent)
         self._steps: dict[str, Callable[[dict[str, Any], Callable[..., None]], None]] = {
             "migrate.spark.status": self._spark_status,
@@ -198,7 +200,7 @@ class SparkMigrations(Migrations):
         return [job for job in self.agent.spark_jobs.values() if job.name == name]
 
     def _job(self, args: dict[str, Any], **wanted: bool) -> SparkJob:
-        name = _name(args)
+        name = operator_name(args)
         work = args.get("work")
         jobs = [job for job in self._jobs(name) if (work is None or job.work.name == work)
                 and all(getattr(job, key) == value for key, value in wanted.items())]
@@ -209,7 +211,7 @@ class SparkMigrations(Migrations):
         return jobs[0]
 
     def _spark_status(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
-        name = _name(args)
+        name = operator_name(args)
         jobs = self._jobs(name)
         recorder = self.agent.sessions.get(name)
         answer({"node": self.agent.node, "jobs": [job.describe() for job in jobs],
@@ -250,7 +252,7 @@ class SparkMigrations(Migrations):
     def _spark_release(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
         agent = self.agent
         if args.get("abort"):
-            jobs = [job for job in self._jobs(_name(args)) if job.standby
+            jobs = [job for job in self._jobs(operator_name(args)) if job.standby
                     and args.get("work") in (None, job.work.name)]
             for job in jobs:
                 del agent.spark_jobs[job.work.name]
@@ -315,10 +317,3 @@ def _cluster_args(operator: str, master: str, driver_host: str | None) -> list[s
                          "address the workers reach (driver_host)")
     return ["--driver-host", driver_host, "--bind-address", "0.0.0.0",
             "--driver-port", str(DRIVER_PORT), "--block-manager-port", str(BLOCK_MANAGER_PORT)]
-
-
-def _name(args: dict[str, Any]) -> str:
-    name = args.get("operator")
-    if not isinstance(name, str) or not name:
-        raise ValueError("args need 'operator', the operator's name")
-    return name

@@ -6,8 +6,8 @@ clocks (their drivers' schedules, windows, records: the tables come out in emula
 no conversion), the link relays (a delay of d lasts K*d host seconds, a bandwidth of B carries
 B/K bytes per host second), the host's run loop, the features' timers, and every timeout of
 the real services foglab starts (scaled by K in their configs: emu.cluster.plan,
-emu.agent.timeouts). An emulated node with a CPU limit of c cores then gets K*c host CPU
-seconds per emulated second: dilation buys the host time to keep up.
+the agents' timers, on emu.agent.timebase). An emulated node with a CPU limit of c cores then gets
+K*c host CPU seconds per emulated second: dilation buys the host time to keep up.
 
 At K = 1 `now` is time.time itself and nothing is converted: an undilated run pays nothing.
 What cannot be dilated: the kernel's TCP timers (a retransmission after 200 ms of the host's

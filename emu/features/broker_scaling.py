@@ -80,7 +80,7 @@ class Probe:
 
     def __init__(self, address: str, name: str, clock: Callable[[], float],
                  credentials: tuple[str, str] | None = None) -> None:
-        from emu.agent.agent import broker_address
+        from emu.agent.mqtt import broker_address
 
         self.clock = clock
         self.topic = f"{PROBE_TOPIC}/{name}"
@@ -142,7 +142,7 @@ def received(address: str, timeout: float = SYS_TIMEOUT_S,
     """The PUBLISH packets the broker at `address` has received since it started, as it last
     published the count (a sys_interval after the last message at most); None if it said
     nothing within `timeout`."""
-    from emu.agent.agent import broker_address
+    from emu.agent.mqtt import broker_address
 
     figures: list[int] = []
     heard = threading.Event()

@@ -84,7 +84,7 @@ def measure_spark(broker: str, plan: Plan, tell: Progress, app: str = "stats") -
     from emu.agent.drivers import Driver
     from emu.agent.mqtt import new_client
     from emu.agent.protocol import Envelope
-    from emu.agent.spark import _unblocked
+    from emu.agent.spark import unblock_stop_signals
 
     topic = f"calibrate/spark/{secrets.token_hex(3)}"
     driver = Driver(DriverConfig("city", [f"sensor-{i}" for i in range(50)], 1.0, size=SIZE),
@@ -99,7 +99,7 @@ def measure_spark(broker: str, plan: Plan, tell: Progress, app: str = "stats") -
              "--reads", f"{topic}/#", "--writes", f"{topic}-out", "--work", str(work / "job"),
              "--master", "local[2]", "--trigger", str(SPARK_TRIGGER_S)],
             stdout=log, stderr=subprocess.STDOUT, env=environment, cwd=PROJECT_ROOT,
-            preexec_fn=_unblocked)
+            preexec_fn=unblock_stop_signals)
         stack.callback(_end, job)
         tell("spark: starting the job", 0, 1)
         deadline = time.monotonic() + SPARK_START_S

@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from emu.agent.config import OperatorConfig
-from emu.agent.migration import CHUNK_MAX, pack, unpack
+from emu.agent.instance_state import pack, unpack
+from emu.agent.migration import CHUNK_MAX
 from emu.agent.operators import Operator, operator_config
 from emu.agent.protocol import Envelope, message_id
 from emu.control.commands import Controller

@@ -16,8 +16,9 @@ import pytest
 
 from emu.agent.config import OperatorConfig
 from emu.agent.operators import Operator
-from emu.agent.parallel import _Parallel, parallel_refusal
-from emu.agent.parallel import topics as migration_topics
+from emu.agent.parallel import parallel_refusal
+from emu.agent.parallel_link import topics as migration_topics
+from emu.agent.parallel_target import ParallelTarget
 from emu.agent.protocol import Envelope
 from emu.control.commands import Controller
 from emu.features.moves.dispatch import migrate
@@ -218,7 +219,7 @@ def test_what_parallel_migration_refuses() -> None:
 
 
 class _Agent:
-    """What _Parallel uses of an agent, to drive its checker by hand (no broker)."""
+    """What ParallelTarget uses of an agent, to drive its checker by hand (no broker)."""
 
     def __init__(self) -> None:
         self.emitted: list[dict] = []
@@ -248,7 +249,7 @@ def test_the_target_forwards_what_the_checker_decides_adjusted_included(
     expected = synchronise(old, new, sync, order)
     agent = _Agent()
     operator = Operator(counter(tmp_path), "gw-dst", 0.0)
-    part = _Parallel(agent, operator, "t", sync, 7, lambda: None, "gw-src")
+    part = ParallelTarget(agent, operator, "t", sync, 7, lambda: None, "gw-src")
     streams = {"old": iter(old), "new": iter(new)}
     for side in ("old", "new") * 6:
         sn, count = next(streams[side], (None, None))

@@ -9,9 +9,10 @@ import time
 
 import pytest
 
-from emu.agent.agent import KEEPALIVE, Agent
+from emu.agent.agent import Agent
 from emu.agent.config import AgentConfig, DriverConfig
 from emu.agent.drivers import Drivers
+from emu.agent.mqtt import KEEPALIVE
 from emu.agent.scheduler import Scheduler
 from emu.agent.timebase import UNDILATED, TimeBase
 

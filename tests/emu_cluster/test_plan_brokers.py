@@ -121,7 +121,7 @@ def test_only_the_given_targets_get_links_to_the_session_s_broker() -> None:
 
 
 def test_a_target_finds_the_session_s_broker_through_its_link_or_is_refused() -> None:
-    from emu.agent.migration import session_address
+    from emu.agent.input_session import session_address
 
     cluster = moving_plan()
     (count,) = cluster.containers["gw-1"].agent.operators
@@ -167,7 +167,7 @@ def test_a_follow_instance_reads_on_the_broker_of_whichever_node_runs_it() -> No
     the device is attached to, so it is pinned to no broker and needs no links."""
     from dataclasses import replace
 
-    from emu.agent.migration import session_address
+    from emu.agent.input_session import session_address
     from emu.cluster.deployment import follow_instance
 
     topology = two_brokers()
