@@ -1,5 +1,5 @@
-"""What an engine is (the protocol every engine class keeps), and the parts of the start-up
-the engines share.
+"""What an engine is (the protocol every engine class keeps), its errors, and what its
+start-up holds (what it made, Ctrl-C deferred); the start-up's sequence is emu.engines.startup.
 
 `Engine` is what a run (emu.run), the command line (emu.cli) and the features call: bring the
 plan up, report the containers, reach and shape their links, run a command in one, read its
@@ -62,6 +62,10 @@ class RunOption:
 
     keyword: str
     what: str
+
+
+class ClusterError(RuntimeError):
+    """A cluster could not be brought up (after cleaning up) or is not there."""
 
 
 class NodeGone(LookupError):
