@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emu.engines.docker.image_import import import_tarball
 from emu.rootfs.build import SUITE, VARIANT, Progress, Recipe, build_tarball
 
 if TYPE_CHECKING:
@@ -305,9 +306,9 @@ def _base_image(client: docker.DockerClient, spec: ImageSpec, cache_dir: Path,
         build_tarball(spec.recipe, tarball, progress)
     with _ReadProgress(tarball, progress) as data:
         # The engine tags the image only once the whole tarball is in: no half image.
-        client.api.import_image(src=data, repository=repository, tag=key,
-                                # Inherited: every image says which base it is built on.
-                                changes=[f"LABEL foglab=1 foglab.base={tag}"])
+        import_tarball(client, data, repository, key,
+                       # Inherited: every image says which base it is built on.
+                       changes=[f"LABEL foglab=1 foglab.base={tag}"])
     return tag
 
 
