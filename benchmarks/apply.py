@@ -126,7 +126,7 @@ def main() -> None:
     from emu.cluster.plan import plan_cluster
     from emu.control.commands import Controller
     from emu.engines.docker.engine import Cluster
-    from emu.images import DOCKER_TIMEOUT_S
+    from emu.engines.docker.image_store import DOCKER_TIMEOUT_S
     from emu.live.agents import agents_and_brokers, start_drivers
     from emu.live.apply import agent_nodes
 

@@ -197,8 +197,8 @@ def alone(kind: str, seconds: float) -> dict[str, float]:
 
     from emu.cluster.plan import plan_cluster
     from emu.cluster.services import mqtt_answers
+    from emu.engines.docker.image_store import ensure_image
     from emu.host.metrics import ContainerCgroup
-    from emu.images import ensure_image
     from topologies.model import expand
     from topologies.spec import TopologySpec
 

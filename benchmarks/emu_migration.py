@@ -116,6 +116,7 @@ from emu.agent.config import OperatorConfig  # noqa: E402
 from emu.agent.protocol import Envelope, message_id  # noqa: E402
 from emu.cluster.plan import plan_cluster  # noqa: E402
 from emu.control.commands import Controller, wait_registered  # noqa: E402
+from emu.engines.docker import image_store  # noqa: E402
 from emu.engines.docker.engine import Cluster  # noqa: E402
 from emu.features.moves.dispatch import migrate  # noqa: E402
 from emu.host.fidelity import HostPressure  # noqa: E402
@@ -342,7 +343,7 @@ def on_two_gateways(work: Callable[[Bench], None], lines: list[str]) -> bool:
 
     print(f"loadavg_before={' '.join(Path('/proc/loadavg').read_text().split()[:3])} "
           f"cpus={os.cpu_count()}", flush=True)
-    client = docker.from_env(timeout=images.DOCKER_TIMEOUT_S)
+    client = docker.from_env(timeout=image_store.DOCKER_TIMEOUT_S)
     run_label = secrets.token_hex(4)
     plan = plan_cluster(gateway_topology(2, "migration-bench"), f"migbench-{run_label}",
                         labels={"foglab.test": "emu_migration", BENCH_LABEL: run_label})

@@ -59,6 +59,7 @@ from emu.cluster.access import (  # noqa: E402
 )
 from emu.cluster.plan import plan_cluster  # noqa: E402
 from emu.control.commands import Controller, wait_registered  # noqa: E402
+from emu.engines.docker import image_store  # noqa: E402
 from emu.engines.docker.engine import LOG_CONFIG, WORKERS, Cluster  # noqa: E402
 from emu.host.metrics import ContainerCgroup  # noqa: E402
 from emu.links.probe import choose_shaper  # noqa: E402
@@ -215,7 +216,7 @@ def main() -> int:
 
     import docker
 
-    client = docker.from_env(timeout=images.DOCKER_TIMEOUT_S, max_pool_size=24)
+    client = docker.from_env(timeout=image_store.DOCKER_TIMEOUT_S, max_pool_size=24)
     run_label = secrets.token_hex(4)
     name = f"bench-{run_label}"
     n = options.gateways
@@ -232,7 +233,7 @@ def main() -> int:
     with stop_on_signals(), bars:
         try:
             with console.status("images and link shaper"):
-                tags = {spec.name: images.ensure_image(spec, client=client).tag
+                tags = {spec.name: image_store.ensure_image(spec, client=client).tag
                         for spec in (images.GATEWAY, images.SERVICES)}
                 shaper = choose_shaper()
             lines.append(f"gateway_image={tags['gateway']} precompiled="

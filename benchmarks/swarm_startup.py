@@ -49,8 +49,8 @@ from deploy_timing import gateway_topology  # noqa: E402 - benchmarks/deploy_tim
 
 from emu.cluster.plan import plan_cluster  # noqa: E402
 from emu.engines.docker.engine import Cluster  # noqa: E402
+from emu.engines.docker.image_store import DOCKER_TIMEOUT_S  # noqa: E402
 from emu.engines.swarm.engine import SwarmCluster  # noqa: E402
-from emu.images import DOCKER_TIMEOUT_S  # noqa: E402
 from emu.links.probe import ShaperChoice  # noqa: E402
 from topologies.terminal import stop_on_signals  # noqa: E402
 
@@ -93,10 +93,11 @@ def timed_up(cluster: Cluster, label: str) -> float:
 def three_nodes(client, topology, command, timings: list[float]):
     """Time the plan on three Docker-in-Docker nodes (made and removed here; their volumes,
     with the pulled images, and the registry's store are kept for the next run)."""
+    from emu.engines.docker.image_store import ensure_image
     from emu.engines.swarm.nodes import SwarmNodes, remove
     from emu.engines.swarm.registry import LocalRegistry
     from emu.engines.swarm.target import use_target
-    from emu.images import CACHE_DIR, GATEWAY, SERVICES, ensure_image
+    from emu.images import CACHE_DIR, GATEWAY, SERVICES
 
     remove(NODES, host=client)
     with (SwarmNodes(3, name=NODES, keep_volumes=True, host=client) as nodes,

@@ -1,27 +1,23 @@
-"""foglab's container images, built from Debian without a registry and tagged by their inputs."""
+"""foglab's container images: what each holds (ImageSpec: its recipe, its files), tagged by their
+inputs; built from Debian without a registry (emu.rootfs), made in a Docker Engine by
+emu.engines.docker.image_store."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
-import io
 import json
 import os
 import py_compile
 import sys
-import tarfile
 import tempfile
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emu.rootfs.build import SUITE, VARIANT, Progress, Recipe, build_tarball
+from emu.rootfs.build import SUITE, VARIANT, Recipe
 
 if TYPE_CHECKING:
-    import docker
+    pass
 
 # Bump when the way images are built changes: every tag and cached base changes with it.
 BUILDER_VERSION = "1"
@@ -30,8 +26,6 @@ ROOTFS_FILES = Path(__file__).resolve().parent / "rootfs"
 CACHE_DIR = Path(os.environ.get("FOGLAB_CACHE", "/var/cache/foglab"))
 APP_DIR = "/opt/foglab"
 PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Importing a big rootfs keeps the engine busy before it answers.
-DOCKER_TIMEOUT_S = 900
 TAG_DIGITS = 16
 # The images' Python (Debian bookworm's); bytecode compiled here must be for the same version.
 IMAGE_PYTHON = (3, 11)
@@ -144,15 +138,6 @@ ZOOKEEPER_COMMAND = (
 )
 
 
-@dataclass(frozen=True)
-class BuiltImage:
-    """An image ready in the engine, and whether it was there already."""
-
-    tag: str
-    id: str
-    cached: bool
-
-
 def _digest(data: object) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()
 
@@ -211,7 +196,7 @@ def input_hash(spec: ImageSpec, root: Path = PROJECT_ROOT) -> str:
     """A hash of everything the image is made of: its base, its files, its configuration."""
     files = [(path, hashlib.sha256(source.read_bytes()).hexdigest())
              for path, source in image_files(spec, root)]
-    inputs: list[object] = [base_key(spec), files, _config(spec)]
+    inputs: list[object] = [base_key(spec), files, image_config(spec)]
     if spec.sources and precompiles():
         inputs.append(f"pyc-unchecked-{IMAGE_PYTHON[0]}.{IMAGE_PYTHON[1]}")
     return _digest(inputs)
@@ -222,7 +207,7 @@ def image_tag(spec: ImageSpec, root: Path = PROJECT_ROOT) -> str:
     return f"{spec.repository}:{input_hash(spec, root)[:TAG_DIGITS]}"
 
 
-def _config(spec: ImageSpec) -> list[str]:
+def image_config(spec: ImageSpec) -> list[str]:
     """The image's configuration, as the Dockerfile instructions a commit applies."""
     env = [f"PATH={PATH}", "LANG=C.UTF-8", *spec.env]
     if spec.sources:
@@ -233,133 +218,3 @@ def _config(spec: ImageSpec) -> list[str]:
         f"WORKDIR {APP_DIR if spec.sources else '/'}",
         f"CMD {json.dumps(list(spec.cmd))}",
     ]
-
-
-@contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    """Hold an exclusive lock on path: builds of one base, in any process, wait in turn."""
-    with path.open("a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
-
-
-def _archive(files: list[tuple[str, Path]], extra: list[tuple[str, bytes]] = ()) -> bytes:
-    """The files (and extra contents) as a tar archive, owned by root; the engine makes the
-    folders they need."""
-    buffer = io.BytesIO()
-    contents = [(path, source.read_bytes()) for path, source in files] + list(extra)
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        for path, data in contents:
-            info = tarfile.TarInfo(path.lstrip("/"))
-            info.size, info.mode = len(data), 0o644
-            archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
-
-
-class _ReadProgress(io.FileIO):
-    """A file that reports how much of it has been read, in whole percents."""
-
-    def __init__(self, path: Path, progress: Progress):
-        super().__init__(path, "rb")
-        self.total = max(path.stat().st_size, 1)
-        self.done = 0
-        self.reported = -1
-        self.progress = progress
-
-    def read(self, size: int = -1) -> bytes:
-        data = super().read(size)
-        self.done += len(data)
-        percent = self.done * 100 // self.total
-        if percent > self.reported:
-            self.reported = percent
-            self.progress("import", percent / 100)
-        return data
-
-
-def _find(client: docker.DockerClient, tag: str) -> str | None:
-    from docker.errors import ImageNotFound
-
-    try:
-        return client.images.get(tag).id
-    except ImageNotFound:
-        return None
-
-
-def _base_image(client: docker.DockerClient, spec: ImageSpec, cache_dir: Path,
-                progress: Progress) -> str:
-    """The base rootfs as an image, imported from its cached tarball, built first if need be.
-
-    Every image of one base shares its layer: a change of project files adds a small layer,
-    not another copy of the rootfs.
-    """
-    key = base_key(spec)
-    repository = f"foglab/base-{spec.arch}"
-    tag = f"{repository}:{key}"
-    if _find(client, tag):
-        return tag
-    tarball = cache_dir / f"base-{spec.arch}-{key}.tar"
-    if not tarball.exists():
-        build_tarball(spec.recipe, tarball, progress)
-    with _ReadProgress(tarball, progress) as data:
-        # The engine tags the image only once the whole tarball is in: no half image.
-        client.api.import_image(src=data, repository=repository, tag=key,
-                                # Inherited: every image says which base it is built on.
-                                changes=[f"LABEL foglab=1 foglab.base={tag}"])
-    return tag
-
-
-def _commit(client: docker.DockerClient, spec: ImageSpec, base: str, root: Path, inputs: str,
-            progress: Progress) -> None:
-    """Add the spec's files to base in a container never started, and commit it as the image."""
-    import secrets
-
-    from docker.errors import NotFound
-
-    progress("sources", None)
-    # Named before it exists: a Ctrl-C while the engine creates it, before its id comes back,
-    # still finds it by name to remove it.
-    name = f"foglab-build-{spec.name}-{secrets.token_hex(4)}"
-    try:
-        container = client.containers.create(base, ["/bin/true"], name=name,
-                                             labels={"foglab": "1"})
-        files = image_files(spec, root)
-        container.put_archive("/", _archive(files, compiled_files(files)))
-        progress("commit", None)
-        container.commit(repository=spec.repository, tag=inputs[:TAG_DIGITS],
-                         changes=[*_config(spec), f"LABEL foglab.inputs={inputs}"])
-    finally:
-        with contextlib.suppress(NotFound):  # never made
-            client.containers.get(name).remove(force=True)
-
-
-def ensure_image(spec: ImageSpec, *, root: Path = PROJECT_ROOT, cache_dir: Path = CACHE_DIR,
-                 client: docker.DockerClient | None = None,
-                 progress: Progress = lambda stage, fraction: None) -> BuiltImage:
-    """The image for spec's current inputs: found by its tag, else built.
-
-    The base rootfs (debootstrap, apt, pip) is cached per architecture and package set, as a
-    tarball in cache_dir and as an image, so a change of project files costs a commit.
-    `progress` hears the stages lookup, then for a build debootstrap, apt, pip wheels,
-    pip install, pack (without a cached tarball), import (without a base image), sources,
-    commit and done.
-    A client of the caller's own needs a timeout as long as an import: DOCKER_TIMEOUT_S.
-    """
-    import docker
-
-    client = client or docker.from_env(timeout=DOCKER_TIMEOUT_S)
-    inputs = input_hash(spec, root)
-    tag = f"{spec.repository}:{inputs[:TAG_DIGITS]}"
-    progress("lookup", None)
-    if found := _find(client, tag):
-        return BuiltImage(tag, found, cached=True)
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    with _locked(cache_dir / f"base-{base_key(spec)}.lock"):
-        if found := _find(client, tag):  # built by another process while we waited
-            return BuiltImage(tag, found, cached=True)
-        base = _base_image(client, spec, cache_dir, progress)
-        _commit(client, spec, base, root, inputs, progress)
-    progress("done", 1.0)
-    return BuiltImage(tag, client.images.get(tag).id, cached=False)

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from emu.images import DOCKER_TIMEOUT_S
+from emu.engines.docker.image_store import DOCKER_TIMEOUT_S
 
 if TYPE_CHECKING:
     import docker

@@ -144,9 +144,9 @@ def _carried_out(name: str, routes, login, nodes, job_of, wanted, *, dry_run: bo
     try:
         # A closed cluster's run-time grants: an install on a node its plan did not place the
         # operator on grants the node its reads first (emu.cluster.grants).
-        from emu.cluster.grants import Grants
+        from emu.engines.docker.acl_reload import cluster_grants
 
-        with Controller(routes, credentials=login, grants=Grants.of_cluster(name)) as control:
+        with Controller(routes, credentials=login, grants=cluster_grants(name)) as control:
             started = time.perf_counter()
             running = read_running(control, nodes, job_of)
             applied.read_s = time.perf_counter() - started

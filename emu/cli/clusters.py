@@ -61,7 +61,7 @@ def docker_client():
     try:
         import docker
 
-        from emu.images import DOCKER_TIMEOUT_S
+        from emu.engines.docker.image_store import DOCKER_TIMEOUT_S
 
         if target is not None:
             from emu.engines.swarm.engine import routed_client

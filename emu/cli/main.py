@@ -86,7 +86,8 @@ def emu_doctor(fix: Annotated[bool, typer.Option(
 def emu_build(images: Annotated[list[str] | None, typer.Argument(
         help="gateway, cloud, services, swarm-node, rabbitmq (default: all)")] = None) -> None:
     """Build the images from Debian (debootstrap, docker import); cached by their inputs."""
-    from emu.images import IMAGES, ensure_image
+    from emu.engines.docker.image_store import ensure_image
+    from emu.images import IMAGES
 
     names = images or list(IMAGES)
     unknown = [n for n in names if n not in IMAGES]

@@ -184,9 +184,9 @@ def _controller(broker: str, login: tuple[str, str] | None = None, grants=None):
 def _grants(client, cluster: str, login):
     """A closed cluster's read grants (emu.cluster.grants): the target of a move is granted
     the operator's reads before its instance starts there. None for an open cluster."""
-    from emu.cluster.grants import Grants
+    from emu.engines.docker.acl_reload import cluster_grants
 
-    return Grants.of_cluster(cluster, client, tls=getattr(login, "tls", None))
+    return cluster_grants(cluster, client, tls=getattr(login, "tls", None))
 
 
 @contextlib.contextmanager

@@ -26,18 +26,16 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import io
 import json
 import os
 import secrets
-import tarfile
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
-from emu.cluster.access import ACL_FILE, Access, operator_filters
+from emu.cluster.access import Access, operator_filters
 from emu.cluster.access import load as load_access
 from emu.cluster.plan import MQTT_PORT
 
@@ -89,15 +87,16 @@ def covers(granted: str, wanted: str) -> bool:
 class Brokers:
     """How the ACL reaches a run's brokers: `write(text)` puts it in every broker and has
     each read it again; `wait(login, topic)` returns once every broker delivers `topic` to
-    `login` (the new ACL is in force). Variations by where the brokers run."""
+    `login` (the new ACL is in force). Variations by where the brokers run (a Docker
+    Engine's containers: emu.engines.docker.acl_reload.ContainerBrokers)."""
 
     def write(self, text: str) -> None:
         raise NotImplementedError
 
     def wait(self, login: tuple[str, str], topic: str, timeout: float = PROBE_TIMEOUT_S
              ) -> None:
-        _each([lambda a=address: probe(a, login, topic, timeout, self.tls)
-               for address in self.addresses()])
+        at_once([lambda a=address: probe(a, login, topic, timeout, self.tls)
+                 for address in self.addresses()])
 
     def addresses(self) -> list[str]:
         raise NotImplementedError
@@ -105,35 +104,16 @@ class Brokers:
     tls: Any = None
 
 
-class ContainerBrokers(Brokers):
-    """Mosquitto brokers in containers of one Docker Engine: the ACL put into each
-    (put_archive of ACL_FILE, 0644 as the plan wrote it) and SIGHUP sent
-    (the engine's kill)."""
+class FoundBrokers(Protocol):
+    """A cluster up on the host as its engine lists it for the grants
+    (emu.engines.docker.acl_reload.listed_brokers): its scratch folder (where its secrets
+    and grants are kept), each broker's image, and the ACL's way into the brokers."""
 
-    def __init__(self, client, containers: Mapping[str, str], addresses: Mapping[str, str],
-                 tls: Any = None) -> None:
-        self.client = client
-        self.containers = dict(containers)   # broker -> container id
-        self._addresses = dict(addresses)    # broker -> host:port the host reaches
-        self.tls = tls
+    cluster: str
+    scratch: str | None
+    images: Mapping[str, str]  # broker -> the name of the image it runs
 
-    def write(self, text: str) -> None:
-        archive = _archive(ACL_FILE, text)
-        api = self.client.api
-
-        def reload(broker: str, container: str) -> None:
-            try:
-                api.put_archive(container, "/", archive)
-                api.kill(container, "SIGHUP")
-            except Exception as error:  # noqa: BLE001 - named, with the broker
-                raise GrantError(f"broker {broker}: the ACL could not be written and "
-                                 f"reloaded ({error})") from None
-
-        _each([lambda b=broker, c=container: reload(b, c)
-               for broker, container in sorted(self.containers.items())])
-
-    def addresses(self) -> list[str]:
-        return [self._addresses[b] for b in sorted(self._addresses)]
+    def brokers(self, tls: Any = None) -> Brokers: ...
 
 
 class Refused(Brokers):
@@ -201,7 +181,7 @@ def probe(address: str, login: tuple[str, str], topic: str, timeout: float,
         client.loop_stop()
 
 
-def _each(calls: list[Callable[[], None]]) -> None:
+def at_once(calls: list[Callable[[], None]]) -> None:
     """Every call, the brokers' at once (each is a round trip to the engine or a broker);
     the first error raised after all have ended."""
     if len(calls) <= 1:
@@ -214,16 +194,6 @@ def _each(calls: list[Callable[[], None]]) -> None:
         futures = [pool.submit(call) for call in calls]
     for future in futures:
         future.result()
-
-
-def _archive(path: str, text: str) -> bytes:
-    buffer = io.BytesIO()
-    data = text.encode()
-    with tarfile.open(fileobj=buffer, mode="w") as archive:
-        info = tarfile.TarInfo(path.lstrip("/"))
-        info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
-        archive.addfile(info, io.BytesIO(data))
-    return buffer.getvalue()
 
 
 class Grants:
@@ -241,44 +211,27 @@ class Grants:
         self.reloads = 0  # ACL versions this object wrote
 
     @classmethod
-    def of_cluster(cls, cluster: str, client=None, tls: Any = None,
+    def of_cluster(cls, found: FoundBrokers, tls: Any = None,
                    access: Access | None = None) -> Grants | None:
-        """The grants of a cluster up on this host's engine (found by its labels): None for
-        an open cluster (no secrets in its scratch folder), or one whose brokers are not
-        Mosquitto (a RabbitMQ broker loads its permissions at boot: a closed RabbitMQ run
-        keeps planning's grants for every node an operator may move to). `access`: the
-        cluster's secrets when its plan is at hand (its scratch folder's otherwise)."""
-        from emu.engines.docker import inventory
-
-        if client is None:
-            import docker
-
-            client = docker.from_env()
-        listed = inventory.containers(client, cluster)
-        labels = [summary.get("Labels") or {} for summary in listed]
-        scratch = next((lab[inventory.SCRATCH] for lab in labels if lab.get(inventory.SCRATCH)),
-                       None)
-        access = load_access(scratch) or access
+        """The grants of a cluster up on the host, as its engine lists it (`found`: e.g.
+        emu.engines.docker.acl_reload.listed_brokers): None for an open cluster (no secrets in
+        its scratch folder), or one whose brokers are not Mosquitto (a RabbitMQ broker loads
+        its permissions at boot: a closed RabbitMQ run keeps planning's grants for every node
+        an operator may move to). `access`: the cluster's secrets when its plan is at hand
+        (its scratch folder's otherwise)."""
+        access = load_access(found.scratch) or access
         if access is None:
             return None
         from emu.images import SERVICES
 
-        containers, addresses = {}, {}
-        for summary, label in zip(listed, labels, strict=True):
-            if label.get("foglab.role") != "broker":
-                continue
-            if label.get("foglab.image") != SERVICES.name:
-                return None
-            network = label.get("foglab.network", "")
-            attached = (summary.get("NetworkSettings") or {}).get("Networks") or {}
-            ip = (attached.get(network) or {}).get("IPAddress", "")
-            containers[label["foglab.node"]] = summary["Id"]
-            addresses[label["foglab.node"]] = f"{ip}:{MQTT_PORT}"
-        if not containers:  # a swarm's: its brokers' files are Docker configs
-            return cls(access, Refused(f"cluster {cluster}'s brokers are not containers of "
-                                       "this engine (a swarm's read their ACL from a Docker "
-                                       "config, which cannot change while they run)"), scratch)
-        return cls(access, ContainerBrokers(client, containers, addresses, tls), scratch)
+        if any(image != SERVICES.name for image in found.images.values()):
+            return None
+        if not found.images:  # a swarm's: its brokers' files are Docker configs
+            return cls(access, Refused(f"cluster {found.cluster}'s brokers are not containers "
+                                       "of this engine (a swarm's read their ACL from a "
+                                       "Docker config, which cannot change while they run)"),
+                       found.scratch)
+        return cls(access, found.brokers(tls), found.scratch)
 
     # What a node holds ---------------------------------------------------------------------
 

@@ -239,18 +239,11 @@ class Controller:
         """A controller reaching every agent of a cluster's plan (emu.cluster.plan.ClusterPlan)
         through the broker routing gave it (`plan.brokers`), at its container's address
         (`status`: node -> its container's status, with `ip`). A closed cluster's controller
-        makes the run's grants (`grants`; by default those of the cluster up on this host's
-        engine, emu.cluster.grants.Grants.of_cluster)."""
+        makes the run's grants (`grants`: its engine's, emu.engines.base.Engine.grants)."""
         missing = sorted({b for b in plan.brokers.values() if b not in status})
         if missing:
             raise ValueError(f"cluster {plan.cluster}: no container status for broker "
                              f"{', '.join(missing)}")
-        if grants is None and getattr(plan, "access", None) is not None:
-            from emu.cluster.grants import Grants
-            from emu.cluster.tls import host_context
-
-            grants = Grants.of_cluster(plan.cluster, tls=host_context(plan),
-                                       access=plan.access)
         return cls({agent: f"{status[broker].ip}:{MQTT_PORT}"
                     for agent, broker in plan.brokers.items()}, client_id, clock,
                    tls_login(plan), plan.mqtt5, grants)

@@ -1,5 +1,5 @@
-"""What an engine is (the protocol every engine class keeps), and the parts of the start-up
-the engines share.
+"""What an engine is (the protocol every engine class keeps), its errors, and what its
+start-up holds (what it made, Ctrl-C deferred); the start-up's sequence is emu.engines.startup.
 
 `Engine` is what a run (emu.run.emulate), the command line (emu.cli.main) and the features call:
 bring the plan up, report the containers, reach and shape their links, run a command in one, read
@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, Self, runtime_checkable
 if TYPE_CHECKING:
     import docker
 
+    from emu.cluster.grants import Grants
     from emu.cluster.plan import ClusterPlan
     from emu.links.spec import LinkShape
 
@@ -62,6 +63,10 @@ class RunOption:
 
     keyword: str
     what: str
+
+
+class ClusterError(RuntimeError):
+    """A cluster could not be brought up (after cleaning up) or is not there."""
 
 
 class NodeGone(LookupError):
@@ -130,6 +135,8 @@ class Engine(Protocol):
     def records_dir(self, node: str) -> Path: ...
 
     def node(self, name: str) -> NodeControl: ...
+
+    def grants(self) -> Grants | None: ...
 
     @classmethod
     def before_remove(cls, client: docker.DockerClient, cluster: str) -> None: ...

@@ -49,9 +49,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from emu.engines.docker.image_store import DOCKER_TIMEOUT_S, ensure_image
 from emu.host.calibrate_plan import FULL, QUICK, SIZE, CalibrationFailed, Plan, Progress
 from emu.host.calibrate_spark import measure_spark
-from emu.images import DOCKER_TIMEOUT_S, GATEWAY, PROJECT_ROOT, SERVICES, ensure_image
+from emu.images import GATEWAY, PROJECT_ROOT, SERVICES
 from workloads.calibration import (
     GATEWAY_PROFILE,
     Broker,

@@ -195,7 +195,7 @@ def controller(cluster, status: dict, clock: TimeBase = UNDILATED):
     from emu.control.commands import Controller
 
     # One id for the run: a reconnection resumes the sessions, with their queued replies.
-    return Controller.of_plan(cluster.plan, status, clock=clock,
+    return Controller.of_plan(cluster.plan, status, clock=clock, grants=cluster.grants(),
                               client_id=f"foglab-controller-{cluster.name}").connect()
 
 

@@ -32,7 +32,7 @@ import threading
 import time
 from pathlib import Path
 
-from emu.engines.docker.inventory import OWNER, owner_token
+from emu.engines.docker.inventory import OWNER, owner_token, records_of_run
 
 POLL_S = 0.1
 FIND_TIMEOUT_S = 600.0  # the cluster's start, images included, on a loaded host
@@ -246,14 +246,10 @@ class Nemesis(threading.Thread):
 
     # -- finding the run -----------------------------------------------------------------
 
-    def _labels(self, node: str | None = None) -> list[str]:
-        labels = [f"{OWNER}={owner_token()}", f"foglab.topology={self.topology}"]
-        if node is not None:
-            labels.append(f"foglab.node={node}")
-        return labels
-
     def _container(self, node: str):
-        found = self.client.containers.list(all=True, filters={"label": self._labels(node)})
+        labels = [f"{OWNER}={owner_token()}", f"foglab.topology={self.topology}",
+                  f"foglab.node={node}"]
+        found = self.client.containers.list(all=True, filters={"label": labels})
         if not found:
             raise LookupError(f"no container of node {node} in this run")
         return found[0]
@@ -261,9 +257,9 @@ class Nemesis(threading.Thread):
     def _records_folder(self) -> Path:
         deadline = time.monotonic() + self.timeout
         while True:
-            found = self.client.api.containers(all=True, filters={"label": self._labels()})
-            if found:
-                return Path(found[0]["Labels"]["foglab.records"])
+            found = records_of_run(self.client, self.topology)
+            if found is not None:
+                return found
             self._tick(deadline, "no container of the run appeared")
 
     def _epoch(self, records: Path) -> float:

@@ -20,7 +20,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from emu.engines.docker.inventory import OWNER, owner_token
+from emu.engines.docker.inventory import records_of_run
 from experiments.loader import parse_text
 from experiments.nemesis.actions import Nemesis
 from experiments.nemesis.checker import Verdict, check
@@ -66,11 +66,9 @@ class RecordsKeeper(Reporter):
         self.inner.stage(text)
 
     def _copy(self) -> None:
-        labels = [f"{OWNER}={owner_token()}", f"foglab.topology={self.topology}"]
-        found = self.client.api.containers(all=True, filters={"label": labels})
-        if not found:
+        source = records_of_run(self.client, self.topology)
+        if source is None:
             raise LookupError("no container of the run")
-        source = Path(found[0]["Labels"]["foglab.records"])
         from emu.agent.records import trim_cut_lines
 
         for node in sorted(p for p in source.iterdir() if p.is_dir()):

@@ -28,7 +28,8 @@ from emu.agent.zookeeper import (
     parse_hosts,
 )
 from emu.control.commands import Controller, wait_registered
-from emu.images import GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ensure_image
+from emu.engines.docker.image_store import ensure_image
+from emu.images import GATEWAY, SERVICES, ZOOKEEPER_COMMAND
 from tests.engine import docker_engine
 
 from .conftest import Listener, wait_for

@@ -256,7 +256,7 @@ def test_a_moved_operator_gets_its_inputs_on_its_new_gateway_and_no_other_before
         wait_agents_registered(running, status, [a.node for a in plan.agents()], timeout=120)
         broker = status["broker"].ip
         spies = {node: _spy(broker, access.credentials(node)) for node in ("gw-2", "gw-3")}
-        with Controller.of_plan(plan, status).connect() as control:
+        with Controller.of_plan(plan, status, grants=running.grants()).connect() as control:
             start_drivers(running)
             time.sleep(3)
             # Before the move: gw-1's readings flow, and neither other gateway hears one.

@@ -22,7 +22,8 @@ from emu.agent.registry import gateway_path
 from emu.agent.zookeeper import HANDED, ZooKeeper
 from emu.cluster.access import Access, kazoo_options
 from emu.cluster.plan import ZOOKEEPER_COMMAND, ZOOKEEPER_CONFIG, zookeeper_files
-from emu.images import SERVICES, ensure_image
+from emu.engines.docker.image_store import ensure_image
+from emu.images import SERVICES
 from tests.emu_agent.conftest import wait_for
 from tests.engine import docker_engine
 

@@ -56,7 +56,7 @@ def _plain(host: str, port: int, request: bytes) -> bytes:
 
 def test_the_controller_reaches_every_agent_over_tls(cluster) -> None:
     running, status = cluster
-    with Controller.of_plan(running.plan, status).connect() as control:
+    with Controller.of_plan(running.plan, status, grants=running.grants()).connect() as control:
         pinged = control.ping([a.node for a in running.plan.agents()], timeout=90)
     if not pinged.ok:
         for node in ("broker", *pinged.missing):

@@ -136,8 +136,9 @@ def test_a_run_whose_records_pass_their_limit_is_stopped_and_removed(tmp_path: P
 def test_a_task_s_records_are_streamed_out_not_read_whole(tmp_path: Path) -> None:
     """emu.engines.swarm.records.copy_records against a real container: the engine's tar stream goes
     to disk by chunks, and past a limit the copy stops."""
+    from emu.engines.docker.image_store import ensure_image
     from emu.engines.swarm.records import CHUNK, RecordsTooLarge, copy_records
-    from emu.images import SERVICES, ensure_image
+    from emu.images import SERVICES
     from tests.engine import docker_engine
 
     client = docker_engine()

@@ -207,7 +207,8 @@ def test_a_containers_processes_are_named_by_module_and_their_ended_children_apa
 def test_on_real_containers_a_busy_ones_cpu_is_its_own_and_the_parts_meet_proc_stat():
     """Two containers of the services image: one spins at a limit of half a core, one sleeps.
     Their cgroups, the engine and /proc/stat agree."""
-    from emu.images import SERVICES, ensure_image
+    from emu.engines.docker.image_store import ensure_image
+    from emu.images import SERVICES
     from tests.engine import docker_engine
 
     client = docker_engine()

@@ -27,7 +27,7 @@ def client() -> docker.DockerClient:
     if os.geteuid() != 0:
         pytest.skip("the emulation needs root")
     docker = pytest.importorskip("docker", reason="the docker SDK is not installed")
-    from emu.images import DOCKER_TIMEOUT_S
+    from emu.engines.docker.image_store import DOCKER_TIMEOUT_S
 
     try:
         engine = docker.from_env(timeout=DOCKER_TIMEOUT_S)

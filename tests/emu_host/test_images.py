@@ -15,16 +15,14 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
+from emu.engines.docker.image_store import DOCKER_TIMEOUT_S, BuiltImage, ensure_image
 from emu.images import (
     CLOUD,
-    DOCKER_TIMEOUT_S,
     GATEWAY,
     PROJECT_ROOT,
     SERVICES,
     ZOOKEEPER_COMMAND,
-    BuiltImage,
     base_key,
-    ensure_image,
     image_files,
     image_tag,
 )

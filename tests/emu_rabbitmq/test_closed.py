@@ -93,7 +93,8 @@ def broker() -> Iterator[tuple[str, dict[str, str]]]:
     import io
     import tarfile
 
-    from emu.images import RABBITMQ, ensure_image
+    from emu.engines.docker.image_store import ensure_image
+    from emu.images import RABBITMQ
     from tests.engine import docker_engine
 
     client: docker.DockerClient = docker_engine()

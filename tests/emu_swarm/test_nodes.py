@@ -22,9 +22,10 @@ from collections.abc import Iterator
 import pytest
 from docker.types import EndpointSpec, RestartPolicy
 
+from emu.engines.docker.image_store import ensure_image
 from emu.engines.swarm.nodes import CAP_ADD, LABEL, Node, SwarmNodes, SwarmNodesError, remove
 from emu.engines.swarm.registry import ExternalRegistry, LocalRegistry
-from emu.images import CACHE_DIR, GATEWAY, ensure_image
+from emu.images import CACHE_DIR, GATEWAY
 from tests.engine import docker_engine
 
 pytestmark = pytest.mark.emu

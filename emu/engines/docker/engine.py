@@ -1,9 +1,11 @@
-"""Bring a cluster plan up as running containers, and down again leaving nothing behind.
+"""Bring a cluster plan up as running containers on this host's Docker Engine, and down again
+leaving nothing behind.
 
-Order: images; a records directory per node; the site networks; the services (brokers,
-ZooKeeper, idle coordinators) and the agents' zygote (emu.engines.docker.zygote); the links (relays
-need the services' addresses, and the agents need the relays' addresses in their config); the
-agents; then wait for the services to answer.
+The order of `up` and its clean-up are emu.engines.startup.Startup's; this class supplies its
+steps: images; a records directory per node; the site networks (bridges); the services
+(brokers, ZooKeeper, idle coordinators) and the agents' zygote (emu.engines.docker.zygote);
+the links (relays need the services' addresses, and the agents need the relays' addresses in
+their config); the agents; then wait for the services to answer.
 Containers start in parallel through the engine's API (create then start; for a gateway whose
 agent the zygote forks, its pid and the zygote's request too): on a 2-core host the engine's own
 work per container is the limit, about 0.5 s of CPU on a user-defined network (measured here),
@@ -22,35 +24,28 @@ folder is named before it is made, and relays are known before they start.
 
 from __future__ import annotations
 
-import contextlib
 import io
 import posixpath
-import secrets
 import tarfile
-import tempfile
-import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor, as_completed
-from dataclasses import dataclass, replace
+from collections.abc import Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar
 
-from emu.agent.config import (
-    CONFIG_VARIABLE,
-    RECORDS_DIR,
-    SECRETS_FILE,
-    secrets_text,
-    without_secrets,
-)
-from emu.cluster.access import save as save_access
+from emu.agent.config import RECORDS_DIR, SECRETS_FILE, secrets_text
 from emu.cluster.capacity import check_host_cap
+from emu.cluster.grants import Grants
 from emu.cluster.links import Links, make_links
 from emu.cluster.plan import SPARK_WORK, ClusterPlan, ContainerPlan
-from emu.cluster.services import mqtt_answers, zookeeper_answers
+from emu.cluster.tls import host_context
 from emu.engines import ENGINE_LABEL
-from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
+from emu.engines.agent_environment import agent_environment
+from emu.engines.base import ClusterError, NodeStatus, Removed, RunOption, interrupts_deferred
 from emu.engines.docker import inventory
+from emu.engines.docker.acl_reload import cluster_grants
+from emu.engines.docker.image_store import DOCKER_TIMEOUT_S, ensure_image
 from emu.engines.docker.nodes import DockerLocator, DockerNode
 from emu.engines.docker.zygote import (
     Zygote,
@@ -60,25 +55,17 @@ from emu.engines.docker.zygote import (
     waiter_binds,
     waiter_command,
 )
-from emu.images import DOCKER_TIMEOUT_S, GATEWAY, ImageSpec, ensure_image
+from emu.engines.startup import READY_TIMEOUT_S, WORKERS, Addresses, Progress, Startup
+from emu.images import GATEWAY, ImageSpec
 from emu.links.probe import ShaperChoice, choose_shaper
 from emu.links.spec import LinkShape
-from workloads.spark.jvm import JVM_OPTIONS_VARIABLE, jvm_options
 
 if TYPE_CHECKING:
     import docker
 
-# (stage, done, total, detail): stages are shaper, image, networks, containers, zygote, ready.
-Progress = Callable[[str, int, int, str], None]
-WORKERS = 16
-READY_TIMEOUT_S = 180
 STARTING_CPU_SHARES = 2
 DEFAULT_CPU_SHARES = 1024
 LOG_CONFIG = {"type": "json-file", "config": {"max-size": "10m", "max-file": "2"}}
-
-
-class ClusterError(RuntimeError):
-    """A cluster could not be brought up (after cleaning up) or is not there."""
 
 
 @dataclass(frozen=True)
@@ -87,20 +74,13 @@ class ExecResult:
     output: bytes
 
 
-def _noop(stage: str, done: int, total: int, detail: str) -> None:
-    pass
-
-
-class Cluster:
+class Cluster(Startup):
     """A topology's containers, networks and shaped links, running on one Docker Engine.
 
-    `records`: the folder under which each node's records directory (mounted at /records)
-    is made; without it, a scratch folder that `down` removes. `agent_command` replaces the
-    agents' `python3 -m emu.agent` (a test, or a stand-in). `shaper` skips the netem probe.
-    `zygote`: the gateways' agents are forked from one warm interpreter (emu.agent.zygote)
-    rather than each started afresh, where the host has a static busybox; `facts` says which.
-    `progress` hears each stage and each container started, on the calling thread: raising
-    there (Ctrl-C) aborts `up` and cleans up.
+    The options of emu.engines.startup.Startup (records, agent_command, progress, ...), and:
+    `shaper` skips the netem probe. `zygote`: the gateways' agents are forked from one warm
+    interpreter (emu.agent.zygote) rather than each started afresh, where the host has a
+    static busybox; `facts` says which.
     """
 
     engine_name: ClassVar[str] = "docker"  # its name in emu.engines.ENGINES
@@ -123,26 +103,13 @@ class Cluster:
                  agent_command: Sequence[str] | None = None, workers: int = WORKERS,
                  progress: Progress | None = None, ready_timeout_s: float = READY_TIMEOUT_S,
                  seed: int | None = None, zygote: bool = True) -> None:
-        self.plan = plan
+        super().__init__(plan, records=records, agent_command=agent_command, workers=workers,
+                         progress=progress, ready_timeout_s=ready_timeout_s, seed=seed)
         self._client = client
-        self.records = Path(records) if records is not None else None
         self.shaper = shaper
-        self.agent_command = tuple(agent_command) if agent_command is not None else None
-        self.workers = workers
-        self.progress = progress or _noop
-        self.ready_timeout_s = ready_timeout_s
-        self.seed = seed
         self.agent_start = self._agent_start(zygote)
         self.zygote: Zygote | None = None
-        self.links: Links | None = None
-        self.addresses: dict[tuple[str, str], str] = {}
-        self.bridges: dict[str, str] = {}
-        self.images: dict[str, str] = {}
-        self.facts: dict[str, object] = {}
-        self._made: Made | None = None
-        self._cancel = threading.Event()
         self._owner = inventory.owner_token()
-        self._images_s = 0.0
 
     def _agent_start(self, zygote: bool) -> str:
         """How the gateways' agents start: "zygote", or "exec" and why not the zygote."""
@@ -163,63 +130,41 @@ class Cluster:
                                            max_pool_size=self.workers + 4)
         return self._client
 
-    @property
-    def name(self) -> str:
-        return self.plan.cluster
+    # -- up: the steps of emu.engines.startup.Startup.up ---------------------------------------
 
-    # -- up ------------------------------------------------------------------------------------
+    def _refuse(self) -> None:
+        check_host_cap(self.plan)  # a plan beyond what this host takes
 
-    def up(self) -> Self:
-        """Make and start everything; on any failure remove what was made, then raise. A
-        plan beyond what this host takes is refused first (emu.cluster.capacity.check_host_cap)."""
-        if self._made is not None:
-            raise ClusterError(f"cluster {self.name} is already up")
-        check_host_cap(self.plan)
-        if inventory.containers(self.client, self.name) or inventory.networks(self.client,
-                                                                             self.name):
-            raise ClusterError(f"a cluster named {self.name} exists already: "
-                               f"foglab emu down --cluster {self.name}, or choose another name")
-        started = time.monotonic()
-        self._cancel.clear()
-        self._made = Made()
-        try:
-            if self.shaper is None:
-                self.progress("shaper", 0, 1, "probing kernel netem")
-                self.shaper = choose_shaper()
-            self.links = make_links(self.shaper.shaper, self.plan, self.seed, DockerLocator())
-            self._ensure_images()
-            self._images_s = time.monotonic() - started
-            self._make_records()
-            self._create_networks()
-            total = len(self.plan.containers)
-            services = self.plan.services()
-            self._start(services, {}, 0, total)
-            self._start_zygote()
-            ips = {s.node: s.ip for s in self.status()}
-            for service, joined in self.links.service_networks().items():
-                for network in sorted(joined):
-                    with interrupts_deferred():
-                        self.client.api.connect_container_to_network(
-                            self._made.ids[service], network, aliases=[service])
-            self.addresses = self.links.addresses(ips, self.bridges)
-            if self.zygote is not None:
-                self.progress("zygote", 0, 1, "waiting for the agents' zygote")
-                wait_listening(self.client, self.zygote)
-                self.progress("zygote", 1, 1, "zygote listening")
-            self._start(self.plan.agents(), self.addresses, len(services), total)
-            if self.links.shaper == "netem":
-                self.links.attach({n: self._pid(n) for n in
-                                   (a.node for a in self.plan.agents())})
-            self._wait_ready()
-            self._restore_cpu_shares()
-            self._check_agents_run()
-        except BaseException:
-            self._abort()
-            raise
-        self.facts = self._facts(time.monotonic() - started)
-        return self
+    def _taken(self) -> bool:
+        return bool(inventory.containers(self.client, self.name)
+                    or inventory.networks(self.client, self.name))
 
-    def _start_zygote(self) -> None:
+    def _make_links(self) -> Links:
+        if self.shaper is None:
+            self.progress("shaper", 0, 1, "probing kernel netem")
+            self.shaper = choose_shaper()
+        return make_links(self.shaper.shaper, self.plan, self.seed, DockerLocator())
+
+    def _connect_services(self) -> None:
+        assert self.links is not None and self._made is not None
+        for service, joined in self.links.service_networks().items():
+            for network in sorted(joined):
+                with interrupts_deferred():
+                    self.client.api.connect_container_to_network(
+                        self._made.ids[service], network, aliases=[service])
+
+    def _before_agents(self) -> None:
+        if self.zygote is not None:
+            self.progress("zygote", 0, 1, "waiting for the agents' zygote")
+            wait_listening(self.client, self.zygote)
+            self.progress("zygote", 1, 1, "zygote listening")
+
+    def _after_agents(self) -> None:
+        assert self.links is not None
+        if self.links.shaper == "netem":
+            self.links.attach({n: self._pid(n) for n in (a.node for a in self.plan.agents())})
+
+    def _start_machinery(self) -> None:
         """Start the zygote's container; it imports the agent while the links are made."""
         if self.agent_start != "zygote":
             return
@@ -256,29 +201,6 @@ class Cluster:
             self.images[name] = built.tag
         self.progress("image", len(specs), len(specs), "images ready")
 
-    @property
-    def records_root(self) -> Path:
-        assert self._made is not None
-        root = self.records or self._made.scratch
-        assert root is not None
-        return root
-
-    def records_dir(self, node: str) -> Path:
-        return self.records_root / node
-
-    def _make_records(self) -> None:
-        assert self._made is not None
-        access = self.plan.access
-        if self.records is None or access is not None:
-            # Named before it is made: a Ctrl-C between the two leaves nothing `down` misses.
-            scratch = Path(tempfile.gettempdir()) / f"foglab-{self.name}-{secrets.token_hex(4)}"
-            self._made.scratch = scratch
-            scratch.mkdir(mode=0o700)
-        if access is not None:  # a closed cluster's secrets, for the host's `foglab emu`
-            save_access(access, self._made.scratch)  # commands from another process
-        for node in self.plan.containers:
-            self.records_dir(node).mkdir(parents=True, exist_ok=True)
-
     def _create_networks(self) -> None:
         networks = list(self.plan.networks.values())
         for done, network in enumerate(networks):
@@ -293,7 +215,7 @@ class Cluster:
             self.bridges[network.segment] = config[0]["Gateway"]
             self.progress("networks", done + 1, len(networks), network.name)
 
-    def _start(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
+    def _start(self, plans: list[ContainerPlan], addresses: Addresses,
                done: int, total: int) -> None:
         """Create and start containers in parallel; report each on this thread."""
         def started(plan: ContainerPlan) -> None:
@@ -303,63 +225,7 @@ class Cluster:
 
         self._in_parallel(plans, addresses, started)
 
-    def _in_parallel(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
-                     each: Callable[[ContainerPlan], object] | None = None,
-                     name: str = "start") -> None:
-        """`self._run(plan, addresses)` for every plan on a pool of `workers` threads; `each`
-        on this thread as each ends. A failure or an interrupt cancels what has not begun."""
-        if not plans:
-            return
-        pool = ThreadPoolExecutor(min(self.workers, len(plans)), thread_name_prefix=name)
-        try:
-            futures: dict[Future[str | None], ContainerPlan] = {
-                pool.submit(self._run, plan, addresses): plan for plan in plans}
-            for future in as_completed(futures):
-                future.result()
-                if each is not None:
-                    each(futures[future])
-        except BaseException:
-            # In-flight starts finish (their containers carry the label), queued ones never run;
-            # a second Ctrl-C must not cut this wait, or one could make a container after
-            # `down` listed them.
-            self._cancel.set()
-            with interrupts_deferred():
-                pool.shutdown(wait=True, cancel_futures=True)
-            raise
-        pool.shutdown(wait=True)
-
-    def _environment(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str], *,
-                     keep_secrets: bool = False) -> dict[str, str]:
-        """The agent's environment; `keep_secrets`: with its secrets in the config, for the
-        zygote's request only (a socket only root reaches), never a container's."""
-        if plan.agent is None:
-            return {}
-        config = plan.agent
-        links = self.plan.links_of(plan.node)
-        broker = self.plan.brokers.get(plan.node)
-        mqtt = [addresses[link.key] for link in links if link.role == "mqtt"
-                and link.service == broker]
-        zookeeper = [addresses[link.key] for link in links if link.role == "zookeeper"]
-        # The spares its drivers may move to (emu.cluster.plan), through their links too.
-        spares = {link.service: addresses[link.key] for link in links
-                  if link.service in config.spares}
-        # The other brokers its operators read on (emu.cluster.plan), likewise.
-        others = {link.service: addresses[link.key] for link in links
-                  if link.service in config.other_brokers}
-        config = replace(config, mqtt=mqtt[0] if mqtt else config.mqtt,
-                         zookeeper=",".join(zookeeper), records=RECORDS_DIR, spares=spares,
-                         other_brokers=others)
-        # Its secrets go in a 0400 file instead (SECRETS_FILE, put by `_run`), or in the
-        # zygote's request: the environment is in `docker inspect` for anyone who may use the
-        # engine.
-        if not keep_secrets:
-            config = without_secrets(config)[0]
-        # The host's Spark JVM options, for the node's jobs (workloads.spark.jvm).
-        options = jvm_options()
-        return {CONFIG_VARIABLE: config.to_json(), "PYTHONUNBUFFERED": "1",
-                **({JVM_OPTIONS_VARIABLE: options} if options else {})}
-
-    def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
+    def _run(self, plan: ContainerPlan, addresses: Addresses) -> str | None:
         """Create and start one container; the least work per container the engine allows."""
         if self._cancel.is_set():
             return None
@@ -375,7 +241,7 @@ class Cluster:
         # its VMs, a driver's own records folder a second time.
         binds = [f"{host}:{bind['bind']}:{bind['mode']}" for host, bind in binds.items()] + [
             f"{self.records_dir(node)}:{SPARK_WORK}/{node}:rw" for node in plan.shared_records]
-        environment = self._environment(plan, addresses)
+        environment = agent_environment(self.plan, plan, addresses)
         host_config = api.create_host_config(
             nano_cpus=plan.nano_cpus, mem_limit=plan.mem_limit, binds=binds,
             pids_limit=plan.pids_limit,
@@ -425,21 +291,14 @@ class Cluster:
                 raise
             self._ended(plan, error)
 
-    def _restore_cpu_shares(self) -> None:
+    def _after_ready(self) -> None:
+        """Every agent not forked back to the default CPU share."""
         assert self._made is not None
         agents = [a for a in self.plan.agents() if not self._forked(a)]
         if not agents:
             return
         with ThreadPoolExecutor(min(self.workers, len(agents))) as pool:
             list(pool.map(lambda agent: self._set_shares(agent, DEFAULT_CPU_SHARES), agents))
-
-    def _check_agents_run(self) -> None:
-        """Fail naming the first agent container that is no longer running (a process that
-        could not start behind an init ends after `start` returned)."""
-        states = {s.node: s for s in self.status()}
-        for agent in self.plan.agents():
-            if states[agent.node].state != "running":
-                self._ended(agent)
 
     def _ended(self, plan: ContainerPlan, error: Exception | None = None) -> None:
         assert self._made is not None
@@ -476,49 +335,16 @@ class Cluster:
             self._fork_agent(plan, self._made.ids[node], self.addresses)
 
     def _fork_agent(self, plan: ContainerPlan, container: str,
-                    addresses: dict[tuple[str, str], str]) -> None:
+                    addresses: Addresses) -> None:
         """Have the zygote start a node's agent in its running container; its relays learn
         the container's address from the zygote's check of it (no lookup of their own)."""
         assert self.zygote is not None
-        self.zygote.start_agent(container, self._environment(plan, addresses, keep_secrets=True),
-                                plan.node)
+        self.zygote.start_agent(
+            container, agent_environment(self.plan, plan, addresses, keep_secrets=True),
+            plan.node)
         address = self.zygote.addresses.pop(container, {}).get(plan.network)
         if address and self.links is not None:
             self.links.admit(plan.node, address)
-
-    def _wait_ready(self) -> None:
-        """Wait until every broker and ZooKeeper server answers, or fail naming the first
-        that does not."""
-        status = {s.node: s for s in self.status()}
-        ensemble = len(self.plan.zookeeper) > 1
-        checks: dict[str, Callable[[], bool]] = {}
-        for service in self.plan.services():
-            ip = status[service.node].ip
-            if service.role == "broker":
-                checks[service.node] = lambda ip=ip, port=service.port: mqtt_answers(ip, port)
-            elif service.role == "zookeeper":
-                checks[service.node] = lambda ip=ip, port=service.port: zookeeper_answers(
-                    ip, port, quorum=ensemble)
-        deadline = time.monotonic() + self.ready_timeout_s
-        pending = dict(checks)
-        self.progress("ready", 0, len(checks), ", ".join(pending))
-        while pending:
-            for node, check in list(pending.items()):
-                if check():
-                    del pending[node]
-                    self.progress("ready", len(checks) - len(pending), len(checks), node)
-            if not pending:
-                break
-            states = {s.node: s.state for s in self.status()}
-            stopped = [n for n in pending if states.get(n) != "running"]
-            if stopped or time.monotonic() > deadline:
-                node = (stopped or list(pending))[0]
-                why = (f"its container is {states.get(node)}" if stopped else
-                       f"no answer within {self.ready_timeout_s:.0f} s")
-                raise ClusterError(f"{self.plan.containers[node].role} {node} of cluster "
-                                   f"{self.name} does not answer: {why}; its log ends:\n"
-                                   + self._log_tail(node))
-            time.sleep(0.25)
 
     def _log_tail(self, node: str, lines: int = 20) -> str:
         try:
@@ -570,6 +396,14 @@ class Cluster:
         by its id, which every engine's containers have (a Swarm task's name is Swarm's)."""
         return DockerNode(self.client.api, self._container(name))
 
+    def grants(self) -> Grants | None:
+        """A closed cluster's read grants (emu.cluster.grants), made from the broker containers
+        this host's engine lists: None for an open cluster."""
+        if self.plan.access is None:
+            return None
+        return cluster_grants(self.name, self.client, tls=host_context(self.plan),
+                              access=self.plan.access)
+
     def exec(self, node: str, command: Sequence[str] | str) -> ExecResult:
         """Run a command in a node's container to its end; its stdout and stderr together."""
         return run_in(self.client, self._container(node), command)
@@ -579,31 +413,16 @@ class Cluster:
 
     # -- down ----------------------------------------------------------------------------------
 
-    def down(self) -> Removed:
-        """Remove exactly what the cluster made: relays, containers, networks, scratch folder."""
-        with interrupts_deferred():
-            self._cancel.set()
-            try:
-                if self.links is not None:
-                    self.links.close()
-            finally:
-                removed = inventory.remove(self.client, self.name, end_owner_process=False)
-                if self._made is not None and self._made.scratch is not None:
-                    inventory.remove_scratch(str(self._made.scratch))
-                self._made = None
-                self.zygote = None
+    def _remove(self) -> Removed:
+        """Everything of the cluster by its label (inventory.remove), its scratch folder."""
+        removed = inventory.remove(self.client, self.name, end_owner_process=False)
+        self._remove_scratch()
+        self.zygote = None
         return removed
 
-    def _abort(self) -> None:
-        with contextlib.suppress(Exception):
-            self.down()
-
-    def __enter__(self) -> Self:
-        return self.up()
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self._made is not None:
-            self.down()
+    def _remove_scratch(self) -> None:
+        if self._made is not None and self._made.scratch is not None:
+            inventory.remove_scratch(str(self._made.scratch))
 
 
 def run_in(client: docker.DockerClient, container: str,

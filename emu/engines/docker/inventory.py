@@ -150,6 +150,15 @@ def find_container(client: docker.DockerClient, cluster: str, node: str) -> dict
     return found[0]
 
 
+def records_of_run(client: docker.DockerClient, topology: str) -> Path | None:
+    """The records folder of the cluster this process runs for `topology`, found by its
+    containers' labels (this process's owner token, the topology's name: how the nemesis finds
+    its run, experiments.nemesis); None while the run has no container."""
+    found = client.api.containers(all=True, filters={
+        "label": [f"{OWNER}={owner_token()}", f"foglab.topology={topology}"]})
+    return Path(found[0]["Labels"]["foglab.records"]) if found else None
+
+
 def node_of(client: docker.DockerClient, cluster: str, node: str) -> DockerNode:
     """A node of a cluster found on the host, to act on (LookupError: no such node)."""
     return DockerNode(client.api, find_container(client, cluster, node)["Id"])

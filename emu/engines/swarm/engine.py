@@ -40,15 +40,19 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, ClassVar, Self
+from typing import TYPE_CHECKING, ClassVar
 
 from emu.agent.config import SECRETS_FILE, SECRETS_VARIABLE, secrets_text
 from emu.cluster.plan import ClusterPlan, ContainerPlan
-from emu.engines.base import Made, NodeStatus, Removed, RunOption, interrupts_deferred
+from emu.engines.agent_environment import agent_environment
+from emu.engines.base import ClusterError, NodeStatus, Removed, RunOption, interrupts_deferred
 from emu.engines.docker import inventory
-from emu.engines.docker.engine import READY_TIMEOUT_S, WORKERS, Cluster, ClusterError, Progress
+from emu.engines.docker.engine import Cluster
+from emu.engines.docker.image_store import DOCKER_TIMEOUT_S, ensure_image
+from emu.engines.startup import READY_TIMEOUT_S, WORKERS, Addresses, Progress
 from emu.engines.swarm.links import NodeLinks
 from emu.engines.swarm.records import copy_records
+from emu.engines.swarm.removal import remove_cluster, remove_swarm_objects, wait_networks_gone
 from emu.engines.swarm.routing import NodeLeft, RoutedClient
 from emu.engines.swarm.services import (
     LOG_OPTIONS,
@@ -59,7 +63,7 @@ from emu.engines.swarm.services import (
     service_spec,
 )
 from emu.engines.swarm.target import SwarmTarget, current_target
-from emu.images import DOCKER_TIMEOUT_S, SERVICES, ensure_image
+from emu.images import SERVICES
 from emu.links.agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
 from emu.links.probe import ShaperChoice
 
@@ -78,10 +82,6 @@ LINKS_NODE = "(links)"  # its key among the cluster's services
 # content), the link agents' token.
 AGENT_SECRET = "foglab-agent.json"
 LINK_TOKEN = "foglab-link-token"
-REMOVE_RETRY_S = 15
-# How long Swarm may take to remove the containers of a cluster's removed services: about 0.2 s
-# each on foglab's loaded 2-core host (200 in 40 s).
-REMOVE_CONTAINERS_S = 180
 # Containers an overlay of Docker's default size (a /24) holds: 256 less the network's and
 # broadcast addresses, its gateway, and a load balancer's address per node (one node here).
 DEFAULT_OVERLAY_CONTAINERS = 252
@@ -128,64 +128,6 @@ def swarm_nodes(client: docker.DockerClient) -> list[dict]:
             f"{swarm.get('LocalNodeState') or 'unknown'}): `docker swarm init` makes this host "
             f"a one-node swarm, or point DOCKER_HOST at a manager of your swarm")
     return [n for n in client.api.nodes() if (n.get("Status") or {}).get("State") == "ready"]
-
-
-def remove_swarm_objects(client: docker.DockerClient, cluster: str) -> tuple[int, int]:
-    """Remove a cluster's services, wait until Swarm has removed their containers (here: this
-    node's), then remove its configs (freed once no service uses them); (services, configs)
-    removed, (0, 0) on an engine that is no swarm manager. Removing a task's container
-    meanwhile would race Swarm's own removal ("removal already in progress"). What is left
-    (networks, a container Swarm did not remove in time) is inventory.remove's, which
-    `foglab emu down` runs after this."""
-    from docker.errors import APIError, NotFound
-
-    label = {"label": [f"{inventory.CLUSTER}={cluster}"]}
-    try:
-        services = client.api.services(filters=label)
-    except APIError as error:
-        if error.status_code == 503:  # not a swarm manager: no services of any cluster here
-            return 0, 0
-        raise
-    for service in services:
-        with contextlib.suppress(NotFound):
-            client.api.remove_service(service["ID"])
-    deadline = time.monotonic() + REMOVE_CONTAINERS_S
-    while services and inventory.containers(client, cluster) and time.monotonic() < deadline:
-        time.sleep(0.5)
-    configs = client.api.configs(filters=label)
-    stored = [(client.api.remove_config, c["ID"]) for c in configs] + [
-        (client.api.remove_secret, s["ID"]) for s in client.api.secrets(filters=label)]
-    deadline = time.monotonic() + REMOVE_RETRY_S
-    for remove, stored_id in stored:
-        while True:
-            try:
-                remove(stored_id)
-                break
-            except NotFound:
-                break
-            except APIError:
-                if time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
-    return len(services), len(configs)
-
-
-def wait_networks_gone(client: docker.DockerClient, cluster: str) -> None:
-    """Wait until a cluster's networks are gone: the manager removes a swarm network after
-    the API call returned, once its services' tasks have let it go; so `down` returns when
-    nothing is left, not before."""
-    from docker.errors import APIError, NotFound
-
-    deadline = time.monotonic() + REMOVE_RETRY_S
-    while left := inventory.networks(client, cluster):
-        if time.monotonic() > deadline:
-            raise ClusterError(f"cluster {cluster}: Swarm still holds network(s) "
-                               f"{', '.join(n['Name'] for n in left)} {REMOVE_RETRY_S} s after "
-                               f"their removal; `foglab emu down --cluster {cluster}` again")
-        time.sleep(0.25)
-        for network in left:
-            with contextlib.suppress(APIError, NotFound):
-                client.api.remove_network(network["Id"])
 
 
 class SwarmCluster(Cluster):
@@ -243,19 +185,18 @@ class SwarmCluster(Cluster):
         self.node_sites: list[str] = []
         self.services: dict[str, str] = {}   # node -> service id
         self.configs: dict[str, str] = {}    # config name -> id
-        self._nodes = 0
+        self._ready: list[dict] = []  # the swarm's ready nodes, as up found them
         self.refs: dict[str, str] = {}       # image name -> the reference services run
         self.placement: dict[str, str] = {}  # node of the plan -> swarm node running its task
         self.link_containers: dict[str, str] = {}  # swarm node -> its link agent's container
         self._collected: set[str] = set()    # nodes whose records are copied to the host
         self._collecting = False
 
-    # -- up ------------------------------------------------------------------------------------
+    # -- up: the steps of emu.engines.startup.Startup.up ---------------------------------------
 
-    def up(self) -> Self:
-        """Make and start everything; on any failure remove what was made, then raise."""
-        if self._made is not None:
-            raise ClusterError(f"cluster {self.name} is already up")
+    def _refuse(self) -> None:
+        """What a swarm does not run (netem, Spark's shared work folder), an overlay this
+        kernel cannot encrypt, an engine that is no swarm manager, nodes the target lacks."""
         if self.shaper is not None and self.shaper.shaper != "relay":
             raise ClusterError(f"cluster {self.name}: run.engine swarm shapes links with relays "
                                f"only, not {self.shaper.shaper} (netem on a swarm needs a "
@@ -268,16 +209,20 @@ class SwarmCluster(Cluster):
                                f"run it on engine docker")
         if self.encrypted:  # before anything: a kernel that cannot encrypt is the first
             check_encryption(self.client, self.target)
-        nodes = swarm_nodes(self.client)
-        self._check_nodes(nodes)
+        self._ready = swarm_nodes(self.client)
+        self._check_nodes(self._ready)
+
+    def _taken(self) -> bool:
         label = {"label": [f"{inventory.CLUSTER}={self.name}"]}
-        if (self.client.api.services(filters=label) or inventory.networks(self.client, self.name)
-                or inventory.containers(self.client, self.name)):
-            raise ClusterError(f"a cluster named {self.name} exists already: "
-                               f"foglab emu down --cluster {self.name}, or choose another name")
-        self._nodes = len(nodes)
-        if self.wants_overlay is None:  # one node: its bridge joins every task
-            self.wants_overlay = self._nodes > 1 or self.encrypted
+        return bool(self.client.api.services(filters=label)
+                    or inventory.networks(self.client, self.name)
+                    or inventory.containers(self.client, self.name))
+
+    def _arrange(self) -> None:
+        """The overlay or not (one node: its bridge joins every task), and its size; the
+        sites the swarm's nodes are labelled with."""
+        if self.wants_overlay is None:
+            self.wants_overlay = len(self._ready) > 1 or self.encrypted
         if not self.wants_overlay:
             self.overlay = ""
         if (self.overlay and self.subnet is None
@@ -287,39 +232,33 @@ class SwarmCluster(Cluster):
                 f"overlay network's default /24 (at most {DEFAULT_OVERLAY_CONTAINERS}): give "
                 f"SwarmCluster a subnet, e.g. subnet='10.200.0.0/20', free on every node")
         self.node_sites = sorted({(n.get("Spec") or {}).get("Labels", {}).get(SITE_LABEL)
-                                  for n in nodes} - {None})
-        started = time.monotonic()
-        self._cancel.clear()
-        self._made = Made()
-        try:
-            self.shaper = self.shaper or RELAY_SHAPER
-            self.links = NodeLinks(self.plan, self.seed)
-            self._ensure_images()
-            self.refs = {name: self.image_ref(tag) for name, tag in self.images.items()}
-            self._images_s = time.monotonic() - started
-            self._make_records()
-            self._create_networks()
-            self._create_configs()
-            total = len(self.plan.containers)
-            services = self.plan.services()
-            self._start(services, {}, 0, total)
-            self._start_link_agents()
-            ips = {s.node: s.ip for s in self.status()}
-            self.addresses = self.links.addresses(ips, {})  # the agents need no bridge
-            self._start(self.plan.agents(), self.addresses, len(services), total)
-            self._wait_ready()
-            self._check_agents_run()
-            self.placement = self._placement()
-            self._collecting = self.target is not None
-        except BaseException:
-            self._abort()
-            raise
-        self.facts = {**self._facts(time.monotonic() - started), "engine": self.engine_name,
-                      "swarm_nodes": self._nodes, "placement": dict(self.placement),
-                      "overlay": self.overlay, "link_agents": sorted(self.links.agents),
-                      "encrypted": self.encrypted, "image_refs": dict(self.refs),
-                      "networks": {"overlay": self.overlay, "host": self.host_network}}
-        return self
+                                  for n in self._ready} - {None})
+
+    def _make_links(self) -> NodeLinks:
+        self.shaper = self.shaper or RELAY_SHAPER
+        return NodeLinks(self.plan, self.seed)
+
+    # The plain engine's other steps do nothing here: no zygote to wait for, and relayed links
+    # (no netem to attach, no service joining its clients' networks).
+
+    def _after_ready(self) -> None:
+        """Nothing: a service spec has no CPU share to give back."""
+
+    def _running(self) -> None:
+        """Where each task runs; on several nodes, the records are copied from now on."""
+        self.placement = {}
+        if self.target is not None:
+            api = self.client.api
+            self.placement = {s.node: api.node_of(s.container) or "" for s in self.status()}
+        self._collecting = self.target is not None
+
+    def _facts(self, seconds: float) -> dict[str, object]:
+        assert isinstance(self.links, NodeLinks)
+        return {**super()._facts(seconds), "engine": self.engine_name,
+                "swarm_nodes": len(self._ready), "placement": dict(self.placement),
+                "overlay": self.overlay, "link_agents": sorted(self.links.agents),
+                "encrypted": self.encrypted, "image_refs": dict(self.refs),
+                "networks": {"overlay": self.overlay, "host": self.host_network}}
 
     def _local_id(self, tag: str) -> str:
         return self.client.api.inspect_image(tag)["Id"]
@@ -347,20 +286,22 @@ class SwarmCluster(Cluster):
                     f"its tasks could not be inspected nor their records copied")
 
     def _ensure_images(self) -> None:
-        """Build on this host's engine (a target's nodes pull what image_ref pushes)."""
+        """Build on this host's engine (a target's nodes pull what image_ref pushes); `refs`
+        the references the services run."""
         if self.target is None:
             super()._ensure_images()
-            return
-        import docker
+        else:
+            import docker
 
-        with contextlib.closing(docker.from_env(timeout=DOCKER_TIMEOUT_S)) as host:
-            specs = {p.image.name: p.image for p in self.plan.containers.values()}
-            for done, (name, spec) in enumerate(specs.items()):
-                self.progress("image", done, len(specs), name)
-                self.images[name] = ensure_image(spec, client=host).tag
-        self.progress("image", len(specs), len(specs), "images ready")
+            with contextlib.closing(docker.from_env(timeout=DOCKER_TIMEOUT_S)) as host:
+                specs = {p.image.name: p.image for p in self.plan.containers.values()}
+                for done, (name, spec) in enumerate(specs.items()):
+                    self.progress("image", done, len(specs), name)
+                    self.images[name] = ensure_image(spec, client=host).tag
+            self.progress("image", len(specs), len(specs), "images ready")
+        self.refs = {name: self.image_ref(tag) for name, tag in self.images.items()}
 
-    def _start_link_agents(self) -> None:
+    def _start_machinery(self) -> None:
         """The link agents: a global service in each node's own network stack (the links'
         relays, emu.links.agent), from the services image; wait until one runs on every ready
         node, read its control port from its log, and hand them to the links."""
@@ -435,12 +376,6 @@ class SwarmCluster(Cluster):
                 time.sleep(TASK_POLL_S)
         return controls
 
-    def _placement(self) -> dict[str, str]:
-        if self.target is None:
-            return {}
-        api = self.client.api
-        return {s.node: api.node_of(s.container) or "" for s in self.status()}
-
     def _create_networks(self) -> None:
         """The overlay every service joins, and the swarm-scoped bridge the host reaches."""
         from docker.types import IPAMConfig, IPAMPool
@@ -455,7 +390,8 @@ class SwarmCluster(Cluster):
                     scope="swarm", labels=self._labels(self.plan.labels), check_duplicate=True)
             self.progress("networks", done + 1, len(made), name)
 
-    def _create_configs(self) -> None:
+    def _store_files(self) -> None:
+        """The plan's files as Docker configs, each agent's secrets as a Docker secret."""
         for plan in self.plan.containers.values():
             for path, text in plan.files:
                 name = config_name(self.name, plan.node, path, text)
@@ -471,7 +407,7 @@ class SwarmCluster(Cluster):
                         name, secret.encode(), labels=self._labels(self.plan.labels))
                 self.configs[name] = created["ID"]
 
-    def spec(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> ServiceSpec:
+    def spec(self, plan: ContainerPlan, addresses: Addresses) -> ServiceSpec:
         """The service standing for a container plan, its agent's config pointing at links."""
         command = self.agent_command if plan.role == "agent" and self.agent_command else (
             plan.command)
@@ -480,7 +416,7 @@ class SwarmCluster(Cluster):
         secret = secrets_text(plan.agent) if plan.agent is not None else None
         spec = service_spec(plan, cluster=self.name,
                             image=self.refs[plan.image.name],
-                            command=command, env=self._environment(plan, addresses),
+                            command=command, env=agent_environment(self.plan, plan, addresses),
                             labels=labels,
                             records=None if several else str(self.records_dir(plan.node)),
                             overlay=self.overlay, host_network=self.host_network,
@@ -491,7 +427,7 @@ class SwarmCluster(Cluster):
         return replace(spec, secrets=((name, AGENT_SECRET),),
                        env={**spec.env, SECRETS_VARIABLE: f"/run/secrets/{AGENT_SECRET}"})
 
-    def _start(self, plans: list[ContainerPlan], addresses: dict[tuple[str, str], str],
+    def _start(self, plans: list[ContainerPlan], addresses: Addresses,
                done: int, total: int) -> None:
         """Create the services in parallel, then wait until each one's task runs."""
         if not plans:
@@ -499,7 +435,7 @@ class SwarmCluster(Cluster):
         self._in_parallel(plans, addresses, name="service")
         self._wait_tasks(plans, done, total)
 
-    def _run(self, plan: ContainerPlan, addresses: dict[tuple[str, str], str]) -> str | None:
+    def _run(self, plan: ContainerPlan, addresses: Addresses) -> str | None:
         if self._cancel.is_set():
             return None
         arguments = self.spec(plan, addresses).create_arguments(self.configs)
@@ -590,12 +526,6 @@ class SwarmCluster(Cluster):
         self.collect_records()
         return self._records_base()
 
-    def records_dir(self, node: str) -> Path:
-        return self.records_root / node
-
-    def _records_base(self) -> Path:
-        return Cluster.records_root.fget(self)  # type: ignore[attr-defined]
-
     def collect_records(self, final: bool = False) -> list[str]:
         """Copy the records of the tasks that ended (`final`: of every task, ended or not)
         from their nodes into the host's folder; the nodes copied. Nothing on one node."""
@@ -630,39 +560,17 @@ class SwarmCluster(Cluster):
 
     # -- down ----------------------------------------------------------------------------------
 
-    def down(self) -> Removed:
-        """Remove exactly what the cluster made: relays, services, configs, containers,
-        networks, scratch folder."""
-        with interrupts_deferred():
-            self._cancel.set()
-            try:
-                if self.links is not None:
-                    self.links.close()
-                with contextlib.suppress(Exception):  # best effort: `down` must go on
-                    self.collect_records(final=True)
-            finally:
-                self._collecting = False
-                services, _ = remove_swarm_objects(self.client, self.name)
-                removed = self._remove_rest()
-                wait_networks_gone(self.client, self.name)
-                if self._made is not None and self._made.scratch is not None:
-                    inventory.remove_scratch(str(self._made.scratch))
-                self._made = None
-        return Removed(max(services, removed.containers), removed.networks, removed.scratch,
-                       removed.owner_ended)
+    def _before_removal(self) -> None:
+        with contextlib.suppress(Exception):  # best effort: `down` must go on
+            self.collect_records(final=True)
 
-    def _remove_rest(self) -> Removed:
-        """inventory.remove, again if it met a container Swarm was still removing (409)."""
-        from docker.errors import APIError
-
-        for attempt in range(3):
-            try:
-                return inventory.remove(self.client, self.name, end_owner_process=False)
-            except APIError as error:
-                if error.status_code != 409 or attempt == 2:
-                    raise
-                time.sleep(2)
-        raise AssertionError("unreachable")
+    def _remove(self) -> Removed:
+        """Services and configs first (Swarm removes their containers), then what is left:
+        containers, networks (once Swarm let them go), the scratch folder."""
+        self._collecting = False
+        removed = remove_cluster(self.client, self.name)
+        self._remove_scratch()
+        return removed
 
 
 def routed_client(target: SwarmTarget, workers: int = WORKERS) -> RoutedClient:

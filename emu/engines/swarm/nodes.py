@@ -35,8 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from emu.engines.docker.image_store import DOCKER_TIMEOUT_S, ensure_image
 from emu.engines.swarm.target import SwarmTarget
-from emu.images import DOCKER_TIMEOUT_S, SWARM_NODE, ensure_image
+from emu.images import SWARM_NODE
 
 if TYPE_CHECKING:
     import docker

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from emu.images import DOCKER_TIMEOUT_S
+from emu.engines.docker.image_store import DOCKER_TIMEOUT_S
 
 if TYPE_CHECKING:
     import docker
