@@ -94,8 +94,8 @@ def three_nodes(client, topology, command, timings: list[float]):
     """Time the plan on three Docker-in-Docker nodes (made and removed here; their volumes,
     with the pulled images, and the registry's store are kept for the next run)."""
     from emu.engines.docker.image_store import ensure_image
+    from emu.engines.swarm.image_registry import LocalRegistry
     from emu.engines.swarm.nodes import SwarmNodes, remove
-    from emu.engines.swarm.registry import LocalRegistry
     from emu.engines.swarm.target import use_target
     from emu.images import CACHE_DIR, GATEWAY, SERVICES
 

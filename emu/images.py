@@ -90,7 +90,7 @@ SERVICES = ImageSpec(
     name="services",
     arch="amd64",
     # ZooKeeper's jars without Debian's `zookeeper` package, which pulls in a desktop JRE.
-    # python3 and emu/links: a swarm's link agents (emu.links.agent) run from this image.
+    # python3 and emu/links: a swarm's link agents (emu.links.link_agent) run from this image.
     packages=("mosquitto", "libzookeeper-java", "default-jre-headless", "python3"),
     sources=("emu/__init__.py", "emu/links/*.py"),
     files=(("services/mosquitto.conf", "/etc/foglab/mosquitto.conf"),

@@ -106,7 +106,7 @@ class OperatorConfig:
 
 
 # On a swarm, a node's links are relayed by the link agent of the swarm node it runs on
-# (emu.links.agent), which listens on that node's own network stack: the config names it by
+# (emu.links.link_agent), which listens on that node's own network stack: the config names it by
 # NODE_HOST, and the agent reaches it at its default route's gateway, its node from inside
 # its container (each node's gateway address may differ, so the host cannot write it).
 NODE_HOST = "foglab-node"

@@ -248,7 +248,7 @@ def cluster_containers(cluster) -> list[Container]:
     # A swarm's link agents (emu.engines.swarm.links): the links' relays, one container per node.
     for node, container in getattr(cluster, "link_containers", {}).items():
         found.append(Container(f"link-agent@{node}", container, MACHINERY,
-                               "link relays (emu.links.agent)"))
+                               "link relays (emu.links.link_agent)"))
     return found
 
 

@@ -284,7 +284,7 @@ def check_busybox(fix: bool, apt: Apt) -> Check:
 
 
 def check_registry(fix: bool, apt: Apt) -> Check:
-    """Debian's docker-registry serves images to a swarm's nodes (emu.engines.swarm.registry);
+    """Debian's docker-registry serves images to a swarm's nodes (emu.engines.swarm.image_registry);
     only a swarm needs it, and a user may name a registry of their own instead."""
     name = "docker-registry"
     if shutil.which(name):

@@ -3,7 +3,7 @@
 Every relayed chunk reaches its receiver by a timer on the relays' loop (emu.links.carry), so
 the loop's lateness is what a link's delay was off by. A probe ticks on the loop and keeps the
 largest and mean lateness since it was last read. Used by the host's relay set
-(emu.cluster.relays) and by a swarm node's link agent (emu.links.agent).
+(emu.cluster.relays) and by a swarm node's link agent (emu.links.link_agent).
 """
 
 from __future__ import annotations

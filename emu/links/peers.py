@@ -21,7 +21,7 @@ directly anyway, and the host's tools measure a link through its relay
 connection to the host's address arrives unchanged (the host's own leaves by `lo`, where
 Docker's masquerade rule for the bridge's subnet gives it another of the host's addresses).
 
-A swarm's link agent (emu.links.agent) cannot locate its clients (a task's address is the
+A swarm's link agent (emu.links.link_agent) cannot locate its clients (a task's address is the
 swarm's to give): it admits its run's networks only.
 
 The accepted path costs one `getpeername` and a comparison per connection; a connection is

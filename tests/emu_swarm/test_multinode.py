@@ -14,8 +14,8 @@ import pytest
 
 from emu.engines.docker import inventory
 from emu.engines.swarm.engine import SwarmCluster
+from emu.engines.swarm.image_registry import LocalRegistry
 from emu.engines.swarm.nodes import SwarmNodes, remove
-from emu.engines.swarm.registry import LocalRegistry
 from emu.engines.swarm.routing import LIST_TIMEOUT_S
 from emu.engines.swarm.target import SwarmTarget, current_target, use_target
 from emu.images import CACHE_DIR

@@ -23,8 +23,8 @@ import pytest
 from docker.types import EndpointSpec, RestartPolicy
 
 from emu.engines.docker.image_store import ensure_image
+from emu.engines.swarm.image_registry import ExternalRegistry, LocalRegistry
 from emu.engines.swarm.nodes import CAP_ADD, LABEL, Node, SwarmNodes, SwarmNodesError, remove
-from emu.engines.swarm.registry import ExternalRegistry, LocalRegistry
 from emu.images import CACHE_DIR, GATEWAY
 from tests.engine import docker_engine
 

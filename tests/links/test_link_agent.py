@@ -1,4 +1,4 @@
-"""A swarm node's link agent (emu.links.agent) driven by the host's NodeLinks
+"""A swarm node's link agent (emu.links.link_agent) driven by the host's NodeLinks
 (emu.engines.swarm.links) on loopback: real relays, a real echo server as the broker; the address an
 emulated node resolves (emu.agent.config.NODE_HOST); a port taken on a second node, a wrong
 token."""
@@ -19,7 +19,7 @@ import pytest
 from emu.agent.config import NODE_HOST, AgentConfig, default_gateway, local_address, localized
 from emu.cluster.plan import plan_cluster
 from emu.engines.swarm.links import PORTS, AgentControl, LinkAgentError, NodeLinks
-from emu.links.agent import LinkAgent
+from emu.links.link_agent import LinkAgent
 from emu.links.spec import LinkShape
 from tests.emu_cluster.test_cluster import GW_LATENCY_S, small_topology
 

@@ -1,4 +1,4 @@
-"""A swarm node's link agent (emu.links.agent) in a holder of the run's token's hands, on
+"""A swarm node's link agent (emu.links.link_agent) in a holder of the run's token's hands, on
 loopback with real relays: an `add` toward an address outside the run's networks (the node's
 sshd, a metadata service) is refused, the networks the host named first cannot be widened,
 a relay given the clients' networks closes a connection from elsewhere, and the token is
@@ -12,7 +12,7 @@ import pytest
 
 from emu.cluster.plan import plan_cluster
 from emu.engines.swarm.links import AgentControl, LinkAgentError, NodeLinks
-from emu.links.agent import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE, read_token, shape_data
+from emu.links.link_agent import TOKEN_FILE_VARIABLE, TOKEN_VARIABLE, read_token, shape_data
 from emu.links.spec import LinkShape
 from tests.emu_cluster.test_cluster import small_topology
 from tests.links.test_link_agent import SERVICE_HOST, agent_on_loopback, echo_on

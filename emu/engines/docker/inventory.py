@@ -32,7 +32,7 @@ CLUSTER = "foglab.cluster"
 OWNER = "foglab.owner"
 SCRATCH = "foglab.scratch"
 ZYGOTE_ROLE = "zygote"
-# A swarm's link agents (emu.links.agent): like the zygote, machinery of the cluster, no node.
+# A swarm's link agents (emu.links.link_agent): like the zygote, machinery of the cluster, no node.
 LINK_AGENT_ROLE = "link-agent"
 MACHINERY_ROLES = (ZYGOTE_ROLE, LINK_AGENT_ROLE)
 # Containers removed at once. With 16, Docker Engine 20.10 kept a network's endpoints after two

@@ -11,7 +11,7 @@ and inherits those that work on a task's container as on a plain one.
 What differs from the plain engine:
 - No zygote: it forks agents from a privileged container, and a service cannot be privileged;
   each gateway starts its agent itself (the plain engine's "exec" path).
-- Links are relayed by a link agent on every node (emu.engines.swarm.links, emu.links.agent: a
+- Links are relayed by a link agent on every node (emu.engines.swarm.links, emu.links.link_agent: a
   global service in each node's network stack), each relaying the links of the clients its node
   runs; a client names it as emu.agent.config.NODE_HOST, its default route's gateway.
 - No CPU share juggling while containers start (a service spec has no cpu shares).
@@ -64,7 +64,7 @@ from emu.engines.swarm.services import (
 )
 from emu.engines.swarm.target import SwarmTarget, current_target
 from emu.images import SERVICES
-from emu.links.agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
+from emu.links.link_agent import CONTROL_LINE, TOKEN_FILE_VARIABLE
 from emu.links.probe import ShaperChoice
 
 if TYPE_CHECKING:
@@ -73,8 +73,8 @@ if TYPE_CHECKING:
 TASK_POLL_S = 0.2
 FAILED_TASK_STATES = ("failed", "rejected", "complete", "shutdown", "orphaned", "remove")
 RELAY_SHAPER = ShaperChoice("relay", "swarm: user-space relays by a link agent on each node")
-# The link agents' global service (emu.links.agent), run from the services image.
-LINK_AGENT_COMMAND = ("python3", "-m", "emu.links.agent")
+# The link agents' global service (emu.links.link_agent), run from the services image.
+LINK_AGENT_COMMAND = ("python3", "-m", "emu.links.link_agent")
 # A link agent's pids.max: one asyncio loop and the resolver's few threads (issue 40's limits).
 LINK_AGENT_PIDS = 64
 LINKS_NODE = "(links)"  # its key among the cluster's services
@@ -134,7 +134,7 @@ class SwarmCluster(Cluster):
     """A topology's services, overlay network and shaped links on a Docker Swarm.
 
     Cluster's options, and: `image_ref(tag)` the reference every node pulls a built image by
-    (a registry's push: emu.engines.swarm.registry); without it, the local image's ID, which
+    (a registry's push: emu.engines.swarm.image_registry); without it, the local image's ID, which
     serves a one-node swarm: Swarm tries a pull of every task's image named by tag before it starts
     the
     task (from Docker Hub, for foglab's local tags), and skips it for an image named by ID;
@@ -303,7 +303,7 @@ class SwarmCluster(Cluster):
 
     def _start_machinery(self) -> None:
         """The link agents: a global service in each node's own network stack (the links'
-        relays, emu.links.agent), from the services image; wait until one runs on every ready
+        relays, emu.links.link_agent), from the services image; wait until one runs on every ready
         node, read its control port from its log, and hand them to the links."""
         from docker import types
 

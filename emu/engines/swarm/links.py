@@ -1,7 +1,7 @@
 """A swarm's links, shaped on the node each client runs on: a link agent per node.
 
 On one host foglab's process relays every link (emu.cluster.links.RelayLinks). On a swarm a
-global service runs a link agent (emu.links.agent) in each node's own network stack; the
+global service runs a link agent (emu.links.link_agent) in each node's own network stack; the
 agents relay the links, so a link's traffic goes from its client to its node's agent and from
 there to the service, not through foglab's host. NodeLinks drives them over a control
 connection each: it gives every agent every link (on the same port on every node: a client's
@@ -29,7 +29,7 @@ from typing import Any
 from emu.agent.config import NODE_HOST
 from emu.cluster.links import Key, Links
 from emu.cluster.plan import ClusterPlan
-from emu.links.agent import shape_data
+from emu.links.link_agent import shape_data
 from emu.links.relay import RelayCounters
 from emu.links.spec import LinkShape
 
@@ -124,7 +124,7 @@ class NodeLinks(Links):
         if not self.agents:
             raise LinkAgentError("no link agent is connected")
         links, hops = self._requests(services)
-        # The agents relay to the run's services only (emu.links.agent: fixed at the first).
+        # The agents relay to the run's services only (emu.links.link_agent: fixed at the first).
         targets = sorted({f"{link['host']}/32" for link in links})
         for agent in self.agents.values():
             agent.request("networks", targets=targets)

@@ -42,7 +42,7 @@ from emu.images import SWARM_NODE
 if TYPE_CHECKING:
     import docker
 
-    from emu.engines.swarm.registry import LocalRegistry
+    from emu.engines.swarm.image_registry import LocalRegistry
 
 SOCKETS = "/run/foglab"  # in a node: its engine's socket for the host (a host folder's bind)
 SOCKETS_LABEL = "foglab.swarm-sockets"  # the host's folder, for remove() after a killed run

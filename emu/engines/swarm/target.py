@@ -10,8 +10,8 @@ A program (the tests) sets them with `use_target(SwarmTarget(...))`; a user thro
 environment: FOGLAB_SWARM_ENGINES="node1=tcp://10.0.0.1:2375,node2=tcp://10.0.0.2:2375"
 (the first is the manager unless FOGLAB_SWARM_MANAGER names another) and FOGLAB_SWARM_REGISTRY
 (HOST:PORT of a registry the host pushes to and every node pulls from:
-emu.engines.swarm.registry.ExternalRegistry). The links need nothing of the host: each node's link
-agent relays its own containers' links (emu.engines.swarm.links).
+emu.engines.swarm.image_registry.ExternalRegistry). The links need nothing of the host: each node's
+link agent relays its own containers' links (emu.engines.swarm.links).
 """
 
 from __future__ import annotations
@@ -85,7 +85,7 @@ def current_target(environ: Mapping[str, str] = os.environ) -> SwarmTarget | Non
         engines[node] = url
     if not environ.get(REGISTRY_ENV):
         raise ValueError(f"{ENGINES_ENV} is set: {REGISTRY_ENV} must be too (docs/swarm.md)")
-    from emu.engines.swarm.registry import ExternalRegistry
+    from emu.engines.swarm.image_registry import ExternalRegistry
 
     registry = ExternalRegistry(environ[REGISTRY_ENV])
     return SwarmTarget(engines, environ.get(MANAGER_ENV) or next(iter(engines)),
