@@ -21,8 +21,8 @@ from emu.agent.migration import state_path
 from emu.agent.registry import gateway_path
 from emu.agent.zookeeper import HANDED, ZooKeeper
 from emu.cluster.access import Access, kazoo_options
-from emu.cluster.plan import ZOOKEEPER_COMMAND, ZOOKEEPER_CONFIG, zookeeper_files
-from emu.images import SERVICES, ensure_image
+from emu.cluster.zookeeper_servers import ZOOKEEPER_CONFIG, zookeeper_files
+from emu.images import SERVICES, ZOOKEEPER_COMMAND, ensure_image
 from tests.emu_agent.conftest import wait_for
 from tests.engine import docker_engine
 

@@ -4,13 +4,8 @@ the readers as the movers, knows its address through a link of its own."""
 
 from __future__ import annotations
 
-from emu.cluster.plan import (
-    MOSQUITTO_DEFAULTS,
-    MQTT_PORT,
-    SPARE_COMMAND,
-    SPARE_CONFIG,
-    plan_cluster,
-)
+from emu.cluster.broker_kinds import MOSQUITTO_DEFAULTS, SPARE_COMMAND, SPARE_CONFIG
+from emu.cluster.plan import MQTT_PORT, plan_cluster
 from emu.deployment import agent_configs
 from topologies.model import Topology, expand
 from topologies.spec import TopologySpec

@@ -7,13 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from emu.cluster.plan import (
-    MQTT_PORT,
-    RABBITMQ_CONFIG,
-    RABBITMQ_MIN_MEMORY,
-    check_broker_kinds,
-    plan_cluster,
-)
+from emu.cluster.broker_kinds import RABBITMQ_CONFIG, RABBITMQ_MIN_MEMORY, check_broker_kinds
+from emu.cluster.plan import MQTT_PORT, plan_cluster
 from emu.images import IMAGES, RABBITMQ, SERVICES
 from topologies import catalog
 from topologies.errors import SpecError
