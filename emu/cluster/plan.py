@@ -103,6 +103,7 @@ from emu.cluster.plan_checks import (
     check_own_sessions,
     checked_nodes,
     device_group,
+    topology_error,
 )
 from emu.cluster.plan_links import LinkPlan, LinkPlanner, reads_through_broker
 from emu.cluster.tls import TLSPlan
@@ -285,7 +286,7 @@ class _Planner:
         self.dilation = dilation
 
     def error(self, path: tuple, value: object, expected: str) -> SpecError:
-        return SpecError(path, value, expected, f"topology {self.topology.name}")
+        return topology_error(self.topology, path, value, expected)
 
     def plan(self) -> ClusterPlan:
         nodes = checked_nodes(self.topology, self.cluster, self.servers)

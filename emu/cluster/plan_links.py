@@ -22,6 +22,7 @@ from itertools import pairwise
 from typing import Literal
 
 from emu.agent.config import AGENT_KINDS, AgentConfig
+from emu.cluster.plan_checks import topology_error
 from emu.links.spec import LinkShape
 from topologies.errors import SpecError
 from topologies.model import Node, Topology
@@ -78,7 +79,7 @@ class LinkPlanner:
         self.routes = routes
 
     def error(self, path: tuple, value: object, expected: str) -> SpecError:
-        return SpecError(path, value, expected, f"topology {self.topology.name}")
+        return topology_error(self.topology, path, value, expected)
 
     def broker(self, agent: Node, spares: Collection[str]) -> str:
         """The broker a container standing at node `agent` talks to: the nearest of those
