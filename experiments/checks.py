@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from experiments.spec import ExperimentSpec
+from topologies.brokers import DEFAULT_BROKER_KIND
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from workloads.features import FEATURES
@@ -92,32 +93,35 @@ def _check_run(spec: ExperimentSpec) -> None:
 
 
 def _check_broker_kinds(spec: ExperimentSpec, topology: Topology) -> None:
-    """A RabbitMQ broker (`broker.kind: rabbitmq`) where the containers only know Mosquitto's
-    ways: a dilation, closed access, a swarm, a spare (emu.cluster.plan.check_broker_kinds)."""
-    from emu.cluster.plan import check_broker_kinds
+    """A broker of a kind the containers cannot run with the run's settings (a RabbitMQ one,
+    `broker.kind: rabbitmq`, where they only know Mosquitto's ways: a dilation, a swarm, a
+    spare; emu.cluster.broker_kinds.check_broker_kinds), or without shared subscriptions
+    where the pipeline needs them."""
+    from emu.cluster.broker_kinds import check_broker_kinds
     from workloads.broker_scaling import resolve
 
     spares = resolve(spec.scenario.broker_scaling, topology).spares
     check_broker_kinds(topology, dilation=spec.run.dilation,
                        closed=spec.run.access == "closed", engine=spec.run.engine,
                        spares=spares)
-    rabbits = [n.name for n in topology.of_kind("broker")
-               if n.broker is not None and n.broker.kind == "rabbitmq"]
-    if not rabbits:
+    unshared = [n for n in topology.of_kind("broker")
+                if not n.broker_kind.shared_subscriptions]
+    if not unshared:
         return
     # Several instances read through one MQTT shared subscription (emu.cluster.deployment.
     # shared_reads), which RabbitMQ 3.10's MQTT plugin does not have: it delivers them
     # nothing, silently. Instances on gateways read their own devices' streams in-process.
+    broker, kind = unshared[0].name, unshared[0].broker_kind
     for i, op in enumerate(spec.pipeline):
         nodes = placement(topology, op.on)
         shares = operator_engine(op.engine).shares_reads
         if shares and (len(nodes) > 1 or op.slo is not None) and any(
                 topology.nodes[n].kind != "gateway" for n in nodes):
             raise SpecError(("pipeline", i, "on"), op.on,
-                            f"one node for operator {op.name}: with a RabbitMQ broker "
-                            f"({rabbits[0]}) its instances cannot share a subscription "
-                            "(RabbitMQ 3.10's MQTT plugin has no $share), so they would "
-                            "receive nothing; or the brokers' kind mosquitto")
+                            f"one node for operator {op.name}: with a {kind.title} broker "
+                            f"({broker}) its instances cannot share a subscription "
+                            f"({kind.mqtt} has no $share), so they would "
+                            f"receive nothing; or the brokers' kind {DEFAULT_BROKER_KIND.name}")
 
 
 def _check_emulation(spec: ExperimentSpec, topology: Topology) -> None:

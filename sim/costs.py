@@ -234,9 +234,7 @@ class Costs:
             return spec
         # The service time is the host's seconds; the broker's Cpu divides by its speed. A
         # RabbitMQ broker takes RabbitMQ's, where the profile measured it.
-        measured = self.calibration.broker
-        if spec.kind == "rabbitmq" and self.calibration.rabbitmq is not None:
-            measured = self.calibration.rabbitmq
+        measured = self.calibration.broker_of(node.broker_kind)
         return spec.model_copy(update={
             "service_time": measured.service_time * node.profile.speed})
 

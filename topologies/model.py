@@ -10,6 +10,7 @@ from functools import cached_property
 
 import networkx as nx
 
+from topologies.brokers import BROKER_KINDS, DEFAULT_BROKER_KIND, BrokerKind
 from topologies.errors import SpecError
 from topologies.profiles import BUILTIN_PROFILES, DEFAULT_PROFILE, Profile
 from topologies.spec import BrokerSpec, LinkSpec, NodeSpec, SparkClusterSpec, TopologySpec
@@ -27,6 +28,12 @@ class Node:
     position: tuple[float, float]
     group: str
     broker: BrokerSpec | None = None
+
+    @property
+    def broker_kind(self) -> BrokerKind:
+        """The server a broker node runs: its `broker.kind` (topologies.brokers), the default
+        kind's where it has no broker settings."""
+        return BROKER_KINDS[self.broker.kind] if self.broker is not None else DEFAULT_BROKER_KIND
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
+from topologies.brokers import BROKER_KINDS, DEFAULT_BROKER_KIND, BrokerKindName, models_refusal
 from topologies.fields import Bandwidth, Name, NonNegativeDuration, PositiveDuration, Ratio
 from topologies.profiles import NodeKind, Profile
 
@@ -22,7 +23,7 @@ class BrokerSpec(_Strict):
     """How a broker node serves messages: the server it runs on emu, a service time and a
     latency profile on sim."""
 
-    kind: Literal["mosquitto", "rabbitmq"] = Field(default="mosquitto", description=(
+    kind: BrokerKindName = Field(default=DEFAULT_BROKER_KIND.name, description=(
         "the broker's server. emu: mosquitto runs Mosquitto (the services image), rabbitmq "
         "Debian's RabbitMQ 3.10 with its MQTT plugin (the rabbitmq image), both MQTT on 1883; "
         "rabbitmq runs at run.dilation 1, with run.access open, on run.engine docker only. "
@@ -39,11 +40,11 @@ class BrokerSpec(_Strict):
     @field_validator("model")
     @classmethod
     def _model_of_kind(cls, model: str, info: ValidationInfo) -> str:
-        # Kafka is not packaged here: a RabbitMQ broker cannot stand for the kafka-like model.
-        if info.data.get("kind") == "rabbitmq" and model != "rabbitmq-like":
-            raise ValueError(f"rabbitmq-like for a broker of kind: rabbitmq (got {model!r}: "
-                             "kafka-like is a model only, no Kafka server is packaged; leave "
-                             "kind out, or mosquitto, to model a kafka-like broker)")
+        # A kind may stand for some models only (RabbitMQ: Kafka is not packaged here).
+        kind = BROKER_KINDS.get(info.data.get("kind"))
+        refusal = models_refusal(kind, model) if kind is not None else None
+        if refusal is not None:
+            raise ValueError(refusal)
         return model
 
 

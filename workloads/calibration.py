@@ -36,6 +36,7 @@ from typing import Annotated, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from topologies.brokers import RABBITMQ, BrokerKind
 from topologies.documents import dump, parse, text_of
 from topologies.errors import SpecError, Withheld, first_error
 from topologies.fields import WRITTEN, Name, NonNegativeDuration, PositiveDuration, Rate, Size
@@ -174,6 +175,12 @@ class Calibration(_Strict):
     links: Links
     spark: Spark = Field(default=DEFAULT_SPARK, description=(
         "Spark's CPU per micro-batch; a profile without it takes DEFAULT_SPARK"))
+
+    def broker_of(self, kind: BrokerKind) -> Broker:
+        """What a broker of `kind` (topologies.brokers) costs: its kind's own measure where
+        the profile has one (RabbitMQ's `rabbitmq`), else `broker`'s (Mosquitto's)."""
+        own = {RABBITMQ: self.rabbitmq}.get(kind)
+        return own if own is not None else self.broker
 
 
 class Loaded(BaseModel):

@@ -42,7 +42,8 @@ from concurrent.futures import ThreadPoolExecutor
 from itertools import pairwise
 from typing import TYPE_CHECKING, TypeVar
 
-from emu.cluster.plan import ClusterPlan, LinkPlan
+from emu.cluster.plan import ClusterPlan
+from emu.cluster.plan_links import LinkPlan
 from emu.cluster.relays import RelaySet
 from emu.links.netem import NetemShaper, netns_of_pid
 from emu.links.peers import Network, Peers, network

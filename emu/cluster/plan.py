@@ -1,9 +1,9 @@
 """Plan a topology's containers, networks and shaped links as plain data, without Docker.
 
 What becomes a container. Gateways and cloud VMs run the agent (`python3 -m emu.agent`, its
-AgentConfig as JSON in FOGLAB_AGENT); brokers run Mosquitto, or RabbitMQ where the node's
-`broker.kind` is rabbitmq (`check_broker_kinds` says where it cannot); ZooKeeper runs on
-coordinators.
+AgentConfig as JSON in FOGLAB_AGENT); brokers run the server of their `broker.kind`
+(emu.cluster.broker_kinds: Mosquitto, or RabbitMQ; its `check_broker_kinds` says where a
+kind cannot run); ZooKeeper runs on coordinators.
 The agents' configs come whole from emu.cluster.deployment (drivers, operators, seed, index); the
 plan fills in only the addresses of each one's broker and ZooKeeper.
 Devices are not containers of their own: the drivers inside their gateway's agent emulate
@@ -12,8 +12,8 @@ drivers only), which stands at its first device (its devices link alike) and is 
 there like any agent. Switches are only where paths go through.
 
 Images. A gateway with an arm64 profile runs the arm64 gateway image (through QEMU); one with an
-amd64 profile, and every cloud VM, the amd64 cloud image, which holds the same agent. Brokers and
-coordinators run the services image; a broker of kind rabbitmq the rabbitmq image. A node
+amd64 profile, and every cloud VM, the amd64 cloud image, which holds the same agent. Brokers run
+their kind's image (Mosquitto's: the services image), coordinators the services image. A node
 whose profile is not arm64 or amd64 (a sensor, a switch) cannot be a container. A device group
 runs the cloud image.
 
@@ -24,28 +24,16 @@ its speed is not applied a second time. A device group's container has its devic
 memory together, where their profile is a machine's; a microcontroller's profile says nothing
 of what emulating it takes, so then the agent gets one core and 256 MiB.
 
-ZooKeeper. By default one server; `zookeeper=3` makes an ensemble, each server with a zoo.cfg
-listing all (`server.N=`) and its `myid`. Servers run on the coordinators nearest their clients
-(least total path latency from the agents, ties to the first declared); when there are fewer
-coordinators than servers, containers named `zookeeper` (or `zookeeper-N` in an ensemble) are
-added beside the first coordinator, or beside the broker nearest the agents when the topology
-has no coordinator. A coordinator that hosts no server idles. Clients reach an added server
-through the path to the node it stands beside.
+ZooKeeper. By default one server; `zookeeper=3` makes an ensemble, on the coordinators nearest
+their clients, or added beside one (emu.cluster.zookeeper_servers).
 
 Networks. One Docker bridge per site, `foglab-<cluster>-<site>`, holding the site's containers;
 nodes without a site share the `default` segment. Site networks are not joined to each other:
 every link a client uses crosses the host, through a relay or a shaped interface.
 
-Links. A client (gateway or cloud VM) talks TCP to its broker, the one nearest by routing
-(topologies.routing.nearest, as the model picks it: clients of one kind take equally near
-brokers in turn) among those that are no spare, and to every ZooKeeper server. Each such
-pair gets the shape of its topology path, hop by hop: latencies add up; jitters, independent
-per hop, add as variances (root sum of squares); the bandwidth is the narrowest hop's (none
-when no hop has one); losses combine as 1 - prod(1 - loss). The shape applies to each
-direction: a round trip costs twice the latency. Pairs whose paths cross one hop with a
-bandwidth share it (with the relay shaper: `LinkPlan.bandwidths` gives each hop's); netem
-shapes each client's interface on its own, so there each pair has the path's narrowest
-bandwidth to itself.
+Links. A client (gateway or cloud VM) talks TCP to its broker, the nearest one that is no
+spare, and to every ZooKeeper server, each pair shaped as its topology path
+(emu.cluster.plan_links).
 
 Several brokers. Brokers are not bridged: a client publishes to its own broker and hears
 requests there. As a sim broker hands each message to every operator that reads its topic
@@ -56,14 +44,14 @@ from the publisher's broker; the host's controller holds a session on every brok
 (emu.control.commands.Controller.of_plan).
 
 An instance reading through a session of its own (one that may move) reads on the broker of
-the node it starts on, where every publisher of its input is (`_check_own_sessions` refuses
-it otherwise); its config names that broker (`OperatorConfig.broker`, the agents' own in
-`AgentConfig.broker`). A scheduled migration, a recovery re-placement or a replica may take
-the instance to a node behind another broker: the session it takes over, with the input the
-broker held meanwhile, is on the first broker still, so every node that may take it
-(`targets`: by default every gateway and cloud VM) gets a link there, shaped as its path,
-in `AgentConfig.other_brokers`. A node that reads nothing through its own session connects
-there only when it takes such an instance over.
+the node it starts on, where every publisher of its input is (emu.cluster.plan_checks.
+check_own_sessions refuses it otherwise); its config names that broker
+(`OperatorConfig.broker`, the agents' own in `AgentConfig.broker`). A scheduled migration, a
+recovery re-placement or a replica may take the instance to a node behind another broker: the
+session it takes over, with the input the broker held meanwhile, is on the first broker still,
+so every node that may take it (`targets`: by default every gateway and cloud VM) gets a link
+there, shaped as its path, in `AgentConfig.other_brokers`. A node that reads nothing through
+its own session connects there only when it takes such an instance over.
 
 Spare brokers (`scenario.broker_scaling`, workloads.broker_scaling). A spare runs Mosquitto
 from the start, idle, as a warm standby VM would: no agent takes it as its broker; "joining"
@@ -72,8 +60,8 @@ There is no bridge: a bridge to the watched broker would route every moved messa
 that broker again and relieve it of nothing; the readers take the spare's messages from it
 directly, as IoTCloud's shared channels let a subscriber read from any broker. Each agent of
 the watched broker (a mover-to-be or a reader) has a link to the spare, shaped as their path,
-and its address in `AgentConfig.spares`. The spare's conf (`spare_files`) is the image's
-with $SYS counters every second (the host reads what it received).
+and its address in `AgentConfig.spares`. The spare's conf (emu.cluster.broker_kinds.
+spare_files) is the image's with $SYS counters every second (the host reads what it received).
 
 Time dilation (`dilation`, K: emulated time runs K times slower than the host's clock,
 emu.agent.timebase). The plan keeps every link's emulated shape (`LinkPlan.shape`, what the
@@ -82,89 +70,63 @@ The services' own timers are scaled by K in their configs, so that they keep the
 values: ZooKeeper's tickTime (its session bounds and an ensemble's initLimit and syncLimit count
 ticks, so they follow; an ensemble's connection timeout and election notification intervals
 too), and Mosquitto's (autosave_interval, sys_interval) in a conf of their own
-(`mosquitto_files`). At K = 1 nothing is written beyond what an undilated plan has. What no
-config reaches: the kernel's TCP timers (a minimum RTO of 200 host ms is 200/K emulated ms),
-the JVM's pauses (garbage collection, JIT) and Mosquitto's and ZooKeeper's handling time,
-which are host work, so they shrink K times in emulated time.
+(emu.cluster.broker_kinds.mosquitto_files). At K = 1 nothing is written beyond what an
+undilated plan has. What no config reaches: the kernel's TCP timers (a minimum RTO of 200 host
+ms is 200/K emulated ms), the JVM's pauses (garbage collection, JIT) and Mosquitto's and
+ZooKeeper's handling time, which are host work, so they shrink K times in emulated time.
 """
 
 from __future__ import annotations
 
-import math
 import os
-import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
-from itertools import pairwise
-from pathlib import Path
 from typing import Literal
 
 from emu.agent.config import AGENT_KINDS, AgentConfig
 from emu.agent.spark_cluster import MASTER_PORT as SPARK_MASTER_PORT
-from emu.cluster.access import ACL_FILE, PASSWORD_FILE, Access, closed_conf, read_grants
-from emu.cluster.rabbitmq_access import closed_rabbitmq
-from emu.cluster.tls import TLSPlan, tls_plan
-from emu.images import (
-    CLOUD,
-    GATEWAY,
-    MOSQUITTO_COMMAND,
-    RABBITMQ,
-    SERVICES,
-    ZOOKEEPER_COMMAND,
-    ImageSpec,
+from emu.cluster.access import Access
+from emu.cluster.broker_kinds import (
+    SPARE_COMMAND,
+    check_broker_kinds,
+    kind_of,
+    kind_of_container,
+    spare_files,
 )
-from emu.links.spec import LinkShape, check_dilation
+from emu.cluster.closing import closed_plan, tls_plan
+from emu.cluster.names import cluster_labels, container_name, network_name
+from emu.cluster.plan_checks import (
+    ARCHES,
+    DEVICE_KIND,
+    MIN_MEMORY,
+    check_configs,
+    check_own_sessions,
+    checked_nodes,
+    device_group,
+    topology_error,
+)
+from emu.cluster.plan_links import LinkPlan, LinkPlanner, reads_through_broker
+from emu.cluster.tls import TLSPlan
+from emu.cluster.zookeeper_servers import (
+    ZOOKEEPER_NAME,
+    ZOOKEEPER_PORT,
+    place_servers,
+    zookeeper_files,
+)
+from emu.images import CLOUD, GATEWAY, SERVICES, ZOOKEEPER_COMMAND, ImageSpec
+from emu.links.spec import check_dilation
 from topologies.errors import SpecError
 from topologies.model import Node, Topology
-from topologies.routing import NoRoute, Routes, latency, nearest
-from workloads.broker_scaling import first_brokers
-from workloads.operator_engines import Move, operator_engine
-from workloads.recovery import ZK_MAX_SESSION_TICKS, ZK_MIN_SESSION_TICKS, ZK_TICK_S
+from topologies.routing import Routes
+from workloads.operator_engines import operator_engine
 
-MQTT_PORT = 1883
-ZOOKEEPER_PORT = 2181
-ZOOKEEPER_PEER_PORTS = (2888, 3888)
+MQTT_PORT = 1883  # every broker kind's
 AGENT_COMMAND = ("python3", "-m", "emu.agent")
 IDLE_COMMAND = ("sleep", "infinity")
 DEFAULT_SEGMENT = "default"
-SPARE_CONFIG = "/etc/foglab/spare.conf"  # a spare broker's mosquitto.conf (spare_files)
-SPARE_COMMAND = ("mosquitto", "-c", SPARE_CONFIG)
-# A broker's mosquitto.conf at a dilation (mosquitto_files): the image's with its timers scaled.
-DILATED_CONFIG = "/etc/foglab/dilated.conf"
-DILATED_COMMAND = ("mosquitto", "-c", DILATED_CONFIG)
 # A Spark standalone cluster (_Planner._spark_cluster): the master's port, and where every VM
 # of it mounts each driver's records (a job's work, its journal), alike on all.
 SPARK_WORK = "/spark"
-# A closed cluster's broker (closed_plan): its conf, the users' hashes and the ACL.
-CLOSED_CONFIG = "/etc/foglab/closed.conf"
-# Mosquitto's timers foglab's conf leaves at their defaults (s): the persistence database's
-# autosave and the $SYS topics' period (a spare's is SPARE_SYS_INTERVAL_S).
-MOSQUITTO_AUTOSAVE_S = 1800
-MOSQUITTO_SYS_INTERVAL_S = 10
-SPARE_SYS_INTERVAL_S = 1
-# ZooKeeper's timers beside the tick, for an ensemble's quorum (ms): the connection timeout
-# between servers and the leader election's notification intervals (their defaults).
-ZK_CNX_TIMEOUT_MS = 5000
-ZK_ELECTION_NOTIFICATION_MS = (200, 60000)
-# The services image's mosquitto.conf, whose settings a spare's conf keeps.
-MOSQUITTO_DEFAULTS = Path(__file__).resolve().parents[1] / "rootfs/services/mosquitto.conf"
-# A broker of kind rabbitmq (rabbitmq_files): the image's rabbitmq.conf, written again with the
-# container's memory limit, which the Erlang VM does not read from its cgroup.
-RABBITMQ_CONFIG = "/etc/foglab/rabbitmq/rabbitmq.conf"
-RABBITMQ_DEFAULTS = Path(__file__).resolve().parents[1] / "rootfs/rabbitmq/rabbitmq.conf"
-# The least memory a RabbitMQ broker's profile may have: the node takes about 100 MiB idle
-# with the MQTT plugin (measured: docs/brokers.md), and its flow control blocks publishers at
-# the watermark's share of the rest.
-RABBITMQ_MIN_MEMORY = 256 * 1024**2
-ZOOKEEPER_NAME = "zookeeper"
-ZOOKEEPER_CONFIG = "/etc/foglab/zoo.cfg"
-ZOOKEEPER_DATA = "/var/lib/zookeeper"
-CONTAINER_KINDS = ("gateway", "cloud_vm", "broker", "coordinator")
-DEVICE_KIND = "device"  # a device group's container (emu.cluster.deployment.device_hosts)
-# Docker's own rule for container and network names; the length keeps names readable.
-CLUSTER_NAME = re.compile(r"^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,39}$")
-HOSTNAME_MAX = 63
-MIN_MEMORY = 6 * 1024**2  # Docker refuses a smaller memory limit
 HOST_ARCH = "amd64"
 # A device group's container whose devices are microcontrollers: the agent's own needs.
 DEVICE_CPUS = 1.0
@@ -222,23 +184,6 @@ class ContainerPlan:
         return f"{self.name}:{self.port}"
 
 
-@dataclass(frozen=True)
-class LinkPlan:
-    """A client's TCP connection to a service, shaped as its topology path."""
-
-    client: str
-    service: str
-    role: Literal["mqtt", "zookeeper"]
-    port: int
-    shape: LinkShape
-    path: tuple[str, ...]
-    bandwidths: tuple[float | None, ...] = ()  # each hop's of the path, in bit/s
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return self.client, self.service
-
-
 @dataclass
 class ClusterPlan:
     cluster: str
@@ -267,10 +212,10 @@ class ClusterPlan:
 
     @property
     def mqtt5(self) -> bool:
-        """Whether the cluster's persistent MQTT sessions speak MQTT 5: not when a broker
-        runs RabbitMQ, whose MQTT plugin (3.10) has MQTT 3.1 and 3.1.1 only; its clients are
-        then MQTT 3.1.1 with clean session off (emu.agent.mqtt.use_mqtt5)."""
-        return all(c.image.name != RABBITMQ.name for c in self.containers.values()
+        """Whether the cluster's persistent MQTT sessions speak MQTT 5: not when a broker's
+        kind has no MQTT 5 (RabbitMQ, whose MQTT plugin (3.10) has MQTT 3.1 and 3.1.1 only);
+        its clients are then MQTT 3.1.1 with clean session off (emu.agent.mqtt.use_mqtt5)."""
+        return all(kind_of_container(c).kind.mqtt5 for c in self.containers.values()
                    if c.role == "broker")
 
     def links_of(self, client: str) -> list[LinkPlan]:
@@ -281,33 +226,6 @@ class ClusterPlan:
             if link.key == (client, service):
                 return link
         raise KeyError(f"no link from {client} to {service} in cluster {self.cluster}")
-
-
-def path_shape(topology: Topology, path: Iterable[str]) -> LinkShape:
-    """The shape of a path: latencies add, jitters add as variances, the narrowest bandwidth,
-    losses combine."""
-    path = list(path)
-    variance, bandwidth, delivered = 0.0, None, 1.0
-    graph = topology.graph
-    for a, b in pairwise(path):
-        hop = graph.edges[a, b]["link"]
-        variance += hop.jitter ** 2
-        if hop.bandwidth is not None:
-            bandwidth = hop.bandwidth if bandwidth is None else min(bandwidth, hop.bandwidth)
-        delivered *= 1 - hop.loss
-    return LinkShape(latency(topology, path), math.sqrt(variance), bandwidth,
-                     min(1.0, max(0.0, 1 - delivered)))
-
-
-def _reads_through_broker(config: AgentConfig) -> bool:
-    """Whether an agent's operators read through its node session, which then reads on the
-    other brokers too (AgentConfig.other_brokers)."""
-    return any(not (op.session or operator_engine(op.engine).own_session)
-               for op in config.operators)
-
-
-def cluster_labels(cluster: str) -> dict[str, str]:
-    return {"foglab": "1", "foglab.cluster": cluster}
 
 
 def plan_cluster(topology: Topology, cluster: str | None = None, *,
@@ -330,9 +248,9 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     holds the session; None: every gateway and cloud VM may take any. `dilation`: the run's
     K (at least 1): the services' timers are scaled by it and the links installed dilated
     (see the module docstring); the links' shapes in the plan stay emulated. `closed`: the
-    brokers and ZooKeeper take only the cluster's own clients (emu.cluster.access; a RabbitMQ
-    broker in its own terms, emu.cluster.rabbitmq_access). `tls` (closed only): they speak TLS
-    only (emu.cluster.tls).
+    brokers and ZooKeeper take only the cluster's own clients (emu.cluster.closing; each broker
+    in its kind's terms, emu.cluster.broker_kinds). `tls` (closed only): they speak TLS only
+    (emu.cluster.tls).
     """
     dilation = check_dilation(dilation, "plan_cluster's dilation")
     check_broker_kinds(topology, dilation=dilation, closed=closed, spares=spares or {})
@@ -346,87 +264,8 @@ def plan_cluster(topology: Topology, cluster: str | None = None, *,
     if tls and not closed:
         raise ValueError("plan_cluster: tls needs closed (run.access: closed)")
     if closed:
-        plan = closed_rabbitmq(plan, closed_plan(plan, targets, live_acl=live_acl), ACL_FILE,
-                               RABBITMQ_CONFIG)
+        plan = closed_plan(plan, targets, live_acl=live_acl)
     return tls_plan(plan) if tls else plan
-
-
-def broker_kind(node: Node | None) -> str:
-    """The server a broker node runs: its `broker.kind` (topologies.spec.BrokerSpec)."""
-    return node.broker.kind if node is not None and node.broker is not None else "mosquitto"
-
-
-def check_broker_kinds(topology: Topology, *, dilation: float | str = 1.0,
-                       closed: bool = False, engine: str = "docker",
-                       spares: Collection[str] = ()) -> None:
-    """Refuse, naming the broker's `kind`, a RabbitMQ broker where the emulation only knows
-    Mosquitto's ways: a time dilation (its timers are not scaled: heartbeats, the session
-    queues' expiry), a swarm
-    (not tried), a spare (the host reads a spare's $SYS counters, which are Mosquitto's); and
-    one whose profile has less memory than the Erlang node needs. `dilation` as written
-    (`auto` and `real-speed` may choose K > 1: refused too). `experiments.checks` calls this
-    with the run's settings before anything starts; plan_cluster with those it knows."""
-    for node in topology.of_kind("broker"):
-        if broker_kind(node) != "rabbitmq":
-            continue
-        path = ("nodes", node.name, "broker", "kind")
-        why = None
-        if dilation != 1:
-            shown = dilation if isinstance(dilation, str) else f"{dilation:g}"
-            why = (f"run.dilation is {shown}: RabbitMQ's timers are not scaled with it, "
-                   "run it at dilation 1")
-        elif engine != "docker":
-            why = f"run.engine is {engine}: a RabbitMQ broker runs on the docker engine only"
-        elif node.name in spares:
-            why = ("it is a spare of scenario.broker_scaling, whose load the host reads from "
-                   "Mosquitto's $SYS counters")
-        elif node.profile.memory < RABBITMQ_MIN_MEMORY:
-            why = (f"its profile {node.profile_name} has {node.profile.memory / 1024**2:.0f} "
-                   f"MiB: a RabbitMQ node needs at least {RABBITMQ_MIN_MEMORY // 1024**2} MiB")
-        if why is not None:
-            raise SpecError(path, "rabbitmq", f"kind mosquitto for broker {node.name}: {why}",
-                            f"topology {topology.name}")
-
-
-def closed_plan(plan: ClusterPlan, targets: Mapping[str, Collection[str]] | None = None, *,
-                live_acl: bool = True) -> ClusterPlan:
-    """The plan closed to outsiders (emu.cluster.access): each broker's conf refuses anonymous
-    clients and reads the cluster's password file and ACL, where each node reads what the
-    operators placed on it read (those that may come to it, `targets`, plan_cluster's, are
-    granted at the move, emu.cluster.grants; or here, where the brokers cannot take a new
-    ACL while they run: not `live_acl`, or RabbitMQ); each agent
-    logs in as its node, to the broker and to ZooKeeper (and adds the run's identity there);
-    each ZooKeeper server takes the host as its super user."""
-    configs = plan.agent_configs()
-    # Mosquitto takes a new ACL while it runs (emu.cluster.grants: a move's target is granted
-    # then) where its engine can rewrite the file (`live_acl`: the engine class's; a swarm's
-    # brokers read it from a Docker config); a RabbitMQ broker loads its permissions at boot.
-    # Otherwise a move's targets are granted now.
-    mosquitto = all(c.image.name != RABBITMQ.name for c in plan.containers.values()
-                    if c.role == "broker")
-    reads, common = read_grants(configs, targets, at_move=mosquitto and live_acl)
-    access = Access.make(configs, common, reads)
-    files = ((PASSWORD_FILE, access.password_file()), (ACL_FILE, access.acl_file()))
-    containers = dict(plan.containers)
-    for name, container in plan.containers.items():
-        if container.role == "broker":
-            conf = container.command[-1] if container.command[-2:-1] == ("-c",) else None
-            written = dict(container.files)
-            text = written.pop(conf, None) or MOSQUITTO_DEFAULTS.read_text()
-            containers[name] = replace(
-                container, command=("mosquitto", "-c", CLOSED_CONFIG),
-                files=(*written.items(),
-                       (CLOSED_CONFIG, closed_conf(text, PASSWORD_FILE, ACL_FILE)), *files))
-        elif container.role == "zookeeper":
-            containers[name] = replace(container, files=tuple(
-                (path, text + access.zookeeper_super() + "\n" if path == ZOOKEEPER_CONFIG
-                 else text) for path, text in container.files))
-        elif container.agent is not None:
-            user, password = access.credentials(name)
-            containers[name] = replace(container, agent=replace(
-                container.agent, mqtt_user=user, mqtt_password=password,
-                zookeeper_auth=access.zookeeper_identities(name)))
-    return replace(plan, containers=containers, access=access)
 
 
 class _Planner:
@@ -440,30 +279,32 @@ class _Planner:
         self.configs = agents
         self.host_cpus = host_cpus
         self.routes = Routes(topology)
+        self.links = LinkPlanner(topology, self.routes)
         self.labels = {**labels, **cluster_labels(cluster), "foglab.topology": topology.name}
         self.spares = spares or {}
         self.targets = targets
         self.dilation = dilation
 
     def error(self, path: tuple, value: object, expected: str) -> SpecError:
-        return SpecError(path, value, expected, f"topology {self.topology.name}")
+        return topology_error(self.topology, path, value, expected)
 
     def plan(self) -> ClusterPlan:
-        nodes = self._checked_nodes()
+        nodes = checked_nodes(self.topology, self.cluster, self.servers)
         # Each agent container and the topology node it stands at (a device group's: its
         # first device, all of them linked alike).
         standing = {n.name: n for n in nodes if n.kind in AGENT_KINDS}
-        self._check_configs(list(standing))
+        check_configs(self.topology, self.configs, list(standing))
         for name, config in self.configs.items():
             if name not in standing:
-                standing[name] = self._device_group(config)
-        brokers = {name: self._broker(name, node) for name, node in standing.items()}
-        self._check_own_sessions(brokers)
-        sessions = self._session_brokers(standing, brokers)
+                standing[name] = device_group(self.topology, config)
+        brokers = {name: self.links.broker(node, self.spares) for name, node in standing.items()}
+        check_own_sessions(self.topology, self.configs, brokers)
+        sessions = self.links.session_brokers(self.configs, self.targets, standing, brokers)
         # Each spare's clients-to-be: the agents of the broker it backs (movers, readers).
         clients = {spare: [name for name in standing if brokers[name] == watched]
                    for spare, watched in self.spares.items()}
-        servers, anchors = self._zookeeper(list(standing.values()))
+        servers, anchors = place_servers(self.topology, self.routes, self.servers,
+                                         list(standing.values()))
         containers = self._service_containers(nodes, servers, anchors)
         links = self._agent_containers(containers, nodes, standing, brokers, sessions, clients,
                                        servers, anchors)
@@ -474,20 +315,6 @@ class _Planner:
         networks = self._networks(containers)
         return ClusterPlan(self.cluster, self.topology.name, networks, containers, links,
                            brokers, servers, dict(self.labels), dict(self.spares), self.dilation)
-
-    def _checked_nodes(self) -> list[Node]:
-        """The topology's nodes that become containers, each checked, once the cluster's name
-        and its number of ZooKeeper servers are."""
-        if not CLUSTER_NAME.match(self.cluster):
-            raise self.error(("cluster",), self.cluster,
-                             "a cluster name Docker accepts: letters, digits, _ . or -, starting"
-                             " with a letter or digit, at most 40 characters")
-        if self.servers not in (1, 3):
-            raise self.error(("zookeeper",), self.servers, "1 or 3 ZooKeeper servers")
-        nodes = [n for n in self.topology.nodes.values() if n.kind in CONTAINER_KINDS]
-        for node in nodes:
-            self._check(node)
-        return nodes
 
     def _service_containers(self, nodes: list[Node], servers: list[str],
                             anchors: dict[str, str | None]) -> dict[str, ContainerPlan]:
@@ -520,22 +347,19 @@ class _Planner:
         ZooKeeper, spares and other brokers are; the links of its sessions to them."""
         links = []
         # One protocol for every session of the cluster: an agent's clients share it.
-        mqtt5 = all(broker_kind(n) != "rabbitmq" for n in nodes if n.kind == "broker")
+        mqtt5 = all(n.broker_kind.mqtt5 for n in nodes if n.kind == "broker")
         for name, node in standing.items():
             broker = brokers[name]
-            links.append(self._link(name, broker, broker, "mqtt", MQTT_PORT, node.name))
-            links += [self._link(name, server, anchors[server], "zookeeper", ZOOKEEPER_PORT,
-                                 node.name) for server in servers]
             spares = {spare: containers[spare].address for spare in self.spares
                       if name in clients[spare]}
-            links += [self._link(name, spare, spare, "mqtt", MQTT_PORT, node.name)
-                      for spare in spares]
-            reads = (set(brokers.values()) if _reads_through_broker(self.configs[name])
+            reads = (set(brokers.values()) if reads_through_broker(self.configs[name])
                      else set())
             others = {other: containers[other].address
                       for other in sorted((reads | sessions.get(name, set())) - {broker})}
-            links += [self._link(name, other, other, "mqtt", MQTT_PORT, node.name)
-                      for other in others]
+            services = [(broker, broker, "mqtt", MQTT_PORT),
+                        *((s, anchors[s], "zookeeper", ZOOKEEPER_PORT) for s in servers),
+                        *((other, other, "mqtt", MQTT_PORT) for other in [*spares, *others])]
+            links += [self.links.link(name, *service, node.name) for service in services]
             config = self.configs[name]
             config = replace(config, mqtt=containers[broker].address,
                              zookeeper=",".join(containers[s].address for s in servers),
@@ -610,177 +434,6 @@ class _Planner:
             containers[name] = replace(container, agent=config,
                                        shared_records=tuple(drivers))
 
-    def _check_own_sessions(self, brokers: dict[str, str]) -> None:
-        """Refuse, before anything starts, an operator instance reading through a session of
-        its own (one that may move: migrations, recovery, replication; or a Spark query)
-        that would read topics another broker carries: such a session reads its node's
-        broker only, and the readings published elsewhere would be silently missing."""
-        from emu.agent.protocol import output_topic, stream_topic
-        from workloads.topics import matches, shared
-
-        published = {name: {stream_topic(d.stream, name, device, d.channel)
-                            for d in config.drivers for device in d.devices}
-                     | {output_topic(op.writes, name) for op in config.operators if op.writes}
-                     for name, config in self.configs.items()}
-        for reader, config in self.configs.items():
-            for op in config.operators:
-                engine = operator_engine(op.engine)
-                if not (op.session or engine.own_session):
-                    continue
-                for publisher, topics in published.items():
-                    if brokers[publisher] == brokers[reader]:
-                        continue
-                    topic = next((t for t in sorted(topics) for f in op.reads
-                                  if matches(shared(f)[1], t)), None)
-                    if topic is not None:
-                        why = f"a {engine.title} query" if engine.own_session else "it may move"
-                        raise self.error(("pipeline", op.name, "on"), reader, (
-                            f"on emu, {op.name} on {reader} reads through a session of its "
-                            f"own ({why}), on its broker {brokers[reader]} only, and {publisher} "
-                            f"publishes {topic} to {brokers[publisher]}: link them to one "
-                            "broker, or run it on sim"))
-
-    def _session_brokers(self, standing: Mapping[str, Node],
-                         brokers: dict[str, str]) -> dict[str, set[str]]:
-        """Node -> the brokers of the input sessions it may take over, other than its own:
-        an instance that may move (a Python one with a session of its own) keeps its session
-        on the broker of the node it starts on, and every node it may move to (`targets`, by
-        default every gateway and cloud VM) reaches that broker. A Spark query's session
-        moves with emu.features.moves.spark_query, which the migrations feature keeps to one
-        broker."""
-        nodes = self.topology.nodes
-        movers = [n for n in standing if n in nodes and nodes[n].kind in AGENT_KINDS]
-        reach: dict[str, set[str]] = {}
-        for start, config in self.configs.items():
-            for op in config.operators:
-                if (not op.session or operator_engine(op.engine).moves_by is not Move.AGENTS
-                        or op.broker == ""):
-                    continue  # a follow instance reads on its node's broker, wherever it is
-                home = op.broker or brokers[start]
-                if self.targets is None:
-                    targets = movers
-                else:
-                    targets = self.targets.get(op.name, ())
-                    unknown = sorted(set(targets) - set(movers))
-                    if unknown:
-                        raise self.error(("pipeline", op.name), unknown[0], (
-                            f"a gateway or cloud VM of topology {self.topology.name} to move "
-                            f"{op.name} to ({', '.join(movers)})"))
-                for target in targets:
-                    if brokers[target] != home:
-                        reach.setdefault(target, set()).add(home)
-        return reach
-
-    def _check_configs(self, agents: list[str]) -> None:
-        """One config per agent node, for that node, and device groups' (kind device): the
-        configs are another topology's otherwise (a caller's mistake, not the user's)."""
-        nodes = self.topology.nodes
-        given = {name for name, config in self.configs.items() if config.kind != DEVICE_KIND}
-        if given != set(agents):
-            raise ValueError(f"agent configs for {sorted(given)}, but topology "
-                             f"{self.topology.name}'s agents are {sorted(agents)}")
-        for name, config in self.configs.items():
-            if config.node != name or (name in given and config.kind != nodes[name].kind):
-                raise ValueError(f"the agent config given for {name} is for "
-                                 f"{config.kind} {config.node}")
-
-    def _device_group(self, config: AgentConfig) -> Node:
-        """Where a device group's container stands: at its first device (emu.cluster.deployment
-        groups devices linked alike)."""
-        devices = [d for driver in config.drivers for d in driver.devices]
-        nodes = self.topology.nodes
-        if not devices or any(nodes.get(d) is None or nodes[d].kind != DEVICE_KIND
-                              for d in devices):
-            raise ValueError(f"device group {config.node}: its drivers' devices {devices} "
-                             f"are not devices of topology {self.topology.name}")
-        if config.node in nodes and config.node not in devices:
-            raise ValueError(f"device group {config.node} is named like another node")
-        if len(config.node) > HOSTNAME_MAX:
-            raise self.error(("nodes", devices[0], "name"), config.node,
-                             f"a name of at most {HOSTNAME_MAX} characters for the container "
-                             "of its device group")
-        return nodes[devices[0]]
-
-    def _check(self, node: Node) -> None:
-        if len(node.name) > HOSTNAME_MAX:
-            raise self.error(("nodes", node.name, "name"), node.name,
-                             f"a node name of at most {HOSTNAME_MAX} characters, the longest "
-                             "hostname a container may have")
-        if node.profile.arch not in ("arm64", "amd64"):
-            raise self.error(("nodes", node.name, "profile"), node.profile_name,
-                             f"a profile of arch arm64 or amd64 for a {node.kind} container "
-                             f"(profile {node.profile_name} is {node.profile.arch})")
-        if node.profile.memory < MIN_MEMORY:
-            raise self.error(("nodes", node.name, "profile"), node.profile_name,
-                             f"a profile with at least 6MiB of memory, the least Docker allows "
-                             f"(profile {node.profile_name} has {node.profile.memory} bytes)")
-
-    def _latency(self, source: str, target: str) -> float | None:
-        try:
-            return self.routes.latency(source, target)
-        except NoRoute:
-            return None
-
-    def _broker(self, name: str, agent: Node) -> str:
-        """The broker the container `name`, standing at node `agent`, talks to: the nearest
-        of those that are no spare."""
-        brokers = first_brokers(self.topology, set(self.spares))
-        if not brokers:
-            raise self.error(("nodes", agent.name, "kind"), agent.kind,
-                             f"a broker node in the topology for {agent.kind} {agent.name} "
-                             "to talk to (there is none)")
-        broker = nearest(self.routes, agent.name, brokers)
-        if broker is None:
-            raise self.error(("nodes", agent.name, "links"), agent.name,
-                             f"a route from {agent.name} to a broker ({', '.join(brokers)}): "
-                             "no links connect them")
-        return broker
-
-    def _central(self, candidates: list[Node], clients: list[Node]) -> list[Node]:
-        """Candidates by total path latency from the clients; unreachable ones last."""
-        def total(candidate: Node) -> float:
-            latencies = [self._latency(c.name, candidate.name) for c in clients]
-            return math.inf if None in latencies else sum(latencies)
-
-        order = {n.name: i for i, n in enumerate(candidates)}
-        return sorted(candidates, key=lambda n: (total(n), order[n.name]))
-
-    def _zookeeper(self, agents: list[Node]) -> tuple[list[str], dict[str, str | None]]:
-        """The servers' names in myid order, and the node each stands beside."""
-        coordinators = self._central(self.topology.of_kind("coordinator"), agents)
-        hosts = [c.name for c in coordinators[:self.servers]]
-        anchor = (coordinators[0].name if coordinators else
-                  next((b.name for b in self._central(self.topology.of_kind("broker"), agents)),
-                       None))
-        added = self.servers - len(hosts)
-        names = ([ZOOKEEPER_NAME] if self.servers == 1 else
-                 [f"{ZOOKEEPER_NAME}-{i}" for i in range(len(hosts) + 1, self.servers + 1)])
-        names = names[:added] if added else []
-        for name in names:
-            if name in self.topology.nodes:
-                raise self.error(("nodes", name, "name"), name,
-                                 f"a node name other than {name}: the cluster adds a ZooKeeper "
-                                 "server of that name (or make the node kind: coordinator)")
-        anchors = {host: host for host in hosts} | {name: anchor for name in names}
-        return hosts + names, anchors
-
-    def _link(self, client: str, service: str, anchor: str | None, role, port: int,
-              origin: str) -> LinkPlan:
-        """The client's link to a service, shaped as the path from the node it stands at
-        (`origin`) to the node the service stands at (`anchor`)."""
-        if anchor is None:
-            return LinkPlan(client, service, role, port, LinkShape(0.0), (origin, service))
-        try:
-            path = self.routes.path(origin, anchor)
-        except NoRoute:
-            raise self.error(("nodes", origin, "links"), origin,
-                             f"a route from {origin} to {anchor}, where the {role} server "
-                             f"{service} runs: no links connect them") from None
-        graph = self.topology.graph
-        return LinkPlan(client, service, role, port, path_shape(self.topology, path),
-                        tuple(path), tuple(graph.edges[a, b]["link"].bandwidth
-                                           for a, b in pairwise(path)))
-
     def _container(self, name: str, kind: str, role: Role, site: str | None, node: Node | None,
                    servers: list[str], agent: AgentConfig | None = None,
                    broker: str | None = None) -> ContainerPlan:
@@ -790,14 +443,10 @@ class _Planner:
         if role == "agent":
             image = GATEWAY if kind == "gateway" and profile.arch == "arm64" else CLOUD
             command = AGENT_COMMAND
-        elif role == "broker" and broker_kind(node) == "rabbitmq":
-            image, command, port = RABBITMQ, RABBITMQ.cmd, MQTT_PORT
-            files = rabbitmq_files(self.cluster, name, node.profile.memory)
         elif role == "broker":
-            command, port = MOSQUITTO_COMMAND, MQTT_PORT
-            if self.dilation != 1:
-                command, files = DILATED_COMMAND, mosquitto_files(self.cluster, name,
-                                                                  self.dilation)
+            server = kind_of(node)
+            image, port = server.image, MQTT_PORT
+            command, files = server.planned(self.cluster, name, node, self.dilation)
         elif role == "zookeeper":
             command, port = ZOOKEEPER_COMMAND, ZOOKEEPER_PORT
             files = zookeeper_files(self.cluster, servers, name, self.dilation)
@@ -822,14 +471,13 @@ class _Planner:
             port=port, agent=agent, files=files,
             profile=node.profile_name if profile is not None else None)
 
-
     @staticmethod
     def _device_limits(profile, agent: AgentConfig) -> tuple[float, int]:
         """A device group's container: its devices' cores and memory together, where their
         profile is a machine's (arm64 or amd64, run natively on the cloud image); else (a
         microcontroller) what the agent needs, DEVICE_CPUS and DEVICE_MEMORY."""
         devices = len({d for driver in agent.drivers for d in driver.devices})
-        if profile.arch not in ("arm64", "amd64") or profile.memory < MIN_MEMORY:
+        if profile.arch not in ARCHES or profile.memory < MIN_MEMORY:
             return DEVICE_CPUS, DEVICE_MEMORY
         return profile.cores * profile.speed * devices, profile.memory * devices
 
@@ -840,103 +488,3 @@ def _pids_limit(role: Role, image: ImageSpec) -> int:
     if role == "agent":
         return PIDS_AGENT if image == GATEWAY else PIDS_SPARK
     return PIDS_SERVICE[role]
-
-
-def container_name(cluster: str, node: str) -> str:
-    return f"foglab-{cluster}-{node}"
-
-
-def network_name(cluster: str, segment: str) -> str:
-    return f"foglab-{cluster}-{segment}"
-
-
-def zookeeper_files(cluster: str, servers: list[str], server: str,
-                    dilation: float = 1.0) -> tuple[tuple[str, str], ...]:
-    """A server's zoo.cfg and, in an ensemble, every server.N (by container name) and its myid.
-
-    The tick and the sessions it accepts come from workloads.recovery, which the model's
-    failure detector reads too: a session expires on the first tick after its timeout. At a
-    dilation K the tick lasts K times as long on the host, so every bound counted in ticks
-    (sessions, initLimit, syncLimit) keeps its emulated value; an ensemble's quorum timers
-    (cnxTimeout, the election's notification intervals: ZooKeeper reads unknown keys as
-    `zookeeper.<key>` system properties) are scaled with it."""
-    peer, election = ZOOKEEPER_PEER_PORTS
-    tick_ms = round(ZK_TICK_S * 1000 * dilation)
-    lines = [
-        "# foglab's ZooKeeper server, written by emu.cluster.plan",
-        f"tickTime={tick_ms}", f"minSessionTimeout={ZK_MIN_SESSION_TICKS * tick_ms}",
-        f"maxSessionTimeout={ZK_MAX_SESSION_TICKS * tick_ms}",
-        # An ensemble's start and follower lag, in ticks: 20 s and 10 s.
-        f"initLimit={round(20 / ZK_TICK_S)}", f"syncLimit={round(10 / ZK_TICK_S)}",
-        f"dataDir={ZOOKEEPER_DATA}",
-        f"clientPort={ZOOKEEPER_PORT}", "maxClientCnxns=0", "admin.enableServer=false",
-        "4lw.commands.whitelist=ruok,stat,srvr,mntr",
-    ]
-    if len(servers) == 1:
-        return ((ZOOKEEPER_CONFIG, "\n".join(lines) + "\n"),)
-    lines += [
-        # Bind the quorum ports on every interface: a container's own name may resolve to an
-        # address of another of its networks.
-        "quorumListenOnAllIPs=true",
-        *_quorum_timers(dilation),
-        *(f"server.{i}={container_name(cluster, name)}:{peer}:{election}"
-          for i, name in enumerate(servers, start=1)),
-    ]
-    myid = servers.index(server) + 1
-    return ((ZOOKEEPER_CONFIG, "\n".join(lines) + "\n"), (f"{ZOOKEEPER_DATA}/myid", f"{myid}\n"))
-
-
-def _quorum_timers(dilation: float) -> list[str]:
-    if dilation == 1:
-        return []
-    low, high = ZK_ELECTION_NOTIFICATION_MS
-    return [f"# Quorum timers at dilation {dilation:g}: their defaults x {dilation:g}",
-            f"cnxTimeout={round(ZK_CNX_TIMEOUT_MS * dilation)}",
-            f"fastleader.minNotificationInterval={round(low * dilation)}",
-            f"fastleader.maxNotificationInterval={round(high * dilation)}"]
-
-
-def _scaled_seconds(seconds: float, dilation: float) -> int:
-    # Mosquitto reads whole seconds: at a K that is not a whole number, the nearest one.
-    return max(1, round(seconds * dilation))
-
-
-def mosquitto_timers(dilation: float, sys_interval_s: float = MOSQUITTO_SYS_INTERVAL_S) -> str:
-    """The conf lines of Mosquitto's own timers at a dilation K: each K times its emulated
-    value (the defaults; `sys_interval_s` a spare's). Clients' keepalives are the clients':
-    Mosquitto enforces 1.5 times what each CONNECT asks for, so a client that scales its
-    keepalive (the agents do, emu.agent) is held to the scaled one."""
-    return "\n".join([
-        f"# Mosquitto's timers at dilation {dilation:g}: emulated value x {dilation:g}",
-        f"autosave_interval {_scaled_seconds(MOSQUITTO_AUTOSAVE_S, dilation)}",
-        f"sys_interval {_scaled_seconds(sys_interval_s, dilation)}"]) + "\n"
-
-
-def mosquitto_files(cluster: str, broker: str, dilation: float) -> tuple[tuple[str, str], ...]:
-    """A broker's mosquitto.conf at a dilation (DILATED_CONFIG): the image's settings and its
-    timers scaled (`mosquitto_timers`)."""
-    header = f"# {broker}: a broker of cluster {cluster} (emu.cluster.plan.mosquitto_files)\n"
-    return ((DILATED_CONFIG,
-             MOSQUITTO_DEFAULTS.read_text() + header + mosquitto_timers(dilation)),)
-
-
-def rabbitmq_files(cluster: str, broker: str, memory: int) -> tuple[tuple[str, str], ...]:
-    """A RabbitMQ broker's rabbitmq.conf (RABBITMQ_CONFIG): the image's, with the memory its
-    container has (its profile's), which the Erlang VM would otherwise read as the host's: the
-    memory watermark, a share of it, then blocks publishers before the kernel kills the node."""
-    header = f"# {broker}: a broker of cluster {cluster} (emu.cluster.plan.rabbitmq_files)\n"
-    return ((RABBITMQ_CONFIG, RABBITMQ_DEFAULTS.read_text() + header
-             + f"total_memory_available_override_value = {int(memory)}\n"),)
-
-
-def spare_files(cluster: str, spare: str,
-                dilation: float = 1.0) -> tuple[tuple[str, str], ...]:
-    """A spare broker's mosquitto.conf: the image's settings, and its $SYS counters published
-    every (emulated) second, so the host can read how many messages it received
-    (emu.features.broker_scaling); at a dilation, its timers scaled (`mosquitto_timers`)."""
-    defaults = MOSQUITTO_DEFAULTS.read_text()
-    header = f"# {spare}: a spare broker of cluster {cluster} (emu.cluster.plan.spare_files)\n"
-    timers = (f"sys_interval {SPARE_SYS_INTERVAL_S}\n" if dilation == 1 else
-              mosquitto_timers(dilation, SPARE_SYS_INTERVAL_S))
-    return ((SPARE_CONFIG, defaults + header + timers),)
-

@@ -170,21 +170,14 @@ def definitions_json(passwords: Mapping[str, str], acl: str) -> str:
 DEFINITIONS_FILE = "/etc/foglab/rabbitmq/definitions.json"
 
 
-def closed_rabbitmq(opened, closed, acl_file: str, conf_file: str):
-    """`closed` (emu.cluster.plan.closed_plan of `opened`) with every RabbitMQ broker as
-    `opened` planned it, closed in RabbitMQ's terms: its rabbitmq.conf (`conf_file`) refusing
-    anonymous clients and loading DEFINITIONS_FILE, made from the closed plan's logins and the
-    Mosquitto ACL (`acl_file`) it wrote for that broker."""
-    access = closed.access
+def closed_rabbitmq(container, access, acl: str, conf_file: str):
+    """A RabbitMQ broker's container (emu.cluster.plan.ContainerPlan) as planned open, closed
+    in RabbitMQ's terms: its rabbitmq.conf (`conf_file`) refusing anonymous clients and
+    loading DEFINITIONS_FILE, made from the closed cluster's logins (`access`,
+    emu.cluster.access.Access) and the Mosquitto ACL (`acl`) the closed plan wrote."""
     host_user, host_password = access.host
     passwords = {**access.passwords, host_user: host_password}
-    containers = dict(closed.containers)
-    for name, container in opened.containers.items():
-        if container.role != "broker" or container.image.name != "rabbitmq":
-            continue
-        acl = dict(closed.containers[name].files).get(acl_file) or access.acl_file()
-        files = dict(container.files)
-        files[conf_file] = closed_rabbitmq_conf(files[conf_file], DEFINITIONS_FILE)
-        files[DEFINITIONS_FILE] = definitions_json(passwords, acl)
-        containers[name] = replace(container, files=tuple(files.items()))
-    return replace(closed, containers=containers)
+    files = dict(container.files)
+    files[conf_file] = closed_rabbitmq_conf(files[conf_file], DEFINITIONS_FILE)
+    files[DEFINITIONS_FILE] = definitions_json(passwords, acl)
+    return replace(container, files=tuple(files.items()))

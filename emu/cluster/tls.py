@@ -1,6 +1,7 @@
 """TLS on a closed cluster's brokers and ZooKeeper (`run.tls: true`, with `access: closed`):
-a certificate authority per run, a certificate per server, and the plan's servers, agents and
-the host's clients made to speak TLS only. Plain data and text, without Docker.
+a certificate authority per run, a certificate per server, the servers' configs and the host's
+clients speaking TLS only (emu.cluster.closing.tls_plan makes a plan's servers and agents use
+them). Plain data and text, without Docker.
 
 What it keeps out: a client on the run's networks (or on the nodes' addresses, on several
 hosts) that reads or alters the run's traffic, passwords included, as closed alone lets it.
@@ -30,9 +31,7 @@ from __future__ import annotations
 
 import datetime
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
-
-from workloads.operator_engines import operator_engine
+from dataclasses import dataclass
 
 TLS_DIR = "/etc/foglab/tls"
 CA_FILE = f"{TLS_DIR}/ca.pem"
@@ -155,63 +154,15 @@ def rabbitmq_tls_conf(conf: str) -> str:
         "ssl_options.versions.1 = tlsv1.2", "ssl_options.versions.2 = tlsv1.3"]) + "\n"
 
 
-def _conf_path(container) -> str:
-    """The config file a server's command names (`-c PATH`, zoo.cfg last; RabbitMQ's in its
-    files), which the plan wrote among its files."""
+def conf_path(container) -> str:
+    """The config file a server's command names (`-c PATH`, zoo.cfg last), which the plan
+    wrote among its files (a container of emu.cluster.plan)."""
     paths = [path for path, _ in container.files]
-    if container.image.name == "rabbitmq":
-        return next(path for path in paths if path.endswith("rabbitmq.conf"))
     named = container.command[-1]
     if named not in paths:
         raise ValueError(f"run.tls: {container.node}'s config {named} is not written by the "
                          "plan, so TLS cannot be put in it")
     return named
-
-
-def _server(container, cert: str, key: str, ca: str):
-    path = _conf_path(container)
-    files = dict(container.files)
-    command = container.command
-    if container.role == "zookeeper":
-        files[path] = zookeeper_tls_conf(files[path])
-        files[KEYSTORE_FILE] = key + cert
-        at = command.index("-cp") + 1
-        command = (*command[:at], ":".join((command[at], *NETTY_JARS)), *command[at + 1:])
-    elif container.image.name == "rabbitmq":
-        files[path] = rabbitmq_tls_conf(files[path])
-    else:
-        files[path] = mosquitto_tls_conf(files[path])
-    files.update({CA_FILE: ca, CERT_FILE: cert, KEY_FILE: key})
-    return replace(container, command=command, files=tuple(files.items()))
-
-
-def tls_plan(plan):
-    """A closed plan (emu.cluster.plan.closed_plan's) with TLS on its brokers and ZooKeeper,
-    its agents told to trust the run's authority (AgentConfig.tls_ca), `plan.tls` set for the
-    host's clients (`tls_options`, `tls_login`)."""
-    if getattr(plan, "access", None) is None:
-        raise ValueError("run.tls is true but run.access is open: TLS needs access: closed "
-                         "(the logins it protects)")
-    rabbits = sorted(c.node for c in plan.services() if c.image.name == "rabbitmq")
-    if rabbits:
-        raise ValueError(f"run.tls: broker {', '.join(rabbits)} is of kind rabbitmq, whose MQTT "
-                         "plugin over TLS foglab has not made work (a run with it never "
-                         "started): run it without tls, or make the broker kind mosquitto")
-    spark = sorted(c.node for c in plan.agents() if c.agent is not None
-                   and any(not operator_engine(op.engine).tls for op in c.agent.operators))
-    if spark:
-        raise ValueError(f"run.tls: {', '.join(spark)} run Spark operators, whose MQTT "
-                         "clients (workloads.spark) speak plain MQTT only: run them without tls")
-    servers = {c.node: (c.name, c.node, ROLE_NAMES[c.role]) for c in plan.services()
-               if c.role in ROLE_NAMES}
-    ca, issued = issue(servers, f"foglab {plan.cluster}")
-    containers = dict(plan.containers)
-    for name, container in plan.containers.items():
-        if name in issued:
-            containers[name] = _server(container, *issued[name], ca)
-        elif container.agent is not None:
-            containers[name] = replace(container, agent=replace(container.agent, tls_ca=ca))
-    return replace(plan, containers=containers, tls=TLSPlan(ca))
 
 
 # The host's clients ---------------------------------------------------------------------------

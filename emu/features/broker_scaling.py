@@ -68,7 +68,7 @@ CONNECT_TIMEOUT_S = 10.0
 PROBE_TOPIC = "foglab/probe"
 # Mosquitto's count of the PUBLISH packets it received since it started (its $SYS tree,
 # retained, published when it changed at each sys_interval: 1 s on a spare,
-# emu.cluster.plan.spare_files).
+# emu.cluster.broker_kinds.spare_files).
 RECEIVED_TOPIC = "$SYS/broker/publish/messages/received"
 SYS_TIMEOUT_S = 3.0
 COLUMNS = ("t", "operator", "action", "node", "instances", "latency", "slo")

@@ -16,15 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from emu.cluster.access import HOST_USER, Access, closed_conf
-from emu.cluster.plan import (
-    ACL_FILE,
-    CLOSED_CONFIG,
-    MOSQUITTO_DEFAULTS,
-    PASSWORD_FILE,
-    ZOOKEEPER_CONFIG,
-    plan_cluster,
-)
+from emu.cluster.access import ACL_FILE, HOST_USER, PASSWORD_FILE, Access, closed_conf
+from emu.cluster.broker_kinds import CLOSED_CONFIG, MOSQUITTO_DEFAULTS
+from emu.cluster.plan import plan_cluster
+from emu.cluster.zookeeper_servers import ZOOKEEPER_CONFIG
 from topologies.catalog import load
 from workloads.spark.local_broker import _free_port, find_mosquitto
 

@@ -21,9 +21,9 @@ from emu.agent.migration import state_path
 from emu.agent.registry import gateway_path
 from emu.agent.zookeeper import HANDED, ZooKeeper
 from emu.cluster.access import Access, kazoo_options
-from emu.cluster.plan import ZOOKEEPER_COMMAND, ZOOKEEPER_CONFIG, zookeeper_files
+from emu.cluster.zookeeper_servers import ZOOKEEPER_CONFIG, zookeeper_files
 from emu.engines.docker.image_store import ensure_image
-from emu.images import SERVICES
+from emu.images import SERVICES, ZOOKEEPER_COMMAND
 from tests.emu_agent.conftest import wait_for
 from tests.engine import docker_engine
 

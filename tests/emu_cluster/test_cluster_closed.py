@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from emu.cluster.plan import CLOSED_CONFIG, plan_cluster
+from emu.cluster.broker_kinds import CLOSED_CONFIG
+from emu.cluster.plan import plan_cluster
 from emu.cluster.services import MQTT_CONNECT, _exchange
 from emu.control.commands import Controller
 from emu.engines.docker.engine import Cluster

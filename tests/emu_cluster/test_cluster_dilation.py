@@ -15,7 +15,8 @@ from typing import TYPE_CHECKING
 
 import pytest
 
-from emu.cluster.plan import DILATED_CONFIG, plan_cluster
+from emu.cluster.broker_kinds import DILATED_CONFIG
+from emu.cluster.plan import plan_cluster
 from emu.engines.docker.engine import Cluster
 from tests.emu_cluster.test_cluster import GW_LATENCY_S, IDLE, LABELS, leftovers, small_topology
 from workloads.recovery import ZK_MAX_SESSION_TICKS, ZK_MIN_SESSION_TICKS, ZK_TICK_S

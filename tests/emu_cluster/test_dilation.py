@@ -15,16 +15,16 @@ from dataclasses import replace
 import pytest
 
 from emu.cluster import links as cluster_links
-from emu.cluster.links import NetemLinks, RelayLinks, make_links
-from emu.cluster.plan import (
+from emu.cluster.broker_kinds import (
     DILATED_COMMAND,
     DILATED_CONFIG,
-    MOSQUITTO_COMMAND,
     MOSQUITTO_DEFAULTS,
     SPARE_CONFIG,
-    plan_cluster,
 )
+from emu.cluster.links import NetemLinks, RelayLinks, make_links
+from emu.cluster.plan import plan_cluster
 from emu.cluster.relays import RelaySet
+from emu.images import MOSQUITTO_COMMAND
 from emu.links.spec import LinkShape
 from topologies.model import Topology, expand
 from topologies.spec import TopologySpec

@@ -10,14 +10,9 @@ import pytest
 
 from emu.agent.config import AgentConfig
 from emu.cluster.links import RelayLinks
-from emu.cluster.plan import (
-    AGENT_COMMAND,
-    MQTT_PORT,
-    ZOOKEEPER_PORT,
-    ClusterPlan,
-    path_shape,
-    plan_cluster,
-)
+from emu.cluster.plan import AGENT_COMMAND, MQTT_PORT, ClusterPlan, plan_cluster
+from emu.cluster.plan_links import path_shape
+from emu.cluster.zookeeper_servers import ZOOKEEPER_PORT
 from emu.images import CLOUD, GATEWAY, MOSQUITTO_COMMAND, SERVICES, ZOOKEEPER_COMMAND
 from emu.links.spec import LinkShape
 from topologies.errors import SpecError

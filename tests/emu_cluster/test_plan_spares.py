@@ -4,14 +4,9 @@ the readers as the movers, knows its address through a link of its own."""
 
 from __future__ import annotations
 
+from emu.cluster.broker_kinds import MOSQUITTO_DEFAULTS, SPARE_COMMAND, SPARE_CONFIG
 from emu.cluster.deployment import agent_configs
-from emu.cluster.plan import (
-    MOSQUITTO_DEFAULTS,
-    MQTT_PORT,
-    SPARE_COMMAND,
-    SPARE_CONFIG,
-    plan_cluster,
-)
+from emu.cluster.plan import MQTT_PORT, plan_cluster
 from topologies.model import Topology, expand
 from topologies.spec import TopologySpec
 from workloads.pipeline import OperatorSpec

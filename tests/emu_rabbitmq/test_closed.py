@@ -18,7 +18,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 from emu.cluster.access import HOST_USER
-from emu.cluster.plan import RABBITMQ_CONFIG, plan_cluster
+from emu.cluster.broker_kinds import RABBITMQ_CONFIG
+from emu.cluster.plan import plan_cluster
 from emu.cluster.rabbitmq_access import DEFINITIONS_FILE, filter_regex, rabbitmq_hash
 from tests.emu_rabbitmq.test_kind import topology
 

@@ -4,18 +4,21 @@ sim; what it cannot be with is refused naming the field, before anything is made
 from __future__ import annotations
 
 from pathlib import Path
+from typing import get_args
 
 import pytest
 
-from emu.cluster.plan import (
-    MQTT_PORT,
+from emu.cluster.broker_kinds import (
+    BROKERS,
     RABBITMQ_CONFIG,
     RABBITMQ_MIN_MEMORY,
     check_broker_kinds,
-    plan_cluster,
+    kind_of_container,
 )
+from emu.cluster.plan import MQTT_PORT, plan_cluster
 from emu.images import IMAGES, RABBITMQ, SERVICES
 from topologies import catalog
+from topologies.brokers import BROKER_KINDS
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from topologies.spec import BrokerSpec, TopologySpec
@@ -39,6 +42,17 @@ def test_the_kind_is_mosquitto_unless_written() -> None:
     assert BrokerSpec().kind == "mosquitto"
     # A rabbitmq broker is the rabbitmq-like model on sim.
     assert BrokerSpec(kind="rabbitmq").model == "rabbitmq-like"
+
+
+def test_every_broker_kind_is_registered_once_on_each_side() -> None:
+    # The schema takes its kinds from the registry; each has its class on the containers, and
+    # a planned broker's kind is found again from its container.
+    assert get_args(BrokerSpec.model_fields["kind"].annotation) == tuple(BROKER_KINDS)
+    assert set(BROKERS) == set(BROKER_KINDS)
+    plan = plan_cluster(topology({"kind": "rabbitmq"}), "c", host_cpus=2)
+    assert kind_of_container(plan.containers["b"]).kind is BROKER_KINDS["rabbitmq"]
+    assert kind_of_container(plan.containers["m"]).kind is BROKER_KINDS["mosquitto"]
+    assert not plan.mqtt5 and plan_cluster(topology(), "c", host_cpus=2).mqtt5
 
 
 def test_kind_rabbitmq_with_the_kafka_like_model_is_refused_with_file_and_field(
