@@ -1,6 +1,6 @@
-"""The project's bound on a function's length: none over 80 lines in the packages that make a
-run (sim, emu, experiments, workloads, topologies). A longer one does several jobs; split it
-into parts whose names say them. Measured as Python sees it: from the `def` line to the last
+"""The project's bounds on length in the packages that make a run (sim, emu, experiments,
+workloads, topologies): no function over 80 lines, no file over 600. A longer one does several
+jobs; split it into parts whose names say them. Measured as Python sees it: from the `def` line to the last
 line of the body (decorators excluded), every function, nested ones and methods too."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("sim", "emu", "experiments", "workloads", "topologies")
 MAX_LINES = 80
+MAX_FILE_LINES = 600
 
 
 def _functions(tree: ast.AST, prefix: str = ""):
@@ -58,3 +59,27 @@ def test_no_function_is_over_80_lines():
     found = too_long()
     listed = "\n".join(f"  {name} ({where}): {length} lines" for where, name, length in found)
     assert not found, f"functions over {MAX_LINES} lines, split each into named parts:\n{listed}"
+
+
+def long_files(root: Path = ROOT, limit: int = MAX_FILE_LINES) -> list[tuple[str, int]]:
+    """(file, lines) of every module of the packages longer than `limit` lines."""
+    found = []
+    for package in PACKAGES:
+        for path in sorted((root / package).rglob("*.py")):
+            lines = len(path.read_text().splitlines())
+            if lines > limit:
+                found.append((str(path.relative_to(root)), lines))
+    return found
+
+
+def test_the_file_scan_counts_lines(tmp_path):
+    (tmp_path / "emu").mkdir()
+    (tmp_path / "emu" / "fits.py").write_text("x = 1\n" * 600)
+    (tmp_path / "emu" / "long.py").write_text("x = 1\n" * 601)
+    assert long_files(tmp_path) == [("emu/long.py", 601)]
+
+
+def test_no_file_is_over_600_lines():
+    found = long_files()
+    listed = "\n".join(f"  {where}: {lines} lines" for where, lines in found)
+    assert not found, f"files over {MAX_FILE_LINES} lines, split each by job:\n{listed}"
