@@ -377,7 +377,7 @@ class Migrations:
         config = operator.config
         t_read = agent.clock()
 
-        def restore(state: bytes | None, commit: dict | None, error: str | None) -> None:
+        def restored(state: bytes | None, commit: dict | None, error: str | None) -> None:
             if error is not None:
                 answer(error=error)
                 return
@@ -402,7 +402,7 @@ class Migrations:
                 "version": commit["version"] if commit else 0, "dropped_window": dropped})
 
         restore_from(agent.config.zookeeper, checkpoint_key(config),
-                     lambda *found: agent.scheduler.call(restore, *found))
+                     lambda *found: agent.scheduler.call(restored, *found))
 
     def _retire(self, args: dict[str, Any], answer: Callable[..., None]) -> None:
         """A replica leaves its operator's shared subscription (workloads.replication): its
