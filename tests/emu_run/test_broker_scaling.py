@@ -17,10 +17,12 @@ from experiments.schema import TABLES
 
 pytestmark = [pytest.mark.emu, pytest.mark.slow]
 
-RATE = 50  # readings/s per sensor: 500/s through broker-1
+RATE = 40  # readings/s per sensor: 400/s through broker-1
 # broker-1 and broker-2 get 2 % of a core (CFS quota 2 ms per 100 ms period): broker-1's
-# Mosquitto, throttled every period under 500 QoS 1 readings/s, answers a probe in 45 to
-# 200 ms (measured), well over the 20 ms bound from the first second.
+# Mosquitto, throttled every period under 400 QoS 1 readings/s, answers a probe well over the
+# 20 ms bound from the first second. The load follows the host's speed: at 500/s a slower host
+# (2026-12-07) kept even the relieved brokers behind (a median of 2.7 to 3.1 s after the join,
+# on this tree and the one before), at 400/s they drain (3 runs of 3 within the bound).
 SCALING = f"""
 name: broker-scaling-emu
 topology:
