@@ -1,7 +1,8 @@
 """The project's bounds on length in the packages that make a run (sim, emu, experiments,
 workloads, topologies): no function over 80 lines, no file over 600. A longer one does several
-jobs; split it into parts whose names say them. Measured as Python sees it: from the `def` line to the last
-line of the body (decorators excluded), every function, nested ones and methods too."""
+jobs; split it into parts whose names say them. A function is measured as Python sees it: from
+the `def` line to the last line of the body (decorators excluded), every function, nested ones
+and methods too; a file by its lines."""
 
 from __future__ import annotations
 
