@@ -16,7 +16,11 @@ import typer
 from rich import box
 from rich.table import Table
 
-from emu.cli.clusters import cluster_name, docker_client, load_experiment, which_cluster
+from emu.cli.clusters import (
+    cluster_name,
+    load_experiment,
+    reach_cluster,
+)
 from topologies.errors import SpecError
 from topologies.terminal import console, error, escape, say
 
@@ -103,17 +107,9 @@ def _reached(cluster: str | None, path, wanted):
     """The running cluster the experiment goes to: (its name, its agents, their nodes, each
     node's broker, the login to them); exit ERROR if it cannot place the experiment's
     operators or no broker of its agents is known."""
-    from emu.live.agents import agents_and_brokers, cluster_login
     from emu.live.apply import agent_nodes
 
-    client = docker_client()
-    name = which_cluster(client, cluster)
-    agents, brokers, _ = agents_and_brokers(client, name)
-    try:
-        login = cluster_login(client, name)
-    except PermissionError as refused:
-        error(refused)
-        raise typer.Exit(ERROR) from None
+    _, name, agents, brokers, _, login = reach_cluster(cluster, ERROR)
     nodes = agent_nodes(agents)
     absent = sorted({node for _, node in wanted.configs} - set(nodes))
     if absent:

@@ -88,3 +88,20 @@ def which_cluster(client, name: str | None) -> str:
               f"{len(found)} clusters are up ({', '.join(found)}): choose one with --cluster")
         raise typer.Exit(1)
     return next(iter(found))
+
+
+def reach_cluster(cluster: str | None, code: int):
+    """A running cluster's agents as a command reaches them: (the engine's client, the
+    cluster's name, its agents, each broker's address, each node's kind, the login to them;
+    emu.live.agents); exit `code` when this user may not log in to it."""
+    from emu.live.agents import agents_and_brokers, cluster_login
+
+    client = docker_client()
+    name = which_cluster(client, cluster)
+    agents, brokers, kinds = agents_and_brokers(client, name)
+    try:
+        login = cluster_login(client, name)
+    except PermissionError as refused:
+        error(refused)
+        raise typer.Exit(code) from None
+    return client, name, agents, brokers, kinds, login

@@ -11,7 +11,7 @@ import typer
 from rich import box
 from rich.table import Table
 
-from emu.cli.clusters import ClusterOption, docker_client, load_experiment, which_cluster
+from emu.cli.clusters import ClusterOption, load_experiment, reach_cluster
 from emu.live.agents import PING_TIMEOUT_S
 from topologies.terminal import bars, console, error, escape, positive, refuse, say, warning
 
@@ -57,8 +57,6 @@ def emu_migrate(
     from emu.features.moves.dispatch import STRATEGIES
     from emu.live.agents import (
         ExperimentGone,
-        agents_and_brokers,
-        cluster_login,
         experiment_settings,
     )
 
@@ -66,14 +64,7 @@ def emu_migrate(
     if strategy is not None and strategy not in STRATEGIES:
         refuse(f"--strategy {strategy}: unknown strategy {strategy!r}; strategies on emu: "
                f"{', '.join(STRATEGIES)}")
-    client = docker_client()
-    name = which_cluster(client, cluster)
-    agents, brokers, kinds = agents_and_brokers(client, name)
-    try:
-        login = cluster_login(client, name)
-    except PermissionError as refused:
-        error(refused)
-        raise typer.Exit(1) from None
+    client, name, agents, brokers, kinds, login = reach_cluster(cluster, 1)
     _check_move_target(to, name, agents, kinds)
     try:
         settings = experiment_settings(client, name, load_experiment)
