@@ -1,0 +1,131 @@
+"""The placement policy interface, the registry of policies by name, and `decide`.
+
+A policy is a class registered under a name (`@register("edge-ward")`) or given in an
+experiment as `module:Class`; it gets its settings (the experiment's `placement.settings`) as
+keyword arguments. `place(problem)` returns a Decision naming each operator's nodes and why;
+it must be deterministic for one problem (ties by the node order, randomness from
+`problem.seed` only). `replace(problem, observation, current)` may move operators at run time
+(None: keep them); a policy that does not re-place leaves it as is.
+
+`decide(policy, problem)` is how anyone calls a policy: pins kept (an operator with `pinned`
+runs where `on` says, whatever the policy), every operator placed on its candidates only,
+the wall time taken and the common objective (workloads.placement.evaluate) filled in.
+"""
+
+from __future__ import annotations
+
+import importlib
+import time
+from collections.abc import Mapping
+from dataclasses import replace as with_fields
+from typing import Any, ClassVar
+
+from workloads.placement.problem import Decision, Problem
+
+
+class Policy:
+    """Decides where each operator's instances run."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, **settings: Any) -> None:
+        if settings:
+            raise TypeError(f"placement policy {self.name or type(self).__name__} takes no "
+                            f"settings, given {', '.join(sorted(settings))}")
+
+    def place(self, problem: Problem) -> Decision:
+        raise NotImplementedError
+
+    def replace(self, problem: Problem, observation: Mapping[str, Any],
+                current: Decision) -> Decision | None:
+        """At run time, given what was observed (per node: cpu, battery; per operator: rate,
+        latency): a new decision, or None to keep `current`."""
+        return None
+
+
+POLICIES: dict[str, type[Policy]] = {}
+
+
+def register(name: str):
+    """Class decorator: the policy under `name` in POLICIES (and as its `name`)."""
+
+    def add(cls: type[Policy]) -> type[Policy]:
+        if name in POLICIES and POLICIES[name] is not cls:
+            raise ValueError(f"placement policy {name!r} registered twice")
+        cls.name = name
+        POLICIES[name] = cls
+        return cls
+
+    return add
+
+
+class PolicyError(ValueError):
+    """A policy that cannot be had: an unknown name, a module that does not import, a class
+    that is not a Policy, settings it refuses. The message names which and why."""
+
+
+def policy_class(name: str) -> type[Policy]:
+    """The registered policy `name`, or a user's `module:Class` (a Policy subclass)."""
+    _load_shipped()
+    if ":" not in name:
+        if name not in POLICIES:
+            raise PolicyError(f"unknown placement policy {name!r}; known: "
+                              f"{', '.join(sorted(POLICIES))}, or module:Class")
+        return POLICIES[name]
+    module_name, _, class_name = name.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:  # any error of the user's module is the user's to read
+        raise PolicyError(f"placement policy {name!r}: module {module_name} does not import "
+                          f"({type(exc).__name__}: {exc})") from exc
+    cls = getattr(module, class_name, None)
+    if not (isinstance(cls, type) and issubclass(cls, Policy)):
+        raise PolicyError(f"placement policy {name!r}: {module_name} has no Policy subclass "
+                          f"named {class_name}")
+    return cls
+
+
+def make_policy(name: str, settings: Mapping[str, Any] | None = None) -> Policy:
+    cls = policy_class(name)
+    try:
+        return cls(**dict(settings or {}))
+    except TypeError as exc:
+        raise PolicyError(f"placement policy {name!r}: {exc}") from exc
+
+
+def decide(policy: Policy, problem: Problem) -> Decision:
+    """The policy's decision with the pins kept, checked against the candidates, timed and
+    scored (workloads.placement.evaluate.objective)."""
+    from workloads.placement.evaluate import objective  # evaluate imports this module
+
+    start = time.perf_counter()
+    decision = policy.place(problem)
+    seconds = time.perf_counter() - start
+    nodes = dict(decision.nodes)
+    reasons = dict(decision.reasons)
+    order = problem.index()
+    for op in problem.operators:
+        if op.pinned is not None:
+            nodes[op.name] = tuple(op.pinned)
+            reasons[op.name] = "pinned by `on`"
+            continue
+        chosen = nodes.get(op.name)
+        if not chosen:
+            raise PolicyError(f"placement policy {policy.name or type(policy).__name__} "
+                              f"placed no instance of operator {op.name}")
+        outside = [n for n in chosen if n not in op.candidates]
+        if outside:
+            raise PolicyError(f"placement policy {policy.name or type(policy).__name__} put "
+                              f"operator {op.name} on {', '.join(outside)}, outside its "
+                              f"candidates ({', '.join(op.candidates)})")
+        nodes[op.name] = tuple(sorted(set(chosen), key=order.__getitem__))
+    decided = Decision(nodes, reasons)
+    return with_fields(decided, policy=policy.name or type(policy).__name__,
+                       objective=objective(problem, decided), seconds=seconds,
+                       gap=decision.gap)
+
+
+def _load_shipped() -> None:
+    """The shipped policies register themselves when their modules are imported."""
+    importlib.import_module("workloads.placement.policies")
+    importlib.import_module("workloads.placement.optimal")

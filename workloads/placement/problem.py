@@ -1,0 +1,151 @@
+"""The placement problem, as plain frozen numbers: what a policy receives and what it returns.
+
+A flow is a stream of messages entering an operator at a node: a gateway's devices' readings,
+or an upstream operator's output where its instance runs. An operator's flow is served by its
+instance on the flow's node if it has one there, else by its instance nearest to it (least path
+latency, ties by name): the brokers deliver between instances by topic (no separate selection
+policy), and this is the objective's account of where a message goes.
+
+Indices, not names, inside: node i is `problem.nodes[i]`, operator j `problem.operators[j]`;
+`latency[i][k]` the path latency in seconds from node i to node k (0 on the diagonal, inf with
+no route), `bandwidth[i][k]` the path's narrowest link in bits per second (inf: not a
+bottleneck), `joules_per_bit[i][k]` the energy a bit costs on that path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Node:
+    """A candidate host. `capacity`: reference-vCPU seconds per second it offers (speed x
+    cores); `parent`: the next host north on its path to the cloud (edge-ward's walk), None
+    at the top. Power in watts, idle and at full load; `battery`: joules, None on mains."""
+
+    name: str
+    kind: str                       # gateway, cloud_vm, broker, coordinator
+    speed: float                    # one core's speed, relative to a reference vCPU
+    cores: int
+    site: str | None = None
+    parent: str | None = None
+    power_idle: float = 0.0
+    power_busy: float = 0.0
+    battery: float | None = None
+    memory: int = 0                 # bytes free for operators' state
+
+    @property
+    def capacity(self) -> float:
+        return self.speed * self.cores
+
+
+@dataclass(frozen=True)
+class Flow:
+    """Messages entering an operator from outside the pipeline: `rate` per second of `size`
+    bytes, arriving at node `at` (the gateway the devices publish through)."""
+
+    at: str
+    rate: float
+    size: int
+
+
+@dataclass(frozen=True)
+class Operator:
+    """An operator to place. `upstream`: the operators whose output it reads; `flows`: the
+    devices' streams it reads; `cost`: reference-vCPU seconds per input message (the model's,
+    sim.costs); `selectivity`: outputs per input; `state`: bytes of state an instance keeps;
+    `candidates`: the nodes it may run on; `pinned`: the nodes `on` names (the policy keeps
+    them), None when the policy decides. `per_source`: one instance per flow's node at least
+    (as `on: gateways` today) rather than one in all."""
+
+    name: str
+    cost: float
+    selectivity: float = 1.0
+    in_size: int = 100
+    out_size: int = 100
+    state: int = 0
+    upstream: tuple[str, ...] = ()
+    flows: tuple[Flow, ...] = ()
+    candidates: tuple[str, ...] = ()
+    pinned: tuple[str, ...] | None = None
+
+
+@dataclass(frozen=True)
+class Weights:
+    """The objective's weights (experiment `placement.objective`): seconds of latency per
+    message, network usage (iFogSim's: bytes x seconds of latency, per second), watts."""
+
+    latency: float = 1.0
+    network: float = 0.0
+    energy: float = 0.0
+
+
+@dataclass(frozen=True)
+class Problem:
+    """The operators in an order where each comes after those it reads (the pipeline's),
+    the candidate nodes in the topology's order, the paths between them, and the seed."""
+
+    operators: tuple[Operator, ...]
+    nodes: tuple[Node, ...]
+    latency: tuple[tuple[float, ...], ...]
+    bandwidth: tuple[tuple[float, ...], ...] = ()
+    joules_per_bit: tuple[tuple[float, ...], ...] = ()
+    weights: Weights = field(default_factory=Weights)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        n = len(self.nodes)
+        for name, matrix in (("latency", self.latency), ("bandwidth", self.bandwidth),
+                             ("joules_per_bit", self.joules_per_bit)):
+            if matrix and (len(matrix) != n or any(len(row) != n for row in matrix)):
+                raise ValueError(f"problem.{name} is not {n} x {n} (one row per node)")
+        names = [o.name for o in self.operators]
+        if len(set(names)) != len(names):
+            raise ValueError("problem.operators: two operators of one name")
+        seen: set[str] = set()
+        known = {node.name for node in self.nodes}
+        for op in self.operators:
+            for up in op.upstream:
+                if up not in seen:
+                    raise ValueError(f"operator {op.name} reads {up}, which is not placed "
+                                     "before it (the operators in pipeline order)")
+            for where in (*op.candidates, *(op.pinned or ()), *(f.at for f in op.flows)):
+                if where not in known:
+                    raise ValueError(f"operator {op.name} names node {where}, not a node of "
+                                     "the problem")
+            seen.add(op.name)
+
+    def index(self) -> Mapping[str, int]:
+        """Node name -> index."""
+        return {node.name: i for i, node in enumerate(self.nodes)}
+
+    def operator(self, name: str) -> Operator:
+        for op in self.operators:
+            if op.name == name:
+                return op
+        raise KeyError(name)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """An answer: each operator's nodes (names, in the problem's node order) and why."""
+
+    nodes: Mapping[str, tuple[str, ...]]
+    reasons: Mapping[str, str] = field(default_factory=dict)
+    # Filled by whoever decides (workloads.placement.policy.decide): the policy's name, the
+    # objective (evaluate.objective), the wall time the decision took, and an exact
+    # solver's gap (0: optimal; None: a heuristic).
+    policy: str = ""
+    objective: float = math.nan
+    seconds: float = 0.0
+    gap: float | None = None
+
+
+class Unplaceable(ValueError):
+    """No candidate of an operator fits it: `what` names the resource (cpu, memory, route)."""
+
+    def __init__(self, operator: str, what: str, detail: str):
+        super().__init__(f"operator {operator} fits on no candidate node: {what} ({detail})")
+        self.operator, self.what, self.detail = operator, what, detail
