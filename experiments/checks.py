@@ -8,7 +8,7 @@ from topologies.errors import SpecError
 from topologies.model import Topology, expand
 from workloads.features import FEATURES
 from workloads.operator_engines import operator_engine
-from workloads.pipeline import HOST_KINDS, check_placement, placement, topic_filter
+from workloads.pipeline import HOST_KINDS, check_placement, placement, reads_from, topic_filter
 from workloads.topics import valid_filter
 
 __all__ = ["HOST_KINDS", "check"]
@@ -145,23 +145,6 @@ def _check_streams(spec: ExperimentSpec, topology: Topology) -> None:
                                 f"a {topology.nodes[others[0]].kind}")
 
 
-def _reads_from(topic_filter: str, stream: str) -> bool:
-    """Whether a filter can match some topic of a stream: `<stream>/<node>` or
-    `<stream>/<node>/<device>` (emu.agent.protocol's rule), any node and device
-    (`frames/gw-1/#` reads one gateway's queue of stream frames)."""
-    levels = topic_filter.split("/")
-    for length in (2, 3):
-        for i, level in enumerate(levels):
-            if level == "#":
-                return True  # what is before it fits (checked below), the rest it matches
-            if i >= length or (i == 0 and level not in (stream, "+")):
-                break
-        else:
-            if len(levels) == length:
-                return True
-    return False
-
-
 def _check_pipeline(spec: ExperimentSpec, topology: Topology) -> None:
     streams = {stream.name for stream in spec.workload.streams}
     outputs: dict[str, int] = {}
@@ -179,16 +162,19 @@ def _check_pipeline(spec: ExperimentSpec, topology: Topology) -> None:
         names.add(op.name)
         for j, where in enumerate(op.on):
             check_placement(topology, ("pipeline", i, "on", j), where)
+        if op.among is not None:  # resolved away (experiments.placement) where on is auto
+            raise SpecError(("pipeline", i, "among"), op.among,
+                            "no among: it is for on: auto, where a placement policy decides")
         for j, read in enumerate(op.reads):
             path = ("pipeline", i, "reads", j)
             topic_pattern = topic_filter(read)
             if not valid_filter(topic_pattern):
                 raise SpecError(path, read, "a stream name or a valid MQTT topic filter")
-            if not any(_reads_from(topic_pattern, t) for t in topics):
+            if not any(reads_from(topic_pattern, t) for t in topics):
                 raise SpecError(path, read, "a workload stream or an operator's writes ("
                                 + ", ".join(sorted(topics)) + ")")
     read_by = {t for op in spec.pipeline for r in op.reads for t in topics
-               if _reads_from(topic_filter(r), t)}
+               if reads_from(topic_filter(r), t)}
     for s, stream in enumerate(spec.workload.streams):
         if stream.name not in read_by:
             raise SpecError(("workload", "streams", s, "name"), stream.name,

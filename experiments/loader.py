@@ -20,6 +20,7 @@ from pydantic import ValidationError
 
 from experiments import catalog
 from experiments.checks import check
+from experiments.placement import placed
 from experiments.spec import ExperimentSpec
 from topologies import units
 from topologies.documents import Document, DuplicateKey, load_text, parse, read
@@ -29,6 +30,7 @@ from topologies.files import Files, Refused
 from topologies.model import Topology
 from workloads.features import FEATURES
 from workloads.jobs import expand as expand_jobs
+from workloads.placement.problem import Decision
 
 REFERENCES = ("topology", "workload")
 REFERENCE_PATHS = [(key,) for key in REFERENCES]
@@ -46,6 +48,9 @@ class RunPoint:
     # Written as jobs (workloads.jobs): each job's operators, in the pipeline's names; empty
     # for a flat pipeline (each operator its own job).
     jobs: dict[str, list[str]] = field(default_factory=dict)
+    # The placement policy's decision (experiments.placement), taken here, before any backend:
+    # `spec` has the `on: auto` operators on the nodes it chose. None without `placement`.
+    placement: Decision | None = None
 
 
 @dataclass
@@ -309,6 +314,7 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
     except ValidationError as exc:
         raise _first_error(exc, data, sources, values) from None
     try:
+        spec, decision = placed(spec)
         topology = check(spec)
     except SpecError as error:
         if composition is not None:  # at the job (or the include) that made the operator
@@ -320,7 +326,7 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
     jobs = {} if composition is None else {
         job: [op.name for op in ops] for job, ops in composition.jobs.items()}
     return RunPoint(index, values, spec, topology, hashlib.sha256(canonical.encode()).hexdigest(),
-                    jobs)
+                    jobs, decision)
 
 
 # Pydantic's bounds, as an error says them: `at most 30d`.

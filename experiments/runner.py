@@ -13,6 +13,7 @@ import numpy as np
 
 from experiments.backends import backend
 from experiments.loader import Experiment, RunPoint
+from experiments.placement import table as placement_table
 from experiments.results import RunWriter, git_revision, host_facts, now_utc, package_versions
 from experiments.run_plan import RunPlan
 from experiments.schema import conform
@@ -183,7 +184,7 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         progress = RunProgress(reporter)
         output = runner.run(RunPlan(spec, point.topology, seed, repetition), progress)
         progress.stage("checking and writing the tables")
-        tables = conform(output.tables)
+        tables = conform({**output.tables, "placements": placement_table(point.placement)})
         progress.stage("summarising")
         # Of every message, whatever record.messages writes of them.
         summary = summarise(tables, spec.run.duration, spec.run.sample, output.facts)

@@ -70,6 +70,13 @@ CORE: dict[str, pa.Schema] = {
         ("t", pa.float64()), ("device", _name), ("x", pa.float64()), ("y", pa.float64()),
         ("gateway", _name),
     ]),
+    # Where the placement policy put each operator (experiments.placement): decided before the
+    # run, outside the backends, so the same rows on sim, emu and hybrid for one seed, but for
+    # decision_time (wall seconds the policy took). nodes: the node names, comma-separated.
+    "placements": pa.schema([
+        ("t", pa.float64()), ("operator", _name), ("nodes", pa.string()), ("policy", _name),
+        ("objective", pa.float64()), ("decision_time", pa.float64()), ("reason", pa.string()),
+    ]),
     # A moving device handed to another gateway in the emulation (hybrid): the model's time,
     # from, to, whether the containers carried it out, and the wall seconds that took.
     "handovers": pa.schema([

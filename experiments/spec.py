@@ -10,6 +10,7 @@ from topologies.fields import Name, NonNegativeDuration, PositiveDuration
 from topologies.spec import TopologySpec
 from workloads.features import FEATURES
 from workloads.pipeline import OperatorSpec
+from workloads.placement.spec import PlacementSpec
 from workloads.spec import WorkloadSpec
 
 MAX_DURATION = 30 * 86400.0
@@ -160,6 +161,9 @@ class ExperimentSpec(BaseModel):
     workload: WorkloadSpec
     pipeline: list[OperatorSpec] = Field(min_length=1)
     scenario: ScenarioSpec = Field(default_factory=ScenarioSpec)  # type: ignore[valid-type]
+    placement: PlacementSpec | None = Field(
+        default=None, description="a policy that places the `on: auto` operators, once, "
+        "before the run, the same on every backend (workloads.placement)")
     run: RunSpec
     sweep: dict[str, list] = Field(
         default_factory=dict,

@@ -58,7 +58,11 @@ class OperatorSpec(BaseModel):
         default=PASSTHROUGH, max_length=64,
         description="a RIoTBench task (engine python), an app etl, stats or pred (engine "
                     "spark), or passthrough: no task, each message forwarded as it came")
-    on: list[str] = Field(min_length=1, description="node names, patterns or kinds (gateways)")
+    on: list[str] = Field(min_length=1, description="node names, patterns or kinds (gateways), "
+                          "or auto: where the experiment's placement policy puts it")
+    among: list[str] | None = Field(
+        default=None, min_length=1, description="with on: auto, the nodes the placement "
+        "policy may choose from (names, patterns, kinds); default: placement.candidates")
     reads: list[str] = Field(min_length=1, description="stream names or MQTT topic filters")
     writes: Name | None = None
     cost: NonNegativeDuration | None = Field(
@@ -92,7 +96,7 @@ class OperatorSpec(BaseModel):
                              f"{', '.join(known)}")
         return task
 
-    @field_validator("on", "reads", mode="before")
+    @field_validator("on", "reads", "among", mode="before")
     @classmethod
     def _one_or_many(cls, value: object) -> object:
         return [value] if isinstance(value, str) else value
@@ -111,6 +115,23 @@ def topic_filter(read: str) -> str:
     less a `$share/<group>/` prefix: an operator's instances share its subscription anyway."""
     read = shared(read)[1]
     return read if "/" in read or "+" in read or "#" in read else f"{read}/#"
+
+
+def reads_from(topic_filter: str, stream: str) -> bool:
+    """Whether a filter can match some topic of a stream: `<stream>/<node>` or
+    `<stream>/<node>/<device>` (emu.agent.protocol's rule), any node and device
+    (`frames/gw-1/#` reads one gateway's queue of stream frames)."""
+    levels = topic_filter.split("/")
+    for length in (2, 3):
+        for i, level in enumerate(levels):
+            if level == "#":
+                return True  # what is before it fits (checked below), the rest it matches
+            if i >= length or (i == 0 and level not in (stream, "+")):
+                break
+        else:
+            if len(levels) == length:
+                return True
+    return False
 
 
 def placement(topology: Topology, on: list[str]) -> list[str]:

@@ -1,0 +1,276 @@
+"""The experiment's placement, decided once before the run: the problem built from the
+topology, the workload and the model's costs, the policy asked, the resolved spec every
+backend runs, and the `placements` table it writes.
+
+Only operators written `on: auto` are the policy's (workloads.placement.spec); each becomes
+an operator `on` the nodes the policy chose, so sim, emu and hybrid run the same places and
+neither imports the policy. Costs are the model's (sim.costs: the written cost, a task's
+reference, a calibration's measured figure, a Spark job's per-message share), at the
+operator's first candidate, so the policy sees the figures the model will charge.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import math
+from collections.abc import Iterable
+
+from experiments.spec import ExperimentSpec
+from topologies.errors import SpecError
+from topologies.model import Topology, expand
+from topologies.routing import NoRoute, Routes, gateway_of
+from workloads.energy_power import LinkEnergy, default_power, energy_per_bit
+from workloads.pipeline import check_placement, reads_from, topic_filter
+from workloads.placement import problem as pp
+from workloads.placement.policy import PolicyError, decide, make_policy
+from workloads.placement.spec import AUTO
+
+def auto_operators(spec: ExperimentSpec) -> list[int]:
+    """The pipeline indices of the operators written `on: auto`."""
+    return [i for i, op in enumerate(spec.pipeline) if AUTO in op.on]
+
+
+def placed(spec: ExperimentSpec) -> tuple[ExperimentSpec, pp.Decision | None]:
+    """`resolve` on the spec's own topology: the spec as it is without placement or auto."""
+    if spec.placement is None and not auto_operators(spec):
+        return spec, None
+    try:
+        topology = expand(spec.topology)
+    except SpecError as error:  # as experiments.checks.check says it
+        raise SpecError(("topology",) + error.path, error.value, error.expected) from None
+    return resolve(spec, topology)
+
+
+def resolve(spec: ExperimentSpec, topology: Topology) -> tuple[ExperimentSpec, pp.Decision | None]:
+    """The spec with each `on: auto` operator on the nodes its policy chose, and the decision;
+    the spec as it is (and None) without a `placement` block. A SpecError names the field and
+    value of a bad input: `on: auto` without a block, a pin outside the candidates, an
+    operator that fits nowhere, a policy that cannot be had."""
+    autos = auto_operators(spec)
+    if spec.placement is None:
+        if autos:
+            raise SpecError(("pipeline", autos[0], "on"), AUTO,
+                            "a placement block (placement.policy) to decide `on: auto`")
+        return spec, None
+    for i in autos:
+        if spec.pipeline[i].on != [AUTO]:
+            raise SpecError(("pipeline", i, "on"), spec.pipeline[i].on,
+                            "auto alone (the policy decides), or nodes without auto")
+    _check_pins(spec, topology)
+    problem = build_problem(spec, topology)
+    try:
+        policy = make_policy(spec.placement.policy, _settings(spec))
+    except PolicyError as error:
+        raise SpecError(("placement", "policy"), spec.placement.policy, str(error)) from None
+    try:
+        decision = decide(policy, problem)
+    except pp.Unplaceable as error:
+        index = next(i for i, op in enumerate(spec.pipeline) if op.name == error.operator)
+        raise SpecError(("pipeline", index), error.operator,
+                        f"an operator that fits on a candidate node: {error.what} "
+                        f"({error.detail})") from None
+    except PolicyError as error:
+        raise SpecError(("placement", "policy"), spec.placement.policy, str(error)) from None
+    pipeline = [op.model_copy(update={"on": list(decision.nodes[op.name]), "among": None})
+                if i in autos else op for i, op in enumerate(spec.pipeline)]
+    return spec.model_copy(update={"pipeline": pipeline}), decision
+
+
+def _check_pins(spec: ExperimentSpec, topology: Topology) -> None:
+    """Every pinned operator's nodes among placement.candidates: the nodes the experiment
+    lets operators run on (a pin elsewhere is a mistake the block would hide)."""
+    allowed: dict[str, None] = {}
+    for j, where in enumerate(spec.placement.candidates):
+        allowed.update(dict.fromkeys(check_placement(topology, ("placement", "candidates", j),
+                                                     where)))
+    for i, op in enumerate(spec.pipeline):
+        if AUTO in op.on:
+            continue
+        for j, where in enumerate(op.on):
+            outside = [n for n in check_placement(topology, ("pipeline", i, "on", j), where)
+                       if n not in allowed]
+            if outside:
+                raise SpecError(("pipeline", i, "on", j), where,
+                                "nodes among placement.candidates ("
+                                + ", ".join(list(allowed)[:8])
+                                + (", ..." if len(allowed) > 8 else "")
+                                + f"); {outside[0]} is not")
+
+
+def _settings(spec: ExperimentSpec) -> dict:
+    """The policy's settings, with the solver's limits for a policy that takes them."""
+    settings = dict(spec.placement.settings)
+    if spec.placement.policy == "optimal":
+        settings.setdefault("time_limit", spec.placement.solver.time_limit)
+        settings.setdefault("gap", spec.placement.solver.gap)
+    return settings
+
+
+def build_problem(spec: ExperimentSpec, topology: Topology) -> pp.Problem:
+    """The frozen problem: operators in pipeline order with their flows and the model's
+    costs, the candidate nodes with their hardware and power, the paths between them."""
+    from sim.costs import Costs  # the model's cost rule, the one source of every figure
+    from workloads import calibration
+
+    placement = spec.placement
+    cal = calibration.load(spec.run.calibration) if spec.run.calibration else None
+    costs = Costs(topology, spec.run.driver_cost, cal)
+    candidates = _candidates(spec, topology)
+    names = list(dict.fromkeys(n for nodes in candidates.values() for n in nodes))
+    names = [n for n in topology.nodes if n in set(names) | _flow_nodes(spec, topology)]
+    routes = Routes(topology)
+    operators = tuple(_operator(spec, i, op, topology, costs, candidates[i])
+                      for i, op in enumerate(spec.pipeline))
+    weights = pp.Weights(placement.objective.latency, placement.objective.network,
+                         placement.objective.energy)
+    latency, bandwidth, joules = _paths(topology, routes, names, spec)
+    nodes = tuple(_node(topology, name, costs, routes, names, spec) for name in names)
+    return pp.Problem(operators, nodes, latency, bandwidth, joules, weights, spec.run.seed)
+
+
+def _candidates(spec: ExperimentSpec, topology: Topology) -> dict[int, list[str]]:
+    """Each operator's candidate nodes: its pins, or (auto) its `among` or the block's."""
+    found: dict[int, list[str]] = {}
+    for i, op in enumerate(spec.pipeline):
+        if AUTO in op.on:
+            among, path = ((op.among, ("pipeline", i, "among")) if op.among is not None
+                           else (spec.placement.candidates, ("placement", "candidates")))
+        else:
+            among, path = op.on, ("pipeline", i, "on")
+        nodes: list[str] = []
+        for j, where in enumerate(among):
+            nodes += check_placement(topology, (*path, j), where)
+        found[i] = list(dict.fromkeys(nodes))
+    return found
+
+
+def _flow_nodes(spec: ExperimentSpec, topology: Topology) -> set[str]:
+    """The gateways the devices' readings enter through."""
+    return {at for stream in spec.workload.streams for at, _ in _entries(stream, topology)}
+
+
+def _entries(stream, topology: Topology) -> list[tuple[str, int]]:
+    """(gateway, devices) a stream's readings enter the network through."""
+    counts: dict[str, int] = {}
+    for pattern in stream.sources:
+        for device in topology.match(pattern):
+            gateway = gateway_of(topology, device)
+            if gateway is not None:
+                counts[gateway] = counts.get(gateway, 0) + 1
+    return list(counts.items())
+
+
+def _operator(spec: ExperimentSpec, index: int, op, topology: Topology, costs,
+              candidates: list[str]) -> pp.Operator:
+    """One operator of the problem: its upstream operators, its flows, its model cost."""
+    upstream = tuple(other.name for other in spec.pipeline[:index]
+                     if other.writes is not None and _reads(op.reads, other.writes))
+    flows = []
+    for stream in spec.workload.streams:
+        if _reads(op.reads, stream.name):
+            flows += [pp.Flow(at, stream.rate * devices, stream.size)
+                      for at, devices in _entries(stream, topology)]
+    cost = costs.operator(op, candidates[0])
+    per_message = cost.message + (cost.batch.per_message if cost.batch is not None else 0.0)
+    in_size = next((s.size for s in spec.workload.streams if _reads(op.reads, s.name)), 200)
+    pinned = None if AUTO in op.on else tuple(candidates)
+    return pp.Operator(op.name, per_message, op.selectivity, in_size,
+                       op.out_size or in_size, 0, upstream, tuple(flows), tuple(candidates),
+                       pinned)
+
+
+def _reads(reads: Iterable[str], stream: str) -> bool:
+    """Whether an operator reading `reads` takes what is written to stream `stream`."""
+    return any(reads_from(topic_filter(read), stream) for read in reads)
+
+
+def _paths(topology: Topology, routes: Routes, names: list[str], spec: ExperimentSpec):
+    """Latency (s), the narrowest link (bit/s) and joules per bit of every pair's path."""
+    energy = spec.scenario.energy
+    links = energy.links if energy is not None else LinkEnergy()
+    latency, bandwidth, joules = [], [], []
+    for a in names:
+        row_l, row_b, row_j = [], [], []
+        for b in names:
+            try:
+                path = routes.path(a, b)
+            except NoRoute:
+                row_l.append(math.inf), row_b.append(0.0), row_j.append(math.inf)
+                continue
+            edges = [topology.graph.edges[x, y] for x, y in zip(path, path[1:], strict=False)]
+            row_l.append(sum(e["latency"] for e in edges))
+            row_b.append(min((e["link"].bandwidth or math.inf for e in edges), default=math.inf))
+            row_j.append(sum(energy_per_bit(links, topology, x, y)[1]
+                             for x, y in zip(path, path[1:], strict=False)))
+        latency.append(tuple(row_l)), bandwidth.append(tuple(row_b)), joules.append(tuple(row_j))
+    return tuple(latency), tuple(bandwidth), tuple(joules)
+
+
+def _node(topology: Topology, name: str, costs, routes: Routes, names: list[str],
+          spec: ExperimentSpec) -> pp.Node:
+    """A candidate node: the model's cores and speed, its parent toward the cloud, power."""
+    node = topology.nodes[name]
+    cpu = costs.cpu(node)
+    power = _power(spec, node)
+    return pp.Node(name, node.kind, cpu.speed, cpu.cores, node.site,
+                   _parent(topology, routes, name, names), power[0], power[1],
+                   _battery(spec, name), max(0, node.profile.memory - node.profile.base_memory))
+
+
+def _parent(topology: Topology, routes: Routes, name: str, names: list[str]) -> str | None:
+    """The next node of the problem on the way from `name` to its nearest cloud VM."""
+    clouds = [n.name for n in topology.of_kind("cloud_vm")]
+    if not clouds or topology.nodes[name].kind == "cloud_vm":
+        return None
+    best = None
+    for cloud in clouds:
+        try:
+            path = routes.path(name, cloud)
+        except NoRoute:
+            continue
+        length = routes.latency(name, cloud)
+        if best is None or length < best[0]:
+            best = (length, path)
+    if best is None:
+        return None
+    known = set(names)
+    return next((n for n in best[1][1:] if n in known), None)
+
+
+def _power(spec: ExperimentSpec, node) -> tuple[float, float]:
+    """(idle, busy) watts: the experiment's power profile for the node's hardware, else the
+    shipped one, else nothing known (0, 0)."""
+    energy = spec.scenario.energy
+    written = energy.power.get(node.profile_name) if energy is not None else None
+    if written is not None and written.idle is not None and written.max is not None:
+        return written.idle, written.max
+    return default_power(node.profile_name) or (0.0, 0.0)
+
+
+def _battery(spec: ExperimentSpec, name: str) -> float | None:
+    """A gateway's battery (scenario.energy.offload), joules; None on mains."""
+    energy = spec.scenario.energy
+    offload = getattr(energy, "offload", None) if energy is not None else None
+    if offload is None:
+        return None
+    for pattern in offload.gateways:
+        if fnmatch.fnmatchcase(name, pattern):
+            return offload.capacity
+    return None
+
+
+def table(decision: pp.Decision | None) -> dict[str, list]:
+    """The `placements` table's columns: one row per operator the decision placed, at t = 0."""
+    rows: dict[str, list] = {k: [] for k in ("t", "operator", "nodes", "policy", "objective",
+                                             "decision_time", "reason")}
+    if decision is None:
+        return rows
+    for operator, nodes in decision.nodes.items():
+        rows["t"].append(0.0)
+        rows["operator"].append(operator)
+        rows["nodes"].append(",".join(nodes))
+        rows["policy"].append(decision.policy)
+        rows["objective"].append(decision.objective)
+        rows["decision_time"].append(decision.seconds)
+        rows["reason"].append(decision.reasons.get(operator, ""))
+    return rows

@@ -1,0 +1,62 @@
+"""The experiment's `placement:` block: which policy decides where `on: auto` operators run,
+with what objective, among which nodes, and how an exact solver is limited.
+
+An operator written `on: auto` is placed by the policy among `among` (its own) or the block's
+`candidates`; any other `on` (a node, a kind word such as `gateways`, a pattern, `site:NAME`)
+is a pin the policy keeps. The decision is taken once, before the run, by the experiment layer
+(experiments.placement), and every backend runs the resolved places.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+from topologies.fields import PositiveDuration
+
+# `on: auto`: the operator's nodes are the placement policy's to decide.
+AUTO = "auto"
+
+
+class Objective(BaseModel):
+    """The weights of what a policy minimises (workloads.placement.evaluate): seconds of
+    latency per message, network usage (bytes x seconds per second, iFogSim's), watts."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    latency: float = Field(default=1.0, ge=0, allow_inf_nan=False)
+    network: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    energy: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+
+
+class Solver(BaseModel):
+    """Limits of an exact policy (optimal): wall time and the relative gap it may stop at."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    time_limit: PositiveDuration = 5.0
+    gap: float = Field(default=0.0, ge=0, le=1)
+
+
+class PlacementSpec(BaseModel):
+    """`placement:` of an experiment."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    policy: str = Field(description="a shipped policy (cloud-only, edge-ward, round-robin, "
+                        "latency-aware, network-aware, energy-aware, optimal) or a user's "
+                        "module:Class (a workloads.placement.policy.Policy)")
+    settings: dict[str, Any] = Field(default_factory=dict,
+                                     description="the policy's own settings")
+    objective: Objective = Field(default_factory=Objective)
+    candidates: list[str] = Field(
+        default_factory=lambda: ["gateways", "cloud"], min_length=1,
+        description="where `on: auto` operators may run (names, patterns, kind words, "
+                    "site:NAME) unless an operator gives its own `among`")
+    solver: Solver = Field(default_factory=Solver)
+
+    @field_validator("candidates", mode="before")
+    @classmethod
+    def _one_or_many(cls, value: object) -> object:
+        return [value] if isinstance(value, str) else value
