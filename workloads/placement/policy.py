@@ -18,45 +18,16 @@ import importlib
 import time
 from collections.abc import Mapping
 from dataclasses import replace as with_fields
-from typing import Any, ClassVar
+from typing import Any
 
+from workloads.placement.base import POLICIES, Policy, register
+from workloads.placement.evaluate import objective
 from workloads.placement.problem import Decision, Problem
 
-
-class Policy:
-    """Decides where each operator's instances run."""
-
-    name: ClassVar[str] = ""
-
-    def __init__(self, **settings: Any) -> None:
-        if settings:
-            raise TypeError(f"placement policy {self.name or type(self).__name__} takes no "
-                            f"settings, given {', '.join(sorted(settings))}")
-
-    def place(self, problem: Problem) -> Decision:
-        raise NotImplementedError
-
-    def replace(self, problem: Problem, observation: Mapping[str, Any],
-                current: Decision) -> Decision | None:
-        """At run time, given what was observed (per node: cpu, battery; per operator: rate,
-        latency): a new decision, or None to keep `current`."""
-        return None
-
-
-POLICIES: dict[str, type[Policy]] = {}
-
-
-def register(name: str):
-    """Class decorator: the policy under `name` in POLICIES (and as its `name`)."""
-
-    def add(cls: type[Policy]) -> type[Policy]:
-        if name in POLICIES and POLICIES[name] is not cls:
-            raise ValueError(f"placement policy {name!r} registered twice")
-        cls.name = name
-        POLICIES[name] = cls
-        return cls
-
-    return add
+# Policy, register and POLICIES live in workloads.placement.base, which the shipped policies
+# import (this module imports them in turn, to register them): here for anyone writing one.
+__all__ = ["POLICIES", "Policy", "PolicyError", "decide", "make_policy", "policy_class",
+           "register"]
 
 
 class PolicyError(ValueError):
@@ -96,8 +67,6 @@ def make_policy(name: str, settings: Mapping[str, Any] | None = None) -> Policy:
 def decide(policy: Policy, problem: Problem) -> Decision:
     """The policy's decision with the pins kept, checked against the candidates, timed and
     scored (workloads.placement.evaluate.objective)."""
-    from workloads.placement.evaluate import objective  # evaluate imports this module
-
     start = time.perf_counter()
     decision = policy.place(problem)
     seconds = time.perf_counter() - start

@@ -3,8 +3,8 @@
 A flow is a stream of messages entering an operator at a node: a gateway's devices' readings,
 or an upstream operator's output where its instance runs. An operator's flow is served by its
 instance on the flow's node if it has one there, else by its instance nearest to it (least path
-latency, ties by name): the brokers deliver between instances by topic (no separate selection
-policy), and this is the objective's account of where a message goes.
+latency, ties by the nodes' order): the brokers deliver between instances by topic (no
+separate selection policy), and this is the objective's account of where a message goes.
 
 Indices, not names, inside: node i is `problem.nodes[i]`, operator j `problem.operators[j]`;
 `latency[i][k]` the path latency in seconds from node i to node k (0 on the diagonal, inf with

@@ -1,0 +1,46 @@
+"""The placement policy base class and the registry of policies by name (re-exported by
+workloads.placement.policy, where the interface is described; the shipped policies import it
+from here, so that the module that loads them is not one they import)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from workloads.placement.problem import Decision, Problem
+
+
+class Policy:
+    """Decides where each operator's instances run."""
+
+    name: ClassVar[str] = ""
+
+    def __init__(self, **settings: Any) -> None:
+        if settings:
+            raise TypeError(f"placement policy {self.name or type(self).__name__} takes no "
+                            f"settings, given {', '.join(sorted(settings))}")
+
+    def place(self, problem: Problem) -> Decision:
+        raise NotImplementedError
+
+    def replace(self, problem: Problem, observation: Mapping[str, Any],
+                current: Decision) -> Decision | None:
+        """At run time, given what was observed (per node: cpu, battery; per operator: rate,
+        latency): a new decision, or None to keep `current`."""
+        return None
+
+
+POLICIES: dict[str, type[Policy]] = {}
+
+
+def register(name: str):
+    """Class decorator: the policy under `name` in POLICIES (and as its `name`)."""
+
+    def add(cls: type[Policy]) -> type[Policy]:
+        if name in POLICIES and POLICIES[name] is not cls:
+            raise ValueError(f"placement policy {name!r} registered twice")
+        cls.name = name
+        POLICIES[name] = cls
+        return cls
+
+    return add

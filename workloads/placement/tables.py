@@ -1,0 +1,180 @@
+"""The placement problem as numpy arrays: what the policies and the objective compute with.
+
+`Tables.of(problem)` turns the frozen numbers into arrays once: the nodes' speeds, capacities
+and power, the latency and energy matrices, each operator's candidates as a mask and its
+readers and writers as indices, the external flows as per-node rates, and the totals that do
+not depend on where anything runs (an operator's input rate, its input bytes, its share of the
+latency weight). Node i is column i, operator j row j, as in the problem.
+
+Units: rates in messages/s, sizes in bytes, latency in s, `joules_per_byte` in J/B (8 x the
+problem's joules per bit), speed relative to a reference vCPU, capacity and demand in
+reference-vCPU s/s, power in W.
+
+The latency weight ("mass"): each message entering the pipeline carries its flow's share of
+all entering messages (rate / total rate); an operator passes its mass on to its readers in
+equal parts, whatever its selectivity. The mean latency per message is then the sum over every
+transfer and every instance of mass x seconds (workloads.placement.evaluate).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from workloads.placement.problem import Problem
+
+# A finite stand-in for "no route" where a sum or a solver needs one (s): large against any
+# path's latency, small enough to keep a float's precision when added to them.
+NO_ROUTE = 1e6
+
+
+@dataclass(frozen=True, eq=False)
+class Tables:
+    """The problem's numbers as arrays (N nodes, J operators); see the module's docstring."""
+
+    problem: Problem
+    names: tuple[str, ...]                  # node names, in the problem's order
+    index: dict[str, int]                   # node name -> column
+    latency: np.ndarray                     # (N, N) s, inf: no route
+    reach: np.ndarray                       # (N, N) latency with NO_ROUTE for inf
+    joules_per_byte: np.ndarray             # (N, N) J/B
+    speed: np.ndarray                       # (N,)
+    capacity: np.ndarray                    # (N,) reference-vCPU s/s
+    idle: np.ndarray                        # (N,) W
+    busy: np.ndarray                        # (N,) W
+    battery: np.ndarray                     # (N,) bool: runs on a battery
+    cloud: np.ndarray                       # (N,) bool: a cloud VM
+    parent: tuple[int, ...]                 # next node north, -1 at the top
+    depth: np.ndarray                       # (N,) hops to the top
+    cost: np.ndarray                        # (J,) reference-vCPU s per input message
+    selectivity: np.ndarray                 # (J,)
+    out_size: np.ndarray                    # (J,) bytes per output message
+    upstream: tuple[tuple[int, ...], ...]   # operators each reads
+    downstream: tuple[tuple[int, ...], ...]  # operators reading each
+    candidates: np.ndarray                  # (J, N) bool
+    pinned: tuple[np.ndarray | None, ...]   # node indices of an operator's pins
+    ext_rate: np.ndarray                    # (J, N) messages/s entering from devices
+    ext_bytes: np.ndarray                   # (J, N) bytes/s entering from devices
+    ext_mass: np.ndarray                    # (J, N) latency weight entering
+    rate: np.ndarray                        # (J,) messages/s in, wherever it runs
+    in_bytes: np.ndarray                    # (J,) bytes/s in
+    mass: np.ndarray                        # (J,) latency weight through it
+    fan: np.ndarray                         # (J,) share of its mass each reader gets
+    entry_rate: float                       # messages/s entering the pipeline
+
+    @property
+    def demand(self) -> np.ndarray:
+        """(J,) reference-vCPU s/s each operator needs in all (rate x cost)."""
+        return self.rate * self.cost
+
+    @property
+    def out_bytes(self) -> np.ndarray:
+        """(J,) bytes each operator writes per input message (selectivity x out_size)."""
+        return self.selectivity * self.out_size
+
+    @classmethod
+    def of(cls, problem: Problem) -> Tables:
+        names = tuple(node.name for node in problem.nodes)
+        index = {name: i for i, name in enumerate(names)}
+        node_arrays = _node_arrays(problem, index)
+        op_arrays = _operator_arrays(problem, index)
+        flows = _flow_arrays(problem, index, op_arrays["upstream"], op_arrays["selectivity"],
+                             op_arrays["out_size"], op_arrays["fan"])
+        return cls(problem=problem, names=names, index=index, **node_arrays, **op_arrays,
+                   **flows)
+
+
+def _matrix(rows, n: int, default: float) -> np.ndarray:
+    if not rows:
+        return np.full((n, n), default)
+    return np.array(rows, dtype=float).reshape(n, n)
+
+
+def _node_arrays(problem: Problem, index: dict[str, int]) -> dict:
+    nodes = problem.nodes
+    n = len(nodes)
+    latency = _matrix(problem.latency, n, 0.0)
+    parent = tuple(index.get(node.parent, -1) if node.parent else -1 for node in nodes)
+    depth = np.zeros(n, dtype=int)
+    for i in range(n):
+        k, seen = parent[i], {i}
+        while k >= 0 and k not in seen:     # a loop of parents ends where it closes
+            seen.add(k)
+            depth[i] += 1
+            k = parent[k]
+    return dict(
+        latency=latency, reach=np.where(np.isinf(latency), NO_ROUTE, latency),
+        joules_per_byte=8.0 * _matrix(problem.joules_per_bit, n, 0.0),
+        speed=np.array([node.speed for node in nodes], dtype=float),
+        capacity=np.array([node.capacity for node in nodes], dtype=float),
+        idle=np.array([node.power_idle for node in nodes], dtype=float),
+        busy=np.array([node.power_busy for node in nodes], dtype=float),
+        battery=np.array([node.battery is not None for node in nodes], dtype=bool),
+        cloud=np.array([node.kind == "cloud_vm" for node in nodes], dtype=bool),
+        parent=parent, depth=depth)
+
+
+def _operator_arrays(problem: Problem, index: dict[str, int]) -> dict:
+    ops = problem.operators
+    position = {op.name: j for j, op in enumerate(ops)}
+    find = position.__getitem__
+    upstream = tuple([tuple(map(find, op.upstream)) for op in ops])
+    readers: list[list[int]] = [[] for _ in ops]
+    for j, ups in enumerate(upstream):
+        for u in ups:
+            readers[u].append(j)
+    # Operators often share one candidates tuple: one mask per distinct tuple (by identity
+    # first, which costs no hashing), then one row per operator picked from them.
+    by_id: dict[int, int] = {}
+    by_value: dict[tuple[str, ...], int] = {}
+    masks: list[list[int]] = []
+    which = []
+    for op in ops:
+        k = by_id.get(id(op.candidates))
+        if k is None:
+            k = by_value.setdefault(op.candidates, len(masks))
+            if k == len(masks):
+                masks.append([index[name] for name in op.candidates])
+            by_id[id(op.candidates)] = k
+        which.append(k)
+    distinct = np.zeros((max(1, len(masks)), len(index)), dtype=bool)
+    for k, nodes in enumerate(masks):
+        distinct[k, nodes] = True
+    pinned = tuple([None if op.pinned is None else
+                    np.array(sorted({index[name] for name in op.pinned}), dtype=int)
+                    for op in ops])
+    return dict(
+        cost=np.array([op.cost for op in ops], dtype=float),
+        selectivity=np.array([op.selectivity for op in ops], dtype=float),
+        out_size=np.array([op.out_size for op in ops], dtype=float),
+        upstream=upstream, downstream=tuple(map(tuple, readers)),
+        candidates=distinct[np.array(which, dtype=int)] if ops else
+        np.zeros((0, len(index)), dtype=bool),
+        pinned=pinned, fan=np.array([1.0 / len(r) if r else 0.0 for r in readers]))
+
+
+def _flow_arrays(problem: Problem, index: dict[str, int], upstream, selectivity, out_size,
+                 fan) -> dict:
+    """The devices' flows per node, and the totals through each operator (in pipeline order,
+    each operator's input is its flows plus its writers' output)."""
+    ops = problem.operators
+    shape = (len(ops), len(index))
+    ext_rate, ext_bytes = np.zeros(shape), np.zeros(shape)
+    for j, op in enumerate(ops):
+        for flow in op.flows:
+            ext_rate[j, index[flow.at]] += flow.rate
+            ext_bytes[j, index[flow.at]] += flow.rate * flow.size
+    entry = float(ext_rate.sum())
+    ext_mass = ext_rate / entry if entry > 0 else np.zeros(shape)
+    rate, in_bytes = ext_rate.sum(axis=1).tolist(), ext_bytes.sum(axis=1).tolist()
+    mass = ext_mass.sum(axis=1).tolist()
+    sel, size, share = selectivity.tolist(), out_size.tolist(), fan.tolist()
+    for j, ups in enumerate(upstream):
+        for u in ups:
+            rate[j] += sel[u] * rate[u]
+            in_bytes[j] += sel[u] * size[u] * rate[u]
+            mass[j] += mass[u] * share[u]
+    return dict(ext_rate=ext_rate, ext_bytes=ext_bytes, ext_mass=ext_mass,
+                rate=np.array(rate), in_bytes=np.array(in_bytes), mass=np.array(mass),
+                entry_rate=entry)
