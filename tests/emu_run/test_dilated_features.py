@@ -122,4 +122,7 @@ def test_a_recovery_detects_in_emulated_seconds_as_undilated(runs) -> None:
         assert row["detect"] < row["recover"] < 5.0, row
         found.append(row)
     plain, dilated = found
-    assert abs(dilated["detect"] - plain["detect"]) < 0.7, (plain, dilated)
+    # Each run's detection is the session less the time since the crashed agent's last ping,
+    # which the client sends every third of the session: two runs differ by up to that third
+    # plus a tick (CI: 2.06 s against 1.36 s, 0.71 apart), not by a dilation (3x would be 4 s).
+    assert abs(dilated["detect"] - plain["detect"]) < SESSION / 3 + 0.2, (plain, dilated)
