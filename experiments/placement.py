@@ -25,6 +25,7 @@ from workloads.placement import problem as pp
 from workloads.placement.policy import PolicyError, decide, make_policy
 from workloads.placement.spec import AUTO
 
+
 def auto_operators(spec: ExperimentSpec) -> list[int]:
     """The pipeline indices of the operators written `on: auto`."""
     return [i for i, op in enumerate(spec.pipeline) if AUTO in op.on]

@@ -13,7 +13,7 @@ NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 # Images each notebook shows when it runs (at least one per cell that plots, below).
 IMAGES = {"quickstart": 1, "thesis-migration": 1, "sim-vs-emu": 3, "hybrid-mobility": 3,
           "faults": 4, "lesson-placement": 1, "lesson-brokers": 2, "lesson-mobility": 1,
-          "lesson-migration": 2, "lesson-energy": 1, "lesson-jobs": 1}
+          "lesson-migration": 2, "lesson-energy": 1, "lesson-jobs": 1, "placement-vrgame": 1}
 # A call that draws: pyplot, seaborn's plotting functions, or an Axes' or frame's plot.
 PLOTTING = re.compile(r"\bplt\.(?!rc)|\bsns\.(?!set_)\w+\(|\.plot\(")
 # Run after the notebook, in its kernel: what its figures say, for what the images cannot show.
@@ -35,7 +35,10 @@ PROBES = {"thesis-migration": ("print(ch5_figure.get_suptitle())",
           "lesson-energy": ("print('edge/cloud WAN joules:', round(wan, 1))",
                             "edge/cloud WAN joules: 0.2"),
           "lesson-migration": ("print('downtime (s):', table['downtime'].round(1).tolist())",
-                               "downtime (s): [2.0, 2.0, 0.0]")}
+                               "downtime (s): [2.0, 2.0, 0.0]"),
+          "placement-vrgame": ("print('edge-ward/cloud-only network:', (network['edge-ward'] "
+                               "/ network['cloud-only']).round(1).tolist())",
+                               "edge-ward/cloud-only network: [0.1, 0.1]")}
 
 
 def execute(path: Path, cwd: Path) -> nbformat.NotebookNode:

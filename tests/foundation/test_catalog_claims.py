@@ -249,6 +249,12 @@ CLAIMS: dict[str, list[Claim]] = {
         Claim("a store on the cloud VM", "cloud tasks", {"passthrough"}),
         Claim("2 simulated minutes", "duration (s)", {120}, unit=60),
     ],
+    "vrgame-eeg": [
+        Claim("16 players", "devices", {16}),
+        Claim("500-byte readings", "message size (bytes)", {500}),
+        Claim("200 readings a second", "rate per device (/s)", {200}),
+        Claim("30 simulated seconds", "duration (s)", {30}),
+    ],
     "energy-offload": [
         Claim("One sensor", "devices", {1}),
         Claim("One sensor sends 10 readings/s", "rate per device (/s)", {10}),
