@@ -47,6 +47,7 @@ from emu.agent.zookeeper import (
     READ_CREATE,
     digest_id,  # noqa: F401 - the one source, re-exported
 )
+from workloads.pipeline import reads_from
 from workloads.topics import shared
 
 # Where a closed broker reads its users' hashes and its ACL (closed_plan writes them; the
@@ -232,7 +233,10 @@ def read_grants(configs: Mapping[str, Any],
     it may come to as well (`targets` as emu.cluster.plan.plan_cluster takes it; None: every
     gateway and cloud VM). An operator with an instance on each of several gateways, reading
     in process there and through no session of its own, takes its own gateway's readings, its
-    own topics (`<stream>/<gateway>/...`, OWN): it is granted nothing more.
+    own topics (`<stream>/<gateway>/...`, OWN), when every stream it reads is the devices' or
+    written on each of those gateways too (`local_reads`): it is granted nothing more. One
+    that reads what operators elsewhere write (a display on every phone reading the level a
+    cloud VM computes) reads it through the broker, and is granted it.
     A filter granted to every gateway and cloud VM is one pattern line, not one per node:
     the ACL stays linear in the nodes."""
     from emu.agent.config import AGENT_KINDS
@@ -246,11 +250,16 @@ def read_grants(configs: Mapping[str, Any],
             operators.setdefault(op.name, op)
     per_node: dict[str, set[str]] = {}
     common: set[str] = set()
+    writers: dict[str, set[str]] = {}  # an operator-written stream -> the nodes writing it
+    for name, nodes in placed.items():
+        if getattr(operators[name], "writes", None):
+            writers.setdefault(operators[name].writes, set()).update(nodes)
     for name, nodes in placed.items():
         op = operators[name]
         filters = operator_filters(op)
         moves = bool(op.session) or op.slo is not None
-        if not moves and len(nodes) > 1 and all(configs[n].kind == "gateway" for n in nodes):
+        if (not moves and len(nodes) > 1 and all(configs[n].kind == "gateway" for n in nodes)
+                and local_reads(filters, nodes, writers)):
             continue  # each instance its own gateway's: its own topics (OWN) already
         readers = set(nodes)
         if moves and not at_move:
@@ -261,6 +270,15 @@ def read_grants(configs: Mapping[str, Any],
         for node in readers:
             per_node.setdefault(node, set()).update(filters)
     return per_node, common
+
+
+def local_reads(filters: Iterable[str], nodes: Collection[str],
+                writers: Mapping[str, Collection[str]]) -> bool:
+    """Whether instances on `nodes` read all that `filters` match where it is published: every
+    operator-written stream a filter matches is written on each of `nodes` (what the devices
+    send, the agent's own, is read where it enters)."""
+    return all(set(nodes) <= set(at) for stream, at in writers.items()
+               if any(reads_from(f, stream) for f in filters))
 
 
 # Where the host finds them --------------------------------------------------------------------

@@ -211,3 +211,26 @@ def test_a_spark_job_inherits_its_nodes_login(monkeypatch: pytest.MonkeyPatch) -
     client = login(mqtt.Client(mqtt.CallbackAPIVersion.VERSION2))
     assert (client.username, client.password) == ("cloud-1", "s3cret")
     assert agent_mqtt.new_client("x")._username == b"cloud-1"
+
+
+def test_an_operator_on_every_gateway_reading_what_a_cloud_vm_writes_is_granted_it() -> None:
+    """A display on each phone reads the level cloud-1 computes: through the broker, so each
+    gateway is granted `level/#`; a filter of the devices' readings on each gateway, and an
+    operator reading a stream written on every one of its own gateways, read in process."""
+    from types import SimpleNamespace
+
+    from emu.cluster.access import read_grants
+
+    def op(name, reads, writes=None):
+        return SimpleNamespace(name=name, reads=[reads], writes=writes, session=False,
+                               slo=None)
+
+    gateway = [op("filter", "city/#", "clean"), op("local", "$share/local/clean/#"),
+               op("display", "$share/display/level/#")]
+    configs = {"gw-1": SimpleNamespace(kind="gateway", operators=gateway),
+               "gw-2": SimpleNamespace(kind="gateway", operators=gateway),
+               "cloud-1": SimpleNamespace(kind="cloud_vm",
+                                          operators=[op("concentration", "clean/#", "level")])}
+    per_node, common = read_grants(configs)
+    assert per_node == {"gw-1": {"level/#"}, "gw-2": {"level/#"}, "cloud-1": {"clean/#"}}
+    assert common == set()
