@@ -108,10 +108,20 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
     from experiments import report
 
     loaded = load_or_exit(experiment, set_, sweep, allow_files)
+    for line in placements(loaded):
+        console.print(escape(line), soft_wrap=True)
     outcomes = execute(loaded, out)
     report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
     if any(o.error for o in outcomes):
         raise typer.Exit(1)
+
+
+def placements(loaded) -> list[str]:
+    """Each distinct placement decision of the experiment's points, as a line."""
+    from experiments.placement import described
+
+    return list(dict.fromkeys(described(point.placement) for point in loaded.points
+                              if point.placement is not None))
 
 
 @app.command()
@@ -126,6 +136,8 @@ def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None,
                   f"topology {escape(spec.topology.name)} ({counts})", soft_wrap=True)
     from experiments.model_settings import unused_costs
 
+    for line in placements(loaded):
+        console.print(escape(line), soft_wrap=True)
     notes = dict.fromkeys(note for point in loaded.points
                           for note in unused_costs(point.spec, point.topology))
     for note in notes:

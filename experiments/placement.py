@@ -23,6 +23,7 @@ from workloads.energy_power import LinkEnergy, default_power, energy_per_bit
 from workloads.pipeline import check_placement, reads_from, topic_filter
 from workloads.placement import problem as pp
 from workloads.placement.policy import PolicyError, decide, make_policy
+from workloads.placement.problem import PINNED
 from workloads.placement.spec import AUTO
 
 
@@ -70,8 +71,9 @@ def resolve(spec: ExperimentSpec, topology: Topology) -> tuple[ExperimentSpec, p
         raise SpecError(("pipeline", index), error.operator,
                         f"an operator that fits on a candidate node: {error.what} "
                         f"({error.detail})") from None
-    except PolicyError as error:
-        raise SpecError(("placement", "policy"), spec.placement.policy, str(error)) from None
+    except (PolicyError, ValueError) as error:  # what a policy refuses, in its own words
+        raise SpecError(("placement", "policy"), spec.placement.policy,
+                        f"a policy that can place this pipeline: {error}") from None
     pipeline = [op.model_copy(update={"on": list(decision.nodes[op.name]), "among": None})
                 if i in autos else op for i, op in enumerate(spec.pipeline)]
     return spec.model_copy(update={"pipeline": pipeline}), decision
@@ -275,3 +277,17 @@ def table(decision: pp.Decision | None) -> dict[str, list]:
         rows["decision_time"].append(decision.seconds)
         rows["reason"].append(decision.reasons.get(operator, ""))
     return rows
+
+
+def described(decision: pp.Decision) -> str:
+    """A decision in a line a person reads: the policy, its objective and time, and where
+    each operator it placed went (pins left out)."""
+    placed = "; ".join(f"{op} on {_few(nodes)}" for op, nodes in decision.nodes.items()
+                       if decision.reasons.get(op) != PINNED)
+    gap = "" if decision.gap is None else f", gap {decision.gap:.3g}"
+    return (f"placement by {decision.policy} (objective {decision.objective:.4g}{gap}, "
+            f"{decision.seconds * 1000:.1f} ms): {placed or 'every operator pinned'}")
+
+
+def _few(nodes: tuple[str, ...]) -> str:
+    return ", ".join(nodes[:4]) + (f" and {len(nodes) - 4} more" if len(nodes) > 4 else "")

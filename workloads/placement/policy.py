@@ -22,7 +22,7 @@ from typing import Any
 
 from workloads.placement.base import POLICIES, Policy, register
 from workloads.placement.evaluate import objective
-from workloads.placement.problem import Decision, Problem
+from workloads.placement.problem import PINNED, Decision, Problem
 
 # Policy, register and POLICIES live in workloads.placement.base, which the shipped policies
 # import (this module imports them in turn, to register them): here for anyone writing one.
@@ -76,7 +76,7 @@ def decide(policy: Policy, problem: Problem) -> Decision:
     for op in problem.operators:
         if op.pinned is not None:
             nodes[op.name] = tuple(op.pinned)
-            reasons[op.name] = "pinned by `on`"
+            reasons[op.name] = PINNED
             continue
         chosen = nodes.get(op.name)
         if not chosen:

@@ -128,6 +128,10 @@ class Problem:
         raise KeyError(name)
 
 
+# The reason of an operator `on` pins: decide() writes it whatever the policy said.
+PINNED = "pinned by `on`"
+
+
 @dataclass(frozen=True)
 class Decision:
     """An answer: each operator's nodes (names, in the problem's node order) and why."""
