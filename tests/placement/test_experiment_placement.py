@@ -8,8 +8,10 @@ import pandas as pd
 import pytest
 
 from experiments.loader import parse_text
+from experiments.placement import build_problem
 from experiments.runner import run_experiment
 from topologies.errors import SpecError
+from topologies.model import expand
 
 # The lesson's city: 200 sensors at 1/s on four Pi gateways (50 each), a filter keeping one
 # reading in five, a store on the cloud VM.
@@ -18,7 +20,8 @@ name: placed
 topology: smart-city
 workload: city-sensors
 pipeline:
-  - {name: filter, task: range_filter, on: auto, reads: city, writes: kept, cost: 150us, selectivity: 0.2}
+  - {name: filter, task: range_filter, on: auto, reads: city, writes: kept,
+     cost: 150us, selectivity: 0.2}
   - {name: store, task: passthrough, on: cloud-1, reads: kept, cost: 50us}
 placement: {policy: POLICY}
 run: {backend: BACKEND, duration: 5s, seed: 7, drain: 2s}
@@ -124,3 +127,15 @@ def test_among_limits_the_policys_choice() -> None:
     point = experiment("round-robin", text=text).points[0]
     assert set(point.spec.pipeline[0].on) <= {"gw-2", "cloud-1"}
     assert point.spec.pipeline[0].among is None  # resolved: the backends see nodes only
+
+
+def test_every_node_of_the_problem_publishes_through_its_nearest_broker() -> None:
+    spec = experiment("latency-aware").points[0].spec
+    problem = build_problem(spec, expand(spec.topology))
+    # The broker node is in the problem (no operator's candidate), every node's broker.
+    assert [n.name for n in problem.nodes] == ["gw-1", "gw-2", "gw-3", "gw-4", "broker-1",
+                                               "cloud-1"]
+    assert {n.broker for n in problem.nodes} == {"broker-1"}
+    assert all("broker-1" not in op.candidates for op in problem.operators)
+    # The parents stay among the hosts: a gateway's next host north is the cloud VM.
+    assert problem.nodes[0].parent == "cloud-1"

@@ -33,10 +33,11 @@ loses or miscounts something:
 - an operator no flow reaches goes to its northmost candidate with room.
 
 Not changed, and worth knowing: iFogSim sends a path's tuples north to the module on the path;
-the problem's flow model (evaluate) sends them to the nearest instance, which for an operator
-with instances on several branches can be a sibling's (gateway to gateway through their
-parent, rather than up to the cloud). The walk's books then differ from evaluate's load, and
-an answer can show overload on such a sibling (benchmarks/placement.py counts how often).
+the problem's flow model (evaluate, the backends' routing) serves a flow on its own node when
+an instance is there, else splits it equally over every instance through the node's broker,
+so an operator with instances on several branches gets a share of other branches' flows. The
+walk's books then differ from evaluate's load, and an answer can show overload on such an
+instance (benchmarks/placement.py counts how often).
 """
 
 from __future__ import annotations

@@ -6,7 +6,9 @@ Each places the operators in pipeline order, one instance per operator, on a can
 room for its CPU demand (its input rate x cost, in reference-vCPU s/s); pinned operators stay
 on their pins and take their room first. Ties go to the first node in the problem's order;
 nothing is random. An operator that fits nowhere raises Unplaceable naming the CPU, its demand
-and the most room left on its candidates.
+and the most room left on its candidates. The greedy policies' costs route as the objective
+does (workloads.placement.evaluate): input from node a to an instance on node k crosses
+nothing when k is a, else the path through a's broker (tables.route).
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import numpy as np
 
 from workloads.placement.base import Policy, register
 from workloads.placement.edgeward import EdgeWard
-from workloads.placement.evaluate import nearest
+from workloads.placement.evaluate import serve
 from workloads.placement.problem import Decision, Problem, Unplaceable
 from workloads.placement.tables import Tables
 
@@ -94,9 +96,8 @@ class Ledger:
             up_rate, up_mass = self.served(u)
             rate += t.selectivity[u] * up_rate
             mass += t.fan[u] * up_mass
-        server = nearest(t, where)
-        self.rate_out[j] = np.bincount(server, weights=rate, minlength=len(self.free))
-        self.mass_out[j] = np.bincount(server, weights=mass, minlength=len(self.free))
+        self.rate_out[j] = serve(where, rate)
+        self.mass_out[j] = serve(where, mass)
         self.free = (np.asarray(self.free) - self.rate_out[j] * t.cost[j]).tolist()
 
     def decision(self) -> Decision:
@@ -161,7 +162,8 @@ class Greedy(Policy):
     """Operators in pipeline order, each on the candidate with room that adds the least
     `what` given where its writers are: the static part of each node's score (`static`) plus,
     per arriving message weight (`kind`: the latency weight or bytes/s) from node a, the
-    `matrix` entry [a, node]. Subclasses give the three; ties by the nodes' order.
+    `matrix` entry [a, node] (a route through a's broker, 0 from the node itself).
+    Subclasses give the three; ties by the nodes' order.
 
     The scores of every operator's devices' flows and static part come first, as one (J, N)
     array; per operator only its writers' part is added (one row each) before the argmin, and
@@ -263,7 +265,7 @@ class LatencyAware(Greedy):
     kind = "mass"
 
     def matrix(self, t: Tables) -> np.ndarray:
-        return t.reach
+        return t.route_reach
 
     def static(self, t: Tables) -> np.ndarray:
         with np.errstate(divide="ignore"):
@@ -279,7 +281,7 @@ class NetworkAware(Greedy):
     kind = "bytes"
 
     def matrix(self, t: Tables) -> np.ndarray:
-        return t.reach
+        return t.route_reach
 
 
 @register("energy-aware")
@@ -292,7 +294,7 @@ class EnergyAware(Greedy):
     kind = "bytes"
 
     def matrix(self, t: Tables) -> np.ndarray:
-        return t.joules_per_byte
+        return t.route_joules
 
     def static(self, t: Tables) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -313,10 +315,10 @@ class EnergyAware(Greedy):
         if np.count_nonzero(ties) == 1:
             return node, best
         with np.errstate(divide="ignore"):     # ties are rare: the latency when they come
-            latency = t.mass[j] * t.cost[j] / t.speed + t.ext_mass[j] @ t.reach
+            latency = t.mass[j] * t.cost[j] / t.speed + t.ext_mass[j] @ t.route_reach
         for u in t.upstream[j]:
             x = ledger.single[u]
-            latency = latency + (t.mass[u] * t.fan[u] * t.reach[x] if x >= 0
-                                 else ledger.mass_out[u] * t.fan[u] @ t.reach)
+            latency = latency + (t.mass[u] * t.fan[u] * t.route_reach[x] if x >= 0
+                                 else ledger.mass_out[u] * t.fan[u] @ t.route_reach)
         node = int(np.where(ties, latency, np.inf).argmin())
         return node, float(score[node])
