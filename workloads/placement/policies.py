@@ -171,6 +171,9 @@ class Greedy(Policy):
 
     what = ""
     kind = "mass"
+    # A subclass whose scores change when a node is first given an operator: a method told
+    # the nodes just given one (EnergyAware's idle watts); None: nothing to tell.
+    used = None
 
     def matrix(self, t: Tables) -> np.ndarray:
         raise NotImplementedError
@@ -203,12 +206,14 @@ class Greedy(Policy):
         matrix = self.matrix(t)
         pre, weight = self.scores(t, matrix, self.kind)
         pre = pre + self.static(t)
-        fast = np.where(self.allowed(t), pre, np.inf)
+        fast = self.base(ledger, np.where(self.allowed(t), pre, np.inf))
         free, demand, single = ledger.free, ledger.demand, ledger.single
-        pinned, choose, put, names = t.pinned, self.choose, ledger.put, t.names
+        pinned, choose, put, names, used = t.pinned, self.choose, ledger.put, t.names, self.used
         for j, ups in enumerate(t.upstream):
             if pinned[j] is not None:
                 ledger.pin(j)
+                if used is not None:
+                    used(pinned[j].tolist())
                 free = ledger.free
                 continue
             score = fast[j]
@@ -221,7 +226,14 @@ class Greedy(Policy):
                 node, value = self.fallback(t, ledger, j, pre[j] + self.writers(
                     t, ledger, j, matrix, weight))
             put(j, node, f"least added {self.what} on {names[node]}: {value:.4g}")
+            if used is not None:
+                used((node,))
         return ledger.decision()
+
+    def base(self, ledger: Ledger, fast: np.ndarray) -> np.ndarray:
+        """The (J, N) scores the loop starts each operator from (`fast`: the static part and
+        the devices' flows, inf off the allowed nodes)."""
+        return fast
 
     def writers(self, t: Tables, ledger: Ledger, j: int, matrix: np.ndarray,
                 weight: list) -> np.ndarray | float:
@@ -304,9 +316,27 @@ class EnergyAware(Greedy):
     def allowed(self, t: Tables) -> np.ndarray:
         return t.candidates & ~t.battery
 
+    def base(self, ledger: Ledger, fast: np.ndarray) -> np.ndarray:
+        """The scores with each node's idle watts while it hosts nothing (a column goes back
+        to `fast`'s when its node is first used: one copy per node, not an add per
+        operator)."""
+        self.plain, self.idle = fast, set(np.flatnonzero(ledger.idle_left).tolist())
+        self.scored = fast + ledger.idle_left
+        return self.scored
+
+    def used(self, nodes) -> None:
+        """Nodes just given an operator: their idle watts leave the scores."""
+        for node in nodes:
+            if node in self.idle:
+                self.idle.discard(node)
+                self.scored[:, node] = self.plain[:, node]
+
+    def fallback(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
+        return super().fallback(t, ledger, j, score + ledger.idle_left)
 
     def choose(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
-        score = score + ledger.idle_left
+        """The node of least score (the idle watts in it, see `base`), ties by the latency
+        its input would add."""
         node = int(score.argmin())
         best = float(score[node])
         if best == np.inf:

@@ -191,20 +191,30 @@ def _flow_arrays(problem: Problem, index: dict[str, int], upstream, selectivity,
     ops = problem.operators
     shape = (len(ops), len(index))
     ext_rate, ext_bytes = np.zeros(shape), np.zeros(shape)
-    for j, op in enumerate(ops):
-        for flow in op.flows:
+    fed = [j for j, op in enumerate(ops) if op.flows]   # most operators read no device
+    for j in fed:
+        for flow in ops[j].flows:
             ext_rate[j, index[flow.at]] += flow.rate
             ext_bytes[j, index[flow.at]] += flow.rate * flow.size
     entry = float(ext_rate.sum())
-    ext_mass = ext_rate / entry if entry > 0 else np.zeros(shape)
-    rate, in_bytes = ext_rate.sum(axis=1).tolist(), ext_bytes.sum(axis=1).tolist()
-    mass = ext_mass.sum(axis=1).tolist()
-    sel, size, share = selectivity.tolist(), out_size.tolist(), fan.tolist()
+    ext_mass = np.zeros(shape)
+    if entry > 0:
+        ext_mass[fed] = ext_rate[fed] / entry
+    rate, in_bytes, mass = np.zeros(len(ops)), np.zeros(len(ops)), np.zeros(len(ops))
+    rate[fed], in_bytes[fed] = ext_rate[fed].sum(axis=1), ext_bytes[fed].sum(axis=1)
+    mass[fed] = ext_mass[fed].sum(axis=1)
+    rate, in_bytes, mass = rate.tolist(), in_bytes.tolist(), mass.tolist()
+    sel, share = selectivity.tolist(), fan.tolist()
+    sel_size = (selectivity * out_size).tolist()
     for j, ups in enumerate(upstream):
-        for u in ups:
-            rate[j] += sel[u] * rate[u]
-            in_bytes[j] += sel[u] * size[u] * rate[u]
-            mass[j] += mass[u] * share[u]
+        if ups:
+            r, b, m = rate[j], in_bytes[j], mass[j]
+            for u in ups:
+                ru = rate[u]
+                r += sel[u] * ru
+                b += sel_size[u] * ru
+                m += mass[u] * share[u]
+            rate[j], in_bytes[j], mass[j] = r, b, m
     return dict(ext_rate=ext_rate, ext_bytes=ext_bytes, ext_mass=ext_mass,
                 rate=np.array(rate), in_bytes=np.array(in_bytes), mass=np.array(mass),
                 entry_rate=entry)
