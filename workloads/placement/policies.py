@@ -171,9 +171,6 @@ class Greedy(Policy):
 
     what = ""
     kind = "mass"
-    # A subclass whose scores change when a node is first given an operator: a method told
-    # the nodes just given one (EnergyAware's idle watts); None: nothing to tell.
-    used = None
 
     def matrix(self, t: Tables) -> np.ndarray:
         raise NotImplementedError
@@ -208,12 +205,14 @@ class Greedy(Policy):
         pre = pre + self.static(t)
         fast = self.base(ledger, np.where(self.allowed(t), pre, np.inf))
         free, demand, single = ledger.free, ledger.demand, ledger.single
-        pinned, choose, put, names, used = t.pinned, self.choose, ledger.put, t.names, self.used
+        pinned, choose, put, names = t.pinned, self.choose, ledger.put, t.names
+        fresh, said = self.fresh, f"least added {self.what} on "
         for j, ups in enumerate(t.upstream):
             if pinned[j] is not None:
                 ledger.pin(j)
-                if used is not None:
-                    used(pinned[j].tolist())
+                for node in pinned[j].tolist():
+                    if node in fresh:
+                        self.first_use(node)
                 free = ledger.free
                 continue
             score = fast[j]
@@ -225,15 +224,20 @@ class Greedy(Policy):
             if node < 0 or free[node] < demand[j] - ROOM:
                 node, value = self.fallback(t, ledger, j, pre[j] + self.writers(
                     t, ledger, j, matrix, weight))
-            put(j, node, f"least added {self.what} on {names[node]}: {value:.4g}")
-            if used is not None:
-                used((node,))
+            put(j, node, f"{said}{names[node]}: {value:.4g}")
+            if node in fresh:
+                self.first_use(node)
         return ledger.decision()
 
     def base(self, ledger: Ledger, fast: np.ndarray) -> np.ndarray:
         """The (J, N) scores the loop starts each operator from (`fast`: the static part and
-        the devices' flows, inf off the allowed nodes)."""
+        the devices' flows, inf off the allowed nodes), and `fresh`: the nodes whose first
+        operator changes them (`first_use`)."""
+        self.fresh: set[int] = set()
         return fast
+
+    def first_use(self, node: int) -> None:
+        """Node `node` was just given its first operator (see `base`)."""
 
     def writers(self, t: Tables, ledger: Ledger, j: int, matrix: np.ndarray,
                 weight: list) -> np.ndarray | float:
@@ -320,16 +324,14 @@ class EnergyAware(Greedy):
         """The scores with each node's idle watts while it hosts nothing (a column goes back
         to `fast`'s when its node is first used: one copy per node, not an add per
         operator)."""
-        self.plain, self.idle = fast, set(np.flatnonzero(ledger.idle_left).tolist())
+        self.plain, self.fresh = fast, set(np.flatnonzero(ledger.idle_left).tolist())
         self.scored = fast + ledger.idle_left
         return self.scored
 
-    def used(self, nodes) -> None:
-        """Nodes just given an operator: their idle watts leave the scores."""
-        for node in nodes:
-            if node in self.idle:
-                self.idle.discard(node)
-                self.scored[:, node] = self.plain[:, node]
+    def first_use(self, node: int) -> None:
+        """The node's idle watts leave its scores."""
+        self.fresh.discard(node)
+        self.scored[:, node] = self.plain[:, node]
 
     def fallback(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
         return super().fallback(t, ledger, j, score + ledger.idle_left)
