@@ -18,7 +18,8 @@ from collections.abc import Iterable
 from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
 from topologies.model import Topology, expand
-from topologies.routing import NoRoute, Routes, gateway_of
+from topologies.routing import NoRoute, Routes, gateway_of, nearest
+from workloads.broker_scaling import first_brokers
 from workloads.energy_power import LinkEnergy, default_power, energy_per_bit
 from workloads.pipeline import check_placement, reads_from, topic_filter
 from workloads.placement import problem as pp
@@ -119,15 +120,19 @@ def build_problem(spec: ExperimentSpec, topology: Topology) -> pp.Problem:
     cal = calibration.load(spec.run.calibration) if spec.run.calibration else None
     costs = Costs(topology, spec.run.driver_cost, cal)
     candidates = _candidates(spec, topology)
-    names = list(dict.fromkeys(n for nodes in candidates.values() for n in nodes))
-    names = [n for n in topology.nodes if n in set(names) | _flow_nodes(spec, topology)]
+    hosts = {n for nodes in candidates.values() for n in nodes} | _flow_nodes(spec, topology)
+    # The brokers publishers take at the start (spares join later), as the backends pick them.
+    brokers = first_brokers(topology, {entry.spare for entry in spec.scenario.broker_scaling})
+    names = [n for n in topology.nodes if n in hosts or n in brokers]
     routes = Routes(topology)
     operators = tuple(_operator(spec, i, op, topology, costs, candidates[i])
                       for i, op in enumerate(spec.pipeline))
     weights = pp.Weights(placement.objective.latency, placement.objective.network,
                          placement.objective.energy)
     latency, bandwidth, joules = _paths(topology, routes, names, spec)
-    nodes = tuple(_node(topology, name, costs, routes, names, spec) for name in names)
+    hosting = [n for n in names if n in hosts]
+    nodes = tuple(_node(topology, name, costs, routes, hosting, spec,
+                        nearest(routes, name, brokers) if brokers else None) for name in names)
     return pp.Problem(operators, nodes, latency, bandwidth, joules, weights, spec.run.seed)
 
 
@@ -209,15 +214,18 @@ def _paths(topology: Topology, routes: Routes, names: list[str], spec: Experimen
     return tuple(latency), tuple(bandwidth), tuple(joules)
 
 
-def _node(topology: Topology, name: str, costs, routes: Routes, names: list[str],
-          spec: ExperimentSpec) -> pp.Node:
-    """A candidate node: the model's cores and speed, its parent toward the cloud, power."""
+def _node(topology: Topology, name: str, costs, routes: Routes, hosts: list[str],
+          spec: ExperimentSpec, broker: str | None) -> pp.Node:
+    """A node of the problem: the model's cores and speed, its parent toward the cloud among
+    the hosts (candidates and flow nodes, not the brokers added for routing), power, and its
+    broker (the nearest, topologies.routing.nearest's rule, as sim.model's broker_for)."""
     node = topology.nodes[name]
     cpu = costs.cpu(node)
     power = _power(spec, node)
     return pp.Node(name, node.kind, cpu.speed, cpu.cores, node.site,
-                   _parent(topology, routes, name, names), power[0], power[1],
-                   _battery(spec, name), max(0, node.profile.memory - node.profile.base_memory))
+                   _parent(topology, routes, name, hosts), power[0], power[1],
+                   _battery(spec, name), max(0, node.profile.memory - node.profile.base_memory),
+                   broker)
 
 
 def _parent(topology: Topology, routes: Routes, name: str, names: list[str]) -> str | None:

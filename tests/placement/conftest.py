@@ -1,5 +1,5 @@
 """Fixtures of the placement tests: the shipped heuristics' names and the seeded random small
-instances (builders in tests/placement/helpers.py)."""
+instances, with and without brokers (builders in tests/placement/helpers.py)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,10 @@ def heuristics() -> list[str]:
     return sorted(name for name in POLICIES if name != "optimal")
 
 
-@pytest.fixture(scope="session", params=range(5), ids=lambda seed: f"seed{seed}")
+@pytest.fixture(scope="session",
+                params=[(seed, False) for seed in range(5)] + [(seed, True) for seed in range(3)],
+                ids=lambda p: f"seed{p[0]}" + ("-brokers" if p[1] else ""))
 def random_small(request):
-    return small_random(request.param)
+    """Five seeds with no broker (straight paths) and three through the cloud VM's broker."""
+    seed, brokers = request.param
+    return small_random(seed, brokers=brokers)

@@ -28,12 +28,13 @@ def problem(operators: Sequence[Operator], nodes: Sequence[Node],
                    else (), weights=weights or Weights(), seed=seed)
 
 
-def small_random(seed: int, operators: int = 8) -> Problem:
+def small_random(seed: int, operators: int = 8, brokers: bool = False) -> Problem:
     """A seeded random small instance: 2-3 chains on 4 gateways, 1 aggregation node and 1
     cloud VM of 4 cores (the operators need 40 % of all the capacity, more than the cloud
-    VM has), every weight in the objective."""
+    VM has), every weight in the objective; `brokers`: every node publishing through the
+    cloud VM's broker (synthetic.tree)."""
     nodes, latency, joules = synthetic.tree(gateways=4, aggregations=1, clouds=1,
-                                            battery_every=3, cloud_cores=8)
+                                            battery_every=3, cloud_cores=8, brokers=brokers)
     return synthetic.chains(operators, nodes, latency, joules, chains=2 + seed % 2,
                             seed=seed, utilisation=0.3, rates=(50.0, 500.0),
                             weights=Weights(1.0, 1e-5, 1e-3))

@@ -1,6 +1,6 @@
 """The objective every placement is scored by, against numbers computed by hand: where flows
-go (nearest instance, ties by node order), each node's load, latency, network usage, watts,
-and overload scoring above any feasible answer."""
+go (the instance on their node, else equal shares through the node's broker), each node's
+load, latency, network usage, watts, and overload scoring above any feasible answer."""
 
 from __future__ import annotations
 
@@ -60,17 +60,70 @@ def test_overload_scores_above_every_feasible_answer():
     assert objective(p, over) > bound + 1e5
 
 
-def test_flows_go_to_the_instance_on_their_node_else_the_nearest_ties_by_node_order():
-    nodes = [node("x"), node("y"), node("z"), node("w")]
-    ops = [Operator("f", cost=0.001, selectivity=2.0, out_size=50,
-                    flows=(Flow("x", 1.0, 100), Flow("z", 2.0, 100), Flow("w", 4.0, 100)),
-                    candidates=("x", "y", "z", "w")),
-           Operator("g", cost=0.001, upstream=("f",), candidates=("x", "y", "z", "w"))]
-    # z is 10 ms from x and from y, w 5 ms from y: z's flow goes to x (first), w's to y.
-    p = problem(ops, nodes, {("z", "x"): 0.01, ("z", "y"): 0.01, ("w", "y"): 0.005})
-    served = assign(p, Decision({"f": ("x", "y"), "g": ("y",)}))
-    assert served["f"] == {"x": (Flow("x", 1.0, 100), Flow("z", 2.0, 100)),
-                           "y": (Flow("w", 4.0, 100),)}
-    assert served["g"] == {"y": (Flow("x", 6.0, 50), Flow("y", 8.0, 50))}
-    assert load(p, Decision({"f": ("x", "y"), "g": ("y",)})) == pytest.approx(
-        {"x": 0.003, "y": 0.004 + 0.014, "z": 0.0, "w": 0.0})
+def through_broker(**brokers):
+    """g1 and g2 10 ms from the broker node b, b 8 ms from c1 (speed 2) and 3 ms from c2, and
+    a direct 5 ms link g1-c1 (shorter than through b); 1 uJ/bit a gateway's link to b, 0.1
+    uJ/bit b-c1, 0.2 uJ/bit b-c2, 5 uJ/bit g1-c1. Every node's broker is b unless `brokers` says
+    otherwise (None: none)."""
+    names = ("g1", "g2", "b", "c1", "c2")
+    speed = {"c1": 2.0}
+    nodes = [node(n, "broker" if n == "b" else "gateway", speed=speed.get(n, 1.0), cores=2,
+                  broker=brokers.get(n, "b")) for n in names]
+    return nodes, {("g1", "b"): 0.01, ("g2", "b"): 0.01, ("b", "c1"): 0.008,
+                   ("b", "c2"): 0.003, ("g1", "c1"): 0.005}, \
+        {("g1", "b"): 1e-6, ("g2", "b"): 1e-6, ("b", "c1"): 1e-7, ("b", "c2"): 2e-7,
+         ("g1", "c1"): 5e-6}
+
+
+def test_a_flow_without_a_local_instance_goes_half_to_each_of_two_through_the_broker():
+    nodes, links, joules = through_broker()
+    ops = [Operator("f", cost=0.01, flows=(Flow("g1", 10.0, 200),), candidates=("c1", "c2"))]
+    p = problem(ops, nodes, links, joules, weights=Weights(1.0, 0.01, 0.001))
+    decision = Decision({"f": ("c1", "c2")})
+    # 5/s each, over g1 -> b -> c1 (10 + 8 ms) and g1 -> b -> c2 (10 + 3 ms), not the
+    # direct 5 ms link: half the messages wait 18 ms and 5 ms on c1, half 13 ms and 10 ms.
+    assert assign(p, decision)["f"] == {"c1": (Flow("g1", 5.0, 200),),
+                                        "c2": (Flow("g1", 5.0, 200),)}
+    assert load(p, decision) == pytest.approx({"g1": 0, "g2": 0, "b": 0, "c1": 0.05,
+                                               "c2": 0.05})
+    figures = metrics(p, decision)
+    assert figures.latency == pytest.approx(0.5 * (0.018 + 0.005) + 0.5 * (0.013 + 0.01))
+    # 1000 B/s on each route: 1000 x 18 ms + 1000 x 13 ms.
+    assert figures.network == pytest.approx(18.0 + 13.0)
+    # Idle power 0; 8000 bit/s x (1 + 0.1) uJ and 8000 bit/s x (1 + 0.2) uJ.
+    assert figures.power == pytest.approx(8000 * 1.1e-6 + 8000 * 1.2e-6)
+    # With no broker at g1 the shares go straight: 5 ms to c1, 13 ms to c2 (g1-b-c2).
+    nodes, links, joules = through_broker(g1=None)
+    figures = metrics(problem(ops, nodes, links, joules), decision)
+    assert figures.latency == pytest.approx(0.5 * (0.005 + 0.005) + 0.5 * (0.013 + 0.01))
+
+
+def test_a_flow_at_a_node_with_an_instance_stays_there_the_others_split_through_the_broker():
+    nodes, links, _ = through_broker()
+    ops = [Operator("f", cost=0.01, selectivity=0.5, out_size=100, candidates=("g1", "c1"),
+                    flows=(Flow("g1", 10.0, 200), Flow("g2", 20.0, 200))),
+           Operator("g", cost=0.02, upstream=("f",), candidates=("c1",))]
+    p = problem(ops, nodes, links)
+    decision = Decision({"f": ("g1", "c1"), "g": ("c1",)})
+    # f: g1's flow on g1 (0 s); g2's 20/s half to g1 (g2 -> b -> g1, 20 ms), half to c1
+    # (g2 -> b -> c1, 18 ms). f's output: 20/s served on g1 -> 10/s, to g through b (18 ms,
+    # not the direct 5 ms); 10/s on c1 -> 5/s, read there (0 s).
+    served = assign(p, decision)
+    assert served["f"] == {"g1": (Flow("g1", 10.0, 200), Flow("g2", 10.0, 200)),
+                           "c1": (Flow("g2", 10.0, 200),)}
+    assert served["g"] == {"c1": (Flow("g1", 10.0, 100), Flow("c1", 5.0, 100))}
+    assert load(p, decision) == pytest.approx({"g1": 0.2, "g2": 0.0, "b": 0.0,
+                                               "c1": 0.1 + 0.3, "c2": 0.0})
+    figures = metrics(p, decision)
+    # Latency weights: g1's flow 1/3, g2's 2/3. f: 2/3 x (20 + 18) / 2 ms on the way,
+    # 2/3 x 10 ms on g1 and 1/3 x 5 ms on c1; g: 2/3 x 18 ms on the way, 20 / 2 ms on c1.
+    assert figures.latency == pytest.approx(2 / 3 * 0.019 + 2 / 3 * 0.01 + 1 / 3 * 0.005
+                                            + 2 / 3 * 0.018 + 0.01)
+    assert figures.latency == pytest.approx(0.043)
+    # 2000 B/s x 20 ms + 2000 B/s x 18 ms (g2's flow), 1000 B/s x 18 ms (f's output on g1).
+    assert figures.network == pytest.approx(40.0 + 36.0 + 18.0)
+
+
+def test_a_node_naming_a_broker_outside_the_problem_is_refused():
+    with pytest.raises(ValueError, match="node g1 names broker nowhere, not a node"):
+        problem([], [node("g1", broker="nowhere")], {})

@@ -8,8 +8,10 @@ import pandas as pd
 import pytest
 
 from experiments.loader import parse_text
+from experiments.placement import build_problem
 from experiments.runner import run_experiment
 from topologies.errors import SpecError
+from topologies.model import expand
 
 # The lesson's city: 200 sensors at 1/s on four Pi gateways (50 each), a filter keeping one
 # reading in five, a store on the cloud VM.
@@ -141,3 +143,15 @@ def test_the_docs_own_policy_runs_as_written(tmp_path, monkeypatch) -> None:
     assert point.spec.pipeline[0].on == ["cloud-1"]
     assert point.placement.reasons["filter"] == "most capacity (4 vCPU)"
     assert point.placement.policy == "Biggest"
+
+
+def test_every_node_of_the_problem_publishes_through_its_nearest_broker() -> None:
+    spec = experiment("latency-aware").points[0].spec
+    problem = build_problem(spec, expand(spec.topology))
+    # The broker node is in the problem (no operator's candidate), every node's broker.
+    assert [n.name for n in problem.nodes] == ["gw-1", "gw-2", "gw-3", "gw-4", "broker-1",
+                                               "cloud-1"]
+    assert {n.broker for n in problem.nodes} == {"broker-1"}
+    assert all("broker-1" not in op.candidates for op in problem.operators)
+    # The parents stay among the hosts: a gateway's next host north is the cloud VM.
+    assert problem.nodes[0].parent == "cloud-1"

@@ -227,3 +227,20 @@ def test_settings_a_policy_refuses_are_named():
         make_policy("edge-ward", {"speed": 1})
     with pytest.raises(PolicyError, match=r"time_limit must be a positive number"):
         make_policy("optimal", {"time_limit": -1})
+
+
+@pytest.mark.parametrize("name", ["latency-aware", "network-aware"])
+def test_the_greedy_costs_route_through_the_broker_as_the_backends_do(name):
+    """g1 and g2 1 ms apart, each 10 ms from the broker node b, b 1 ms from the cloud VM c:
+    a message from g1 to an instance on g2 goes g1 -> b -> g2 (20 ms), to one on c 11 ms."""
+    def nodes(broker):
+        return [node("g1", cores=2, broker=broker), node("g2", cores=2, broker=broker),
+                node("b", "broker", cores=0, broker=broker),
+                node("c", "cloud_vm", cores=2, broker=broker)]
+    ops = [Operator("a", cost=0.001, flows=(Flow("g1", 10.0, 100),), pinned=("g1",),
+                    candidates=("g1",)),
+           Operator("r", cost=0.001, upstream=("a",), candidates=("g2", "c"))]
+    links = {("g1", "g2"): 0.001, ("g1", "b"): 0.01, ("g2", "b"): 0.01, ("b", "c"): 0.001}
+    assert decide(make_policy(name), problem(ops, nodes("b"), links)).nodes["r"] == ("c",)
+    # With no broker the messages take the direct 1 ms link to g2.
+    assert decide(make_policy(name), problem(ops, nodes(None), links)).nodes["r"] == ("g2",)

@@ -15,8 +15,10 @@ placed it.
 Here a path is each device flow of each operator, in the problem's order (the operator's, then
 its flows'): the flow's node `at`, then `parent` links up to the top. The loads are the flow's
 rate carried through the selectivities (a path's own rates, as iFogSim's appEdgeToRate); the
-order of the modules is the pipeline's. Departures from iFogSim, each because the original
-loses or miscounts something:
+order of the modules is the pipeline's. A path is walked operator by operator rather than
+device by device wherever that is the same walk (no shift north on it: Walk's docstring), which
+is what keeps 1,000 operators within milliseconds. Departures from iFogSim, each because the
+original loses or miscounts something:
 - an operator already on a device that still holds it adds this path's load to the device
   (iFogSim checks it but never adds it, so any number of paths pile onto one device);
 - after a shift the receiving device's load is what it had plus what moved (iFogSim sets it to
@@ -33,16 +35,21 @@ loses or miscounts something:
 - an operator no flow reaches goes to its northmost candidate with room.
 
 Not changed, and worth knowing: iFogSim sends a path's tuples north to the module on the path;
-the problem's flow model (evaluate) sends them to the nearest instance, which for an operator
-with instances on several branches can be a sibling's (gateway to gateway through their
-parent, rather than up to the cloud). The walk's books then differ from evaluate's load, and
-an answer can show overload on such a sibling (benchmarks/placement.py counts how often).
+the problem's flow model (evaluate, the backends' routing) serves a flow on its own node when
+an instance is there, else splits it equally over every instance through the node's broker,
+so an operator with instances on several branches gets a share of other branches' flows. The
+walk's books then differ from evaluate's load, and an answer can show overload on such an
+instance (benchmarks/placement.py counts how often).
 """
 
 from __future__ import annotations
 
+from functools import cached_property
+
+import numpy as np
+
 from workloads.placement.base import Policy, register
-from workloads.placement.problem import Decision, Problem, Unplaceable
+from workloads.placement.problem import PINNED, Decision, Problem, Unplaceable
 from workloads.placement.tables import Tables
 
 ROOM = 1e-9     # slack on capacity (reference-vCPU s/s): a sum equal to the capacity fits
@@ -50,7 +57,18 @@ ROOM = 1e-9     # slack on capacity (reference-vCPU s/s): a sum equal to the cap
 
 class Walk:
     """The state of the walk: each node's CPU load, which nodes hold each operator and each
-    operator's load on each node (reference-vCPU s/s), and notes for the reasons."""
+    operator's load on each node (reference-vCPU s/s; (N, J) arrays, so that a path's
+    operators are looked up and booked at once), and notes for the reasons.
+
+    A path is walked device by device as iFogSim writes it (`visit`), or, when `fast`, operator
+    by operator (`levels`), which is the same walk as long as no device overflows: each
+    operator goes to the first device at or above its writers' that holds it, or (none holding
+    it) the first candidate there with room, and an operator's room on a device depends only on
+    the operators before it there. `levels` keeps its books aside and gives up (None) where a
+    device holding an operator would overflow (a shift north): the device walk does that path.
+    The tests compare the two on random problems."""
+
+    fast = True
 
     def __init__(self, t: Tables):
         self.t = t
@@ -58,73 +76,204 @@ class Walk:
         self.cpu = [0.0] * len(t.names)
         self.cost = t.cost.tolist()
         self.sel = t.selectivity.tolist()
-        self.candidate = t.candidates.tolist()
         self.fixed = [p is not None for p in t.pinned]
-        self.holders: list[set[int]] = [set(p.tolist()) if p is not None else set()
-                                        for p in t.pinned]
-        self.module_load: dict[tuple[int, int], float] = {}
+        self.fixed_mask = np.array(self.fixed, dtype=bool)
+        shape = (len(t.names), len(t.cost))
+        self.held = np.zeros(shape, dtype=bool)         # node x operator: an instance there
+        self.load_on = np.zeros(shape)                  # node x operator: its load there
+        self.pending: list[tuple] = []                  # the fast walk's, not yet in load_on
+        for k, pins in enumerate(t.pinned):
+            if pins is not None:
+                self.held[pins, k] = True
         self.notes: dict[int, str] = {}
-        self.reach: dict[int, list[int]] = {}
+        self.plans: dict[int, tuple] = {}
+        self.paths: dict[int, list[int]] = {}
+        n = len(t.names)                    # each operator's candidates as bits of an int
+        self.bits = (t.candidates @ (1 << np.arange(n, dtype=np.int64))).tolist() if n < 63 \
+            else [sum(1 << e for e in np.flatnonzero(row).tolist()) for row in t.candidates]
+
+    @cached_property
+    def candidate(self) -> list[list[bool]]:
+        """Operator x node: a candidate (lists, read one at a time off the fast walk)."""
+        return self.t.candidates.tolist()
 
     # -- bookkeeping ------------------------------------------------------------------------
 
+    def settle(self) -> None:
+        """The fast walk's books into `load_on`, in the order they were made (read only
+        by a shift, and before any other change to it)."""
+        for devices, where, rows, loads in self.pending:
+            booked = (where >= 0) & (where < len(devices))
+            self.load_on[devices[where[booked]], rows[booked]] += loads[booked]
+        self.pending.clear()
+
     def add(self, k: int, node: int, load: float) -> None:
-        self.module_load[node, k] = self.module_load.get((node, k), 0.0) + load
-        self.holders[k].add(node)
+        if self.pending:
+            self.settle()
+        self.load_on[node, k] += load
+        self.held[node, k] = True
         self.cpu[node] += load
 
     def take(self, k: int, node: int) -> float:
-        load = self.module_load.pop((node, k), 0.0)
-        self.holders[k].discard(node)
+        if self.pending:
+            self.settle()
+        load = float(self.load_on[node, k])
+        self.load_on[node, k] = 0.0
+        self.held[node, k] = False
         self.cpu[node] -= load
         return load
 
     def devices(self, leaf: int) -> list[int]:
-        path, node = [], leaf
-        while node >= 0 and node not in path:
-            path.append(node)
-            node = self.t.parent[node]
+        path = self.paths.get(leaf)
+        if path is None:
+            path, node = [], leaf
+            self.paths[leaf] = path
+            while node >= 0 and node not in path:
+                path.append(node)
+                node = self.t.parent[node]
         return path
 
-    def rates(self, j: int, rate: float) -> dict[int, float]:
-        """The flow's rate through j and every operator reading from it (rate > 0 only)."""
-        if j not in self.reach:
-            found, todo = {j}, [j]
-            while todo:
-                for k in self.t.downstream[todo.pop()]:
-                    if k not in found:
-                        found.add(k)
-                        todo.append(k)
-            self.reach[j] = sorted(found)
-        rates = {j: rate}
-        for k in self.reach[j][1:]:
-            r = sum(self.sel[u] * rates[u] for u in self.t.upstream[k] if u in rates)
-            if r > 0:
-                rates[k] = r
-        return rates if rate > 0 else {}
+    def plan(self, j: int) -> tuple[list[int], np.ndarray, np.ndarray, list[int]]:
+        """A flow into j: the operators it reaches with a rate (j and every reader of them, in
+        pipeline order; as a list and an array), their CPU load per unit of the flow's rate
+        (the rate carried through the selectivities, x cost), and the positions of the pinned
+        ones."""
+        if j not in self.plans:
+            t, sel, upstream = self.t, self.sel, self.t.upstream
+            factor = [0.0] * len(sel)
+            factor[j] = 1.0
+            for k in range(j + 1, len(sel)):        # the writers come first
+                ups = upstream[k]
+                if len(ups) == 1:
+                    factor[k] = sel[ups[0]] * factor[ups[0]]
+                elif ups:
+                    f = 0.0
+                    for u in ups:
+                        f += sel[u] * factor[u]
+                    factor[k] = f
+            factor = np.array(factor)
+            rows = np.flatnonzero(factor > 0)
+            order = rows.tolist()
+            self.plans[j] = (order, rows, factor[rows] * t.cost[rows],
+                             np.flatnonzero(self.fixed_mask[rows]).tolist())
+        return self.plans[j]
 
     # -- one path ---------------------------------------------------------------------------
 
     def path(self, j: int, at: int, rate: float) -> None:
-        rates = self.rates(j, rate)
-        order = list(rates)
+        """One flow's path: the operators it reaches, from its node `at` up the parents."""
+        if not rate > 0:
+            return
+        order, rows, unit, pinned = self.plan(j)
+        loads = rate * unit
         devices = self.devices(at)
         placed: set[int] = set()
-        for k in order:
-            pins = self.t.pinned[k]
-            if pins is not None and not self.holders[k] & set(devices):
+        for i in pinned:
+            k = order[i]
+            if not self.held[devices, k].any():
+                pins = self.t.pinned[k]
                 nearest = int(pins[self.t.latency[at, pins].argmin()])
-                self.add(k, nearest, rates[k] * self.cost[k])
+                self.add(k, nearest, float(loads[i]))
                 placed.add(k)
+        if self.fast:
+            holder = np.full(len(order), -1)         # the lowest device of the path holding it
+            for p in range(len(devices) - 1, -1, -1):
+                holder = np.where(self.held[devices[p]].take(rows), p, holder)
+            done = self.levels(at, devices, (order, rows, loads), holder, placed, True)
+            if done is False:
+                done = self.levels(at, devices, (order, rows, loads), holder, placed, False)
+            if done:
+                return
+        load = dict(zip(order, loads.tolist(), strict=True))
         for device in devices:
-            self.visit(device, devices, order, rates, placed)
-        self.finish(at, devices, order, rates, placed)
+            self.visit(device, devices, order, load, placed)
+        self.finish(at, devices, order, load, placed)
 
-    def ready(self, k: int, rates: dict[int, float], placed: set[int]) -> bool:
-        return k not in placed and all(u in placed or u not in rates
+    def levels(self, at: int, devices: list[int], plan: tuple, holder: np.ndarray,
+               placed: set[int], skim: bool) -> bool | None:
+        """The path walked operator by operator (see the class's docstring), booked at once:
+        True when done (what it leaves goes to `finish`, as in the device walk), None where a
+        device holding an operator would overflow (nothing booked: the device walk does it).
+        `skim`: only the operators not held at the top of the path go through the loop, those
+        held there taken as placed there, and the top's room checked once at the end; False
+        (nothing booked) where that does not hold, and the full loop does it."""
+        order, rows, loads = plan
+        top = len(devices)
+        last = top - 1
+        cpu = [self.cpu[d] for d in devices]
+        cap = [self.cap[d] + ROOM for d in devices]
+        fixed, upstream = self.fixed, self.t.upstream
+        where = np.where(holder == last, last, -1) if skim else np.full(len(order), -1)
+        level = np.zeros(len(self.cost), dtype=int)
+        level[rows] = where
+        level = level.tolist()                      # by operator: 0 for those not on the path
+        todo = np.flatnonzero(where < 0) if skim else range(len(order))
+        found: list[int] = []                       # the device (position) of each in `todo`
+        later: list[int] = []
+        cells: list[int] = []                       # (node, operator) cells newly held
+        width = len(self.cost)
+        bits = self.bits                            # bit e: a candidate on node e
+        for k, load, h in zip(rows[todo].tolist(), loads[todo].tolist(), holder[todo].tolist(),
+                              strict=True):
+            start = 0
+            for u in upstream[k]:
+                if level[u] > start:
+                    start = level[u]
+            if placed and k in placed:
+                p = -1
+            elif h >= 0:
+                p = h if h >= start else top
+            else:
+                ok, p = bits[k], start
+                while p < top and not (ok >> devices[p] & 1 and (
+                        skim and p == last or cpu[p] + load <= cap[p])):
+                    p += 1
+            level[k] = p if p > 0 else 0
+            found.append(p)
+            if p == top:
+                if skim:
+                    return False
+                later.append(k)
+            elif p >= 0:
+                cells.append(devices[p] * width + k)
+                if not (skim and p == last):
+                    cpu[p] += load
+                    if cpu[p] > cap[p] and not fixed[k]:
+                        return None
+        where[todo] = found
+        return self.book(at, devices, plan, (where, cells), later, cpu, skim, placed)
+
+    def book(self, at: int, devices: list[int], plan: tuple, found: tuple,
+             later: list[int], cpu: list[float], skim: bool, placed: set[int]) -> bool:
+        """Book what `levels` found (`where`: each operator's device, as a position on the
+        path, -1 and len(devices) for none; `cells`: the (node, operator) cells it adds):
+        each one's load on its device (`pending` until a shift reads them), the devices'
+        CPU (`cpu`; after a skim the top's is summed here, in the operators' order), then
+        `finish`. False (nothing booked) when the top has no room for what the skim put
+        there."""
+        order, rows, loads = plan
+        where, cells = found
+        top = len(devices)
+        if skim:
+            total = np.cumsum(np.concatenate(([cpu[-1]], loads[where == top - 1])))
+            if total[-1] > self.cap[devices[-1]] + ROOM:
+                return False
+            cpu[-1] = float(total[-1])
+        self.pending.append((np.asarray(devices), where, rows, loads))
+        self.held.reshape(-1)[cells] = True             # a view: (node, operator) cells
+        for p, d in enumerate(devices):
+            self.cpu[d] = cpu[p]
+        if later:
+            waiting = set(later)
+            self.finish(at, devices, later, dict(zip(order, loads.tolist(), strict=True)),
+                        placed | {k for k in order if k not in waiting})
+        return True
+
+    def ready(self, k: int, load: dict[int, float], placed: set[int]) -> bool:
+        return k not in placed and all(u in placed or u not in load
                                        for u in self.t.upstream[k])
 
-    def visit(self, d: int, devices: list[int], order: list[int], rates: dict[int, float],
+    def visit(self, d: int, devices: list[int], order: list[int], loads: dict[int, float],
               placed: set[int]) -> None:
         """Device d of the path: the ready operators in order (iFogSim's placeModulesInPath
         loop; after a shift it starts again from the first, as iFogSim's list does)."""
@@ -132,10 +281,10 @@ class Walk:
         while i < len(order):
             k = order[i]
             i += 1
-            if not self.ready(k, rates, placed):
+            if not self.ready(k, loads, placed):
                 continue
-            holder = next((e for e in devices if e in self.holders[k]), -1)
-            load = rates[k] * self.cost[k]
+            holder = next((e for e in devices if self.held[e, k]), -1)
+            load = loads[k]
             if holder < 0:
                 if self.candidate[k][d] and self.cpu[d] + load <= self.cap[d] + ROOM:
                     self.add(k, d, load)
@@ -147,7 +296,7 @@ class Walk:
                     self.shift_north(k, d)
                     i = 0
 
-    def finish(self, at: int, devices: list[int], order: list[int], rates: dict[int, float],
+    def finish(self, at: int, devices: list[int], order: list[int], loads: dict[int, float],
                placed: set[int]) -> None:
         """What the walk left ready but unplaced: the device below holding it takes it (and
         shifts it north if full: iFogSim skips it), or no room (cpu), or (no candidate on the
@@ -156,10 +305,10 @@ class Walk:
         while progress:
             progress = False
             for k in order:
-                if not self.ready(k, rates, placed):
+                if not self.ready(k, loads, placed):
                     continue
-                load = rates[k] * self.cost[k]
-                held = [e for e in devices if e in self.holders[k]]
+                load = loads[k]
+                held = [e for e in devices if self.held[e, k]]
                 on_path = [e for e in devices if self.candidate[k][e]]
                 if held:        # ready only above its holder: the holder takes it
                     self.add(k, held[0], load)
@@ -205,7 +354,7 @@ class Walk:
         found, seen = list(start), set(start)
         for m in found:
             for k in self.t.downstream[m]:
-                if k not in seen and node in self.holders[k] and not self.fixed[k]:
+                if k not in seen and self.held[node, k] and not self.fixed[k]:
                     found.append(k)
                     seen.add(k)
         return found
@@ -241,7 +390,7 @@ class Walk:
     def leftovers(self) -> None:
         """Operators no flow reached: the northmost candidate with room."""
         t = self.t
-        for k, holders in enumerate(self.holders):
+        for k, holders in enumerate(self.held.any(axis=0).tolist()):
             if holders:
                 continue
             load = float(t.demand[k])
@@ -254,12 +403,17 @@ class Walk:
 
     def decision(self) -> Decision:
         t = self.t
-        nodes, reasons = {}, {}
-        for k, op in enumerate(t.problem.operators):
-            nodes[op.name] = tuple(t.names[e] for e in sorted(self.holders[k]))
-            reasons[op.name] = "pinned by `on`" if self.fixed[k] else self.notes.get(
+        ops, nodes = np.nonzero(self.held.T)            # by operator, nodes in order
+        names = np.array(t.names, dtype=object)[nodes].tolist()
+        ends = np.cumsum(np.bincount(ops, minlength=len(self.cost))).tolist()
+        reasons, fixed, notes = {}, self.fixed, self.notes
+        placed, start = {}, 0
+        for k, (op, end) in enumerate(zip(t.problem.operators, ends, strict=True)):
+            placed[op.name] = tuple(names[start:end])
+            start = end
+            reasons[op.name] = PINNED if fixed[k] else notes.get(
                 k, "the lowest node with room on each flow's path north")
-        return Decision(nodes, reasons)
+        return Decision(placed, reasons)
 
 
 @register("edge-ward")

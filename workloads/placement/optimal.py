@@ -5,10 +5,12 @@ Nardelli ("Optimal operator placement for distributed stream processing applicat
 2016). Simplified here: a binary x[j, n] puts operator j (one instance) on node n of its
 candidates; a pinned operator keeps its pins. The objective is evaluate's, linear: processing
 time and power per x, and per pair of consecutive operators (u writes to k) the latency,
-network usage and joules of the transfer between their nodes through y[u, k, a, b] = x[u, a] x
-x[k, b], linearised as y >= 0 with each row and column of y summing to the x it stands beside
-(the standard tight form: with binary x, y is the product). A node's idle watts come in
-through h[n] >= x[j, n]. Capacities are constraints: the answer never overloads a node.
+network usage and joules of the transfer between their nodes (0 on one node, else through
+the writer's node's broker: tables.route, as evaluate routes it) through y[u, k, a, b] =
+x[u, a] x x[k, b], linearised as y >= 0 with each row and column of y summing to the x it
+stands beside (the standard tight form: with binary x, y is the product). A node's idle
+watts come in through h[n] >= x[j, n]. Capacities are constraints: the answer never
+overloads a node.
 
 The pinned operators whose writers are all pinned are the fixed part: their flows, load and
 figures are constants (evaluate on the pins alone). An operator pinned on several nodes that
@@ -134,10 +136,11 @@ def _x_costs(t: Tables, flows, placed: dict[int, np.ndarray]) -> dict[int, np.nd
             if u not in placed:
                 mass += t.fan[u] * flows.served_mass[u]
                 sent += t.out_bytes[u] * flows.served_rate[u]
-        cost = w.latency * (mass @ t.reach[:, where] + t.mass[j] * t.cost[j] * slowness[where])
-        cost += w.network * (sent @ t.reach[:, where])
+        route = t.route_reach[:, where]
+        cost = w.latency * (mass @ route + t.mass[j] * t.cost[j] * slowness[where])
+        cost += w.network * (sent @ route)
         if w.energy:
-            cost += w.energy * (sent @ t.joules_per_byte[:, where]
+            cost += w.energy * (sent @ t.route_joules[:, where]
                                 + per_unit[where] * t.demand[j])
         costs[j] = cost
     return costs
@@ -210,9 +213,10 @@ def _edges(t: Tables, placed, x, column: int, costs: list, lists) -> tuple[list,
                 continue
             a, b = placed[u], placed[k]
             sent = t.rate[u] * t.out_bytes[u]
-            cost = (w.latency * t.mass[u] * t.fan[u] + w.network * sent) * t.reach[np.ix_(a, b)]
+            cost = ((w.latency * t.mass[u] * t.fan[u] + w.network * sent)
+                    * t.route_reach[np.ix_(a, b)])
             if w.energy:
-                cost = cost + w.energy * sent * t.joules_per_byte[np.ix_(a, b)]
+                cost = cost + w.energy * sent * t.route_joules[np.ix_(a, b)]
             costs.append(cost.ravel())
             y.append((u, k, column))
             grid = column + np.arange(len(a) * len(b)).reshape(len(a), len(b))

@@ -6,7 +6,9 @@ Each places the operators in pipeline order, one instance per operator, on a can
 room for its CPU demand (its input rate x cost, in reference-vCPU s/s); pinned operators stay
 on their pins and take their room first. Ties go to the first node in the problem's order;
 nothing is random. An operator that fits nowhere raises Unplaceable naming the CPU, its demand
-and the most room left on its candidates.
+and the most room left on its candidates. The greedy policies' costs route as the objective
+does (workloads.placement.evaluate): input from node a to an instance on node k crosses
+nothing when k is a, else the path through a's broker (tables.route).
 """
 
 from __future__ import annotations
@@ -15,8 +17,8 @@ import numpy as np
 
 from workloads.placement.base import Policy, register
 from workloads.placement.edgeward import EdgeWard
-from workloads.placement.evaluate import nearest
-from workloads.placement.problem import Decision, Problem, Unplaceable
+from workloads.placement.evaluate import serve
+from workloads.placement.problem import PINNED, Decision, Problem, Unplaceable
 from workloads.placement.tables import Tables
 
 __all__ = ["CloudOnly", "EdgeWard", "EnergyAware", "LatencyAware", "NetworkAware",
@@ -83,7 +85,7 @@ class Ledger:
         where = t.pinned[j]
         name = t.problem.operators[j].name
         self.nodes[name] = tuple(t.names[i] for i in where)
-        self.reasons[name] = "pinned by `on`"
+        self.reasons[name] = PINNED
         self.idle_left[where] = 0.0
         if len(where) == 1:
             self.single[j] = int(where[0])
@@ -94,9 +96,8 @@ class Ledger:
             up_rate, up_mass = self.served(u)
             rate += t.selectivity[u] * up_rate
             mass += t.fan[u] * up_mass
-        server = nearest(t, where)
-        self.rate_out[j] = np.bincount(server, weights=rate, minlength=len(self.free))
-        self.mass_out[j] = np.bincount(server, weights=mass, minlength=len(self.free))
+        self.rate_out[j] = serve(where, rate)
+        self.mass_out[j] = serve(where, mass)
         self.free = (np.asarray(self.free) - self.rate_out[j] * t.cost[j]).tolist()
 
     def decision(self) -> Decision:
@@ -161,7 +162,8 @@ class Greedy(Policy):
     """Operators in pipeline order, each on the candidate with room that adds the least
     `what` given where its writers are: the static part of each node's score (`static`) plus,
     per arriving message weight (`kind`: the latency weight or bytes/s) from node a, the
-    `matrix` entry [a, node]. Subclasses give the three; ties by the nodes' order.
+    `matrix` entry [a, node] (a route through a's broker, 0 from the node itself).
+    Subclasses give the three; ties by the nodes' order.
 
     The scores of every operator's devices' flows and static part come first, as one (J, N)
     array; per operator only its writers' part is added (one row each) before the argmin, and
@@ -201,12 +203,16 @@ class Greedy(Policy):
         matrix = self.matrix(t)
         pre, weight = self.scores(t, matrix, self.kind)
         pre = pre + self.static(t)
-        fast = np.where(self.allowed(t), pre, np.inf)
+        fast = self.base(ledger, np.where(self.allowed(t), pre, np.inf))
         free, demand, single = ledger.free, ledger.demand, ledger.single
         pinned, choose, put, names = t.pinned, self.choose, ledger.put, t.names
+        fresh, said = self.fresh, f"least added {self.what} on "
         for j, ups in enumerate(t.upstream):
             if pinned[j] is not None:
                 ledger.pin(j)
+                for node in pinned[j].tolist():
+                    if node in fresh:
+                        self.first_use(node)
                 free = ledger.free
                 continue
             score = fast[j]
@@ -218,8 +224,20 @@ class Greedy(Policy):
             if node < 0 or free[node] < demand[j] - ROOM:
                 node, value = self.fallback(t, ledger, j, pre[j] + self.writers(
                     t, ledger, j, matrix, weight))
-            put(j, node, f"least added {self.what} on {names[node]}: {value:.4g}")
+            put(j, node, f"{said}{names[node]}: {value:.4g}")
+            if node in fresh:
+                self.first_use(node)
         return ledger.decision()
+
+    def base(self, ledger: Ledger, fast: np.ndarray) -> np.ndarray:
+        """The (J, N) scores the loop starts each operator from (`fast`: the static part and
+        the devices' flows, inf off the allowed nodes), and `fresh`: the nodes whose first
+        operator changes them (`first_use`)."""
+        self.fresh: set[int] = set()
+        return fast
+
+    def first_use(self, node: int) -> None:
+        """Node `node` was just given its first operator (see `base`)."""
 
     def writers(self, t: Tables, ledger: Ledger, j: int, matrix: np.ndarray,
                 weight: list) -> np.ndarray | float:
@@ -263,7 +281,7 @@ class LatencyAware(Greedy):
     kind = "mass"
 
     def matrix(self, t: Tables) -> np.ndarray:
-        return t.reach
+        return t.route_reach
 
     def static(self, t: Tables) -> np.ndarray:
         with np.errstate(divide="ignore"):
@@ -279,7 +297,7 @@ class NetworkAware(Greedy):
     kind = "bytes"
 
     def matrix(self, t: Tables) -> np.ndarray:
-        return t.reach
+        return t.route_reach
 
 
 @register("energy-aware")
@@ -292,7 +310,7 @@ class EnergyAware(Greedy):
     kind = "bytes"
 
     def matrix(self, t: Tables) -> np.ndarray:
-        return t.joules_per_byte
+        return t.route_joules
 
     def static(self, t: Tables) -> np.ndarray:
         with np.errstate(divide="ignore", invalid="ignore"):
@@ -302,9 +320,25 @@ class EnergyAware(Greedy):
     def allowed(self, t: Tables) -> np.ndarray:
         return t.candidates & ~t.battery
 
+    def base(self, ledger: Ledger, fast: np.ndarray) -> np.ndarray:
+        """The scores with each node's idle watts while it hosts nothing (a column goes back
+        to `fast`'s when its node is first used: one copy per node, not an add per
+        operator)."""
+        self.plain, self.fresh = fast, set(np.flatnonzero(ledger.idle_left).tolist())
+        self.scored = fast + ledger.idle_left
+        return self.scored
+
+    def first_use(self, node: int) -> None:
+        """The node's idle watts leave its scores."""
+        self.fresh.discard(node)
+        self.scored[:, node] = self.plain[:, node]
+
+    def fallback(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
+        return super().fallback(t, ledger, j, score + ledger.idle_left)
 
     def choose(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
-        score = score + ledger.idle_left
+        """The node of least score (the idle watts in it, see `base`), ties by the latency
+        its input would add."""
         node = int(score.argmin())
         best = float(score[node])
         if best == np.inf:
@@ -313,10 +347,10 @@ class EnergyAware(Greedy):
         if np.count_nonzero(ties) == 1:
             return node, best
         with np.errstate(divide="ignore"):     # ties are rare: the latency when they come
-            latency = t.mass[j] * t.cost[j] / t.speed + t.ext_mass[j] @ t.reach
+            latency = t.mass[j] * t.cost[j] / t.speed + t.ext_mass[j] @ t.route_reach
         for u in t.upstream[j]:
             x = ledger.single[u]
-            latency = latency + (t.mass[u] * t.fan[u] * t.reach[x] if x >= 0
-                                 else ledger.mass_out[u] * t.fan[u] @ t.reach)
+            latency = latency + (t.mass[u] * t.fan[u] * t.route_reach[x] if x >= 0
+                                 else ledger.mass_out[u] * t.fan[u] @ t.route_reach)
         node = int(np.where(ties, latency, np.inf).argmin())
         return node, float(score[node])

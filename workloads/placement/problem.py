@@ -1,10 +1,14 @@
 """The placement problem, as plain frozen numbers: what a policy receives and what it returns.
 
 A flow is a stream of messages entering an operator at a node: a gateway's devices' readings,
-or an upstream operator's output where its instance runs. An operator's flow is served by its
-instance on the flow's node if it has one there, else by its instance nearest to it (least path
-latency, ties by the nodes' order): the brokers deliver between instances by topic (no
-separate selection policy), and this is the objective's account of where a message goes.
+or an upstream operator's output where its instance runs. It is routed as foglab's backends
+route a message published at that node (sim.model's publish, sim.pubsub's shared
+subscriptions, the containers' MQTT): to the operator's instance on the flow's node if it has
+one there (local delivery, no link crossed); else to the node's broker (`Node.broker`), which
+hands the operator's instances the messages in turn, each an equal share, over the path
+node -> broker -> instance. A node with no broker known sends its share straight to each
+instance. This is the objective's account of where a message goes (workloads.placement.
+evaluate).
 
 Indices, not names, inside: node i is `problem.nodes[i]`, operator j `problem.operators[j]`;
 `latency[i][k]` the path latency in seconds from node i to node k (0 on the diagonal, inf with
@@ -21,9 +25,13 @@ from dataclasses import dataclass, field
 
 @dataclass(frozen=True)
 class Node:
-    """A candidate host. `capacity`: reference-vCPU seconds per second it offers (speed x
-    cores); `parent`: the next host north on its path to the cloud (edge-ward's walk), None
-    at the top. Power in watts, idle and at full load; `battery`: joules, None on mains."""
+    """A node of the problem: a candidate host, a flow's node or a broker. `capacity`:
+    reference-vCPU seconds per second it offers (speed x cores); `parent`: the next host north
+    on its path to the cloud (edge-ward's walk), None at the top. Power in watts, idle and at
+    full load; `battery`: joules, None on mains. `broker`: the node (of the problem) whose
+    broker what is published here goes through when no local instance reads it (the nearest
+    broker, as the backends pick it; itself on a broker node); None: none known, a message
+    goes straight to each instance."""
 
     name: str
     kind: str                       # gateway, cloud_vm, broker, coordinator
@@ -35,6 +43,7 @@ class Node:
     power_busy: float = 0.0
     battery: float | None = None
     memory: int = 0                 # bytes free for operators' state
+    broker: str | None = None
 
     @property
     def capacity(self) -> float:
@@ -106,6 +115,10 @@ class Problem:
             raise ValueError("problem.operators: two operators of one name")
         seen: set[str] = set()
         known = {node.name for node in self.nodes}
+        for node in self.nodes:
+            if node.broker is not None and node.broker not in known:
+                raise ValueError(f"node {node.name} names broker {node.broker}, not a node of "
+                                 "the problem")
         for op in self.operators:
             for up in op.upstream:
                 if up not in seen:

@@ -36,10 +36,14 @@ def paths(names: list[str], links: Mapping[tuple[str, str], float]) -> np.ndarra
 
 
 def tree(gateways: int = 40, aggregations: int = 8, clouds: int = 2, battery_every: int = 5,
-         cloud_cores: int = 16) -> tuple[tuple[Node, ...], np.ndarray, np.ndarray]:
+         cloud_cores: int = 16, brokers: bool = False,
+         ) -> tuple[tuple[Node, ...], np.ndarray, np.ndarray]:
     """(nodes, latency, joules per bit): gateway i under aggregation i mod `aggregations`,
     aggregation k under cloud k mod `clouds`, the clouds linked to each other; every
-    `battery_every`-th gateway on a battery."""
+    `battery_every`-th gateway on a battery. `brokers`: the cloud VMs run the brokers (as in
+    smart-city, the broker beside the cloud): every node publishes through the cloud VM above
+    it (a cloud VM through itself), so even neighbours' messages go up and down; else no
+    node has a broker."""
     cloud = [Node(f"cloud-{c + 1}", "cloud_vm", speed=1.5, cores=cloud_cores, site="cloud",
                   power_idle=100.0, power_busy=250.0) for c in range(clouds)]
     agg = [Node(f"agg-{k + 1}", "gateway", speed=1.0, cores=8, site="aggregation",
@@ -50,6 +54,11 @@ def tree(gateways: int = 40, aggregations: int = 8, clouds: int = 2, battery_eve
                 battery=20_000.0 if battery_every and i % battery_every == battery_every - 1
                 else None)
            for i in range(gateways)]
+    if brokers:
+        cloud = [replace(c, broker=c.name) for c in cloud]
+        agg = [replace(a, broker=a.parent) for a in agg]
+        above = {a.name: a.parent for a in agg}
+        gws = [replace(g, broker=above[g.parent]) for g in gws]
     nodes = (*gws, *agg, *cloud)
     names = [node.name for node in nodes]
     level = {"field": "gateway", "aggregation": "aggregation"}

@@ -10,6 +10,11 @@ Units: rates in messages/s, sizes in bytes, latency in s, `joules_per_byte` in J
 problem's joules per bit), speed relative to a reference vCPU, capacity and demand in
 reference-vCPU s/s, power in W.
 
+Routes: `route[a, k]` is the latency a message published at node a travels to an instance on
+node k that is not on a: through a's broker b, latency[a, b] + latency[b, k], or latency[a, k]
+when a has no broker (workloads.placement.problem); 0 on the diagonal (local delivery).
+`route_reach` is it with NO_ROUTE for inf, `route_joules` the joules per byte of those legs.
+
 The latency weight ("mass"): each message entering the pipeline carries its flow's share of
 all entering messages (rate / total rate); an operator passes its mass on to its readers in
 equal parts, whatever its selectivity. The mean latency per message is then the sum over every
@@ -39,6 +44,10 @@ class Tables:
     latency: np.ndarray                     # (N, N) s, inf: no route
     reach: np.ndarray                       # (N, N) latency with NO_ROUTE for inf
     joules_per_byte: np.ndarray             # (N, N) J/B
+    broker: np.ndarray                      # (N,) each node's broker, -1: none
+    route: np.ndarray                       # (N, N) s from a to an instance on k (see above)
+    route_reach: np.ndarray                 # (N, N) route with NO_ROUTE for inf
+    route_joules: np.ndarray                # (N, N) J/B from a to an instance on k
     speed: np.ndarray                       # (N,)
     capacity: np.ndarray                    # (N,) reference-vCPU s/s
     idle: np.ndarray                        # (N,) W
@@ -91,6 +100,21 @@ def _matrix(rows, n: int, default: float) -> np.ndarray:
     return np.array(rows, dtype=float).reshape(n, n)
 
 
+def via_broker(matrix: np.ndarray, broker: np.ndarray) -> np.ndarray:
+    """(N, N) `matrix` summed over the legs a -> a's broker -> k (a -> k where a has no
+    broker), 0 on the diagonal (a message read where it is published crosses no link)."""
+    n = len(broker)
+    if not n:
+        return matrix.copy()
+    rows = np.arange(n)
+    hub = np.where(broker >= 0, broker, rows)
+    with np.errstate(invalid="ignore"):
+        legs = matrix[rows, hub][:, None] + matrix[hub, :]
+    routed = np.where((broker >= 0)[:, None], legs, matrix)
+    np.fill_diagonal(routed, 0.0)
+    return routed
+
+
 def _node_arrays(problem: Problem, index: dict[str, int]) -> dict:
     nodes = problem.nodes
     n = len(nodes)
@@ -103,9 +127,15 @@ def _node_arrays(problem: Problem, index: dict[str, int]) -> dict:
             seen.add(k)
             depth[i] += 1
             k = parent[k]
+    joules = 8.0 * _matrix(problem.joules_per_bit, n, 0.0)
+    broker = np.array([index[node.broker] if node.broker is not None else -1
+                       for node in nodes], dtype=int)
+    route = via_broker(latency, broker)
     return dict(
         latency=latency, reach=np.where(np.isinf(latency), NO_ROUTE, latency),
-        joules_per_byte=8.0 * _matrix(problem.joules_per_bit, n, 0.0),
+        joules_per_byte=joules, broker=broker, route=route,
+        route_reach=np.where(np.isinf(route), NO_ROUTE, route),
+        route_joules=via_broker(joules, broker),
         speed=np.array([node.speed for node in nodes], dtype=float),
         capacity=np.array([node.capacity for node in nodes], dtype=float),
         idle=np.array([node.power_idle for node in nodes], dtype=float),
@@ -161,20 +191,30 @@ def _flow_arrays(problem: Problem, index: dict[str, int], upstream, selectivity,
     ops = problem.operators
     shape = (len(ops), len(index))
     ext_rate, ext_bytes = np.zeros(shape), np.zeros(shape)
-    for j, op in enumerate(ops):
-        for flow in op.flows:
+    fed = [j for j, op in enumerate(ops) if op.flows]   # most operators read no device
+    for j in fed:
+        for flow in ops[j].flows:
             ext_rate[j, index[flow.at]] += flow.rate
             ext_bytes[j, index[flow.at]] += flow.rate * flow.size
     entry = float(ext_rate.sum())
-    ext_mass = ext_rate / entry if entry > 0 else np.zeros(shape)
-    rate, in_bytes = ext_rate.sum(axis=1).tolist(), ext_bytes.sum(axis=1).tolist()
-    mass = ext_mass.sum(axis=1).tolist()
-    sel, size, share = selectivity.tolist(), out_size.tolist(), fan.tolist()
+    ext_mass = np.zeros(shape)
+    if entry > 0:
+        ext_mass[fed] = ext_rate[fed] / entry
+    rate, in_bytes, mass = np.zeros(len(ops)), np.zeros(len(ops)), np.zeros(len(ops))
+    rate[fed], in_bytes[fed] = ext_rate[fed].sum(axis=1), ext_bytes[fed].sum(axis=1)
+    mass[fed] = ext_mass[fed].sum(axis=1)
+    rate, in_bytes, mass = rate.tolist(), in_bytes.tolist(), mass.tolist()
+    sel, share = selectivity.tolist(), fan.tolist()
+    sel_size = (selectivity * out_size).tolist()
     for j, ups in enumerate(upstream):
-        for u in ups:
-            rate[j] += sel[u] * rate[u]
-            in_bytes[j] += sel[u] * size[u] * rate[u]
-            mass[j] += mass[u] * share[u]
+        if ups:
+            r, b, m = rate[j], in_bytes[j], mass[j]
+            for u in ups:
+                ru = rate[u]
+                r += sel[u] * ru
+                b += sel_size[u] * ru
+                m += mass[u] * share[u]
+            rate[j], in_bytes[j], mass[j] = r, b, m
     return dict(ext_rate=ext_rate, ext_bytes=ext_bytes, ext_mass=ext_mass,
                 rate=np.array(rate), in_bytes=np.array(in_bytes), mass=np.array(mass),
                 entry_rate=entry)
