@@ -23,7 +23,7 @@ from workloads.broker_scaling import first_brokers
 from workloads.energy_power import LinkEnergy, default_power, energy_per_bit
 from workloads.pipeline import check_placement, reads_from, topic_filter
 from workloads.placement import problem as pp
-from workloads.placement.policy import PolicyError, decide, make_policy
+from workloads.placement.policy import PolicyError, decide, make_policy, policy_class
 from workloads.placement.problem import PINNED
 from workloads.placement.spec import AUTO
 
@@ -104,7 +104,7 @@ def _check_pins(spec: ExperimentSpec, topology: Topology) -> None:
 def _settings(spec: ExperimentSpec) -> dict:
     """The policy's settings, with the solver's limits for a policy that takes them."""
     settings = dict(spec.placement.settings)
-    if spec.placement.policy == "optimal":
+    if policy_class(spec.placement.policy).exact:
         settings.setdefault("time_limit", spec.placement.solver.time_limit)
         settings.setdefault("gap", spec.placement.solver.gap)
     return settings

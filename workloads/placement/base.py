@@ -14,6 +14,9 @@ class Policy:
     """Decides where each operator's instances run."""
 
     name: ClassVar[str] = ""
+    # An exact solver: it takes the experiment's `placement.solver` limits as its settings
+    # `time_limit` and `gap` (experiments.placement).
+    exact: ClassVar[bool] = False
 
     def __init__(self, **settings: Any) -> None:
         if settings:
