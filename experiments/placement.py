@@ -21,7 +21,7 @@ from topologies.model import Topology, expand
 from topologies.routing import NoRoute, Routes, gateway_of, nearest
 from workloads.broker_scaling import first_brokers
 from workloads.energy_power import LinkEnergy, default_power, energy_per_bit
-from workloads.pipeline import check_placement, reads_from, topic_filter
+from workloads.pipeline import KIND_WORDS, check_placement, reads_from, topic_filter
 from workloads.placement import problem as pp
 from workloads.placement.policy import PolicyError, decide, make_policy, policy_class
 from workloads.placement.problem import PINNED
@@ -85,8 +85,7 @@ def _check_pins(spec: ExperimentSpec, topology: Topology) -> None:
     lets operators run on (a pin elsewhere is a mistake the block would hide)."""
     allowed: dict[str, None] = {}
     for j, where in enumerate(spec.placement.candidates):
-        allowed.update(dict.fromkeys(check_placement(topology, ("placement", "candidates", j),
-                                                     where)))
+        allowed.update(dict.fromkeys(_named(topology, ("placement", "candidates", j), where)))
     for i, op in enumerate(spec.pipeline):
         if AUTO in op.on:
             continue
@@ -147,9 +146,19 @@ def _candidates(spec: ExperimentSpec, topology: Topology) -> dict[int, list[str]
             among, path = op.on, ("pipeline", i, "on")
         nodes: list[str] = []
         for j, where in enumerate(among):
-            nodes += check_placement(topology, (*path, j), where)
+            nodes += _named(topology, (*path, j), where)
+        if not nodes:
+            raise SpecError(path, among, "candidates that name nodes of the topology")
         found[i] = list(dict.fromkeys(nodes))
     return found
+
+
+def _named(topology: Topology, path: tuple, where: str) -> list[str]:
+    """The nodes a candidate names (check_placement's rules), none for a kind word of which
+    the topology has none (the default candidates name cloud VMs a topology may lack)."""
+    if where in KIND_WORDS and not topology.of_kind(KIND_WORDS[where]):
+        return []
+    return check_placement(topology, path, where)
 
 
 def _flow_nodes(spec: ExperimentSpec, topology: Topology) -> set[str]:

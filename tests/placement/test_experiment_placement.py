@@ -155,3 +155,23 @@ def test_every_node_of_the_problem_publishes_through_its_nearest_broker() -> Non
     assert all("broker-1" not in op.candidates for op in problem.operators)
     # The parents stay among the hosts: a gateway's next host north is the cloud VM.
     assert problem.nodes[0].parent == "cloud-1"
+
+
+def test_default_candidates_a_topology_lacks_are_skipped_and_none_at_all_refused() -> None:
+    # smart-city without its cloud VM: `cloud` (a default candidate) names nothing, so the
+    # filter goes to a gateway; among only `cloud`, it has no candidate at all.
+    text = BASE.replace("on: cloud-1, reads: kept", "on: gw-1, reads: kept")
+    no_cloud = text.replace("topology: smart-city", """topology:
+  name: city-without-cloud
+  nodes:
+    - {name: sensor, kind: device, replicas: 8}
+    - {name: gw, kind: gateway, profile: rpi4, replicas: 2}
+    - {name: broker-1, kind: broker, profile: vm.medium}
+  links:
+    - {from: sensor-*, to: gw-*, mode: spread, latency: 5ms}
+    - {from: gw-*, to: broker-1, latency: 20ms}""")
+    point = experiment("round-robin", text=no_cloud).points[0]
+    assert set(point.spec.pipeline[0].on) <= {"gw-1", "gw-2"}
+    only_cloud = no_cloud.replace("on: auto, reads: city", "on: auto, among: [cloud], reads: city")
+    error = refused(only_cloud.replace("POLICY", "round-robin").replace("BACKEND", "sim"))
+    assert error.path == ("pipeline", 0, "among") and "candidates" in error.expected
