@@ -127,6 +127,8 @@ ON_EMU = {
     "task": "the RIoTBench task (or passthrough) the agent runs on each message",
     "engine": "python runs in the agent; spark runs the app as a PySpark job on a cloud VM",
     "on": "an instance on each node placed, gateways and cloud VMs",
+    "among": "nothing here: the experiment's placement policy chose among these nodes before "
+             "any backend (experiments.placement) and wrote its choice into `on`",
     "reads": "the MQTT topic filters the instances read, locally or through the broker",
     "writes": "the topic the outputs go to (<writes>/<node>); none: a sink",
     "params": "the task's parameters (sim runs no task and ignores them)",

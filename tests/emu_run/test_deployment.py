@@ -180,6 +180,8 @@ ACTS = {
     "engine": ({"engine": "spark", "task": "stats", "on": ["cloud-1"]},
                lambda a: a["cloud-1"].operators[0].engine == "spark"),
     "on": ({"on": ["gw-2"]}, lambda a: a["gw-1"].operators == [] and a["gw-2"].operators),
+    # Resolved into `on` by the placement before any backend: on emu the instances are `on`'s.
+    "among": ({"among": ["gw-2"]}, lambda a: a["gw-1"].operators and a["gw-2"].operators),
     # on gateways: two instances, one shared subscription through the broker
     "reads": ({"reads": ["city/gw-1/+"]},
               lambda a: a["gw-1"].operators[0].reads == ["$share/filter/city/gw-1/+"]),
