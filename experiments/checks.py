@@ -14,12 +14,11 @@ from workloads.topics import valid_filter
 __all__ = ["HOST_KINDS", "check"]
 
 
-def check(spec: ExperimentSpec) -> Topology:
-    """Expand the topology and check every cross-reference; returns the topology."""
-    try:
-        topology = expand(spec.topology)
-    except SpecError as error:
-        raise SpecError(("topology",) + error.path, error.value, error.expected) from None
+def check(spec: ExperimentSpec, topology: Topology | None = None) -> Topology:
+    """Expand the topology (unless given, expanded already: `topology_of`) and check every
+    cross-reference; returns the topology."""
+    if topology is None:
+        topology = topology_of(spec)
     _check_run(spec)
     _check_streams(spec, topology)
     _check_pipeline(spec, topology)
@@ -51,6 +50,14 @@ def check(spec: ExperimentSpec) -> Topology:
 
         check_hybrid(spec, topology)
     return topology
+
+
+def topology_of(spec: ExperimentSpec) -> Topology:
+    """The spec's topology expanded; an error in it at its path under `topology`."""
+    try:
+        return expand(spec.topology)
+    except SpecError as error:
+        raise SpecError(("topology",) + error.path, error.value, error.expected) from None
 
 
 def _check_trace(spec: ExperimentSpec, topology: Topology) -> None:

@@ -19,7 +19,7 @@ import yaml
 from pydantic import ValidationError
 
 from experiments import catalog
-from experiments.checks import check
+from experiments.checks import check, topology_of
 from experiments.placement import placed
 from experiments.spec import ExperimentSpec
 from topologies import units
@@ -314,8 +314,9 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
     except ValidationError as exc:
         raise _first_error(exc, data, sources, values) from None
     try:
-        spec, decision = placed(spec)
-        topology = check(spec)
+        topology = topology_of(spec)  # once: the placement and the checks both read it
+        spec, decision = placed(spec, topology)
+        topology = check(spec, topology)
     except SpecError as error:
         if composition is not None:  # at the job (or the include) that made the operator
             error = composition.placed(error)

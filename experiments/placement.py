@@ -11,16 +11,17 @@ operator's first candidate, so the policy sees the figures the model will charge
 
 from __future__ import annotations
 
-import fnmatch
 import math
 from collections.abc import Iterable
 
 from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
-from topologies.model import Topology, expand
+from topologies.model import Topology
 from topologies.routing import NoRoute, Routes, gateway_of, nearest
+from topologies.routing import latency as path_latency
 from workloads.broker_scaling import first_brokers
-from workloads.energy_power import LinkEnergy, default_power, energy_per_bit
+from workloads.energy import EnergySpec, resolve_power
+from workloads.energy_power import LinkEnergy, energy_per_bit
 from workloads.pipeline import KIND_WORDS, check_placement, reads_from, topic_filter
 from workloads.placement import problem as pp
 from workloads.placement.policy import PolicyError, decide, make_policy, policy_class
@@ -33,14 +34,11 @@ def auto_operators(spec: ExperimentSpec) -> list[int]:
     return [i for i, op in enumerate(spec.pipeline) if AUTO in op.on]
 
 
-def placed(spec: ExperimentSpec) -> tuple[ExperimentSpec, pp.Decision | None]:
-    """`resolve` on the spec's own topology: the spec as it is without placement or auto."""
+def placed(spec: ExperimentSpec, topology: Topology
+           ) -> tuple[ExperimentSpec, pp.Decision | None]:
+    """`resolve`, or the spec as it is (and None) without placement or `on: auto`."""
     if spec.placement is None and not auto_operators(spec):
         return spec, None
-    try:
-        topology = expand(spec.topology)
-    except SpecError as error:  # as experiments.checks.check says it
-        raise SpecError(("topology",) + error.path, error.value, error.expected) from None
     return resolve(spec, topology)
 
 
@@ -72,7 +70,7 @@ def resolve(spec: ExperimentSpec, topology: Topology) -> tuple[ExperimentSpec, p
         raise SpecError(("pipeline", index), error.operator,
                         f"an operator that fits on a candidate node: {error.what} "
                         f"({error.detail})") from None
-    except (PolicyError, ValueError) as error:  # what a policy refuses, in its own words
+    except PolicyError as error:  # what a policy refuses, in its own words (decide)
         raise SpecError(("placement", "policy"), spec.placement.policy,
                         f"a policy that can place this pipeline: {error}") from None
     pipeline = [op.model_copy(update={"on": list(decision.nodes[op.name]), "among": None})
@@ -119,18 +117,21 @@ def build_problem(spec: ExperimentSpec, topology: Topology) -> pp.Problem:
     cal = calibration.load(spec.run.calibration) if spec.run.calibration else None
     costs = Costs(topology, spec.run.driver_cost, cal)
     candidates = _candidates(spec, topology)
-    hosts = {n for nodes in candidates.values() for n in nodes} | _flow_nodes(spec, topology)
+    entries = {stream.name: _entries(stream, topology) for stream in spec.workload.streams}
+    hosts = {n for nodes in candidates.values() for n in nodes} | {
+        at for found in entries.values() for at, _ in found}
     # The brokers publishers take at the start (spares join later), as the backends pick them.
     brokers = first_brokers(topology, {entry.spare for entry in spec.scenario.broker_scaling})
     names = [n for n in topology.nodes if n in hosts or n in brokers]
     routes = Routes(topology)
-    operators = tuple(_operator(spec, i, op, topology, costs, candidates[i])
+    operators = tuple(_operator(spec, i, op, entries, costs, candidates[i])
                       for i, op in enumerate(spec.pipeline))
     weights = pp.Weights(placement.objective.latency, placement.objective.network,
                          placement.objective.energy)
     latency, bandwidth, joules = _paths(topology, routes, names, spec)
     hosting = [n for n in names if n in hosts]
-    nodes = tuple(_node(topology, name, costs, routes, hosting, spec,
+    batteries = _batteries(spec, topology)
+    nodes = tuple(_node(topology, name, costs, routes, hosting, spec, batteries,
                         nearest(routes, name, brokers) if brokers else None) for name in names)
     return pp.Problem(operators, nodes, latency, bandwidth, joules, weights, spec.run.seed)
 
@@ -161,11 +162,6 @@ def _named(topology: Topology, path: tuple, where: str) -> list[str]:
     return check_placement(topology, path, where)
 
 
-def _flow_nodes(spec: ExperimentSpec, topology: Topology) -> set[str]:
-    """The gateways the devices' readings enter through."""
-    return {at for stream in spec.workload.streams for at, _ in _entries(stream, topology)}
-
-
 def _entries(stream, topology: Topology) -> list[tuple[str, int]]:
     """(gateway, devices) a stream's readings enter the network through."""
     counts: dict[str, int] = {}
@@ -177,8 +173,8 @@ def _entries(stream, topology: Topology) -> list[tuple[str, int]]:
     return list(counts.items())
 
 
-def _operator(spec: ExperimentSpec, index: int, op, topology: Topology, costs,
-              candidates: list[str]) -> pp.Operator:
+def _operator(spec: ExperimentSpec, index: int, op, entries: dict[str, list[tuple[str, int]]],
+              costs, candidates: list[str]) -> pp.Operator:
     """One operator of the problem: its upstream operators, its flows, its model cost."""
     upstream = tuple(other.name for other in spec.pipeline[:index]
                      if other.writes is not None and _reads(op.reads, other.writes))
@@ -186,7 +182,7 @@ def _operator(spec: ExperimentSpec, index: int, op, topology: Topology, costs,
     for stream in spec.workload.streams:
         if _reads(op.reads, stream.name):
             flows += [pp.Flow(at, stream.rate * devices, stream.size)
-                      for at, devices in _entries(stream, topology)]
+                      for at, devices in entries[stream.name]]
     cost = costs.operator(op, candidates[0])
     per_message = cost.message + (cost.batch.per_message if cost.batch is not None else 0.0)
     in_size = next((s.size for s in spec.workload.streams if _reads(op.reads, s.name)), 200)
@@ -215,7 +211,7 @@ def _paths(topology: Topology, routes: Routes, names: list[str], spec: Experimen
                 row_l.append(math.inf), row_b.append(0.0), row_j.append(math.inf)
                 continue
             edges = [topology.graph.edges[x, y] for x, y in zip(path, path[1:], strict=False)]
-            row_l.append(sum(e["latency"] for e in edges))
+            row_l.append(path_latency(topology, path))
             row_b.append(min((e["link"].bandwidth or math.inf for e in edges), default=math.inf))
             row_j.append(sum(energy_per_bit(links, topology, x, y)[1]
                              for x, y in zip(path, path[1:], strict=False)))
@@ -224,7 +220,7 @@ def _paths(topology: Topology, routes: Routes, names: list[str], spec: Experimen
 
 
 def _node(topology: Topology, name: str, costs, routes: Routes, hosts: list[str],
-          spec: ExperimentSpec, broker: str | None) -> pp.Node:
+          spec: ExperimentSpec, batteries: dict[str, float], broker: str | None) -> pp.Node:
     """A node of the problem: the model's cores and speed, its parent toward the cloud among
     the hosts (candidates and flow nodes, not the brokers added for routing), power, and its
     broker (the nearest, topologies.routing.nearest's rule, as sim.model's broker_for)."""
@@ -233,7 +229,7 @@ def _node(topology: Topology, name: str, costs, routes: Routes, hosts: list[str]
     power = _power(spec, node)
     return pp.Node(name, node.kind, cpu.speed, cpu.cores, node.site,
                    _parent(topology, routes, name, hosts), power[0], power[1],
-                   _battery(spec, name), max(0, node.profile.memory - node.profile.base_memory),
+                   batteries.get(name), max(0, node.profile.memory - node.profile.base_memory),
                    broker)
 
 
@@ -242,41 +238,27 @@ def _parent(topology: Topology, routes: Routes, name: str, names: list[str]) -> 
     clouds = [n.name for n in topology.of_kind("cloud_vm")]
     if not clouds or topology.nodes[name].kind == "cloud_vm":
         return None
-    best = None
-    for cloud in clouds:
-        try:
-            path = routes.path(name, cloud)
-        except NoRoute:
-            continue
-        length = routes.latency(name, cloud)
-        if best is None or length < best[0]:
-            best = (length, path)
-    if best is None:
+    cloud = nearest(routes, name, clouds)
+    if cloud is None:
         return None
     known = set(names)
-    return next((n for n in best[1][1:] if n in known), None)
+    return next((n for n in routes.path(name, cloud)[1:] if n in known), None)
 
 
 def _power(spec: ExperimentSpec, node) -> tuple[float, float]:
-    """(idle, busy) watts: the experiment's power profile for the node's hardware, else the
-    shipped one, else nothing known (0, 0)."""
-    energy = spec.scenario.energy
-    written = energy.power.get(node.profile_name) if energy is not None else None
-    if written is not None and written.idle is not None and written.max is not None:
-        return written.idle, written.max
-    return default_power(node.profile_name) or (0.0, 0.0)
+    """(idle, busy) watts as the energy feature resolves them (workloads.energy.resolve_power:
+    the experiment's profile over the shipped one); (0, 0) where neither knows the hardware."""
+    power = resolve_power(spec.scenario.energy or EnergySpec(), node.profile_name)
+    return (power.idle, power.max) if power is not None else (0.0, 0.0)
 
 
-def _battery(spec: ExperimentSpec, name: str) -> float | None:
-    """A gateway's battery (scenario.energy.offload), joules; None on mains."""
+def _batteries(spec: ExperimentSpec, topology: Topology) -> dict[str, float]:
+    """The gateways on a battery (scenario.energy.offload) -> its joules; none on mains."""
     energy = spec.scenario.energy
-    offload = getattr(energy, "offload", None) if energy is not None else None
+    offload = energy.offload if energy is not None else None
     if offload is None:
-        return None
-    for pattern in offload.gateways:
-        if fnmatch.fnmatchcase(name, pattern):
-            return offload.capacity
-    return None
+        return {}
+    return dict.fromkeys(topology.select(offload.gateways), offload.capacity)
 
 
 def table(decision: pp.Decision | None) -> dict[str, list]:

@@ -49,10 +49,8 @@ from functools import cached_property
 import numpy as np
 
 from workloads.placement.base import Policy, register
-from workloads.placement.problem import PINNED, Decision, Problem, Unplaceable
+from workloads.placement.problem import PINNED, ROOM, Decision, Problem, Unplaceable
 from workloads.placement.tables import Tables
-
-ROOM = 1e-9     # slack on capacity (reference-vCPU s/s): a sum equal to the capacity fits
 
 
 class Walk:
@@ -337,14 +335,9 @@ class Walk:
 
     def no_room(self, k: int, load: float) -> Unplaceable:
         t = self.t
-        mine = [e for e in range(len(t.names)) if self.candidate[k][e]]
-        name = t.problem.operators[k].name
-        if not mine:
-            return Unplaceable(name, "route", "it has no candidate node")
-        best = max(mine, key=lambda e: (self.cap[e] - self.cpu[e], -e))
-        return Unplaceable(name, "cpu", f"needs {load:.4g} reference-vCPU s/s; the most free "
-                           f"on its candidates is {self.cap[best] - self.cpu[best]:.4g} on "
-                           f"{t.names[best]}")
+        return Unplaceable.no_room(t.problem.operators[k].name, load, {
+            t.names[e]: self.cap[e] - self.cpu[e] for e in range(len(t.names))
+            if self.candidate[k][e]})
 
     # -- shifting north ---------------------------------------------------------------------
 

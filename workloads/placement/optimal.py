@@ -31,11 +31,10 @@ import numpy as np
 
 from workloads.placement.base import Policy, register
 from workloads.placement.evaluate import measure, node_load, traffic
-from workloads.placement.problem import Decision, Problem, Unplaceable
+from workloads.placement.problem import ROOM, Decision, Problem, Unplaceable
 from workloads.placement.tables import Tables
 
 MAX_VARIABLES = 200_000
-ROOM = 1e-9     # slack on capacity (reference-vCPU s/s)
 
 
 class TooLarge(ValueError):
@@ -99,7 +98,7 @@ def _split(t: Tables) -> tuple[list[int], dict[int, np.ndarray]]:
         elif pins is not None and len(pins) > 1:
             reads = next(u for u in t.upstream[j] if u not in fixed)
             raise ValueError(
-                f"optimal: operator {op.name} is pinned on several nodes and reads "
+                f"operator {op.name} is pinned on several nodes and reads "
                 f"{t.problem.operators[reads].name}, which the program places: its flows "
                 "would split by where that goes, beyond this integer program; use a heuristic")
         else:
@@ -159,7 +158,7 @@ def program(problem: Problem) -> Program:
     fixed, placed = _split(t)
     size = _count(t, placed)
     if size > MAX_VARIABLES:
-        raise TooLarge(f"optimal: {size} variables (over {MAX_VARIABLES}) for "
+        raise TooLarge(f"{size} variables (over {MAX_VARIABLES}) for "
                        f"{len(placed)} operators on {len(t.names)} nodes; use a heuristic "
                        "(edge-ward, latency-aware, ...)")
     constant, fixed_load, fixed_hosts, flows = _fixed_part(t, fixed)
@@ -256,10 +255,10 @@ class Optimal(Policy):
 
     def __init__(self, time_limit: float = 5.0, gap: float = 0.0) -> None:
         if not (time_limit > 0 and math.isfinite(time_limit)):
-            raise TypeError(f"optimal: time_limit must be a positive number of seconds, "
+            raise TypeError(f"time_limit must be a positive number of seconds, "
                             f"given {time_limit!r}")
         if not 0 <= gap < 1:
-            raise TypeError(f"optimal: gap must be in [0, 1), given {gap!r}")
+            raise TypeError(f"gap must be in [0, 1), given {gap!r}")
         self.time_limit, self.gap = float(time_limit), float(gap)
 
     def place(self, problem: Problem) -> Decision:
@@ -283,7 +282,7 @@ class Optimal(Policy):
                 raise Unplaceable(problem.operators[heaviest].name, "cpu", (
                     "no placement of one instance per operator fits the nodes' capacities "
                     "(the integer program is infeasible; this is its heaviest operator)"))
-            raise TimeoutError(f"optimal: no placement found within {self.time_limit:g} s "
+            raise TimeoutError(f"no placement found within {self.time_limit:g} s "
                                f"({result.message}); raise time_limit or use a heuristic")
         gap = float(getattr(result, "mip_gap", 0.0) or 0.0)
         reason = "optimal" if result.status == 0 else f"time limit, gap {gap:.4g}"

@@ -18,27 +18,16 @@ import numpy as np
 from workloads.placement.base import Policy, register
 from workloads.placement.edgeward import EdgeWard
 from workloads.placement.evaluate import serve
-from workloads.placement.problem import PINNED, Decision, Problem, Unplaceable
+from workloads.placement.problem import PINNED, ROOM, Decision, Problem, Unplaceable
 from workloads.placement.tables import Tables
 
 __all__ = ["CloudOnly", "EdgeWard", "EnergyAware", "LatencyAware", "NetworkAware",
            "RoundRobin"]
 
-# Room is compared with this slack (reference-vCPU s/s): a sum of floats equal to the capacity
-# fits.
-ROOM = 1e-9
-
-
 def no_room(tables: Tables, j: int, free: list[float], among: np.ndarray) -> Unplaceable:
     """Unplaceable for operator j: its demand and the most room on the nodes `among`."""
-    name = tables.problem.operators[j].name
-    demand = float(tables.demand[j])
-    if not among.any():
-        return Unplaceable(name, "route", "it has no candidate node")
-    nodes = np.flatnonzero(among)
-    best = int(nodes[np.argmax(np.asarray(free)[nodes])])
-    return Unplaceable(name, "cpu", f"needs {demand:.4g} reference-vCPU s/s; the most free on "
-                       f"its candidates is {free[best]:.4g} on {tables.names[best]}")
+    return Unplaceable.no_room(tables.problem.operators[j].name, float(tables.demand[j]),
+                               {tables.names[n]: free[n] for n in np.flatnonzero(among)})
 
 
 class Ledger:

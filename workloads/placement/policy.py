@@ -22,7 +22,7 @@ from typing import Any
 
 from workloads.placement.base import POLICIES, Policy, register
 from workloads.placement.evaluate import objective
-from workloads.placement.problem import PINNED, Decision, Problem
+from workloads.placement.problem import PINNED, Decision, Problem, Unplaceable
 
 # Policy, register and POLICIES live in workloads.placement.base, which the shipped policies
 # import (this module imports them in turn, to register them): here for anyone writing one.
@@ -66,9 +66,17 @@ def make_policy(name: str, settings: Mapping[str, Any] | None = None) -> Policy:
 
 def decide(policy: Policy, problem: Problem) -> Decision:
     """The policy's decision with the pins kept, checked against the candidates, timed and
-    scored (workloads.placement.evaluate.objective)."""
+    scored (workloads.placement.evaluate.objective). An operator that fits nowhere stays
+    Unplaceable; any other refusal of the policy's (a problem beyond it, a solver out of
+    time) becomes a PolicyError in its own words."""
     start = time.perf_counter()
-    decision = policy.place(problem)
+    try:
+        decision = policy.place(problem)
+    except Unplaceable:
+        raise
+    except (ValueError, TimeoutError) as refused:
+        raise PolicyError(f"placement policy {policy.name or type(policy).__name__}: "
+                          f"{refused}") from refused
     seconds = time.perf_counter() - start
     nodes = dict(decision.nodes)
     reasons = dict(decision.reasons)

@@ -66,8 +66,7 @@ class Operator:
     devices' streams it reads; `cost`: reference-vCPU seconds per input message (the model's,
     sim.costs); `selectivity`: outputs per input; `state`: bytes of state an instance keeps;
     `candidates`: the nodes it may run on; `pinned`: the nodes `on` names (the policy keeps
-    them), None when the policy decides. `per_source`: one instance per flow's node at least
-    (as `on: gateways` today) rather than one in all."""
+    them), None when the policy decides."""
 
     name: str
     cost: float
@@ -160,9 +159,23 @@ class Decision:
     gap: float | None = None
 
 
+# Slack on a node's capacity (reference-vCPU s/s): a sum of floats equal to it fits.
+ROOM = 1e-9
+
+
 class Unplaceable(ValueError):
     """No candidate of an operator fits it: `what` names the resource (cpu, memory, route)."""
 
     def __init__(self, operator: str, what: str, detail: str):
         super().__init__(f"operator {operator} fits on no candidate node: {what} ({detail})")
         self.operator, self.what, self.detail = operator, what, detail
+
+    @classmethod
+    def no_room(cls, operator: str, demand: float, free: Mapping[str, float]) -> Unplaceable:
+        """An operator needing `demand` reference-vCPU s/s, with `free` the room left on each
+        of its candidates (in the problem's order): none at all, or the most there is."""
+        if not free:
+            return cls(operator, "route", "it has no candidate node")
+        best = max(free, key=free.__getitem__)  # the first of equally free ones
+        return cls(operator, "cpu", f"needs {demand:.4g} reference-vCPU s/s; the most free on "
+                   f"its candidates is {free[best]:.4g} on {best}")

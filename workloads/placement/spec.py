@@ -36,7 +36,7 @@ class Solver(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     time_limit: PositiveDuration = 5.0
-    gap: float = Field(default=0.0, ge=0, le=1)
+    gap: float = Field(default=0.0, ge=0, lt=1)
 
 
 class PlacementSpec(BaseModel):
