@@ -454,10 +454,20 @@ def check_host_cap(cluster: ClusterPlan) -> HostCap:
     return cap
 
 
-def free_pids() -> int:
-    """The pids the kernel can still hand out: pid_max less the threads running now."""
+def host_threads(proc: str = "/proc") -> int:
+    """The threads (kernel scheduling entities) that exist on this host now: /proc/loadavg's
+    fourth field, runnable/existing, one read the kernel makes whole. Walking
+    /proc/<pid>/task/ instead races every process that ends during the walk (its task
+    directory is gone when listed: a FileNotFoundError, not a count), which a busy host does
+    all the time."""
     from pathlib import Path
 
-    limit = int(Path("/proc/sys/kernel/pid_max").read_text())
-    running = sum(1 for task in Path("/proc").glob("[0-9]*/task/*"))
-    return max(0, limit - running)
+    return int(Path(proc, "loadavg").read_text().split()[3].split("/")[1])
+
+
+def free_pids(proc: str = "/proc") -> int:
+    """The pids the kernel can still hand out: pid_max less the threads that exist now."""
+    from pathlib import Path
+
+    limit = int(Path(proc, "sys/kernel/pid_max").read_text())
+    return max(0, limit - host_threads(proc))

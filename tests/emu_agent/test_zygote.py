@@ -117,12 +117,12 @@ def children(pid: int) -> list[str]:
     """The commands of a process's children."""
     found = []
     for stat in Path("/proc").glob("[0-9]*/stat"):
-        try:
+        try:  # a process may end between the listing and either read
             text = stat.read_text()
+            if int(text[text.rindex(")") + 2:].split()[1]) == pid:
+                found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
         except OSError:
             continue
-        if int(text[text.rindex(")") + 2:].split()[1]) == pid:
-            found.append((stat.parent / "cmdline").read_bytes().replace(b"\0", b" ").decode())
     return found
 
 

@@ -5,6 +5,7 @@ gateways still fit."""
 
 from __future__ import annotations
 
+import os
 import secrets
 import sys
 import tempfile
@@ -14,7 +15,14 @@ from pathlib import Path
 
 import pytest
 
-from emu.cluster.capacity import GIB, CapacityRefused, check_host_cap, host_cap
+from emu.cluster.capacity import (
+    GIB,
+    CapacityRefused,
+    check_host_cap,
+    free_pids,
+    host_cap,
+    host_threads,
+)
 from emu.cluster.plan import PIDS_AGENT, plan_cluster
 from emu.engines.docker import inventory
 from emu.engines.docker.engine import Cluster
@@ -47,10 +55,6 @@ def refused_forks(folder: Path) -> int:
     """Forks the pids controller refused in the cgroup (pids.events' `max`)."""
     events = dict(line.split() for line in (folder / "pids.events").read_text().splitlines())
     return int(events.get("max", 0))
-
-
-def host_tasks() -> int:
-    return sum(1 for _ in Path("/proc").glob("[0-9]*/task/*"))
 
 
 @pytest.fixture(scope="module")
@@ -86,14 +90,14 @@ def test_a_fork_bomb_in_a_gateway_ends_against_its_pids_limit(client, cluster: C
     # Without a limit the bomb would take the host's pids: do not fire it then.
     limit = (folder / "pids.max").read_text().strip()
     assert limit == str(PIDS_AGENT), f"gw-1's pids.max is {limit}"
-    before = host_tasks()
+    before = host_threads()
     execution = client.api.exec_create(container, ["sh", "-c", FORK_BOMB])
     client.api.exec_start(execution["Id"], detach=True)
     most, most_host = 0, 0
     try:
         for _ in range(BOMB_SAMPLES):
             most = max(most, int((folder / "pids.current").read_text()))
-            most_host = max(most_host, host_tasks())
+            most_host = max(most_host, host_threads())
             if refused_forks(folder) > 0 and most >= PIDS_AGENT - 16:
                 break
             time.sleep(0.25)
@@ -151,3 +155,27 @@ def test_a_site_beyond_a_bridge_s_ports_is_refused_naming_its_network() -> None:
     plan = plan_cluster(gateway_topology(1100, "one-site"), "wide")
     cap = host_cap(plan, memory=64 * GIB, pids_free=100_000)
     assert "foglab-wide-edge would hold 1102 containers" in cap.refusal()  # and ZooKeeper
+
+
+def test_free_pids_is_pid_max_less_the_threads_loadavg_counts(tmp_path: Path) -> None:
+    (tmp_path / "sys" / "kernel").mkdir(parents=True)
+    (tmp_path / "sys" / "kernel" / "pid_max").write_text("4194304\n")
+    (tmp_path / "loadavg").write_text("0.18 1.60 2.88 4/1109 3714\n")
+    assert free_pids(str(tmp_path)) == 4194304 - 1109
+
+
+def test_free_pids_counts_this_hosts_threads_while_processes_come_and_go() -> None:
+    """The /proc walk it replaced raised FileNotFoundError when a process ended mid-walk (CI,
+    under load). With 50 short processes ending meanwhile it answers every time, and counts
+    at least this process's own threads."""
+    import subprocess
+    import threading
+
+    limit = int(Path("/proc/sys/kernel/pid_max").read_text())
+    children = [subprocess.Popen(["true"]) for _ in range(50)]
+    free = [free_pids() for _ in range(200)]
+    for child in children:
+        child.wait()
+    own = len(os.listdir(f"/proc/{os.getpid()}/task"))
+    assert own >= threading.active_count()
+    assert all(0 < f <= limit - own for f in free)
