@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+from dataclasses import replace
 
 from experiments.model_settings import sim_settings
 from experiments.run_plan import Backend, RunOutput, RunPlan
@@ -20,8 +21,11 @@ class SimBackend:
         spec = plan.spec
         # A calibrated model stands for the emulation at the run's dilation (sim.costs).
         dilation = choose(spec, plan.topology).dilation if spec.run.calibration else 1.0
-        result = simulate(plan.topology, spec.workload, spec.pipeline,
-                          sim_settings(spec, plan.seed, dilation=dilation), progress)
+        settings = sim_settings(spec, plan.seed, dilation=dilation)
+        if plan.replanning is not None:  # the model's feature that re-places (sim.features)
+            settings = replace(settings, scenario={**settings.scenario,
+                                                   "replacement": plan.replanning.planner()})
+        result = simulate(plan.topology, spec.workload, spec.pipeline, settings, progress)
         return RunOutput(result.tables, result.facts)
 
 

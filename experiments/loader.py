@@ -31,6 +31,7 @@ from topologies.model import Topology
 from workloads.features import FEATURES
 from workloads.jobs import expand as expand_jobs
 from workloads.placement.problem import Decision
+from workloads.placement.replace import Replanning
 
 REFERENCES = ("topology", "workload")
 REFERENCE_PATHS = [(key,) for key in REFERENCES]
@@ -51,6 +52,8 @@ class RunPoint:
     # The placement policy's decision (experiments.placement), taken here, before any backend:
     # `spec` has the `on: auto` operators on the nodes it chose. None without `placement`.
     placement: Decision | None = None
+    # With placement.replace: what the run re-places from (workloads.placement.replace).
+    replanning: Replanning | None = None
 
 
 @dataclass
@@ -315,7 +318,8 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
         raise _first_error(exc, data, sources, values) from None
     try:
         topology = topology_of(spec)  # once: the placement and the checks both read it
-        spec, decision = placed(spec, topology)
+        resolved = placed(spec, topology)
+        spec = resolved.spec
         topology = check(spec, topology)
     except SpecError as error:
         if composition is not None:  # at the job (or the include) that made the operator
@@ -327,7 +331,7 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
     jobs = {} if composition is None else {
         job: [op.name for op in ops] for job, ops in composition.jobs.items()}
     return RunPoint(index, values, spec, topology, hashlib.sha256(canonical.encode()).hexdigest(),
-                    jobs, decision)
+                    jobs, resolved.decision, resolved.replanning)
 
 
 # Pydantic's bounds, as an error says them: `at most 30d`.

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+from dataclasses import dataclass
 
 from experiments.spec import ExperimentSpec
 from topologies.errors import SpecError
@@ -22,10 +23,12 @@ from topologies.routing import latency as path_latency
 from workloads.broker_scaling import first_brokers
 from workloads.energy import EnergySpec, resolve_power
 from workloads.energy_power import LinkEnergy, energy_per_bit
+from workloads.operator_engines import Move, operator_engine
 from workloads.pipeline import KIND_WORDS, check_placement, reads_from, topic_filter
 from workloads.placement import problem as pp
 from workloads.placement.policy import PolicyError, decide, make_policy, policy_class
 from workloads.placement.problem import PINNED
+from workloads.placement.replace import PLACEMENT_COLUMNS, Replanning
 from workloads.placement.spec import AUTO
 
 
@@ -34,25 +37,35 @@ def auto_operators(spec: ExperimentSpec) -> list[int]:
     return [i for i, op in enumerate(spec.pipeline) if AUTO in op.on]
 
 
-def placed(spec: ExperimentSpec, topology: Topology
-           ) -> tuple[ExperimentSpec, pp.Decision | None]:
-    """`resolve`, or the spec as it is (and None) without placement or `on: auto`."""
+@dataclass(frozen=True)
+class Placed:
+    """A spec as the backends run it (`on: auto` resolved), the policy's decision (None
+    without a placement block) and, with placement.replace, what the run re-places from."""
+
+    spec: ExperimentSpec
+    decision: pp.Decision | None = None
+    replanning: Replanning | None = None
+
+
+def placed(spec: ExperimentSpec, topology: Topology) -> Placed:
+    """`resolve`, or the spec as it is without placement or `on: auto`."""
     if spec.placement is None and not auto_operators(spec):
-        return spec, None
+        return Placed(spec)
     return resolve(spec, topology)
 
 
-def resolve(spec: ExperimentSpec, topology: Topology) -> tuple[ExperimentSpec, pp.Decision | None]:
-    """The spec with each `on: auto` operator on the nodes its policy chose, and the decision;
-    the spec as it is (and None) without a `placement` block. A SpecError names the field and
-    value of a bad input: `on: auto` without a block, a pin outside the candidates, an
-    operator that fits nowhere, a policy that cannot be had."""
+def resolve(spec: ExperimentSpec, topology: Topology) -> Placed:
+    """The spec with each `on: auto` operator on the nodes its policy chose, the decision
+    and the re-placement's start; the spec as it is without a `placement` block. A SpecError
+    names the field and value of a bad input: `on: auto` without a block, a pin outside the
+    candidates, an operator that fits nowhere, a policy that cannot be had, a re-placement
+    on a backend that has none."""
     autos = auto_operators(spec)
     if spec.placement is None:
         if autos:
             raise SpecError(("pipeline", autos[0], "on"), AUTO,
                             "a placement block (placement.policy) to decide `on: auto`")
-        return spec, None
+        return Placed(spec)
     for i in autos:
         if spec.pipeline[i].on != [AUTO]:
             raise SpecError(("pipeline", i, "on"), spec.pipeline[i].on,
@@ -75,7 +88,27 @@ def resolve(spec: ExperimentSpec, topology: Topology) -> tuple[ExperimentSpec, p
                         f"a policy that can place this pipeline: {error}") from None
     pipeline = [op.model_copy(update={"on": list(decision.nodes[op.name]), "among": None})
                 if i in autos else op for i, op in enumerate(spec.pipeline)]
-    return spec.model_copy(update={"pipeline": pipeline}), decision
+    return Placed(spec.model_copy(update={"pipeline": pipeline}), decision,
+                  _replanning(spec, problem, decision))
+
+
+def _replanning(spec: ExperimentSpec, problem: pp.Problem,
+                decision: pp.Decision) -> Replanning | None:
+    """With placement.replace: the re-placement's start, the operators the model's
+    migrations can move (not a follow operator's, not one an engine other than the agents'
+    runs: workloads.operator_engines); refused on a backend without re-placement."""
+    replace = spec.placement.replace
+    if replace is None:
+        return None
+    if spec.run.backend != "sim":
+        raise SpecError(("placement", "replace"), replace.model_dump(mode="json"),
+                        f"run.backend sim: re-placement at run time runs on the model; on "
+                        f"{spec.run.backend} the placement stays as decided before the run "
+                        "(leave placement.replace out)")
+    movable = frozenset(op.name for op in spec.pipeline if op.follow is None
+                        and operator_engine(op.engine).moves_by is Move.AGENTS)
+    return Replanning(spec.placement.policy, _settings(spec), problem, decision, replace,
+                      movable)
 
 
 def _check_pins(spec: ExperimentSpec, topology: Topology) -> None:
@@ -181,7 +214,7 @@ def _operator(spec: ExperimentSpec, index: int, op, entries: dict[str, list[tupl
     flows = []
     for stream in spec.workload.streams:
         if _reads(op.reads, stream.name):
-            flows += [pp.Flow(at, stream.rate * devices, stream.size)
+            flows += [pp.Flow(at, stream.rate * devices, stream.size, stream.name)
                       for at, devices in entries[stream.name]]
     cost = costs.operator(op, candidates[0])
     per_message = cost.message + (cost.batch.per_message if cost.batch is not None else 0.0)
@@ -261,12 +294,19 @@ def _batteries(spec: ExperimentSpec, topology: Topology) -> dict[str, float]:
     return dict.fromkeys(topology.select(offload.gateways), offload.capacity)
 
 
-def table(decision: pp.Decision | None) -> dict[str, list]:
-    """The `placements` table's columns: one row per operator the decision placed, at t = 0."""
-    rows: dict[str, list] = {k: [] for k in ("t", "operator", "nodes", "policy", "objective",
-                                             "decision_time", "reason")}
-    if decision is None:
-        return rows
+def table(decision: pp.Decision | None, later: dict[str, list] | None = None
+          ) -> dict[str, list]:
+    """The `placements` table's columns: one row per operator the decision placed, at t = 0,
+    then `later`'s rows (a run's re-placements: workloads.placement.replace)."""
+    rows: dict[str, list] = {k: [] for k in PLACEMENT_COLUMNS}
+    if decision is not None:
+        _first_rows(decision, rows)
+    for key, values in (later or {}).items():
+        rows[key] = list(rows[key]) + list(values)
+    return rows
+
+
+def _first_rows(decision: pp.Decision, rows: dict[str, list]) -> None:
     for operator, nodes in decision.nodes.items():
         rows["t"].append(0.0)
         rows["operator"].append(operator)
@@ -275,7 +315,6 @@ def table(decision: pp.Decision | None) -> dict[str, list]:
         rows["objective"].append(decision.objective)
         rows["decision_time"].append(decision.seconds)
         rows["reason"].append(decision.reasons.get(operator, ""))
-    return rows
 
 
 def described(decision: pp.Decision) -> str:

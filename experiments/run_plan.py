@@ -8,16 +8,19 @@ from typing import Protocol
 
 from experiments.spec import ExperimentSpec
 from topologies.model import Topology
+from workloads.placement.replace import Replanning
 
 
 @dataclass
 class RunPlan:
-    """Everything one run needs, resolved: the spec of its sweep point and its own seed."""
+    """Everything one run needs, resolved: the spec of its sweep point and its own seed, and
+    with placement.replace what its re-placement starts from."""
 
     spec: ExperimentSpec
     topology: Topology
     seed: int
     repetition: int
+    replanning: Replanning | None = None
 
 
 @dataclass

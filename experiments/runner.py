@@ -182,9 +182,11 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
     try:
         runner = backend(spec.run.backend)
         progress = RunProgress(reporter)
-        output = runner.run(RunPlan(spec, point.topology, seed, repetition), progress)
+        output = runner.run(RunPlan(spec, point.topology, seed, repetition, point.replanning),
+                            progress)
         progress.stage("checking and writing the tables")
-        tables = conform({**output.tables, "placements": placement_table(point.placement)})
+        tables = conform({**output.tables, "placements": placement_table(
+            point.placement, output.tables.get("placements"))})
         progress.stage("summarising")
         # Of every message, whatever record.messages writes of them.
         summary = summarise(tables, spec.run.duration, spec.run.sample, output.facts)

@@ -71,11 +71,23 @@ CORE: dict[str, pa.Schema] = {
         ("gateway", _name),
     ]),
     # Where the placement policy put each operator (experiments.placement): decided before the
-    # run, outside the backends, so the same rows on sim, emu and hybrid for one seed, but for
-    # decision_time (wall seconds the policy took). nodes: the node names, comma-separated.
+    # run, outside the backends, so the same rows at t = 0 on sim, emu and hybrid for one seed,
+    # but for decision_time (wall seconds the policy took); then a row per operator a run-time
+    # re-placement moved (placement.replace), at its time. nodes: the node names,
+    # comma-separated.
     "placements": pa.schema([
         ("t", pa.float64()), ("operator", _name), ("nodes", pa.string()), ("policy", _name),
         ("objective", pa.float64()), ("decision_time", pa.float64()), ("reason", pa.string()),
+    ]),
+    # Each period of a run-time re-placement (workloads.placement.replace): the objective of
+    # the placement in force on the problem as observed, the policy's answer's (NaN: none),
+    # whether it was taken, the moves begun ("op: a -> b; ..."), why, and the observation as
+    # JSON (rates per stream and node, nodes down, moves failed, operators moving), from which
+    # workloads.placement.replace.replay takes the steps again.
+    "replacements": pa.schema([
+        ("t", pa.float64()), ("objective", pa.float64()), ("proposed", pa.float64()),
+        ("taken", pa.bool_()), ("moves", pa.string()), ("reason", pa.string()),
+        ("observation", pa.string()),
     ]),
     # A moving device handed to another gateway in the emulation (hybrid): the model's time,
     # from, to, whether the containers carried it out, and the wall seconds that took.

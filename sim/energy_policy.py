@@ -19,42 +19,11 @@ sim.features.energy turns into one watcher per gateway; `fact()` is what the run
 from __future__ import annotations
 
 import math
-from collections import deque
 
+from sim.migration import OneAtATime
 from workloads.energy import EnergySpec, resolve_power
 from workloads.energy_offload import EnergyPolicy, offload_reason, offload_time
 from workloads.energy_power import hardware_share
-
-
-class OneAtATime:
-    """Moves of one operator group one after another: the model's coordinator carries out one
-    migration of a group at a time, and gateways that offload together may each hold an
-    instance of one operator (`on: gateways`). A move waits for the one before it to end."""
-
-    def __init__(self, model):
-        self.model = model
-        self.waiting: dict[str, deque] = {}  # group -> moves queued behind the running one
-
-    def start(self, group, instance, target: str, strategy: str | None) -> None:
-        decided = self.model.env.now
-        queued = self.waiting.get(group.name)
-        if queued is not None:
-            queued.append((group, instance, target, strategy, decided))
-            return
-        self.waiting[group.name] = deque()
-        self._run(group, instance, target, strategy, decided)
-
-    def _run(self, group, instance, target: str, strategy: str | None, decided: float) -> None:
-        def done(ok: bool = True) -> None:
-            queued = self.waiting[group.name]
-            if queued:
-                self._run(*queued.popleft())
-            else:
-                del self.waiting[group.name]
-
-        # A move whose turn comes at or after the run's end the coordinator refuses, its
-        # start the time it was decided.
-        self.model.coordinator.start(group, instance, target, strategy, done, decided)
 
 
 class EnergyOffload:

@@ -28,6 +28,7 @@ policy's, an offload's): such a move is recorded `refused` and never begins.
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -334,3 +335,38 @@ class Coordinator:
             record.reordered += around.reordered
 
 
+class OneAtATime:
+    """Moves of one operator group one after another: the model's coordinator carries out one
+    migration of a group at a time, and gateways that offload together may each hold an
+    instance of one operator (`on: gateways`), as a re-placement's moves of one operator
+    may. A move waits for the one before it to end."""
+
+    def __init__(self, model):
+        self.model = model
+        self.waiting: dict[str, deque] = {}  # group -> moves queued behind the running one
+
+    def start(self, group, instance, target: str, strategy: str | None, then=None) -> None:
+        """Move `instance` of `group` to `target` once the group's moves before it ended;
+        `then(ok)`, if given, is told how it ended (the coordinator's `done`)."""
+        decided = self.model.env.now
+        queued = self.waiting.get(group.name)
+        if queued is not None:
+            queued.append((group, instance, target, strategy, decided, then))
+            return
+        self.waiting[group.name] = deque()
+        self._run(group, instance, target, strategy, decided, then)
+
+    def _run(self, group, instance, target: str, strategy: str | None, decided: float,
+             then=None) -> None:
+        def done(ok: bool = True) -> None:
+            if then is not None:
+                then(ok)
+            queued = self.waiting[group.name]
+            if queued:
+                self._run(*queued.popleft())
+            else:
+                del self.waiting[group.name]
+
+        # A move whose turn comes at or after the run's end the coordinator refuses, its
+        # start the time it was decided.
+        self.model.coordinator.start(group, instance, target, strategy, done, decided)

@@ -22,6 +22,7 @@ from sim.features.energy import Energy
 from sim.features.faults import FaultSchedule
 from sim.features.migrations import ScheduledMigrations
 from sim.features.recovery import Recovery
+from sim.features.replacement import Replacement
 from sim.features.replication import Replication
 
 FEATURES: dict[str, type[Feature]] = {
@@ -32,6 +33,9 @@ FEATURES: dict[str, type[Feature]] = {
     "recovery": Recovery,
     "broker_scaling": BrokerScaling,
     "replication": Replication,
+    # Not a scenario key: placement.replace's planner, which experiments.backends gives the
+    # model (experiments.placement builds it before the run).
+    "replacement": Replacement,
 }
 
 __all__ = ["FEATURES", "Feature"]

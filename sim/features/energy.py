@@ -41,8 +41,9 @@ from array import array
 
 import numpy as np
 
-from sim.energy_policy import EnergyOffload, OneAtATime
+from sim.energy_policy import EnergyOffload
 from sim.features.base import Feature
+from sim.migration import OneAtATime
 from sim.sampler import row_starts
 from workloads.energy import EnergySpec, battery_of
 from workloads.energy_ledger import Ledger

@@ -108,7 +108,8 @@ IDLE_W = 2.7  # a Pi 4's idle draw
 
 
 def _offload(policy, capacities: dict[str, float]):
-    from sim.energy_policy import EnergyOffload, OneAtATime
+    from sim.energy_policy import EnergyOffload
+    from sim.migration import OneAtATime
 
     run_point = point(FOG)
     built = Model(run_point.topology, run_point.spec.workload, run_point.spec.pipeline,

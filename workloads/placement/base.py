@@ -4,7 +4,6 @@ from here, so that the module that loads them is not one they import)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from typing import Any, ClassVar
 
 from workloads.placement.problem import Decision, Problem
@@ -26,11 +25,14 @@ class Policy:
     def place(self, problem: Problem) -> Decision:
         raise NotImplementedError
 
-    def replace(self, problem: Problem, observation: Mapping[str, Any],
+    def replace(self, problem: Problem, observation: Any,
                 current: Decision) -> Decision | None:
-        """At run time, given what was observed (per node: cpu, battery; per operator: rate,
-        latency): a new decision, or None to keep `current`."""
-        return None
+        """At run time: a new decision for `problem` as observed (its flows at the rates
+        measured over the last period, its down nodes out of the candidates; the
+        observation itself, workloads.placement.replace.Observation), or None to keep
+        `current`. By default, `place` again: whether the answer is taken (the hysteresis)
+        and how much of it moves at once is the re-placement's, not the policy's."""
+        return self.place(problem)
 
 
 POLICIES: dict[str, type[Policy]] = {}

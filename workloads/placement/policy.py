@@ -4,8 +4,10 @@ A policy is a class registered under a name (`@register("edge-ward")`) or given 
 experiment as `module:Class`; it gets its settings (the experiment's `placement.settings`) as
 keyword arguments. `place(problem)` returns a Decision naming each operator's nodes and why;
 it must be deterministic for one problem (ties by the node order, randomness from
-`problem.seed` only). `replace(problem, observation, current)` may move operators at run time
-(None: keep them); a policy that does not re-place leaves it as is.
+`problem.seed` only). `replace(problem, observation, current)` is asked at run time (with
+`placement.replace`) on the problem as observed (workloads.placement.replace): by default
+the policy places again with what was seen; one that overrides it to return None keeps its
+first answer.
 
 `decide(policy, problem)` is how anyone calls a policy: pins kept (an operator with `pinned`
 runs where `on` says, whatever the policy), every operator placed on its candidates only,
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace as with_fields
 from typing import Any
 
@@ -26,7 +28,7 @@ from workloads.placement.problem import PINNED, Decision, Problem, Unplaceable
 
 # Policy, register and POLICIES live in workloads.placement.base, which the shipped policies
 # import (this module imports them in turn, to register them): here for anyone writing one.
-__all__ = ["POLICIES", "Policy", "PolicyError", "decide", "make_policy", "policy_class",
+__all__ = ["POLICIES", "Policy", "PolicyError", "asked", "decide", "make_policy", "policy_class",
            "register"]
 
 
@@ -69,15 +71,25 @@ def decide(policy: Policy, problem: Problem) -> Decision:
     scored (workloads.placement.evaluate.objective). An operator that fits nowhere stays
     Unplaceable; any other refusal of the policy's (a problem beyond it, a solver out of
     time) becomes a PolicyError in its own words."""
+    return asked(policy, problem, lambda: policy.place(problem))
+
+
+def asked(policy: Policy, problem: Problem,
+          ask: Callable[[], Decision | None]) -> Decision | None:
+    """`ask()`'s answer (the policy's place, or its replace at run time) for `problem` as
+    `decide` gives it: pins kept, candidates checked, timed and scored; None when the policy
+    answers None (it keeps what it has)."""
+    name = policy.name or type(policy).__name__
     start = time.perf_counter()
     try:
-        decision = policy.place(problem)
+        decision = ask()
     except Unplaceable:
         raise
     except (ValueError, TimeoutError) as refused:
-        raise PolicyError(f"placement policy {policy.name or type(policy).__name__}: "
-                          f"{refused}") from refused
+        raise PolicyError(f"placement policy {name}: {refused}") from refused
     seconds = time.perf_counter() - start
+    if decision is None:
+        return None
     nodes = dict(decision.nodes)
     reasons = dict(decision.reasons)
     order = problem.index()
@@ -88,18 +100,17 @@ def decide(policy: Policy, problem: Problem) -> Decision:
             continue
         chosen = nodes.get(op.name)
         if not chosen:
-            raise PolicyError(f"placement policy {policy.name or type(policy).__name__} "
-                              f"placed no instance of operator {op.name}")
+            raise PolicyError(f"placement policy {name} placed no instance of operator "
+                              f"{op.name}")
         outside = [n for n in chosen if n not in op.candidates]
         if outside:
-            raise PolicyError(f"placement policy {policy.name or type(policy).__name__} put "
-                              f"operator {op.name} on {', '.join(outside)}, outside its "
-                              f"candidates ({', '.join(op.candidates)})")
+            raise PolicyError(f"placement policy {name} put operator {op.name} on "
+                              f"{', '.join(outside)}, outside its candidates "
+                              f"({', '.join(op.candidates)})")
         nodes[op.name] = tuple(sorted(set(chosen), key=order.__getitem__))
     decided = Decision(nodes, reasons)
-    return with_fields(decided, policy=policy.name or type(policy).__name__,
-                       objective=objective(problem, decided), seconds=seconds,
-                       gap=decision.gap)
+    return with_fields(decided, policy=name, objective=objective(problem, decided),
+                       seconds=seconds, gap=decision.gap)
 
 
 def _load_shipped() -> None:

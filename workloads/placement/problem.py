@@ -53,11 +53,13 @@ class Node:
 @dataclass(frozen=True)
 class Flow:
     """Messages entering an operator from outside the pipeline: `rate` per second of `size`
-    bytes, arriving at node `at` (the gateway the devices publish through)."""
+    bytes, arriving at node `at` (the gateway the devices publish through), of the workload's
+    stream `stream` (what a run-time observation measures: workloads.placement.replace)."""
 
     at: str
     rate: float
     size: int
+    stream: str = ""
 
 
 @dataclass(frozen=True)

@@ -4,7 +4,9 @@ with what objective, among which nodes, and how an exact solver is limited.
 An operator written `on: auto` is placed by the policy among `among` (its own) or the block's
 `candidates`; any other `on` (a node, a kind word such as `gateways`, a pattern, `site:NAME`)
 is a pin the policy keeps. The decision is taken once, before the run, by the experiment layer
-(experiments.placement), and every backend runs the resolved places.
+(experiments.placement), and every backend runs the resolved places. With `replace`, the policy
+is asked again every `period` of the run with what was observed (workloads.placement.replace),
+and the operators it moves go by the model's migrations.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from topologies.fields import PositiveDuration
+from topologies.fields import PositiveDuration, Ratio
+from workloads.scenario import Strategy
 
 # `on: auto`: the operator's nodes are the placement policy's to decide.
 AUTO = "auto"
@@ -39,6 +42,25 @@ class Solver(BaseModel):
     gap: float = Field(default=0.0, ge=0, lt=1)
 
 
+class Replace(BaseModel):
+    """`placement.replace`: re-placement at run time (workloads.placement.replace). Every
+    `period` the policy's `replace` is asked with what the run observed over it; its answer
+    is taken only when it lowers the objective by more than `hysteresis` (a fraction of the
+    objective now) and stays within its nodes' capacity at (1 + hysteresis) times the rates
+    seen; then at most `moves` instances move, each by `strategy` (default:
+    scenario.migration.strategy)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    period: PositiveDuration = Field(description="how often the policy is asked again")
+    hysteresis: Ratio = Field(default=0.1, ge=0, lt=1, description=(
+        "the share of the objective a new decision must save, and the headroom over the rates "
+        "seen it must leave, to be taken (10% or 0.1)"))
+    moves: int = Field(default=1, ge=1, description="the most instances moved per period")
+    strategy: Strategy | None = Field(default=None, description=(
+        "how an instance moves (default: scenario.migration.strategy)"))
+
+
 class PlacementSpec(BaseModel):
     """`placement:` of an experiment."""
 
@@ -55,6 +77,8 @@ class PlacementSpec(BaseModel):
         description="where `on: auto` operators may run (names, patterns, kind words, "
                     "site:NAME) unless an operator gives its own `among`")
     solver: Solver = Field(default_factory=Solver)
+    replace: Replace | None = Field(default=None, description=(
+        "re-placement at run time (sim): period, hysteresis, most moves, strategy"))
 
     @field_validator("candidates", mode="before")
     @classmethod
