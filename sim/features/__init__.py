@@ -33,9 +33,10 @@ FEATURES: dict[str, type[Feature]] = {
     "recovery": Recovery,
     "broker_scaling": BrokerScaling,
     "replication": Replication,
-    # Not a scenario key: placement.replace's planner, which experiments.backends gives the
-    # model (experiments.placement builds it before the run).
-    "replacement": Replacement,
 }
+# Features that are not a scenario key: placement.replace's planner, which experiments.backends
+# gives the model (experiments.placement builds it before the run).
+FROM_PLACEMENT: dict[str, type[Feature]] = {"replacement": Replacement}
+FEATURES.update(FROM_PLACEMENT)
 
-__all__ = ["FEATURES", "Feature"]
+__all__ = ["FEATURES", "FROM_PLACEMENT", "Feature"]

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import sim.features
-from sim.features import FEATURES, Feature
+from sim.features import FEATURES, FROM_PLACEMENT, Feature
 from sim.model import Model, ModelError
 from sim.network import Network
 from tests.foundation.helpers import point, settings
@@ -49,7 +49,8 @@ CRASH = "scenario: {faults: [{at: 1s, crash: gw-1, for: 0.5s}]}\n"
 
 def test_every_scenario_key_that_sim_runs_is_a_registered_feature_or_a_model_part() -> None:
     on_sim = {f.key for f in SCENARIO_KEYS if "sim" in f.backends}
-    assert on_sim - MODEL_PARTS == set(FEATURES)
+    assert on_sim - MODEL_PARTS == set(FEATURES) - set(FROM_PLACEMENT)
+    assert set(FROM_PLACEMENT) == {"replacement"}  # placement.replace's, not a scenario key
     assert all(issubclass(cls, Feature) for cls in FEATURES.values())
 
 
