@@ -37,7 +37,11 @@ class EmuBackend:
     def run(self, plan: RunPlan, progress) -> RunOutput:
         from emu.run.emulate import emulate
 
-        result = emulate(self.request(plan), progress)
+        features = []
+        if plan.replanning is not None:  # placement.replace: the planner, as the model's
+            from emu.features.replacement import ReplacementFeature
+            features.append(ReplacementFeature(plan.replanning.planner()))
+        result = emulate(self.request(plan), progress, features=features)
         return RunOutput(result.tables, result.facts, result.failed)
 
     @staticmethod

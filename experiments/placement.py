@@ -92,6 +92,11 @@ def resolve(spec: ExperimentSpec, topology: Topology) -> Placed:
                   _replanning(spec, problem, decision))
 
 
+# The backends that re-place at run time (sim.features.replacement, emu.features.replacement).
+# Hybrid's model drives the containers' migrations by its own policies (experiments.hybrid).
+REPLACED_ON = ("sim", "emu")
+
+
 def _replanning(spec: ExperimentSpec, problem: pp.Problem,
                 decision: pp.Decision) -> Replanning | None:
     """With placement.replace: the re-placement's start, the operators the model's
@@ -100,11 +105,12 @@ def _replanning(spec: ExperimentSpec, problem: pp.Problem,
     replace = spec.placement.replace
     if replace is None:
         return None
-    if spec.run.backend != "sim":
+    if spec.run.backend not in REPLACED_ON:
         raise SpecError(("placement", "replace"), replace.model_dump(mode="json"),
-                        f"run.backend sim: re-placement at run time runs on the model; on "
-                        f"{spec.run.backend} the placement stays as decided before the run "
-                        "(leave placement.replace out)")
+                        f"run.backend {' or '.join(REPLACED_ON)}: re-placement at run time "
+                        f"runs on the model and on the containers; on {spec.run.backend} the "
+                        "placement stays as decided before the run (leave placement.replace "
+                        "out)")
     movable = frozenset(op.name for op in spec.pipeline if op.follow is None
                         and operator_engine(op.engine).moves_by is Move.AGENTS)
     return Replanning(spec.placement.policy, _settings(spec), problem, decision, replace,

@@ -576,6 +576,7 @@ class Agent(AgentSurface):
             "operators": {name: op.status() for name, op in self.operators.items()},
             "rates": {stream: d.rate for stream, d in self.drivers.by_stream.items()},
             "sent": self.records.sent_count, "received": self.records.received_count,
+            "sent_by_stream": dict(self.records.sent_by_stream),
             "unreadable": self.unreadable, "unpublished": self.unpublished,
             "fenced": dict(self.fenced),
             "loaded": self.loaded,

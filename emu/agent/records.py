@@ -91,12 +91,14 @@ class Records:
         self._clock = clock
         self._due = False
         self.sent_count = 0
+        self.sent_by_stream: dict[str, int] = {}  # what a ping tells a run's re-placement
         self.received_count = 0
 
     def sent(self, message_id: int, stream: str, source: str, t_sent: float,
              dropped: bool) -> None:
         self._sent.rows.append((message_id, stream, source, t_sent, int(dropped)))
         self.sent_count += 1
+        self.sent_by_stream[stream] = self.sent_by_stream.get(stream, 0) + 1
         if not self._due:
             self._arm()
 

@@ -98,9 +98,9 @@ def test_a_steady_load_moves_nothing(tmp_path) -> None:
 
 def test_re_placement_off_the_model_is_refused_naming_the_field() -> None:
     with pytest.raises(SpecError) as caught:
-        parse_text(EXPERIMENT.replace("backend: sim", "backend: emu"))
+        parse_text(EXPERIMENT.replace("backend: sim", "backend: hybrid"))
     assert caught.value.path == ("placement", "replace")
-    assert "run.backend sim" in caught.value.expected
+    assert "run.backend sim or emu" in caught.value.expected
 
 
 def test_a_period_of_zero_is_refused() -> None:

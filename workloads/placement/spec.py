@@ -6,7 +6,7 @@ An operator written `on: auto` is placed by the policy among `among` (its own) o
 is a pin the policy keeps. The decision is taken once, before the run, by the experiment layer
 (experiments.placement), and every backend runs the resolved places. With `replace`, the policy
 is asked again every `period` of the run with what was observed (workloads.placement.replace),
-and the operators it moves go by the model's migrations.
+and the operators it moves go by the backend's migrations (sim and emu).
 """
 
 from __future__ import annotations
@@ -78,7 +78,7 @@ class PlacementSpec(BaseModel):
                     "site:NAME) unless an operator gives its own `among`")
     solver: Solver = Field(default_factory=Solver)
     replace: Replace | None = Field(default=None, description=(
-        "re-placement at run time (sim): period, hysteresis, most moves, strategy"))
+        "re-placement at run time (sim, emu): period, hysteresis, most moves, strategy"))
 
     @field_validator("candidates", mode="before")
     @classmethod
