@@ -153,7 +153,7 @@ def build_problem(spec: ExperimentSpec, topology: Topology) -> pp.Problem:
     from workloads import calibration
 
     placement = spec.placement
-    cal = calibration.load(spec.run.calibration) if spec.run.calibration else None
+    cal = calibration.load(spec.run.calibration).calibration if spec.run.calibration else None
     costs = Costs(topology, spec.run.driver_cost, cal)
     candidates = _candidates(spec, topology)
     entries = {stream.name: _entries(stream, topology) for stream in spec.workload.streams}

@@ -175,3 +175,22 @@ def test_default_candidates_a_topology_lacks_are_skipped_and_none_at_all_refused
     only_cloud = no_cloud.replace("on: auto, reads: city", "on: auto, among: [cloud], reads: city")
     error = refused(only_cloud.replace("POLICY", "round-robin").replace("BACKEND", "sim"))
     assert error.path == ("pipeline", 0, "among") and "candidates" in error.expected
+
+
+def test_a_calibrated_run_places_with_the_costs_the_calibrated_model_charges() -> None:
+    """run.calibration: the problem's costs and CPUs are the calibrated model's (sim.costs
+    with the profile), not the written ones: the filter's written 150 us is the measure's."""
+    from sim.costs import Costs
+    from workloads import calibration
+
+    text = BASE.replace("run: {backend: BACKEND,", "run: {backend: BACKEND, calibration: reference,")
+    point = experiment("edge-ward", text=text).points[0]
+    spec, topology = point.spec, point.topology
+    costs = Costs(topology, spec.run.driver_cost, calibration.load("reference").calibration)
+    problem = build_problem(spec, topology)
+    filter_cost = costs.operator(spec.pipeline[0], "gw-1")
+    assert problem.operators[0].cost == pytest.approx(filter_cost.message)
+    assert problem.operators[0].cost != pytest.approx(150e-6)  # the measure replaced it
+    gateway = problem.nodes[problem.index()["gw-1"]]
+    assert (gateway.speed, gateway.cores) == (costs.cpu(topology.nodes["gw-1"]).speed,
+                                              costs.cpu(topology.nodes["gw-1"]).cores)
