@@ -120,8 +120,8 @@ def placements(loaded) -> list[str]:
     """Each distinct placement decision of the experiment's points, as a line."""
     from experiments.placement import described
 
-    return list(dict.fromkeys(described(point.placement) for point in loaded.points
-                              if point.placement is not None))
+    return list(dict.fromkeys(described(point.placement, point.replanning)
+                              for point in loaded.points if point.placement is not None))
 
 
 @app.command()

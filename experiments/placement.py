@@ -99,9 +99,10 @@ REPLACED_ON = ("sim", "emu")
 
 def _replanning(spec: ExperimentSpec, problem: pp.Problem,
                 decision: pp.Decision) -> Replanning | None:
-    """With placement.replace: the re-placement's start, the operators the model's
-    migrations can move (not a follow operator's, not one an engine other than the agents'
-    runs: workloads.operator_engines); refused on a backend without re-placement."""
+    """With placement.replace: the re-placement's start, the operators it may move (those
+    the policy placed, `on: auto`, that the migrations can move: not a follow operator's,
+    not one an engine other than the agents' runs: workloads.operator_engines); refused on a
+    backend without re-placement."""
     replace = spec.placement.replace
     if replace is None:
         return None
@@ -111,7 +112,9 @@ def _replanning(spec: ExperimentSpec, problem: pp.Problem,
                         f"runs on the model and on the containers; on {spec.run.backend} the "
                         "placement stays as decided before the run (leave placement.replace "
                         "out)")
-    movable = frozenset(op.name for op in spec.pipeline if op.follow is None
+    placed = {op.name for op in problem.operators if op.pinned is None}
+    movable = frozenset(op.name for op in spec.pipeline if op.name in placed
+                        and op.follow is None
                         and operator_engine(op.engine).moves_by is Move.AGENTS)
     return Replanning(spec.placement.policy, _settings(spec), problem, decision, replace,
                       movable)
@@ -323,14 +326,20 @@ def _first_rows(decision: pp.Decision, rows: dict[str, list]) -> None:
         rows["reason"].append(decision.reasons.get(operator, ""))
 
 
-def described(decision: pp.Decision) -> str:
-    """A decision in a line a person reads: the policy, its objective and time, and where
-    each operator it placed went (pins left out)."""
+def described(decision: pp.Decision, replanning: Replanning | None = None) -> str:
+    """A decision in a line a person reads: the policy, its objective and time, where each
+    operator it placed went (pins left out), and how it re-places at run time, if it does."""
     placed = "; ".join(f"{op} on {_few(nodes)}" for op, nodes in decision.nodes.items()
                        if decision.reasons.get(op) != PINNED)
     gap = "" if decision.gap is None else f", gap {decision.gap:.3g}"
-    return (f"placement by {decision.policy} (objective {decision.objective:.4g}{gap}, "
+    line = (f"placement by {decision.policy} (objective {decision.objective:.4g}{gap}, "
             f"{decision.seconds * 1000:.1f} ms): {placed or 'every operator pinned'}")
+    if replanning is None:
+        return line
+    replace = replanning.replace
+    movable = ", ".join(sorted(replanning.movable & set(decision.nodes))) or "none movable"
+    return (f"{line}; asked again every {replace.period:g} s (hysteresis "
+            f"{replace.hysteresis:.0%}, at most {replace.moves} move(s) a period: {movable})")
 
 
 def _few(nodes: tuple[str, ...]) -> str:

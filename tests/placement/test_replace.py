@@ -216,3 +216,13 @@ def test_the_problem_as_observed_has_the_rates_seen_and_no_down_candidate() -> N
     assert op.flows == (Flow("gw-1", 700.0, 100, "s"),)  # a stream it does not read: none
     assert op.candidates == ("gw-1",)
     assert math.isclose(start.operators[0].flows[0].rate, 500.0)  # the start is kept
+
+
+def test_validate_says_how_it_re_places_and_what_it_may_move() -> None:
+    from experiments.placement import described
+
+    point = parse_text(EXPERIMENT).points[0]
+    line = described(point.placement, point.replanning)
+    assert line.endswith("asked again every 2 s (hysteresis 10%, at most 1 move(s) a period: "
+                         "filter)")  # store is pinned: not the re-placement's to move
+    assert point.replanning.movable == {"filter"}
