@@ -129,11 +129,16 @@ def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None,
              allow_files: AllowFiles = None) -> None:
     """Check an experiment file without running it."""
     loaded = load_or_exit(experiment, set_, sweep, allow_files)
-    spec = loaded.spec
-    counts = ", ".join(f"{n} {k}" for k, n in sorted(loaded.points[0].topology.counts().items()))
+    # What the points run on, each distinct value once (a sweep may vary any of them).
+    backends = " and ".join(dict.fromkeys(p.spec.run.backend for p in loaded.points))
+    repetitions = " or ".join(dict.fromkeys(str(p.spec.run.repetitions) for p in loaded.points))
+    topologies = "; ".join(dict.fromkeys(
+        f"{p.spec.topology.name} ("
+        + ", ".join(f"{n} {k}" for k, n in sorted(p.topology.counts().items())) + ")"
+        for p in loaded.points))
     console.print(f"[green]valid[/green]: {escape(str(loaded.file))}: {len(loaded.points)} "
-                  f"sweep point(s) x {spec.run.repetitions} repetition(s) on {spec.run.backend}; "
-                  f"topology {escape(spec.topology.name)} ({counts})", soft_wrap=True)
+                  f"sweep point(s) x {repetitions} repetition(s) on {backends}; "
+                  f"topology {escape(topologies)}", soft_wrap=True)
     from experiments.model_settings import unused_costs
 
     for line in placements(loaded):

@@ -285,11 +285,20 @@ def _resolve_files(data: dict, sources: _Sources) -> None:
             raise sources.place(SpecError(path, node[path[-1]], str(refused))) from None
 
 
+# Keys a sweep may not vary, and why: every point of a sweep is one experiment's.
+UNSWEPT = {
+    "name": "a key other than name: a sweep's runs are one experiment's, kept together under "
+            "results/<name>/ (run each name as an experiment of its own)",
+}
+
+
 def _product(plan: dict, sources: _Sources) -> list[dict[str, object]]:
     for key, values in plan.items():
         if not isinstance(key, str) or not isinstance(values, list) or not values:
             raise sources.place(SpecError(("sweep", str(key)), values,
                                           "a dotted key with a non-empty list of values"))
+        if key in UNSWEPT:
+            raise sources.place(SpecError(("sweep", key), values, UNSWEPT[key]))
     keys = list(plan)
     combos = list(itertools.product(*(plan[k] for k in keys)))
     if len(combos) > 10_000:

@@ -24,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.results import Run, load_run
+from experiments.results import Run, load_run, typed_value
 from experiments.summary import migration_status, throughputs
 
 # The measures of a point, each from a run's summary; the optional ones only where a run has
@@ -86,28 +86,6 @@ def measures(summary: dict) -> dict[str, float]:
 
 def _number(value) -> float:
     return math.nan if value is None else float(value)
-
-
-def typed_value(config: dict, key: str, written):
-    """The swept `key`'s value as the schema read it (from the run's resolved config): a
-    number for a rate, duration or size; the value as written where the key cannot be found
-    there (a list element named by the operator, say) or is not a plain value."""
-    node = config
-    for part in key.replace("[", ".").replace("]", "").split("."):
-        if isinstance(node, dict) and part in node:
-            node = node[part]
-        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-            node = node[int(part)]
-        elif isinstance(node, list):
-            named = [item for item in node if isinstance(item, dict) and item.get("name") == part]
-            if len(named) != 1:
-                return written
-            node = named[0]
-        else:
-            return written
-    if isinstance(node, dict | list):
-        return json.dumps(node, sort_keys=True)
-    return node
 
 
 def frame(runs: list[Run]) -> pd.DataFrame:

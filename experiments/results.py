@@ -142,6 +142,28 @@ def sample_note(manifest: dict) -> str | None:
     return None
 
 
+def typed_value(config: dict, key: str, written):
+    """The swept `key`'s value as the schema read it (from the run's resolved config): a
+    number for a rate, duration or size; the value as written where the key cannot be found
+    there (a list element named by the operator, say) or is not a plain value."""
+    node = config
+    for part in key.replace("[", ".").replace("]", "").split("."):
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        elif isinstance(node, list):
+            named = [item for item in node if isinstance(item, dict) and item.get("name") == part]
+            if len(named) != 1:
+                return written
+            node = named[0]
+        else:
+            return written
+    if isinstance(node, dict | list):
+        return json.dumps(node, sort_keys=True)
+    return node
+
+
 @dataclass
 class Run:
     """One run's folder, loaded lazily."""
@@ -160,6 +182,15 @@ class Run:
     @property
     def id(self) -> str:
         return self.folder.name
+
+    def values(self, typed: bool = False) -> dict[str, object]:
+        """The run's sweep values by key: as written (`12.5/s`), or `typed` as the schema
+        read them (12.5, messages per second; `typed_value`)."""
+        point = self.manifest.get("point") or {}
+        if not typed:
+            return dict(point)
+        config = self.manifest.get("config") or {}
+        return {key: typed_value(config, key, written) for key, written in point.items()}
 
     def table(self, name: str) -> pd.DataFrame:
         if name not in TABLES:
@@ -230,28 +261,31 @@ def find_run(run: Path | str, root: Path | str = "results") -> Run:
     return Run(matches[0])
 
 
-def load_table(runs_: list[Run], name: str = "messages") -> pd.DataFrame:
-    """One table of many runs, with the run id, repetition, seed and sweep values as columns."""
+def load_table(runs_: list[Run], name: str = "messages", typed: bool = False) -> pd.DataFrame:
+    """One table of many runs, with the run id, repetition, seed and sweep values as columns
+    (`typed`: the values as the schema read them, a rate in messages/s, a duration in s, so
+    that they sort and plot as numbers; else as written, `12.5/s`)."""
     frames = []
     for run in runs_:
         frame = run.table(name)  # NotRecorded for a run that wrote no messages table
         frame.insert(0, "run", run.id)
         frame.insert(1, "repetition", run.manifest.get("repetition"))
         frame.insert(2, "seed", run.manifest.get("seed"))
-        for key, value in (run.manifest.get("point") or {}).items():
+        for key, value in run.values(typed).items():
             frame[key] = value
         frames.append(frame)
     return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
 
 
-def load_summaries(runs_: list[Run]) -> pd.DataFrame:
-    """One row per run: its sweep values and the headline figures of its summary."""
+def load_summaries(runs_: list[Run], typed: bool = False) -> pd.DataFrame:
+    """One row per run: its sweep values (`typed`: as load_table says) and the headline
+    figures of its summary."""
     rows = []
     for run in runs_:
         s = run.summary
         row = {"run": run.id, "status": run.manifest.get("status"),
                "repetition": run.manifest.get("repetition"), "seed": run.manifest.get("seed"),
-               **(run.manifest.get("point") or {})}
+               **run.values(typed)}
         if s:
             readings, deliveries = throughputs(s)
             row.update(delivered=s["delivered"], lost=s["lost"], loss_rate=s["loss_rate"],

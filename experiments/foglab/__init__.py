@@ -18,7 +18,9 @@ names and decides nothing of its own. A bad input raises topologies.errors.SpecE
 ValueError) naming the file, field and value, as the command line says it.
 
 The results folder is `out` or `root` when given, else the FOGLAB_RESULTS variable, else
-`results` (the command line's default).
+`results` (the command line's default). Swept values come typed as the schema reads them (a
+rate in messages per second, a duration in seconds, a size in bytes), so that they sort and
+plot as numbers; experiments.results gives them as written unless asked.
 """
 
 from __future__ import annotations
@@ -82,14 +84,14 @@ class Result:
 
     @property
     def summary(self) -> pd.DataFrame:
-        """One row per run: its sweep values, status, seed and headline figures."""
-        return stored.load_summaries(self.runs)
+        """One row per run: its sweep values (typed), status, seed and headline figures."""
+        return stored.load_summaries(self.runs, typed=True)
 
     def table(self, name: str = "messages", arrow: bool = False) -> pd.DataFrame | pa.Table:
         """One table (experiments.schema: messages, nodes, links, migrations, ...) of every
         run, with its run id, repetition, seed and sweep values as columns; `arrow`: as a
         pyarrow Table."""
-        frame = stored.load_table(self.runs, name)
+        frame = stored.load_table(self.runs, name, typed=True)
         return pa.Table.from_pandas(frame, preserve_index=False) if arrow else frame
 
 
@@ -122,11 +124,11 @@ class Results:
         return stored.find_run(run, self.root)
 
     def summary(self, experiment: str | None = None, sweep: str | None = None) -> pd.DataFrame:
-        return stored.load_summaries(self.runs(experiment, sweep))
+        return stored.load_summaries(self.runs(experiment, sweep), typed=True)
 
     def table(self, name: str = "messages", experiment: str | None = None,
               sweep: str | None = None) -> pd.DataFrame:
-        return stored.load_table(self.runs(experiment, sweep), name)
+        return stored.load_table(self.runs(experiment, sweep), name, typed=True)
 
 
 def results(root: str | Path | None = None) -> Results:

@@ -1,0 +1,42 @@
+"""What a researcher tripped on (issue 43's friction list), each fixed and kept so: swept
+values that sort as numbers, a sweep of the experiment's name, validate naming every backend
+a sweep runs on."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+import foglab
+from experiments import results as stored
+from topologies.errors import SpecError
+
+QUICK = ["run.duration=2s", "run.drain=1s"]
+
+
+def test_swept_rates_come_back_as_numbers_that_sort_as_rates(tmp_path) -> None:
+    result = foglab.run("quickstart", set=QUICK,
+                        sweep=["workload.streams.0.rate=[100/s, 12.5/s]"], out=tmp_path)
+    rates = result.summary["workload.streams.0.rate"]
+    assert rates.dtype.kind == "f" and sorted(rates) == [12.5, 100.0]  # not '100/s' < '12.5/s'
+    messages = result.table("messages")
+    assert set(messages["workload.streams.0.rate"]) == {12.5, 100.0}
+    # The lower layer keeps the values as written unless asked.
+    assert set(stored.load_summaries(result.runs)["workload.streams.0.rate"]) == {
+        "100/s", "12.5/s"}
+
+
+def test_a_sweep_of_the_experiments_name_is_refused() -> None:
+    with pytest.raises(SpecError) as caught:
+        foglab.load("quickstart", sweep=["name=[a, b]"])
+    assert caught.value.path == ("sweep", "name") and "results/<name>/" in caught.value.expected
+
+
+def test_validate_names_every_backend_a_sweep_runs_on() -> None:
+    shown = subprocess.run([sys.executable, "-m", "foglab", "validate", "quickstart", "--sweep",
+                            "run.backend=[sim, emu]"], capture_output=True, text=True,
+                           timeout=120)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert "2 sweep point(s) x 1 repetition(s) on sim and emu;" in shown.stdout
