@@ -16,7 +16,6 @@ a figure covers fewer than all: nothing is dropped silently.
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
