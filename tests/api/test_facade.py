@@ -7,10 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import foglab
 import pyarrow as pa
 import pytest
 
+import foglab
 from topologies.errors import SpecError
 
 QUICK = ["run.duration=2s", "run.drain=1s"]

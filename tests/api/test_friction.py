@@ -7,9 +7,9 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import foglab
 import pytest
 
+import foglab
 from experiments import results as stored
 from topologies.errors import SpecError
 

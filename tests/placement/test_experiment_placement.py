@@ -183,7 +183,8 @@ def test_a_calibrated_run_places_with_the_costs_the_calibrated_model_charges() -
     from sim.costs import Costs
     from workloads import calibration
 
-    text = BASE.replace("run: {backend: BACKEND,", "run: {backend: BACKEND, calibration: reference,")
+    text = BASE.replace("run: {backend: BACKEND,",
+                        "run: {backend: BACKEND, calibration: reference,")
     point = experiment("edge-ward", text=text).points[0]
     spec, topology = point.spec, point.topology
     costs = Costs(topology, spec.run.driver_cost, calibration.load("reference").calibration)
