@@ -164,12 +164,25 @@ def schema(kind: Annotated[str, typer.Option(help="experiment, topology or workl
         raise typer.Exit(2)
     if out:
         file_to_write("--out", out)
-    text = json.dumps(models[kind].model_json_schema(), indent=2)
+    text = json.dumps(described_schema(kind, models[kind]), indent=2)
     if out:
         out.write_text(text + "\n", encoding="utf-8")
         say(f"wrote {out}")
     else:
         print(text)
+
+
+def described_schema(kind: str, model) -> dict:
+    """A model's JSON Schema with the draft it follows (`$schema`, pydantic's) and an `$id`
+    naming the kind and foglab's version, first, as editors and validators look for them."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        release = version("foglab")
+    except PackageNotFoundError:  # run from a source tree not installed
+        release = "0"
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema",
+            "$id": f"urn:foglab:{kind}:{release}", **model.model_json_schema()}
 
 
 TopologySource = Annotated[str, typer.Argument(
@@ -258,6 +271,23 @@ def topo_draw(topology: TopologySource, set_: Sets = None,
     topo = _topology(topology, set_)
     path = draw(topo, file_to_write("--out", out or Path(f"{topo.name}.png")))
     say(f"wrote {path}")
+
+
+@topo_app.command("export")
+def topo_export(topology: TopologySource, set_: Sets = None,
+                format_: Annotated[str, typer.Option(
+                    "--format", help="graphml (Gephi, yEd, igraph) or json (node-link)")]
+                = "graphml",
+                out: Annotated[Path | None, typer.Option(
+                    help="the file (default: TOPOLOGY.graphml or .json)")] = None) -> None:
+    """Write a topology's nodes and links for other tools (GraphML or JSON, SI units)."""
+    from topologies.export import FORMATS, export
+
+    if format_ not in FORMATS:
+        refuse(f"--format {format_}: one of {', '.join(FORMATS)}")
+    topo = _topology(topology, set_)
+    path = file_to_write("--out", out or Path(f"{topo.name}{FORMATS[format_][0]}"))
+    say(f"wrote {export(topo, path, format_)}")
 
 
 @results_app.command("list")
