@@ -61,6 +61,10 @@ def host_facts() -> dict:
             "machine": platform.machine(), "cpus": os.cpu_count(), "memory_bytes": memory}
 
 
+# The Parquet metadata key of a run's facts in each of its table files (RunWriter.file_facts).
+FILE_FACTS = "foglab.run"
+
+
 class RunWriter:
     """Writes one run's folder: the manifest first (so a crash still leaves it), then tables."""
 
@@ -86,10 +90,25 @@ class RunWriter:
                 tables["messages"] = sampled(tables["messages"], record)
             written = tables["messages"].num_rows if "messages" in tables else 0
             self.manifest["record"] = {"messages": record, "rows": written, "of": total}
+        facts = self.file_facts()
         for name, table in tables.items():
-            # No pandas metadata and fixed settings: the same run gives the same bytes.
+            # No pandas metadata and fixed settings: the same run gives the same bytes. Each
+            # file says which run it is of (file_facts), for tools that read it without foglab.
+            table = table.replace_schema_metadata({
+                **(table.schema.metadata or {}),
+                FILE_FACTS: json.dumps({**facts, "table": name}, sort_keys=True)})
             pq.write_table(table, self.folder / f"{name}.parquet", compression="zstd",
                            store_schema=True, write_statistics=True)
+
+    def file_facts(self) -> dict:
+        """What every table file of the run carries in its Parquet metadata (key FILE_FACTS):
+        the experiment, backend, seed, repetition, sweep point and config hash; not the run's
+        id or times, so that one configuration and seed still give the same bytes (the file's
+        folder is the run's id)."""
+        m = self.manifest
+        return {"experiment": m.get("experiment"), "backend": m.get("backend"),
+                "seed": m.get("seed"), "repetition": m.get("repetition"),
+                "point": m.get("point") or {}, "config_hash": m.get("config_hash")}
 
     def summary(self, summary: dict) -> None:
         (self.folder / "summary.json").write_text(json.dumps(summary, indent=2) + "\n",

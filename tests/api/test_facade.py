@@ -88,3 +88,20 @@ def test_the_docs_example_runs_as_written(tmp_path, monkeypatch) -> None:
     exec(compile(code, "docs/results.md", "exec"), namespace)  # noqa: S102 - the page's code
     assert len(namespace["figures"]) == 2 and namespace["result"].ok
     assert set(namespace["comparison"].backends) == {r.id for r in namespace["result"].runs}
+
+
+def test_the_docs_reading_without_foglab_runs_and_tells_runs_apart(tmp_path, monkeypatch) -> None:
+    """docs/results.md's pyarrow example, on a sweep of two seeds: each file names its run."""
+    import re
+
+    foglab.run("quickstart", set=QUICK, sweep=["run.seed=[1, 2]"], out=tmp_path / "results")
+    page = (Path(__file__).parents[2] / "docs" / "results.md").read_text()
+    (code,) = [block for block in re.findall(r"```python\n(.*?)```", page, re.S)
+               if "pyarrow.dataset" in block]
+    monkeypatch.chdir(tmp_path)
+    namespace: dict = {}
+    exec(compile(code, "docs/results.md", "exec"), namespace)  # noqa: S102 - the page's code
+    facts = namespace["facts"]
+    assert sorted(f["seed"] for f in facts) == [1, 2]
+    assert {f["experiment"] for f in facts} == {"quickstart"} and facts[0]["table"] == "messages"
+    assert namespace["delivered"].num_rows > 0
