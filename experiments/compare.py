@@ -26,8 +26,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from experiments.results import typed_value
 from experiments.summary import _percentiles as percentiles
 from experiments.summary import throughputs
+from topologies.units import written_like
 from workloads.features import FEATURES
 from workloads.reports import Figure, RunFacts
 
@@ -287,6 +289,25 @@ def differences(first: dict, second: dict, limit: int = 12) -> list[str]:
     if len(lines) > limit:
         lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
     return lines
+
+
+def written_before(changes: list[str], before: dict, after: dict) -> str:
+    """`KEY=VALUE, ...` of what `changes` (`--against KEY=VALUE` options) changed, as it was
+    `before` (a resolved config; `after`, the config with them): a key by the names and
+    indices --set takes (`pipeline.0.on`, `pipeline.filter.cost`), a one-item list as its
+    item, a number in the unit the change was written in (`bandwidth=20000kbit` against
+    `80kbit`), and `(none)` where the config has no such value."""
+    shown = []
+    for change in changes:
+        key, _, written = (part.strip() for part in change.partition("="))
+        value, changed = typed_value(before, key, None), typed_value(after, key, None)
+        if isinstance(value, str) and value.startswith("[") and value.endswith("]"):
+            items = json.loads(value)
+            value = ", ".join(map(str, items)) if isinstance(items, list) else value
+        elif isinstance(value, int | float) and isinstance(changed, int | float):
+            value = written_like(written, float(changed), float(value)) or f"{value:g}"
+        shown.append(f"{key}={'(none)' if value is None else value}")
+    return ", ".join(shown)
 
 
 def labels(first: str, second: str) -> tuple[str, str]:

@@ -140,10 +140,9 @@ def _compare_configurations(experiment: str, sets: list[str], against: list[str]
     other = load_or_exit(experiment, [*sets, *against, "run.repetitions=1"], [])
     _one_configuration(base)
     _one_configuration(other)
-    keys = [option.split("=", 1)[0].strip() for option in against]
-    written = comparing.flat(base.spec.model_dump(mode="json"))
     first, second = comparing.labels(
-        ", ".join(f"{key}={written.get(key, '(none)')}" for key in keys), ", ".join(against))
+        comparing.written_before(against, base.spec.model_dump(mode="json"),
+                                 other.spec.model_dump(mode="json")), ", ".join(against))
     if "emu" in (base.spec.run.backend, other.spec.run.backend) and (
             why := comparing.emu_unavailable()):
         error(why)

@@ -40,3 +40,18 @@ def test_validate_names_every_backend_a_sweep_runs_on() -> None:
                            timeout=120)
     assert shown.returncode == 0, shown.stdout + shown.stderr
     assert "2 sweep point(s) x 1 repetition(s) on sim and emu;" in shown.stdout
+
+
+def test_compare_against_labels_the_first_run_with_what_the_key_was() -> None:
+    """`foglab compare --against`'s first label: the value before the change, found by the
+    names and indices --set takes, a one-item list as its item, a number in the change's
+    unit (it was `(none)` for pipeline.0.on and `20000000.0` for a bandwidth)."""
+    from experiments.compare import written_before
+
+    changes = ["pipeline.0.on=cloud-1", "topology.links.1.bandwidth=80kbit",
+               "pipeline.filter.cost=1ms", "run.seed=8"]
+    before = foglab.load("quickstart").spec.model_dump(mode="json")
+    after = foglab.load("quickstart", set=changes).spec.model_dump(mode="json")
+    assert written_before(changes, before, after) == (
+        "pipeline.0.on=gateways, topology.links.1.bandwidth=20000kbit, "
+        "pipeline.filter.cost=0.15ms, run.seed=7")
