@@ -27,6 +27,7 @@ VALID: dict[tuple[str, ...], list[str] | None] = {
     ("list",): [],
     ("topo", "show"): ["smart-city"],
     ("topo", "draw"): ["smart-city"],
+    ("topo", "export"): ["smart-city"],
     ("results", "list"): [],
     ("results", "show"): ["RUN"],  # its one input is the run: see BAD
     ("bench", "riot"): ["range_filter"],
@@ -159,7 +160,8 @@ def test_every_command_has_a_valid_invocation_to_walk() -> None:
 
 def test_the_walk_reaches_path_and_number_options() -> None:
     walked = {case.id for case in cases()}
-    assert {"run --out", "schema --out", "topo draw --out", "bench riot --out",
+    assert {"run --out", "schema --out", "topo draw --out", "topo export --out",
+            "bench riot --out",
             "bench riot --seconds", "results list --root", "emu up --records",
             "emu up --zookeeper", "emu migrate --timeout", "compare --out"} <= walked, walked
 
