@@ -114,15 +114,20 @@ def latency_figure(messages: pd.DataFrame, title: str,
 def sweep_plots(points_path: Path | str, folder: Path | str) -> list[Path]:
     """One figure per swept key and measure of a points table (experiments.points): the
     measure's mean at each value with its 95 % interval as error bars, other swept keys as
-    separate lines; written as `<key>-<measure>.png` into `folder`. A key whose values are not
-    numbers is shown as categories in the sweep's order."""
+    separate lines; written as `<key>-<measure>.png` into `folder`, made if missing. A key
+    whose values are not numbers is shown as categories in the sweep's order. A key the points
+    hold one value of gets no figure of its own (one point says nothing across it); with
+    several values it stays a line of the others' figures."""
     from experiments.points import MEASURES, UNITS, swept_keys
 
     table = pd.read_parquet(points_path)
     keys = swept_keys(table.columns)
+    Path(folder).mkdir(parents=True, exist_ok=True)
     written = []
     for key in keys:
-        others = [k for k in keys if k != key]
+        if table[key].nunique(dropna=False) < 2:
+            continue
+        others = [k for k in keys if k != key and table[k].nunique(dropna=False) > 1]
         for measure in (m for m in MEASURES if m in table.columns):
             fig = sweep_figure(table, key, measure, others, UNITS[measure])
             path = Path(folder) / f"{_safe(key)}-{measure}.png"

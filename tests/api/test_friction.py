@@ -55,3 +55,16 @@ def test_compare_against_labels_the_first_run_with_what_the_key_was() -> None:
     assert written_before(changes, before, after) == (
         "pipeline.0.on=gateways, topology.links.1.bandwidth=20000kbit, "
         "pipeline.filter.cost=0.15ms, run.seed=7")
+
+
+def test_sweep_plots_makes_its_folder_and_draws_no_figure_across_one_value(tmp_path) -> None:
+    from experiments.plots import sweep_plots
+
+    result = foglab.run("quickstart", set=QUICK,
+                        sweep=["run.seed=[1, 2]", "workload.streams.0.rate=[2/s]"],
+                        out=tmp_path)
+    (points,) = (tmp_path / "quickstart").glob("*-sweep/points.parquet")
+    written = sweep_plots(points, tmp_path / "figures" / "new")  # a folder not there yet
+    assert written and all(path.exists() for path in written)
+    assert {path.name.split("-")[0] for path in written} == {"run.seed"}, written
+    assert len(result.outcomes) == 2
