@@ -132,8 +132,15 @@ def points_table(folders: list[Path]) -> None:
                   title_justify="left", box=box.SIMPLE_HEAD)
     for column in [*points.swept_keys(rows[0]), "runs", *measures]:
         shown.add_column(escape(column.rsplit(".", 1)[-1]), justify="right")
+    # The swept values as the command line or the file wrote them (`1m`, `gateways`), not as
+    # the points table types them (60.0, ["gateways"]).
+    written: dict[int, dict] = {}
+    for folder in folders:
+        manifest = manifest_of(folder)
+        written.setdefault(int(manifest.get("point_index") or 0), manifest.get("point") or {})
     for row in rows:
-        shown.add_row(*(escape(str(row[k])) for k in points.swept_keys(rows[0])),
+        values = written.get(int(row["point"]), {})
+        shown.add_row(*(escape(str(values.get(k, row[k]))) for k in points.swept_keys(rows[0])),
                       str(row["runs"]), *(points.shown(row, m) for m in measures))
     console.print(shown)
 

@@ -68,3 +68,16 @@ def test_sweep_plots_makes_its_folder_and_draws_no_figure_across_one_value(tmp_p
     assert written and all(path.exists() for path in written)
     assert {path.name.split("-")[0] for path in written} == {"run.seed"}, written
     assert len(result.outcomes) == 2
+
+
+def test_the_points_table_prints_the_swept_values_as_written(tmp_path) -> None:
+    shown = subprocess.run(
+        [sys.executable, "-m", "foglab", "run", "quickstart", "--set", "run.drain=1s",
+         "--sweep", "run.duration=[2s, 3s]", "--sweep", "pipeline.0.on=[gateways, cloud-1]",
+         "--out", str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    table = shown.stdout[shown.stdout.index("points (mean"):]
+    rows = [line.split()[:2] for line in table.splitlines()
+            if line.strip().startswith(("2s", "3s"))]
+    assert rows == [["2s", "gateways"], ["2s", "cloud-1"], ["3s", "gateways"], ["3s", "cloud-1"]]
+    assert '["gateways"]' not in table and "2.0 " not in table
