@@ -165,7 +165,10 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
     spec = point.spec
     seed = repetition_seed(spec.run.seed, repetition)
     run_id = run_name(sweep_id, point, repetition)
-    label = f"p{point.index} r{repetition}" + (f" {point.values}" if point.values else "")
+    # `p1 r0 rate=4/s seed=2`: the point's values as written, by the last part of their key.
+    label = " ".join([f"p{point.index} r{repetition}",
+                      *(f"{key.rsplit('.', 1)[-1]}={value}"
+                        for key, value in point.values.items())])
     writer = RunWriter(out / experiment.name / run_id, {
         "experiment": experiment.name, "file": experiment.file, "run": run_id,
         "sweep": sweep_id, "point_index": point.index, "point": point.values,
