@@ -7,6 +7,7 @@ and output to a file or a pipe gets full-width tables and a progress line every 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Annotated
 
@@ -19,6 +20,7 @@ from emu.cli.main import topology_or_exit
 from experiments.apply_cli import apply
 from experiments.compare_cli import compare
 from experiments.emu_commands import app as emu_app
+from experiments.results import RESULTS_VARIABLE
 from experiments.running import AllowFiles, Sets, Sweeps, execute, load_or_exit
 from topologies.errors import SpecError
 from topologies.terminal import (
@@ -102,7 +104,8 @@ def list_catalog(kind: Annotated[str | None, typer.Argument(
 @app.command()
 def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name")],
         set_: Sets = None, sweep: Sweeps = None,
-        out: Annotated[Path, typer.Option(help="results folder")] = Path("results"),
+        out: Annotated[Path, typer.Option(help="results folder", envvar=RESULTS_VARIABLE)]
+        = Path("results"),
         allow_files: AllowFiles = None) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
@@ -291,13 +294,18 @@ def topo_export(topology: TopologySource, set_: Sets = None,
 
 
 @results_app.command("list")
-def results_list(root: Annotated[Path, typer.Option(help="the results folder")]
+def results_list(root: Annotated[Path, typer.Option(help="the results folder",
+                                                    envvar=RESULTS_VARIABLE)]
                  = Path("results"),
                  experiment: Annotated[str | None, typer.Option(
                      help="only this experiment's runs")] = None) -> None:
     """List runs with their status and headline figures."""
     from experiments.results import runs
 
+    if root == Path("results") and not root.exists() and RESULTS_VARIABLE not in os.environ:
+        say("no runs here yet: no results folder in this directory (foglab run makes one; "
+            f"--root or {RESULTS_VARIABLE} names another)")
+        return
     folder_to_read("--root", root)
     table = Table(title=f"runs under {escape(str(root))}")
     for column in ("experiment", "run", "backend", "status", "delivered", "p50 ms"):
@@ -321,7 +329,8 @@ def results_list(root: Annotated[Path, typer.Option(help="the results folder")]
 @results_app.command("show")
 def results_show(run_folder: Annotated[Path, typer.Argument(
                      help="a run's folder, or the id `results list` prints")],
-                 root: Annotated[Path, typer.Option(help="the results folder an id is in")]
+                 root: Annotated[Path, typer.Option(help="the results folder an id is in",
+                                                    envvar=RESULTS_VARIABLE)]
                  = Path("results")) -> None:
     """Show one run: its manifest's facts, its headline figures, its nodes, and each
     feature's own figures (migrations, recoveries, replicas, faults, broadcasts, ...)."""

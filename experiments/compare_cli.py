@@ -13,6 +13,7 @@ import typer
 from experiments.compare import DEFAULT_BACKENDS
 from experiments.loader import Experiment
 from experiments.report import manifest_of
+from experiments.results import RESULTS_VARIABLE
 from experiments.running import Sets, execute, load_or_exit
 from topologies.terminal import console, error, folder_to_write, say
 
@@ -29,7 +30,8 @@ def compare(
         "with these set (e.g. run.seed=8, run.calibration=NAME); errors are against the first",
         show_default=False)] = None,
     set_: Sets = None,
-    out: Annotated[Path, typer.Option(help="results folder (and where run ids are looked up)")]
+    out: Annotated[Path, typer.Option(help="results folder (and where run ids are looked up)",
+                                      envvar=RESULTS_VARIABLE)]
     = Path("results")) -> None:
     """Compare two runs figure by figure: delivered, lost, throughput, latency percentiles,
     CPU per node, downtime. One experiment runs on each backend (the model against the

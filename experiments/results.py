@@ -61,6 +61,10 @@ def host_facts() -> dict:
             "machine": platform.machine(), "cpus": os.cpu_count(), "memory_bytes": memory}
 
 
+# The environment variable naming the results folder where none is given (foglab run --out,
+# results --root, compare --out, import foglab); else `results`.
+RESULTS_VARIABLE = "FOGLAB_RESULTS"
+
 # The Parquet metadata key of a run's facts in each of its table files (RunWriter.file_facts).
 FILE_FACTS = "foglab.run"
 

@@ -44,7 +44,7 @@ __all__ = ["Comparison", "Experiment", "Result", "Results", "Run", "compare",
 
 Run = stored.Run
 Comparison = comparing.Comparison
-RESULTS_VARIABLE = "FOGLAB_RESULTS"
+RESULTS_VARIABLE = stored.RESULTS_VARIABLE
 
 
 def results_folder(folder: str | Path | None = None) -> Path:

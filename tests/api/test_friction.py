@@ -81,3 +81,24 @@ def test_the_points_table_prints_the_swept_values_as_written(tmp_path) -> None:
             if line.strip().startswith(("2s", "3s"))]
     assert rows == [["2s", "gateways"], ["2s", "cloud-1"], ["3s", "gateways"], ["3s", "cloud-1"]]
     assert '["gateways"]' not in table and "2.0 " not in table
+
+
+def test_foglab_results_names_the_folder_for_every_command_and_an_empty_place_is_no_error(
+        tmp_path) -> None:
+    import os
+
+    env = {**os.environ, "FOGLAB_RESULTS": str(tmp_path / "kept")}
+    made = subprocess.run([sys.executable, "-m", "foglab", "run", "quickstart", "--set",
+                           "run.duration=1s"], capture_output=True, text=True, timeout=300,
+                          cwd=tmp_path, env=env)
+    assert made.returncode == 0, made.stdout + made.stderr
+    (run,) = (tmp_path / "kept" / "quickstart").iterdir()
+    assert not (tmp_path / "results").exists()
+    listed = subprocess.run([sys.executable, "-m", "foglab", "results", "list"],
+                            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert listed.returncode == 0 and run.name in listed.stdout
+    env.pop("FOGLAB_RESULTS")
+    empty = subprocess.run([sys.executable, "-m", "foglab", "results", "list"],
+                           capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
+    assert empty.returncode == 0 and "no runs here yet" in empty.stdout
+    assert "--root results" not in empty.stdout
