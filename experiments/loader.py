@@ -299,6 +299,11 @@ def _product(plan: dict, sources: _Sources) -> list[dict[str, object]]:
                                           "a dotted key with a non-empty list of values"))
         if key in UNSWEPT:
             raise sources.place(SpecError(("sweep", key), values, UNSWEPT[key]))
+        if key in REFERENCES and any(isinstance(value, str) for value in values):
+            raise sources.place(SpecError(("sweep", key), values, (
+                f"{key} descriptions written out, or a key inside the {key} "
+                f"({key}.{'links.0.latency' if key == 'topology' else 'streams.0.rate'}=[...]): "
+                f"a {key} by name or file is one experiment's (run each with --set {key}=NAME)")))
     keys = list(plan)
     combos = list(itertools.product(*(plan[k] for k in keys)))
     if len(combos) > 10_000:
@@ -361,13 +366,41 @@ def _bound(item: dict, written: object) -> str | None:
     return f"{words} {shown if shown is not None else f'{limit:,g}'}"
 
 
+# Pydantic's wording for a kind of error, said as foglab's errors say what they expected.
+_WORDS = {
+    "too_short": lambda ctx: f"at least {ctx.get('min_length', 1)} "
+                             f"{'entry' if ctx.get('min_length', 1) == 1 else 'entries'}",
+    "too_long": lambda ctx: f"at most {ctx.get('max_length')} entries",
+    "dict_type": lambda ctx: "a mapping of fields (name: value)",
+    "model_type": lambda ctx: "a mapping of fields (name: value)",
+    "model_attributes_type": lambda ctx: "a mapping of fields (name: value)",
+    "list_type": lambda ctx: "a list ([a, b] or one entry a line, each after a dash)",
+    "float_parsing": lambda ctx: "a number",
+    "float_type": lambda ctx: "a number",
+    "int_parsing": lambda ctx: "a whole number",
+    "int_type": lambda ctx: "a whole number",
+    "int_from_float": lambda ctx: "a whole number",
+    "bool_parsing": lambda ctx: "true or false",
+    "bool_type": lambda ctx: "true or false",
+    "string_type": lambda ctx: "text",
+}
+
+
+def _said(item: dict) -> str:
+    """What a pydantic error expected, in foglab's words (`_WORDS`), else pydantic's without
+    its `Input should be ` and `Value error, ` (`'sim', 'emu' or 'hybrid'`)."""
+    if item["type"] in _WORDS:
+        return _WORDS[item["type"]](item.get("ctx") or {})
+    return item["msg"].removeprefix("Value error, ").removeprefix("Input should be ")
+
+
 def _first_error(exc: ValidationError, data: dict, sources: _Sources, values: dict) -> SpecError:
     errors = []
     # A misspelt or misplaced field first: the fields it leaves missing follow from it.
     items = sorted(exc.errors(include_url=False), key=lambda i: i["type"] != "extra_forbidden")
     for item in items:
         path = _data_path(data, item["loc"])
-        message = item["msg"].removeprefix("Value error, ")
+        message = _said(item)
         if item["type"] == "missing":
             message = "a value: this field is required"
             value = None

@@ -47,6 +47,11 @@ Ratio = Annotated[float, BeforeValidator(units.ratio),
                   WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}],
                                   "examples": ["0.1%"],
                                   "description": "a fraction: 0.1% or 0.001"})]
+# A proportion may pass 1 (a selectivity: outputs per input); written as 0.95 or 95%.
+Proportion = Annotated[float, BeforeValidator(units.proportion),
+                       WithJsonSchema({"anyOf": [{"type": "string"}, {"type": "number"}],
+                                       "examples": ["95%"],
+                                       "description": "a number or a percentage: 95% or 0.95"})]
 Frequency = Annotated[_quantity(units.frequency, "a clock frequency", "1.5GHz",
                                 "a clock: 1.5GHz"), Field(gt=0)]
 Rate = Annotated[_quantity(units.rate, "a rate", "5/s", "events per second: 5/s, 300/min"),

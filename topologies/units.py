@@ -153,6 +153,17 @@ def ratio(text: object) -> float:
     return value
 
 
+def proportion(text: object) -> float:
+    """A non-negative multiple from `0.95` or `95%` (`150%` is 1.5): a ratio that may pass 1,
+    such as a selectivity (outputs per input)."""
+    value, unit = _split(text, "a proportion", "95% or 0.95")
+    if unit == "%":
+        value /= 100.0
+    elif unit:
+        raise ValueError(f"a proportion is a number or a percentage such as 95%, got {text!r}")
+    return value
+
+
 def frequency(text: object) -> float:
     """Hertz from `1.5GHz`, `240MHz`, or a number of hertz."""
     _, unit = _split(text, "a clock frequency", "1.5GHz")

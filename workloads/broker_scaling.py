@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from topologies.errors import SpecError
-from topologies.fields import PositiveDuration
+from topologies.fields import PositiveDuration, Ratio
 from topologies.model import Topology
 from topologies.routing import NoRoute, Routes
 
@@ -56,7 +56,7 @@ class BrokerScalingSpec(BaseModel):
     probe: PositiveDuration = Field(default=0.1, description="time between two probes")
     up: int = Field(default=2, ge=1, description="intervals in a row over the bound before "
                                                  "the spare joins")
-    share: float = Field(default=0.5, gt=0, le=1, description="of the broker's publishers, "
+    share: Ratio = Field(default=0.5, gt=0, le=1, description="of the broker's publishers, "
                          "the share that moves to the spare (at least one)")
 
 

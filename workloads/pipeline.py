@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Size
+from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Proportion, Size
 from workloads.operator_engines import DEFAULT_ENGINE, ENGINE_NAMES, operator_engine
 from workloads.riot.tasks import TASKS
 from workloads.topics import shared
@@ -68,7 +68,8 @@ class OperatorSpec(BaseModel):
     cost: NonNegativeDuration | None = Field(
         default=None, description="service time per message on one reference vCPU; unset: "
                                   "the calibrated cost of `task` (foglab bench riot), else 0")
-    selectivity: float = Field(default=1.0, ge=0, le=1000, description="outputs per input")
+    selectivity: Proportion = Field(default=1.0, ge=0, le=1000, description=(
+        "outputs per input (0.95 or 95%)"))
     out_size: Size | None = Field(default=None, description="bytes per output (default: as in)")
     window: WindowSpec | None = Field(
         default=None, description="count events per tumbling window; outputs one per window")

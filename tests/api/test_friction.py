@@ -102,3 +102,33 @@ def test_foglab_results_names_the_folder_for_every_command_and_an_empty_place_is
                            capture_output=True, text=True, timeout=120, cwd=tmp_path, env=env)
     assert empty.returncode == 0 and "no runs here yet" in empty.stdout
     assert "--root results" not in empty.stdout
+
+
+@pytest.mark.parametrize(("option", "path", "expected"), [
+    ("pipeline=[]", ("pipeline",), "at least 1 entry"),
+    ("run.backend=simx", ("run", "backend"), "'sim', 'emu' or 'hybrid'"),
+    ("run.repetitions=1.5", ("run", "repetitions"), "a whole number"),
+    ("pipeline.0.selectivity=-5%", ("pipeline", 0, "selectivity"),
+     "expected a proportion such as 95% or 0.95"),
+])
+def test_a_bad_value_is_said_in_foglabs_words_not_pydantics(option, path, expected) -> None:
+    with pytest.raises(SpecError) as caught:
+        foglab.load("quickstart", set=[option])
+    assert caught.value.path[:len(path)] == path
+    assert caught.value.expected.startswith(expected), caught.value.expected
+    assert "Input should be" not in caught.value.expected
+    assert "List should have" not in caught.value.expected
+
+
+def test_a_selectivity_takes_a_percentage_as_the_docs_say() -> None:
+    spec = foglab.load("quickstart", set=["pipeline.0.selectivity=95%"]).spec
+    assert spec.pipeline[0].selectivity == pytest.approx(0.95)
+    more = foglab.load("quickstart", set=["pipeline.0.selectivity=150%"]).spec
+    assert more.pipeline[0].selectivity == pytest.approx(1.5)  # outputs per input may pass 1
+
+
+def test_a_topology_swept_by_name_is_refused_saying_what_to_do() -> None:
+    with pytest.raises(SpecError) as caught:
+        foglab.load("quickstart", sweep=["topology=[smart-city, thesis-azure]"])
+    assert caught.value.path == ("sweep", "topology")
+    assert "--set topology=NAME" in caught.value.expected

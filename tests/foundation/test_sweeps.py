@@ -225,7 +225,7 @@ def test_foglab_run_prints_a_row_per_point_with_its_interval(tmp_path: Path) -> 
     start = next(i for i, line in enumerate(lines) if line.startswith("points (mean ± 95 %"))
     rule = next(i for i in range(start, len(lines)) if lines[i].strip().startswith("─"))
     rows = [line.split() for line in lines[rule + 1:rule + 3]]
-    assert [row[:2] for row in rows] == [["1.0", "2"], ["2.0", "2"]]  # rate, runs
+    assert [row[:2] for row in rows] == [["1/s", "2"], ["2/s", "2"]]  # rate as written, runs
     assert all("±" in row for row in rows)
 
 
