@@ -33,8 +33,10 @@ $(DEV_STAMP): pyproject.toml | $(PY)
 	$(PY) -m pip install --quiet -e '.[dev]'
 	@touch $@
 
-$(NOTEBOOK_STAMP): pyproject.toml $(DEV_STAMP)
-	$(PY) -m pip install --quiet -e '.[dev,notebooks]'
+# JupyterLab and what the notebooks run (the emulation's host side for those on containers),
+# not the tests' extra (PySpark, pytest): the images carry their own Spark.
+$(NOTEBOOK_STAMP): pyproject.toml | $(PY)
+	$(PY) -m pip install --quiet -e '.[emu,notebooks]'
 	@touch $@
 
 setup-run: $(RUN_STAMP)

@@ -32,6 +32,7 @@ class Entry:
     name: str
     description: str
     topology: str | None = None
+    backend: str | None = None  # an experiment's run.backend as its file writes it (sim)
 
 
 def entries(kind: str) -> list[Entry]:
@@ -47,9 +48,11 @@ def entries(kind: str) -> list[Entry]:
             continue
         data = data if isinstance(data, dict) else {}
         topology = data.get("topology") if kind == "experiment" else None
+        run = data.get("run") if isinstance(data.get("run"), dict) else {}
         found.append(Entry(kind, name, first_sentence(str(data.get("description") or "")),
                            None if topology is None else
-                           topology if isinstance(topology, str) else "inline"))
+                           topology if isinstance(topology, str) else "inline",
+                           str(run.get("backend", "sim")) if kind == "experiment" else None))
     return found
 
 

@@ -93,11 +93,13 @@ def list_catalog(kind: Annotated[str | None, typer.Argument(
         if singular == "experiment":
             table.add_column("topology", no_wrap=True, min_width=max(
                 len(e.topology or "") for e in found))
+            table.add_column("backend", no_wrap=True, min_width=6)
         # One line each on a terminal too: the rest of a description is in its file.
         table.add_column("description", no_wrap=True, overflow="ellipsis")
         for entry in found:
-            topology = [escape(entry.topology or "")] if singular == "experiment" else []
-            table.add_row(escape(entry.name), *topology, escape(entry.description))
+            extra = ([escape(entry.topology or ""), escape(entry.backend or "")]
+                     if singular == "experiment" else [])
+            table.add_row(escape(entry.name), *extra, escape(entry.description))
         console.print(table)
 
 

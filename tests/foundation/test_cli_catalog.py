@@ -138,8 +138,10 @@ def test_list_shows_each_catalog_entry_on_one_line() -> None:
             (line,) = [x for x in lines if x.split()[:1] == [entry.name]]
             assert entry.description[:40] in line
             if kind == "experiment":
-                assert line.split()[1] == entry.topology
+                assert line.split()[1:3] == [entry.topology, entry.backend]
     assert entries("experiment")[0].description  # every shipped file describes itself
+    backends = {e.name: e.backend for e in entries("experiment")}
+    assert backends["quickstart"] == "sim" and backends["broadcast-tree-emu"] == "emu"
     only = foglab("list", "topologies").output
     assert "smart-city" in only and "quickstart" not in only
 
