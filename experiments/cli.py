@@ -335,10 +335,16 @@ def results_show(run_folder: Annotated[Path, typer.Argument(
                                                     envvar=RESULTS_VARIABLE)]
                  = Path("results")) -> None:
     """Show one run: its manifest's facts, its headline figures, its nodes, and each
-    feature's own figures (migrations, recoveries, replicas, faults, broadcasts, ...)."""
-    from experiments.report import show_run
-    from experiments.results import find_run
+    feature's own figures (migrations, recoveries, replicas, faults, broadcasts, ...); or,
+    given a sweep's folder (`<sweep>-sweep`), its points again."""
+    from experiments.report import points_table, show_run
+    from experiments.results import find_run, sweep_runs
 
+    if (run_folder / "points.parquet").is_file():  # a sweep's folder: its points again
+        folders = [run.folder for run in sweep_runs(run_folder)]
+        say(f"sweep {run_folder.name.removesuffix('-sweep')}: {len(folders)} runs")
+        points_table(folders)
+        return
     if not run_folder.is_dir() and root != Path("results"):  # an id, under a --root given
         folder_to_read("--root", root)
     try:

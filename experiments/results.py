@@ -252,6 +252,13 @@ def runs(root: Path | str = "results", experiment: str | None = None,
     return found
 
 
+def sweep_runs(folder: Path | str) -> list[Run]:
+    """The runs of the sweep whose own folder (`<experiment>/<sweep>-sweep`, where its
+    points.parquet is) is `folder`: its siblings of that sweep id, oldest first."""
+    folder = Path(folder)
+    return runs(folder.parent.parent, folder.parent.name, folder.name.removesuffix("-sweep"))
+
+
 def load_run(folder: Path | str) -> Run:
     folder = Path(folder)
     if not (folder / "manifest.json").exists():

@@ -132,3 +132,15 @@ def test_a_topology_swept_by_name_is_refused_saying_what_to_do() -> None:
         foglab.load("quickstart", sweep=["topology=[smart-city, thesis-azure]"])
     assert caught.value.path == ("sweep", "topology")
     assert "--set topology=NAME" in caught.value.expected
+
+
+def test_results_show_on_a_sweeps_folder_shows_its_points_again(tmp_path) -> None:
+    foglab.run("quickstart", set=QUICK, sweep=["run.seed=[1, 2]"], out=tmp_path)
+    (sweep,) = (tmp_path / "quickstart").glob("*-sweep")
+    shown = subprocess.run([sys.executable, "-m", "foglab", "results", "show", str(sweep)],
+                           capture_output=True, text=True, timeout=120)
+    assert shown.returncode == 0, shown.stdout + shown.stderr
+    assert f"sweep {sweep.name.removesuffix('-sweep')}: 2 runs" in shown.stdout
+    rows = [line.split()[0] for line in shown.stdout.splitlines()
+            if line.strip()[:1].isdigit() and "±" not in line.split()[0]]
+    assert rows[-2:] == ["1", "2"]  # a row per point, its seed first
