@@ -21,7 +21,7 @@ from experiments.apply_cli import apply
 from experiments.compare_cli import compare
 from experiments.emu_commands import app as emu_app
 from experiments.results import RESULTS_VARIABLE
-from experiments.running import AllowFiles, Sets, Sweeps, execute, load_or_exit
+from experiments.running import AllowFiles, Sets, Sweeps, Zips, execute, load_or_exit
 from topologies.errors import SpecError
 from topologies.terminal import (
     bars,
@@ -105,14 +105,14 @@ def list_catalog(kind: Annotated[str | None, typer.Argument(
 
 @app.command()
 def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name")],
-        set_: Sets = None, sweep: Sweeps = None,
+        set_: Sets = None, sweep: Sweeps = None, zip_: Zips = None,
         out: Annotated[Path, typer.Option(help="results folder", envvar=RESULTS_VARIABLE)]
         = Path("results"),
         allow_files: AllowFiles = None) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
 
-    loaded = load_or_exit(experiment, set_, sweep, allow_files)
+    loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
     for line in placements(loaded):
         console.print(escape(line), soft_wrap=True)
     outcomes = execute(loaded, out)
@@ -130,10 +130,10 @@ def placements(loaded) -> list[str]:
 
 
 @app.command()
-def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None,
+def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None, zip_: Zips = None,
              allow_files: AllowFiles = None) -> None:
     """Check an experiment file without running it."""
-    loaded = load_or_exit(experiment, set_, sweep, allow_files)
+    loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
     # What the points run on, each distinct value once (a sweep may vary any of them).
     backends = " and ".join(dict.fromkeys(p.spec.run.backend for p in loaded.points))
     repetitions = " or ".join(dict.fromkeys(str(p.spec.run.repetitions) for p in loaded.points))

@@ -111,37 +111,40 @@ class _Sources:
 
 
 def load(source: str | Path, overrides: list[str] = (), sweeps: list[str] = (),
-         allow_files: Iterable[str | Path] = ()) -> Experiment:
+         allow_files: Iterable[str | Path] = (), zips: list[str] = ()) -> Experiment:
     """Load and validate an experiment from a path or a catalog name. The files it names are
     read from its folder only, and from the folders `allow_files` (and FOGLAB_ALLOW_FILES)
-    allow: topologies.files."""
+    allow: topologies.files. `zips`: `KEY=[...]` options swept together (paired values)."""
     path = catalog.experiment_path(source)
-    return load_document(read(path), overrides, sweeps, Files.confined(path.parent, allow_files))
+    return load_document(read(path), overrides, sweeps, Files.confined(path.parent, allow_files),
+                         zips)
 
 
 def load_document(document: Document, overrides: list[str] = (), sweeps: list[str] = (),
-                  files: Files | None = None) -> Experiment:
-    """Validate a parsed experiment file with its references, overrides and sweeps; the files
-    it names confined to `files` (by default its own folder: topologies.files)."""
+                  files: Files | None = None, zips: list[str] = ()) -> Experiment:
+    """Validate a parsed experiment file with its references, overrides, sweeps and zipped
+    sweeps; the files it names confined to `files` (by default its own folder:
+    topologies.files)."""
     files = files or Files.confined(Path(document.file).parent)
     try:
-        return _load(document, overrides, sweeps, files)
+        return _load(document, overrides, sweeps, files, zips)
     except SpecError as error:
-        raise _blamed(error, document, overrides, sweeps, files) from None
+        raise _blamed(error, document, overrides, sweeps, files, zips) from None
 
 
 def _blamed(error: SpecError, document: Document, overrides: list[str],
-            sweeps: list[str], files: Files) -> SpecError:
+            sweeps: list[str], files: Files, zips: list[str] = ()) -> SpecError:
     """An error placed in a file that the file alone does not have is the options' doing (a
     --set run.duration shorter than a migration's time): it names the first option that
     brings it on its own, else all of them, rather than a line the user did not change."""
-    options = [f"--set {o}" for o in overrides] + [f"--sweep {s}" for s in sweeps]
+    options = ([f"--set {o}" for o in overrides] + [f"--sweep {s}" for s in sweeps]
+               + [f"--zip {z}" for z in zips])
     if not options or error.file in options or (error.file or "").startswith("--"):
         return error
 
-    def same(overrides: list[str], sweeps: list[str]) -> bool:
+    def same(overrides: list[str], sweeps: list[str], zips: list[str] = ()) -> bool:
         try:
-            _load(document, overrides, sweeps, files)
+            _load(document, overrides, sweeps, files, zips)
         except SpecError as other:
             return other.path == error.path and other.expected == error.expected
         return False
@@ -149,12 +152,13 @@ def _blamed(error: SpecError, document: Document, overrides: list[str],
     if same([], []):
         return error  # the file's own mistake
     cause = next((f"--set {o}" for o in overrides if same([o], [])), None) or next(
-        (f"--sweep {s}" for s in sweeps if same([], [s])), None) or ", ".join(options)
+        (f"--sweep {s}" for s in sweeps if same([], [s])), None) or next(
+        (f"--zip {z}" for z in zips if same([], [], [z])), None) or ", ".join(options)
     return SpecError(error.path, error.value, error.expected, cause)
 
 
 def _load(document: Document, overrides: list[str], sweeps: list[str],
-          files: Files) -> Experiment:
+          files: Files, zips: list[str] = ()) -> Experiment:
     data = document.data
     if not isinstance(data, dict):
         raise SpecError((), Withheld(data), "a mapping with name, topology, workload, pipeline "
@@ -175,33 +179,46 @@ def _load(document: Document, overrides: list[str], sweeps: list[str],
             assignments[i] = (path, value, option)
             sources.overrides[path] = option
             _assign(merged, path, value, option)
-    plan = merged.get("sweep", {})
-    if not isinstance(plan, dict):
-        raise sources.place(SpecError(("sweep",), plan, "a mapping of dotted keys to lists"))
-    plan = dict(plan)
-    # A --set of a key the file sweeps sets it for every run: that key's sweep goes (else the
-    # sweep's values would silently win over the option).
     set_paths = {path for path, _, _ in assignments}
+    plans = {}
+    for block, options in (("sweep", sweeps), ("zip", zips)):
+        plans[block] = _plan(merged, block, options, set_paths, sources)
+    for key in plans["zip"]:
+        if any(_swept_path(merged, k) == _swept_path(merged, key) for k in plans["sweep"]):
+            raise sources.place(SpecError(("zip", key), plans["zip"][key],
+                                          "a key not swept too (sweep or zip, not both)"))
+    merged["sweep"], merged["zip"] = plans["sweep"], plans["zip"]
+    points = [_point(i, merged, values, sources)
+              for i, values in enumerate(_product(plans["sweep"], sources, plans["zip"]))]
+    return Experiment(document.file, points[0].spec.name, points, references)
+
+
+def _plan(merged: dict, block: str, options: list[str], set_paths: set,
+          sources: _Sources) -> dict[str, list]:
+    """The file's `sweep` (or `zip`) block with the command line's --sweep (--zip) options:
+    a --set of a key it sweeps sets it for every run (that key's sweep goes, else the sweep's
+    values would silently win over the option); an option of a key it sweeps (by any of its
+    names) replaces the file's values."""
+    plan = merged.get(block, {})
+    if not isinstance(plan, dict):
+        raise sources.place(SpecError((block,), plan, "a mapping of dotted keys to lists"))
+    plan = dict(plan)
     for key in [k for k in plan if _swept_path(merged, k) in set_paths]:
         del plan[key]
-    for option in sweeps:
-        path, values = _assignment(option, "--sweep")
-        path = _by_name(merged, path, f"--sweep {option}")
+    for option in options:
+        path, values = _assignment(option, f"--{block}")
+        path = _by_name(merged, path, f"--{block} {option}")
         if not isinstance(values, list) or not values:
-            raise SpecError((), option, "--sweep KEY=[v1, v2, ...] with at least one value",
-                            f"--sweep {option}")
+            raise SpecError((), option, f"--{block} KEY=[v1, v2, ...] with at least one value",
+                            f"--{block} {option}")
         if path in set_paths:
-            raise SpecError((), option, "--set or --sweep for one key, not both",
-                            f"--sweep {option}")
-        # A --sweep of a key the file sweeps (by any of its names) replaces the file's values.
+            raise SpecError((), option, f"--set or --{block} for one key, not both",
+                            f"--{block} {option}")
         for key in [k for k in plan if _swept_path(merged, k) == path]:
             del plan[key]
         plan[".".join(str(p) for p in path)] = values
-        sources.overrides[path] = f"--sweep {option}"
-    merged["sweep"] = plan
-    points = [_point(i, merged, values, sources)
-              for i, values in enumerate(_product(plan, sources))]
-    return Experiment(document.file, points[0].spec.name, points, references)
+        sources.overrides[path] = f"--{block} {option}"
+    return plan
 
 
 def _resolve_references(merged: dict, document: Document, sources: _Sources) -> dict[str, str]:
@@ -292,24 +309,42 @@ UNSWEPT = {
 }
 
 
-def _product(plan: dict, sources: _Sources) -> list[dict[str, object]]:
-    for key, values in plan.items():
-        if not isinstance(key, str) or not isinstance(values, list) or not values:
-            raise sources.place(SpecError(("sweep", str(key)), values,
-                                          "a dotted key with a non-empty list of values"))
-        if key in UNSWEPT:
-            raise sources.place(SpecError(("sweep", key), values, UNSWEPT[key]))
-        if key in REFERENCES and any(isinstance(value, str) for value in values):
-            raise sources.place(SpecError(("sweep", key), values, (
-                f"{key} descriptions written out, or a key inside the {key} "
-                f"({key}.{'links.0.latency' if key == 'topology' else 'streams.0.rate'}=[...]): "
-                f"a {key} by name or file is one experiment's (run each with --set {key}=NAME)")))
+def _product(plan: dict, sources: _Sources, paired: dict | None = None) -> list[dict[str, object]]:
+    """The sweep's points: every combination of `plan`'s values, each with the i-th values of
+    the `paired` keys (the `zip` block: all as long as each other) in turn."""
+    paired = paired or {}
+    for block, keys in (("sweep", plan), ("zip", paired)):
+        for key, values in keys.items():
+            _sweepable(block, key, values, sources)
+    lengths = {key: len(values) for key, values in paired.items()}
+    if len(set(lengths.values())) > 1:
+        first = next(iter(lengths))
+        other = next(k for k in lengths if lengths[k] != lengths[first])
+        raise sources.place(SpecError(("zip", other), paired[other], (
+            f"{lengths[first]} values, as many as {first}'s: zipped keys pair their values")))
+    rows = ([dict(zip(paired, row, strict=True)) for row in zip(*paired.values(), strict=True)]
+            or [{}])
     keys = list(plan)
-    combos = list(itertools.product(*(plan[k] for k in keys)))
+    combos = [(*combo, row) for combo in itertools.product(*(plan[k] for k in keys))
+              for row in rows]
     if len(combos) > 10_000:
         raise sources.place(SpecError(("sweep",), f"{len(combos)} runs",
                                       "a sweep of at most 10,000 points"))
-    return [dict(zip(keys, combo, strict=True)) for combo in combos]
+    return [{**dict(zip(keys, combo[:-1], strict=True)), **combo[-1]} for combo in combos]
+
+
+def _sweepable(block: str, key: object, values: object, sources: _Sources) -> None:
+    """A key a sweep (or zip) may vary, with a non-empty list of values."""
+    if not isinstance(key, str) or not isinstance(values, list) or not values:
+        raise sources.place(SpecError((block, str(key)), values,
+                                      "a dotted key with a non-empty list of values"))
+    if key in UNSWEPT:
+        raise sources.place(SpecError((block, key), values, UNSWEPT[key]))
+    if key in REFERENCES and any(isinstance(value, str) for value in values):
+        raise sources.place(SpecError((block, key), values, (
+                f"{key} descriptions written out, or a key inside the {key} "
+                f"({key}.{'links.0.latency' if key == 'topology' else 'streams.0.rate'}=[...]): "
+                f"a {key} by name or file is one experiment's (run each with --set {key}=NAME)")))
 
 
 def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoint:

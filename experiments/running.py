@@ -32,6 +32,11 @@ Sweeps = Annotated[list[str] | None, typer.Option(
     "--sweep", help=escape("KEY=[v1,v2]: one run per value, e.g. run.seed=[1,2,3]"))]
 
 
+Zips = Annotated[list[str] | None, typer.Option(
+    "--zip", help=escape("KEY=[v1,v2]: swept together with the other --zip keys, value by "
+                         "value (paired), e.g. rate=[1/s,2/s] with window=[10s,5s]"))]
+
+
 AllowFiles = Annotated[list[Path] | None, typer.Option(
     "--allow-files", metavar="DIR", help=f"a folder outside the experiment's own whose files it "
     f"may name (includes, topology files, traces); repeatable, also {VARIABLE} (folders "
@@ -39,11 +44,12 @@ AllowFiles = Annotated[list[Path] | None, typer.Option(
 
 
 def load_or_exit(experiment: str, sets: list[str] | None, sweeps: list[str] | None,
-                 allow_files: list[Path] | None = None) -> Experiment:
+                 allow_files: list[Path] | None = None,
+                 zips: list[str] | None = None) -> Experiment:
     for folder in allow_files or []:
         folder_to_read("--allow-files", folder)
     try:
-        return load(experiment, sets or [], sweeps or [], allow_files or [])
+        return load(experiment, sets or [], sweeps or [], allow_files or [], zips or [])
     except SpecError as failure:
         error(failure)
         raise typer.Exit(2) from None

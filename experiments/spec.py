@@ -168,6 +168,10 @@ class ExperimentSpec(BaseModel):
     sweep: dict[str, list] = Field(
         default_factory=dict,
         description="dotted keys with a list of values: one run per value (the product of all)")
+    zip: dict[str, list] = Field(
+        default_factory=dict,
+        description="dotted keys swept together: the i-th run takes the i-th value of each "
+                    "(paired, all as long), for every point of `sweep`")
     plots: list[Literal["latency", "sweep"]] = Field(
         default_factory=list,
         description="latency: each run's latency over time; sweep: a figure per swept key and "

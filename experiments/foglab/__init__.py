@@ -53,11 +53,12 @@ def results_folder(folder: str | Path | None = None) -> Path:
 
 
 def load(source: str | Path, set: Iterable[str] = (), sweep: Iterable[str] = (),  # noqa: A002
-         allow_files: Iterable[str | Path] = ()) -> Experiment:
-    """An experiment file or catalog name, with `set` overrides (`run.duration=30s`) and
-    `sweep` values (`workload.streams.0.rate=[10/s, 50/s]`), validated: every sweep point's
-    spec, topology and placement (experiments.loader.load)."""
-    return load_file(source, list(set), list(sweep), list(allow_files))
+         allow_files: Iterable[str | Path] = (), paired: Iterable[str] = ()) -> Experiment:
+    """An experiment file or catalog name, with `set` overrides (`run.duration=30s`),
+    `sweep` values (`workload.streams.0.rate=[10/s, 50/s]`: every combination) and `paired`
+    ones (the command line's --zip: the i-th run takes the i-th value of each), validated:
+    every sweep point's spec, topology and placement (experiments.loader.load)."""
+    return load_file(source, list(set), list(sweep), list(allow_files), list(paired))
 
 
 @dataclass
@@ -97,14 +98,15 @@ class Result:
 
 def run(experiment: Experiment | str | Path, set: Iterable[str] = (),  # noqa: A002
         sweep: Iterable[str] = (), out: str | Path | None = None,
-        reporter: Reporter | None = None) -> Result:
+        reporter: Reporter | None = None, paired: Iterable[str] = ()) -> Result:
     """Run every sweep point and repetition of an experiment (loaded here when given as a
-    file or catalog name, with `set` and `sweep`; given loaded, it runs as it is) into `out`.
+    file or catalog name, with `set`, `sweep` and `paired`; given loaded, it runs as it is)
+    into `out`.
     A run that fails keeps its error in its outcome and the others go on: `Result.ok` says.
     `reporter`: what hears the progress (experiments.runner.Reporter; silent by default)."""
     if not isinstance(experiment, Experiment):
-        experiment = load(experiment, set, sweep)
-    elif tuple(set) or tuple(sweep):
+        experiment = load(experiment, set, sweep, paired=paired)
+    elif tuple(set) or tuple(sweep) or tuple(paired):
         raise ValueError("set and sweep apply to an experiment named by its file or catalog "
                          "name; a loaded one runs as it was loaded (foglab.load(..., set=...))")
     return Result(experiment, run_experiment(experiment, results_folder(out), reporter))

@@ -144,3 +144,26 @@ def test_results_show_on_a_sweeps_folder_shows_its_points_again(tmp_path) -> Non
     rows = [line.split()[0] for line in shown.stdout.splitlines()
             if line.strip()[:1].isdigit() and "±" not in line.split()[0]]
     assert rows[-2:] == ["1", "2"]  # a row per point, its seed first
+
+
+def test_zip_pairs_its_keys_value_by_value_within_each_sweep_point() -> None:
+    experiment = foglab.load("quickstart", sweep=["run.duration=[1s, 2s]"],
+                             paired=["workload.streams.0.rate=[1/s, 4/s]", "run.seed=[3, 4]"])
+    assert [point.values for point in experiment.points] == [
+        {"run.duration": "1s", "workload.streams.0.rate": "1/s", "run.seed": 3},
+        {"run.duration": "1s", "workload.streams.0.rate": "4/s", "run.seed": 4},
+        {"run.duration": "2s", "workload.streams.0.rate": "1/s", "run.seed": 3},
+        {"run.duration": "2s", "workload.streams.0.rate": "4/s", "run.seed": 4}]
+    assert [(p.spec.workload.streams[0].rate, p.spec.run.seed) for p in experiment.points][:2] \
+        == [(1.0, 3), (4.0, 4)]
+
+
+def test_zipped_keys_of_different_lengths_or_swept_twice_are_refused() -> None:
+    with pytest.raises(SpecError) as caught:
+        foglab.load("quickstart", paired=["run.seed=[1, 2]", "run.duration=[1s, 2s, 3s]"])
+    assert caught.value.path == ("zip", "run.duration")
+    assert "3 values" not in caught.value.expected and "2 values, as many as run.seed's" in \
+        caught.value.expected
+    with pytest.raises(SpecError) as caught:
+        foglab.load("quickstart", sweep=["run.seed=[1, 2]"], paired=["run.seed=[1, 2]"])
+    assert caught.value.path[0] == "zip" and "sweep or zip, not both" in caught.value.expected
