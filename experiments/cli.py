@@ -108,14 +108,17 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
         set_: Sets = None, sweep: Sweeps = None, zip_: Zips = None,
         out: Annotated[Path, typer.Option(help="results folder", envvar=RESULTS_VARIABLE)]
         = Path("results"),
-        allow_files: AllowFiles = None) -> None:
+        allow_files: AllowFiles = None,
+        resume: Annotated[bool, typer.Option(
+            "--resume", help="skip each point and repetition that has an ok run of the same "
+            "configuration in the results folder (a sweep cut short goes on)")] = False) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
 
     loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
     for line in placements(loaded):
         console.print(escape(line), soft_wrap=True)
-    outcomes = execute(loaded, out)
+    outcomes = execute(loaded, out, resume=resume)
     report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
     if any(o.error for o in outcomes):
         raise typer.Exit(1)
@@ -337,13 +340,14 @@ def results_show(run_folder: Annotated[Path, typer.Argument(
     """Show one run: its manifest's facts, its headline figures, its nodes, and each
     feature's own figures (migrations, recoveries, replicas, faults, broadcasts, ...); or,
     given a sweep's folder (`<sweep>-sweep`), its points again."""
+    from experiments.points import POINTS_FILE, sweep_members
     from experiments.report import points_table, show_run
-    from experiments.results import find_run, sweep_runs
+    from experiments.results import find_run
 
-    if (run_folder / "points.parquet").is_file():  # a sweep's folder: its points again
-        folders = [run.folder for run in sweep_runs(run_folder)]
+    if (run_folder / POINTS_FILE).is_file():  # a sweep's folder: its points again
+        folders, indices = sweep_members(run_folder)
         say(f"sweep {run_folder.name.removesuffix('-sweep')}: {len(folders)} runs")
-        points_table(folders)
+        points_table(folders, indices)
         return
     if not run_folder.is_dir() and root != Path("results"):  # an id, under a --root given
         folder_to_read("--root", root)

@@ -376,7 +376,10 @@ def _point(index: int, merged: dict, values: dict, sources: _Sources) -> RunPoin
             if error.file:
                 raise error from None
         raise sources.place(error) from None
-    canonical = json.dumps(spec.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    # The point's configuration, not the sweep's list of values (which a longer sweep of the
+    # same point changes): what `foglab run --resume` finds a point's earlier run by.
+    canonical = json.dumps(spec.model_dump(mode="json", exclude={"sweep", "zip"}),
+                           sort_keys=True, separators=(",", ":"))
     jobs = {} if composition is None else {
         job: [op.name for op in ops] for job, ops in composition.jobs.items()}
     return RunPoint(index, values, spec, topology, hashlib.sha256(canonical.encode()).hexdigest(),

@@ -16,6 +16,7 @@ a figure covers fewer than all: nothing is dropped silently.
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable
 from pathlib import Path
@@ -23,7 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from experiments.results import Run, load_run, typed_value
+from experiments.results import Run, load_run, sweep_runs, typed_value
 from experiments.summary import migration_status, throughputs
 
 # The measures of a point, each from a run's summary; the optional ones only where a run has
@@ -35,6 +36,8 @@ COUNTS = ("migrations", "migrations_done")  # over a point's usable runs
 UNITS = {"delivered": "messages", "lost": "messages", "in_flight": "messages",
          "throughput": "readings/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
 POINTS_FILE = "points.parquet"
+# Beside it: the runs the sweep is of, each with its point (a resumed sweep takes earlier runs).
+RUNS_FILE = "runs.json"
 # Student's t at 97.5 % (a two-sided 95 % interval) for 1..30 degrees of freedom.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179,
          2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064,
@@ -87,15 +90,18 @@ def _number(value) -> float:
     return math.nan if value is None else float(value)
 
 
-def frame(runs: list[Run]) -> pd.DataFrame:
+def frame(runs: list[Run], indices: list[int] | None = None) -> pd.DataFrame:
     """One row per point of the runs' sweep, in point order: the swept keys (typed), `runs`
     (the repetitions in the figures), `broken` (those left out), and per measure its mean,
     `<measure>_low` and `<measure>_high` (NaN bounds for a single repetition) and
     `<measure>_runs` (the runs with a figure); `migrations` and `migrations_done`. Downtime's
     columns only where a run migrated, in flight's where the summaries count it."""
     groups: dict[int, list[Run]] = {}
-    for run in runs:
-        groups.setdefault(int(run.manifest.get("point_index") or 0), []).append(run)
+    # Each run's point: as given (a resumed sweep's runs made by an earlier sweep have that
+    # sweep's point index in their manifests), else its manifest's.
+    for i, run in enumerate(runs):
+        index = indices[i] if indices is not None else int(run.manifest.get("point_index") or 0)
+        groups.setdefault(index, []).append(run)
     rows = []
     for index in sorted(groups):
         members = groups[index]
@@ -136,12 +142,13 @@ def swept_keys(columns: Iterable[str]) -> list[str]:
     return [c for c in columns if c not in fixed]
 
 
-def write(folders: list[Path], sweep_folder: Path) -> Path:
-    """The points of the runs in `folders` as `points.parquet` in `sweep_folder` (made if need
-    be); its path."""
+def write(folders: list[Path], sweep_folder: Path, indices: list[int] | None = None) -> Path:
+    """The points of the runs in `folders` (each of point `indices[i]`, else its manifest's)
+    as `points.parquet` in `sweep_folder` (made if need be); its path."""
     sweep_folder.mkdir(parents=True, exist_ok=True)
     path = sweep_folder / POINTS_FILE
-    frame([load_run(f) for f in folders]).to_parquet(path, index=False, compression="zstd")
+    frame([load_run(f) for f in folders], indices).to_parquet(path, index=False,
+                                                              compression="zstd")
     return path
 
 
@@ -177,8 +184,20 @@ def coverage(row: dict, measure: str) -> str:
     return ""
 
 
-def rows(folders: list[Path]) -> list[dict]:
-    """The points of the runs in `folders` (a sweep's outcomes' folders) as dicts, in point
-    order: what `foglab run` prints per point (use `shown(row, measure)` for each cell and
-    `swept_keys` for the headers)."""
-    return frame([load_run(f) for f in folders]).to_dict("records")
+def rows(folders: list[Path], indices: list[int] | None = None) -> list[dict]:
+    """The points of the runs in `folders` (a sweep's outcomes' folders; each of point
+    `indices[i]`, else its manifest's) as dicts, in point order: what `foglab run` prints per
+    point (use `shown(row, measure)` for each cell and `swept_keys` for the headers)."""
+    return frame([load_run(f) for f in folders], indices).to_dict("records")
+
+
+def sweep_members(sweep_folder: Path) -> tuple[list[Path], list[int]]:
+    """The runs a sweep's folder is of, and each one's point (its RUNS_FILE; a folder written
+    before it had one: the runs of its sweep id beside it, by their manifests)."""
+    listed = sweep_folder / RUNS_FILE
+    if listed.is_file():
+        entries = json.loads(listed.read_text(encoding="utf-8"))
+        return ([sweep_folder.parent / e["run"] for e in entries],
+                [int(e["point"]) for e in entries])
+    found = sweep_runs(sweep_folder)
+    return [r.folder for r in found], [int(r.manifest.get("point_index") or 0) for r in found]

@@ -115,16 +115,18 @@ def run_summary(name: str, backend: str, outcomes: list) -> None:
     if len(outcomes) == 1 and outcomes[0].summary:
         feature_tables(outcomes[0].summary)
     elif len(outcomes) > 1:
-        points_table([o.folder for o in outcomes if o.summary])
+        points_table([o.folder for o in outcomes if o.summary],
+                     [o.index for o in outcomes if o.summary])
         sweep_feature_tables(outcomes, keys)
 
 
-def points_table(folders: list[Path]) -> None:
+def points_table(folders: list[Path], indices: list[int] | None = None) -> None:
     """Per sweep point, each measure's mean and 95 % interval over its repetitions
-    (experiments.points, as the sweep's points.parquet holds them)."""
+    (experiments.points, as the sweep's points.parquet holds them); `indices`: each run's
+    point (else its manifest's)."""
     from experiments import points
 
-    rows = points.rows(folders) if folders else []
+    rows = points.rows(folders, indices) if folders else []
     if not rows:
         return
     measures = [m for m in points.MEASURES if m in rows[0]]
@@ -135,9 +137,10 @@ def points_table(folders: list[Path]) -> None:
     # The swept values as the command line or the file wrote them (`1m`, `gateways`), not as
     # the points table types them (60.0, ["gateways"]).
     written: dict[int, dict] = {}
-    for folder in folders:
+    for i, folder in enumerate(folders):
         manifest = manifest_of(folder)
-        written.setdefault(int(manifest.get("point_index") or 0), manifest.get("point") or {})
+        index = indices[i] if indices is not None else int(manifest.get("point_index") or 0)
+        written.setdefault(index, manifest.get("point") or {})
     for row in rows:
         values = written.get(int(row["point"]), {})
         shown.add_row(*(escape(str(values.get(k, row[k]))) for k in points.swept_keys(rows[0])),

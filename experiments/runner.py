@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import re
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -14,7 +15,14 @@ import numpy as np
 from experiments.backends import backend
 from experiments.loader import Experiment, RunPoint
 from experiments.placement import table as placement_table
-from experiments.results import RunWriter, git_revision, host_facts, now_utc, package_versions
+from experiments.results import (
+    RunWriter,
+    git_revision,
+    host_facts,
+    now_utc,
+    package_versions,
+    runs,
+)
 from experiments.run_plan import RunPlan
 from experiments.schema import conform
 from experiments.summary import summarise
@@ -94,28 +102,52 @@ class Outcome:
     error: str | None
     status: str = "ok"  # ok, degraded (some nodes failed; see `failed`) or failed
     failed: dict[str, str] = field(default_factory=dict)
+    index: int = 0  # the sweep point's index (a resumed run's: in this sweep, not its own)
 
     def failed_summary(self) -> str:
         return "; ".join(f"{node}: {why}" for node, why in sorted(self.failed.items()))
 
 
 def run_experiment(experiment: Experiment, out: Path | str = "results",
-                   reporter: Reporter | None = None, sweep_id: str | None = None) -> list[Outcome]:
-    """Run all points and repetitions; a failed run records its error and the others go on."""
+                   reporter: Reporter | None = None, sweep_id: str | None = None,
+                   resume: bool = False) -> list[Outcome]:
+    """Run all points and repetitions; a failed run records its error and the others go on.
+    `resume`: a point and repetition that already has an `ok` run of the same configuration
+    (config hash) under `out` is not run again; that run stands for it (the newest)."""
     reporter = reporter or Reporter()
     sweep_id = sweep_id or _fresh_sweep_id(Path(out) / experiment.name)
     points = experiment.points
-    reporter.start(sum(p.spec.run.repetitions for p in points),
-                   sum(p.spec.run.repetitions * p.spec.run.duration for p in points))
+    done = finished_runs(Path(out), experiment.name) if resume else {}
+    todo = [(point, repetition) for point in points
+            for repetition in range(point.spec.run.repetitions)
+            if (point.config_hash, repetition) not in done]
+    reporter.start(len(todo), sum(point.spec.run.duration for point, _ in todo))
     common = {"revision": git_revision(), "packages": package_versions(), "host": host_facts()}
     outcomes = []
     for point in points:
         for repetition in range(point.spec.run.repetitions):
+            if (kept := done.get((point.config_hash, repetition))) is not None:
+                reporter.note(f"p{point.index} r{repetition}: done before, {kept.folder}")
+                outcomes.append(replace(kept, index=point.index))
+                continue
             outcomes.append(_run_one(experiment, point, repetition, Path(out), sweep_id, common,
                                      reporter))
     if len(outcomes) > 1:
         _write_sweep(experiment, outcomes, sweep_folder(out, experiment.name, sweep_id), reporter)
     return outcomes
+
+
+def finished_runs(out: Path, experiment: str) -> dict[tuple[str, int], Outcome]:
+    """(config hash, repetition) -> the newest `ok` run of that configuration under `out`."""
+    found: dict[tuple[str, int], Outcome] = {}
+    for run in runs(out, experiment):  # oldest first: the newest stays
+        manifest = run.manifest
+        if manifest.get("status") != "ok" or not run.summary:
+            continue
+        found[(manifest.get("config_hash"), int(manifest.get("repetition") or 0))] = Outcome(
+            run.folder, manifest.get("point") or {}, int(manifest.get("repetition") or 0),
+            run.summary, None)
+    return found
 
 
 def sweep_folder(out: Path | str, experiment: str, sweep_id: str) -> Path:
@@ -125,11 +157,15 @@ def sweep_folder(out: Path | str, experiment: str, sweep_id: str) -> Path:
 
 def _write_sweep(experiment: Experiment, outcomes: list[Outcome], folder: Path,
                  reporter: Reporter) -> None:
-    """The points table of a sweep (or of repetitions), and its plots if the file asks."""
+    """The points table of a sweep (or of repetitions), the runs it is of (`runs.json`: a
+    resumed sweep's include earlier sweeps' runs), and its plots if the file asks."""
     from experiments import points
 
     reporter.note(f"writing the sweep's points table: {folder / points.POINTS_FILE}")
-    path = points.write([o.folder for o in outcomes], folder)
+    path = points.write([o.folder for o in outcomes], folder, [o.index for o in outcomes])
+    (folder / points.RUNS_FILE).write_text(json.dumps(
+        [{"run": o.folder.name, "point": o.index} for o in outcomes], indent=1) + "\n",
+        encoding="utf-8")
     if "sweep" in experiment.spec.plots:
         from experiments.plots import sweep_plots
 
@@ -215,7 +251,8 @@ def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path
         writer.manifest["traceback"] = traceback.format_exc()
         writer.finish("failed", error)
         reporter.run_finished(label, writer.folder, None, error)
-        return Outcome(writer.folder, point.values, repetition, None, error, "failed")
+        return Outcome(writer.folder, point.values, repetition, None, error, "failed",
+                       index=point.index)
     reporter.run_finished(label, writer.folder, summary, None)
     return Outcome(writer.folder, point.values, repetition, summary, None,
-                   "degraded" if output.failed else "ok", output.failed)
+                   "degraded" if output.failed else "ok", output.failed, point.index)

@@ -108,7 +108,8 @@ class RichReporter(Reporter):
             say(f"run {label} failed: {error_text}", style="red")
 
 
-def execute(loaded: Experiment, out: Path, sweep_id: str | None = None) -> list:
+def execute(loaded: Experiment, out: Path, sweep_id: str | None = None,
+            resume: bool = False) -> list:
     """Run an experiment with progress bars; a Ctrl-C or SIGTERM (e.g. `timeout`) stops it,
     says which run folder is marked interrupted and which runs had finished (and where), and
     exits 130 (143)."""
@@ -118,7 +119,7 @@ def execute(loaded: Experiment, out: Path, sweep_id: str | None = None) -> list:
         try:
             with bars() as shown:
                 reporter = RichReporter(shown)
-                return run_experiment(loaded, out, reporter, sweep_id=sweep_id)
+                return run_experiment(loaded, out, reporter, sweep_id=sweep_id, resume=resume)
         except KeyboardInterrupt as stop:
             where = reporter.folder if reporter is not None else None
             say("interrupted" + (f": run {where} is marked interrupted; what it had written "

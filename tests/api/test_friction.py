@@ -167,3 +167,28 @@ def test_zipped_keys_of_different_lengths_or_swept_twice_are_refused() -> None:
     with pytest.raises(SpecError) as caught:
         foglab.load("quickstart", sweep=["run.seed=[1, 2]"], paired=["run.seed=[1, 2]"])
     assert caught.value.path[0] == "zip" and "sweep or zip, not both" in caught.value.expected
+
+
+def test_resume_runs_only_the_points_without_an_ok_run_and_keeps_each_at_its_point(
+        tmp_path) -> None:
+    import json
+
+    import pandas as pd
+
+    first = foglab.run("quickstart", set=QUICK, sweep=["run.seed=[2, 1]"], out=tmp_path)
+    by_seed = {o.point["run.seed"]: o.folder for o in first.outcomes}
+    # A run that did not end ok is run again.
+    manifest = json.loads((by_seed[1] / "manifest.json").read_text())
+    (by_seed[1] / "manifest.json").write_text(json.dumps({**manifest, "status": "failed"}))
+    again = foglab.run("quickstart", set=QUICK, sweep=["run.seed=[1, 2, 3]"], out=tmp_path,
+                       resume=True)
+    folders = [o.folder for o in again.outcomes]
+    assert folders[1] == by_seed[2]                         # kept: seed 2 ended ok
+    assert folders[0] != by_seed[1] and folders[2] not in by_seed.values()  # run (again)
+    assert [o.index for o in again.outcomes] == [0, 1, 2]
+    (sweep,) = [f for f in (tmp_path / "quickstart").glob("*-sweep")
+                if (f / "runs.json").read_text().count('"run"') == 3]
+    table = pd.read_parquet(sweep / "points.parquet")
+    assert table["run.seed"].tolist() == [1, 2, 3]
+    delivered = [json.loads((f / "summary.json").read_text())["delivered"] for f in folders]
+    assert table["delivered"].tolist() == delivered
