@@ -147,6 +147,55 @@ class RoundRobin(Policy):
         return ledger.decision()
 
 
+class Blocks:
+    """A greedy's scores and choices a block of operators at a time, for the operators with
+    no writer or one writer on a single node x (key -1: no writer): the next few operators'
+    rows of `fast` plus their writer's output weight x `matrix[x]`, as if their writer ran on
+    x, with each row's argmin, computed at once; an operator whose writer is on x reads its
+    row (the same floats as the one row `Greedy.place` adds up otherwise). `Greedy.sure` says
+    where the argmin is `choose`'s pick; elsewhere `choose` is asked with the row. A node's
+    first operator changes `fast` (`Greedy.first_use`): the blocks are dropped then.
+
+    A key's next block holds twice as many rows as were read from its last (1 to `most`), so
+    that a writer's node that few operators share costs about one row each."""
+
+    most = 128
+
+    def __init__(self, policy: Greedy, t: Tables, fast: np.ndarray, matrix: np.ndarray,
+                 weight: list):
+        self.policy, self.t, self.fast, self.matrix = policy, t, fast, matrix
+        self.weight = np.array([weight[ups[0]] if len(ups) == 1 else 0.0
+                                for ups in t.upstream])
+        self.blocks: dict[int, list] = {}   # key -> [end, start, rows, argmins, least, sure, read]
+        self.sizes: dict[int, int] = {}
+
+    def clear(self) -> None:
+        self.blocks.clear()
+
+    def pick(self, ledger: Ledger, j: int, x: int) -> tuple[int, float]:
+        """Operator j's (node, score) with its writers on x (-1: it has none)."""
+        block = self.blocks.get(x)
+        if block is None or j >= block[0]:
+            if block is not None:
+                self.sizes[x] = min(self.most, max(1, 2 * block[6]))
+            block = self.blocks[x] = self.block(j, x, self.sizes.get(x, 1))
+        i = j - block[1]
+        block[6] += 1
+        if block[5][i]:
+            return block[3][i], block[4][i]
+        return self.policy.choose(self.t, ledger, j, block[2][i])
+
+    def block(self, j: int, x: int, size: int) -> list:
+        end = min(j + size, len(self.fast))
+        rows = self.fast[j:end]
+        if x >= 0:
+            rows = rows + self.weight[j:end, None] * self.matrix[x]
+        nodes = rows.argmin(axis=1)
+        least = rows[np.arange(end - j), nodes]
+        return [end, j, rows, nodes.tolist(), least.tolist(),
+                self.policy.sure(rows, least).tolist(), 0]
+
+
 class Greedy(Policy):
     """Operators in pipeline order, each on the candidate with room that adds the least
     `what` given where its writers are: the static part of each node's score (`static`) plus,
@@ -155,8 +204,9 @@ class Greedy(Policy):
     Subclasses give the three; ties by the nodes' order.
 
     The scores of every operator's devices' flows and static part come first, as one (J, N)
-    array; per operator only its writers' part is added (one row each) before the argmin, and
-    the room is looked at on the node chosen (all nodes only when that one is full)."""
+    array; then only the writers' part is added before the argmin, a block of operators at a
+    time for those whose one writer is on one node (Blocks), one row each for the others; the
+    room is looked at on the node chosen (all nodes only when that one is full)."""
 
     what = ""
     kind = "mass"
@@ -193,6 +243,7 @@ class Greedy(Policy):
         pre, weight = self.scores(t, matrix, self.kind)
         pre = pre + self.static(t)
         fast = self.base(ledger, np.where(self.allowed(t), pre, np.inf))
+        blocks = Blocks(self, t, fast, matrix, weight)
         free, demand, single = ledger.free, ledger.demand, ledger.single
         pinned, choose, put, names = t.pinned, self.choose, ledger.put, t.names
         fresh, said = self.fresh, f"least added {self.what} on "
@@ -202,21 +253,31 @@ class Greedy(Policy):
                 for node in pinned[j].tolist():
                     if node in fresh:
                         self.first_use(node)
+                        blocks.clear()
                 free = ledger.free
                 continue
-            score = fast[j]
-            for u in ups:
-                x = single[u]
-                score = score + (weight[u] * matrix[x] if x >= 0
-                                 else self.spread(t, ledger, u) @ matrix)
-            node, value = choose(t, ledger, j, score)
+            if not ups or len(ups) == 1 and single[ups[0]] >= 0:
+                node, value = blocks.pick(ledger, j, single[ups[0]] if ups else -1)
+            else:
+                score = fast[j]
+                for u in ups:
+                    x = single[u]
+                    score = score + (weight[u] * matrix[x] if x >= 0
+                                     else self.spread(t, ledger, u) @ matrix)
+                node, value = choose(t, ledger, j, score)
             if node < 0 or free[node] < demand[j] - ROOM:
                 node, value = self.fallback(t, ledger, j, pre[j] + self.writers(
                     t, ledger, j, matrix, weight))
             put(j, node, f"{said}{names[node]}: {value:.4g}")
             if node in fresh:
                 self.first_use(node)
+                blocks.clear()
         return ledger.decision()
+
+    def sure(self, scores: np.ndarray, least: np.ndarray) -> np.ndarray:
+        """(B,) bool: where `scores`' row argmin, of score `least`, is what `choose` picks
+        (Blocks asks `choose` itself for the others)."""
+        return least < np.inf
 
     def base(self, ledger: Ledger, fast: np.ndarray) -> np.ndarray:
         """The (J, N) scores the loop starts each operator from (`fast`: the static part and
@@ -324,6 +385,11 @@ class EnergyAware(Greedy):
 
     def fallback(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
         return super().fallback(t, ledger, j, score + ledger.idle_left)
+
+    def sure(self, scores: np.ndarray, least: np.ndarray) -> np.ndarray:
+        """Where the least score is finite and no other is within `choose`'s tie of it."""
+        near = scores <= (least + 1e-12 * np.maximum(1.0, np.abs(least)))[:, None]
+        return (least < np.inf) & (near.sum(axis=1) == 1)
 
     def choose(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
         """The node of least score (the idle watts in it, see `base`), ties by the latency
