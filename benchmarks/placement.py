@@ -9,7 +9,9 @@ publishing through the broker beside its cloud VM), median of the runs, wall and
 and edge-ward at 1,000 operators, to hold against 10 ms, with its floor and the host's load
 beside it (the figures move with the load, and on this 2-core host by a tenth or more between
 runs). Floors, measured in the same run: `floor_tables_ms`, the problem as
-arrays (workloads.placement.tables, where every policy starts); `floor_greedy_ms`, that plus
+arrays (workloads.placement.tables' Tables.of, where every policy starts; the arrays that only
+some policies read, such as the devices' flows, are made on first use and count in their
+times); `floor_greedy_ms`, that plus
 1,000 numpy argmins over 50 floats (the least a per-operator numpy greedy does);
 `floor_walk_ms`, that plus the least a path-by-path walk does (per flow's path and device on
 it, one Python iteration and one numpy look-up of the path's operators).

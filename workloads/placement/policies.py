@@ -227,10 +227,10 @@ class Greedy(Policy):
     def scores(self, t: Tables, matrix: np.ndarray, kind: str) -> tuple[np.ndarray, list]:
         """(J, N) each operator's score from its devices' flows, and per operator the weight
         of its output (per unit of `kind`) at its node."""
-        entering = t.ext_mass if kind == "mass" else t.ext_bytes
-        rows = np.flatnonzero(entering.any(axis=1))     # most operators read no device
-        pre = np.zeros(entering.shape)
-        pre[rows] = entering[rows] @ matrix
+        entering = t.fed_mass if kind == "mass" else t.fed_bytes    # most read no device
+        some = entering.any(axis=1)
+        pre = np.zeros((len(t.cost), len(t.names)))
+        pre[t.fed[some]] = entering[some] @ matrix
         if kind == "mass":
             return pre, (t.mass * t.fan).tolist()
         return pre, (t.rate * t.out_bytes).tolist()
