@@ -78,14 +78,14 @@ class Walk:
         # each operator's one writer; -1: several, -2: none
         self.writer = [ups[0] if len(ups) == 1 else -1 if ups else -2 for ups in t.upstream]
         self.fixed = [p is not None for p in t.pinned]
-        self.fixed_mask = np.array(self.fixed, dtype=bool)
-        self.load_on = np.zeros((len(t.names), len(t.cost)))  # node x operator: its load there
+        self.fixed_mask = np.frombuffer(bytes(self.fixed), dtype=bool)
         self.pending: list = []                         # books not yet in load_on (`settle`)
         self.bit = [1 << k for k in range(len(t.cost))]
         self.bits_on = [0] * len(t.names)               # bit k: an instance of operator k
         for k, pins in enumerate(t.pinned):
-            for node in [] if pins is None else pins.tolist():
-                self.bits_on[node] |= self.bit[k]
+            if pins is not None:
+                for node in pins.tolist():
+                    self.bits_on[node] |= self.bit[k]
         self.notes: dict[int, str] = {}
         self.plans: dict[int, tuple] = {}
         self.paths: dict[int, list[int]] = {}
@@ -96,6 +96,12 @@ class Walk:
     def candidate(self) -> list[list[bool]]:
         """Operator x node: a candidate (lists, read one at a time off the fast walk)."""
         return self.t.candidates.tolist()
+
+    @cached_property
+    def load_on(self) -> np.ndarray:
+        """(N, J) reference-vCPU s/s: operator k's load on node n (made when first booked:
+        only a shift north reads it)."""
+        return np.zeros((len(self.cap), len(self.cost)))
 
     @property
     def held(self) -> np.ndarray:

@@ -156,10 +156,11 @@ class Blocks:
     where the argmin is `choose`'s pick; elsewhere `choose` is asked with the row. A node's
     first operator changes `fast` (`Greedy.first_use`): the blocks are dropped then.
 
-    A key's next block holds twice as many rows as were read from its last (1 to `most`), so
-    that a writer's node that few operators share costs about one row each."""
+    A block costs about what three rows do, so a key gets one only after `often` operators in
+    a row had it (a chain staying on a node): `often` rows, then twice as many as its last
+    (up to `most`); until then one row at a time."""
 
-    most = 128
+    often, most = 4, 128
 
     def __init__(self, policy: Greedy, t: Tables, fast: np.ndarray, matrix: np.ndarray,
                  weight: list):
@@ -167,18 +168,22 @@ class Blocks:
         self.weight = np.array([weight[ups[0]] if len(ups) == 1 else 0.0
                                 for ups in t.upstream])
         self.blocks: dict[int, list] = {}   # key -> [end, start, rows, argmins, least, sure, read]
-        self.sizes: dict[int, int] = {}
+        self.key, self.run = -2, 0          # the last key asked, and how many times in a row
 
     def clear(self) -> None:
         self.blocks.clear()
 
     def pick(self, ledger: Ledger, j: int, x: int) -> tuple[int, float]:
         """Operator j's (node, score) with its writers on x (-1: it has none)."""
+        self.run = self.run + 1 if x == self.key else 1
+        self.key = x
         block = self.blocks.get(x)
         if block is None or j >= block[0]:
-            if block is not None:
-                self.sizes[x] = min(self.most, max(1, 2 * block[6]))
-            block = self.blocks[x] = self.block(j, x, self.sizes.get(x, 1))
+            if self.run < self.often:
+                row = self.fast[j] if x < 0 else self.fast[j] + self.weight[j] * self.matrix[x]
+                return self.policy.choose(self.t, ledger, j, row)
+            size = self.often if block is None else min(self.most, 2 * (block[0] - block[1]))
+            block = self.blocks[x] = self.block(j, x, size)
         i = j - block[1]
         block[6] += 1
         if block[5][i]:
