@@ -340,11 +340,12 @@ class Walk:
                 cpu[p] += load
                 if cpu[p] > cap[p] and not fixed[k]:
                     return None
-        self.pending.append([(devices[p], k, load) for k, load, p in zip(
-            order, loads.tolist(), found, strict=True) if 0 <= p < top])
-        for k, p in zip(order, found, strict=True):
-            if 0 <= p < top:
-                bits_on[devices[p]] |= bit[k]
+        cells = [(devices[p], k, load) for k, load, p in zip(
+            order, loads.tolist(), found, strict=True) if 0 <= p < top]
+        if cells:
+            self.pending.append(cells)
+        for node, k, _ in cells:
+            bits_on[node] |= bit[k]
         for p, d in enumerate(devices):
             self.cpu[d] = cpu[p]
         if later:
