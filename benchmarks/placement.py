@@ -9,10 +9,13 @@ publishing through the broker beside its cloud VM), median of the runs, wall and
 and edge-ward at 1,000 operators, to hold against 10 ms, with its floor and the host's load
 beside it (the figures move with the load, and on this 2-core host by a tenth or more between
 runs). Floors, measured in the same run: `floor_tables_ms`, the problem as
-arrays (workloads.placement.tables, where every policy starts); `floor_greedy_ms`, that plus
+arrays (workloads.placement.tables' Tables.of, where every policy starts; the arrays that only
+some policies read, such as the devices' flows, are made on first use and count in their
+times); `floor_greedy_ms`, that plus
 1,000 numpy argmins over 50 floats (the least a per-operator numpy greedy does);
 `floor_walk_ms`, that plus the least a path-by-path walk does (per flow's path and device on
-it, one Python iteration and one numpy look-up of the path's operators).
+it, one Python iteration and one look-up of the path's operators there: the bits of an int,
+as edge-ward's walk keeps them).
 
 Quality: on small seeded instances (chains on 4 gateways, an aggregation node and a cloud VM,
 through the broker beside the cloud VM)
@@ -69,13 +72,13 @@ def walk_floor(problem: Problem, runs: int) -> tuple[float, float]:
     one look-up of the path's operators per device (the walk's plans made beforehand)."""
     tables = Tables.of(problem)
     walk = Walk(tables)
-    paths = [(walk.plan(j)[1], walk.devices(tables.index[flow.at]))
+    paths = [(walk.plan(j)[4], walk.devices(tables.index[flow.at]))
              for j, op in enumerate(problem.operators) for flow in op.flows]
 
     def least() -> None:
-        for rows, devices in paths:
+        for reached, devices in paths:
             for device in devices:
-                walk.held[device].take(rows)
+                _ = walk.bits_on[device] & reached
 
     return timed(lambda: Tables.of(problem), runs)[0], timed(least, runs)[0]
 

@@ -54,17 +54,18 @@ from workloads.placement.tables import Tables
 
 
 class Walk:
-    """The state of the walk: each node's CPU load, which nodes hold each operator and each
-    operator's load on each node (reference-vCPU s/s; (N, J) arrays, so that a path's
-    operators are looked up and booked at once), and notes for the reasons.
+    """The state of the walk: each node's CPU load, which operators each node holds (the bits
+    of one int per node, `bits_on`: a path's operators are looked up a few int operations at
+    a time), each operator's load on each node (reference-vCPU s/s, an (N, J) array), and
+    notes for the reasons.
 
     A path is walked device by device as iFogSim writes it (`visit`), or, when `fast`, operator
-    by operator (`levels`), which is the same walk as long as no device overflows: each
-    operator goes to the first device at or above its writers' that holds it, or (none holding
-    it) the first candidate there with room, and an operator's room on a device depends only on
-    the operators before it there. `levels` keeps its books aside and gives up (None) where a
-    device holding an operator would overflow (a shift north): the device walk does that path.
-    The tests compare the two on random problems."""
+    by operator (`skim`, else `levels`), which is the same walk as long as no device
+    overflows: each operator goes to the first device at or above its writers' that holds it,
+    or (none holding it) the first candidate there with room, and an operator's room on a
+    device depends only on the operators before it there. `skim` and `levels` keep their books
+    aside and give up (None) where a device holding an operator would overflow (a shift
+    north): the device walk does that path. The tests compare the two on random problems."""
 
     fast = True
 
@@ -74,42 +75,58 @@ class Walk:
         self.cpu = [0.0] * len(t.names)
         self.cost = t.cost.tolist()
         self.sel = t.selectivity.tolist()
+        # each operator's one writer; -1: several, -2: none
+        self.writer = [ups[0] if len(ups) == 1 else -1 if ups else -2 for ups in t.upstream]
         self.fixed = [p is not None for p in t.pinned]
-        self.fixed_mask = np.array(self.fixed, dtype=bool)
-        shape = (len(t.names), len(t.cost))
-        self.held = np.zeros(shape, dtype=bool)         # node x operator: an instance there
-        self.load_on = np.zeros(shape)                  # node x operator: its load there
-        self.pending: list[tuple] = []                  # the fast walk's, not yet in load_on
+        self.fixed_mask = np.frombuffer(bytes(self.fixed), dtype=bool)
+        self.pending: list = []                         # books not yet in load_on (`settle`)
+        self.bit = [1 << k for k in range(len(t.cost))]
+        self.bits_on = [0] * len(t.names)               # bit k: an instance of operator k
         for k, pins in enumerate(t.pinned):
             if pins is not None:
-                self.held[pins, k] = True
+                for node in pins.tolist():
+                    self.bits_on[node] |= self.bit[k]
         self.notes: dict[int, str] = {}
         self.plans: dict[int, tuple] = {}
         self.paths: dict[int, list[int]] = {}
-        n = len(t.names)                    # each operator's candidates as bits of an int
-        self.bits = (t.candidates @ (1 << np.arange(n, dtype=np.int64))).tolist() if n < 63 \
-            else [sum(1 << e for e in np.flatnonzero(row).tolist()) for row in t.candidates]
+        self.tops: dict[tuple[int, int], tuple] = {}    # Walk.on_top's
+        self.bits = candidate_bits(t.candidates)
 
     @cached_property
     def candidate(self) -> list[list[bool]]:
         """Operator x node: a candidate (lists, read one at a time off the fast walk)."""
         return self.t.candidates.tolist()
 
+    @cached_property
+    def load_on(self) -> np.ndarray:
+        """(N, J) reference-vCPU s/s: operator k's load on node n (made when first booked:
+        only a shift north reads it)."""
+        return np.zeros((len(self.cap), len(self.cost)))
+
+    @property
+    def held(self) -> np.ndarray:
+        """(N, J) bool: node n holds an instance of operator k (`bits_on` as an array)."""
+        width = (len(self.cost) + 7) // 8
+        raw = np.frombuffer(b"".join(bits.to_bytes(width, "little") for bits in self.bits_on),
+                            dtype=np.uint8).reshape(len(self.bits_on), width)
+        return np.unpackbits(raw, axis=1, count=len(self.cost), bitorder="little").view(bool)
+
     # -- bookkeeping ------------------------------------------------------------------------
 
     def settle(self) -> None:
-        """The fast walk's books into `load_on`, in the order they were made (read only
-        by a shift, and before any other change to it)."""
-        for devices, where, rows, loads in self.pending:
-            booked = (where >= 0) & (where < len(devices))
-            self.load_on[devices[where[booked]], rows[booked]] += loads[booked]
+        """The fast walk's books into `load_on`, in the order they were made (read only by a
+        shift, and before any other change to it): (node, operators, loads) at a path's top,
+        a list of (node, operator, load) below it."""
+        for entry in self.pending:
+            nodes, ops, loads = zip(*entry, strict=True) if isinstance(entry, list) else entry
+            self.load_on[nodes, ops] += loads
         self.pending.clear()
 
     def add(self, k: int, node: int, load: float) -> None:
         if self.pending:
             self.settle()
         self.load_on[node, k] += load
-        self.held[node, k] = True
+        self.bits_on[node] |= self.bit[k]
         self.cpu[node] += load
 
     def take(self, k: int, node: int) -> float:
@@ -117,9 +134,12 @@ class Walk:
             self.settle()
         load = float(self.load_on[node, k])
         self.load_on[node, k] = 0.0
-        self.held[node, k] = False
+        self.bits_on[node] &= ~self.bit[k]
         self.cpu[node] -= load
         return load
+
+    def holds(self, node: int, k: int) -> bool:
+        return bool(self.bits_on[node] & self.bit[k])
 
     def devices(self, leaf: int) -> list[int]:
         path = self.paths.get(leaf)
@@ -131,29 +151,31 @@ class Walk:
                 node = self.t.parent[node]
         return path
 
-    def plan(self, j: int) -> tuple[list[int], np.ndarray, np.ndarray, list[int]]:
+    def plan(self, j: int) -> tuple:
         """A flow into j: the operators it reaches with a rate (j and every reader of them, in
-        pipeline order; as a list and an array), their CPU load per unit of the flow's rate
-        (the rate carried through the selectivities, x cost), and the positions of the pinned
-        ones."""
+        pipeline order; as a list, an array and the bits of an int), their CPU load per unit
+        of the flow's rate (the rate carried through the selectivities, x cost; for them, and
+        for every operator as an array and a list, 0 for the others), and the positions of the
+        pinned ones."""
         if j not in self.plans:
-            t, sel, upstream = self.t, self.sel, self.t.upstream
+            sel, upstream = self.sel, self.t.upstream
             factor = [0.0] * len(sel)
             factor[j] = 1.0
-            for k in range(j + 1, len(sel)):        # the writers come first
-                ups = upstream[k]
-                if len(ups) == 1:
-                    factor[k] = sel[ups[0]] * factor[ups[0]]
-                elif ups:
+            for k, u in enumerate(self.writer[j + 1:], j + 1):    # the writers come first
+                if u >= 0:
+                    factor[k] = sel[u] * factor[u]
+                elif u == -1:
                     f = 0.0
-                    for u in ups:
-                        f += sel[u] * factor[u]
+                    for w in upstream[k]:
+                        f += sel[w] * factor[w]
                     factor[k] = f
             factor = np.array(factor)
-            rows = np.flatnonzero(factor > 0)
-            order = rows.tolist()
-            self.plans[j] = (order, rows, factor[rows] * t.cost[rows],
-                             np.flatnonzero(self.fixed_mask[rows]).tolist())
+            reached = factor > 0
+            rows = np.flatnonzero(reached)
+            every = np.where(reached, factor * self.t.cost, 0.0)
+            self.plans[j] = (rows.tolist(), rows, every[rows],
+                             np.flatnonzero(self.fixed_mask[rows]).tolist(),
+                             members_bits(reached), every, every.tolist())
         return self.plans[j]
 
     # -- one path ---------------------------------------------------------------------------
@@ -162,103 +184,168 @@ class Walk:
         """One flow's path: the operators it reaches, from its node `at` up the parents."""
         if not rate > 0:
             return
-        order, rows, unit, pinned = self.plan(j)
-        loads = rate * unit
+        order, rows, unit, pinned = self.plan(j)[:4]
         devices = self.devices(at)
         placed: set[int] = set()
         for i in pinned:
             k = order[i]
-            if not self.held[devices, k].any():
+            if not any(self.holds(d, k) for d in devices):
                 pins = self.t.pinned[k]
                 nearest = int(pins[self.t.latency[at, pins].argmin()])
-                self.add(k, nearest, float(loads[i]))
+                self.add(k, nearest, float(rate * unit[i]))
                 placed.add(k)
         if self.fast:
-            holder = np.full(len(order), -1)         # the lowest device of the path holding it
-            for p in range(len(devices) - 1, -1, -1):
-                holder = np.where(self.held[devices[p]].take(rows), p, holder)
-            done = self.levels(at, devices, (order, rows, loads), holder, placed, True)
+            done = self.skim(j, devices, rate, placed)
             if done is False:
-                done = self.levels(at, devices, (order, rows, loads), holder, placed, False)
+                done = self.levels(at, devices, (order, rows, rate * unit), placed)
             if done:
                 return
-        load = dict(zip(order, loads.tolist(), strict=True))
+        load = dict(zip(order, (rate * unit).tolist(), strict=True))
         for device in devices:
             self.visit(device, devices, order, load, placed)
         self.finish(at, devices, order, load, placed)
 
-    def levels(self, at: int, devices: list[int], plan: tuple, holder: np.ndarray,
-               placed: set[int], skim: bool) -> bool | None:
-        """The path walked operator by operator (see the class's docstring), booked at once:
-        True when done (what it leaves goes to `finish`, as in the device walk), None where a
-        device holding an operator would overflow (nothing booked: the device walk does it).
-        `skim`: only the operators not held at the top of the path go through the loop, those
-        held there taken as placed there, and the top's room checked once at the end; False
-        (nothing booked) where that does not hold, and the full loop does it."""
-        order, rows, loads = plan
-        top = len(devices)
-        last = top - 1
+    def skim(self, j: int, devices: list[int], rate: float, placed: set[int]) -> bool | None:
+        """The path walked operator by operator (see the class's docstring), only the
+        operators not held at its top (and at no device below) going through the loop: those
+        are taken as placed there, and the top's room is checked once at the end, in the
+        operators' order. True when done, None where a device holding an operator would
+        overflow, False (nothing booked either way) where an operator reaches no device or
+        the top has no room: `levels` then walks every operator."""
+        bits_on, bit = self.bits_on, self.bit
+        top, last = len(devices), len(devices) - 1
+        below = 0
+        for d in devices[:last]:
+            below |= bits_on[d]
+        reached, unit = self.plan(j)[4], self.plan(j)[6]
+        on_top = reached & bits_on[devices[last]] & ~below
         cpu = [self.cpu[d] for d in devices]
         cap = [self.cap[d] + ROOM for d in devices]
-        fixed, upstream = self.fixed, self.t.upstream
-        where = np.where(holder == last, last, -1) if skim else np.full(len(order), -1)
-        level = np.zeros(len(self.cost), dtype=int)
-        level[rows] = where
-        level = level.tolist()                      # by operator: 0 for those not on the path
-        todo = np.flatnonzero(where < 0) if skim else range(len(order))
-        found: list[int] = []                       # the device (position) of each in `todo`
+        level: dict[int, int] = {}                  # the loop's; the others' last or 0
+        cells: list[tuple[int, int, float]] = []    # (node, operator, load) booked below the top
+        fresh: list[int] = []                       # the operators the loop put on the top
+        upstream, fixed, candidates = self.t.upstream, self.fixed, self.bits
+        for k in members(reached & ~on_top, len(bit)):
+            start = 0
+            for u in upstream[k]:
+                p = level.get(u)
+                if p is None:
+                    p = last if on_top & bit[u] else 0
+                if p > start:
+                    start = p
+            if placed and k in placed:
+                p = -1
+            elif below & bit[k]:                    # held below: the lowest there, or none
+                p = next(p for p in range(last) if bits_on[devices[p]] & bit[k])
+                p = p if p >= start else top
+            elif start == last:
+                p = last if candidates[k] >> devices[last] & 1 else top
+            else:
+                ok, p, load = candidates[k], start, rate * unit[k]
+                while p < top and not (ok >> devices[p] & 1 and (
+                        p == last or cpu[p] + load <= cap[p])):
+                    p += 1
+            if p == top:
+                return False
+            level[k] = p if p > 0 else 0
+            if p == last:
+                fresh.append(k)
+            elif p >= 0:
+                load = rate * unit[k]
+                cells.append((devices[p], k, load))
+                cpu[p] += load
+                if cpu[p] > cap[p] and not fixed[k]:
+                    return None
+        return self.book_top(j, devices, (on_top, fresh, rate), cells, cpu)
+
+    def book_top(self, j: int, devices: list[int], top: tuple,
+                 cells: list[tuple[int, int, float]], cpu: list[float]) -> bool:
+        """Book what `skim` found, unless the top has no room for it (False): each
+        operator's load on its device (`pending` until a shift reads them), the instances
+        new below the top (`cells`) and on it (`fresh`), and the devices' CPU (the top's
+        summed here, in the operators' order, after the top's load before)."""
+        on_top, fresh, rate = top
+        node, bit = devices[-1], self.bit
+        if len(fresh) > 32:
+            mask = np.zeros(len(bit), dtype=bool)
+            mask[fresh] = True
+            on_top |= members_bits(mask)
+        else:
+            for k in fresh:
+                on_top |= bit[k]
+        ops, unit = self.on_top(j, node, on_top)
+        loads = rate * unit
+        total = cpu[-1]
+        if len(ops):
+            first = float(loads[0])
+            loads[0] = first + total
+            total = float(loads.cumsum()[-1])
+            loads[0] = first
+        if total > self.cap[node] + ROOM:
+            return False
+        cpu[-1] = total
+        self.pending.append((node, ops, loads))
+        self.bits_on[node] |= on_top
+        if cells:
+            self.pending.append(cells)
+            for n, k, _ in cells:
+                self.bits_on[n] |= bit[k]
+        for p, d in enumerate(devices):
+            self.cpu[d] = cpu[p]
+        return True
+
+    def on_top(self, j: int, node: int, bits: int) -> tuple[np.ndarray, np.ndarray]:
+        """The operators of `bits` (those of j's plan on the top `node` of a path) as an array,
+        and their loads per unit of the flow's rate; the last such answer for (j, node) kept,
+        as the next of j's flows under `node` mostly asks it again."""
+        known = self.tops.get((j, node))
+        if known is None or known[0] != bits:
+            ops = members_array(bits, len(self.cost))
+            known = self.tops[j, node] = (bits, ops, self.plan(j)[5][ops])
+        return known[1], known[2]
+
+    def levels(self, at: int, devices: list[int], plan: tuple, placed: set[int]) -> bool | None:
+        """The path walked operator by operator (see the class's docstring), every one of
+        them, booked at once: True when done (what it leaves, the operators no device takes,
+        goes to `finish`, as in the device walk), None where a device holding an operator
+        would overflow (nothing booked: the device walk does it)."""
+        order, rows, loads = plan
+        top = len(devices)
+        cpu = [self.cpu[d] for d in devices]
+        cap = [self.cap[d] + ROOM for d in devices]
+        fixed, upstream, bits_on, bit = self.fixed, self.t.upstream, self.bits_on, self.bit
+        level = [0] * len(self.cost)                # by operator: 0 for those not on the path
+        found: list[int] = []                       # the device (position) of each
         later: list[int] = []
-        cells: list[int] = []                       # (node, operator) cells newly held
-        width = len(self.cost)
         bits = self.bits                            # bit e: a candidate on node e
-        for k, load, h in zip(rows[todo].tolist(), loads[todo].tolist(), holder[todo].tolist(),
-                              strict=True):
+        for k, load in zip(order, loads.tolist(), strict=True):
             start = 0
             for u in upstream[k]:
                 if level[u] > start:
                     start = level[u]
+            h = next((p for p, d in enumerate(devices) if bits_on[d] & bit[k]), -1)
             if placed and k in placed:
                 p = -1
             elif h >= 0:
                 p = h if h >= start else top
             else:
                 ok, p = bits[k], start
-                while p < top and not (ok >> devices[p] & 1 and (
-                        skim and p == last or cpu[p] + load <= cap[p])):
+                while p < top and not (ok >> devices[p] & 1 and cpu[p] + load <= cap[p]):
                     p += 1
             level[k] = p if p > 0 else 0
             found.append(p)
             if p == top:
-                if skim:
-                    return False
                 later.append(k)
             elif p >= 0:
-                cells.append(devices[p] * width + k)
-                if not (skim and p == last):
-                    cpu[p] += load
-                    if cpu[p] > cap[p] and not fixed[k]:
-                        return None
-        where[todo] = found
-        return self.book(at, devices, plan, (where, cells), later, cpu, skim, placed)
-
-    def book(self, at: int, devices: list[int], plan: tuple, found: tuple,
-             later: list[int], cpu: list[float], skim: bool, placed: set[int]) -> bool:
-        """Book what `levels` found (`where`: each operator's device, as a position on the
-        path, -1 and len(devices) for none; `cells`: the (node, operator) cells it adds):
-        each one's load on its device (`pending` until a shift reads them), the devices'
-        CPU (`cpu`; after a skim the top's is summed here, in the operators' order), then
-        `finish`. False (nothing booked) when the top has no room for what the skim put
-        there."""
-        order, rows, loads = plan
-        where, cells = found
-        top = len(devices)
-        if skim:
-            total = np.cumsum(np.concatenate(([cpu[-1]], loads[where == top - 1])))
-            if total[-1] > self.cap[devices[-1]] + ROOM:
-                return False
-            cpu[-1] = float(total[-1])
-        self.pending.append((np.asarray(devices), where, rows, loads))
-        self.held.reshape(-1)[cells] = True             # a view: (node, operator) cells
+                cpu[p] += load
+                if cpu[p] > cap[p] and not fixed[k]:
+                    return None
+        cells = [(devices[p], k, load) for k, load, p in zip(
+            order, loads.tolist(), found, strict=True) if 0 <= p < top]
+        if cells:
+            self.pending.append(cells)
+        for node, k, _ in cells:
+            bits_on[node] |= bit[k]
         for p, d in enumerate(devices):
             self.cpu[d] = cpu[p]
         if later:
@@ -281,7 +368,7 @@ class Walk:
             i += 1
             if not self.ready(k, loads, placed):
                 continue
-            holder = next((e for e in devices if self.held[e, k]), -1)
+            holder = next((e for e in devices if self.holds(e, k)), -1)
             load = loads[k]
             if holder < 0:
                 if self.candidate[k][d] and self.cpu[d] + load <= self.cap[d] + ROOM:
@@ -306,7 +393,7 @@ class Walk:
                 if not self.ready(k, loads, placed):
                     continue
                 load = loads[k]
-                held = [e for e in devices if self.held[e, k]]
+                held = [e for e in devices if self.holds(e, k)]
                 on_path = [e for e in devices if self.candidate[k][e]]
                 if held:        # ready only above its holder: the holder takes it
                     self.add(k, held[0], load)
@@ -347,7 +434,7 @@ class Walk:
         found, seen = list(start), set(start)
         for m in found:
             for k in self.t.downstream[m]:
-                if k not in seen and self.held[node, k] and not self.fixed[k]:
+                if k not in seen and self.holds(node, k) and not self.fixed[k]:
                     found.append(k)
                     seen.add(k)
         return found
@@ -396,17 +483,52 @@ class Walk:
 
     def decision(self) -> Decision:
         t = self.t
-        ops, nodes = np.nonzero(self.held.T)            # by operator, nodes in order
+        ops, nodes = np.divmod(np.flatnonzero(self.held.T), len(t.names))  # by operator
         names = np.array(t.names, dtype=object)[nodes].tolist()
         ends = np.cumsum(np.bincount(ops, minlength=len(self.cost))).tolist()
-        reasons, fixed, notes = {}, self.fixed, self.notes
-        placed, start = {}, 0
-        for k, (op, end) in enumerate(zip(t.problem.operators, ends, strict=True)):
-            placed[op.name] = tuple(names[start:end])
-            start = end
-            reasons[op.name] = PINNED if fixed[k] else notes.get(
-                k, "the lowest node with room on each flow's path north")
-        return Decision(placed, reasons)
+        starts = [0, *ends[:-1]]
+        keys = [op.name for op in t.problem.operators]
+        notes, usual = self.notes, "the lowest node with room on each flow's path north"
+        return Decision(
+            dict(zip(keys, [tuple(names[a:b]) for a, b in zip(starts, ends, strict=True)],
+                     strict=True)),
+            dict(zip(keys, [PINNED if fixed else notes.get(k, usual)
+                            for k, fixed in enumerate(self.fixed)], strict=True)))
+
+
+def members_bits(mask: np.ndarray) -> int:
+    """The int whose bit k is mask[k] (a bool row)."""
+    return int.from_bytes(np.packbits(mask, bitorder="little").tobytes(), "little")
+
+
+def members_array(bits: int, width: int) -> np.ndarray:
+    """The positions of the set bits of `bits` (below `width`), in order, as an array."""
+    raw = np.frombuffer(bits.to_bytes((width + 7) // 8, "little"), dtype=np.uint8)
+    return np.flatnonzero(np.unpackbits(raw, bitorder="little"))
+
+
+def members(bits: int, width: int) -> list[int]:
+    """The positions of the set bits of `bits`, in order: one at a time when they are few,
+    else through members_array."""
+    if bits.bit_count() > 32:
+        return members_array(bits, width).tolist()
+    found = []
+    while bits:
+        low = bits & -bits
+        found.append(low.bit_length() - 1)
+        bits ^= low
+    return found
+
+
+def candidate_bits(candidates: np.ndarray) -> list[int]:
+    """Each operator's candidates as the bits of an int (bit e: node e), from the mask's rows
+    packed 8 nodes a byte, little-endian."""
+    packed = np.packbits(candidates, axis=1, bitorder="little")
+    if packed.shape[1] <= 8:
+        words = np.zeros((len(packed), 8), dtype=np.uint8)
+        words[:, :packed.shape[1]] = packed
+        return words.view("<u8")[:, 0].tolist()
+    return [int.from_bytes(row.tobytes(), "little") for row in packed]
 
 
 @register("edge-ward")

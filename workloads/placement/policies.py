@@ -147,6 +147,60 @@ class RoundRobin(Policy):
         return ledger.decision()
 
 
+class Blocks:
+    """A greedy's scores and choices a block of operators at a time, for the operators with
+    no writer or one writer on a single node x (key -1: no writer): the next few operators'
+    rows of `fast` plus their writer's output weight x `matrix[x]`, as if their writer ran on
+    x, with each row's argmin, computed at once; an operator whose writer is on x reads its
+    row (the same floats as the one row `Greedy.place` adds up otherwise). `Greedy.sure` says
+    where the argmin is `choose`'s pick; elsewhere `choose` is asked with the row. A node's
+    first operator changes `fast` (`Greedy.first_use`): the blocks are dropped then.
+
+    A block costs about what three rows do, so a key gets one only after `often` operators in
+    a row had it (a chain staying on a node): `often` rows, then twice as many as its last
+    (up to `most`); until then one row at a time."""
+
+    often, most = 4, 128
+
+    def __init__(self, policy: Greedy, t: Tables, fast: np.ndarray, matrix: np.ndarray,
+                 weight: list):
+        self.policy, self.t, self.fast, self.matrix = policy, t, fast, matrix
+        self.weight = np.array([weight[ups[0]] if len(ups) == 1 else 0.0
+                                for ups in t.upstream])
+        self.blocks: dict[int, list] = {}   # key -> [end, start, rows, argmins, least, sure, read]
+        self.key, self.run = -2, 0          # the last key asked, and how many times in a row
+
+    def clear(self) -> None:
+        self.blocks.clear()
+
+    def pick(self, ledger: Ledger, j: int, x: int) -> tuple[int, float]:
+        """Operator j's (node, score) with its writers on x (-1: it has none)."""
+        self.run = self.run + 1 if x == self.key else 1
+        self.key = x
+        block = self.blocks.get(x)
+        if block is None or j >= block[0]:
+            if self.run < self.often:
+                row = self.fast[j] if x < 0 else self.fast[j] + self.weight[j] * self.matrix[x]
+                return self.policy.choose(self.t, ledger, j, row)
+            size = self.often if block is None else min(self.most, 2 * (block[0] - block[1]))
+            block = self.blocks[x] = self.block(j, x, size)
+        i = j - block[1]
+        block[6] += 1
+        if block[5][i]:
+            return block[3][i], block[4][i]
+        return self.policy.choose(self.t, ledger, j, block[2][i])
+
+    def block(self, j: int, x: int, size: int) -> list:
+        end = min(j + size, len(self.fast))
+        rows = self.fast[j:end]
+        if x >= 0:
+            rows = rows + self.weight[j:end, None] * self.matrix[x]
+        nodes = rows.argmin(axis=1)
+        least = rows[np.arange(end - j), nodes]
+        return [end, j, rows, nodes.tolist(), least.tolist(),
+                self.policy.sure(rows, least).tolist(), 0]
+
+
 class Greedy(Policy):
     """Operators in pipeline order, each on the candidate with room that adds the least
     `what` given where its writers are: the static part of each node's score (`static`) plus,
@@ -155,8 +209,9 @@ class Greedy(Policy):
     Subclasses give the three; ties by the nodes' order.
 
     The scores of every operator's devices' flows and static part come first, as one (J, N)
-    array; per operator only its writers' part is added (one row each) before the argmin, and
-    the room is looked at on the node chosen (all nodes only when that one is full)."""
+    array; then only the writers' part is added before the argmin, a block of operators at a
+    time for those whose one writer is on one node (Blocks), one row each for the others; the
+    room is looked at on the node chosen (all nodes only when that one is full)."""
 
     what = ""
     kind = "mass"
@@ -177,10 +232,10 @@ class Greedy(Policy):
     def scores(self, t: Tables, matrix: np.ndarray, kind: str) -> tuple[np.ndarray, list]:
         """(J, N) each operator's score from its devices' flows, and per operator the weight
         of its output (per unit of `kind`) at its node."""
-        entering = t.ext_mass if kind == "mass" else t.ext_bytes
-        rows = np.flatnonzero(entering.any(axis=1))     # most operators read no device
-        pre = np.zeros(entering.shape)
-        pre[rows] = entering[rows] @ matrix
+        entering = t.fed_mass if kind == "mass" else t.fed_bytes    # most read no device
+        some = entering.any(axis=1)
+        pre = np.zeros((len(t.cost), len(t.names)))
+        pre[t.fed[some]] = entering[some] @ matrix
         if kind == "mass":
             return pre, (t.mass * t.fan).tolist()
         return pre, (t.rate * t.out_bytes).tolist()
@@ -193,6 +248,7 @@ class Greedy(Policy):
         pre, weight = self.scores(t, matrix, self.kind)
         pre = pre + self.static(t)
         fast = self.base(ledger, np.where(self.allowed(t), pre, np.inf))
+        blocks = Blocks(self, t, fast, matrix, weight)
         free, demand, single = ledger.free, ledger.demand, ledger.single
         pinned, choose, put, names = t.pinned, self.choose, ledger.put, t.names
         fresh, said = self.fresh, f"least added {self.what} on "
@@ -202,21 +258,31 @@ class Greedy(Policy):
                 for node in pinned[j].tolist():
                     if node in fresh:
                         self.first_use(node)
+                        blocks.clear()
                 free = ledger.free
                 continue
-            score = fast[j]
-            for u in ups:
-                x = single[u]
-                score = score + (weight[u] * matrix[x] if x >= 0
-                                 else self.spread(t, ledger, u) @ matrix)
-            node, value = choose(t, ledger, j, score)
+            if not ups or len(ups) == 1 and single[ups[0]] >= 0:
+                node, value = blocks.pick(ledger, j, single[ups[0]] if ups else -1)
+            else:
+                score = fast[j]
+                for u in ups:
+                    x = single[u]
+                    score = score + (weight[u] * matrix[x] if x >= 0
+                                     else self.spread(t, ledger, u) @ matrix)
+                node, value = choose(t, ledger, j, score)
             if node < 0 or free[node] < demand[j] - ROOM:
                 node, value = self.fallback(t, ledger, j, pre[j] + self.writers(
                     t, ledger, j, matrix, weight))
             put(j, node, f"{said}{names[node]}: {value:.4g}")
             if node in fresh:
                 self.first_use(node)
+                blocks.clear()
         return ledger.decision()
+
+    def sure(self, scores: np.ndarray, least: np.ndarray) -> np.ndarray:
+        """(B,) bool: where `scores`' row argmin, of score `least`, is what `choose` picks
+        (Blocks asks `choose` itself for the others)."""
+        return least < np.inf
 
     def base(self, ledger: Ledger, fast: np.ndarray) -> np.ndarray:
         """The (J, N) scores the loop starts each operator from (`fast`: the static part and
@@ -324,6 +390,11 @@ class EnergyAware(Greedy):
 
     def fallback(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
         return super().fallback(t, ledger, j, score + ledger.idle_left)
+
+    def sure(self, scores: np.ndarray, least: np.ndarray) -> np.ndarray:
+        """Where the least score is finite and no other is within `choose`'s tie of it."""
+        near = scores <= (least + 1e-12 * np.maximum(1.0, np.abs(least)))[:, None]
+        return (least < np.inf) & (near.sum(axis=1) == 1)
 
     def choose(self, t: Tables, ledger: Ledger, j: int, score: np.ndarray):
         """The node of least score (the idle watts in it, see `base`), ties by the latency

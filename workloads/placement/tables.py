@@ -4,7 +4,10 @@
 and power, the latency and energy matrices, each operator's candidates as a mask and its
 readers and writers as indices, the external flows as per-node rates, and the totals that do
 not depend on where anything runs (an operator's input rate, its input bytes, its share of the
-latency weight). Node i is column i, operator j row j, as in the problem.
+latency weight). Node i is column i, operator j row j, as in the problem. What not every
+policy reads (the matrices, the device flows and what they carry through the operators) is
+computed on first use, once (edge-ward reads none of it; the greedy policies one kind of flow
+each).
 
 Units: rates in messages/s, sizes in bytes, latency in s, `joules_per_byte` in J/B (8 x the
 problem's joules per bit), speed relative to a reference vCPU, capacity and demand in
@@ -24,6 +27,8 @@ transfer and every instance of mass x seconds (workloads.placement.evaluate).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
 
 import numpy as np
 
@@ -36,18 +41,13 @@ NO_ROUTE = 1e6
 
 @dataclass(frozen=True, eq=False)
 class Tables:
-    """The problem's numbers as arrays (N nodes, J operators); see the module's docstring."""
+    """The problem's numbers as arrays (N nodes, J operators); see the module's docstring.
+    The fields are made by `of`; the properties below them on first use (cached)."""
 
     problem: Problem
     names: tuple[str, ...]                  # node names, in the problem's order
     index: dict[str, int]                   # node name -> column
-    latency: np.ndarray                     # (N, N) s, inf: no route
-    reach: np.ndarray                       # (N, N) latency with NO_ROUTE for inf
-    joules_per_byte: np.ndarray             # (N, N) J/B
     broker: np.ndarray                      # (N,) each node's broker, -1: none
-    route: np.ndarray                       # (N, N) s from a to an instance on k (see above)
-    route_reach: np.ndarray                 # (N, N) route with NO_ROUTE for inf
-    route_joules: np.ndarray                # (N, N) J/B from a to an instance on k
     speed: np.ndarray                       # (N,)
     capacity: np.ndarray                    # (N,) reference-vCPU s/s
     idle: np.ndarray                        # (N,) W
@@ -63,14 +63,155 @@ class Tables:
     downstream: tuple[tuple[int, ...], ...]  # operators reading each
     candidates: np.ndarray                  # (J, N) bool
     pinned: tuple[np.ndarray | None, ...]   # node indices of an operator's pins
-    ext_rate: np.ndarray                    # (J, N) messages/s entering from devices
-    ext_bytes: np.ndarray                   # (J, N) bytes/s entering from devices
-    ext_mass: np.ndarray                    # (J, N) latency weight entering
-    rate: np.ndarray                        # (J,) messages/s in, wherever it runs
-    in_bytes: np.ndarray                    # (J,) bytes/s in
-    mass: np.ndarray                        # (J,) latency weight through it
     fan: np.ndarray                         # (J,) share of its mass each reader gets
-    entry_rate: float                       # messages/s entering the pipeline
+
+    @classmethod
+    def of(cls, problem: Problem) -> Tables:
+        names = tuple(node.name for node in problem.nodes)
+        index = {name: i for i, name in enumerate(names)}
+        return cls(problem=problem, names=names, index=index, **_node_arrays(problem, index),
+                   **_operator_arrays(problem, index))
+
+    # -- the paths (N, N) ---------------------------------------------------------------------
+
+    @cached_property
+    def latency(self) -> np.ndarray:
+        """(N, N) s, inf: no route."""
+        return _matrix(self.problem.latency, len(self.names), 0.0)
+
+    @cached_property
+    def reach(self) -> np.ndarray:
+        """(N, N) latency with NO_ROUTE for inf."""
+        return np.where(np.isinf(self.latency), NO_ROUTE, self.latency)
+
+    @cached_property
+    def joules_per_byte(self) -> np.ndarray:
+        """(N, N) J/B."""
+        return 8.0 * _matrix(self.problem.joules_per_bit, len(self.names), 0.0)
+
+    @cached_property
+    def route(self) -> np.ndarray:
+        """(N, N) s from a to an instance on k (see the module's docstring)."""
+        return via_broker(self.latency, self.broker)
+
+    @cached_property
+    def route_reach(self) -> np.ndarray:
+        """(N, N) route with NO_ROUTE for inf."""
+        return np.where(np.isinf(self.route), NO_ROUTE, self.route)
+
+    @cached_property
+    def route_joules(self) -> np.ndarray:
+        """(N, N) J/B from a to an instance on k."""
+        return via_broker(self.joules_per_byte, self.broker)
+
+    # -- the devices' flows -------------------------------------------------------------------
+
+    @cached_property
+    def fed(self) -> np.ndarray:
+        """(F,) the operators reading devices' flows (most operators read none), in order;
+        `fed_rate`, `fed_bytes` and `fed_mass` are their rows of ext_rate, ext_bytes and
+        ext_mass."""
+        return self._fed[0]
+
+    @cached_property
+    def fed_rate(self) -> np.ndarray:
+        """(F, N) messages/s entering each fed operator from devices, per node."""
+        return self._fed[1]
+
+    @cached_property
+    def fed_bytes(self) -> np.ndarray:
+        """(F, N) bytes/s entering each fed operator from devices, per node."""
+        return self._fed[2]
+
+    @cached_property
+    def _fed(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        ops, index = self.problem.operators, self.index
+        fed = [j for j, op in enumerate(ops) if op.flows]
+        rate, size = np.zeros((len(fed), len(index))), np.zeros((len(fed), len(index)))
+        for i, j in enumerate(fed):
+            for flow in ops[j].flows:
+                rate[i, index[flow.at]] += flow.rate
+                size[i, index[flow.at]] += flow.rate * flow.size
+        return np.array(fed, dtype=int), rate, size
+
+    @cached_property
+    def ext_rate(self) -> np.ndarray:
+        """(J, N) messages/s entering from devices."""
+        return self._spread(self.fed_rate)
+
+    @cached_property
+    def ext_bytes(self) -> np.ndarray:
+        """(J, N) bytes/s entering from devices."""
+        return self._spread(self.fed_bytes)
+
+    @cached_property
+    def entry_rate(self) -> float:
+        """Messages/s entering the pipeline."""
+        return float(self.ext_rate.sum())
+
+    @cached_property
+    def fed_mass(self) -> np.ndarray:
+        """(F, N) latency weight entering each fed operator, per node."""
+        entry = self.entry_rate
+        return self.fed_rate / entry if entry > 0 else np.zeros(self.fed_rate.shape)
+
+    @cached_property
+    def ext_mass(self) -> np.ndarray:
+        """(J, N) latency weight entering."""
+        return self._spread(self.fed_mass)
+
+    def _spread(self, rows: np.ndarray) -> np.ndarray:
+        """(J, N): `rows` on the fed operators' rows, 0 elsewhere."""
+        spread = np.zeros((len(self.cost), len(self.names)))
+        spread[self.fed] = rows
+        return spread
+
+    # -- what the flows carry through the operators (J,) -------------------------------------
+
+    @cached_property
+    def rate(self) -> np.ndarray:
+        """(J,) messages/s in, wherever it runs."""
+        return self._carried[0]
+
+    @cached_property
+    def in_bytes(self) -> np.ndarray:
+        """(J,) bytes/s in."""
+        return self._carried[1]
+
+    @cached_property
+    def _carried(self) -> tuple[np.ndarray, np.ndarray]:
+        """Rate and bytes in pipeline order: each operator's input is its flows plus its
+        writers' output."""
+        n = len(self.cost)
+        rate, in_bytes = np.zeros(n), np.zeros(n)
+        rate[self.fed], in_bytes[self.fed] = self.fed_rate.sum(axis=1), self.fed_bytes.sum(
+            axis=1)
+        rate, in_bytes = rate.tolist(), in_bytes.tolist()
+        sel = self.selectivity.tolist()
+        sel_size = (self.selectivity * self.out_size).tolist()
+        for j, ups in enumerate(self.upstream):
+            if ups:
+                r, b = rate[j], in_bytes[j]
+                for u in ups:
+                    ru = rate[u]
+                    r += sel[u] * ru
+                    b += sel_size[u] * ru
+                rate[j], in_bytes[j] = r, b
+        return np.array(rate), np.array(in_bytes)
+
+    @cached_property
+    def mass(self) -> np.ndarray:
+        """(J,) latency weight through it (its flows' plus its share of its writers')."""
+        mass = np.zeros(len(self.cost))
+        mass[self.fed] = self.fed_mass.sum(axis=1)
+        mass, share = mass.tolist(), self.fan.tolist()
+        for j, ups in enumerate(self.upstream):
+            if ups:
+                m = mass[j]
+                for u in ups:
+                    m += mass[u] * share[u]
+                mass[j] = m
+        return np.array(mass)
 
     @property
     def demand(self) -> np.ndarray:
@@ -82,22 +223,11 @@ class Tables:
         """(J,) bytes each operator writes per input message (selectivity x out_size)."""
         return self.selectivity * self.out_size
 
-    @classmethod
-    def of(cls, problem: Problem) -> Tables:
-        names = tuple(node.name for node in problem.nodes)
-        index = {name: i for i, name in enumerate(names)}
-        node_arrays = _node_arrays(problem, index)
-        op_arrays = _operator_arrays(problem, index)
-        flows = _flow_arrays(problem, index, op_arrays["upstream"], op_arrays["selectivity"],
-                             op_arrays["out_size"], op_arrays["fan"])
-        return cls(problem=problem, names=names, index=index, **node_arrays, **op_arrays,
-                   **flows)
-
 
 def _matrix(rows, n: int, default: float) -> np.ndarray:
     if not rows:
         return np.full((n, n), default)
-    return np.array(rows, dtype=float).reshape(n, n)
+    return np.fromiter(chain.from_iterable(rows), dtype=float, count=n * n).reshape(n, n)
 
 
 def via_broker(matrix: np.ndarray, broker: np.ndarray) -> np.ndarray:
@@ -118,7 +248,6 @@ def via_broker(matrix: np.ndarray, broker: np.ndarray) -> np.ndarray:
 def _node_arrays(problem: Problem, index: dict[str, int]) -> dict:
     nodes = problem.nodes
     n = len(nodes)
-    latency = _matrix(problem.latency, n, 0.0)
     parent = tuple(index.get(node.parent, -1) if node.parent else -1 for node in nodes)
     depth = np.zeros(n, dtype=int)
     for i in range(n):
@@ -127,15 +256,9 @@ def _node_arrays(problem: Problem, index: dict[str, int]) -> dict:
             seen.add(k)
             depth[i] += 1
             k = parent[k]
-    joules = 8.0 * _matrix(problem.joules_per_bit, n, 0.0)
-    broker = np.array([index[node.broker] if node.broker is not None else -1
-                       for node in nodes], dtype=int)
-    route = via_broker(latency, broker)
     return dict(
-        latency=latency, reach=np.where(np.isinf(latency), NO_ROUTE, latency),
-        joules_per_byte=joules, broker=broker, route=route,
-        route_reach=np.where(np.isinf(route), NO_ROUTE, route),
-        route_joules=via_broker(joules, broker),
+        broker=np.array([index[node.broker] if node.broker is not None else -1
+                         for node in nodes], dtype=int),
         speed=np.array([node.speed for node in nodes], dtype=float),
         capacity=np.array([node.capacity for node in nodes], dtype=float),
         idle=np.array([node.power_idle for node in nodes], dtype=float),
@@ -143,8 +266,6 @@ def _node_arrays(problem: Problem, index: dict[str, int]) -> dict:
         battery=np.array([node.battery is not None for node in nodes], dtype=bool),
         cloud=np.array([node.kind == "cloud_vm" for node in nodes], dtype=bool),
         parent=parent, depth=depth)
-
-
 def _operator_arrays(problem: Problem, index: dict[str, int]) -> dict:
     ops = problem.operators
     position = {op.name: j for j, op in enumerate(ops)}
@@ -184,37 +305,3 @@ def _operator_arrays(problem: Problem, index: dict[str, int]) -> dict:
         pinned=pinned, fan=np.array([1.0 / len(r) if r else 0.0 for r in readers]))
 
 
-def _flow_arrays(problem: Problem, index: dict[str, int], upstream, selectivity, out_size,
-                 fan) -> dict:
-    """The devices' flows per node, and the totals through each operator (in pipeline order,
-    each operator's input is its flows plus its writers' output)."""
-    ops = problem.operators
-    shape = (len(ops), len(index))
-    ext_rate, ext_bytes = np.zeros(shape), np.zeros(shape)
-    fed = [j for j, op in enumerate(ops) if op.flows]   # most operators read no device
-    for j in fed:
-        for flow in ops[j].flows:
-            ext_rate[j, index[flow.at]] += flow.rate
-            ext_bytes[j, index[flow.at]] += flow.rate * flow.size
-    entry = float(ext_rate.sum())
-    ext_mass = np.zeros(shape)
-    if entry > 0:
-        ext_mass[fed] = ext_rate[fed] / entry
-    rate, in_bytes, mass = np.zeros(len(ops)), np.zeros(len(ops)), np.zeros(len(ops))
-    rate[fed], in_bytes[fed] = ext_rate[fed].sum(axis=1), ext_bytes[fed].sum(axis=1)
-    mass[fed] = ext_mass[fed].sum(axis=1)
-    rate, in_bytes, mass = rate.tolist(), in_bytes.tolist(), mass.tolist()
-    sel, share = selectivity.tolist(), fan.tolist()
-    sel_size = (selectivity * out_size).tolist()
-    for j, ups in enumerate(upstream):
-        if ups:
-            r, b, m = rate[j], in_bytes[j], mass[j]
-            for u in ups:
-                ru = rate[u]
-                r += sel[u] * ru
-                b += sel_size[u] * ru
-                m += mass[u] * share[u]
-            rate[j], in_bytes[j], mass[j] = r, b, m
-    return dict(ext_rate=ext_rate, ext_bytes=ext_bytes, ext_mass=ext_mass,
-                rate=np.array(rate), in_bytes=np.array(in_bytes), mass=np.array(mass),
-                entry_rate=entry)
