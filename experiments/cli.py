@@ -345,9 +345,9 @@ def results_show(run_folder: Annotated[Path, typer.Argument(
     from experiments.results import find_run
 
     if (run_folder / POINTS_FILE).is_file():  # a sweep's folder: its points again
-        folders, indices = sweep_members(run_folder)
+        folders, indices, values = sweep_members(run_folder)
         say(f"sweep {run_folder.name.removesuffix('-sweep')}: {len(folders)} runs")
-        points_table(folders, indices)
+        points_table(folders, indices, values)
         return
     if not run_folder.is_dir() and root != Path("results"):  # an id, under a --root given
         folder_to_read("--root", root)

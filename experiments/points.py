@@ -90,25 +90,29 @@ def _number(value) -> float:
     return math.nan if value is None else float(value)
 
 
-def frame(runs: list[Run], indices: list[int] | None = None) -> pd.DataFrame:
+def frame(runs: list[Run], indices: list[int] | None = None,
+          values: list[dict] | None = None) -> pd.DataFrame:
     """One row per point of the runs' sweep, in point order: the swept keys (typed), `runs`
     (the repetitions in the figures), `broken` (those left out), and per measure its mean,
     `<measure>_low` and `<measure>_high` (NaN bounds for a single repetition) and
     `<measure>_runs` (the runs with a figure); `migrations` and `migrations_done`. Downtime's
-    columns only where a run migrated, in flight's where the summaries count it."""
+    columns only where a run migrated, in flight's where the summaries count it. `indices`
+    and `values`: each run's point and its swept values in this sweep (a resumed sweep's runs
+    made by an earlier sweep have that sweep's in their manifests), else its manifest's."""
     groups: dict[int, list[Run]] = {}
-    # Each run's point: as given (a resumed sweep's runs made by an earlier sweep have that
-    # sweep's point index in their manifests), else its manifest's.
+    written: dict[int, dict] = {}
     for i, run in enumerate(runs):
         index = indices[i] if indices is not None else int(run.manifest.get("point_index") or 0)
         groups.setdefault(index, []).append(run)
+        written.setdefault(index, values[i] if values is not None
+                           else run.manifest.get("point") or {})
     rows = []
     for index in sorted(groups):
         members = groups[index]
         first = members[0].manifest
         row: dict = {"point": index}
-        for key, written in (first.get("point") or {}).items():
-            row[key] = typed_value(first.get("config") or {}, key, written)
+        for key, value in written[index].items():
+            row[key] = typed_value(first.get("config") or {}, key, value)
         usable = [r for r in members if r.manifest.get("status") == "ok" and r.summary]
         row["runs"], row["broken"] = len(usable), len(members) - len(usable)
         figures = [measures(r.summary) for r in usable]
@@ -142,13 +146,14 @@ def swept_keys(columns: Iterable[str]) -> list[str]:
     return [c for c in columns if c not in fixed]
 
 
-def write(folders: list[Path], sweep_folder: Path, indices: list[int] | None = None) -> Path:
-    """The points of the runs in `folders` (each of point `indices[i]`, else its manifest's)
-    as `points.parquet` in `sweep_folder` (made if need be); its path."""
+def write(folders: list[Path], sweep_folder: Path, indices: list[int] | None = None,
+          values: list[dict] | None = None) -> Path:
+    """The points of the runs in `folders` (each of point `indices[i]` with swept `values[i]`,
+    else its manifest's) as `points.parquet` in `sweep_folder` (made if need be); its path."""
     sweep_folder.mkdir(parents=True, exist_ok=True)
     path = sweep_folder / POINTS_FILE
-    frame([load_run(f) for f in folders], indices).to_parquet(path, index=False,
-                                                              compression="zstd")
+    frame([load_run(f) for f in folders], indices, values).to_parquet(
+        path, index=False, compression="zstd")
     return path
 
 
@@ -184,20 +189,24 @@ def coverage(row: dict, measure: str) -> str:
     return ""
 
 
-def rows(folders: list[Path], indices: list[int] | None = None) -> list[dict]:
+def rows(folders: list[Path], indices: list[int] | None = None,
+         values: list[dict] | None = None) -> list[dict]:
     """The points of the runs in `folders` (a sweep's outcomes' folders; each of point
-    `indices[i]`, else its manifest's) as dicts, in point order: what `foglab run` prints per
-    point (use `shown(row, measure)` for each cell and `swept_keys` for the headers)."""
-    return frame([load_run(f) for f in folders], indices).to_dict("records")
+    `indices[i]` with swept `values[i]`, else its manifest's) as dicts, in point order: what
+    `foglab run` prints per point (use `shown(row, measure)` for each cell and `swept_keys`
+    for the headers)."""
+    return frame([load_run(f) for f in folders], indices, values).to_dict("records")
 
 
-def sweep_members(sweep_folder: Path) -> tuple[list[Path], list[int]]:
-    """The runs a sweep's folder is of, and each one's point (its RUNS_FILE; a folder written
-    before it had one: the runs of its sweep id beside it, by their manifests)."""
+def sweep_members(sweep_folder: Path) -> tuple[list[Path], list[int], list[dict]]:
+    """The runs a sweep's folder is of, each one's point and swept values (its RUNS_FILE; a
+    folder written before it had one: the runs of its sweep id beside it, by their
+    manifests)."""
     listed = sweep_folder / RUNS_FILE
     if listed.is_file():
         entries = json.loads(listed.read_text(encoding="utf-8"))
         return ([sweep_folder.parent / e["run"] for e in entries],
-                [int(e["point"]) for e in entries])
+                [int(e["point"]) for e in entries], [e["values"] for e in entries])
     found = sweep_runs(sweep_folder)
-    return [r.folder for r in found], [int(r.manifest.get("point_index") or 0) for r in found]
+    return ([r.folder for r in found], [int(r.manifest.get("point_index") or 0) for r in found],
+            [r.manifest.get("point") or {} for r in found])

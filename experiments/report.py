@@ -115,18 +115,20 @@ def run_summary(name: str, backend: str, outcomes: list) -> None:
     if len(outcomes) == 1 and outcomes[0].summary:
         feature_tables(outcomes[0].summary)
     elif len(outcomes) > 1:
-        points_table([o.folder for o in outcomes if o.summary],
-                     [o.index for o in outcomes if o.summary])
+        shown = [o for o in outcomes if o.summary]
+        points_table([o.folder for o in shown], [o.index for o in shown],
+                     [o.point for o in shown])
         sweep_feature_tables(outcomes, keys)
 
 
-def points_table(folders: list[Path], indices: list[int] | None = None) -> None:
+def points_table(folders: list[Path], indices: list[int] | None = None,
+                 values: list[dict] | None = None) -> None:
     """Per sweep point, each measure's mean and 95 % interval over its repetitions
-    (experiments.points, as the sweep's points.parquet holds them); `indices`: each run's
-    point (else its manifest's)."""
+    (experiments.points, as the sweep's points.parquet holds them); `indices` and `values`:
+    each run's point and swept values as written (else its manifest's)."""
     from experiments import points
 
-    rows = points.rows(folders, indices) if folders else []
+    rows = points.rows(folders, indices, values) if folders else []
     if not rows:
         return
     measures = [m for m in points.MEASURES if m in rows[0]]
@@ -140,7 +142,8 @@ def points_table(folders: list[Path], indices: list[int] | None = None) -> None:
     for i, folder in enumerate(folders):
         manifest = manifest_of(folder)
         index = indices[i] if indices is not None else int(manifest.get("point_index") or 0)
-        written.setdefault(index, manifest.get("point") or {})
+        written.setdefault(index, values[i] if values is not None
+                           else manifest.get("point") or {})
     for row in rows:
         values = written.get(int(row["point"]), {})
         shown.add_row(*(escape(str(values.get(k, row[k]))) for k in points.swept_keys(rows[0])),

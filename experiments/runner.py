@@ -128,7 +128,7 @@ def run_experiment(experiment: Experiment, out: Path | str = "results",
         for repetition in range(point.spec.run.repetitions):
             if (kept := done.get((point.config_hash, repetition))) is not None:
                 reporter.note(f"p{point.index} r{repetition}: done before, {kept.folder}")
-                outcomes.append(replace(kept, index=point.index))
+                outcomes.append(replace(kept, index=point.index, point=point.values))
                 continue
             outcomes.append(_run_one(experiment, point, repetition, Path(out), sweep_id, common,
                                      reporter))
@@ -162,10 +162,11 @@ def _write_sweep(experiment: Experiment, outcomes: list[Outcome], folder: Path,
     from experiments import points
 
     reporter.note(f"writing the sweep's points table: {folder / points.POINTS_FILE}")
-    path = points.write([o.folder for o in outcomes], folder, [o.index for o in outcomes])
+    path = points.write([o.folder for o in outcomes], folder, [o.index for o in outcomes],
+                        [o.point for o in outcomes])
     (folder / points.RUNS_FILE).write_text(json.dumps(
-        [{"run": o.folder.name, "point": o.index} for o in outcomes], indent=1) + "\n",
-        encoding="utf-8")
+        [{"run": o.folder.name, "point": o.index, "values": o.point} for o in outcomes],
+        indent=1, default=str) + "\n", encoding="utf-8")
     if "sweep" in experiment.spec.plots:
         from experiments.plots import sweep_plots
 

@@ -192,3 +192,20 @@ def test_resume_runs_only_the_points_without_an_ok_run_and_keeps_each_at_its_poi
     assert table["run.seed"].tolist() == [1, 2, 3]
     delivered = [json.loads((f / "summary.json").read_text())["delivered"] for f in folders]
     assert table["delivered"].tolist() == delivered
+
+
+def test_resume_with_a_key_swept_now_at_the_value_an_earlier_run_had_takes_that_run(
+        tmp_path) -> None:
+    """A run of seed 1 at the file's rate is the point (seed 1, rate 1/s) of a sweep over both:
+    it stands for it, and the points table names it by this sweep's values."""
+    import pandas as pd
+
+    (done,) = foglab.run("quickstart", set=QUICK, out=tmp_path).runs
+    rate = foglab.load("quickstart").spec.workload.streams[0].rate
+    again = foglab.run("quickstart", set=QUICK, sweep=["workload.streams.0.rate=[1/s, 2/s]"],
+                       out=tmp_path, resume=True)
+    assert rate == 1.0 and again.outcomes[0].folder == done.folder
+    assert again.outcomes[0].point == {"workload.streams.0.rate": "1/s"}
+    (sweep,) = (tmp_path / "quickstart").glob("*-sweep")
+    table = pd.read_parquet(sweep / "points.parquet")
+    assert table["workload.streams.0.rate"].tolist() == [1.0, 2.0]
