@@ -169,7 +169,7 @@ def test_a_target_that_dies_rolls_back_and_the_next_move_carries_the_state_by_ch
     ("scenario.migration.strategy=pause_drain", "pause_transfer: stats is a Spark query"),
     ("scenario.migrations.0.to=gw", "a cloud VM: stats is a Spark query"),
     ("scenario.migration.spark=copy",
-     "scenario.migration.spark: Input should be 'checkpoint' or 'export'"),
+     "scenario.migration.spark: 'checkpoint' or 'export' (got 'copy')"),
 ])
 def test_a_spark_move_the_emulation_cannot_make_is_refused_when_the_file_is_checked(
         change: str, says: str) -> None:
