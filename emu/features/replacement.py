@@ -153,12 +153,5 @@ class ReplacementFeature(Feature):
         return self.records
 
     def results(self, run: Run, tables: dict, facts: dict) -> None:
-        steps = self.planner.steps
-        tables["replacements"] = self.planner.columns()
-        tables["placements"] = self.planner.placements()
-        facts["replacement"] = {
-            "period": self.period, "hysteresis": self.planner.settings.hysteresis,
-            "steps": len(steps), "taken": sum(step.taken for step in steps),
-            "moves": sum(len(step.moves) for step in steps),
-            "failed": sum(len(step.observation.failed) for step in steps) + len(self.failed),
-            "errors": list(self.errors)}
+        self.planner.record(tables, facts, len(self.failed))
+        facts["replacement"]["errors"] = list(self.errors)

@@ -91,11 +91,4 @@ class Replacement(Feature):
             self.failed.append(failed)
 
     def finish(self, tables: dict, facts: dict) -> None:
-        steps = self.planner.steps
-        tables["replacements"] = self.planner.columns()
-        tables["placements"] = self.planner.placements()
-        facts["replacement"] = {
-            "period": self.period, "hysteresis": self.planner.settings.hysteresis,
-            "steps": len(steps), "taken": sum(step.taken for step in steps),
-            "moves": sum(len(step.moves) for step in steps),
-            "failed": sum(len(step.observation.failed) for step in steps) + len(self.failed)}
+        self.planner.record(tables, facts, len(self.failed))

@@ -6,6 +6,7 @@ refusals."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
@@ -74,6 +75,9 @@ def test_a_burst_sends_the_gateways_filter_north_and_its_end_brings_it_back(tmp_
     assert later[["t", "operator", "nodes"]].values.tolist() == [
         [12.0, "filter", "gw-2,cloud-1"], [22.0, "filter", "gw-1,gw-2"]]
     assert (later["policy"] == "edge-ward").all()
+    manifest = json.loads((outcome.folder / "manifest.json").read_text())
+    assert manifest["facts"]["replacement"] == {"period": 2.0, "hysteresis": 0.1, "steps": 14,
+                                                "taken": 2, "moves": 2, "failed": 0}
 
 
 def test_the_runs_observations_replay_its_steps_offline(tmp_path) -> None:

@@ -239,6 +239,20 @@ class Replanner:
         return rows
 
 
+    def record(self, tables: dict, facts: dict, failed_since: int = 0) -> None:
+        """A run's record of its re-placement, as every backend writes it: the
+        `replacements` table, the `placements` rows at run time and the facts (steps,
+        those taken, moves, moves that failed: those told in observations, and
+        `failed_since` more the run's end left untold)."""
+        tables["replacements"] = self.columns()
+        tables["placements"] = self.placements()
+        facts["replacement"] = {
+            "period": self.settings.period, "hysteresis": self.settings.hysteresis,
+            "steps": len(self.steps), "taken": sum(step.taken for step in self.steps),
+            "moves": sum(len(step.moves) for step in self.steps),
+            "failed": sum(len(step.observation.failed) for step in self.steps) + failed_since}
+
+
 REPLACEMENT_COLUMNS = ("t", "objective", "proposed", "taken", "moves", "reason", "observation")
 PLACEMENT_COLUMNS = ("t", "operator", "nodes", "policy", "objective", "decision_time", "reason")
 
