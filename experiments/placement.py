@@ -28,7 +28,7 @@ from workloads.pipeline import KIND_WORDS, check_placement, reads_from, topic_fi
 from workloads.placement import problem as pp
 from workloads.placement.policy import PolicyError, decide, make_policy, policy_class
 from workloads.placement.problem import PINNED
-from workloads.placement.replace import PLACEMENT_COLUMNS, Replanning
+from workloads.placement.replace import PLACEMENT_COLUMNS, Replanning, placement_row
 from workloads.placement.spec import AUTO
 
 
@@ -317,13 +317,8 @@ def table(decision: pp.Decision | None, later: dict[str, list] | None = None
 
 def _first_rows(decision: pp.Decision, rows: dict[str, list]) -> None:
     for operator, nodes in decision.nodes.items():
-        rows["t"].append(0.0)
-        rows["operator"].append(operator)
-        rows["nodes"].append(",".join(nodes))
-        rows["policy"].append(decision.policy)
-        rows["objective"].append(decision.objective)
-        rows["decision_time"].append(decision.seconds)
-        rows["reason"].append(decision.reasons.get(operator, ""))
+        placement_row(rows, 0.0, operator, nodes, decision.policy, decision.objective,
+                      decision.seconds, decision.reasons.get(operator, ""))
 
 
 def described(decision: pp.Decision, replanning: Replanning | None = None) -> str:

@@ -101,11 +101,10 @@ def frame(runs: list[Run], indices: list[int] | None = None,
     made by an earlier sweep have that sweep's in their manifests), else its manifest's."""
     groups: dict[int, list[Run]] = {}
     written: dict[int, dict] = {}
-    for i, run in enumerate(runs):
-        index = indices[i] if indices is not None else int(run.manifest.get("point_index") or 0)
+    for run, (index, point) in zip(runs, memberships([r.manifest for r in runs], indices,
+                                                     values), strict=True):
         groups.setdefault(index, []).append(run)
-        written.setdefault(index, values[i] if values is not None
-                           else run.manifest.get("point") or {})
+        written.setdefault(index, point)
     rows = []
     for index in sorted(groups):
         members = groups[index]
@@ -137,6 +136,16 @@ def frame(runs: list[Run], indices: list[int] | None = None,
                                         f"{measure}_runs",
                                         *(COUNTS if measure == "downtime" else ())])
     return table
+
+
+def memberships(manifests: list[dict], indices: list[int] | None = None,
+                values: list[dict] | None = None) -> list[tuple[int, dict]]:
+    """Each run's (point index, swept values as written) in a sweep: as given (a resumed
+    sweep's runs made by an earlier sweep have that sweep's in their manifests), else its
+    manifest's."""
+    return [(indices[i] if indices is not None else int(m.get("point_index") or 0),
+             values[i] if values is not None else m.get("point") or {})
+            for i, m in enumerate(manifests)]
 
 
 def swept_keys(columns: Iterable[str]) -> list[str]:

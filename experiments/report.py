@@ -139,11 +139,8 @@ def points_table(folders: list[Path], indices: list[int] | None = None,
     # The swept values as the command line or the file wrote them (`1m`, `gateways`), not as
     # the points table types them (60.0, ["gateways"]).
     written: dict[int, dict] = {}
-    for i, folder in enumerate(folders):
-        manifest = manifest_of(folder)
-        index = indices[i] if indices is not None else int(manifest.get("point_index") or 0)
-        written.setdefault(index, values[i] if values is not None
-                           else manifest.get("point") or {})
+    for index, point in points.memberships([manifest_of(f) for f in folders], indices, values):
+        written.setdefault(index, point)
     for row in rows:
         values = written.get(int(row["point"]), {})
         shown.add_row(*(escape(str(values.get(k, row[k]))) for k in points.swept_keys(rows[0])),

@@ -229,13 +229,8 @@ class Replanner:
         name = self.policy.name or type(self.policy).__name__
         for step in self.steps:
             for operator, nodes in step.nodes.items():
-                rows["t"].append(step.observation.t)
-                rows["operator"].append(operator)
-                rows["nodes"].append(",".join(nodes))
-                rows["policy"].append(name)
-                rows["objective"].append(step.proposed)
-                rows["decision_time"].append(step.decision_time)
-                rows["reason"].append(step.reason)
+                placement_row(rows, step.observation.t, operator, nodes, name, step.proposed,
+                              step.decision_time, step.reason)
         return rows
 
 
@@ -255,6 +250,14 @@ class Replanner:
 
 REPLACEMENT_COLUMNS = ("t", "objective", "proposed", "taken", "moves", "reason", "observation")
 PLACEMENT_COLUMNS = ("t", "operator", "nodes", "policy", "objective", "decision_time", "reason")
+
+
+def placement_row(rows: dict[str, list], t: float, operator: str, nodes: tuple[str, ...],
+                  policy: str, objective: float, seconds: float, reason: str) -> None:
+    """One row of the `placements` table (PLACEMENT_COLUMNS) added to `rows`."""
+    for key, value in zip(PLACEMENT_COLUMNS, (t, operator, ",".join(nodes), policy, objective,
+                                              seconds, reason), strict=True):
+        rows[key].append(value)
 
 
 def _saving(now: float, then: float) -> float:
