@@ -15,7 +15,7 @@ NOTEBOOK_STAMP := $(VENV)/.installed-notebooks
 # 26:37, with 1 failure in place of 5 and 4 errors (CI on 559e9d3 against 5858347).
 TEST_WORKERS ?= 2
 
-.PHONY: setup setup-run host run test test-fast notebook lint bench bench-guard clean
+.PHONY: setup setup-run host run test test-fast notebook lint schemas bench bench-guard clean
 
 $(PY):
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -80,6 +80,13 @@ notebook: $(NOTEBOOK_STAMP)
 
 lint: setup
 	$(VENV)/bin/ruff check .
+
+# The JSON Schemas the catalog's files name in their first line (the YAML language server's
+# modeline), written again after a change to a description's fields (tests/api/test_schema_files.py
+# says when they are behind).
+schemas: setup-run
+	for kind in experiment topology workload; do \
+		$(VENV)/bin/foglab schema --kind $$kind --out docs/schema/$$kind.json; done
 
 bench: setup
 	$(PY) benchmarks/sim_throughput.py

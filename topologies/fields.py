@@ -24,6 +24,15 @@ def _parser(parse, what: str):
     return parse_written
 
 
+def _listed(value: object) -> object:
+    return [value] if isinstance(value, str) else value
+
+
+# Names or patterns, at least one, where one may be written alone (`on: gw-1` for `on: [gw-1]`);
+# the JSON Schema says both forms, so that an editor takes what the loader takes.
+Names = Annotated[list[str], Field(min_length=1), BeforeValidator(
+    _listed, json_schema_input_type=str | Annotated[list[str], Field(min_length=1)])]
+
 # A written quantity is a string with its unit; 0 alone is the same in every unit.
 _WRITTEN_SCHEMA = [{"type": "string"}, {"const": 0}]
 

@@ -7,7 +7,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from topologies.brokers import BROKER_KINDS, DEFAULT_BROKER_KIND, BrokerKindName, models_refusal
-from topologies.fields import Bandwidth, Name, NonNegativeDuration, PositiveDuration, Ratio
+from topologies.fields import Bandwidth, Name, Names, NonNegativeDuration, PositiveDuration, Ratio
 from topologies.profiles import NodeKind, Profile
 
 # The model (sim) takes large topologies; the emulation refuses, before it starts anything,
@@ -66,7 +66,7 @@ class NodeSpec(_Strict):
     broker: BrokerSpec | None = None
 
 
-Patterns = list[str]
+Patterns = Names
 
 
 class LinkSpec(_Strict):
@@ -83,11 +83,6 @@ class LinkSpec(_Strict):
     # all: each source to each target; spread: sources split into contiguous blocks, one
     # block per target (200 sensors over 4 gateways: 50 each).
     mode: Literal["all", "spread"] = "all"
-
-    @field_validator("source", "target", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
 
 
 class SparkClusterSpec(_Strict):

@@ -22,10 +22,10 @@ from typing import Annotated, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from topologies.errors import SpecError
-from topologies.fields import NonNegativeDuration, Size
+from topologies.fields import Names, NonNegativeDuration, Size
 from topologies.model import Topology
 from workloads.reports import NAME, TIME_TOLERANCE_S, FeatureTable, fail, required
 
@@ -35,8 +35,6 @@ COLUMNS = ("broadcast", "mode", "fanout", "worker", "depth", "t_sent", "t_receiv
 SENDERS = ("gateway", "broker", "cloud_vm", "coordinator")
 
 
-def _one_or_many(value: object) -> object:
-    return [value] if isinstance(value, str) else value
 
 
 class BroadcastSpec(BaseModel):
@@ -46,7 +44,7 @@ class BroadcastSpec(BaseModel):
 
     at: NonNegativeDuration = Field(description="when the coordinator starts sending")
     source: str = Field(alias="from", description="the node that broadcasts (a coordinator)")
-    to: Annotated[list[str], BeforeValidator(_one_or_many), Field(min_length=1)] = Field(
+    to: Annotated[Names, Field(min_length=1)] = Field(
         description="the workers: node names or patterns (worker-*)")
     mode: Literal["naive", "tree"] = "naive"
     fanout: int = Field(default=2, ge=1, le=1000,

@@ -17,10 +17,10 @@ from typing import Annotated
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Discriminator, Field, Tag
+from pydantic import BaseModel, ConfigDict, Discriminator, Field, Tag
 
 from topologies.errors import SpecError
-from topologies.fields import NonNegativeDuration, PositiveDuration, Ratio
+from topologies.fields import Names, NonNegativeDuration, PositiveDuration, Ratio
 from topologies.model import Topology
 from workloads.reports import NAME, FeatureTable, fail, required
 
@@ -33,11 +33,7 @@ NODE_FAULTS = ("crash", "slow", "restart")
 LINK_FAULTS = ("delay", "loss")
 
 
-def _one_or_many(value: object) -> object:
-    return [value] if isinstance(value, str) else value
-
-
-Patterns = Annotated[list[str], BeforeValidator(_one_or_many), Field(min_length=1)]
+Patterns = Annotated[Names, Field(min_length=1)]
 
 
 class _Fault(BaseModel):

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from topologies.fields import Bandwidth, NonNegativeDuration, PositiveDuration, Ratio
+from topologies.fields import Bandwidth, Names, NonNegativeDuration, PositiveDuration, Ratio
 
 Metres = Annotated[float, Field(ge=0, allow_inf_nan=False)]
 PositiveMetres = Annotated[float, Field(gt=0, allow_inf_nan=False)]
@@ -126,7 +126,7 @@ class MobilitySpec(_Strict):
     """Which devices are carried by moving users, how they move, and how often they are updated."""
 
     model: MovementSpec = Field(default_factory=RandomWaypointSpec)
-    devices: list[str] | None = Field(
+    devices: Names | None = Field(
         default=None, min_length=1,
         description="device names or patterns (phone-*) that move; null: every device node")
     update: PositiveDuration = Field(default=1.0, description="simulated time between updates")
@@ -141,10 +141,6 @@ class MobilitySpec(_Strict):
         # `model: manhattan` is short for a model with every default.
         return {"kind": value} if isinstance(value, str) else value
 
-    @field_validator("devices", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
 
 
 def check(spec, topology) -> None:

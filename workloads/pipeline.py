@@ -6,7 +6,7 @@ from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Proportion, Size
+from topologies.fields import Name, Names, NonNegativeDuration, PositiveDuration, Proportion, Size
 from workloads.operator_engines import DEFAULT_ENGINE, ENGINE_NAMES, operator_engine
 from workloads.riot.tasks import TASKS
 from workloads.topics import shared
@@ -58,12 +58,12 @@ class OperatorSpec(BaseModel):
         default=PASSTHROUGH, max_length=64,
         description="a RIoTBench task (engine python), an app etl, stats or pred (engine "
                     "spark), or passthrough: no task, each message forwarded as it came")
-    on: list[str] = Field(min_length=1, description="node names, patterns or kinds (gateways), "
+    on: Names = Field(min_length=1, description="node names, patterns or kinds (gateways), "
                           "or auto: where the experiment's placement policy puts it")
-    among: list[str] | None = Field(
+    among: Names | None = Field(
         default=None, min_length=1, description="with on: auto, the nodes the placement "
         "policy may choose from (names, patterns, kinds); default: placement.candidates")
-    reads: list[str] = Field(min_length=1, description="stream names or MQTT topic filters")
+    reads: Names = Field(min_length=1, description="stream names or MQTT topic filters")
     writes: Name | None = None
     cost: NonNegativeDuration | None = Field(
         default=None, description="service time per message on one reference vCPU; unset: "
@@ -96,11 +96,6 @@ class OperatorSpec(BaseModel):
             raise ValueError(f"unknown task {task!r} for engine {engine}; known tasks: "
                              f"{', '.join(known)}")
         return task
-
-    @field_validator("on", "reads", "among", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
 
     @property
     def is_sink(self) -> bool:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-from topologies.fields import Name, NonNegativeDuration, PositiveDuration, Rate, Size
+from topologies.fields import Name, Names, NonNegativeDuration, PositiveDuration, Rate, Size
 from workloads.rates import Constant, Shape, shape_shorthand
 
 
@@ -16,7 +16,7 @@ class StreamSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: Name
-    sources: list[str] = Field(min_length=1, description="device names or patterns (sensor-*)")
+    sources: Names = Field(min_length=1, description="device names or patterns (sensor-*)")
     rate: Rate = Field(description="messages per second per source at shape factor 1")
     arrivals: Literal["periodic", "poisson"] = "poisson"
     shape: Shape = Field(default_factory=Constant)
@@ -28,11 +28,6 @@ class StreamSpec(BaseModel):
     # topic per driver instance (here: per device).
     channel: Literal["shared", "exclusive"] = "shared"
     start: NonNegativeDuration = Field(default=0.0, description="time before the first message")
-
-    @field_validator("sources", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
 
     def topic(self, device: str, gateway: str | None) -> str:
         """The MQTT topic a device's messages go out on: per gateway on a shared channel, per

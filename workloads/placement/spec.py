@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field
 
-from topologies.fields import PositiveDuration, Ratio
+from topologies.fields import Names, PositiveDuration, Ratio
 from workloads.scenario import Strategy
 
 # `on: auto`: the operator's nodes are the placement policy's to decide.
@@ -72,7 +72,7 @@ class PlacementSpec(BaseModel):
     settings: dict[str, Any] = Field(default_factory=dict,
                                      description="the policy's own settings")
     objective: Objective = Field(default_factory=Objective)
-    candidates: list[str] = Field(
+    candidates: Names = Field(
         default_factory=lambda: ["gateways", "cloud"], min_length=1,
         description="where `on: auto` operators may run (names, patterns, kind words, "
                     "site:NAME) unless an operator gives its own `among`")
@@ -80,7 +80,3 @@ class PlacementSpec(BaseModel):
     replace: Replace | None = Field(default=None, description=(
         "re-placement at run time (sim, emu): period, hysteresis, most moves, strategy"))
 
-    @field_validator("candidates", mode="before")
-    @classmethod
-    def _one_or_many(cls, value: object) -> object:
-        return [value] if isinstance(value, str) else value
