@@ -44,6 +44,17 @@ def saturation_lines(manifest: dict) -> list[str]:
             f"the queue growing to the end: {nodes}"]
 
 
+def handover_lines(manifest: dict) -> list[str]:
+    """A run with people moving (scenario.mobility): how many times a device changed gateway
+    (the run's fact `handovers`, on sim and hybrid alike); nothing for a run without."""
+    scenario = (manifest.get("config") or {}).get("scenario") or {}
+    handovers = (manifest.get("facts") or {}).get("handovers")
+    if not scenario.get("mobility") or handovers is None:
+        return []
+    return [f"handovers: {handovers:,} (devices that changed gateway; the positions table "
+            "says who and when)"]
+
+
 def rate(value: float | None) -> str:
     return "-" if value is None else f"{value:.1f}"
 
@@ -101,6 +112,8 @@ def run_summary(name: str, backend: str, outcomes: list) -> None:
                 style="yellow")
         for line in saturation_lines(manifest):
             say(f"  saturated: {line}", style="yellow")
+        for line in handover_lines(manifest):
+            say(f"  {line}")
         for line in (outcome.summary or {}).get("warnings") or []:
             say(f"  warning: {escape(line)}", style="yellow")
         if outcome.summary and outcome.summary.get("in_flight"):

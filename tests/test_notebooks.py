@@ -1,10 +1,12 @@
 """The notebooks run from top to bottom, their own assertions hold, every cell that plots shows
 its figure, and they leave nothing behind in the temporary folder."""
 
+import json
 import re
 from pathlib import Path
 
 import nbformat
+import papermill
 import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell
@@ -25,8 +27,11 @@ PROBES = {"thesis-migration": ("print(ch5_figure.get_suptitle())",
           "faults": ("print('silent with recovery, without (s):', "
                      "round(silence['with recovery']), round(silence['without recovery']))",
                      "silent with recovery, without (s): 2 30"),
-          "lesson-placement": ("print('edge/cloud WAN bytes:', wan_ratio.round(2).tolist())",
-                               "edge/cloud WAN bytes: [0.2, 0.2]"),
+          # ... and the exercise's latencies in ms, as the tables above it.
+          "lesson-placement": ("print('edge/cloud WAN bytes:', wan_ratio.round(2).tolist(), "
+                               "[c for c in trial_table.columns if 'latency' in c])",
+                               "edge/cloud WAN bytes: [0.2, 0.2] "
+                               "['latency p50 ms', 'latency p95 ms']"),
           "lesson-brokers": ("print('kafka-like teeth (ms):', "
                              "[round(v) for v in table.xs('kafka-like')['max']])",
                              "kafka-like teeth (ms): [1, 100, 404]"),
@@ -90,8 +95,10 @@ def test_notebook_runs_shows_its_figures_and_cleans_up(path, tmp_path, private_t
     if path.stem in PROBES:
         assert PROBES[path.stem][1] in stdout(code[-1])
     assert "removed" in stdout(code[-2 if path.stem in PROBES else -1])
-    # Its results were in the temporary folder, and the notebook removed them.
-    assert "results in " + str(private_temp) in stdout(code[0])
+    # Its parameters first (papermill's cell), then its results in the temporary folder,
+    # which the notebook removed.
+    assert code[0].metadata.get("tags") == ["parameters"]
+    assert "results in " + str(private_temp) in stdout(code[1])
     assert sorted(p.name for p in private_temp.iterdir()) == []
     assert sorted(p.name for p in cwd.iterdir()) == []
 
@@ -105,6 +112,27 @@ def test_quickstart_keeps_its_results_in_the_folder_the_user_chose(tmp_path, pri
     code = [c for c in notebook.cells if c.cell_type == "code"]
     assert f"the results stay in {chosen}" in stdout(code[-1])
     assert len(list(chosen.glob("quickstart/*/messages.parquet"))) == 3  # the sweep's 3 rates
+    assert sorted(p.name for p in private_temp.iterdir()) == []
+
+
+@pytest.mark.slow
+def test_papermill_runs_quickstart_with_the_parameters_given(tmp_path, private_temp):
+    """papermill injects `duration` and `results_folder` after the tagged cell, as
+    `papermill notebooks/quickstart.ipynb out.ipynb -p duration 20s` does: the runs take 20 s,
+    not the notebook's 2 minutes, and stay in the folder given."""
+    kept = tmp_path / "kept"
+    papermill.execute_notebook(
+        str(NOTEBOOKS[[p.stem for p in NOTEBOOKS].index("quickstart")]),
+        str(tmp_path / "out.ipynb"), parameters={"duration": "20s", "results_folder": str(kept)},
+        cwd=str(tmp_path), kernel_name="python3", progress_bar=False)
+    executed = nbformat.read(tmp_path / "out.ipynb", as_version=4)
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and 'duration = "20s"' in injected[0].source
+    manifests = [json.loads(p.read_text()) for p in kept.glob("quickstart/*/manifest.json")]
+    assert len(manifests) == 3  # the sweep's three rates
+    assert {m["config"]["run"]["duration"] for m in manifests} == {20.0}
+    assert f"the results stay in {kept}" in stdout([c for c in executed.cells
+                                                     if c.cell_type == "code"][-1])
     assert sorted(p.name for p in private_temp.iterdir()) == []
 
 

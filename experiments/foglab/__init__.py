@@ -35,12 +35,15 @@ import pyarrow as pa
 
 from experiments import compare as comparing
 from experiments import results as stored
+from experiments.compare import emu_unavailable, explanations, latency_cdf_figure
 from experiments.loader import Experiment
 from experiments.loader import load as load_file
+from experiments.results import load_summaries, load_table
 from experiments.runner import Outcome, Reporter, run_experiment
 
 __all__ = ["Comparison", "Experiment", "Result", "Results", "Run", "compare",
-           "comparison_frame", "load", "results", "run"]
+           "comparison_frame", "emu_unavailable", "explanations", "latency_cdf_figure",
+           "load", "load_summaries", "load_table", "results", "run"]
 
 Run = stored.Run
 Comparison = comparing.Comparison
