@@ -27,7 +27,7 @@ from experiments.cli_options import (
     Zips,
     results_folder,
 )
-from experiments.lazy_commands import LazyGroup
+from experiments.lazy_commands import LazyGroup, QuickGroup
 from topologies.errors import SpecError
 from topologies.exit_codes import ExitCode
 from topologies.output import JsonOption, json_output
@@ -51,9 +51,9 @@ log = logging.getLogger(__name__)
 
 app = typer.Typer(cls=LazyGroup, add_completion=True, no_args_is_help=True,
                   help="foglab: fog and IoT stream processing experiments, simulated or emulated.")
-topo_app = typer.Typer(no_args_is_help=True, help="Look at topologies.")
-results_app = typer.Typer(no_args_is_help=True, help="Look at results.")
-bench_app = typer.Typer(no_args_is_help=True, help="Micro-benchmarks.")
+topo_app = typer.Typer(cls=QuickGroup, no_args_is_help=True, help="Look at topologies.")
+results_app = typer.Typer(cls=QuickGroup, no_args_is_help=True, help="Look at results.")
+bench_app = typer.Typer(cls=QuickGroup, no_args_is_help=True, help="Micro-benchmarks.")
 app.add_typer(topo_app, name="topo")
 app.add_typer(results_app, name="results")
 app.add_typer(bench_app, name="bench")

@@ -53,8 +53,23 @@ LAZY = {
 }
 
 
-class LazyGroup(TyperGroup):
-    """typer's group, with the LAZY commands after its own, imported by `get_command`; while
+class QuickGroup(TyperGroup):
+    """typer's group, that completes a word without importing pydantic: typer coerces an
+    option's value through it (a tenth of a second to import), and its --help,
+    --install-completion and --show-completion default to None, which is coerced; while
+    completing, False is what they mean and needs no coercion."""
+
+    def parse_args(self, ctx, args: list[str]) -> list[str]:
+        if ctx.resilient_parsing:  # completing
+            for param in self.get_params(ctx):
+                if param.default is None and getattr(
+                        getattr(param, "type_descriptor", None), "annotation", None) is bool:
+                    param.default = False
+        return super().parse_args(ctx, args)
+
+
+class LazyGroup(QuickGroup):
+    """The `foglab` group: the LAZY commands after its own, imported by `get_command`; while
     completing a word at this level each is a stand-in with its summary."""
 
     completing = False
@@ -78,4 +93,4 @@ class LazyGroup(TyperGroup):
             self.completing = False
 
 
-__all__ = ["LAZY", "Lazy", "LazyGroup"]
+__all__ = ["LAZY", "Lazy", "LazyGroup", "QuickGroup"]

