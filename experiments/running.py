@@ -10,7 +10,7 @@ from pathlib import Path
 
 import typer
 
-from experiments.cli_options import AllowFiles, Sets, Sweeps, Zips  # noqa: F401 - their home once
+from experiments.cli_options import AllowFiles, Sets, Sweeps, Zips  # noqa: F401 - re-exported
 from experiments.loader import Experiment, load
 from experiments.runner import Estimate, Reporter, run_experiment, shown_duration
 from topologies.errors import SpecError
@@ -26,6 +26,7 @@ from topologies.terminal import (
 )
 
 log = logging.getLogger(__name__)
+
 
 def load_or_exit(experiment: str, sets: list[str] | None, sweeps: list[str] | None,
                  allow_files: list[Path] | None = None,
@@ -74,7 +75,7 @@ class RichReporter(Reporter):
             self.bars.update(self.runs, description=f"runs (ETA {shown_duration(left)})")
 
     def note(self, text: str) -> None:
-        log.info(text)
+        log.info("%s", text)
 
     def stage(self, text: str) -> None:
         self.bars.update(self.current, description=f"{self.label} ({text})")

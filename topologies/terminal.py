@@ -90,8 +90,7 @@ def verbosity(level: int = logging.INFO) -> None:
         for old in [h for h in logger.handlers if h.get_name() == "foglab"]:
             logger.removeHandler(old)
         logger.addHandler(handler)
-        logger.setLevel(level)
-        logger.propagate = False
+        logger.setLevel(level)  # propagated still: a root handler (pytest's caplog) sees them
 
 
 def quiet() -> bool:

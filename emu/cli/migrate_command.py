@@ -200,13 +200,13 @@ def _interrupts_held():
 
     caught: list[int] = []
 
-    def note(number: int, frame: object) -> None:
+    def held(number: int, frame: object) -> None:
         if not caught:
             warning("a migration under way finishes or rolls back first")
         caught.append(number)
 
     numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {number: signal.signal(number, note) for number in numbers}
+    previous = {number: signal.signal(number, held) for number in numbers}
     try:
         yield caught
     finally:
