@@ -153,7 +153,7 @@ def _changed(tmp_path: Path) -> Path:
     return path
 
 
-def test_foglab_apply_exits_0_unchanged_2_changed_1_on_a_mistake(tmp_path) -> None:
+def test_foglab_apply_exits_0_unchanged_4_changed_3_on_a_bad_file(tmp_path) -> None:
     runner, app = CliRunner(), _cli()
     same = runner.invoke(app, ["apply", "speck-jobs", "--against", "speck-jobs"])
     assert same.exit_code == 0, same.output
@@ -174,4 +174,4 @@ def test_foglab_apply_exits_0_unchanged_2_changed_1_on_a_mistake(tmp_path) -> No
     bad.write_text((EXPERIMENTS / "speck-jobs.yaml").read_text().replace(
         "site:cloud", "site:harbour"))
     refused = runner.invoke(app, ["apply", str(bad), "--against", "speck-jobs"])
-    assert refused.exit_code == 1 and "site:harbour" in refused.output, refused.output
+    assert refused.exit_code == 3 and "site:harbour" in refused.output, refused.output
