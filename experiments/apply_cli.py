@@ -2,9 +2,10 @@
 
 Prints the plan (workloads.apply) as a table, a row per job that changes, with the model's
 apply time (sim.apply_times), and exits as Terraform's `plan -detailed-exitcode` and
-`kubectl diff` do: 0 when nothing would change, 2 when something would, 1 on an error (so a
-script can tell a change from a mistake). On sim nothing runs: the plan and its modelled time
-are the answer; executing it on a running emulation is the emu backend's part.
+`kubectl diff` do: 0 when nothing would change, 4 when something would, 3 on a bad experiment
+file, 2 on a command line click cannot read (topologies.exit_codes: a script tells a change from
+a mistake); --json prints the plan as one document. On sim nothing runs: the plan and its
+modelled time are the answer; executing it on a running emulation is the emu backend's part.
 """
 
 from __future__ import annotations
@@ -21,13 +22,13 @@ from experiments import catalog
 from experiments.loader import Experiment, load_document, reference_file
 from topologies.documents import read
 from topologies.errors import SpecError
+from topologies.exit_codes import ExitCode
 from topologies.files import Files
-from topologies.terminal import console, error, escape, say
+from topologies.output import JsonOption, json_output
+from topologies.terminal import console, escape, say
 from workloads.apply import DELETE, DEPLOY, Plan, diff, state
 from workloads.jobs import KEYS, compose
 from workloads.pipeline import OperatorSpec
-
-NO_CHANGES, ERROR, CHANGES = 0, 1, 2
 
 
 def load_composed(source: str | Path) -> tuple[Experiment, dict[str, list[OperatorSpec]]]:
@@ -82,27 +83,38 @@ def apply(experiment: Annotated[str, typer.Argument(
               "--against", help="the running version: a file or a catalog name")],
           dry_run: Annotated[bool, typer.Option(
               "--dry-run", help="print the plan only (on sim nothing is ever executed)")]
-          = False) -> None:
+          = False,
+          json_: JsonOption = False) -> None:
     """Plan the change from a running version of an experiment's jobs to this one: a row per
     job to deploy, modify (in-place, replace or move) or delete, with the model's apply
-    time; exit 0 when nothing changes, 2 when something would, 1 on an error."""
+    time; exit 0 when nothing changes, 4 when something would, 1 on an error."""
     from sim.apply_times import plan_time
 
-    try:
-        plan = plan_between(against, experiment)
-    except SpecError as failure:
-        error(failure)
-        raise typer.Exit(ERROR) from None
-    times = dict(plan_time(plan).per_job)
-    if not plan.empty:
-        console.print(_table(plan, times))
-    say(plan.summary())
-    if plan.empty:
-        say("No changes: the running jobs are what the experiment describes.")
-        raise typer.Exit(NO_CHANGES)
-    say(f"Modelled apply time (sim): {sum(times.values()):.3f} s, the jobs one after "
-        "another" + (" (dry run: nothing executed)" if dry_run else ""))
-    raise typer.Exit(CHANGES)
+    with json_output(json_) as document:
+        plan = plan_between(against, experiment)  # a SpecError: exit 3, bad input
+        times = dict(plan_time(plan).per_job)
+        document.update(changes=not plan.empty, summary=plan.summary(),
+                        jobs=[_job(change, times) for change in plan.changes],
+                        model_apply_s=sum(times.values()), dry_run=dry_run)
+        if not plan.empty:
+            console.print(_table(plan, times))
+        say(plan.summary())
+        if plan.empty:
+            say("No changes: the running jobs are what the experiment describes.")
+            return
+        say(f"Modelled apply time (sim): {sum(times.values()):.3f} s, the jobs one after "
+            "another" + (" (dry run: nothing executed)" if dry_run else ""))
+        raise typer.Exit(ExitCode.CHANGES)
+
+
+def _job(change, times: dict[str, float]) -> dict:
+    """A change of the plan as --json shows it."""
+    ops = change.after if change.action != DELETE else change.before
+    return {"job": change.job, "action": change.action, "class": change.kind,
+            "operators": [op.name for op in ops or ()], "instances": change.instances,
+            "changes": [op.describe() for op in change.operators]
+            if change.action not in (DEPLOY, DELETE) else [],
+            "model_s": times[change.job]}
 
 
 def _table(plan: Plan, times: dict[str, float]) -> Table:

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import importlib
+import logging
 from dataclasses import replace
 
 from experiments.model_settings import sim_settings
 from experiments.run_plan import Backend, RunOutput, RunPlan
+
+log = logging.getLogger(__name__)
 
 
 class SimBackend:
@@ -51,7 +54,6 @@ class EmuBackend:
         from emu.run.emulate import Request, Timing
         from experiments.dilation import choose
         from experiments.planning import announce
-        from topologies.terminal import say, warning
 
         spec, run = plan.spec, plan.spec.run
         # run.dilation `auto` and `real-speed` from the model of the run's own topology.
@@ -59,7 +61,7 @@ class EmuBackend:
         # The capacity planner's prediction for this host, printed before the run starts
         # (a warning when it predicts the host saturated); auto's own demand when it chose K.
         # Not for hybrid: its containers are a part of the topology the model couples to.
-        capacity = (announce(spec, plan.topology, dilation, say, warning)
+        capacity = (announce(spec, plan.topology, dilation, log.info, log.warning)
                     if run.backend == "emu" else None)
         return Request(topology or plan.topology, spec.workload, spec.pipeline,
                        Timing(run.duration, run.sample, run.drain, dilation.dilation),

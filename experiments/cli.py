@@ -1,12 +1,16 @@
 """The `foglab` command line: run, validate, schema, topo, results, bench, and `emu` (emu.cli.main).
 
-Everything it prints goes through `topologies.terminal`: a user's text is shown as written,
-and output to a file or a pipe gets full-width tables and a progress line every few seconds.
+A command's result goes to stdout, its messages and progress to stderr (`topologies.terminal`);
+with --json the result is one JSON document (`topologies.output`), and the exit codes are
+topologies.exit_codes's. The commands' own modules are imported when a command runs (the
+heavy ones, `emu`, `compare`, `apply`, `calibrate`, by experiments.lazy_commands): shell
+completion runs this program on every TAB.
 """
 
 from __future__ import annotations
 
 import json
+import logging
 import os
 from pathlib import Path
 from typing import Annotated
@@ -15,41 +19,44 @@ import typer
 from rich import box
 from rich.table import Table
 
-from emu.cli.calibrate_command import calibrate
-from emu.cli.main import topology_or_exit
-from experiments.apply_cli import apply
-from experiments.compare_cli import compare
-from experiments.emu_commands import app as emu_app
-from experiments.results import RESULTS_VARIABLE
-from experiments.running import AllowFiles, Sets, Sweeps, Zips, execute, load_or_exit
+from experiments.cli_options import (
+    RESULTS_VARIABLE,
+    AllowFiles,
+    Sets,
+    Sweeps,
+    Zips,
+    results_folder,
+)
+from experiments.lazy_commands import LazyGroup, QuickGroup
 from topologies.errors import SpecError
+from topologies.exit_codes import ExitCode
+from topologies.output import JsonOption, json_output
 from topologies.terminal import (
     bars,
     console,
-    error,
     escape,
     file_to_write,
     fit_output,
     folder_to_read,
     folder_to_write,
+    note,
     one_of,
     positive,
     refuse,
     say,
+    verbosity,
 )
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
+log = logging.getLogger(__name__)
+
+app = typer.Typer(cls=LazyGroup, add_completion=True, no_args_is_help=True,
                   help="foglab: fog and IoT stream processing experiments, simulated or emulated.")
-topo_app = typer.Typer(no_args_is_help=True, help="Look at topologies.")
-results_app = typer.Typer(no_args_is_help=True, help="Look at results.")
-bench_app = typer.Typer(no_args_is_help=True, help="Micro-benchmarks.")
+topo_app = typer.Typer(cls=QuickGroup, no_args_is_help=True, help="Look at topologies.")
+results_app = typer.Typer(cls=QuickGroup, no_args_is_help=True, help="Look at results.")
+bench_app = typer.Typer(cls=QuickGroup, no_args_is_help=True, help="Micro-benchmarks.")
 app.add_typer(topo_app, name="topo")
 app.add_typer(results_app, name="results")
 app.add_typer(bench_app, name="bench")
-app.add_typer(emu_app, name="emu")
-app.command("calibrate")(calibrate)
-app.command()(compare)
-app.command("apply")(apply)
 
 
 def _version(shown: bool) -> None:
@@ -70,58 +77,85 @@ def _version(shown: bool) -> None:
 @app.callback()
 def _main(version: Annotated[bool, typer.Option(
         "--version", is_eager=True, callback=_version,
-        help="the package's version and the git revision it runs from")] = False) -> None:
+        help="the package's version and the git revision it runs from")] = False,
+          quiet: Annotated[bool, typer.Option(
+              "--quiet", "-q", help="warnings and errors only: no notes, no progress")] = False,
+          verbose: Annotated[bool, typer.Option(
+              "--verbose", "-v", help="debug lines too, with their time and source")] = False
+          ) -> None:
+    if quiet and verbose:
+        raise typer.BadParameter("-q and -v ask for opposite things: give one",
+                                 param_hint="-q/-v")
     fit_output()
+    verbosity(logging.WARNING if quiet else logging.DEBUG if verbose else logging.INFO)
 
 
 @app.command("list")
 def list_catalog(kind: Annotated[str | None, typer.Argument(
-        help="experiments, topologies or workloads (default: all three)")] = None) -> None:
+        help="experiments, topologies or workloads (default: all three)")] = None,
+                 json_: JsonOption = False) -> None:
     """The catalog: each shipped experiment, topology and workload with its description (a
     name runs or shows as it is: `foglab run NAME`, `foglab topo show NAME`)."""
     from experiments.catalog import entries
 
     kinds = {"experiments": "experiment", "topologies": "topology", "workloads": "workload"}
-    if kind is not None:
-        one_of("KIND", kind, list(kinds))
-    for plural, singular in kinds.items():
-        if kind not in (None, plural):
-            continue
-        table = Table(title=plural, title_justify="left", box=box.SIMPLE_HEAD)
-        found = entries(singular)
-        table.add_column("name", no_wrap=True, min_width=max(len(e.name) for e in found))
-        if singular == "experiment":
-            table.add_column("topology", no_wrap=True, min_width=max(
-                len(e.topology or "") for e in found))
-            table.add_column("backend", no_wrap=True, min_width=6)
-        # One line each on a terminal too: the rest of a description is in its file.
-        table.add_column("description", no_wrap=True, overflow="ellipsis")
-        for entry in found:
-            extra = ([escape(entry.topology or ""), escape(entry.backend or "")]
-                     if singular == "experiment" else [])
-            table.add_row(escape(entry.name), *extra, escape(entry.description))
-        console.print(table)
+    with json_output(json_) as document:
+        if kind is not None:
+            one_of("KIND", kind, list(kinds))
+        for plural, singular in kinds.items():
+            if kind not in (None, plural):
+                continue
+            found = entries(singular)
+            document[plural] = [
+                {"name": e.name, "description": e.description,
+                 **({"topology": e.topology, "backend": e.backend}
+                    if singular == "experiment" else {})} for e in found]
+            console.print(_catalog_table(plural, singular, found))
+
+
+def _catalog_table(plural: str, singular: str, found: list) -> Table:
+    """One kind's entries as `foglab list` prints them."""
+    table = Table(title=plural, title_justify="left", box=box.SIMPLE_HEAD)
+    table.add_column("name", no_wrap=True, min_width=max(len(e.name) for e in found))
+    if singular == "experiment":
+        table.add_column("topology", no_wrap=True, min_width=max(
+            len(e.topology or "") for e in found))
+        table.add_column("backend", no_wrap=True, min_width=6)
+    # One line each on a terminal too: the rest of a description is in its file.
+    table.add_column("description", no_wrap=True, overflow="ellipsis")
+    for entry in found:
+        extra = ([escape(entry.topology or ""), escape(entry.backend or "")]
+                 if singular == "experiment" else [])
+        table.add_row(escape(entry.name), *extra, escape(entry.description))
+    return table
 
 
 @app.command()
 def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name")],
         set_: Sets = None, sweep: Sweeps = None, zip_: Zips = None,
-        out: Annotated[Path, typer.Option(help="results folder", envvar=RESULTS_VARIABLE)]
-        = Path("results"),
+        out: Annotated[Path, results_folder("results folder")] = Path("results"),
         allow_files: AllowFiles = None,
         resume: Annotated[bool, typer.Option(
             "--resume", help="skip each point and repetition that has an ok run of the same "
-            "configuration in the results folder (a sweep cut short goes on)")] = False) -> None:
+            "configuration in the results folder (a sweep cut short goes on)")] = False,
+        json_: JsonOption = False) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
+    from experiments.running import execute, load_or_exit
 
-    loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
-    for line in placements(loaded):
-        console.print(escape(line), soft_wrap=True)
-    outcomes = execute(loaded, out, resume=resume)
-    report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
-    if any(o.error for o in outcomes):
-        raise typer.Exit(1)
+    with json_output(json_) as document:
+        loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
+        document.update(experiment=loaded.name, file=str(loaded.file),
+                        backend=loaded.spec.run.backend, placements=placements(loaded))
+        for line in document["placements"]:
+            note(line)
+        outcomes = execute(loaded, out, resume=resume)
+        document["runs"] = [{"point": o.index, "values": o.point, "repetition": o.repetition,
+                             "folder": str(o.folder), "status": o.status, "error": o.error,
+                             "failed": o.failed, "summary": o.summary} for o in outcomes]
+        report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
+        if any(o.error for o in outcomes):
+            raise typer.Exit(ExitCode.FAILURE)
 
 
 def placements(loaded) -> list[str]:
@@ -134,27 +168,35 @@ def placements(loaded) -> list[str]:
 
 @app.command()
 def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None, zip_: Zips = None,
-             allow_files: AllowFiles = None) -> None:
+             allow_files: AllowFiles = None, json_: JsonOption = False) -> None:
     """Check an experiment file without running it."""
-    loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
-    # What the points run on, each distinct value once (a sweep may vary any of them).
-    backends = " and ".join(dict.fromkeys(p.spec.run.backend for p in loaded.points))
-    repetitions = " or ".join(dict.fromkeys(str(p.spec.run.repetitions) for p in loaded.points))
-    topologies = "; ".join(dict.fromkeys(
-        f"{p.spec.topology.name} ("
-        + ", ".join(f"{n} {k}" for k, n in sorted(p.topology.counts().items())) + ")"
-        for p in loaded.points))
-    console.print(f"[green]valid[/green]: {escape(str(loaded.file))}: {len(loaded.points)} "
-                  f"sweep point(s) x {repetitions} repetition(s) on {backends}; "
-                  f"topology {escape(topologies)}", soft_wrap=True)
     from experiments.model_settings import unused_costs
+    from experiments.running import load_or_exit
 
-    for line in placements(loaded):
-        console.print(escape(line), soft_wrap=True)
-    notes = dict.fromkeys(note for point in loaded.points
-                          for note in unused_costs(point.spec, point.topology))
-    for note in notes:
-        console.print(f"[yellow]note[/yellow]: {escape(note)}", soft_wrap=True)
+    with json_output(json_) as document:
+        loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
+        # What the points run on, each distinct value once (a sweep may vary any of them).
+        backends = list(dict.fromkeys(p.spec.run.backend for p in loaded.points))
+        repetitions = list(dict.fromkeys(p.spec.run.repetitions for p in loaded.points))
+        topologies = list(dict.fromkeys(
+            f"{p.spec.topology.name} ("
+            + ", ".join(f"{n} {k}" for k, n in sorted(p.topology.counts().items())) + ")"
+            for p in loaded.points))
+        notes = list(dict.fromkeys(note for point in loaded.points
+                                   for note in unused_costs(point.spec, point.topology)))
+        document.update(valid=True, file=str(loaded.file), experiment=loaded.name,
+                        points=[{"point": p.index, "values": p.values} for p in loaded.points],
+                        repetitions=repetitions, backends=backends, topologies=topologies,
+                        placements=placements(loaded), notes=notes)
+        console.print(f"[green]valid[/green]: {escape(str(loaded.file))}: "
+                      f"{len(loaded.points)} sweep point(s) x "
+                      f"{' or '.join(map(str, repetitions))} repetition(s) on "
+                      f"{' and '.join(backends)}; topology {escape('; '.join(topologies))}",
+                      soft_wrap=True)
+        for line in document["placements"]:
+            console.print(escape(line), soft_wrap=True)
+        for line in notes:  # diagnostics, not the answer: on stderr
+            log.warning("%s", line)
 
 
 @app.command()
@@ -168,8 +210,7 @@ def schema(kind: Annotated[str, typer.Option(help="experiment, topology or workl
 
     models = {"experiment": ExperimentFile, "topology": TopologySpec, "workload": WorkloadSpec}
     if kind not in models:
-        error(f"--kind: expected one of {', '.join(models)}, got {kind!r}")
-        raise typer.Exit(2)
+        refuse(f"--kind: expected one of {', '.join(models)}, got {kind!r}")
     if out:
         file_to_write("--out", out)
     text = json.dumps(described_schema(kind, models[kind]), indent=2)
@@ -204,7 +245,9 @@ def _topology(source: str, sets: list[str] | None = None):
 
     A file is an experiment when it says what runs on the topology (a workload or pipeline):
     then its errors name the experiment's fields, not a topology's."""
+    from emu.cli.main import topology_or_exit
     from experiments.catalog import find, names
+    from experiments.running import load_or_exit
     from topologies import catalog as topologies
     from topologies.documents import read
 
@@ -299,44 +342,50 @@ def topo_export(topology: TopologySource, set_: Sets = None,
 
 
 @results_app.command("list")
-def results_list(root: Annotated[Path, typer.Option(help="the results folder",
-                                                    envvar=RESULTS_VARIABLE)]
-                 = Path("results"),
+def results_list(root: Annotated[Path, results_folder("the results folder")] = Path("results"),
                  experiment: Annotated[str | None, typer.Option(
-                     help="only this experiment's runs")] = None) -> None:
+                     help="only this experiment's runs")] = None,
+                 json_: JsonOption = False) -> None:
     """List runs with their status and headline figures."""
     from experiments.results import runs
 
-    if root == Path("results") and not root.exists() and RESULTS_VARIABLE not in os.environ:
-        say("no runs here yet: no results folder in this directory (foglab run makes one; "
-            f"--root or {RESULTS_VARIABLE} names another)")
-        return
-    folder_to_read("--root", root)
-    table = Table(title=f"runs under {escape(str(root))}")
-    for column in ("experiment", "run", "backend", "status", "delivered", "p50 ms"):
-        table.add_column(column)
-    found_runs = runs(root, experiment)
-    if not found_runs:
-        have = sorted({run.folder.parent.name for run in runs(root)})
-        say(f"no runs under {root}" + (f" of {experiment}" if experiment else "")
-            + (f"; experiments with runs: {', '.join(have)}" if have else ""))
-        return
-    for found in found_runs:
-        manifest, summary = found.manifest, found.summary
-        p50 = (summary.get("latency_s") or {}).get("p50") if summary else None
-        table.add_row(escape(str(manifest.get("experiment", "?"))), escape(found.id),
-                      manifest.get("backend", "?"), manifest.get("status", "?"),
-                      str(summary.get("delivered", "")),
-                      f"{p50 * 1000:.1f}" if p50 is not None else "")
-    console.print(table)
+    with json_output(json_) as document:
+        document.update(root=str(root), runs=[])
+        if root == Path("results") and not root.exists() and RESULTS_VARIABLE not in os.environ:
+            say("no runs here yet: no results folder in this directory (foglab run makes one; "
+                f"--root or {RESULTS_VARIABLE} names another)")
+            return
+        folder_to_read("--root", root)
+        found_runs = runs(root, experiment)
+        if not found_runs:
+            have = sorted({run.folder.parent.name for run in runs(root)})
+            say(f"no runs under {root}" + (f" of {experiment}" if experiment else "")
+                + (f"; experiments with runs: {', '.join(have)}" if have else ""))
+            return
+        table = Table(title=f"runs under {escape(str(root))}")
+        for column in ("experiment", "run", "backend", "status", "delivered", "p50 ms"):
+            table.add_column(column)
+        for found in found_runs:
+            manifest, summary = found.manifest, found.summary or {}
+            p50 = (summary.get("latency_s") or {}).get("p50")
+            document["runs"].append({
+                "experiment": manifest.get("experiment"), "id": found.id,
+                "folder": str(found.folder), "backend": manifest.get("backend"),
+                "status": manifest.get("status"), "delivered": summary.get("delivered"),
+                "p50_s": p50})
+            table.add_row(escape(str(manifest.get("experiment", "?"))), escape(found.id),
+                          manifest.get("backend", "?"), manifest.get("status", "?"),
+                          str(summary.get("delivered", "")),
+                          f"{p50 * 1000:.1f}" if p50 is not None else "")
+        console.print(table)
 
 
 @results_app.command("show")
 def results_show(run_folder: Annotated[Path, typer.Argument(
                      help="a run's folder, or the id `results list` prints")],
-                 root: Annotated[Path, typer.Option(help="the results folder an id is in",
-                                                    envvar=RESULTS_VARIABLE)]
-                 = Path("results")) -> None:
+                 root: Annotated[Path, results_folder("the results folder an id is in")]
+                 = Path("results"),
+                 json_: JsonOption = False) -> None:
     """Show one run: its manifest's facts, its headline figures, its nodes, and each
     feature's own figures (migrations, recoveries, replicas, faults, broadcasts, ...); or,
     given a sweep's folder (`<sweep>-sweep`), its points again."""
@@ -344,19 +393,25 @@ def results_show(run_folder: Annotated[Path, typer.Argument(
     from experiments.report import points_table, show_run
     from experiments.results import find_run
 
-    if (run_folder / POINTS_FILE).is_file():  # a sweep's folder: its points again
-        folders, indices, values = sweep_members(run_folder)
-        say(f"sweep {run_folder.name.removesuffix('-sweep')}: {len(folders)} runs")
-        points_table(folders, indices, values)
-        return
-    if not run_folder.is_dir() and root != Path("results"):  # an id, under a --root given
-        folder_to_read("--root", root)
-    try:
-        found = find_run(run_folder, root)  # a folder, or an id that `results list` prints
-    except (FileNotFoundError, LookupError) as failure:
-        error(failure)
-        raise typer.Exit(2) from None
-    show_run(found.manifest, found.summary or {}, run_folder)
+    with json_output(json_) as document:
+        if (run_folder / POINTS_FILE).is_file():  # a sweep's folder: its points again
+            folders, indices, values = sweep_members(run_folder)
+            document.update(sweep=run_folder.name.removesuffix("-sweep"),
+                            folder=str(run_folder), runs=[
+                                {"folder": str(f), "point": i, "values": v}
+                                for f, i, v in zip(folders, indices, values, strict=True)])
+            say(f"sweep {document['sweep']}: {len(folders)} runs")
+            points_table(folders, indices, values)
+            return
+        if not run_folder.is_dir() and root != Path("results"):  # an id, under a --root given
+            folder_to_read("--root", root)
+        try:
+            found = find_run(run_folder, root)  # a folder, or an id that `results list` prints
+        except (FileNotFoundError, LookupError) as failure:
+            refuse(failure)
+        document.update(id=found.id, folder=str(found.folder), manifest=found.manifest,
+                        summary=found.summary or {})
+        show_run(found.manifest, found.summary or {}, run_folder)
 
 
 @bench_app.command("riot")
@@ -380,8 +435,7 @@ def bench_riot(
     names = tasks or sorted(TASKS)
     unknown = [n for n in names if n not in TASKS]
     if unknown:
-        error(f"unknown task {unknown[0]!r}; tasks are {', '.join(sorted(TASKS))}")
-        raise typer.Exit(2)
+        refuse(f"unknown task {unknown[0]!r}; tasks are {', '.join(sorted(TASKS))}")
     with bars() as shown:
         bar = shown.add_task("tasks", total=len(names))
         table = bench_tasks(names, duration=seconds, dataset=dataset,

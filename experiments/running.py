@@ -1,46 +1,31 @@
 """Running an experiment from the command line: loading it (a bad file or option is one line
-and exit 2), its progress bars with the time left, and what a Ctrl-C or SIGTERM leaves (which
+and exit 3), its progress bars with the time left, and what a Ctrl-C or SIGTERM leaves (which
 run is marked interrupted, which had finished). Shared by `foglab run` and `foglab compare`.
 """
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
-from typing import Annotated
 
 import typer
 
+from experiments.cli_options import AllowFiles, Sets, Sweeps, Zips  # noqa: F401 - re-exported
 from experiments.loader import Experiment, load
 from experiments.runner import Estimate, Reporter, run_experiment, shown_duration
 from topologies.errors import SpecError
-from topologies.files import VARIABLE
+from topologies.exit_codes import ExitCode
 from topologies.terminal import (
     bars,
     error,
-    escape,
     exit_code,
     folder_to_read,
     folder_to_write,
-    say,
+    note,
     stop_on_signals,
 )
 
-Sets = Annotated[list[str] | None,
-                 typer.Option("--set", help="KEY=VALUE override, e.g. run.seed=3")]
-Sweeps = Annotated[list[str] | None, typer.Option(
-    # typer reads help texts as rich markup: brackets are escaped to be shown.
-    "--sweep", help=escape("KEY=[v1,v2]: one run per value, e.g. run.seed=[1,2,3]"))]
-
-
-Zips = Annotated[list[str] | None, typer.Option(
-    "--zip", help=escape("KEY=[v1,v2]: swept together with the other --zip keys, value by "
-                         "value (paired), e.g. rate=[1/s,2/s] with window=[10s,5s]"))]
-
-
-AllowFiles = Annotated[list[Path] | None, typer.Option(
-    "--allow-files", metavar="DIR", help=f"a folder outside the experiment's own whose files it "
-    f"may name (includes, topology files, traces); repeatable, also {VARIABLE} (folders "
-    "separated by :); by default an experiment reads files from its own folder only")]
+log = logging.getLogger(__name__)
 
 
 def load_or_exit(experiment: str, sets: list[str] | None, sweeps: list[str] | None,
@@ -52,8 +37,7 @@ def load_or_exit(experiment: str, sets: list[str] | None, sweeps: list[str] | No
         return load(experiment, sets or [], sweeps or [], allow_files or [], zips or [])
     except SpecError as failure:
         error(failure)
-        raise typer.Exit(2) from None
-
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
 
 
 class RichReporter(Reporter):
@@ -91,7 +75,7 @@ class RichReporter(Reporter):
             self.bars.update(self.runs, description=f"runs (ETA {shown_duration(left)})")
 
     def note(self, text: str) -> None:
-        say(text)
+        log.info("%s", text)
 
     def stage(self, text: str) -> None:
         self.bars.update(self.current, description=f"{self.label} ({text})")
@@ -105,7 +89,7 @@ class RichReporter(Reporter):
             self.estimate.run_ended(self.duration)
             self._tell_left(0.0)
         if error_text:
-            say(f"run {label} failed: {error_text}", style="red")
+            error(f"run {label} failed: {error_text}")
 
 
 def execute(loaded: Experiment, out: Path, sweep_id: str | None = None,
@@ -122,11 +106,11 @@ def execute(loaded: Experiment, out: Path, sweep_id: str | None = None,
                 return run_experiment(loaded, out, reporter, sweep_id=sweep_id, resume=resume)
         except KeyboardInterrupt as stop:
             where = reporter.folder if reporter is not None else None
-            say("interrupted" + (f": run {where} is marked interrupted; what it had written "
-                                 f"is there" if where else ""), style="yellow")
+            error("interrupted" + (f": run {where} is marked interrupted; what it had written "
+                                   f"is there" if where else ""))
             if reporter is not None and reporter.total > 1:
-                say(f"{len(reporter.finished)} of {reporter.total} runs had finished"
-                    + (":" if reporter.finished else ""), style="yellow")
+                note(f"{len(reporter.finished)} of {reporter.total} runs had finished"
+                     + (":" if reporter.finished else ""))
                 for label, folder, failure in reporter.finished:
-                    say(f"  run {label}: {folder}" + (f" (failed: {failure})" if failure else ""))
+                    note(f"  run {label}: {folder}" + (f" (failed: {failure})" if failure else ""))
             raise typer.Exit(exit_code(stop)) from None

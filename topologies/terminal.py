@@ -1,16 +1,20 @@
-"""What foglab's command lines print: one console, errors shown as written, and progress that
-is live bars on a terminal and a plain line every few seconds in a log or a pipe.
+"""What foglab's command lines print, and where: a command's result (tables, summaries) on
+stdout, its errors, warnings, notes (stdlib logging) and progress on stderr.
 
 Every command line (`experiments.cli`, `emu.cli.main`) prints through this module, so a user's text
 (a file path, `KEY=[v1,v2]`, an error from a library) is never read as rich markup, and output
-sent to a file is as wide as it needs to be instead of cut at 80 columns. A bad path or value
-given to a command is refused here too (file_to_write, folder_to_write, positive, ...): one
-line naming the option and the value, exit 2, before the command makes anything.
+sent to a file is as wide as it needs to be instead of cut at 80 columns. Progress is live bars
+on a terminal and a plain line every few seconds in a log or a pipe; `-q` hides it and the
+notes, `-v` shows debug lines (`verbosity`). A bad path or value given to a command is refused
+here too (file_to_write, folder_to_write, positive, ...): one line naming the option and the
+value, exit 3 (bad input), before the command makes anything.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
+import logging
 import os
 import signal
 import threading
@@ -20,6 +24,8 @@ from pathlib import Path
 from typing import NoReturn
 
 from rich.console import Console
+from rich.highlighter import NullHighlighter
+from rich.logging import RichHandler
 from rich.markup import escape
 from rich.progress import (
     BarColumn,
@@ -30,63 +36,142 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from topologies.exit_codes import ExitCode
+
 # Output to a file or a pipe: tables keep every column whole, long lines stay on one line.
 LOG_WIDTH = 1000
 # How often a long step says where it is when nobody watches a terminal.
 LOG_EVERY_S = 5.0
 
+# The command's result: stdout (what `foglab ... > file` keeps).
 console = Console(highlight=False)
+# Everything else: errors, warnings, notes and progress, on stderr.
+messages = Console(stderr=True, highlight=False)
+# The packages whose loggers (`logging.getLogger(__name__)`) the command line shows.
+LOGGERS = ("experiments", "sim", "emu", "topologies", "workloads", "foglab")
+_level = [logging.INFO]  # the command line's verbosity (`verbosity`)
+_recorders: list[list[str]] = []  # the errors said inside each open `errors_said` block
 
 
 def fit_output() -> None:
-    """Size the console for where its output goes now: a terminal's width, or wide for a log.
+    """Size the consoles for where their output goes now: a terminal's width, or wide for a
+    log.
 
     Called at the start of each command, because what stdout is can change between calls in
     one process (tests, notebooks)."""
-    if not console.is_terminal:
-        console.width = LOG_WIDTH
+    for each in (console, messages):
+        if not each.is_terminal:
+            each.width = LOG_WIDTH
+
+
+class _Prefixed(logging.Formatter):
+    """A log record as the command line says it: `warning: ...` above info, the text alone
+    below."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        text = super().format(record)
+        if record.levelno >= logging.ERROR:
+            return f"error: {text}"
+        return f"warning: {text}" if record.levelno >= logging.WARNING else text
+
+
+def verbosity(level: int = logging.INFO) -> None:
+    """Show the packages' log records at `level` and above on stderr through rich's handler
+    (-q: WARNING, no progress bars; default INFO; -v: DEBUG, with time, level and source)."""
+    _level[0] = level
+    detailed = level <= logging.DEBUG
+    handler = RichHandler(console=messages, show_time=detailed, show_level=detailed,
+                          show_path=detailed, markup=False, highlighter=NullHighlighter(),
+                          rich_tracebacks=False)
+    handler.setFormatter(_Prefixed("%(message)s"))
+    handler.set_name("foglab")
+    for name in LOGGERS:
+        logger = logging.getLogger(name)
+        for old in [h for h in logger.handlers if h.get_name() == "foglab"]:
+            logger.removeHandler(old)
+        logger.addHandler(handler)
+        logger.setLevel(level)  # propagated still: a root handler (pytest's caplog) sees them
+
+
+def quiet() -> bool:
+    """Whether -q asked for warnings and errors only (no notes, no progress)."""
+    return _level[0] > logging.INFO
 
 
 def error(message: object, hint: str | None = None) -> None:
-    """`error: <message>` in red, the message as written (no markup read in it)."""
+    """`error: <message>` in red on stderr, the message as written (no markup read in it)."""
     line = Text.assemble(("error: ", "red"), str(message))
     if hint:
         line.append(f"\n({hint})")
-    console.print(line, soft_wrap=True)
+    for recorder in _recorders:
+        recorder.append(str(message) + (f" ({hint})" if hint else ""))
+    messages.print(line, soft_wrap=True)
 
 
 def warning(message: object) -> None:
-    console.print(Text.assemble(("warning: ", "yellow"), str(message)), soft_wrap=True)
+    """`warning: <message>` in yellow on stderr."""
+    messages.print(Text.assemble(("warning: ", "yellow"), str(message)), soft_wrap=True)
+
+
+def note(message: object) -> None:
+    """A line about the command's work (not its result): an info record of the `foglab`
+    logger, on stderr as written once `verbosity` set it up; none with -q."""
+    logging.getLogger("foglab").info("%s", message)
 
 
 def say(message: object, style: str | None = None) -> None:
-    """A line of plain text, printed as written."""
+    """A line of the command's result on stdout, printed as written."""
     console.print(Text(str(message), style=style or ""), soft_wrap=True)
 
 
+@contextlib.contextmanager
+def errors_said() -> Iterator[list[str]]:
+    """The messages `error` says while inside, in order (a --json document's error)."""
+    said: list[str] = []
+    _recorders.append(said)
+    try:
+        yield said
+    finally:
+        _recorders.remove(said)
+
+
+@contextlib.contextmanager
+def results_withheld() -> Iterator[None]:
+    """Nothing printed on stdout through `console` while inside (a --json command prints its
+    one document there instead); stderr is left as it is."""
+    console.file = io.StringIO()
+    try:
+        yield
+    finally:
+        console.file = None  # stdout again, whatever sys.stdout is then
+
+
 def bars(counted: bool = True, every: float = LOG_EVERY_S) -> Progress:
-    """The progress of a long command: bars that vanish when done on a terminal; elsewhere a
-    line per running task every `every` seconds."""
+    """The progress of a long command, on stderr: bars that vanish when done on a terminal;
+    elsewhere a line per running task every `every` seconds; nothing with -q."""
     columns = [TextColumn("{task.description}", markup=False), BarColumn()]
     if counted:
         columns.append(MofNCompleteColumn())
     columns.append(TimeElapsedColumn())
-    if console.is_terminal:
-        return Progress(*columns, console=console, transient=True)
-    return LogProgress(*columns, console=console, every=every)
+    if quiet():
+        return Progress(*columns, console=messages, disable=True)
+    if messages.is_terminal:
+        return Progress(*columns, console=messages, transient=True)
+    return LogProgress(*columns, console=messages, every=every)
 
 
 def refuse(message: object) -> NoReturn:
-    """A bad option or argument: its one-line error, and exit 2 before anything is made."""
-    import typer
+    """A bad option or argument: its one-line error, and exit 3 (bad input) before anything is
+    made."""
+    import typer  # the command line's; the rest of this module is used without it too
 
     error(message)
-    raise typer.Exit(2)
+    raise typer.Exit(ExitCode.BAD_INPUT)
 
 
 def file_to_write(option: str, path: Path) -> Path:
     """`path`, checked as a file a command will write (`--out x.json`): in a folder that
-    exists and can be written, and not a folder itself; else refused (exit 2)."""
+    exists and can be written, and not a folder itself; else refused (exit 3)."""
     parent = path.parent  # "." for a bare name
     if path.is_dir():
         refuse(f"{option} {path}: is a folder; give a file's path")
@@ -101,7 +186,7 @@ def file_to_write(option: str, path: Path) -> Path:
 
 def folder_to_write(option: str, path: Path) -> Path:
     """`path`, checked as a folder a command writes into, made if need be (`--out results`):
-    a folder, or nothing yet under a folder that can be written; else refused (exit 2)."""
+    a folder, or nothing yet under a folder that can be written; else refused (exit 3)."""
     if path.exists() and not path.is_dir():
         refuse(f"{option} {path}: is a file; give a folder")
     existing = next(p for p in (path, *path.parents) if p.exists() or p == Path("."))
@@ -113,7 +198,7 @@ def folder_to_write(option: str, path: Path) -> Path:
 
 
 def folder_to_read(option: str, path: Path) -> Path:
-    """`path`, checked as a folder that exists (`--root results`); else refused (exit 2)."""
+    """`path`, checked as a folder that exists (`--root results`); else refused (exit 3)."""
     if not path.exists():
         refuse(f"{option} {path}: the folder does not exist")
     if not path.is_dir():
@@ -122,14 +207,14 @@ def folder_to_read(option: str, path: Path) -> Path:
 
 
 def positive(option: str, value: float) -> float:
-    """A quantity that must be above zero (`--seconds`, `--timeout`); else refused (exit 2)."""
+    """A quantity that must be above zero (`--seconds`, `--timeout`); else refused (exit 3)."""
     if not value > 0:  # NaN too
         refuse(f"{option} {value:g}: must be above 0")
     return value
 
 
 def one_of(option: str, value: str, known) -> str:
-    """A value from a known set (`--dataset city`); else refused naming them (exit 2)."""
+    """A value from a known set (`--dataset city`); else refused naming them (exit 3)."""
     if value not in known:
         refuse(f"{option} {value!r}: expected one of {', '.join(known)}")
     return value
@@ -250,6 +335,8 @@ def _number(value: float) -> str:
     return f"{value:,.0f}" if abs(value) >= 10 or value == int(value) else f"{value:.2f}"
 
 
-__all__ = ["LOG_EVERY_S", "LogProgress", "Stop", "bars", "console", "error", "escape",
-           "exit_code", "file_to_write", "fit_output", "folder_to_read", "folder_to_write",
-           "one_of", "positive", "refuse", "say", "stop_on_signals", "warning"]
+__all__ = ["LOGGERS", "LOG_EVERY_S", "LogProgress", "Stop", "bars", "console", "error",
+           "errors_said", "escape", "exit_code", "file_to_write", "fit_output",
+           "folder_to_read", "folder_to_write", "messages", "note", "one_of", "positive",
+           "quiet", "refuse", "results_withheld", "say", "stop_on_signals", "verbosity",
+           "warning"]

@@ -2,7 +2,8 @@
 
 Reads what the agents run (emu.live.apply), prints the plan from it to the experiment as `foglab
 apply` does (its table, handed over by the experiment layer: `use_plans`), and exits as it
-does with --dry-run: 0 when nothing would change, 2 when something would, 1 on an error.
+does with --dry-run: 0 when nothing would change, 4 when something would, 1 on a failure, 3
+on a bad experiment or option (topologies.exit_codes).
 Without --dry-run the plan is carried out, read back and checked; each step's time printed;
 exit 0 once what runs is what the experiment describes.
 """
@@ -22,9 +23,8 @@ from emu.cli.clusters import (
     reach_cluster,
 )
 from topologies.errors import SpecError
-from topologies.terminal import console, error, escape, say
-
-NO_CHANGES, ERROR, CHANGES = 0, 1, 2
+from topologies.exit_codes import ExitCode
+from topologies.terminal import console, error, escape, note, refuse, say
 
 # How the plan is shown: `foglab apply`'s table with the model's times (experiments.apply_cli),
 # which emu cannot import; handed over by the experiment layer as it mounts these commands.
@@ -57,14 +57,11 @@ def emu_apply(
 ) -> None:
     """Make a cluster that is up run an experiment's jobs: read what its agents run, plan
     (deploy, modify in-place, replace or move, delete), carry the plan out and check it;
-    --dry-run prints the plan only (exit 0 nothing would change, 2 something would)."""
+    --dry-run prints the plan only (exit 0 nothing would change, 4 something would)."""
     from topologies.terminal import positive
 
-    try:  # refused as every command refuses them, but with apply's error code (1, not 2)
-        cluster_name(cluster)
-        positive("--timeout", timeout)
-    except typer.Exit:
-        raise typer.Exit(ERROR) from None
+    cluster_name(cluster)
+    positive("--timeout", timeout)
     path, loaded, wanted = _desired(experiment, set_ or [])
     name, agents, nodes, routes, login = _reached(cluster, path, wanted)
     spec = loaded.points[0].spec
@@ -80,7 +77,7 @@ def emu_apply(
 
         error(f"applied, but cluster {name} does not run what the experiment describes: "
               f"{differences(after)}")
-        raise typer.Exit(ERROR)
+        raise typer.Exit(ExitCode.FAILURE)
     say(f"Applied in {applied.total_s:.3f} s (read {applied.read_s:.3f}, execute "
         f"{applied.execute_s:.3f}, verify {applied.verify_s:.3f}); cluster {name} runs what "
         "the experiment describes.")
@@ -88,7 +85,8 @@ def emu_apply(
 
 def _desired(experiment: str, overrides: list[str]):
     """(the experiment's file, its loaded form with the --set `overrides`, what its one sweep
-    point runs: emu.live.apply's desired state); exit ERROR if it does not load or sweeps."""
+    point runs: emu.live.apply's desired state); exit 3 (bad input) if it does not load or
+    sweeps."""
     from emu.live.apply import desired
 
     try:
@@ -98,30 +96,29 @@ def _desired(experiment: str, overrides: list[str]):
                             "(pin it with --set): a cluster runs one", str(loaded.file))
         wanted = desired(loaded)
     except SpecError as failure:
-        error(failure)
-        raise typer.Exit(ERROR) from None
+        refuse(failure)
     return path, loaded, wanted
 
 
 def _reached(cluster: str | None, path, wanted):
     """The running cluster the experiment goes to: (its name, its agents, their nodes, each
-    node's broker, the login to them); exit ERROR if it cannot place the experiment's
+    node's broker, the login to them); exit 1 (failure) if it cannot place the experiment's
     operators or no broker of its agents is known."""
     from emu.live.apply import agent_nodes
 
-    _, name, agents, brokers, _, login = reach_cluster(cluster, ERROR)
+    _, name, agents, brokers, _, login = reach_cluster(cluster, ExitCode.FAILURE)
     nodes = agent_nodes(agents)
     absent = sorted({node for _, node in wanted.configs} - set(nodes))
     if absent:
         error(f"{path}: places operators on {', '.join(absent)}, which cluster {name} has "
               f"no running agent of (its agents: {', '.join(nodes) or 'none'}): bring the "
               "experiment's topology up")
-        raise typer.Exit(ERROR)
+        raise typer.Exit(ExitCode.FAILURE)
     routes = {node: brokers[agents[node].broker] for node in nodes
               if agents[node].broker in brokers}
     if not routes:
         error(f"cluster {name}: no agent's broker is known")
-        raise typer.Exit(ERROR)
+        raise typer.Exit(ExitCode.FAILURE)
     return name, agents, nodes, routes, login
 
 
@@ -129,8 +126,8 @@ def _carried_out(name: str, routes, login, nodes, job_of, wanted, *, dry_run: bo
                  strategy: str, settings, timeout: float):
     """Read what the cluster runs, print the plan from it and, but on a dry run, carry it out
     (emu.live.apply.execute) and read back: (the steps' times, the plan from what runs then).
-    Exits NO_CHANGES when nothing would change, CHANGES on a dry run that would change
-    something, ERROR when an agent is silent or a step fails."""
+    Exits OK when nothing would change, CHANGES on a dry run that would change something,
+    FAILURE when an agent is silent or a step fails (topologies.exit_codes)."""
     import time
 
     from emu.control.commands import Controller
@@ -156,19 +153,19 @@ def _carried_out(name: str, routes, login, nodes, job_of, wanted, *, dry_run: bo
             say(plan.summary())
             if plan.empty:
                 say(f"No changes: cluster {name} runs what the experiment describes.")
-                raise typer.Exit(NO_CHANGES)
+                raise typer.Exit(ExitCode.OK)
             if dry_run:
                 say("(dry run: nothing executed)")
-                raise typer.Exit(CHANGES)
+                raise typer.Exit(ExitCode.CHANGES)
             applied.steps = execute(control, plan, wanted, running, agents=agents,
                                     strategy=strategy, settings=settings, timeout=timeout,
-                                    progress=lambda line: say(line, style="dim"))
+                                    progress=note)
             started = time.perf_counter()
             after = plan_for(read_running(control, nodes, job_of), wanted)
             applied.verify_s = time.perf_counter() - started
     except ApplyError as failure:
         error(failure)
-        raise typer.Exit(ERROR) from None
+        raise typer.Exit(ExitCode.FAILURE) from None
     return applied, after
 
 

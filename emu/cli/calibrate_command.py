@@ -12,6 +12,7 @@ import typer
 from rich import box
 from rich.table import Table
 
+from topologies.exit_codes import ExitCode
 from topologies.terminal import (
     bars,
     console,
@@ -21,6 +22,7 @@ from topologies.terminal import (
     file_to_write,
     say,
     stop_on_signals,
+    warning,
 )
 from workloads.calibration import DEFAULT_NAME
 
@@ -44,7 +46,7 @@ def calibrate(
         path = target(out)
     except ValueError as failure:
         error(f"--out: {failure}")
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
     if is_path(out):  # a name goes to the user's folder of profiles, made when written
         file_to_write("--out", path)
     client = docker_client()
@@ -61,12 +63,11 @@ def calibrate(
 
                 calibration = measure(quick, progress, client)
         except KeyboardInterrupt as stop:
-            say("interrupted: nothing written; the calibration's containers are removed",
-                style="yellow")
+            warning("interrupted: nothing written; the calibration's containers are removed")
             raise typer.Exit(exit_code(stop)) from None
         except CalibrationFailed as failure:
             error(failure)
-            raise typer.Exit(1) from None
+            raise typer.Exit(ExitCode.FAILURE) from None
     write(calibration, path)
     _calibration_tables(calibration)
     say(f"wrote {path}")

@@ -11,6 +11,7 @@ from typing import Annotated, Any
 import typer
 
 from topologies.errors import SpecError
+from topologies.exit_codes import ExitCode
 from topologies.terminal import error, refuse
 
 # How `--experiment` and `emu migrate` load an experiment file: the experiment layer hands its
@@ -70,7 +71,7 @@ def docker_client():
         return docker.from_env(timeout=DOCKER_TIMEOUT_S, max_pool_size=24)
     except Exception as failure:  # noqa: BLE001 - whatever keeps the SDK from the engine
         error(f"no Docker Engine: {failure}", hint="foglab emu doctor --fix")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILURE) from None
 
 
 def which_cluster(client, name: str | None) -> str:
@@ -81,12 +82,12 @@ def which_cluster(client, name: str | None) -> str:
     if name is not None:
         if name not in found:
             error(f"no cluster {name!r}; clusters: {', '.join(found) or 'none'}")
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILURE)
         return name
     if len(found) != 1:
         error("no cluster is up" if not found else
               f"{len(found)} clusters are up ({', '.join(found)}): choose one with --cluster")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     return next(iter(found))
 
 

@@ -36,6 +36,8 @@ from emu.engines import DEFAULT as DEFAULT_ENGINE
 from emu.engines import ENGINES
 from emu.live.agents import EXPERIMENT_LABEL, SETS_LABEL
 from topologies.errors import SpecError
+from topologies.exit_codes import ExitCode
+from topologies.output import JsonOption, json_output
 from topologies.terminal import (
     bars,
     console,
@@ -43,30 +45,33 @@ from topologies.terminal import (
     escape,
     exit_code,
     folder_to_write,
+    messages,
+    note,
     refuse,
     say,
     stop_on_signals,
+    warning,
 )
 
 if TYPE_CHECKING:
     from emu.agent.config import AgentConfig
     from topologies.model import Topology
 
-app = typer.Typer(no_args_is_help=True,
+app = typer.Typer(no_args_is_help=True, add_completion=False,
                   help="Prepare the host and images; run topologies as containers.")
 
 ENGINES_HELP = "; ".join(f"{e.name}: {e.summary}" for e in ENGINES.values())
 
 
 def topology_or_exit(name: str):
-    """The expanded topology of a catalog name or a file; else its error, and exit 2."""
+    """The expanded topology of a catalog name or a file; else its error, and exit 3."""
     from topologies.catalog import load
 
     try:
         return load(name)
     except SpecError as failure:
         error(failure)
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
 
 
 @app.command("doctor")
@@ -76,10 +81,10 @@ def emu_doctor(fix: Annotated[bool, typer.Option(
     """Check this host for emulation: Docker Engine, arm64 through binfmt, debootstrap, netem."""
     from emu.host.doctor import check
 
-    outcome = check(fix=fix, report=lambda line: say(line, style="dim"))
+    outcome = check(fix=fix, report=note)
     console.print(outcome.table())
     if not outcome.ready:
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
 
 
 @app.command("build")
@@ -93,7 +98,7 @@ def emu_build(images: Annotated[list[str] | None, typer.Argument(
     unknown = [n for n in names if n not in IMAGES]
     if unknown:
         error(f"unknown image {unknown[0]!r}; images are {', '.join(IMAGES)}")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.BAD_INPUT)
     with bars(counted=False) as shown:
         for name in names:
             bar = shown.add_task(name, total=1.0)
@@ -180,31 +185,31 @@ class _Deployed:
 
 def deployed_or_exit(topology: str | None, experiment: str | None, sets: list[str],
                      agent_command: str | None) -> _Deployed:
-    """The topology, or the experiment's topology and agents; else the error, and exit 2."""
+    """The topology, or the experiment's topology and agents; else the error, and exit 3."""
     if (topology is None) == (experiment is None):
         error("give a TOPOLOGY or an --experiment (one of them)")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.BAD_INPUT)
     if experiment is None:
         if sets:
             error("--set changes an experiment: give one with --experiment")
-            raise typer.Exit(2)
+            raise typer.Exit(ExitCode.BAD_INPUT)
         return _Deployed(topology_or_exit(topology))
     if agent_command:
         error("--agent-command replaces the agents, which run the experiment's drivers and "
               "operators: leave it out, or bring up the topology alone")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.BAD_INPUT)
     from emu.cluster.deployment import agent_configs
 
     try:
         path, loaded = load_experiment(experiment, sets)
     except SpecError as failure:
         error(failure)
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
     if len(loaded.points) > 1:
         swept = ", ".join(sorted(loaded.points[1].values))
         error(f"{loaded.file}: sweeps {len(loaded.points)} points ({swept}); a cluster runs "
               f"one: choose it with --set, e.g. --set {swept.split(', ')[0]}=...")
-        raise typer.Exit(2)
+        raise typer.Exit(ExitCode.BAD_INPUT)
     point = loaded.points[0]
     spec = point.spec
     # Every operator instance reads through its own input session, so that it can move.
@@ -269,7 +274,7 @@ def emu_up(
                 label or [], notice, log, topology, engine)
         except KeyboardInterrupt as stop:
             notify_path(notice, ok=False, error="interrupted")
-            say("interrupted: nothing of the cluster is left", style="yellow")
+            warning("interrupted: nothing of the cluster is left")
             raise typer.Exit(exit_code(stop)) from None
 
 
@@ -304,7 +309,7 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
                             live_acl=engine_class(engine, "--engine").live_acl)
     except SpecError as failure:
         error(failure)
-        raise typer.Exit(2) from None
+        raise typer.Exit(ExitCode.BAD_INPUT) from None
     if detach:
         _up_detached(topology, deployed, plan.cluster, zookeeper, records, agent_command,
                      label_options, engine)
@@ -321,17 +326,17 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
     except Exception as failure:  # noqa: BLE001 - shown, after the cluster cleaned up
         notify_path(notice, ok=False, error=str(failure))
         error(failure, hint=f"removed what cluster {plan.cluster} had made")
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILURE) from None
     try:
         if deployed.agents is not None:
             try:
-                with console.status("agents registering; then the drivers start"):
+                with messages.status("agents registering; then the drivers start"):
                     start_drivers(running)
             except Exception as failure:  # noqa: BLE001 - shown; the cluster goes below
                 notify_path(notice, ok=False, error=str(failure))
                 error(f"starting the experiment on cluster {plan.cluster}: {failure}",
                       hint=f"removed cluster {plan.cluster}")
-                raise typer.Exit(1) from None
+                raise typer.Exit(ExitCode.FAILURE) from None
         console.print(_status_table(client, plan.cluster))
         facts = running.facts
         say(f"up in {facts['up_s']:.1f} s; links shaped by {facts['shaper']}; "
@@ -341,7 +346,7 @@ def _up(deployed: _Deployed, cluster: str | None, zookeeper: int, detach: bool,
         notify_path(notice, ok=True, pid=os.getpid(), facts=facts,
                     operators=_running_operators(plan) if deployed.agents else "")
         if notice is None:
-            say("Ctrl-C brings the cluster down", style="dim")
+            note("Ctrl-C brings the cluster down")
         hold()  # until a Ctrl-C or SIGTERM, which emu_up reports after the cluster is down
     finally:
         removed = running.down()
@@ -386,8 +391,8 @@ def _up_detached(topology: str | None, deployed: _Deployed, cluster: str, zookee
         argv += ["--label", label]
     process = spawn(argv, log)
     try:
-        say(f"bringing cluster {cluster} up in the background (pid {process.pid}, log {log})")
-        with console.status("waiting for the cluster"):
+        note(f"bringing cluster {cluster} up in the background (pid {process.pid}, log {log})")
+        with messages.status("waiting for the cluster"):
             outcome = wait_for_notice(notice, process)
     except KeyboardInterrupt:
         # The background process cleans up what it made when told to stop.
@@ -401,7 +406,8 @@ def _up_detached(topology: str | None, deployed: _Deployed, cluster: str, zookee
         if process.poll() is None:
             process.wait(timeout=60)
         error(f"{outcome.get('error')}\n{tail}")
-        raise typer.Exit(130 if outcome.get("error") == "interrupted" else 1)
+        raise typer.Exit(ExitCode.INTERRUPTED if outcome.get("error") == "interrupted"
+                         else ExitCode.FAILURE)
     client = docker_client()
     console.print(_status_table(client, cluster))
     facts = outcome["facts"]
@@ -424,26 +430,36 @@ def emu_down(cluster: ClusterOption = None,
     names = list(inventory.clusters(client)) if all_ else [which_cluster(client, cluster)]
     for name in names:
         removed = inventory.remove(client, name)
-        note = "; ended the process holding its relays" if removed.owner_ended else ""
+        ended = "; ended the process holding its relays" if removed.owner_ended else ""
         say(f"cluster {name} down: removed {removed.containers} containers, "
-            f"{removed.networks} networks{note}")
+            f"{removed.networks} networks{ended}")
     if not names:
         say("no foglab cluster is up")
 
 
 @app.command("status")
 def emu_status(cluster: Annotated[str | None, typer.Option(
-        "--cluster", callback=cluster_name, help="one cluster (default: all)")] = None
-               ) -> None:
+        "--cluster", callback=cluster_name, help="one cluster (default: all)")] = None,
+               json_: JsonOption = False) -> None:
     """Each container of a cluster (or of all): node, kind, state, IP, image, container id."""
     from emu.engines.docker import inventory
 
-    client = docker_client()
-    names = [which_cluster(client, cluster)] if cluster else list(inventory.clusters(client))
-    for name in names:
-        console.print(_status_table(client, name))
-    if not names:
-        say("no foglab cluster is up")
+    with json_output(json_) as document:
+        document["clusters"] = []
+        client = docker_client()
+        found = inventory.clusters(client)
+        names = [which_cluster(client, cluster)] if cluster else list(found)
+        for name in names:
+            info = found.get(name)
+            document["clusters"].append({
+                "name": name, "topology": info and info.topology, "shaper": info and info.shaper,
+                "relays_running": info and info.owner_running,
+                "nodes": [{"node": n.node, "kind": n.kind, "role": n.role, "state": n.state,
+                           "ip": n.ip, "image": n.image, "container": n.container}
+                          for n in inventory.node_status(client, name)]})
+            console.print(_status_table(client, name))
+        if not names:
+            say("no foglab cluster is up")
 
 
 @app.command("exec")
@@ -461,7 +477,7 @@ def emu_exec(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
         found = inventory.node_of(client, name, node)
     except LookupError as failure:
         error(failure)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILURE) from None
 
     def out(chunk: bytes) -> None:
         sys.stdout.buffer.write(chunk)
@@ -488,7 +504,7 @@ def emu_logs(node: Annotated[str, typer.Argument(help="a node of the cluster, e.
             sys.stdout.buffer.flush()
     except LookupError as failure:
         error(failure)
-        raise typer.Exit(1) from None
+        raise typer.Exit(ExitCode.FAILURE) from None
     except KeyboardInterrupt:
         pass
 

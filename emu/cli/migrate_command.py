@@ -13,7 +13,19 @@ from rich.table import Table
 
 from emu.cli.clusters import ClusterOption, load_experiment, reach_cluster
 from emu.live.agents import PING_TIMEOUT_S
-from topologies.terminal import bars, console, error, escape, positive, refuse, say, warning
+from topologies.exit_codes import ExitCode
+from topologies.terminal import (
+    bars,
+    console,
+    error,
+    escape,
+    messages,
+    note,
+    positive,
+    refuse,
+    say,
+    warning,
+)
 
 # -- moving an operator on a cluster that is up ----------------------------------------------
 
@@ -77,11 +89,11 @@ def emu_migrate(
                                strategy, settings, timeout)
     console.print(_record_table(record))
     if caught:
-        say("interrupted: the migration had finished or rolled back first", style="yellow")
+        warning("interrupted: the migration had finished or rolled back first")
         raise typer.Exit(128 + caught[0])
     if record.status != "done":
         error(f"the migration failed and was rolled back to {source}: {record.error}")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     say(f"{operator} runs on {to} now")
 
 
@@ -89,12 +101,12 @@ def _check_move_target(to: str, name: str, agents, kinds) -> None:
     """Exit 1 unless `to` is a node of cluster `name` whose agent can run an operator."""
     if to not in kinds:
         error(f"no node {to!r} in cluster {name}; its nodes: {', '.join(kinds)}")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     if to not in agents or agents[to].kind not in ("gateway", "cloud_vm"):
         movable = [n for n, a in agents.items() if a.kind in ("gateway", "cloud_vm")]
         error(f"{to} is a {kinds[to]}: an operator moves to a gateway or cloud VM, whose agent "
               f"runs it ({', '.join(movable) or 'none in this cluster'})")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
 
 
 def _instance_to_move(operator: str, source: str | None, to: str, name: str, agents, brokers,
@@ -103,37 +115,37 @@ def _instance_to_move(operator: str, source: str | None, to: str, name: str, age
     runs it), asked of the agents; exit 1 if there is none, or it cannot move there."""
     from emu.live.agents import where_operators_run as where_running
 
-    with console.status("asking the agents what they run"):
+    with messages.status("asking the agents what they run"):
         running, silent = where_running(agents, brokers, credentials=login)
     if not running and silent and len(silent) == len(agents):
         error(f"no agent of cluster {name} answered a ping within {PING_TIMEOUT_S:g} s "
               f"({', '.join(silent)}): are they agents (not --agent-command)?")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     nodes = running.get(operator, [])
     if not nodes:
         known = "; ".join(f"{op} on {', '.join(where)}" for op, where in sorted(running.items()))
         error(f"no operator {operator!r} runs in cluster {name}; running: {known or 'none'}"
               + (f" (no answer from {', '.join(silent)})" if silent else ""))
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     if source is None:
         if len(nodes) > 1:
             error(f"{operator} runs on {', '.join(nodes)}: say which instance moves with --from")
-            raise typer.Exit(1)
+            raise typer.Exit(ExitCode.FAILURE)
         source = nodes[0]
     elif source not in nodes:
         error(f"{operator} does not run on {source}; it runs on {', '.join(nodes)}")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     if source == to:
         error(f"{operator} runs on {to} already: give another node with --to")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     if to in running.get(operator, []):
         error(f"{to} runs an instance of {operator} already: one node holds one instance")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     if agents[source].broker != agents[to].broker:
         error(f"{source} talks to broker {agents[source].broker} and {to} to "
               f"{agents[to].broker}: the emulation does not bridge brokers, so the input "
               f"session cannot move between them")
-        raise typer.Exit(1)
+        raise typer.Exit(ExitCode.FAILURE)
     return source
 
 
@@ -153,7 +165,7 @@ def _migrated(client, name: str, login, agents, brokers, operator: str, source: 
 
         def progress(step: str) -> None:
             shown.update(phase, description=f"{operator}: {step}")
-            say(f"[{time.time() - started:6.2f} s] {step}", style="dim")
+            note(f"[{time.time() - started:6.2f} s] {step}")
 
         try:
             with _controller(brokers[agents[source].broker], login,
@@ -162,7 +174,7 @@ def _migrated(client, name: str, login, agents, brokers, operator: str, source: 
                                  timeout=timeout, progress=progress)
         except MigrationError as failure:
             error(failure)
-            raise typer.Exit(2) from None
+            raise typer.Exit(ExitCode.BAD_INPUT) from None
     return record, caught
 
 
@@ -188,13 +200,13 @@ def _interrupts_held():
 
     caught: list[int] = []
 
-    def note(number: int, frame: object) -> None:
+    def held(number: int, frame: object) -> None:
         if not caught:
             warning("a migration under way finishes or rolls back first")
         caught.append(number)
 
     numbers = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-    previous = {number: signal.signal(number, note) for number in numbers}
+    previous = {number: signal.signal(number, held) for number in numbers}
     try:
         yield caught
     finally:

@@ -13,6 +13,7 @@ from rich.table import Table
 
 from emu.cli.clusters import load_experiment
 from topologies.errors import SpecError
+from topologies.output import JsonOption, json_output
 from topologies.terminal import console, escape, positive, refuse, say, warning
 
 # How `emu plan` predicts each container's CPU demand: the calibrated model's, which emu
@@ -37,10 +38,23 @@ def emu_plan(
         "--set", help="KEY=VALUE: change the experiment (as `foglab run --set`)")] = None,
     plain: Annotated[bool, typer.Option(
         help="key=value lines instead of the table")] = False,
+    json_: JsonOption = False,
 ) -> None:
     """Predict an experiment's hosts, start-up time and CPU pressure per host from the
-    calibrated model (docs/capacity.md); exit 2 naming the figures when it cannot fit."""
-    from emu.cluster.capacity import TARGET_PRESSURE, CapacityRefused, host_memory, plan_experiment
+    calibrated model (docs/capacity.md); exit 3 naming the figures when it cannot fit."""
+    with json_output(json_) as document:
+        plan = _planned(experiment, hosts, cores, memory, set_ or [])
+        document.update(figures=plan.figures(), hosts=[
+            {"host": h.index, "containers": list(h.containers), "sites": list(h.sites),
+             "cores": h.demand, "pressure": h.pressure, "memory_bytes": h.memory,
+             "start_s": h.start_s} for h in plan.hosts])
+        _print_plan(plan, plain)
+
+
+def _planned(experiment: str, hosts: int, cores: float | None, memory: str | None,
+             sets: list[str]):
+    """The capacity plan of the experiment's one point; else its refusal (exit 3)."""
+    from emu.cluster.capacity import CapacityRefused, host_memory, plan_experiment
     from topologies import units
 
     if hosts < 1:
@@ -59,7 +73,7 @@ def emu_plan(
         refuse("emu plan needs the calibrated model's demand (these commands were mounted "
                "without the experiment layer: experiments.planning, use_demand)")
     try:
-        _, loaded = load_experiment(experiment, set_ or [])
+        _, loaded = load_experiment(experiment, sets)
     except SpecError as failure:
         refuse(failure)
     if len(loaded.points) > 1:
@@ -75,6 +89,14 @@ def emu_plan(
                                demand, hosts, cores, size, dilation)
     except CapacityRefused as failure:
         refuse(f"{experiment}: {failure}")
+    return plan
+
+
+def _print_plan(plan, plain: bool) -> None:
+    """The plan as a table and a summary line (or key=value lines), and a warning when it
+    predicts the hosts saturated."""
+    from emu.cluster.capacity import TARGET_PRESSURE
+
     if plain:
         for key, value in plan.figures().items():
             console.print(f"{key}={value}", soft_wrap=True, highlight=False, markup=False)

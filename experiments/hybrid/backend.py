@@ -23,6 +23,8 @@ records, and the couplings' request timeouts (the controller waits K times as lo
 
 from __future__ import annotations
 
+import logging
+
 from emu.agent.timebase import UNDILATED, TimeBase
 from emu.cluster.tls import tls_login
 from emu.features.base import Feature
@@ -241,8 +243,7 @@ class HybridBackend:
         if not coupled:
             raise RuntimeError("the emulation ended before its run began")
         hybrid = coupled[0]
-        from topologies.terminal import warning
-
+        warning = logging.getLogger(__name__).warning
         if hybrid.lag.p99 > WARN_S:
             warning(f"the real-time model lagged {hybrid.lag.p99 * 1e3:.0f} ms at p99 behind "
                     f"the wall clock (over {WARN_S * 1e3:.0f} ms): its couplings acted late")

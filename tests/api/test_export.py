@@ -45,7 +45,7 @@ def _links() -> dict:
 
 def test_an_unknown_format_is_refused_before_anything_is_written(tmp_path) -> None:
     shown = foglab("topo", "export", "smart-city", "--format", "dot", cwd=tmp_path)
-    assert shown.returncode == 2 and "--format dot: one of graphml, json" in shown.stdout
+    assert shown.returncode == 3 and "--format dot: one of graphml, json" in shown.stderr
     assert list(tmp_path.iterdir()) == []
 
 

@@ -90,7 +90,7 @@ def test_an_unchanged_experiment_plans_nothing(cluster) -> None:
 def test_a_changed_parameter_is_one_in_place_row_applied_and_read_back(cluster) -> None:
     _, name, _ = cluster
     planned = apply(name, PARAM, "--dry-run")
-    assert planned.returncode == 2, planned.stdout
+    assert planned.returncode == 4, planned.stdout
     assert "Plan: 0 to deploy, 1 to modify, 0 to delete." in planned.stdout
     assert re.search(r"clean\s+modify\s+in-place", planned.stdout), planned.stdout
     assert listed(name, "gw-1")["clean"]["config"]["params"]["ranges"]["temperature"] == \
@@ -154,7 +154,7 @@ def test_after_an_agent_starts_again_apply_sees_what_it_runs(cluster) -> None:
         if "no answer from gw-1" not in planned.stdout or time.monotonic() > deadline:
             break
         time.sleep(1)
-    assert planned.returncode == 2, planned.stdout
+    assert planned.returncode == 4, planned.stdout
     assert "Plan: 0 to deploy, 1 to modify, 0 to delete." in planned.stdout
     assert re.search(r"clean\s+modify\s+in-place", planned.stdout), planned.stdout
     assert listed(name, "gw-1")["clean"]["config"]["job"] is None  # as `up` installed it

@@ -116,5 +116,5 @@ def test_foglab_emu_plan_prints_the_figures_and_refuses_what_cannot_fit() -> Non
     refused = runner.invoke(app, ["emu", "plan", "quickstart", "--memory", "512MiB"],
                             env={"COLUMNS": "200"})
     lines = refused.output.strip().splitlines()
-    assert refused.exit_code == 2 and len(lines) == 1, refused.output
+    assert refused.exit_code == 3 and len(lines) == 1, refused.output
     assert lines[0].startswith("error: quickstart: cloud-1 needs 0.80 GiB of memory")

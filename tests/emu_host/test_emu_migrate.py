@@ -118,6 +118,6 @@ def test_up_refuses_what_it_cannot_bring_up_before_anything_starts(tmp_path: Pat
     ]
     for argv, message in cases:
         done = foglab(*argv, "--label", LABEL)
-        assert done.returncode == 2, (argv, done.stdout)
+        assert done.returncode == 3, (argv, done.stdout)
         assert message in " ".join(done.stdout.split()), (argv, done.stdout)
     assert client.api.containers(all=True, filters={"label": LABEL}) == before

@@ -186,7 +186,7 @@ def test_the_cli_reaches_a_multi_node_swarm_named_in_the_environment(monkeypatch
 
     monkeypatch.setenv("FOGLAB_SWARM_ENGINES", "a=tcp://10.0.0.1:2375,b")
     refused = CliRunner().invoke(app, ["emu", "down", "--cluster", "c1"])
-    assert refused.exit_code == 2
+    assert refused.exit_code == 3
     assert "FOGLAB_SWARM_ENGINES: 'b' is not NODE=URL" in refused.output
     monkeypatch.setenv("FOGLAB_SWARM_ENGINES", "a=tcp://10.0.0.1:2375,b=tcp://10.0.0.2:2375")
     monkeypatch.setenv("FOGLAB_SWARM_REGISTRY", "reg.lab:5000")

@@ -339,5 +339,5 @@ def test_the_command_refuses_a_bad_name_before_measuring(profiles: Path) -> None
     from experiments.cli import app
 
     result = CliRunner().invoke(app, ["calibrate", "--out", "My Lab"], env={"COLUMNS": "250"})
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "--out: 'My Lab' is neither a profile name" in result.output

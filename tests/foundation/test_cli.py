@@ -69,7 +69,7 @@ def test_validate_counts_sweep_points() -> None:
     assert "3 sweep point(s)" in result.output
 
 
-def test_a_bad_file_exits_2_with_the_error_and_runs_nothing(
+def test_a_bad_file_exits_3_with_the_error_and_runs_nothing(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     bad = tmp_path / "bad.yaml"
@@ -78,18 +78,18 @@ def test_a_bad_file_exits_2_with_the_error_and_runs_nothing(
                    "run: {duration: 10 parsecs}\n")
     for command in ("run", "validate"):
         result = foglab(command, str(bad))
-        assert result.exit_code == 2
+        assert result.exit_code == 3
         assert "error:" in result.output
         assert f"{bad}:5" in result.output and "run.duration" in result.output
         assert "parsecs" in result.output
     assert not (tmp_path / "results").exists()
 
 
-def test_a_bad_set_option_exits_2_naming_it(tmp_path: Path,
+def test_a_bad_set_option_exits_3_naming_it(tmp_path: Path,
                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)
     result = foglab("run", "quickstart", "--set", "run.seed=minus one")
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "--set run.seed=minus one" in result.output
     assert not (tmp_path / "results").exists()
 
@@ -114,7 +114,7 @@ def test_a_failed_run_exits_1_and_says_why(tmp_path: Path,
 
 def test_hybrid_without_mobility_is_refused_before_anything_is_made(tmp_path: Path) -> None:
     result = foglab("run", "quickstart", "--set", "run.backend=hybrid", "--out", str(tmp_path))
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "--set run.backend=hybrid: run.backend" in result.output
     assert "has no scenario.mobility" in result.output
     assert list(tmp_path.iterdir()) == []
@@ -134,7 +134,7 @@ def test_schema_of_a_topology_file_and_to_a_file(tmp_path: Path) -> None:
     result = foglab("schema", "--kind", "topology", "--out", str(out))
     assert result.exit_code == 0
     assert {"nodes", "links", "profiles"} <= set(json.loads(out.read_text())["properties"])
-    assert foglab("schema", "--kind", "nonsense").exit_code == 2
+    assert foglab("schema", "--kind", "nonsense").exit_code == 3  # bad input
 
 
 def test_topo_show_lists_groups_and_links() -> None:
@@ -145,9 +145,9 @@ def test_topo_show_lists_groups_and_links() -> None:
         assert name in result.output
 
 
-def test_topo_show_of_an_unknown_topology_exits_2() -> None:
+def test_topo_show_of_an_unknown_topology_exits_3() -> None:
     result = foglab("topo", "show", "atlantis")
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "smart-city" in result.output
 
 
@@ -195,9 +195,9 @@ def test_results_show_lists_migrations_with_their_downtime(tmp_path: Path) -> No
     assert row[6] == f"{moved['downtime'] * 1000:.1f}"
 
 
-def test_results_show_of_a_folder_that_is_not_a_run_exits_2(tmp_path: Path) -> None:
+def test_results_show_of_a_folder_that_is_not_a_run_exits_3(tmp_path: Path) -> None:
     result = foglab("results", "show", str(tmp_path))
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "not a run folder" in result.output
 
 
@@ -213,7 +213,7 @@ def test_help_and_errors_show_square_brackets() -> None:
     shown = foglab("run", "--help")
     assert "KEY=[v1,v2]" in shown.output and "run.seed=[1,2,3]" in shown.output
     refused = foglab("validate", "quickstart", "--sweep", "run.seed=1,2")
-    assert refused.exit_code == 2
+    assert refused.exit_code == 3
     assert "--sweep KEY=[v1, v2, ...] with at least one value" in refused.output
     typed = foglab("validate", "quickstart", "--set", "name=[a]")
     assert "(got ['a'])" in typed.output
@@ -221,7 +221,7 @@ def test_help_and_errors_show_square_brackets() -> None:
 
 def test_a_set_option_for_an_unknown_top_level_field_is_named(tmp_path: Path) -> None:
     result = foglab("validate", "quickstart", "--set", "nosuch.key=1")
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "error: --set nosuch.key=1: nosuch: no such field here" in result.output
     assert "quickstart.yaml" not in result.output
     # a field the file wrote, made wrong by an option inside it, still names the option

@@ -68,7 +68,7 @@ def test_an_experiment_file_with_an_error_names_its_field(tmp_path: Path) -> Non
                    "pipeline: [{name: s, on: cloud-1, reads: city}]\n"
                    "run: {duration: 10 parsecs}\n")
     result = foglab("topo", "show", str(bad))
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert f"{bad}:5" in result.output and "run.duration" in result.output
 
 
@@ -115,7 +115,7 @@ def test_a_run_id_two_experiments_share_is_refused_naming_both(
     (tmp_path / "results" / "quickstart").symlink_to(folder.parent)
     monkeypatch.chdir(tmp_path)
     result = foglab("results", "show", folder.name)
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert f"other/{folder.name}" in result.output
     assert f"quickstart/{folder.name}" in result.output
     assert foglab("results", "show", f"other/{folder.name}").exit_code == 0
@@ -166,6 +166,6 @@ def test_a_bad_topology_file_names_its_line_and_field(text: str, said: str,
     path = tmp_path / "t.yaml"
     path.write_text(text, encoding="utf-8")
     result = foglab("topo", "show", str(path))
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert result.output.startswith(f"error: {path}{said}"), result.output
     assert len(result.output.strip().splitlines()) == 1

@@ -195,7 +195,7 @@ def foglab(*args: str):
 
 def test_compare_refuses_bad_backends_and_runs_nothing(tmp_path: Path) -> None:
     result = foglab("compare", "quickstart", "--backends", "sim,nope", "--out", str(tmp_path))
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert "error: --backends: unknown backend 'nope'" in result.output
     assert not any(tmp_path.iterdir())
 
@@ -224,11 +224,11 @@ def test_compare_refuses_a_sweep_and_a_backend_set_by_hand(tmp_path: Path) -> No
                     "run: {duration: 5s}\nsweep: {run.seed: [1, 2]}\n")
     out = tmp_path / "out"
     swept = foglab("compare", str(file), "--out", str(out))
-    assert swept.exit_code == 2
+    assert swept.exit_code == 3
     assert (f"error: {file}: compare runs one configuration, and the file sweeps run.seed "
             "(2 points): choose a value with --set KEY=VALUE") in swept.output
     sets = foglab("compare", "quickstart", "--set", "run.backend=sim", "--out", str(out))
-    assert sets.exit_code == 2 and "name them there" in sets.output
+    assert sets.exit_code == 3 and "name them there" in sets.output
     assert not out.exists()
 
 

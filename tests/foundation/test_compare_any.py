@@ -66,7 +66,7 @@ def test_mistakes_are_refused_in_one_line(two_seeds, args: list[str], message: s
     root, (first, second) = two_seeds
     args = [{"FIRST": first.name, "SECOND": second.name}.get(a, a) for a in args]
     result = foglab("compare", *args, "--out", str(root))
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert message in " ".join(result.output.split())
     assert "Traceback" not in result.output
 

@@ -18,7 +18,7 @@ block is a sequence (a run with the profile `foglab calibrate` wrote needs that 
 
 Every other block runs in order, each command in-process through typer's test runner, in a
 fresh working folder per block, and each must exit 0; a command whose shown output begins
-with `error:` must instead exit 2 and print that error.
+with `error:` must instead exit 3 and print that error.
 """
 
 from __future__ import annotations
@@ -205,7 +205,7 @@ def test_a_documented_command_runs_as_shown(block: Block, tmp_path, monkeypatch)
         shown_error = command.shown[0] if command.shown and command.shown[0].startswith(
             "error:") else None
         if shown_error:
-            assert result.exit_code == 2, f"{block.where}: `{command.text}`:\n{printed}"
+            assert result.exit_code == 3, f"{block.where}: `{command.text}`:\n{printed}"
             assert " ".join(shown_error.split()) in " ".join(printed.split()), (
                 f"{block.where}: `{command.text}` printed\n{printed}\nthe docs show\n"
                 f"{shown_error}")

@@ -95,7 +95,7 @@ def test_a_third_engine_is_one_registry_line_that_every_reader_takes(monkeypatch
 
     runner = CliRunner()
     refused = runner.invoke(app, ["up", "--engine", "k8s"])
-    assert refused.exit_code == 2 and "one of docker, swarm, stand-in" in refused.output
+    assert refused.exit_code == 3 and "one of docker, swarm, stand-in" in refused.output
     assert engines.engine_names() == ("docker", "swarm", "stand-in")
 
 

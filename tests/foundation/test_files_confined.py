@@ -176,13 +176,13 @@ def test_the_command_lines_allow_files_reads_the_outside_file(layout) -> None:
     file = _write(folder, "jobs[0].include", str(outside / "edge.yaml"))
     runner = CliRunner()
     refused = runner.invoke(app, ["validate", str(file)])
-    assert refused.exit_code == 2 and "--allow-files" in refused.output
+    assert refused.exit_code == 3 and "--allow-files" in refused.output
     allowed = runner.invoke(app, ["validate", str(file), "--allow-files", str(outside)])
     assert allowed.exit_code == 0, allowed.output
     assert "valid" in allowed.output
     missing = runner.invoke(app, ["validate", str(file), "--allow-files",
                                   str(outside / "nosuch")])
-    assert missing.exit_code == 2 and "--allow-files" in missing.output
+    assert missing.exit_code == 3 and "--allow-files" in missing.output
 
 
 def test_a_malformed_include_is_named_by_line_and_column_not_its_text(layout) -> None:

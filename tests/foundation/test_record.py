@@ -115,7 +115,7 @@ def test_a_latency_plot_without_messages_is_refused_at_validation() -> None:
         load("quickstart", ["record.messages=none"])  # the file asks for plots: [latency]
     assert refused.value.path == ("plots",) and "record.messages" in str(refused.value)
     result = CliRunner().invoke(app, ["validate", "quickstart", "--set", "record.messages=none"])
-    assert result.exit_code == 2 and "plots" in result.output
+    assert result.exit_code == 3 and "plots" in result.output
     assert "Traceback" not in result.output
 
 

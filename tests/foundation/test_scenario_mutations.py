@@ -1,5 +1,5 @@
 """Mutated scenario blocks of the shipped experiments are either refused at validation (a
-SpecError, what `foglab validate` exits 2 on) or run on sim to the end: never an exception
+SpecError, what `foglab validate` exits 3 on) or run on sim to the end: never an exception
 at run time, never one of another kind while loading."""
 
 from __future__ import annotations
@@ -170,7 +170,7 @@ def test_a_mutated_scenario_is_refused_at_validation_or_runs_on_sim(case):
     try:
         experiment = parse_text(yaml.safe_dump(data), file)
     except SpecError as error:
-        # Refused as `foglab validate` refuses (exit 2): the file and a field path named.
+        # Refused as `foglab validate` refuses (exit 3): the file and a field path named.
         assert str(error).startswith(file), (done, str(error))
         return
     for point in experiment.points:
@@ -194,6 +194,6 @@ def test_the_command_line_refuses_a_mutated_scenario_with_exit_2_and_no_tracebac
     (tmp_path / "mutated.yaml").write_text(text.replace(old, new, 1))
     result = CliRunner().invoke(app, ["validate", str(tmp_path / "mutated.yaml")],
                                 env={"COLUMNS": "250"})
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 3, result.output
     assert "Traceback" not in result.output and "scenario.migrations" in result.output
     assert str(tmp_path / "mutated.yaml") in result.output

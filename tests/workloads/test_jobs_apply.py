@@ -153,14 +153,14 @@ def _changed(tmp_path: Path) -> Path:
     return path
 
 
-def test_foglab_apply_exits_0_unchanged_2_changed_1_on_a_mistake(tmp_path) -> None:
+def test_foglab_apply_exits_0_unchanged_4_changed_3_on_a_bad_file(tmp_path) -> None:
     runner, app = CliRunner(), _cli()
     same = runner.invoke(app, ["apply", "speck-jobs", "--against", "speck-jobs"])
     assert same.exit_code == 0, same.output
     assert "Plan: 0 to deploy, 0 to modify, 0 to delete." in same.output
     changed = runner.invoke(app, ["apply", str(_changed(tmp_path)), "--against",
                                   "speck-jobs", "--dry-run"], env={"COLUMNS": "200"})
-    assert changed.exit_code == 2, changed.output
+    assert changed.exit_code == 4, changed.output
     assert "Plan: 1 to deploy, 3 to modify, 2 to delete." in changed.output
     rows = {line.split()[0]: line.split()[1:3] for line in changed.output.splitlines()
             if line.strip() and line.split()[0] in (
@@ -174,4 +174,4 @@ def test_foglab_apply_exits_0_unchanged_2_changed_1_on_a_mistake(tmp_path) -> No
     bad.write_text((EXPERIMENTS / "speck-jobs.yaml").read_text().replace(
         "site:cloud", "site:harbour"))
     refused = runner.invoke(app, ["apply", str(bad), "--against", "speck-jobs"])
-    assert refused.exit_code == 1 and "site:harbour" in refused.output, refused.output
+    assert refused.exit_code == 3 and "site:harbour" in refused.output, refused.output
