@@ -111,14 +111,22 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
         allow_files: AllowFiles = None,
         resume: Annotated[bool, typer.Option(
             "--resume", help="skip each point and repetition that has an ok run of the same "
-            "configuration in the results folder (a sweep cut short goes on)")] = False) -> None:
+            "configuration in the results folder (a sweep cut short goes on)")] = False,
+        jobs: Annotated[int, typer.Option(
+            "--jobs", "-j", help="runs at once, each in its own process (sim only)")] = 1
+        ) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
+    from experiments.parallel import check_jobs
 
     loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
+    try:
+        check_jobs(loaded.points, jobs)
+    except ValueError as failure:
+        refuse(failure)
     for line in placements(loaded):
         console.print(escape(line), soft_wrap=True)
-    outcomes = execute(loaded, out, resume=resume)
+    outcomes = execute(loaded, out, resume=resume, jobs=jobs)
     report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
     if any(o.error for o in outcomes):
         raise typer.Exit(1)
