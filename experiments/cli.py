@@ -20,8 +20,9 @@ from emu.cli.main import topology_or_exit
 from experiments.apply_cli import apply
 from experiments.compare_cli import compare
 from experiments.emu_commands import app as emu_app
+from experiments.estimate import estimate
 from experiments.results import RESULTS_VARIABLE
-from experiments.running import AllowFiles, Sets, Sweeps, Zips, execute, load_or_exit
+from experiments.running import AllowFiles, Sets, Sweeps, Zips, afford, execute, load_or_exit
 from topologies.errors import SpecError
 from topologies.terminal import (
     bars,
@@ -113,8 +114,10 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
             "--resume", help="skip each point and repetition that has an ok run of the same "
             "configuration in the results folder (a sweep cut short goes on)")] = False,
         jobs: Annotated[int, typer.Option(
-            "--jobs", "-j", help="runs at once, each in its own process (sim only)")] = 1
-        ) -> None:
+            "--jobs", "-j", help="runs at once, each in its own process (sim only)")] = 1,
+        yes: Annotated[bool, typer.Option(
+            "--yes", "-y", help="run even when the estimate is above the host's memory, disk "
+            "or a day of wall time")] = False) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
     from experiments.parallel import check_jobs
@@ -126,6 +129,7 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
         refuse(failure)
     for line in placements(loaded):
         console.print(escape(line), soft_wrap=True)
+    afford(loaded, out, jobs, yes)
     outcomes = execute(loaded, out, resume=resume, jobs=jobs)
     report.run_summary(loaded.name, loaded.spec.run.backend, outcomes)
     if any(o.error for o in outcomes):
@@ -163,6 +167,7 @@ def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None, zip_: Zip
                           for note in unused_costs(point.spec, point.topology))
     for note in notes:
         console.print(f"[yellow]note[/yellow]: {escape(note)}", soft_wrap=True)
+    say(estimate(loaded.points).line())
 
 
 @app.command()

@@ -17,6 +17,7 @@ are named by its topology and hold the host's cores; two at once would collide.
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import signal
@@ -210,9 +211,7 @@ class Workers:
 
     def _signal(self, number: int) -> None:
         for key, pid in list(self.under_way.items()):
-            try:
+            with contextlib.suppress(ProcessLookupError):  # ended already
                 os.kill(pid, number)
-            except ProcessLookupError:
-                pass
             if number == signal.SIGKILL:
                 self.under_way.pop(key)

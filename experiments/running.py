@@ -5,22 +5,26 @@ run is marked interrupted, which had finished). Shared by `foglab run` and `fogl
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
+from experiments.estimate import estimate, too_much
 from experiments.loader import Experiment, load
 from experiments.runner import Estimate, Reporter, run_experiment, shown_duration
 from topologies.errors import SpecError
 from topologies.files import VARIABLE
 from topologies.terminal import (
     bars,
+    console,
     error,
     escape,
     exit_code,
     folder_to_read,
     folder_to_write,
+    refuse,
     say,
     stop_on_signals,
 )
@@ -118,6 +122,25 @@ class RichReporter(Reporter):
             self._tell_left()
         if error_text:
             say(f"run {label} failed: {error_text}", style="red")
+
+
+def afford(loaded: Experiment, out: Path, jobs: int = 1, yes: bool = False) -> None:
+    """Say what the runs will cost (experiments.estimate); above what the host has, refuse
+    naming the figure and what to change (exit 2), unless `yes`; a person at a terminal is
+    asked instead."""
+    cost = estimate(loaded.points, jobs)
+    say(cost.line())
+    over = too_much(cost, out)
+    if not over or yes:
+        return
+    if console.is_terminal and sys.stdin.isatty():
+        for line in over:
+            say(f"above the bound: {line}", style="yellow")
+        if typer.confirm("run it anyway?", default=False):
+            return
+        raise typer.Exit(1)
+    refuse("this run is above what the host has: " + "; ".join(over)
+           + " (--yes runs it anyway)")
 
 
 def execute(loaded: Experiment, out: Path, sweep_id: str | None = None,
