@@ -128,6 +128,7 @@ def afford(loaded: Experiment, out: Path, jobs: int = 1, yes: bool = False) -> N
     """Say what the runs will cost (experiments.estimate); above what the host has, refuse
     naming the figure and what to change (exit 2), unless `yes`; a person at a terminal is
     asked instead."""
+    folder_to_write("--out", out)  # a bad folder is said first
     cost = estimate(loaded.points, jobs)
     say(cost.line())
     over = too_much(cost, out)
