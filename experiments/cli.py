@@ -9,6 +9,7 @@ completion runs this program on every TAB.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -138,18 +139,29 @@ def run(experiment: Annotated[str, typer.Argument(help="a file or a catalog name
         resume: Annotated[bool, typer.Option(
             "--resume", help="skip each point and repetition that has an ok run of the same "
             "configuration in the results folder (a sweep cut short goes on)")] = False,
+        jobs: Annotated[int, typer.Option(
+            "--jobs", "-j", help="runs at once, each in its own process (sim only)")] = 1,
+        yes: Annotated[bool, typer.Option(
+            "--yes", "-y", help="run even when the estimate is above the host's memory, disk "
+            "or a day of wall time")] = False,
         json_: JsonOption = False) -> None:
     """Run an experiment (every sweep point and repetition) and summarise it."""
     from experiments import report
-    from experiments.running import execute, load_or_exit
+    from experiments.parallel import check_jobs
+    from experiments.running import afford, execute, load_or_exit
 
     with json_output(json_) as document:
         loaded = load_or_exit(experiment, set_, sweep, allow_files, zip_)
+        try:
+            check_jobs(loaded.points, jobs)
+        except ValueError as failure:
+            refuse(failure)
         document.update(experiment=loaded.name, file=str(loaded.file),
                         backend=loaded.spec.run.backend, placements=placements(loaded))
         for line in document["placements"]:
             note(line)
-        outcomes = execute(loaded, out, resume=resume)
+        afford(loaded, out, jobs, yes)
+        outcomes = execute(loaded, out, resume=resume, jobs=jobs)
         document["runs"] = [{"point": o.index, "values": o.point, "repetition": o.repetition,
                              "folder": str(o.folder), "status": o.status, "error": o.error,
                              "failed": o.failed, "summary": o.summary} for o in outcomes]
@@ -170,6 +182,7 @@ def placements(loaded) -> list[str]:
 def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None, zip_: Zips = None,
              allow_files: AllowFiles = None, json_: JsonOption = False) -> None:
     """Check an experiment file without running it."""
+    from experiments.estimate import estimate
     from experiments.model_settings import unused_costs
     from experiments.running import load_or_exit
 
@@ -197,6 +210,9 @@ def validate(experiment: str, set_: Sets = None, sweep: Sweeps = None, zip_: Zip
             console.print(escape(line), soft_wrap=True)
         for line in notes:  # diagnostics, not the answer: on stderr
             log.warning("%s", line)
+        cost = estimate(loaded.points)
+        document["estimate"] = dataclasses.asdict(cost)
+        say(cost.line())
 
 
 @app.command()

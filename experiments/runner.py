@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
 import time
@@ -14,6 +15,7 @@ import numpy as np
 
 from experiments.backends import backend
 from experiments.loader import Experiment, RunPoint
+from experiments.parallel import Workers, check_jobs
 from experiments.placement import table as placement_table
 from experiments.results import (
     RunWriter,
@@ -40,6 +42,9 @@ class Reporter:
     """What a runner tells its user; the CLI shows it with rich, tests stay silent."""
 
     def start(self, total_runs: int, total_seconds: float = 0.0) -> None: ...
+    # Runs in parallel (`jobs`): the run, by its label, the next progress and stage are of;
+    # one at a time, they are of the run started last.
+    def current_run(self, label: str) -> None: ...
     def run_started(self, label: str, folder: Path, duration: float) -> None: ...
     def progress(self, seconds: float) -> None: ...
     def stage(self, text: str) -> None: ...
@@ -110,31 +115,50 @@ class Outcome:
 
 def run_experiment(experiment: Experiment, out: Path | str = "results",
                    reporter: Reporter | None = None, sweep_id: str | None = None,
-                   resume: bool = False) -> list[Outcome]:
+                   resume: bool = False, jobs: int = 1) -> list[Outcome]:
     """Run all points and repetitions; a failed run records its error and the others go on.
     `resume`: a point and repetition that already has an `ok` run of the same configuration
-    (config hash) under `out` is not run again; that run stands for it (the newest)."""
+    (config hash) under `out` is not run again; that run stands for it (the newest).
+    `jobs`: runs at once, each in a worker process (experiments.parallel; sim points only,
+    else a ValueError before anything runs); the outcomes and files are the serial ones."""
+    check_jobs(experiment.points, jobs)
     reporter = reporter or Reporter()
     sweep_id = sweep_id or _fresh_sweep_id(Path(out) / experiment.name)
     points = experiment.points
     done = finished_runs(Path(out), experiment.name) if resume else {}
-    todo = [(point, repetition) for point in points
+    todo = [(position, repetition) for position, point in enumerate(points)
             for repetition in range(point.spec.run.repetitions)
             if (point.config_hash, repetition) not in done]
-    reporter.start(len(todo), sum(point.spec.run.duration for point, _ in todo))
     common = {"revision": git_revision(), "packages": package_versions(), "host": host_facts()}
+    shared = (experiment, Path(out), sweep_id, common)
+    jobs = min(jobs, len(todo))
     outcomes = []
-    for point in points:
+    # The workers start before the reporter does: forked before the progress bars' threads.
+    with Workers(jobs, run_at, shared) if jobs > 1 else contextlib.nullcontext() as workers:
+        reporter.start(len(todo), sum(points[p].spec.run.duration for p, _ in todo))
+        for point in points:
+            for repetition in range(point.spec.run.repetitions):
+                if (kept := done.get((point.config_hash, repetition))) is not None:
+                    reporter.note(f"p{point.index} r{repetition}: done before, {kept.folder}")
+        ran = workers.run([(item, item) for item in todo], reporter) if workers else {}
+    for position, point in enumerate(points):
         for repetition in range(point.spec.run.repetitions):
             if (kept := done.get((point.config_hash, repetition))) is not None:
-                reporter.note(f"p{point.index} r{repetition}: done before, {kept.folder}")
                 outcomes.append(replace(kept, index=point.index, point=point.values))
-                continue
-            outcomes.append(_run_one(experiment, point, repetition, Path(out), sweep_id, common,
-                                     reporter))
+            elif workers:
+                outcomes.append(ran[(position, repetition)])
+            else:
+                outcomes.append(run_at(*shared, position, repetition, reporter))
     if len(outcomes) > 1:
         _write_sweep(experiment, outcomes, sweep_folder(out, experiment.name, sweep_id), reporter)
     return outcomes
+
+
+def run_at(experiment: Experiment, out: Path, sweep_id: str, common: dict, position: int,
+           repetition: int, reporter: Reporter) -> Outcome:
+    """The run of the experiment's `position`-th point and `repetition` (in a worker, too)."""
+    return run_one(experiment, experiment.points[position], repetition, out, sweep_id, common,
+                   reporter)
 
 
 def finished_runs(out: Path, experiment: str) -> dict[tuple[str, int], Outcome]:
@@ -197,7 +221,7 @@ def _fresh_sweep_id(folder: Path) -> str:
     return candidate
 
 
-def _run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path, sweep_id: str,
+def run_one(experiment: Experiment, point: RunPoint, repetition: int, out: Path, sweep_id: str,
              common: dict, reporter: Reporter) -> Outcome:
     spec = point.spec
     seed = repetition_seed(spec.run.seed, repetition)

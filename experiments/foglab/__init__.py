@@ -102,13 +102,14 @@ class Result:
 def run(experiment: Experiment | str | Path, set: Iterable[str] = (),  # noqa: A002
         sweep: Iterable[str] = (), out: str | Path | None = None,
         reporter: Reporter | None = None, paired: Iterable[str] = (),
-        resume: bool = False) -> Result:
+        resume: bool = False, jobs: int = 1) -> Result:
     """Run every sweep point and repetition of an experiment (loaded here when given as a
     file or catalog name, with `set`, `sweep` and `paired`; given loaded, it runs as it is)
     into `out`.
     A run that fails keeps its error in its outcome and the others go on: `Result.ok` says.
     `resume`: a point and repetition with an `ok` run of the same configuration in `out`
     is not run again (that run stands for it): a sweep cut short goes on.
+    `jobs`: runs at once, each in a worker process (sim points only; the same results).
     `reporter`: what hears the progress (experiments.runner.Reporter; silent by default)."""
     if not isinstance(experiment, Experiment):
         experiment = load(experiment, set, sweep, paired=paired)
@@ -116,7 +117,7 @@ def run(experiment: Experiment | str | Path, set: Iterable[str] = (),  # noqa: A
         raise ValueError("set and sweep apply to an experiment named by its file or catalog "
                          "name; a loaded one runs as it was loaded (foglab.load(..., set=...))")
     return Result(experiment, run_experiment(experiment, results_folder(out), reporter,
-                                             resume=resume))
+                                             resume=resume, jobs=jobs))
 
 
 class Results:

@@ -246,6 +246,8 @@ def test_sigterm_marks_the_run_interrupted_and_piped_output_shows_progress(
     process = _start(["run", "quickstart", "--set", "run.duration=10h", "--out", "out"],
                      tmp_path)
     try:
+        # What the run will cost, said before it starts (experiments.estimate).
+        assert process.stdout.readline().startswith("estimate: 1 run(s), 7,200,000 readings")
         first = process.stdout.readline()  # the first progress line, about 5 s in
         # the runs' bar says the time left: `runs (ETA 4m 23s): 0/1 (0%)`
         assert re.search(r"runs \(ETA [0-9hms ]+\): 0/1 \(0%\) \| run p0 r0: ", first), first
