@@ -19,7 +19,8 @@ import sys
 
 from topologies.exit_codes import ExitCode
 
-PROGRAM = "foglab"  # also under `python -m`: shell completion's variable is _FOGLAB_COMPLETE
+# Shell completion's variable, also under `python -m foglab` (whose usage line says so).
+COMPLETE_VAR = "_FOGLAB_COMPLETE"
 
 
 def main() -> None:
@@ -30,7 +31,7 @@ def main() -> None:
         sys.stderr.write("interrupted\n")
         raise SystemExit(ExitCode.INTERRUPTED) from None
     try:
-        app(prog_name=PROGRAM)
+        app(complete_var=COMPLETE_VAR)
     except KeyboardInterrupt:  # while the command line is built, before a command took over
         sys.stderr.write("interrupted\n")
         raise SystemExit(ExitCode.INTERRUPTED) from None

@@ -260,7 +260,7 @@ class LogProgress(Progress):
             part = task.description
             if task.total is not None and task.total > 0:
                 part += (f": {_number(task.completed)}/{_number(task.total)} "
-                         f"({100 * task.completed / task.total:.0f}%)")
+                         f"({_percent(task.completed / task.total)})")
             parts.append(part)
         if not parts:
             return None
@@ -329,6 +329,11 @@ def stop_on_signals() -> Iterator[None]:
 def exit_code(interrupt: KeyboardInterrupt) -> int:
     """The shell's code for a process ended by the signal: 130 for Ctrl-C, 143 for SIGTERM."""
     return 128 + int(getattr(interrupt, "signal", signal.SIGINT))
+
+
+def _percent(share: float) -> str:
+    """`25%`, `6.3%`: a tenth of a per cent where the share has one (a long run moves by 0.1 %)."""
+    return f"{100 * share:.1f}".removesuffix(".0") + "%"
 
 
 def _number(value: float) -> str:

@@ -46,7 +46,7 @@ def test_a_run_above_the_memory_available_is_refused_unless_yes(
     monkeypatch.setattr(estimating, "available_memory", lambda: 100e6)  # 100 MB
     arguments = ["run", "quickstart", "--set", "run.duration=3s", "--out", str(tmp_path)]
     refused = CliRunner().invoke(app, arguments, env={"COLUMNS": "300"})
-    assert refused.exit_code == 2, refused.output
+    assert refused.exit_code == 3, refused.output  # bad input (topologies.exit_codes)
     text = " ".join(refused.output.split())
     assert "estimate: 1 run(s), 600 readings" in text
     assert "memory: 170.3 MB at the peak, above 80% of the 100.0 MB available" in text

@@ -92,7 +92,7 @@ def test_jobs_on_a_sweep_with_an_emulated_point_is_refused_before_anything_runs(
     result = CliRunner().invoke(app, [
         "run", "quickstart", "--set", "run.duration=2s", "--sweep", "run.backend=[sim, emu]",
         "-j", "2", "--out", str(tmp_path / "out")], env={"COLUMNS": "250"})
-    assert result.exit_code == 2, result.output
+    assert result.exit_code == 3, result.output  # bad input (topologies.exit_codes)
     assert "-j/--jobs 2: sweep point p1 runs on emu (run.backend)" in result.output
     assert not (tmp_path / "out").exists()
     with pytest.raises(ValueError, match="at least 1"):
