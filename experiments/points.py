@@ -26,7 +26,7 @@ import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from experiments.results import Run, load_run, sweep_runs, typed_value, value_unit
+from experiments.results import FILE_UNITS, Run, load_run, sweep_runs, typed_value, value_unit
 from experiments.schema import unit_field
 from experiments.summary import migration_status, throughputs
 
@@ -169,7 +169,8 @@ def write(folders: list[Path], sweep_folder: Path, indices: list[int] | None = N
     else its manifest's) as `points.parquet` in `sweep_folder` (made if need be); its path.
     Each swept value's and measure's unit is in its field's metadata (key "unit": the swept
     key's as results.value_unit reads it from the value as written, COLUMN_UNITS), and the
-    file's metadata (key POINTS_FACTS) says which experiment, sweep and runs it is of."""
+    file's metadata says which experiment, sweep and runs it is of (key POINTS_FACTS) and
+    the units again (key results.FILE_UNITS, JSON)."""
     sweep_folder.mkdir(parents=True, exist_ok=True)
     path = sweep_folder / POINTS_FILE
     found = [load_run(f) for f in folders]
@@ -185,7 +186,9 @@ def write(folders: list[Path], sweep_folder: Path, indices: list[int] | None = N
                       for r, (index, _) in zip(found, members, strict=True)]}
     schema = pa.schema([unit_field(f, units.get(f.name)) for f in table.schema],
                        {**(table.schema.metadata or {}),
-                        POINTS_FACTS: json.dumps(facts, sort_keys=True)})
+                        POINTS_FACTS: json.dumps(facts, sort_keys=True),
+                        FILE_UNITS: json.dumps({c: u for c, u in units.items()
+                                                if c in table.column_names}, sort_keys=True)})
     pq.write_table(pa.Table.from_arrays(table.columns, schema=schema), path,
                    compression="zstd", store_schema=True, write_statistics=True)
     return path
