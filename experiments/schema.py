@@ -107,9 +107,11 @@ if _twice:
     raise ValueError(f"tables named by two owners (the core or two features): {_twice}")
 
 
-# Each column's unit, declared once (a column without one is a count, a share, a flag or a
-# name): written into the field's Parquet metadata (key UNIT, `with_units`) by
-# results.RunWriter.tables, so a reader without foglab finds it. SI: s, B, J; x and y in m.
+# Each core column's unit, declared once (a column without one is a count, a share, a flag or
+# a name): written into the field's Parquet metadata (key UNIT, `with_units`) by
+# results.RunWriter.tables, so a reader without foglab finds it. SI: s, B; x and y in m. A
+# feature's table declares its columns' units itself, in its schema's field metadata (key
+# UNIT), which with_units keeps.
 UNIT = "unit"
 UNITS: dict[str, dict[str, str]] = {
     "messages": {"t_sent": "s", "t_received": "s", "latency": "s"},
@@ -122,15 +124,9 @@ UNITS: dict[str, dict[str, str]] = {
     "placements": {"t": "s", "decision_time": "s"},
     "replacements": {"t": "s"},
     "handovers": {"t": "s", "duration": "s"},
-    "faults": {"t_start": "s", "t_end": "s"},
-    "recoveries": {"t_crash": "s", "t_detected": "s", "t_recovered": "s", "detect": "s",
-                   "recover": "s", "t_checkpoint": "s", "state_bytes": "B"},
-    "replicas": {"t": "s", "latency": "s", "slo": "s"},
-    "broadcasts": {"t_sent": "s", "t_received": "s", "latency": "s"},
-    "energy": {"t_start": "s", "t_end": "s", "bytes": "B", "joules": "J"},
 }
 _unknown = sorted(f"{name}.{column}" for name, units in UNITS.items() for column in units
-                  if name not in TABLES or column not in TABLES[name].names)
+                  if name not in CORE or column not in CORE[name].names)
 if _unknown:
     raise ValueError(f"units declared for columns no table has: {_unknown}")
 
@@ -144,7 +140,8 @@ def unit_field(field: pa.Field, unit: str | None) -> pa.Field:
 
 def with_units(name: str, schema: pa.Schema) -> pa.Schema:
     """The named table's schema (or one with its columns, a table's) with each column's unit
-    (UNITS) in the field's metadata; the schema's own metadata kept."""
+    (UNITS) in the field's metadata; the schema's own metadata, and a unit its field already
+    declares (a feature's table), kept."""
     units = UNITS.get(name, {})
     return pa.schema([unit_field(f, units.get(f.name)) for f in schema], schema.metadata)
 
