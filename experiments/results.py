@@ -29,7 +29,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from experiments.schema import NAME, TABLES, unit_field, units_of, with_units
+from experiments.schema import TABLES, unit_field, units_of, with_units
 from experiments.summary import throughputs
 from topologies import units
 
@@ -409,7 +409,7 @@ def scan(data: ds.Dataset, columns: list[str] | None, where: Filter, what: str) 
 
 def value_type(values: list) -> pa.DataType:
     """The Arrow type of a swept key's column from its value in each run: bool, int64 or
-    float64 where every value is one (None: null), else a name (dictionary of strings)."""
+    float64 where every value is one (None: null), else a string."""
     present = [v for v in values if v is not None]
     if present and all(isinstance(v, bool) for v in present):
         return pa.bool_()
@@ -417,7 +417,7 @@ def value_type(values: list) -> pa.DataType:
         return pa.int64()
     if present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
         return pa.float64()
-    return NAME
+    return pa.string()
 
 
 def value_fields(runs_: list[Run], typed: bool = True) -> tuple[list[pa.Field], list[dict]]:
@@ -440,7 +440,7 @@ def known(field: pa.Field, value) -> pc.Expression:
     dataset fills the column from and prunes files by."""
     if value is None:
         return pc.field(field.name).is_null()
-    if pa.types.is_dictionary(field.type):
+    if pa.types.is_string(field.type):
         return pc.field(field.name) == str(value)
     return pc.field(field.name) == pa.scalar(value, field.type)
 
@@ -457,7 +457,7 @@ def table_dataset(runs_: list[Run], name: str = "messages", typed: bool = True) 
     clash = [key.name for key in keys if key.name in table.names or key.name in RUN_COLUMNS]
     if clash:
         raise ValueError(f"swept keys {clash} are named as columns of the {name} table")
-    fields = [pa.field("run", NAME), pa.field("repetition", pa.int64()),
+    fields = [pa.field("run", pa.string()), pa.field("repetition", pa.int64()),
               pa.field("seed", pa.int64()), *keys]
     files, partitions = [], []
     for run, path, point in zip(runs_, paths, values, strict=True):
@@ -483,8 +483,9 @@ def load_table(runs_: list[Run], name: str = "messages", typed: bool = True,
     `12.5/s`). Read as one pyarrow dataset (table_dataset): `columns`, the table's columns to
     read (the run's columns always come), and `filter` (filter_expression: an expression, a
     dict or a list of tuples; on the run's columns too) pushed down to the files; one Arrow
-    table, converted to pandas once (names stay categorical), or returned as it is (`arrow`;
-    each column's unit in its field's metadata)."""
+    table, converted to pandas once (the table's names stay categorical; the run id and
+    swept values that are not numbers are strings), or returned as it is (`arrow`; each
+    column's unit in its field's metadata)."""
     data = table_dataset(runs_, name, typed)
     wanted = None if columns is None else [*data.schema.names[:3], *columns,
                                            *data.schema.names[3 + len(TABLES[name]):]]

@@ -51,13 +51,14 @@ def _runs(root: Path) -> list[Run]:
     return runs(root / "results", "quickstart", "rates")
 
 
-def test_load_table_is_typed_categorical_and_in_the_runs_order(root: Path) -> None:
+def test_load_table_is_typed_with_categorical_names_in_the_runs_order(root: Path) -> None:
     found = _runs(root)
     frame = load_table(found, "messages")
     assert list(frame.columns) == ["run", "repetition", "seed", *TABLES["messages"].names, KEY]
     assert frame[KEY].dtype == "float64" and sorted(frame[KEY].unique()) == [4.0, 12.5]
-    for column in ("run", "state", "stream", "source", "sink"):
+    for column in ("state", "stream", "source", "sink"):  # the table's names
         assert isinstance(frame[column].dtype, pd.CategoricalDtype), column
+    assert frame["run"].dtype == object  # strings: "a/" + frame["run"] works
     # Each run's rows, in its file's order, one run after the other.
     assert list(dict.fromkeys(frame["run"])) == [run.id for run in found]
     for run in found:
@@ -129,6 +130,7 @@ def test_a_run_without_messages_is_refused_and_no_runs_give_the_empty_schema(
     assert empty.num_rows == 0
     assert empty.schema.names == ["run", "repetition", "seed", *TABLES["migrations"].names]
     assert load_table([Run(outcome.folder)], "nodes")["run"].nunique() == 1
+    assert empty.schema.field("run").type == pa.string()
 
 
 def test_each_file_carries_its_run_and_units_and_the_points_theirs(root: Path) -> None:
