@@ -23,8 +23,11 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import pyarrow as pa
+import pyarrow.parquet as pq
 
-from experiments.results import Run, load_run, sweep_runs, typed_value
+from experiments.results import FILE_UNITS, Run, load_run, sweep_runs, typed_value, value_unit
+from experiments.schema import unit_field
 from experiments.summary import migration_status, throughputs
 
 # The measures of a point, each from a run's summary; the optional ones only where a run has
@@ -35,7 +38,12 @@ OPTIONAL = ("in_flight", "downtime")
 COUNTS = ("migrations", "migrations_done")  # over a point's usable runs
 UNITS = {"delivered": "messages", "lost": "messages", "in_flight": "messages",
          "throughput": "readings/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
+# The units of the measures' columns in points.parquet (and of their bounds); counts have none.
+COLUMN_UNITS = {"throughput": "1/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
 POINTS_FILE = "points.parquet"
+# The points file's Parquet metadata key of what it is of: the experiment, the sweep's id, the
+# swept keys and the runs (id, point, config hash), as results.FILE_FACTS in a run's files.
+POINTS_FACTS = "foglab.sweep"
 # Beside it: the runs the sweep is of, each with its point (a resumed sweep takes earlier runs).
 RUNS_FILE = "runs.json"
 # Student's t at 97.5 % (a two-sided 95 % interval) for 1..30 degrees of freedom.
@@ -158,12 +166,44 @@ def swept_keys(columns: Iterable[str]) -> list[str]:
 def write(folders: list[Path], sweep_folder: Path, indices: list[int] | None = None,
           values: list[dict] | None = None) -> Path:
     """The points of the runs in `folders` (each of point `indices[i]` with swept `values[i]`,
-    else its manifest's) as `points.parquet` in `sweep_folder` (made if need be); its path."""
+    else its manifest's) as `points.parquet` in `sweep_folder` (made if need be); its path.
+    Each swept value's and measure's unit is in its field's metadata (key "unit": the swept
+    key's as results.value_unit reads it from the value as written, COLUMN_UNITS), and the
+    file's metadata says which experiment, sweep and runs it is of (key POINTS_FACTS) and
+    the units again (key results.FILE_UNITS, JSON)."""
     sweep_folder.mkdir(parents=True, exist_ok=True)
     path = sweep_folder / POINTS_FILE
-    frame([load_run(f) for f in folders], indices, values).to_parquet(
-        path, index=False, compression="zstd")
+    found = [load_run(f) for f in folders]
+    table = pa.Table.from_pandas(frame(found, indices, values), preserve_index=False)
+    members = memberships([r.manifest for r in found], indices, values)
+    units = {**swept_units(found, members), **{
+        f"{measure}{suffix}": unit for measure, unit in COLUMN_UNITS.items()
+        for suffix in ("", "_low", "_high")}}
+    facts = {"experiment": found[0].manifest.get("experiment") if found else None,
+             "sweep": sweep_folder.name.removesuffix("-sweep"),
+             "keys": swept_keys(table.column_names),
+             "runs": [{"run": r.id, "point": index, "config_hash": r.manifest.get("config_hash")}
+                      for r, (index, _) in zip(found, members, strict=True)]}
+    schema = pa.schema([unit_field(f, units.get(f.name)) for f in table.schema],
+                       {**(table.schema.metadata or {}),
+                        POINTS_FACTS: json.dumps(facts, sort_keys=True),
+                        FILE_UNITS: json.dumps({c: u for c, u in units.items()
+                                                if c in table.column_names}, sort_keys=True)})
+    pq.write_table(pa.Table.from_arrays(table.columns, schema=schema), path,
+                   compression="zstd", store_schema=True, write_statistics=True)
     return path
+
+
+def swept_units(found: list[Run], members: list[tuple[int, dict]]) -> dict[str, str]:
+    """Each swept key's unit (results.value_unit) where every run's value has the same."""
+    seen: dict[str, set] = {}
+    for run, (_, point) in zip(found, members, strict=True):
+        config = run.manifest.get("config") or {}
+        for key, written in point.items():
+            seen.setdefault(key, set()).add(
+                value_unit(written, typed_value(config, key, written)))
+    return {key: next(iter(units)) for key, units in seen.items()
+            if len(units) == 1 and None not in units}
 
 
 def shown(row: dict, measure: str) -> str:

@@ -1,13 +1,19 @@
 """The results store: `results/<experiment>/<run-id>/` with manifest, Parquet tables, summary;
-and the small API that loads runs and sweeps into pandas for notebooks."""
+and the small API that loads runs and sweeps for notebooks: a table of many runs read as one
+`pyarrow.dataset` (columns and filters pushed down, the run's id, seed and swept values as
+columns constant per file), into pandas once or as Arrow."""
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import glob
 import json
+import math
+import operator
 import os
 import platform
+import re
 import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -18,10 +24,14 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.dataset as ds
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
-from experiments.schema import TABLES
+from experiments.schema import TABLES, unit_field, units_of, with_units
 from experiments.summary import throughputs
+from topologies import units
 
 PACKAGES = ("foglab", "simpy", "numpy", "pandas", "pyarrow", "pydantic", "networkx")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -67,6 +77,9 @@ RESULTS_VARIABLE = "FOGLAB_RESULTS"
 
 # The Parquet metadata key of a run's facts in each of its table files (RunWriter.file_facts).
 FILE_FACTS = "foglab.run"
+# The Parquet metadata key of each unit-bearing column's unit in a run's table file (JSON,
+# column -> unit), beside the same in each field's metadata (schema.UNITS).
+FILE_UNITS = "foglab.units"
 
 
 class RunWriter:
@@ -98,11 +111,15 @@ class RunWriter:
         for name, table in tables.items():
             # No pandas metadata and fixed settings: the same run gives the same bytes. Each
             # file says which run it is of (file_facts), for tools that read it without foglab.
-            table = table.replace_schema_metadata({
+            # Each column's unit in its field's metadata (schema.UNITS), and all of them in
+            # the file's (FILE_UNITS), where readers that see no field metadata find them.
+            schema = with_units(name, table.schema)
+            table = pa.Table.from_arrays(table.columns, schema=schema.with_metadata({
                 **(table.schema.metadata or {}),
-                FILE_FACTS: json.dumps({**facts, "table": name}, sort_keys=True)})
+                FILE_FACTS: json.dumps({**facts, "table": name}, sort_keys=True),
+                FILE_UNITS: json.dumps(units_of(schema), sort_keys=True)}))
             pq.write_table(table, self.folder / f"{name}.parquet", compression="zstd",
-                           store_schema=True, write_statistics=True)
+                           store_schema=True, write_statistics=True, **encodings(schema))
 
     def file_facts(self) -> dict:
         """What every table file of the run carries in its Parquet metadata (key FILE_FACTS):
@@ -131,6 +148,19 @@ class RunWriter:
             summary = json.loads(path.read_text(encoding="utf-8"))
             summary.pop("lost_workload", None)
             self.summary({"lost_workload": lost_workload(self.manifest, summary), **summary})
+
+
+def encodings(schema: pa.Schema) -> dict:
+    """How a table's columns are encoded in Parquet (pq.write_table's arguments): floats as
+    byte streams split and 64-bit integers as deltas (times, latencies, ids: few repeat, so a
+    dictionary only costs), every other column by a dictionary (names, states, flags). Read
+    back about 1.6 times faster and 40 % smaller than all by dictionary (benchmarks/
+    load_table.py's sweep); DuckDB, polars and pyarrow read both."""
+    plain = {f.name: "BYTE_STREAM_SPLIT" if pa.types.is_floating(f.type) else
+             "DELTA_BINARY_PACKED" for f in schema
+             if pa.types.is_floating(f.type) or pa.types.is_int64(f.type)}
+    dictionary = [f.name for f in schema if f.name not in plain]
+    return {"use_dictionary": dictionary or False, "column_encoding": plain or None}
 
 
 def kept(ids: np.ndarray, fraction: float) -> np.ndarray:
@@ -187,6 +217,30 @@ def typed_value(config: dict, key: str, written):
     return node
 
 
+# The quantities a swept value may be written in, each with its parser (topologies.units)
+# and the unit of the number it gives (typed_value): tried in this order on the text.
+QUANTITIES = (("1/s", units.rate), ("bit/s", units.bandwidth), ("s", units.duration),
+              ("B", units.size), ("Hz", units.frequency))
+# A number with a unit after it (`%` is none: a ratio).
+_WITH_UNIT = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?\s*[A-Za-zµ/]")
+
+
+def value_unit(written, typed) -> str | None:
+    """The unit of a swept value typed as `typed` from `written` (`12.5/s` -> "1/s",
+    `80kbit` -> "bit/s", `10ms` -> "s", `50KB` -> "B"): the first quantity that reads the
+    text as that number; None for a text without a unit (a count, a name, a ratio)."""
+    if not isinstance(written, str) or isinstance(typed, bool) \
+            or not isinstance(typed, int | float) or not _WITH_UNIT.match(written):
+        return None
+    for unit, parse in QUANTITIES:
+        try:
+            if math.isclose(parse(written), typed, rel_tol=1e-9):
+                return unit
+        except ValueError:
+            continue
+    return None
+
+
 @dataclass
 class Run:
     """One run's folder, loaded lazily."""
@@ -206,16 +260,19 @@ class Run:
     def id(self) -> str:
         return self.folder.name
 
-    def values(self, typed: bool = False) -> dict[str, object]:
-        """The run's sweep values by key: as written (`12.5/s`), or `typed` as the schema
-        read them (12.5, messages per second; `typed_value`)."""
+    def values(self, typed: bool = True) -> dict[str, object]:
+        """The run's sweep values by key: `typed` as the schema read them (12.5, messages per
+        second; `typed_value`), else as written (`12.5/s`)."""
         point = self.manifest.get("point") or {}
         if not typed:
             return dict(point)
         config = self.manifest.get("config") or {}
         return {key: typed_value(config, key, written) for key, written in point.items()}
 
-    def table(self, name: str) -> pd.DataFrame:
+    def table_path(self, name: str) -> Path:
+        """Where the run's `name` table is (it may not exist: a failed run wrote none);
+        KeyError for a table the schema does not know, NotRecorded for a messages table the
+        run's record.messages left out."""
         if name not in TABLES:
             raise KeyError(f"no table {name!r}; tables are {', '.join(TABLES)}")
         path = self.folder / f"{name}.parquet"
@@ -224,9 +281,19 @@ class Run:
             raise NotRecorded(f"{self.folder}: the run wrote no messages table (its "
                               "experiment's record.messages is none); run it again with "
                               "--set record.messages=all, or a fraction such as 10%")
-        if not path.exists():
-            return TABLES[name].empty_table().to_pandas()
-        return pq.read_table(path).to_pandas()
+        return path
+
+    def table(self, name: str, columns: list[str] | None = None, filter: Filter = None,  # noqa: A002
+              arrow: bool = False) -> pd.DataFrame | pa.Table:
+        """One of the run's tables (experiments.schema.TABLES), read as load_table reads
+        many (`columns` and `filter` pushed down; `arrow`: a pyarrow Table) but without the
+        run's columns; the table's empty schema where the run wrote no file."""
+        path = self.table_path(name)
+        schema = with_units(name, TABLES[name])
+        data = (ds.dataset(str(path), schema=schema, format="parquet") if path.exists()
+                else ds.InMemoryDataset(schema.empty_table()))
+        table = scan(data, columns, filter, f"the {name} table of {self.folder}")
+        return table if arrow else table.to_pandas()
 
     @property
     def messages(self) -> pd.DataFrame:
@@ -291,25 +358,144 @@ def find_run(run: Path | str, root: Path | str = "results") -> Run:
     return Run(matches[0])
 
 
-def load_table(runs_: list[Run], name: str = "messages", typed: bool = False) -> pd.DataFrame:
+# The columns load_table puts before a table's own, constant per run; the swept keys follow it.
+RUN_COLUMNS = ("run", "repetition", "seed")
+
+# A filter as load_table and Run.table take it (filter_expression).
+Filter = pc.Expression | dict | list | None
+
+
+def filter_expression(where: Filter) -> pc.Expression | None:
+    """A filter as a pyarrow compute expression: an expression as it is
+    (`pc.field("state") == "delivered"`); a dict, each column equal to its value, or one of
+    its values where that is a list (`{"state": ["lost", "filtered"], "seed": 7}`); a list of
+    `(column, op, value)` tuples, ANDed, or a list of such lists, ORed (pyarrow.parquet's and
+    pandas.read_parquet's `filters`: `[("latency", ">", 0.1)]`)."""
+    if where is None or isinstance(where, pc.Expression):
+        return where
+    if isinstance(where, dict):
+        parts = [pc.field(column).isin(list(value))
+                 if isinstance(value, list | tuple | set | frozenset) else pc.field(column) == value
+                 for column, value in where.items()]
+        return functools.reduce(operator.and_, parts) if parts else None
+    if isinstance(where, list):
+        try:
+            return pq.filters_to_expression(where) if where else None
+        except (TypeError, ValueError) as error:
+            raise ValueError(f"filter {where!r}: {error}; a list of (column, op, value) "
+                             "tuples, or of lists of them") from None
+    raise TypeError(f"filter {where!r}: a pyarrow compute expression, a dict of column to "
+                    "value(s) or a list of (column, op, value) tuples")
+
+
+def scan(data: ds.Dataset, columns: list[str] | None, where: Filter, what: str) -> pa.Table:
+    """`data` read into one Arrow table: only `columns` (all when None; the dataset's order),
+    only the rows `where` keeps (filter_expression), both pushed down to the files. A column
+    the table lacks, or a filter it cannot take, is a ValueError naming `what` and its
+    columns."""
+    names = data.schema.names
+    unknown = [c for c in columns or () if c not in names]
+    if unknown:
+        raise ValueError(f"{what} has no column {', '.join(map(repr, unknown))}; its columns "
+                         f"are {', '.join(names)}")
+    projection = None if columns is None else [c for c in names if c in columns]
+    expression = filter_expression(where)
+    try:
+        return data.to_table(columns=projection, filter=expression)
+    except (pa.ArrowInvalid, pa.ArrowTypeError, pa.ArrowNotImplementedError) as error:
+        raise ValueError(f"filter {expression} on {what}: {str(error).splitlines()[0]}; its "
+                         f"columns are {', '.join(names)}") from None
+
+
+def value_type(values: list) -> pa.DataType:
+    """The Arrow type of a swept key's column from its value in each run: bool, int64 or
+    float64 where every value is one (None: null), else a string."""
+    present = [v for v in values if v is not None]
+    if present and all(isinstance(v, bool) for v in present):
+        return pa.bool_()
+    if present and all(isinstance(v, int) and not isinstance(v, bool) for v in present):
+        return pa.int64()
+    if present and all(isinstance(v, int | float) and not isinstance(v, bool) for v in present):
+        return pa.float64()
+    return pa.string()
+
+
+def value_fields(runs_: list[Run], typed: bool = True) -> tuple[list[pa.Field], list[dict]]:
+    """The columns of the runs' swept keys (each key once, in the order first met; its type
+    by value_type; `typed`: with its unit in the field's metadata where every run's value
+    has the same, value_unit) and each run's values (Run.values)."""
+    values = [run.values(typed) for run in runs_]
+    written = [run.values(typed=False) for run in runs_] if typed else values
+    fields = []
+    for key in dict.fromkeys(key for point in values for key in point):
+        found = {value_unit(w[key], v[key]) for w, v in zip(written, values, strict=True)
+                 if key in v}
+        field = pa.field(key, value_type([point.get(key) for point in values]))
+        fields.append(unit_field(field, found.pop() if typed and len(found) == 1 else None))
+    return fields, values
+
+
+def known(field: pa.Field, value) -> pc.Expression:
+    """That `field` is `value` in a whole file: the file's partition expression, which the
+    dataset fills the column from and prunes files by."""
+    if value is None:
+        return pc.field(field.name).is_null()
+    if pa.types.is_string(field.type):
+        return pc.field(field.name) == str(value)
+    return pc.field(field.name) == pa.scalar(value, field.type)
+
+
+def table_dataset(runs_: list[Run], name: str = "messages", typed: bool = True) -> ds.Dataset:
+    """The runs' `name` tables as one pyarrow dataset, each file a fragment whose run id,
+    repetition, seed and swept values (`typed`: Run.values) are columns constant in it
+    (RUN_COLUMNS first, the table's columns, the swept keys of all the runs last): a filter
+    on them skips whole files. A run that wrote no such file (failed) has no rows;
+    NotRecorded for one whose record.messages left its messages out."""
+    paths = [run.table_path(name) for run in runs_]  # KeyError, NotRecorded
+    keys, values = value_fields(runs_, typed)
+    table = with_units(name, TABLES[name])
+    clash = [key.name for key in keys if key.name in table.names or key.name in RUN_COLUMNS]
+    if clash:
+        raise ValueError(f"swept keys {clash} are named as columns of the {name} table")
+    fields = [pa.field("run", pa.string()), pa.field("repetition", pa.int64()),
+              pa.field("seed", pa.int64()), *keys]
+    files, partitions = [], []
+    for run, path, point in zip(runs_, paths, values, strict=True):
+        if not path.exists():
+            continue
+        constants = (run.id, run.manifest.get("repetition"), run.manifest.get("seed"),
+                     *(point.get(key.name) for key in keys))
+        files.append(os.path.abspath(path))
+        partitions.append(functools.reduce(operator.and_, [
+            known(field, value) for field, value in zip(fields, constants, strict=True)]))
+    schema = pa.schema([*fields[:3], *table, *fields[3:]])
+    return ds.FileSystemDataset.from_paths(files, schema=schema, format=ds.ParquetFileFormat(),
+                                           filesystem=pafs.LocalFileSystem(),
+                                           partitions=partitions)
+
+
+def load_table(runs_: list[Run], name: str = "messages", typed: bool = True,
+               columns: list[str] | None = None, filter: Filter = None,  # noqa: A002
+               arrow: bool = False) -> pd.DataFrame | pa.Table:
     """One table of many runs, with the run id, repetition, seed and sweep values as columns
-    (`typed`: the values as the schema read them, a rate in messages/s, a duration in s, so
-    that they sort and plot as numbers; else as written, `12.5/s`)."""
-    frames = []
-    for run in runs_:
-        frame = run.table(name)  # NotRecorded for a run that wrote no messages table
-        frame.insert(0, "run", run.id)
-        frame.insert(1, "repetition", run.manifest.get("repetition"))
-        frame.insert(2, "seed", run.manifest.get("seed"))
-        for key, value in run.values(typed).items():
-            frame[key] = value
-        frames.append(frame)
-    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame()
+    (`typed`: the values as the schema read them, a rate in messages/s, a bandwidth in bit/s,
+    a duration in s, so that they sort and plot as numbers; `typed=False`: as written,
+    `12.5/s`). Read as one pyarrow dataset (table_dataset): `columns`, the table's columns to
+    read (the run's columns always come), and `filter` (filter_expression: an expression, a
+    dict or a list of tuples; on the run's columns too) pushed down to the files; one Arrow
+    table, converted to pandas once (the table's names stay categorical; the run id and
+    swept values that are not numbers are strings), or returned as it is (`arrow`; each
+    column's unit in its field's metadata)."""
+    data = table_dataset(runs_, name, typed)
+    wanted = None if columns is None else [*data.schema.names[:3], *columns,
+                                           *data.schema.names[3 + len(TABLES[name]):]]
+    table = scan(data, wanted, filter, f"the {name} table of {len(runs_)} run(s)")
+    return table if arrow else table.to_pandas()
 
 
-def load_summaries(runs_: list[Run], typed: bool = False) -> pd.DataFrame:
-    """One row per run: its sweep values (`typed`: as load_table says) and the headline
-    figures of its summary."""
+def load_summaries(runs_: list[Run], typed: bool = True) -> pd.DataFrame:
+    """One row per run: its sweep values (`typed`, the default: as load_table says; else as
+    written) and the headline figures of its summary."""
     rows = []
     for run in runs_:
         s = run.summary

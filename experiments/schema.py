@@ -107,6 +107,51 @@ if _twice:
     raise ValueError(f"tables named by two owners (the core or two features): {_twice}")
 
 
+# Each core column's unit, declared once (a column without one is a count, a share, a flag or
+# a name): written into the field's Parquet metadata (key UNIT, `with_units`) by
+# results.RunWriter.tables, so a reader without foglab finds it. SI: s, B; x and y in m. A
+# feature's table declares its columns' units itself, in its schema's field metadata (key
+# UNIT), which with_units keeps.
+UNIT = "unit"
+UNITS: dict[str, dict[str, str]] = {
+    "messages": {"t_sent": "s", "t_received": "s", "latency": "s"},
+    "nodes": {"t": "s", "memory": "B", "relay_lag": "s"},
+    "links": {"t": "s", "bytes": "B", "latency": "s"},
+    "migrations": {"start": "s", "end": "s", "downtime": "s", "output_gap": "s",
+                   "state_bytes": "B"},
+    "windows": {"t": "s", "processing_time": "s"},
+    "positions": {"t": "s", "x": "m", "y": "m"},
+    "placements": {"t": "s", "decision_time": "s"},
+    "replacements": {"t": "s"},
+    "handovers": {"t": "s", "duration": "s"},
+}
+_unknown = sorted(f"{name}.{column}" for name, units in UNITS.items() for column in units
+                  if name not in CORE or column not in CORE[name].names)
+if _unknown:
+    raise ValueError(f"units declared for columns no table has: {_unknown}")
+
+
+def unit_field(field: pa.Field, unit: str | None) -> pa.Field:
+    """`field` with its unit in its metadata (key UNIT); as it is without one."""
+    if unit is None:
+        return field
+    return field.with_metadata({**(field.metadata or {}), UNIT.encode(): unit.encode()})
+
+
+def with_units(name: str, schema: pa.Schema) -> pa.Schema:
+    """The named table's schema (or one with its columns, a table's) with each column's unit
+    (UNITS) in the field's metadata; the schema's own metadata, and a unit its field already
+    declares (a feature's table), kept."""
+    units = UNITS.get(name, {})
+    return pa.schema([unit_field(f, units.get(f.name)) for f in schema], schema.metadata)
+
+
+def units_of(schema: pa.Schema) -> dict[str, str]:
+    """Column -> unit, as a file's fields say (UNIT in each field's metadata)."""
+    return {f.name: f.metadata[UNIT.encode()].decode() for f in schema
+            if f.metadata and UNIT.encode() in f.metadata}
+
+
 # Columns a backend may leave out: what only some backends measure. Left out, they are null.
 MEASURED_BY_SOME: dict[str, tuple[str, ...]] = {
     "nodes": ("host_pressure", "relay_lag", "throttled"),

@@ -20,7 +20,8 @@ ValueError) naming the file, field and value, as the command line says it.
 The results folder is `out` or `root` when given, else the FOGLAB_RESULTS variable, else
 `results` (the command line's default). Swept values come typed as the schema reads them (a
 rate in messages per second, a duration in seconds, a size in bytes), so that they sort and
-plot as numbers; experiments.results gives them as written unless asked.
+plot as numbers (experiments.results does the same; `typed=False` there gives them as
+written).
 """
 
 from __future__ import annotations
@@ -91,12 +92,18 @@ class Result:
         """One row per run: its sweep values (typed), status, seed and headline figures."""
         return stored.load_summaries(self.runs, typed=True)
 
-    def table(self, name: str = "messages", arrow: bool = False) -> pd.DataFrame | pa.Table:
+    def table(self, name: str = "messages", columns: list[str] | None = None,
+              filter: stored.Filter = None, arrow: bool = False,  # noqa: A002
+              ) -> pd.DataFrame | pa.Table:
         """One table (experiments.schema: messages, nodes, links, migrations, ...) of every
-        run, with its run id, repetition, seed and sweep values as columns; `arrow`: as a
-        pyarrow Table."""
-        frame = stored.load_table(self.runs, name, typed=True)
-        return pa.Table.from_pandas(frame, preserve_index=False) if arrow else frame
+        run, with its run id, repetition, seed and sweep values (typed) as columns, read as
+        one pyarrow dataset: `columns`, the table's columns to read (the run's always come),
+        and `filter` (a pyarrow compute expression, `{"state": "delivered"}` or
+        `[("latency", ">", 0.1)]`; on the run's columns too) pushed down to the files
+        (experiments.results.load_table); `arrow`: a pyarrow Table, each column's unit in
+        its field's metadata."""
+        return stored.load_table(self.runs, name, typed=True, columns=columns, filter=filter,
+                                 arrow=arrow)
 
 
 def run(experiment: Experiment | str | Path, set: Iterable[str] = (),  # noqa: A002
@@ -137,8 +144,12 @@ class Results:
         return stored.load_summaries(self.runs(experiment, sweep), typed=True)
 
     def table(self, name: str = "messages", experiment: str | None = None,
-              sweep: str | None = None) -> pd.DataFrame:
-        return stored.load_table(self.runs(experiment, sweep), name, typed=True)
+              sweep: str | None = None, columns: list[str] | None = None,
+              filter: stored.Filter = None, arrow: bool = False,  # noqa: A002
+              ) -> pd.DataFrame | pa.Table:
+        """One table of the runs (of `experiment`, of `sweep`), as Result.table reads it."""
+        return stored.load_table(self.runs(experiment, sweep), name, typed=True,
+                                 columns=columns, filter=filter, arrow=arrow)
 
 
 def results(root: str | Path | None = None) -> Results:

@@ -23,8 +23,9 @@ def test_swept_rates_come_back_as_numbers_that_sort_as_rates(tmp_path) -> None:
     assert rates.dtype.kind == "f" and sorted(rates) == [12.5, 100.0]  # not '100/s' < '12.5/s'
     messages = result.table("messages")
     assert set(messages["workload.streams.0.rate"]) == {12.5, 100.0}
-    # The lower layer keeps the values as written unless asked.
-    assert set(stored.load_summaries(result.runs)["workload.streams.0.rate"]) == {
+    # The lower layer types them too, and gives them as written when asked.
+    assert set(stored.load_summaries(result.runs)["workload.streams.0.rate"]) == {12.5, 100.0}
+    assert set(stored.load_summaries(result.runs, typed=False)["workload.streams.0.rate"]) == {
         "100/s", "12.5/s"}
 
 

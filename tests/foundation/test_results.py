@@ -220,17 +220,23 @@ def test_load_table_puts_sweep_values_in_columns(sweep_root: Path) -> None:
     frame = load_table(runs(sweep_root, sweep="lat"), "messages")
     assert list(frame.columns[:3]) == ["run", "repetition", "seed"]
     key = "topology.links.1.latency"
-    assert set(frame[key]) == {"10ms", "40ms"}
+    # Typed by default: the latency in seconds, a number that sorts as one.
+    assert frame[key].dtype == "float64" and set(frame[key]) == {0.010, 0.040}
     delivered = frame[~frame["lost"]]
     medians = delivered.groupby(key)["latency"].median()
     # gw-broker latency goes from 10 to 40 ms: the median grows by about 30 ms
-    assert medians["40ms"] - medians["10ms"] == pytest.approx(0.030, abs=0.002)
+    assert medians[0.040] - medians[0.010] == pytest.approx(0.030, abs=0.002)
+    written = load_table(runs(sweep_root, sweep="lat"), "messages", typed=False)
+    assert set(written[key]) == {"10ms", "40ms"}
+    assert len(written) == len(frame)
 
 
 def test_load_summaries_gives_a_row_per_run(sweep_root: Path) -> None:
     frame = load_summaries(runs(sweep_root))
     assert list(frame["status"]) == ["ok", "ok", "failed"]
-    assert list(frame["topology.links.1.latency"][:2]) == ["10ms", "40ms"]
+    assert list(frame["topology.links.1.latency"][:2]) == [0.010, 0.040]
+    written = load_summaries(runs(sweep_root), typed=False)
+    assert list(written["topology.links.1.latency"][:2]) == ["10ms", "40ms"]
     assert (frame["latency_p50"][:2] <= frame["latency_p99"][:2]).all()
     assert pd.isna(frame["delivered"][2])
 
