@@ -9,8 +9,10 @@ imported when used: experiments.lazy_commands). Printed as key=value lines:
 
 - `completion_ms=`: the median of `--repetitions` completions of `foglab ` (the commands);
 - `python_start_ms=`: the median of as many `python -c pass`, in the same run, interleaved;
+- `bare_typer_ms=`: the median of as many completions of a typer program of two commands and
+  nothing else (BARE): the floor any typer command line pays for a TAB on this host;
 - `ratio=` completion_ms / python_start_ms (the host's speed cancels out; the target is a TAB
-  under 200 ms, about 5 Python starts on an idle host);
+  under 200 ms, about 5 Python starts on an idle host), and `ratio_to_bare_typer=`;
 - `load=` the host's load average (1, 5, 15 min) before and after: on a shared 2-core host
   every figure grows with it.
 
@@ -31,6 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 COMPLETE = ("import sys; sys.argv[0] = 'foglab'; "
             "from experiments.entry import main; main()")
+BARE = ("import typer\n"
+        "app = typer.Typer()\n"
+        "@app.command()\n"
+        "def run(x: str): pass\n"
+        "@app.command()\n"
+        "def validate(x: str): pass\n"
+        "app(prog_name='foglab', complete_var='_FOGLAB_COMPLETE')\n")
 
 
 def timed(argv: list[str], env: dict[str, str]) -> tuple[float, str]:
@@ -47,19 +56,22 @@ def main() -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "_FOGLAB_COMPLETE": "complete_bash",
            "COMP_WORDS": "foglab ", "COMP_CWORD": "1"}
     before = os.getloadavg()
-    completions, starts = [], []
+    completions, starts, bare = [], [], []
     offered = ""
     for _ in range(options.repetitions):
         spent, offered = timed([sys.executable, "-c", COMPLETE], env)
         completions.append(spent)
         starts.append(timed([sys.executable, "-c", "pass"], dict(os.environ))[0])
+        bare.append(timed([sys.executable, "-c", BARE], env)[0])
     if "run" not in offered.split():
         raise SystemExit(f"the completion offered no `run`: {offered!r}")
     completion, start = statistics.median(completions), statistics.median(starts)
     after = os.getloadavg()
     print(f"completion_ms={completion:.0f}")
     print(f"python_start_ms={start:.0f}")
+    print(f"bare_typer_ms={statistics.median(bare):.0f}")
     print(f"ratio={completion / start:.1f}")
+    print(f"ratio_to_bare_typer={completion / statistics.median(bare):.2f}")
     print("load=" + " ".join(f"{v:.2f}" for v in before) + " -> "
           + " ".join(f"{v:.2f}" for v in after))
 
