@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from experiments.backends import backend
+from experiments.estimate import readings
 from experiments.loader import Experiment, RunPoint
 from experiments.parallel import Workers, check_jobs
 from experiments.placement import table as placement_table
@@ -140,7 +141,8 @@ def run_experiment(experiment: Experiment, out: Path | str = "results",
             for repetition in range(point.spec.run.repetitions):
                 if (kept := done.get((point.config_hash, repetition))) is not None:
                     reporter.note(f"p{point.index} r{repetition}: done before, {kept.folder}")
-        ran = workers.run([(item, item) for item in todo], reporter) if workers else {}
+        ran = (workers.run([(item, item) for item in longest_first(points, todo)], reporter)
+               if workers else {})
     for position, point in enumerate(points):
         for repetition in range(point.spec.run.repetitions):
             if (kept := done.get((point.config_hash, repetition))) is not None:
@@ -152,6 +154,16 @@ def run_experiment(experiment: Experiment, out: Path | str = "results",
     if len(outcomes) > 1:
         _write_sweep(experiment, outcomes, sweep_folder(out, experiment.name, sweep_id), reporter)
     return outcomes
+
+
+def longest_first(points, todo: list[tuple[int, int]]) -> list[tuple[int, int]]:
+    """The runs to do in the order a pool of workers ends soonest: the most readings first
+    (experiments.estimate; longest processing time first, within 4/3 of the best order), runs
+    alike in the order given. 8 quickstart rates, 1/s to 8/s (benchmarks/sweep_parallel.py):
+    in their order the 8/s run ends alone on one core, 0.522 of the serial time on 2 cores;
+    longest first 0.502."""
+    return sorted(todo, key=lambda item: -readings(points[item[0]].spec,
+                                                   points[item[0]].topology))
 
 
 def run_at(experiment: Experiment, out: Path, sweep_id: str, common: dict, position: int,
