@@ -293,7 +293,7 @@ class Run:
         data = (ds.dataset(str(path), schema=schema, format="parquet") if path.exists()
                 else ds.InMemoryDataset(schema.empty_table()))
         table = scan(data, columns, filter, f"the {name} table of {self.folder}")
-        return table if arrow else table.to_pandas()
+        return table if arrow else frame_of(table)
 
     @property
     def messages(self) -> pd.DataFrame:
@@ -490,7 +490,19 @@ def load_table(runs_: list[Run], name: str = "messages", typed: bool = True,
     wanted = None if columns is None else [*data.schema.names[:3], *columns,
                                            *data.schema.names[3 + len(TABLES[name]):]]
     table = scan(data, wanted, filter, f"the {name} table of {len(runs_)} run(s)")
-    return table if arrow else table.to_pandas()
+    return table if arrow else frame_of(table)
+
+
+# Arrow strings (the run id, swept values that are not numbers) as pandas' Arrow-backed
+# strings: they add, compare and group as strings do (`"a/" + frame["run"]`), without a
+# Python object per row (a 20-run sweep's million rows convert in 30 ms rather than 54).
+_STRINGS = {pa.string(): pd.StringDtype("pyarrow"), pa.large_string(): pd.StringDtype("pyarrow")}
+
+
+def frame_of(table: pa.Table) -> pd.DataFrame:
+    """An Arrow table of results as pandas, converted once: dictionaries (the table's names)
+    as categoricals, strings as Arrow-backed strings, numbers as numpy's."""
+    return table.to_pandas(types_mapper=_STRINGS.get)
 
 
 def load_summaries(runs_: list[Run], typed: bool = True) -> pd.DataFrame:

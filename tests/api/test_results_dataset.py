@@ -58,7 +58,9 @@ def test_load_table_is_typed_with_categorical_names_in_the_runs_order(root: Path
     assert frame[KEY].dtype == "float64" and sorted(frame[KEY].unique()) == [4.0, 12.5]
     for column in ("state", "stream", "source", "sink"):  # the table's names
         assert isinstance(frame[column].dtype, pd.CategoricalDtype), column
-    assert frame["run"].dtype == object  # strings: "a/" + frame["run"] works
+    assert frame["run"].dtype == pd.StringDtype("pyarrow")  # strings, a row no Python object
+    assert ("a/" + frame["run"]).iloc[0] == "a/" + found[0].id
+    assert frame.groupby("run").size().to_dict() == frame["run"].value_counts().to_dict()
     # Each run's rows, in its file's order, one run after the other.
     assert list(dict.fromkeys(frame["run"])) == [run.id for run in found]
     for run in found:
