@@ -94,7 +94,8 @@ def test_a_bare_number_in_a_file_names_its_line():
     text = (ROOT / "experiments" / "quickstart.yaml").read_text()
     with pytest.raises(SpecError) as caught:
         parse_text(text.replace("duration: 10m", "duration: 600"), "quick.yaml")
-    assert str(caught.value) == (f"quick.yaml:{duration_line(text)}: run.duration: 600 has no unit; "
+    line = duration_line(text)
+    assert str(caught.value) == (f"quick.yaml:{line}: run.duration: 600 has no unit; "
                                  "write 600ms or 600s")
 
 

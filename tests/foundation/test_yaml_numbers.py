@@ -73,7 +73,8 @@ def test_a_clock_time_in_a_file_names_its_line() -> None:
     with pytest.raises(SpecError) as caught:
         parse_text(text.replace("duration: 10m", "duration: 1:30"), "quick.yaml")
     said = str(caught.value)
-    assert said.startswith(f"quick.yaml:{duration_line(text)}: run.duration: ") and "'1:30'" in said, said
+    line = duration_line(text)
+    assert said.startswith(f"quick.yaml:{line}: run.duration: ") and "'1:30'" in said, said
 
 
 def test_a_leading_zero_is_decimal() -> None:
