@@ -3,8 +3,8 @@ same process, one after the other, into temporary folders.
 
 After a short warm-up run (imports, caches), `--rounds` rounds of both, the order alternating;
 prints the fastest serial_s and parallel_s and their ratio (issue 43's target: at most 0.6 on
-2 cores), the host's cpus and its load average before and after (other work on the host is in the figure:
-compare a ratio with the load it was measured at), key=value; progress on stderr.
+2 cores), the host's cpus and its load average before and after (other work on the host is in
+the figure: compare a ratio with the load it was measured at), key=value; progress on stderr.
 """
 
 from __future__ import annotations
