@@ -8,9 +8,12 @@ a column is headed by the key as swept. A point with one usable repetition has N
 sample has no spread. Runs that are not `ok` (failed, degraded, interrupted) are left out of the
 figures, as their figures are of part of the workload, and counted in the `broken` column.
 
-Each measure says how many runs it covers (`<measure>_runs`: those with a figure), and downtime
-how many migrations (`migrations` in the point's runs, `migrations_done` of them finished: the
-downtime is over those); `shown` adds `(4 of 5 migrations finished)` or `(2 of 3 runs)` where
+A sweep whose runs migrate has the thesis tables' two measures of a migration: `downtime` (the
+operator's output halted) and `execution` (from the migration's start to its end), each the
+mean of a run's finished migrations'. Each measure says how many runs it covers
+(`<measure>_runs`: those with a figure), and downtime and execution how many migrations
+(`migrations` in the point's runs, `migrations_done` of them finished: the figures are over
+those); `shown` adds `(4 of 5 migrations finished)` or `(2 of 3 runs)` where
 a figure covers fewer than all: nothing is dropped silently.
 """
 
@@ -31,15 +34,19 @@ from experiments.schema import unit_field
 from experiments.summary import migration_status, throughputs
 
 # The measures of a point, each from a run's summary; the optional ones only where a run has
-# them (downtime where runs migrated; in flight at the end where the summary counts it).
+# them (downtime and execution where runs migrated; in flight at the end where the summary
+# counts it).
 MEASURES = ("delivered", "lost", "in_flight", "throughput", "latency_p50", "latency_p95",
-            "downtime")
-OPTIONAL = ("in_flight", "downtime")
+            "downtime", "execution")
+OF_MIGRATIONS = ("downtime", "execution")  # over a run's finished migrations
+OPTIONAL = ("in_flight", *OF_MIGRATIONS)
 COUNTS = ("migrations", "migrations_done")  # over a point's usable runs
 UNITS = {"delivered": "messages", "lost": "messages", "in_flight": "messages",
-         "throughput": "readings/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
+         "throughput": "readings/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s",
+         "execution": "s"}
 # The units of the measures' columns in points.parquet (and of their bounds); counts have none.
-COLUMN_UNITS = {"throughput": "1/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s"}
+COLUMN_UNITS = {"throughput": "1/s", "latency_p50": "s", "latency_p95": "s", "downtime": "s",
+                "execution": "s"}
 POINTS_FILE = "points.parquet"
 # The points file's Parquet metadata key of what it is of: the experiment, the sweep's id, the
 # swept keys and the runs (id, point, config hash), as results.FILE_FACTS in a run's files.
@@ -79,18 +86,21 @@ def interval(values: Iterable[float]) -> tuple[float, float, float]:
 
 def measures(summary: dict) -> dict[str, float]:
     """A run's measures from its summary (NaN where it has none: no latency without delivered
-    messages, no downtime without a finished migration; downtime is the mean of the run's
-    finished migrations'), with its `migrations` and `migrations_done` (finished) counts."""
+    messages, no downtime or execution without a finished migration; each is the mean of the
+    run's finished migrations'), with its `migrations` and `migrations_done` (finished)
+    counts."""
     latency = summary.get("latency_s") or {}
     moved = summary.get("migrations") or []
     done = [m for m in moved if migration_status(m) == "done"]
     downtimes = [m.get("downtime") for m in done if m.get("downtime") is not None]
+    executions = [m.get("execution") for m in done if m.get("execution") is not None]
     return {"delivered": _number(summary.get("delivered")), "lost": _number(summary.get("lost")),
             "in_flight": _number(summary.get("in_flight")),
             "throughput": _number(throughputs(summary)[0]),
             "latency_p50": _number(latency.get("p50")),
             "latency_p95": _number(latency.get("p95")),
             "downtime": float(np.mean(downtimes)) if downtimes else math.nan,
+            "execution": float(np.mean(executions)) if executions else math.nan,
             "migrations": len(moved), "migrations_done": len(done)}
 
 
@@ -104,7 +114,7 @@ def frame(runs: list[Run], indices: list[int] | None = None,
     (the repetitions in the figures), `broken` (those left out), and per measure its mean,
     `<measure>_low` and `<measure>_high` (NaN bounds for a single repetition) and
     `<measure>_runs` (the runs with a figure); `migrations` and `migrations_done`. Downtime's
-    columns only where a run migrated, in flight's where the summaries count it. `indices`
+    and execution's columns only where a run migrated, in flight's where the summaries count it. `indices`
     and `values`: each run's point and its swept values in this sweep (a resumed sweep's runs
     made by an earlier sweep have that sweep's in their manifests), else its manifest's."""
     groups: dict[int, list[Run]] = {}
@@ -135,14 +145,15 @@ def frame(runs: list[Run], indices: list[int] | None = None,
     for measure in OPTIONAL:
         if table.empty:
             break
-        # Downtime's columns wherever a run migrated, even if none finished (then `-` with
+        # A migration's columns wherever a run migrated, even if none finished (then `-` with
         # how many did not): an unfinished migration never makes the measure vanish.
-        unused = ((table["migrations"] == 0).all() if measure == "downtime"
+        unused = ((table["migrations"] == 0).all() if measure in OF_MIGRATIONS
                   else table[measure].isna().all())
         if unused:
             table = table.drop(columns=[measure, f"{measure}_low", f"{measure}_high",
-                                        f"{measure}_runs",
-                                        *(COUNTS if measure == "downtime" else ())])
+                                        f"{measure}_runs"])
+    if not table.empty and (table["migrations"] == 0).all():
+        table = table.drop(columns=list(COUNTS))
     return table
 
 
@@ -223,14 +234,14 @@ def shown(row: dict, measure: str) -> str:
 
 
 def coverage(row: dict, measure: str) -> str:
-    """` (4 of 5 migrations finished)` for a downtime over fewer than all of its point's
-    migrations, ` (2 of 3 runs)` for a measure some usable runs had no figure for; '' when it
+    """` (4 of 5 migrations finished)` for a downtime or execution over fewer than all of its
+    point's migrations, ` (2 of 3 runs)` for a measure some usable runs had no figure for; '' when it
     covers all (or a points table written before these counts)."""
     def known(value) -> bool:
         return value is not None and not (isinstance(value, float) and math.isnan(value))
 
     total, done = row.get("migrations"), row.get("migrations_done")
-    if measure == "downtime" and known(total) and known(done) and done < total:
+    if measure in OF_MIGRATIONS and known(total) and known(done) and done < total:
         return f" ({int(done)} of {int(total)} migrations finished)"
     covered, runs = row.get(f"{measure}_runs"), row.get("runs")
     if known(covered) and known(runs) and covered < runs:

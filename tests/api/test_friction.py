@@ -210,3 +210,21 @@ def test_resume_with_a_key_swept_now_at_the_value_an_earlier_run_had_takes_that_
     (sweep,) = (tmp_path / "quickstart").glob("*-sweep")
     table = pd.read_parquet(sweep / "points.parquet")
     assert table["workload.streams.0.rate"].tolist() == [1.0, 2.0]
+
+
+def test_the_points_table_has_each_points_migration_execution_time(tmp_path) -> None:
+    # The thesis tables' measure: a migration's execution, start to end, as the mean of each
+    # point's finished migrations, beside downtime, in points.parquet and in the printed table.
+    result = foglab.run("migrate-pause-drain", set=["run.duration=30s", "run.drain=2s"],
+                        sweep=["run.seed=[1, 2]"], out=tmp_path)
+    assert result.ok, result.errors
+    migrations = result.table("migrations")
+    assert len(migrations) == 2 and (migrations["status"] == "done").all()
+    expected = (migrations["end"] - migrations["start"]).to_list()
+    (points,) = (tmp_path / "migrate-pause-drain").glob("*-sweep/points.parquet")
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(points)
+    assert table.column("execution").to_pylist() == pytest.approx(expected)
+    assert table.schema.field("execution").metadata == {b"unit": b"s"}
+    assert table.column("migrations_done").to_pylist() == [1, 1]

@@ -141,7 +141,9 @@ def _run_folder(folder: Path, repetition: int, statuses: list[str]) -> Path:
         "point_index": 0, "point": {"scenario.migration.sync": 0}, "status": "ok",
         "repetition": repetition, "config": {"scenario": {"migration": {"sync": 0}}}}))
     migrations = [{"downtime": 0.0 if status == "done" else None, "status": status,
-                   "end": 30.0 if status == "done" else None} for status in statuses]
+                   "end": 30.0 if status == "done" else None,
+                   "execution": 20.0 + repetition if status == "done" else None}
+                  for status in statuses]
     (folder / "summary.json").write_text(json.dumps({
         "delivered": 6000, "lost": 0, "throughput_per_s": 100.0,
         "latency_s": {"p50": 0.002, "p95": 0.012}, "migrations": migrations}))
@@ -157,6 +159,11 @@ def test_a_point_says_how_many_migrations_its_downtime_covers(tmp_path: Path) ->
     assert row["downtime_runs"] == 4 and row["delivered_runs"] == 5
     assert points.shown(row, "downtime") == "0.0 ± 0.0 (4 of 5 migrations finished)"
     assert points.shown(row, "delivered") == "6,000 ± 0"
+    # The thesis tables' execution time, over the same finished migrations (repetition 3's
+    # is not one): the mean of 20, 21, 22 and 24 s.
+    assert row["execution"] == pytest.approx(21.75) and row["execution_runs"] == 4
+    assert points.shown(row, "execution").startswith("21,750.0 ± ")
+    assert points.shown(row, "execution").endswith(" (4 of 5 migrations finished)")
     table = points.frame([points.load_run(f) for f in folders])
     assert points.swept_keys(table.columns) == ["scenario.migration.sync"]
 
