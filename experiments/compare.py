@@ -27,8 +27,11 @@ import numpy as np
 import pandas as pd
 
 from experiments.results import typed_value
+from experiments.spec import ExperimentFile
 from experiments.summary import _percentiles as percentiles
 from experiments.summary import throughputs
+from topologies import units
+from topologies.fields import unit_of
 from topologies.units import written_like
 from workloads.features import FEATURES
 from workloads.reports import Figure, RunFacts
@@ -279,13 +282,16 @@ def flat(config: dict, prefix: str = "") -> dict[str, object]:
 
 def differences(first: dict, second: dict, limit: int = 12) -> list[str]:
     """What sets two runs apart, from their manifests: backend, seed and each field of the
-    resolved config that differs (`run.seed: 7 -> 8`); at most `limit` lines, then a count."""
+    resolved config that differs (`run.seed: 7 -> 8`, a quantity with its unit:
+    `topology.links.1.bandwidth: 20Mbit -> 80kbit`); at most `limit` lines, then a count."""
     lines = [f"{key}: {first.get(key)} -> {second.get(key)}" for key in ("experiment", "backend",
              "seed") if first.get(key) != second.get(key)]
     a, b = flat(first.get("config") or {}), flat(second.get("config") or {})
     for key in sorted(set(a) | set(b), key=lambda k: (k.split(".")[0], k)):
         if key != "run.seed" and a.get(key, "(none)") != b.get(key, "(none)"):
-            lines.append(f"{key}: {a.get(key, '(none)')} -> {b.get(key, '(none)')}")
+            unit = unit_of(ExperimentFile, key)  # a quantity as it is written: 80kbit
+            lines.append(f"{key}: {units.shown(a.get(key, '(none)'), unit)} -> "
+                         f"{units.shown(b.get(key, '(none)'), unit)}")
     if len(lines) > limit:
         lines = [*lines[:limit], f"... and {len(lines) - limit} more"]
     return lines

@@ -114,9 +114,10 @@ def frame(runs: list[Run], indices: list[int] | None = None,
     (the repetitions in the figures), `broken` (those left out), and per measure its mean,
     `<measure>_low` and `<measure>_high` (NaN bounds for a single repetition) and
     `<measure>_runs` (the runs with a figure); `migrations` and `migrations_done`. Downtime's
-    and execution's columns only where a run migrated, in flight's where the summaries count it. `indices`
-    and `values`: each run's point and its swept values in this sweep (a resumed sweep's runs
-    made by an earlier sweep have that sweep's in their manifests), else its manifest's."""
+    and execution's columns only where a run migrated, in flight's where the summaries count
+    it. `indices` and `values`: each run's point and its swept values in this sweep (a
+    resumed sweep's runs made by an earlier sweep have that sweep's in their manifests), else
+    its manifest's."""
     groups: dict[int, list[Run]] = {}
     written: dict[int, dict] = {}
     for run, (index, point) in zip(runs, memberships([r.manifest for r in runs], indices,
@@ -235,8 +236,8 @@ def shown(row: dict, measure: str) -> str:
 
 def coverage(row: dict, measure: str) -> str:
     """` (4 of 5 migrations finished)` for a downtime or execution over fewer than all of its
-    point's migrations, ` (2 of 3 runs)` for a measure some usable runs had no figure for; '' when it
-    covers all (or a points table written before these counts)."""
+    point's migrations, ` (2 of 3 runs)` for a measure some usable runs had no figure for; ''
+    when it covers all (or a points table written before these counts)."""
     def known(value) -> bool:
         return value is not None and not (isinstance(value, float) and math.isnan(value))
 

@@ -193,3 +193,33 @@ def rate(text: object) -> float:
     if unit:
         raise ValueError(f"expected a rate such as 5/s or 300/min, got {text!r}")
     return value
+
+
+# The units a quantity is read into (topologies.fields.Unit) and the prefixes it is shown
+# with again, largest first: each a factor and the text after the number.
+_SHOWN = {
+    "s": ((86400.0, "d"), (3600.0, "h"), (60.0, "min"), (1.0, "s"), (1e-3, "ms"), (1e-6, "us"),
+          (1e-9, "ns")),
+    "bit/s": ((1e9, "Gbit"), (1e6, "Mbit"), (1e3, "kbit"), (1.0, "bit")),
+    "B": ((1000.0**3, "GB"), (1000.0**2, "MB"), (1000.0, "KB"), (1.0, "B")),
+    "Hz": ((1e9, "GHz"), (1e6, "MHz"), (1e3, "kHz"), (1.0, "Hz")),
+    "1/s": ((1.0, "/s"),),
+}
+UNITS = tuple(_SHOWN)
+
+
+def shown(value: object, unit: str | None) -> str:
+    """A number in base units (seconds, bits/s, bytes, hertz, per second) as a file writes
+    it: the largest prefix it is a whole number (under 1000) of, else at least one of
+    (`20000000.0` bit/s: `20Mbit`, `0.0002` s: `200us`, `90` s: `90s`, `0.0125` s: `12.5ms`,
+    `200000` B: `200KB`); anything else (no unit, not a number, 0) as it is."""
+    if (unit not in _SHOWN or isinstance(value, bool) or not isinstance(value, int | float)
+            or not math.isfinite(value) or value == 0):
+        return str(value)
+    fitting = [(f, s) for f, s in _SHOWN[unit] if abs(value) >= f] or [_SHOWN[unit][-1]]
+    # The largest prefix the value is a whole number under a thousand of (90 s is `90s`, not
+    # `1.5min`), else the largest it is at least one of (`12.5ms`, `1.5GHz`).
+    factor, suffix = next(((f, s) for f, s in fitting if abs(value / f) < 1000
+                           and math.isclose(value / f, round(value / f), rel_tol=1e-9)),
+                          fitting[0])
+    return f"{round(value / factor, 6):g}{suffix}"

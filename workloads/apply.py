@@ -33,9 +33,12 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from topologies import units
+from topologies.fields import unit_of
+from workloads.pipeline import OperatorSpec
+
 if TYPE_CHECKING:
     from topologies.model import Topology
-    from workloads.pipeline import OperatorSpec
 
 DEPLOY, MODIFY, DELETE = "deploy", "modify", "delete"
 IN_PLACE, MOVE, REPLACE = "in-place", "move", "replace"
@@ -105,8 +108,17 @@ class OperatorChange:
             if key == "on":
                 shown.append(f"on {','.join(self.before.nodes)} -> {','.join(self.after.nodes)}")
             else:
-                shown.append(f"{key} {old.get(key)} -> {new.get(key)}")
+                shown.append(f"{key} {_written(key, old.get(key))} -> "
+                             f"{_written(key, new.get(key))}")
         return f"{self.name}: " + "; ".join(shown)
+
+
+def _written(key: str, value: str | None) -> str:
+    """A field's value (canonical JSON) as a file writes it: a quantity with its unit (`cost`
+    0.0002 is `200us`; topologies.units.shown), anything else as it is."""
+    unit = unit_of(OperatorSpec, key)  # window.size: the window's size
+    number = json.loads(value) if value is not None and unit is not None else None
+    return units.shown(number, unit) if isinstance(number, int | float) else str(value)
 
 
 @dataclass(frozen=True)
