@@ -228,3 +228,16 @@ def test_the_points_table_has_each_points_migration_execution_time(tmp_path) -> 
     assert table.column("execution").to_pylist() == pytest.approx(expected)
     assert table.schema.field("execution").metadata == {b"unit": b"s"}
     assert table.column("migrations_done").to_pylist() == [1, 1]
+
+
+def test_a_swept_list_of_names_comes_back_as_written_in_every_table(tmp_path) -> None:
+    # `on: [gateways]` is a list once read: typed, it stays the name swept, not its JSON.
+    result = foglab.run("quickstart", set=QUICK, sweep=["pipeline.0.on=[gateways, cloud-1]"],
+                        out=tmp_path)
+    key = "pipeline.0.on"
+    assert result.summary[key].tolist() == ["gateways", "cloud-1"]
+    assert set(result.table("nodes")[key]) == {"gateways", "cloud-1"}
+    (points,) = (tmp_path / "quickstart").glob("*-sweep/points.parquet")
+    import pyarrow.parquet as pq
+
+    assert pq.read_table(points).column(key).to_pylist() == ["gateways", "cloud-1"]
