@@ -167,7 +167,9 @@ def test_after_an_agent_starts_again_apply_sees_what_it_runs(cluster) -> None:
 def test_bad_input_is_refused_naming_it_and_nothing_changes(cluster, tmp_path) -> None:
     _, name, _ = cluster
     missing = apply(name, tmp_path / "nope.yaml", "--dry-run")
-    assert missing.returncode == 1 and "nope.yaml" in missing.stdout, missing.stdout
+    # A file that is not there is a bad input (exit 3); an operator on a node the cluster
+    # runs no agent on is a failure against that cluster (exit 1): topologies.exit_codes.
+    assert missing.returncode == 3 and "nope.yaml" in missing.stdout, missing.stdout
     elsewhere = tmp_path / "elsewhere.yaml"
     elsewhere.write_text(JOBS.read_text().replace("on: gw-3, reads: clean, task",
                                                   "on: gw-9, reads: clean, task")

@@ -320,7 +320,8 @@ def test_the_command_line_brings_a_detached_cluster_up_and_down(tmp_path: Path, 
         up = foglab("emu", "up", str(path), "--cluster", name, "--detach", "--agent-command",
                     "sleep infinity", "--label", "foglab.test=emu_cluster")
         assert up.returncode == 0, up.stdout + up.stderr
-        assert "background process" in up.stderr  # a note: stderr
+        assert "background process" in up.stdout  # the answer (the cluster is up): stdout
+        assert "in the background (pid" in up.stderr  # the note while it comes up
         info = inventory.clusters(client)[name]
         assert info.owner_running and info.running == 3
         status = foglab("emu", "status", "--cluster", name)

@@ -56,7 +56,7 @@ def test_an_experiments_operator_moves_on_a_cluster_that_is_up() -> None:
         records = Path(inventory.clusters(client)[name].records)
 
         refused = {
-            ("--strategy", "bogus"): (2, "unknown strategy 'bogus'; strategies on emu: "
+            ("--strategy", "bogus"): (3, "unknown strategy 'bogus'; strategies on emu: "
                                          "pause_drain, pause_transfer"),
             ("--to", "gw-9"): (1, "no node 'gw-9' in cluster"),
             ("--to", "broker"): (1, "broker is a broker: an operator moves to a gateway or "
