@@ -257,7 +257,7 @@ TopologySource = Annotated[str, typer.Argument(
 
 def _topology(source: str, sets: list[str] | None = None):
     """The expanded topology of a topology or of an experiment (its first sweep point's, so
-    with the experiment's own changes and --set options); else the error, and exit 2.
+    with the experiment's own changes and --set options); else the error, and exit 3.
 
     A file is an experiment when it says what runs on the topology (a workload or pipeline):
     then its errors name the experiment's fields, not a topology's."""

@@ -35,7 +35,7 @@ def load_experiment(experiment: str, sets: list[str]) -> tuple[Path, Any]:
 
 
 def cluster_name(name: str | None) -> str | None:
-    """A --cluster that no cluster can have is refused before Docker is asked (exit 2)."""
+    """A --cluster that no cluster can have is refused before Docker is asked (exit 3)."""
     from emu.cluster.names import CLUSTER_NAME
 
     if name is not None and not CLUSTER_NAME.match(name):

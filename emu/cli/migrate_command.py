@@ -152,7 +152,8 @@ def _instance_to_move(operator: str, source: str | None, to: str, name: str, age
 def _migrated(client, name: str, login, agents, brokers, operator: str, source: str, to: str,
               strategy: str, settings, timeout: float):
     """Move the instance (emu.features.moves.dispatch.migrate), its phases shown as they pass: (its
-    record, the signals caught meanwhile); exit 2 if the migration could not be carried out."""
+    record, the signals caught meanwhile); exit 1 (a failure) if the migration could not be
+    carried out (what it was asked was checked before: a bad one is refused, exit 3)."""
     import time
 
     from emu.features.moves.dispatch import MigrationError, migrate
@@ -174,7 +175,7 @@ def _migrated(client, name: str, login, agents, brokers, operator: str, source: 
                                  timeout=timeout, progress=progress)
         except MigrationError as failure:
             error(failure)
-            raise typer.Exit(ExitCode.BAD_INPUT) from None
+            raise typer.Exit(ExitCode.FAILURE) from None
     return record, caught
 
 
