@@ -199,7 +199,7 @@ def typed_value(config: dict, key: str, written):
     """The swept `key`'s value as the schema read it (from the run's resolved config): a
     number for a rate, duration or size; the value as written where the key cannot be found
     there (a list element named by the operator, say) or is not a plain value (a list of
-    names, `gateways`, as swept; its JSON when nothing was written)."""
+    names swept as one name, `gateways`, as swept; a mapping or list as its JSON)."""
     node = config
     for part in key.replace("[", ".").replace("]", "").split("."):
         if isinstance(node, dict) and part in node:
@@ -213,8 +213,10 @@ def typed_value(config: dict, key: str, written):
             node = named[0]
         else:
             return written
-    if isinstance(node, dict | list):  # a list of names (`on: [gateways]`): as written
-        return written if written is not None else json.dumps(node, sort_keys=True)
+    if isinstance(node, list) and isinstance(written, str):  # `on: gateways`: as swept
+        return written
+    if isinstance(node, dict | list):
+        return json.dumps(node, sort_keys=True)
     return node
 
 

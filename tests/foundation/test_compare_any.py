@@ -88,6 +88,6 @@ def test_differences_name_each_changed_field() -> None:
     second = {"backend": "sim", "seed": 7, "config": {"run": {"seed": 7, "calibration": "x"},
                                                        "pipeline": [{"cost": 0.002}]}}
     assert comparing.differences(first, second) == [
-        "pipeline.0.cost: 0.001 -> 0.002", "run.calibration: None -> x"]
+        "pipeline.0.cost: 1ms -> 2ms", "run.calibration: None -> x"]
     assert comparing.differences(first, first) == []
     assert comparing.labels("a", "a") == ("1: a", "2: a")
