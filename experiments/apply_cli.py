@@ -87,7 +87,7 @@ def apply(experiment: Annotated[str, typer.Argument(
           json_: JsonOption = False) -> None:
     """Plan the change from a running version of an experiment's jobs to this one: a row per
     job to deploy, modify (in-place, replace or move) or delete, with the model's apply
-    time; exit 0 when nothing changes, 4 when something would, 1 on an error."""
+    time; exit 0 when nothing changes, 4 when something would, 3 on a bad input."""
     from sim.apply_times import plan_time
 
     with json_output(json_) as document:

@@ -47,7 +47,7 @@ LAZY = {
                   "Plan the change from a running version of an experiment's jobs to this "
                   "one: a row per job to deploy, modify (in-place, replace or move) or "
                   "delete, with the model's apply time; exit 0 when nothing changes, 4 when "
-                  "something would, 1 on an error."),
+                  "something would, 3 on a bad input."),
     "emu": Lazy("experiments.emu_commands:app",
                 "Prepare the host and images; run topologies as containers."),
 }
