@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from experiments.model_settings import sim_settings
 from experiments.run_plan import Backend, RunOutput, RunPlan
@@ -73,16 +73,31 @@ class EmuBackend:
                        **extra)
 
 
-# The backends by `run.backend`, each a class as `module:Class`, imported on first use (the
-# hybrid backend's modules, and the emulation's, only where a run needs them).
-BACKENDS = {"sim": f"{__name__}:SimBackend", "emu": f"{__name__}:EmuBackend",
-            "hybrid": "experiments.hybrid.backend:HybridBackend"}
+@dataclass(frozen=True)
+class Registered:
+    """A backend by `run.backend`: its class as `module:Class`, imported on first use (the
+    hybrid backend's modules, and the emulation's, only where a run needs them), and what is
+    known of it without importing it: `in_process`, its run is this process's alone (virtual
+    time, no containers, ports or host cores held), so that runs go side by side in worker
+    processes (`foglab run -j`) and its memory is this process's (experiments.estimate)."""
+
+    where: str
+    in_process: bool
+
+
+BACKENDS = {"sim": Registered(f"{__name__}:SimBackend", in_process=True),
+            "emu": Registered(f"{__name__}:EmuBackend", in_process=False),
+            "hybrid": Registered("experiments.hybrid.backend:HybridBackend", in_process=False)}
+
+
+def registered(name: str) -> Registered:
+    found = BACKENDS.get(name)
+    if found is None:
+        # experiments.checks refuses any other backend when the experiment is loaded.
+        raise ValueError(f"no backend {name!r}")
+    return found
 
 
 def backend(name: str) -> Backend:
-    where = BACKENDS.get(name)
-    if where is None:
-        # experiments.checks refuses any other backend when the experiment is loaded.
-        raise ValueError(f"no backend {name!r}")
-    module, _, attribute = where.partition(":")
+    module, _, attribute = registered(name).where.partition(":")
     return getattr(importlib.import_module(module), attribute)()

@@ -27,6 +27,7 @@ import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
+from experiments.backends import registered
 from workloads.rates import Constant
 
 SIM_S_PER_MESSAGE = 150e-6
@@ -92,7 +93,7 @@ def estimate(points, jobs: int = 1) -> Cost:
         repetitions = spec.run.repetitions
         runs += repetitions
         messages += count * repetitions
-        if spec.run.backend == "sim":
+        if registered(spec.run.backend).in_process:
             wall += count * SIM_S_PER_MESSAGE * repetitions
             peak = max(peak, BASE_BYTES + count * PEAK_BYTES_PER_MESSAGE)
         else:

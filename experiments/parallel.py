@@ -11,8 +11,9 @@ experiment). Fork's hazard, a lock held by another thread at the fork, is kept a
 workers start (all at once, as concurrent.futures does with fork) before the progress bars'
 threads, and a worker never prints: it sends its events through a pipe.
 
-Only sim runs in parallel (PARALLEL_BACKENDS): an emulation's containers, networks and ports
-are named by its topology and hold the host's cores; two at once would collide.
+Only a backend whose runs are in the process runs in parallel (experiments.backends'
+`in_process`: sim): an emulation's containers, networks and ports are named by its topology
+and hold the host's cores; two at once would collide.
 """
 
 from __future__ import annotations
@@ -25,10 +26,9 @@ import time
 from collections.abc import Callable, Hashable, Sequence
 from concurrent.futures import ProcessPoolExecutor
 
+from experiments.backends import BACKENDS, registered
 from topologies.terminal import STOP_SIGNALS, Stop
 
-# The backends whose runs may share the host with each other: everything in the process.
-PARALLEL_BACKENDS = frozenset({"sim"})
 START_METHOD = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
 # How often a worker passes a run's progress on (a run's last second always is).
 PROGRESS_EVERY_S = 0.1
@@ -45,12 +45,12 @@ def check_jobs(points: Sequence, jobs: int) -> None:
     if jobs == 1:
         return
     for point in points:
-        if point.spec.run.backend not in PARALLEL_BACKENDS:
+        if not registered(point.spec.run.backend).in_process:
+            alone = ", ".join(name for name, found in BACKENDS.items() if found.in_process)
             raise ValueError(
                 f"-j/--jobs {jobs}: sweep point p{point.index} runs on "
-                f"{point.spec.run.backend} (run.backend); only "
-                f"{', '.join(sorted(PARALLEL_BACKENDS))} runs in parallel: give -j 1, or "
-                "sweep the sim points alone")
+                f"{point.spec.run.backend} (run.backend); only {alone} runs in parallel: "
+                "give -j 1, or sweep the sim points alone")
 
 
 class Relay:
