@@ -180,7 +180,7 @@ def write(folders: list[Path], sweep_folder: Path, indices: list[int] | None = N
     """The points of the runs in `folders` (each of point `indices[i]` with swept `values[i]`,
     else its manifest's) as `points.parquet` in `sweep_folder` (made if need be); its path.
     Each swept value's and measure's unit is in its field's metadata (key "unit": the swept
-    key's as results.value_unit reads it from the value as written, COLUMN_UNITS), and the
+    key's field's, results.value_unit, COLUMN_UNITS), and the
     file's metadata says which experiment, sweep and runs it is of (key POINTS_FACTS) and
     the units again (key results.FILE_UNITS, JSON)."""
     sweep_folder.mkdir(parents=True, exist_ok=True)
@@ -213,7 +213,7 @@ def swept_units(found: list[Run], members: list[tuple[int, dict]]) -> dict[str, 
         config = run.manifest.get("config") or {}
         for key, written in point.items():
             seen.setdefault(key, set()).add(
-                value_unit(written, typed_value(config, key, written)))
+                value_unit(key, typed_value(config, key, written)))
     return {key: next(iter(units)) for key, units in seen.items()
             if len(units) == 1 and None not in units}
 

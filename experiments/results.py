@@ -9,11 +9,9 @@ import contextlib
 import functools
 import glob
 import json
-import math
 import operator
 import os
 import platform
-import re
 import subprocess
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -30,8 +28,9 @@ import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from experiments.schema import TABLES, unit_field, units_of, with_units
+from experiments.spec import ExperimentFile
 from experiments.summary import throughputs
-from topologies import units
+from topologies.fields import unit_of
 
 PACKAGES = ("foglab", "simpy", "numpy", "pandas", "pyarrow", "pydantic", "networkx")
 PROJECT = Path(__file__).resolve().parent.parent
@@ -220,28 +219,14 @@ def typed_value(config: dict, key: str, written):
     return node
 
 
-# The quantities a swept value may be written in, each with its parser (topologies.units)
-# and the unit of the number it gives (typed_value): tried in this order on the text.
-QUANTITIES = (("1/s", units.rate), ("bit/s", units.bandwidth), ("s", units.duration),
-              ("B", units.size), ("Hz", units.frequency))
-# A number with a unit after it (`%` is none: a ratio).
-_WITH_UNIT = re.compile(r"^\s*[0-9]*\.?[0-9]+(?:[eE][-+]?[0-9]+)?\s*[A-Za-zµ/]")
-
-
-def value_unit(written, typed) -> str | None:
-    """The unit of a swept value typed as `typed` from `written` (`12.5/s` -> "1/s",
-    `80kbit` -> "bit/s", `10ms` -> "s", `50KB` -> "B"): the first quantity that reads the
-    text as that number; None for a text without a unit (a count, a name, a ratio)."""
-    if not isinstance(written, str) or isinstance(typed, bool) \
-            or not isinstance(typed, int | float) or not _WITH_UNIT.match(written):
+def value_unit(key: str, typed) -> str | None:
+    """The unit of swept `key`'s typed value: its field's in the experiment's schema
+    (topologies.fields.unit_of: a rate in 1/s, a bandwidth in bit/s, a duration in s, a size
+    in B, a clock in Hz); None for a value that is no number, or a field with no unit (a
+    count, a ratio, a name)."""
+    if isinstance(typed, bool) or not isinstance(typed, int | float):
         return None
-    for unit, parse in QUANTITIES:
-        try:
-            if math.isclose(parse(written), typed, rel_tol=1e-9):
-                return unit
-        except ValueError:
-            continue
-    return None
+    return unit_of(ExperimentFile, key)
 
 
 @dataclass
@@ -428,11 +413,9 @@ def value_fields(runs_: list[Run], typed: bool = True) -> tuple[list[pa.Field], 
     by value_type; `typed`: with its unit in the field's metadata where every run's value
     has the same, value_unit) and each run's values (Run.values)."""
     values = [run.values(typed) for run in runs_]
-    written = [run.values(typed=False) for run in runs_] if typed else values
     fields = []
     for key in dict.fromkeys(key for point in values for key in point):
-        found = {value_unit(w[key], v[key]) for w, v in zip(written, values, strict=True)
-                 if key in v}
+        found = {value_unit(key, v[key]) for v in values if key in v}
         field = pa.field(key, value_type([point.get(key) for point in values]))
         fields.append(unit_field(field, found.pop() if typed and len(found) == 1 else None))
     return fields, values

@@ -156,12 +156,14 @@ def test_each_file_carries_its_run_and_units_and_the_points_theirs(root: Path) -
     assert table.column(KEY).to_pylist() == [4.0, 12.5]
 
 
-@pytest.mark.parametrize(("written", "typed", "unit"), [
-    ("12.5/s", 12.5, "1/s"), ("300/min", 5.0, "1/s"), ("80kbit", 80_000.0, "bit/s"),
-    ("10MB/s", 8e7, "bit/s"), ("10ms", 0.01, "s"), ("50KB", 50_000, "B"),
-    ("1.5GHz", 1.5e9, "Hz"), ("95%", 0.95, None), ("5", 5, None), ("gateways", "gateways", None)])
-def test_a_swept_values_unit_is_read_from_how_it_was_written(written, typed, unit) -> None:
-    assert value_unit(written, typed) == unit
+@pytest.mark.parametrize(("key", "typed", "unit"), [
+    ("workload.streams.0.rate", 12.5, "1/s"), ("topology.links.1.bandwidth", 8e4, "bit/s"),
+    ("pipeline.0.cost", 0.01, "s"), ("pipeline.filter.cost", 0.01, "s"),
+    ("workload.streams.0.size", 50_000, "B"), ("topology.profiles.pi.clock", 1.5e9, "Hz"),
+    ("pipeline.0.selectivity", 0.95, None), ("run.seed", 5, None),
+    ("pipeline.0.on", "gateways", None), ("workload.streams.0.rate", "12.5/s", None)])
+def test_a_swept_values_unit_is_its_fields_in_the_schema(key, typed, unit) -> None:
+    assert value_unit(key, typed) == unit
 
 
 def _block(marker: str) -> str:
