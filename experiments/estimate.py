@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.backends import registered
+from topologies.units import shown_duration
 from workloads.rates import Constant
 
 SIM_S_PER_MESSAGE = 150e-6
@@ -56,7 +57,7 @@ class Cost:
 
     def line(self) -> str:
         return (f"estimate: {self.runs} run(s), {self.messages:,} readings, about "
-                f"{_duration(self.wall_s)} of wall time, {_bytes(self.memory_bytes)} of "
+                f"{shown_duration(self.wall_s)} of wall time, {_bytes(self.memory_bytes)} of "
                 f"memory at the peak, {_bytes(self.disk_bytes)} on disk")
 
 
@@ -137,7 +138,8 @@ def too_much(cost: Cost, out: Path, longest_s: float = LONGEST_S) -> list[str]:
                      f"free under {out}: record.messages a fraction (1%) or none, or a longer "
                      "run.sample")
     if cost.wall_s > longest_s:
-        found.append(f"time: about {_duration(cost.wall_s)}, above {_duration(longest_s)}: "
+        found.append(f"time: about {shown_duration(cost.wall_s)}, above "
+                     f"{shown_duration(longest_s)}: "
                      "shorten run.duration, sweep fewer points, or -j N")
     return found
 
@@ -148,17 +150,6 @@ def _bytes(value: float) -> str:
             return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
         value /= 1000
     return f"{value:.1f} TB"
-
-
-def _duration(seconds: float) -> str:
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    if seconds < 86400 * 2:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    return f"{seconds / 86400:.1f} days"
 
 
 __all__ = ["Cost", "available_memory", "estimate", "free_disk", "readings", "too_much"]

@@ -75,16 +75,6 @@ class Estimate:
         return max(0.0, (self.clock() - self.started) * (self.total - done) / done)
 
 
-def shown_duration(seconds: float) -> str:
-    """A time left as a person reads it: 45s, 3m 05s, 2h 10m."""
-    seconds = round(seconds)
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m {seconds % 60:02d}s"
-    return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-
-
 class RunProgress:
     """What a backend tells of its run: `progress(seconds)` done, and `progress.stage(text)`,
     the step it is at (an emulation's set-up takes a while before its first second)."""

@@ -14,7 +14,7 @@ import typer
 from experiments.cli_options import AllowFiles, Sets, Sweeps, Zips  # noqa: F401 - re-exported
 from experiments.estimate import estimate, too_much
 from experiments.loader import Experiment, load
-from experiments.runner import Estimate, Reporter, run_experiment, shown_duration
+from experiments.runner import Estimate, Reporter, run_experiment
 from topologies.errors import SpecError
 from topologies.exit_codes import ExitCode
 from topologies.terminal import (
@@ -29,6 +29,7 @@ from topologies.terminal import (
     stop_on_signals,
     warning,
 )
+from topologies.units import shown_duration
 
 log = logging.getLogger(__name__)
 

@@ -223,3 +223,16 @@ def shown(value: object, unit: str | None) -> str:
                            and math.isclose(value / f, round(value / f), rel_tol=1e-9)),
                           fitting[0])
     return f"{round(value / factor, 6):g}{suffix}"
+
+
+def shown_duration(seconds: float) -> str:
+    """A wall time as a person reads it (a time left, an estimate): 45s, 3m 05s, 2h 10m, and
+    beyond two days 2.5 days."""
+    seconds = round(seconds)
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m {seconds % 60:02d}s"
+    if seconds < 86400 * 2:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    return f"{seconds / 86400:.1f} days"

@@ -17,7 +17,8 @@ from typer.testing import CliRunner
 from experiments import points
 from experiments.loader import RunPoint, load
 from experiments.plots import Event, events, latency_figure, sweep_plots
-from experiments.runner import Estimate, run_experiment, run_name, shown_duration
+from experiments.runner import Estimate, run_experiment, run_name
+from topologies.units import shown_duration
 
 # -- the statistics ----------------------------------------------------------------------------
 
@@ -174,7 +175,8 @@ def test_the_time_left_is_the_wall_time_per_second_so_far_times_what_is_left() -
     assert estimate.left(20.0) == pytest.approx(40.0)
     estimate.run_ended(50.0)
     assert estimate.left(0.0) == pytest.approx(10.0)
-    assert [shown_duration(s) for s in (40, 185, 7800)] == ["40s", "3m 05s", "2h 10m"]
+    assert [shown_duration(s) for s in (40, 185, 7800, 216000)] == [
+        "40s", "3m 05s", "2h 10m", "2.5 days"]
 
 
 def test_the_runs_progress_says_the_time_left() -> None:
