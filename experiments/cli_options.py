@@ -10,11 +10,10 @@ from typing import Annotated
 import typer
 from rich.markup import escape
 
+import experiments
 from topologies.files import VARIABLE
 
-# The variable naming the results folder: experiments.results.RESULTS_VARIABLE, written again
-# here because importing that module loads pandas (tests/api/test_cli_streams.py checks both).
-RESULTS_VARIABLE = "FOGLAB_RESULTS"
+RESULTS_VARIABLE = experiments.RESULTS_VARIABLE  # the results folder's variable
 
 Sets = Annotated[list[str] | None,
                  typer.Option("--set", help="KEY=VALUE override, e.g. run.seed=3")]

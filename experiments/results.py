@@ -27,6 +27,7 @@ import pyarrow.dataset as ds
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
+import experiments
 from experiments.schema import TABLES, unit_field, units_of, with_units
 from experiments.spec import ExperimentFile
 from experiments.summary import throughputs
@@ -70,9 +71,7 @@ def host_facts() -> dict:
             "machine": platform.machine(), "cpus": os.cpu_count(), "memory_bytes": memory}
 
 
-# The environment variable naming the results folder where none is given (foglab run --out,
-# results --root, compare --out, import foglab); else `results`.
-RESULTS_VARIABLE = "FOGLAB_RESULTS"
+RESULTS_VARIABLE = experiments.RESULTS_VARIABLE  # the results folder's variable
 
 # The Parquet metadata key of a run's facts in each of its table files (RunWriter.file_facts).
 FILE_FACTS = "foglab.run"
